@@ -1,0 +1,1 @@
+"""PBT task registrations (installed as async_pbt_isaaclab.tasks)."""
