@@ -1,0 +1,219 @@
+"""The audit log: append-only, hash-chained JSON lines, one file per member, and its verifier.
+
+Every decision is logged *before* it is acted on (write-ahead), keep decisions included. A decision
+entry holds everything :func:`~async_pbt_isaaclab.core.selection.decide` and
+:func:`~async_pbt_isaaclab.core.mutation.explore` need to recompute it: my record, the peers'
+records, the selection config, ``now``, the RNG state before, the starting hyperparameters; and
+what came out: the decision, the mutation changes and the RNG state after.
+
+Chain: ``hash = sha256(prev_hash + canonical_json(entry without "hash"))``. Editing any entry,
+removing one or reordering them breaks the chain at that point, and the verifier says where.
+
+A crash in the middle of an append leaves a line without its newline; since the entry was not
+complete, nothing it described was acted on. :meth:`AuditLog.open` moves such a torn tail to
+``audit.jsonl.torn`` (kept for inspection) before appending again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from async_pbt_isaaclab.core import fsio
+from async_pbt_isaaclab.core.config import ConfigError, population_config_from_dict
+from async_pbt_isaaclab.core.mutation import MemberRng, explore
+from async_pbt_isaaclab.core.records import MemberRecord, RecordError
+from async_pbt_isaaclab.core.selection import Outcome, decide
+
+GENESIS = "0" * 64
+"""``prev_hash`` of the first entry."""
+
+ENTRY_KINDS = ("start", "decision", "exploit_applied", "exploit_aborted", "resume", "stop", "warning")
+"""``decision`` entries are recomputed by the verifier; the others are chained facts."""
+
+
+def entry_hash(prev_hash: str, entry: dict[str, Any]) -> str:
+    body = {k: v for k, v in entry.items() if k != "hash"}
+    return hashlib.sha256(prev_hash.encode() + fsio.canonical_json(body)).hexdigest()
+
+
+class AuditLog:
+    """Appends entries to one member's ``audit.jsonl``. One writer: the process holding the member lock."""
+
+    def __init__(self, path: Path, last_seq: int, last_hash: str):
+        self.path = path
+        """The log file."""
+        self.last_seq = last_seq
+        """Sequence number of the last entry (-1 when empty)."""
+        self.last_hash = last_hash
+        """Hash of the last entry (``GENESIS`` when empty)."""
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> "AuditLog":
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        last_seq, last_hash = -1, GENESIS
+        if path.exists():
+            data = path.read_bytes()
+            if data and not data.endswith(b"\n"):
+                cut = data.rfind(b"\n") + 1
+                with open(path.with_name(path.name + ".torn"), "ab") as torn:
+                    torn.write(data[cut:] + b"\n")
+                with open(path, "r+b") as fh:
+                    fh.truncate(cut)
+                    os.fsync(fh.fileno())
+                data = data[:cut]
+            lines = data.splitlines()
+            if lines:
+                try:
+                    last = json.loads(lines[-1])
+                    last_seq, last_hash = int(last["seq"]), str(last["hash"])
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise RecordError(f"{path}: last entry unreadable ({exc}); run `async-pbt audit` on it") from None
+        return cls(path, last_seq, last_hash)
+
+    def append(self, kind: str, body: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+        if kind not in ENTRY_KINDS:
+            raise ValueError(f"unknown audit entry kind {kind!r}")
+        entry = {"seq": self.last_seq + 1, "time": time.time() if now is None else now, "kind": kind,
+                 "prev_hash": self.last_hash, **body}
+        entry["hash"] = entry_hash(self.last_hash, entry)
+        line = json.dumps(entry, sort_keys=True, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.last_seq, self.last_hash = entry["seq"], entry["hash"]
+        return entry
+
+
+def decision_body(
+    me: MemberRecord,
+    peers: list[MemberRecord],
+    selection_cfg: dict[str, Any],
+    now: float,
+    rng_before: dict[str, Any],
+    decision: Any,
+    start_hparams: dict[str, Any] | None,
+    new_hparams: dict[str, Any] | None,
+    changes: list[Any],
+    rng_after: dict[str, Any],
+    unreadable_peers: dict[int, str] | None = None,
+) -> dict[str, Any]:
+    """The body of a ``decision`` entry: inputs, rule config, outcome, mutation and RNG states."""
+    return {
+        "inputs": {
+            "me": me.to_dict(),
+            "peers": [p.to_dict() for p in peers],
+            "now": now,
+            "unreadable_peers": {str(k): v for k, v in sorted((unreadable_peers or {}).items())},
+        },
+        "config": selection_cfg,
+        "rng_before": rng_before,
+        "decision": decision.to_dict(),
+        "start_hyperparameters": start_hparams,
+        "new_hyperparameters": new_hparams,
+        "changes": [c.to_dict() for c in changes],
+        "rng_after": rng_after,
+    }
+
+
+def read_entries(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+    """(line number, entry or None, parse error or None) for each line."""
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.endswith(b"\n"):
+                yield lineno, None, "torn line (no newline): a write was interrupted"
+                continue
+            try:
+                obj = json.loads(raw)
+            except (ValueError, UnicodeDecodeError) as exc:
+                yield lineno, None, f"not valid JSON ({exc})"
+                continue
+            if not isinstance(obj, dict):
+                yield lineno, None, "not a JSON object"
+                continue
+            yield lineno, obj, None
+
+
+@dataclass(frozen=True)
+class VerifyProblem:
+    """One entry that failed verification."""
+
+    path: str
+    line: int
+    seq: int | None
+    problem: str
+
+    def __str__(self) -> str:
+        seq = "" if self.seq is None else f" (seq {self.seq})"
+        return f"{self.path}:{self.line}{seq}: {self.problem}"
+
+
+def recompute_decision(entry: dict[str, Any]) -> list[str]:
+    """Replay a decision entry; returns the differences (empty when it reproduces)."""
+    try:
+        inputs = entry["inputs"]
+        # A recorded fixture decision replays as it ran; this does not enable the fixture anywhere else.
+        cfg = population_config_from_dict(entry["config"], allow_test_fixture=True)
+        me = MemberRecord.from_dict(inputs["me"], "inputs.me")
+        peers = [MemberRecord.from_dict(p, f"inputs.peers[{i}]") for i, p in enumerate(inputs["peers"])]
+        rng = MemberRng.from_state(entry["rng_before"])
+        now = float(inputs["now"])
+    except (KeyError, TypeError, ValueError, ConfigError, RecordError) as exc:
+        return [f"entry cannot be replayed: {exc}"]
+    problems: list[str] = []
+    decision = decide(me, peers, cfg, rng, now)
+    recorded = entry.get("decision", {})
+    mine = decision.to_dict()
+    for key in ("outcome", "donor", "compared", "excluded"):
+        if mine[key] != recorded.get(key):
+            problems.append(f"decision.{key}: recorded {recorded.get(key)!r}, recomputed {mine[key]!r}")
+    if decision.outcome in (Outcome.EXPLOIT, Outcome.EXPLORE):
+        start = entry.get("start_hyperparameters")
+        if not isinstance(start, dict):
+            return problems + ["start_hyperparameters missing for an exploit/explore"]
+        new, changes = explore(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
+        if new != entry.get("new_hyperparameters"):
+            problems.append(f"new_hyperparameters: recorded {entry.get('new_hyperparameters')!r}, recomputed {new!r}")
+        if [c.to_dict() for c in changes] != entry.get("changes"):
+            problems.append("changes: recorded mutation changes do not match the recomputed ones")
+    if rng.get_state() != entry.get("rng_after"):
+        problems.append("rng_after: recorded RNG state does not match the state after replay")
+    return problems
+
+
+def verify_log(path: str | os.PathLike) -> tuple[int, list[VerifyProblem]]:
+    """Check the chain and replay every decision. Returns (entries checked, problems)."""
+    path = Path(path)
+    problems: list[VerifyProblem] = []
+    prev_hash = GENESIS
+    expected_seq = 0
+    count = 0
+    for lineno, entry, err in read_entries(path):
+        if entry is None:
+            problems.append(VerifyProblem(str(path), lineno, None, err or "unreadable"))
+            continue
+        count += 1
+        seq = entry.get("seq")
+        if seq != expected_seq:
+            problems.append(VerifyProblem(str(path), lineno, seq, f"sequence number {seq!r}, expected {expected_seq} "
+                                                                 f"(entry missing, duplicated or reordered)"))
+        if entry.get("prev_hash") != prev_hash:
+            problems.append(VerifyProblem(str(path), lineno, seq, "chain broken: prev_hash does not match the previous entry's hash"))
+        recomputed = entry_hash(str(entry.get("prev_hash")), entry)
+        if entry.get("hash") != recomputed:
+            problems.append(VerifyProblem(str(path), lineno, seq, "hash mismatch: the entry was edited after it was written"))
+        if entry.get("kind") == "decision":
+            for p in recompute_decision(entry):
+                problems.append(VerifyProblem(str(path), lineno, seq, f"decision does not reproduce: {p}"))
+        prev_hash = str(entry.get("hash"))
+        expected_seq = (seq if isinstance(seq, int) else expected_seq) + 1
+    return count, problems

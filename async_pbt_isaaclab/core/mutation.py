@@ -1,0 +1,252 @@
+"""Bounded, reproducible hyperparameter mutation (the "explore" step of PBT).
+
+``explore(hparams, specs, rate, rng) -> (new_hparams, changes)`` is a pure function of its inputs and
+the RNG state, so an audit entry that records the RNG state before the call can be replayed exactly.
+
+Kinds (``MutationSpec.kind``):
+
+* ``log_float``: multiply or divide by a factor drawn uniformly from ``change_range`` (Isaac Lab's
+  ``mutate_float``), then clip into ``[low, high]``.
+* ``discount``: the same on ``1 - x`` (Isaac Lab's ``mutate_discount``), so 0.99 moves to 0.985 or
+  0.9917 rather than past 1.0; result clipped into ``[low, high]``.
+* ``log_shift``: for values that already are logarithms (log-std bounds): add or subtract
+  ``ln(factor)``, i.e. scale the underlying sigma by the factor; clipped.
+* ``int``: add or subtract a step drawn uniformly from ``1..step``, clipped.
+* ``choice``: pick uniformly among the other ``choices``.
+
+The member's RNG (:class:`MemberRng`) is a numpy PCG64 generator whose compact state is stored with the
+member, so the sequence of draws continues across restarts instead of replaying the same draws.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+MUTATION_KINDS = ("log_float", "discount", "log_shift", "int", "choice")
+"""Accepted values of ``MutationSpec.kind``."""
+
+ISAACLAB_KIND_NAMES = {"mutate_float": "log_float", "mutate_discount": "discount"}
+"""Isaac Lab's mutation function names and the kind each one means here."""
+
+
+@dataclass(frozen=True)
+class MutationSpec:
+    """How one hyperparameter may change. Every result lies in ``[low, high]``."""
+
+    kind: str = "log_float"
+    """One of ``MUTATION_KINDS``."""
+    low: float = 0.0
+    """Smallest allowed value (inclusive)."""
+    high: float = 1.0
+    """Largest allowed value (inclusive)."""
+    change_range: tuple[float, float] | None = None
+    """Factor range for ``log_float``/``discount``/``log_shift``; ``None`` uses the population's ``change_range``."""
+    step: int = 1
+    """Largest step for ``int`` (a step in ``1..step`` is drawn)."""
+    choices: tuple[Any, ...] = ()
+    """Allowed values for ``choice``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "low": self.low, "high": self.high}
+        if self.change_range is not None:
+            out["change_range"] = list(self.change_range)
+        if self.kind == "int":
+            out["step"] = self.step
+        if self.kind == "choice":
+            out["choices"] = list(self.choices)
+        return out
+
+
+@dataclass(frozen=True)
+class Change:
+    """One hyperparameter that changed during explore."""
+
+    key: str
+    old: Any
+    new: Any
+    factor: float | None = None
+    """The multiplicative factor applied (log_float/discount), ``None`` for int/choice."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "old": self.old, "new": self.new, "factor": self.factor}
+
+
+class MemberRng:
+    """A member's own mutation/selection RNG with a JSON-serialisable state.
+
+    PCG64 state is two 128-bit integers; JSON keeps them exactly (Python ints are arbitrary size).
+    """
+
+    def __init__(self, seed: int | None = None, state: Mapping[str, Any] | None = None):
+        self.generator = np.random.Generator(np.random.PCG64(seed))
+        """The underlying numpy generator; draw only through the methods below to keep replays exact."""
+        if state is not None:
+            self.set_state(state)
+
+    def get_state(self) -> dict[str, Any]:
+        s = self.generator.bit_generator.state
+        return {
+            "bit_generator": s["bit_generator"],
+            "state": int(s["state"]["state"]),
+            "inc": int(s["state"]["inc"]),
+            "has_uint32": int(s["has_uint32"]),
+            "uinteger": int(s["uinteger"]),
+        }
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        try:
+            if state["bit_generator"] != "PCG64":
+                raise ValueError(f"unsupported bit generator {state['bit_generator']!r} (expected 'PCG64')")
+            self.generator.bit_generator.state = {
+                "bit_generator": "PCG64",
+                "state": {"state": int(state["state"]), "inc": int(state["inc"])},
+                "has_uint32": int(state["has_uint32"]),
+                "uinteger": int(state["uinteger"]),
+            }
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"invalid RNG state {dict(state)!r}: {exc}") from None
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> "MemberRng":
+        return cls(seed=0, state=state)
+
+    def uniform(self, low: float, high: float) -> float:
+        return float(self.generator.uniform(low, high))
+
+    def random(self) -> float:
+        return float(self.generator.random())
+
+    def integers(self, low: int, high_inclusive: int) -> int:
+        return int(self.generator.integers(low, high_inclusive, endpoint=True))
+
+    def choice_index(self, n: int) -> int:
+        return int(self.generator.integers(0, n))
+
+
+def clip(value: float, low: float, high: float) -> float:
+    return min(max(value, low), high)
+
+
+def mutate_value(value: Any, spec: MutationSpec, change_range: tuple[float, float], rng: MemberRng) -> tuple[Any, float | None]:
+    """Mutate one value according to its spec. Returns (new value, factor or None)."""
+    if spec.kind in ("log_float", "discount", "log_shift"):
+        lo, hi = spec.change_range or change_range
+        factor = rng.uniform(lo, hi)
+        if rng.random() < 0.5:
+            factor = 1.0 / factor
+        if spec.kind == "log_float":
+            # A value at or below zero has no log scale: start it from the lower bound.
+            base = float(value) if float(value) > 0 else spec.low
+            new = base * factor
+        elif spec.kind == "log_shift":
+            new = float(value) + math.log(factor)
+        else:
+            complement = 1.0 - float(value)
+            if complement <= 0:
+                complement = 1.0 - spec.high
+            new = 1.0 - complement * factor
+        return clip(new, spec.low, spec.high), factor
+    if spec.kind == "int":
+        step = rng.integers(1, max(1, spec.step))
+        sign = 1 if rng.random() < 0.5 else -1
+        return int(clip(int(value) + sign * step, spec.low, spec.high)), None
+    if spec.kind == "choice":
+        others = [c for c in spec.choices if c != value] or list(spec.choices)
+        return others[rng.choice_index(len(others))], None
+    raise ValueError(f"unknown mutation kind {spec.kind!r}; accepted: {', '.join(MUTATION_KINDS)}")
+
+
+def explore(
+    hparams: Mapping[str, Any],
+    specs: Mapping[str, MutationSpec],
+    mutation_rate: float,
+    change_range: tuple[float, float],
+    rng: MemberRng,
+) -> tuple[dict[str, Any], list[Change]]:
+    """Mutate each key of ``specs`` with probability ``mutation_rate``; keys in sorted order.
+
+    Keys are visited in sorted order so the RNG draw sequence never depends on dict insertion order.
+    Values are also clipped into bounds when not mutated, so a starting value outside the bounds
+    (for example a donor trained with other bounds) is brought back inside.
+    """
+    new = dict(hparams)
+    changes: list[Change] = []
+    for key in sorted(specs):
+        spec = specs[key]
+        if key not in hparams:
+            raise KeyError(f"hyperparameter {key!r} has a mutation spec but no current value")
+        old = hparams[key]
+        value: Any = old
+        factor = None
+        if rng.random() < mutation_rate:
+            value, factor = mutate_value(old, spec, change_range, rng)
+        elif spec.kind in ("log_float", "discount", "log_shift"):
+            value = clip(float(old), spec.low, spec.high)
+        elif spec.kind == "int":
+            value = int(clip(int(old), spec.low, spec.high))
+        if value != old:
+            new[key] = value
+            changes.append(Change(key, old, value, factor))
+    return new, changes
+
+
+def within_bounds(value: Any, spec: MutationSpec) -> bool:
+    if spec.kind == "choice":
+        return value in spec.choices
+    return spec.low <= value <= spec.high and not (isinstance(value, float) and math.isnan(value))
+
+
+@dataclass(frozen=True)
+class _Default:
+    spec: MutationSpec
+    live: bool
+    doc: str
+
+
+def _lf(low: float, high: float) -> MutationSpec:
+    return MutationSpec(kind="log_float", low=low, high=high)
+
+
+def _disc(low: float, high: float) -> MutationSpec:
+    return MutationSpec(kind="discount", low=low, high=high, change_range=(1.1, 1.2))
+
+
+SUPPORTED_HYPERPARAMETERS: dict[str, _Default] = {
+    "learning_rate": _Default(_lf(1e-6, 1e-2), True, "Adam learning rate (agent.last_lr and the optimizer)"),
+    "entropy_coef": _Default(_lf(1e-6, 0.1), True, "entropy bonus coefficient"),
+    "e_clip": _Default(_lf(0.05, 0.4), True, "PPO ratio clip"),
+    "critic_coef": _Default(_lf(0.25, 8.0), True, "value-loss coefficient"),
+    "gamma": _Default(_disc(0.9, 0.9999), True, "discount factor (mutated on 1-gamma)"),
+    "tau": _Default(_disc(0.8, 0.999), True, "GAE lambda (mutated on 1-tau)"),
+    "kl_threshold": _Default(_lf(1e-3, 0.05), True, "adaptive-LR KL target (needs lr_schedule: adaptive)"),
+    "bounds_loss_coef": _Default(_lf(1e-6, 0.01), True, "action-bounds loss coefficient"),
+    "grad_norm": _Default(_lf(0.1, 10.0), True, "gradient-norm clip"),
+    "mini_epochs": _Default(MutationSpec(kind="int", low=1, high=16, step=2), True, "PPO epochs per update"),
+    "network.log_std_bounds.low": _Default(
+        MutationSpec(kind="log_shift", low=-8.0, high=-0.5), False,
+        "lower log-std bound of the bounded exploration network (a restart rebuilds the network)"),
+    "network.log_std_bounds.high": _Default(
+        MutationSpec(kind="log_shift", low=-3.0, high=2.0), False,
+        "upper log-std bound of the bounded exploration network (a restart rebuilds the network)"),
+}
+"""Hyperparameters that may be mutated, with default bounds. Short names are ``params.config.<name>``;
+dotted names starting with ``network.`` are ``params.network.<...>``."""
+
+def default_spec(key: str) -> MutationSpec:
+    return SUPPORTED_HYPERPARAMETERS[key].spec
+
+
+def agent_path(key: str) -> tuple[str, ...]:
+    """Where a hyperparameter lives in an rl_games agent config dict (under ``params``)."""
+    if key.startswith("network."):
+        return ("params",) + tuple(key.split("."))
+    return ("params", "config", key)
+
+
+def isaaclab_key(key: str) -> str:
+    """The Isaac Lab / Hydra override name of a hyperparameter (``agent.params.config.<key>``)."""
+    return "agent." + ".".join(agent_path(key))

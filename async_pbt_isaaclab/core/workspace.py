@@ -1,0 +1,330 @@
+"""The shared workspace: a folder on a shared filesystem that members write and read. No server.
+
+Layout (``docs/reliability.md`` explains the guarantees)::
+
+    WORKSPACE/
+      population.json            created by the first member; others check they agree with it
+      members/
+        003/                     one folder per member, written only by the process holding its lock
+          lock                   POSIX record lock (fcntl.lockf) + owner info (pid, host, since)
+          record.json            the published MemberRecord (replaced atomically)
+          state.json             the member's private state: generation, RNG, lineage, hyperparameters
+          audit.jsonl            append-only, hash-chained decision log
+          best.json              this member's historical best checkpoints, best first
+          checkpoints/           g0002_f000001234567.pth ... (written atomically, sha256 in record)
+          pins/                  pins other members hold on this member's checkpoints during an exploit
+
+Every file is written through :mod:`async_pbt_isaaclab.core.fsio` (temp name in the same folder,
+fsync, ``os.replace``). Readers never see partial files. The lock is a kernel record lock, so a lock
+left by a killed process is released by the kernel and the next claim simply succeeds.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from async_pbt_isaaclab.core import fsio
+from async_pbt_isaaclab.core.records import MemberRecord, RecordError, read_record
+
+WORKSPACE_SCHEMA_VERSION = 1
+"""Version of the workspace layout (``population.json``)."""
+
+PIN_TTL_S = 3600.0
+"""A pin older than this is ignored (its owner died mid-exploit); retention may then delete."""
+
+_MEMBER_DIR = re.compile(r"^\d{3,6}$")
+_CHECKPOINT_NAME = re.compile(r"^g(\d{4,})_f(\d{12,})\.pth$")
+
+
+class WorkspaceError(RuntimeError):
+    """The workspace cannot be used as asked (not writable, claimed member, inconsistent layout)."""
+
+
+def member_dirname(index: int) -> str:
+    """``3`` -> ``"003"``. Refuses anything but a non-negative int, so no path can be smuggled in."""
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0 or index > 999_999:
+        raise WorkspaceError(f"member index must be an integer in [0, 999999], got {index!r}")
+    return f"{index:03d}"
+
+
+def parse_member_dirname(name: str) -> int | None:
+    return int(name) if _MEMBER_DIR.match(name) else None
+
+
+def checkpoint_name(generation: int, frame: int) -> str:
+    return f"g{generation:04d}_f{frame:012d}.pth"
+
+
+def resolve_inside(root: Path, relative: str) -> Path:
+    """``root / relative`` if it stays inside ``root``; a record pointing elsewhere is refused."""
+    if not relative or os.path.isabs(relative) or "\x00" in relative:
+        raise WorkspaceError(f"path {relative!r} must be relative to the workspace {root}")
+    full = (root / relative).resolve()
+    if not full.is_relative_to(root.resolve()):
+        raise WorkspaceError(f"path {relative!r} escapes the workspace {root}")
+    return full
+
+
+class Workspace:
+    """A population workspace rooted at ``root``."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root).absolute()
+        """Absolute path of the workspace folder."""
+        self.members_dir = self.root / "members"
+        """Folder holding one sub-folder per member."""
+
+    # ------------------------------------------------------------ population metadata
+    def ensure(self, num_policies: int, objective: str, task: str = "") -> dict[str, Any]:
+        """Create the workspace (or check an existing one agrees). Returns ``population.json``'s content."""
+        try:
+            self.members_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WorkspaceError(f"cannot create workspace {self.root}: {exc.strerror}") from None
+        if not os.access(self.members_dir, os.W_OK | os.X_OK):
+            raise WorkspaceError(f"workspace {self.root} is not writable by this user (uid {os.getuid()})")
+        meta_path = self.root / "population.json"
+        wanted = {"schema_version": WORKSPACE_SCHEMA_VERSION, "num_policies": num_policies,
+                  "objective": objective, "task": task}
+        if not meta_path.exists():
+            meta = dict(wanted, created=time.time())
+            try:
+                # Exclusive create: if two members race, one wins and the other reads the winner's file.
+                fd = os.open(meta_path.with_name(".population.json.init"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                os.close(fd)
+                fsio.atomic_write_json(meta_path, meta)
+            except FileExistsError:
+                for _ in range(50):
+                    if meta_path.exists():
+                        break
+                    time.sleep(0.1)
+        meta = self.population_meta()
+        for key in ("num_policies", "objective", "task"):
+            if meta.get(key) != wanted[key] and not (key == "task" and not wanted[key]):
+                raise WorkspaceError(
+                    f"{meta_path}: this workspace was created with {key}={meta.get(key)!r} but this member runs "
+                    f"with {key}={wanted[key]!r}; use a new workspace for an independent experiment"
+                )
+        return meta
+
+    def population_meta(self) -> dict[str, Any]:
+        path = self.root / "population.json"
+        try:
+            meta = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise WorkspaceError(f"{path}: missing; {self.root} is not a population workspace") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise WorkspaceError(f"{path}: corrupt ({exc})") from None
+        if not isinstance(meta, dict) or meta.get("schema_version") != WORKSPACE_SCHEMA_VERSION:
+            raise WorkspaceError(
+                f"{path}: schema_version {meta.get('schema_version') if isinstance(meta, dict) else None!r} "
+                f"is not supported (expected {WORKSPACE_SCHEMA_VERSION})"
+            )
+        return meta
+
+    # ------------------------------------------------------------ members
+    def member_dir(self, index: int) -> Path:
+        return self.members_dir / member_dirname(index)
+
+    def member_indices(self) -> list[int]:
+        try:
+            names = os.listdir(self.members_dir)
+        except FileNotFoundError:
+            return []
+        return sorted(i for i in (parse_member_dirname(n) for n in names) if i is not None)
+
+    def read_records(self) -> tuple[dict[int, MemberRecord], dict[int, str]]:
+        """Every member's record. Unreadable ones go to the second dict with the reason."""
+        records: dict[int, MemberRecord] = {}
+        errors: dict[int, str] = {}
+        for index in self.member_indices():
+            path = self.member_dir(index) / "record.json"
+            if not path.exists():
+                continue
+            try:
+                rec = read_record(path)
+            except RecordError as exc:
+                errors[index] = str(exc)
+                continue
+            if rec.member != index:
+                errors[index] = f"{path}: record says member {rec.member}, folder says {index}"
+                continue
+            records[index] = rec
+        return records, errors
+
+    def checkpoint_path(self, relative: str) -> Path:
+        return resolve_inside(self.root, relative)
+
+    def relative(self, path: Path) -> str:
+        return str(Path(path).absolute().relative_to(self.root))
+
+
+@dataclass
+class MemberLock:
+    """Exclusive claim of one member folder by one process (``fcntl.lockf`` on ``lock``).
+
+    POSIX record locks are released by the kernel when the holder dies, so a killed member never
+    leaves a lock that blocks its restart; NFSv4 implements them through the server.
+    """
+
+    path: Path
+    """The lock file."""
+    fd: int = -1
+    """Open descriptor holding the lock, -1 when not held."""
+
+    def acquire(self, member: int, wait_s: float = 0.0) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EACCES, errno.EAGAIN):
+                    os.close(fd)
+                    raise WorkspaceError(f"{self.path}: cannot lock ({exc.strerror})") from None
+                if time.monotonic() >= deadline:
+                    owner = _read_owner(fd)
+                    os.close(fd)
+                    raise WorkspaceError(
+                        f"member {member} is already claimed by a live process ({owner}); lock file {self.path}. "
+                        f"Each --pbt-index / policy_idx may run once: pick another index or stop that process"
+                    ) from None
+                time.sleep(0.1)
+        owner = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(owner).encode(), 0)
+        os.fsync(fd)
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            try:
+                fcntl.lockf(self.fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self.fd)
+                self.fd = -1
+
+
+def _read_owner(fd: int) -> str:
+    try:
+        data = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(data.get("since", 0)))
+        return f"pid {data.get('pid')} on host {data.get('host')} since {since}"
+    except (OSError, ValueError):
+        return "owner unknown"
+
+
+# ------------------------------------------------------------ pins and retention
+
+
+def pin_checkpoint(ws: Workspace, donor: int, checkpoint_rel: str, by_member: int) -> Path:
+    """Tell the donor not to delete ``checkpoint_rel`` while ``by_member`` copies it."""
+    pins = ws.member_dir(donor) / "pins"
+    pins.mkdir(parents=True, exist_ok=True)
+    pin = pins / f"{member_dirname(by_member)}.pin"
+    fsio.atomic_write_json(pin, {"checkpoint": checkpoint_rel, "by": by_member, "time": time.time()})
+    return pin
+
+
+def active_pins(ws: Workspace, member: int, now: float | None = None) -> set[str]:
+    """Checkpoints (workspace-relative) of ``member`` that some exploit in flight refers to."""
+    now = time.time() if now is None else now
+    out: set[str] = set()
+    pins = ws.member_dir(member) / "pins"
+    try:
+        entries = list(pins.iterdir())
+    except FileNotFoundError:
+        return out
+    for p in entries:
+        if not p.name.endswith(".pin") or fsio.is_temp_file(p):
+            continue
+        try:
+            data = json.loads(p.read_text())
+            if now - float(data["time"]) < PIN_TTL_S:
+                out.add(str(data["checkpoint"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            # An unreadable pin protects nothing specific; keep everything this round to be safe.
+            out.add("*")
+    return out
+
+
+def list_checkpoints(folder: Path) -> list[tuple[int, int, Path]]:
+    """(generation, frame, path) of the member checkpoints in ``folder``, oldest first."""
+    out = []
+    try:
+        entries = list(folder.iterdir())
+    except FileNotFoundError:
+        return out
+    for p in entries:
+        m = _CHECKPOINT_NAME.match(p.name)
+        if m:
+            out.append((int(m.group(1)), int(m.group(2)), p))
+    out.sort(key=lambda t: (t[1], t[0]))
+    return out
+
+
+def apply_retention(ws: Workspace, member: int, keep_last: int, keep: Iterable[str] = (),
+                    now: float | None = None) -> list[Path]:
+    """Delete old checkpoints of ``member``: keeps the newest ``keep_last``, everything in ``keep``
+    (best checkpoints, the one the record points to) and everything pinned by an exploit in flight."""
+    folder = ws.member_dir(member) / "checkpoints"
+    ckpts = list_checkpoints(folder)
+    protected = set(keep)
+    removed = []
+    for _, _, path in ckpts[: max(0, len(ckpts) - keep_last)]:
+        rel = ws.relative(path)
+        if rel in protected:
+            continue
+        # Read pins right before deleting: a recipient may have pinned since we listed.
+        pins = active_pins(ws, member, now)
+        if rel in pins or "*" in pins:
+            continue
+        try:
+            path.unlink()
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+    fsio.remove_stale_temp_files(folder, older_than_s=600.0, now=now)
+    return removed
+
+
+# ------------------------------------------------------------ historical bests
+
+
+def update_best(best: list[dict[str, Any]], entry: dict[str, Any], keep: int) -> list[dict[str, Any]]:
+    """Insert ``entry`` (with numeric ``objective``) into a best-first list of at most ``keep`` entries.
+
+    Ranked numerically, so -3.0 beats -10.0 (a string or absolute-value sort would not).
+    """
+    merged = [e for e in best if e.get("checkpoint") != entry.get("checkpoint")] + [entry]
+    merged.sort(key=lambda e: (-float(e["objective"]), -int(e.get("frame", 0))))
+    return merged[:keep]
+
+
+def population_best(ws: Workspace, top: int = 10) -> list[dict[str, Any]]:
+    """The best checkpoints across all members, best first (each entry carries its ``member``)."""
+    entries: list[dict[str, Any]] = []
+    for index in ws.member_indices():
+        path = ws.member_dir(index) / "best.json"
+        try:
+            data = json.loads(path.read_text())
+        except (FileNotFoundError, ValueError, UnicodeDecodeError):
+            continue
+        if not isinstance(data, list):
+            continue
+        for e in data:
+            if isinstance(e, dict) and isinstance(e.get("objective"), (int, float)):
+                entries.append(dict(e, member=index))
+    entries.sort(key=lambda e: (-float(e["objective"]), e["member"]))
+    return entries[:top]
