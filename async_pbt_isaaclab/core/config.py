@@ -15,6 +15,7 @@ import copy
 import dataclasses
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -277,6 +278,9 @@ def _parse_mutation(raw: Any, problems: list[str], where: str) -> dict[str, Muta
         if kind == "log_float" and low <= 0:
             problems.append(f"{label}: log_float needs low > 0 (it multiplies), got low={low}")
             continue
+        if kind == "int" and math.ceil(low) > math.floor(high):
+            problems.append(f"{label}: int needs an integer inside [low, high], got [{low}, {high}]")
+            continue
         if kind == "discount" and not (0 <= low and high < 1):
             problems.append(f"{label}: discount needs 0 <= low and high < 1, got [{low}, {high}]")
             continue
@@ -389,6 +393,11 @@ def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool
     need(cfg.hparams_from in HPARAM_SOURCES,
          f"hparams_from: {cfg.hparams_from!r} is not accepted; accepted: {', '.join(HPARAM_SOURCES)}")
     need(bool(cfg.objective.strip()), "objective: must name a per-episode quantity, e.g. episode_return or success")
+    low_b, high_b = cfg.mutation.get("network.log_std_bounds.low"), cfg.mutation.get("network.log_std_bounds.high")
+    if low_b is not None and high_b is not None and low_b.high >= high_b.low:
+        p.append(f"{where}mutation: network.log_std_bounds.low may reach {low_b.high} but "
+                 f"network.log_std_bounds.high may fall to {high_b.low}; the ranges must not overlap "
+                 f"(low's high < high's low), or a mutation could produce low >= high")
     if cfg.rule in TEST_FIXTURE_RULES:
         need(allow_test_fixture or os.environ.get(TEST_FIXTURE_ENV) == cfg.rule,
              f"rule: {cfg.rule!r} is a test fixture that forces exploits; it is refused unless the environment "
@@ -406,11 +415,41 @@ def objective_term(objective: str) -> str:
 # ---------------------------------------------------------------- agent yaml + overrides
 
 
+class _YamlLoader(yaml.SafeLoader):
+    """SafeLoader that also reads YAML 1.2 floats without a dot (``3e-4``, ``1e-3``) as numbers.
+
+    PyYAML follows YAML 1.1, where ``3e-4`` is a *string*; rl_games and Isaac Lab yamls (and Hydra
+    overrides such as ``agent.params.config.learning_rate=3e-4``) mean a float.
+    """
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
+
+
+def yaml_load(text: Any) -> Any:
+    """``yaml.safe_load`` with YAML 1.2 exponent floats (see :class:`_YamlLoader`)."""
+    return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def _numeric(value: Any) -> Any:
+    """A string that spells a finite number (``"3e-4"``, from a YAML 1.1 loader) as that number."""
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return value
+        if math.isfinite(number):
+            return number
+    return value
+
+
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     try:
         with open(path) as fh:
-            data = yaml.safe_load(fh)
+            data = yaml_load(fh)
     except FileNotFoundError:
         raise ConfigError([f"file not found: {path}"], str(path)) from None
     except yaml.YAMLError as exc:
@@ -429,7 +468,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not key or any(not part for part in key.split(".")):
         raise ConfigError([f"override {text!r}: empty key part"])
     try:
-        value = yaml.safe_load(value_text) if value_text != "" else ""
+        value = yaml_load(value_text) if value_text != "" else ""
     except yaml.YAMLError:
         value = value_text
     parts = key.split(".")
@@ -500,9 +539,29 @@ def set_path(cfg: dict[str, Any], path: Iterable[str], value: Any) -> None:
     node[parts[-1]] = value
 
 
+def as_number(value: Any) -> float | int | None:
+    """A yaml number, or a string PyYAML left unparsed (YAML 1.1 reads ``5e-4`` as a string); else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+        return number if math.isfinite(number) else None
+    return None
+
+
 def current_hyperparameters(agent_cfg: Mapping[str, Any], cfg: PopulationConfig) -> dict[str, Any]:
-    """Values of the mutated hyperparameters in an agent config, by short name."""
-    return {key: get_path(agent_cfg, agent_path(key)) for key in sorted(cfg.mutation)}
+    """Values of the mutated hyperparameters in an agent config, by short name (numbers, not strings)."""
+    out = {}
+    for key in sorted(cfg.mutation):
+        value = get_path(agent_cfg, agent_path(key))
+        number = as_number(value) if cfg.mutation[key].kind != "choice" else None
+        out[key] = value if number is None else number
+    return out
 
 
 def validate_agent_config(agent_cfg: Mapping[str, Any], cfg: PopulationConfig, source: str = "") -> None:
@@ -530,7 +589,7 @@ def validate_agent_config(agent_cfg: Mapping[str, Any], cfg: PopulationConfig, s
             continue
         if spec.kind == "choice":
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+        if as_number(value) is None:
             problems.append(f"{'.'.join(agent_path(key))}: expected a finite number to mutate, got {value!r}")
     if "kl_threshold" in cfg.mutation and schedule != "adaptive":
         problems.append(
@@ -562,6 +621,16 @@ def load_population_config(
     if not isinstance(raw, Mapping):
         raise ConfigError([f"pbt: expected a mapping, got {raw!r}"], source)
     cfg = population_config_from_dict(raw, source)
+    # Configs read with a YAML 1.1 loader elsewhere (Isaac Lab's ``yaml.full_load``) carry "3e-4" as a string.
+    for key, spec in cfg.mutation.items():
+        if spec.kind == "choice":
+            continue
+        try:
+            value = get_path(merged, agent_path(key))
+        except KeyError:
+            continue
+        if _numeric(value) is not value:
+            set_path(merged, agent_path(key), _numeric(value))
     if cfg.enabled:
         validate_agent_config(merged, cfg, source)
     return merged, cfg

@@ -193,8 +193,18 @@ class EvidenceSummary:
     def from_dict(cls, data: Mapping[str, Any], where: str = "evidence") -> "EvidenceSummary":
         if not isinstance(data, Mapping):
             raise EvidenceError(f"{where}: expected a mapping, got {type(data).__name__}")
+        if "values" not in data:
+            raise EvidenceError(f"{where}: missing key 'values'")
+        raw_values = data["values"]
+        if not isinstance(raw_values, (list, tuple)) or any(
+            isinstance(v, bool) or not isinstance(v, (int, float)) for v in raw_values
+        ):
+            raise EvidenceError(f"{where}.values: expected a list of numbers, got {raw_values!r:.200}")
+        for key in ("generation", "episodes_seen"):
+            if key in data and (isinstance(data[key], bool) or not isinstance(data[key], int)):
+                raise EvidenceError(f"{where}.{key}: expected an integer, got {data[key]!r}")
         try:
-            values = tuple(float(v) for v in data["values"])
+            values = tuple(float(v) for v in raw_values)
             summary = cls(
                 objective=str(data["objective"]),
                 generation=int(data["generation"]),

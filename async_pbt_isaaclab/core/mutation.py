@@ -131,6 +131,11 @@ def clip(value: float, low: float, high: float) -> float:
     return min(max(value, low), high)
 
 
+def clip_int(value: int, low: float, high: float) -> int:
+    """Clip to the integers inside ``[low, high]`` (bounds may be given as floats, e.g. 1.5)."""
+    return int(min(max(int(value), math.ceil(low)), math.floor(high)))
+
+
 def mutate_value(value: Any, spec: MutationSpec, change_range: tuple[float, float], rng: MemberRng) -> tuple[Any, float | None]:
     """Mutate one value according to its spec. Returns (new value, factor or None)."""
     if spec.kind in ("log_float", "discount", "log_shift"):
@@ -153,7 +158,7 @@ def mutate_value(value: Any, spec: MutationSpec, change_range: tuple[float, floa
     if spec.kind == "int":
         step = rng.integers(1, max(1, spec.step))
         sign = 1 if rng.random() < 0.5 else -1
-        return int(clip(int(value) + sign * step, spec.low, spec.high)), None
+        return clip_int(int(value) + sign * step, spec.low, spec.high), None
     if spec.kind == "choice":
         others = [c for c in spec.choices if c != value] or list(spec.choices)
         return others[rng.choice_index(len(others))], None
@@ -187,7 +192,7 @@ def explore(
         elif spec.kind in ("log_float", "discount", "log_shift"):
             value = clip(float(old), spec.low, spec.high)
         elif spec.kind == "int":
-            value = int(clip(int(old), spec.low, spec.high))
+            value = clip_int(old, spec.low, spec.high)
         if value != old:
             new[key] = value
             changes.append(Change(key, old, value, factor))
@@ -227,10 +232,10 @@ SUPPORTED_HYPERPARAMETERS: dict[str, _Default] = {
     "grad_norm": _Default(_lf(0.1, 10.0), True, "gradient-norm clip"),
     "mini_epochs": _Default(MutationSpec(kind="int", low=1, high=16, step=2), True, "PPO epochs per update"),
     "network.log_std_bounds.low": _Default(
-        MutationSpec(kind="log_shift", low=-8.0, high=-0.5), False,
+        MutationSpec(kind="log_shift", low=-8.0, high=-1.0), False,
         "lower log-std bound of the bounded exploration network (a restart rebuilds the network)"),
     "network.log_std_bounds.high": _Default(
-        MutationSpec(kind="log_shift", low=-3.0, high=2.0), False,
+        MutationSpec(kind="log_shift", low=-0.9, high=2.0), False,
         "upper log-std bound of the bounded exploration network (a restart rebuilds the network)"),
 }
 """Hyperparameters that may be mutated, with default bounds. Short names are ``params.config.<name>``;

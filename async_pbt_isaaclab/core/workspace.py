@@ -168,6 +168,12 @@ class Workspace:
         return str(Path(path).absolute().relative_to(self.root))
 
 
+_HELD_IN_PROCESS: dict[tuple[int, int], int] = {}
+"""(st_dev, st_ino) of lock files this process holds -> member. POSIX record locks are per process, so
+a second claim from the same process would succeed silently (and closing either descriptor would drop
+both claims); this table refuses it instead."""
+
+
 @dataclass
 class MemberLock:
     """Exclusive claim of one member folder by one process (``fcntl.lockf`` on ``lock``).
@@ -183,6 +189,16 @@ class MemberLock:
 
     def acquire(self, member: int, wait_s: float = 0.0) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            st = os.stat(self.path)
+            held = (st.st_dev, st.st_ino) in _HELD_IN_PROCESS
+        except FileNotFoundError:
+            held = False
+        if held:
+            # Checked before opening: closing a second descriptor of the file would drop the holder's lock.
+            raise WorkspaceError(
+                f"member {member} is already claimed by this process (pid {os.getpid()}); lock file {self.path}"
+            )
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + wait_s
         while True:
@@ -206,10 +222,14 @@ class MemberLock:
         os.pwrite(fd, json.dumps(owner).encode(), 0)
         os.fsync(fd)
         self.fd = fd
+        st = os.fstat(fd)
+        _HELD_IN_PROCESS[(st.st_dev, st.st_ino)] = member
 
     def release(self) -> None:
         if self.fd >= 0:
             try:
+                st = os.fstat(self.fd)
+                _HELD_IN_PROCESS.pop((st.st_dev, st.st_ino), None)
                 fcntl.lockf(self.fd, fcntl.LOCK_UN)
             finally:
                 os.close(self.fd)

@@ -1,0 +1,101 @@
+"""A member's private, persistent state (``members/NNN/state.json``).
+
+This is what the *recipient* keeps across an exploit and what survives a crash or a restart:
+its generation, restart count, mutation RNG, current hyperparameters, lineage, log directory name
+and the checkpoint to resume from. Peers never read it (they read the record).
+
+Two-phase exploit across a process restart::
+
+    decide -> audit "decision" -> copy + verify donor -> write recipient checkpoint
+           -> state.pending_exploit = {checkpoint, sha256, ...}; save state -> os.execv
+    new process: verify pending checkpoint's sha256 -> restore it -> audit "exploit_applied"
+           -> pending_exploit = None; save state
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from async_pbt_isaaclab.core import fsio
+from async_pbt_isaaclab.core.records import RecordError
+
+STATE_SCHEMA_VERSION = 1
+"""Version of ``state.json``."""
+
+
+@dataclass
+class MemberState:
+    """Everything the recipient keeps for itself across exploits, restarts and crashes."""
+
+    member: int
+    """Member index."""
+    generation: int = 0
+    """Current policy generation (0 at first start, +1 at each exploit/explore)."""
+    generation_start_frame: int = 0
+    """Frame at which the current generation started."""
+    restarts: int = 0
+    """Exploit/explore restarts so far."""
+    process_starts: int = 0
+    """How many times a process started as this member (exec restarts, crashes and resumes included)."""
+    rng_state: dict[str, Any] = field(default_factory=dict)
+    """State of the member's mutation/selection RNG (PCG64, JSON)."""
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    """Current values of the mutated hyperparameters (short names); applied at every start."""
+    lineage: list[dict[str, Any]] = field(default_factory=list)
+    """One entry per generation change: generation, outcome, donor, donor generation, frame, changes."""
+    experiment_name: str = ""
+    """rl_games ``full_experiment_name``: the same log dir and TensorBoard run across restarts."""
+    last_checkpoint: str = ""
+    """This member's newest checkpoint (workspace-relative) to resume from after a crash."""
+    last_checkpoint_sha256: str = ""
+    """Its sha256."""
+    pending_exploit: dict[str, Any] | None = None
+    """Set just before an exploit restart; cleared once the new process verified and loaded it."""
+    best: list[dict[str, Any]] = field(default_factory=list)
+    """Historical best checkpoints of this member (best first), mirrored to ``best.json``."""
+    schema_version: int = STATE_SCHEMA_VERSION
+    """Layout version."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> "MemberState":
+        if not isinstance(data, dict):
+            raise RecordError(f"{where}: expected a JSON object")
+        if data.get("schema_version") != STATE_SCHEMA_VERSION:
+            raise RecordError(f"{where}: schema_version {data.get('schema_version')!r} is not supported "
+                              f"(expected {STATE_SCHEMA_VERSION})")
+        known = set(cls.__dataclass_fields__)
+        unknown = set(data) - known
+        if unknown:
+            raise RecordError(f"{where}: unknown keys {sorted(unknown)}")
+        try:
+            state = cls(**data)
+        except TypeError as exc:
+            raise RecordError(f"{where}: {exc}") from None
+        for key in ("member", "generation", "generation_start_frame", "restarts", "process_starts"):
+            if not isinstance(getattr(state, key), int) or getattr(state, key) < 0:
+                raise RecordError(f"{where}.{key}: expected a non-negative integer, got {getattr(state, key)!r}")
+        return state
+
+
+def load_state(path: Path) -> MemberState | None:
+    """The member's state, ``None`` when it never ran. A corrupt file raises :class:`RecordError`."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RecordError(f"{path}: corrupt member state ({exc}); restore it from a backup or start a new "
+                          f"workspace") from None
+    return MemberState.from_dict(data, str(path))
+
+
+def save_state(path: Path, state: MemberState) -> None:
+    fsio.atomic_write_json(path, state.to_dict())

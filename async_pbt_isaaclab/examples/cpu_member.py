@@ -1,0 +1,71 @@
+"""One CPU population member: rl_games PPO on a gymnasium task through the in-process vec-env.
+
+    python -m async_pbt_isaaclab.examples.cpu_member --pbt-workspace runs/ws --pbt-members 2 --pbt-index 0
+
+The command line mirrors ``scripts/train_pbt.py`` (``--seed``, ``--max_iterations``, ``--checkpoint``,
+``--pbt-*`` flags, Hydra-style ``agent.*`` overrides), minus the simulator. The agent yaml defaults to
+the packaged Pendulum-v1 PPO config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from async_pbt_isaaclab.core.config import ConfigError, load_population_config, load_yaml
+from async_pbt_isaaclab.core.flags import add_population_args, population_overrides
+from async_pbt_isaaclab.rl_games.restart import capture_argv
+
+DEFAULT_AGENT = Path(__file__).with_name("pendulum_ppo.yaml")
+"""The packaged agent yaml (Pendulum-v1, CPU)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--agent", default=str(DEFAULT_AGENT), help="rl_games agent yaml with a pbt: section")
+    parser.add_argument("--seed", type=int, default=None, help="seed (default: the yaml's params.seed + pbt index)")
+    parser.add_argument("--max_iterations", "--max-iterations", type=int, default=None, help="rl_games max_epochs")
+    parser.add_argument("--num_envs", "--num-envs", type=int, default=None, help="parallel gymnasium envs")
+    parser.add_argument("--checkpoint", default=None, help="warm-start checkpoint (ignored once the member has state)")
+    parser.add_argument("--train-dir", default="runs", help="rl_games train_dir (logs, nn/, summaries)")
+    add_population_args(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    capture_argv()
+    parser = build_parser()
+    args, overrides = parser.parse_known_args(argv)
+    bad = [o for o in overrides if "=" not in o]
+    if bad:
+        parser.error(f"unrecognized arguments: {' '.join(bad)}")
+    try:
+        agent_cfg, cfg = load_population_config(load_yaml(args.agent), [*population_overrides(args), *overrides],
+                                                source=args.agent)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    rl_cfg = agent_cfg["params"]["config"]
+    if args.seed is not None:
+        agent_cfg["params"]["seed"] = args.seed
+    elif cfg.enabled:
+        # Members must not share a seed, or the population starts as N copies of one run.
+        agent_cfg["params"]["seed"] = int(agent_cfg["params"].get("seed", 0)) + cfg.policy_idx
+    if args.max_iterations is not None:
+        rl_cfg["max_epochs"] = args.max_iterations
+    if args.num_envs is not None:
+        rl_cfg["num_actors"] = args.num_envs
+
+    from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
+    from async_pbt_isaaclab.rl_games.runner import train_member
+
+    task = register_gym_vecenv_for(agent_cfg)
+    train_member(agent_cfg, cfg, train_dir=os.path.abspath(args.train_dir), task=task, checkpoint=args.checkpoint)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

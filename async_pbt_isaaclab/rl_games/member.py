@@ -1,0 +1,220 @@
+"""Starting a training process as a population member: claim, resume, warm start or apply an exploit.
+
+:func:`start_member` runs before rl_games builds the agent. It decides *which checkpoint this process
+starts from* and *which hyperparameters it trains with*, in this order:
+
+1. ``state.pending_exploit`` (we were just restarted by an exploit): the recipient checkpoint written
+   before the restart, after checking its sha256;
+2. ``state.last_checkpoint`` (we crashed or were stopped and started again): resume;
+3. ``--checkpoint`` given by the user on a member that never ran: warm start (a raw rl_games checkpoint
+   is accepted, with a warning listing what it cannot carry);
+4. otherwise a fresh start.
+
+The hyperparameters are the member's own (``state.hyperparameters``) once it has run: they override
+the yaml and command line, because after an exploit they *are* this member's configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from async_pbt_isaaclab.core import fsio
+from async_pbt_isaaclab.core.audit import AuditLog
+from async_pbt_isaaclab.core.config import (
+    PopulationConfig,
+    current_hyperparameters,
+    objective_term,
+    set_path,
+)
+from async_pbt_isaaclab.core.evidence import ConditionLabel
+from async_pbt_isaaclab.core.member_state import MemberState, load_state, save_state
+from async_pbt_isaaclab.core.mutation import MemberRng, agent_path
+from async_pbt_isaaclab.core.workspace import MemberLock, Workspace
+from async_pbt_isaaclab.rl_games.restart import capture_argv
+
+RAW_CHECKPOINT_GAPS = (
+    "hyperparameters the donor trained with (entropy_coef, grad_norm, kl_threshold, ... are taken from this "
+    "member's yaml instead)",
+    "the mutation RNG state (a fresh stream seeded from pbt.mutation_seed / policy_idx is used)",
+    "lineage (the checkpoint's history is unknown; lineage starts here)",
+    "the adaptive learning rate reached (agent.last_lr restarts from learning_rate)",
+)
+"""What a plain rl_games checkpoint cannot tell a member that warm-starts from it."""
+
+
+@dataclass
+class MemberSession:
+    """A claimed member: its workspace, lock, state and audit log, for the life of the process."""
+
+    cfg: PopulationConfig
+    """The population config."""
+    ws: Workspace
+    """The shared workspace."""
+    lock: MemberLock
+    """Held until the process exits or restarts."""
+    state: MemberState
+    """Persistent private state (saved with :meth:`save`)."""
+    audit: AuditLog
+    """This member's audit log."""
+    condition: ConditionLabel
+    """Base condition label (task, objective, reward config); the env may add the curriculum stage."""
+    argv: list[str]
+    """Command line captured at the first start of this process image."""
+    start_checkpoint: Path | None = None
+    """Checkpoint this process starts from (``None``: fresh weights)."""
+    start_mode: str = "fresh"
+    """``fresh``, ``resume``, ``exploit_applied`` or ``warm_start``."""
+    notes: list[str] = field(default_factory=list)
+    """Messages for the user about the start (printed once)."""
+
+    @property
+    def member(self) -> int:
+        return self.cfg.policy_idx
+
+    @property
+    def dir(self) -> Path:
+        return self.ws.member_dir(self.member)
+
+    def save(self) -> None:
+        save_state(self.dir / "state.json", self.state)
+
+    def close(self) -> None:
+        self.lock.release()
+
+
+def _verified(path: Path, sha256: str) -> bool:
+    try:
+        return fsio.sha256_file(path) == sha256
+    except FileNotFoundError:
+        return False
+
+
+def start_member(
+    agent_cfg: dict[str, Any],
+    cfg: PopulationConfig,
+    *,
+    train_dir: str,
+    task: str,
+    checkpoint: str | None = None,
+    reward_config: str = "",
+    lock_wait_s: float = 15.0,
+) -> tuple[MemberSession, dict[str, Any]]:
+    """Claim member ``cfg.policy_idx`` in the workspace and prepare its start.
+
+    Returns the session and the agent config to build rl_games with (hyperparameters, experiment name
+    and train dir set). ``agent_cfg`` is not modified.
+    """
+    argv = capture_argv()
+    ws = Workspace(cfg.workspace_path(train_dir))
+    term = objective_term(cfg.objective)
+    ws.ensure(cfg.num_policies, term, task)
+    lock = MemberLock(ws.member_dir(cfg.policy_idx) / "lock")
+    lock.acquire(cfg.policy_idx, wait_s=lock_wait_s)
+    try:
+        return _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term):
+    import copy
+
+    mdir = ws.member_dir(cfg.policy_idx)
+    (mdir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    fsio.remove_stale_temp_files(mdir, cfg.temp_grace_s)
+    fsio.remove_stale_temp_files(mdir / "checkpoints", cfg.temp_grace_s)
+    agent_cfg = copy.deepcopy(agent_cfg)
+    rl_cfg = agent_cfg["params"]["config"]
+    state = load_state(mdir / "state.json")
+    fresh_member = state is None
+    if state is None:
+        name = rl_cfg.get("full_experiment_name") or f"{rl_cfg.get('name', 'member')}_pbt_{cfg.policy_idx:03d}"
+        state = MemberState(
+            member=cfg.policy_idx,
+            rng_state=MemberRng(cfg.resolved_mutation_seed()).get_state(),
+            hyperparameters=current_hyperparameters(agent_cfg, cfg),
+            experiment_name=name,
+        )
+    else:
+        # Keys added to pbt.mutation since the member last ran start from the yaml's value.
+        for key, value in current_hyperparameters(agent_cfg, cfg).items():
+            state.hyperparameters.setdefault(key, value)
+    state.process_starts += 1
+    audit = AuditLog.open(mdir / "audit.jsonl")
+    session = MemberSession(
+        cfg=cfg, ws=ws, lock=lock, state=state, audit=audit,
+        condition=ConditionLabel(task=task, objective=term, reward_config=reward_config), argv=argv,
+    )
+
+    if state.pending_exploit:
+        pending = state.pending_exploit
+        path = ws.checkpoint_path(pending["checkpoint"])
+        if _verified(path, pending["sha256"]):
+            session.start_checkpoint, session.start_mode = path, "exploit_applied"
+            audit.append("exploit_applied", dict(pending, pid=os.getpid(), process_starts=state.process_starts))
+        else:
+            # The recipient checkpoint is damaged or gone: carry on from our own last weights rather than die.
+            audit.append("exploit_aborted", {"reason": f"recipient checkpoint {path} missing or sha256 mismatch "
+                                                        f"after restart; resuming from {state.last_checkpoint or 'fresh weights'}",
+                                             "pending": pending})
+            session.notes.append(f"exploit checkpoint {path} failed verification; resumed from own last checkpoint")
+            _resume_from_last(session)
+        state.pending_exploit = None
+    elif state.last_checkpoint:
+        _resume_from_last(session)
+    elif checkpoint:
+        session.start_checkpoint, session.start_mode = Path(checkpoint).absolute(), "warm_start"
+    if not fresh_member and checkpoint and session.start_mode in ("resume", "exploit_applied"):
+        if Path(checkpoint).absolute() != session.start_checkpoint:
+            session.notes.append(f"--checkpoint {checkpoint} ignored: member {cfg.policy_idx} already has its own "
+                                 f"state in {mdir}; it {session.start_mode.replace('_', 's ')} from "
+                                 f"{session.start_checkpoint}")
+
+    for key, value in state.hyperparameters.items():
+        if key in cfg.mutation:
+            set_path(agent_cfg, agent_path(key), value)
+    rl_cfg = agent_cfg["params"]["config"]
+    rl_cfg["full_experiment_name"] = state.experiment_name
+    rl_cfg["train_dir"] = train_dir
+    audit.append("start", {
+        "mode": session.start_mode, "pid": os.getpid(), "host": socket.gethostname(),
+        "process_starts": state.process_starts, "generation": state.generation,
+        "checkpoint": None if session.start_checkpoint is None else str(session.start_checkpoint),
+        "argv": argv, "hyperparameters": state.hyperparameters,
+    })
+    session.save()
+    return session, agent_cfg
+
+
+def _resume_from_last(session: MemberSession) -> None:
+    """Start from the member's newest checkpoint whose checksum is known good (else fresh, with a note)."""
+    state, ws = session.state, session.ws
+    if state.last_checkpoint:
+        path = ws.checkpoint_path(state.last_checkpoint)
+        if _verified(path, state.last_checkpoint_sha256):
+            session.start_checkpoint, session.start_mode = path, "resume"
+            return
+        session.notes.append(f"last checkpoint {path} missing or corrupt (sha256 mismatch); "
+                             f"trying the best checkpoints")
+    for entry in state.best:
+        path = ws.checkpoint_path(entry["checkpoint"])
+        if entry.get("sha256") and _verified(path, entry["sha256"]):
+            session.start_checkpoint, session.start_mode = path, "resume"
+            session.notes.append(f"resumed from best checkpoint {path}")
+            return
+    if state.last_checkpoint:
+        warnings.warn(f"member {session.member}: no verifiable checkpoint to resume from; starting from fresh "
+                      f"weights with its counters, RNG and lineage kept", stacklevel=2)
+
+
+def print_notes(session: MemberSession) -> None:
+    for note in session.notes:
+        print(f"[async-pbt] member {session.member}: {note}", file=sys.stderr, flush=True)

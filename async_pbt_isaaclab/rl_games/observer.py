@@ -1,0 +1,431 @@
+"""The rl_games observer that turns a training process into a population member.
+
+Hook timing in rl_games 1.6.5 (``A2CAgent``)::
+
+    __init__ ... after_init(algo)             model, optimizer, vec-env exist; we restore our checkpoint here
+    train(): every epoch
+        play_steps(): process_infos(...)     every env step (we do nothing there: no per-step cost)
+        after_steps()                         rollout done, update not yet run, algo.frame not yet advanced
+        update, frame += batch, write_stats -> after_print_stats(...)
+
+Everything happens in ``after_steps``:
+
+* every ``heartbeat_interval_s`` wall seconds: drain completed episodes from the env's summary source
+  (the only device-to-host copy), update the evidence window, rewrite the record (heartbeat);
+* when ``algo.frame`` crosses a multiple of ``interval_steps``: save a checkpoint, publish the record,
+  read the peers, decide, log the decision, and exploit or explore (restart) when told to.
+
+Checkpoints are restored by the observer in ``after_init`` through the safe loader, never by the
+rl_games Runner's full-pickle ``restore``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rl_games.common.algo_observer import AlgoObserver
+
+from async_pbt_isaaclab.core import fsio
+from async_pbt_isaaclab.core.evidence import EvidenceWindow
+from async_pbt_isaaclab.core.mutation import MemberRng, explore, isaaclab_key
+from async_pbt_isaaclab.core.records import MemberRecord
+from async_pbt_isaaclab.core.selection import Decision, Outcome, decide
+from async_pbt_isaaclab.core.audit import decision_body
+from async_pbt_isaaclab.core.workspace import (
+    WorkspaceError,
+    apply_retention,
+    checkpoint_name,
+    pin_checkpoint,
+    update_best,
+)
+from async_pbt_isaaclab.envs.gym_vec_env import find_summary_source
+from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from async_pbt_isaaclab.rl_games.inheritance import build_recipient_state
+from async_pbt_isaaclab.rl_games.member import MemberSession, print_notes
+from async_pbt_isaaclab.rl_games.restart import replace_process, restart_argv
+
+
+class MultiObserver(AlgoObserver):
+    """Calls several observers in order, including ``after_clear_stats`` (missing from the 1.6.5 base)."""
+
+    def __init__(self, observers: list[AlgoObserver]):
+        super().__init__()
+        self.observers = list(observers)
+        """The observers, called in this order."""
+
+    def _call(self, name: str, *args: Any) -> None:
+        for obs in self.observers:
+            method = getattr(obs, name, None)
+            if method is not None:
+                method(*args)
+
+    def before_init(self, base_name, config, experiment_name):
+        self._call("before_init", base_name, config, experiment_name)
+
+    def after_init(self, algo):
+        self._call("after_init", algo)
+
+    def process_infos(self, infos, done_indices):
+        self._call("process_infos", infos, done_indices)
+
+    def after_steps(self):
+        self._call("after_steps")
+
+    def after_clear_stats(self):
+        self._call("after_clear_stats")
+
+    def after_print_stats(self, frame, epoch_num, total_time):
+        self._call("after_print_stats", frame, epoch_num, total_time)
+
+
+class PbtObserver(AlgoObserver):
+    """One population member inside an rl_games training process."""
+
+    def __init__(self, session: MemberSession, summary_source: Any = None, exit_on_restart: bool = False):
+        super().__init__()
+        self.session = session
+        """The claimed member (workspace, lock, state, audit)."""
+        self.cfg = session.cfg
+        """Population config."""
+        self.summary_source = summary_source
+        """Object with ``drain() -> EpisodeBatch`` and ``start_generation(g)``; found on the vec-env if None."""
+        self.window = EvidenceWindow(self._objective(), self.cfg.window, session.state.generation)
+        """Evidence of the current generation."""
+        self.condition = session.condition
+        """Condition label of the evidence in the window."""
+        self.algo: Any = None
+        """The rl_games agent (set in ``after_init``)."""
+        self.interval_index: int | None = None
+        """``algo.frame // interval_steps`` at the last publish."""
+        self.interval_best: float | None = None
+        """Best window mean seen at a drain during the current interval."""
+        self.last_heartbeat = 0.0
+        """Wall time of the last record write."""
+        self.last_checkpoint: tuple[str, str] | None = None
+        """(workspace-relative path, sha256) of the newest checkpoint this member published."""
+        self.hook_seconds = 0.0
+        """Wall time spent inside ``after_steps`` (for the overhead benchmark)."""
+        self.hook_calls = 0
+        """Number of ``after_steps`` calls."""
+        self.decisions: list[Decision] = []
+        """Decisions taken by this process (newest last)."""
+        self.exit_on_restart = exit_on_restart
+        """Raise SystemExit instead of exec'ing (for in-process tests of the act step)."""
+        self._warned: set[str] = set()
+        self._in_epoch = False
+
+    def _objective(self) -> str:
+        return self.session.condition.objective
+
+    # ------------------------------------------------------------------ rl_games hooks
+    def after_init(self, algo) -> None:
+        self.algo = algo
+        if self.summary_source is None:
+            self.summary_source = find_summary_source(algo)
+        if self.summary_source is None:
+            raise RuntimeError(
+                "population member: the rl_games vec-env exposes no 'pbt_summary_source' (completed-episode "
+                "summaries). Use async_pbt_isaaclab's gym vec-env (CPU) or the Isaac Lab wrapper "
+                "(async_pbt_isaaclab.envs.isaaclab), or pass summary_source= to PbtObserver"
+            )
+        self.summary_source.start_generation(self.session.state.generation)
+        self._restore_start_checkpoint(algo)
+        print_notes(self.session)
+
+    def _restore_start_checkpoint(self, algo) -> None:
+        path = self.session.start_checkpoint
+        if path is None:
+            return
+        state = load_checkpoint(path, trusted=self.cfg.trusted_workspace, map_location=algo.ppo_device)
+        if "pbt" not in state and self.session.start_mode == "warm_start":
+            from async_pbt_isaaclab.rl_games.member import RAW_CHECKPOINT_GAPS
+
+            gaps = "\n  - ".join(RAW_CHECKPOINT_GAPS)
+            print(f"[async-pbt] WARNING: {path} is a plain rl_games checkpoint without PBT metadata; "
+                  f"warm-starting member {self.session.member} from its weights. It cannot reconstruct:\n  - {gaps}",
+                  file=sys.stderr, flush=True)
+        algo.set_full_state_weights(state, set_epoch=True)
+        # The learning rate is this member's hyperparameter, not whatever the optimizer state carried.
+        algo.update_lr(algo.last_lr)
+        print(f"[async-pbt] member {self.session.member}: {self.session.start_mode} from {path} "
+              f"(frame {algo.frame}, epoch {algo.epoch_num}, lr {algo.last_lr:g})", flush=True)
+
+    def process_infos(self, infos, done_indices) -> None:
+        pass
+
+    def after_clear_stats(self) -> None:
+        pass
+
+    def after_print_stats(self, frame, epoch_num, total_time) -> None:
+        pass
+
+    def after_steps(self) -> None:
+        t0 = time.perf_counter()
+        self.hook_calls += 1
+        self._in_epoch = True
+        try:
+            self._tick()
+        finally:
+            self._in_epoch = False
+            self.hook_seconds += time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ the member loop
+    def _tick(self) -> None:
+        frame = int(self.algo.frame)
+        index = frame // self.cfg.interval_steps
+        if self.interval_index is None:
+            self.interval_index = index
+            self._heartbeat()
+            return
+        if index > self.interval_index:
+            self.interval_index = index
+            self._publish_and_decide()
+        elif time.time() - self.last_heartbeat >= self.cfg.heartbeat_interval_s:
+            self._heartbeat()
+
+    def _collect(self) -> None:
+        batch = self.summary_source.drain()
+        if len(batch) == 0:
+            return
+        condition = dataclasses.replace(batch.condition, objective=self._objective(),
+                                        task=batch.condition.task or self.session.condition.task,
+                                        reward_config=batch.condition.reward_config or self.session.condition.reward_config)
+        if condition != self.condition:
+            if self.window.episodes_seen:
+                self._warn_once(f"condition:{condition}", f"condition changed to {condition.to_dict()}; evidence "
+                                                          f"collected under the previous condition is dropped")
+            self.condition = condition
+            self.window.start_generation(self.window.generation)
+        batch = dataclasses.replace(batch, condition=condition)
+        rejected_before = self.window.rejected_non_finite
+        try:
+            self.window.add(batch)
+        except KeyError:
+            available = ["episode_return", "episode_length", *sorted(batch.terms)]
+            self._warn_once("objective", f"objective {self._objective()!r} is not among the completed-episode "
+                                         f"values {available}; this member publishes no evidence until it is")
+            return
+        if self.window.rejected_non_finite > rejected_before:
+            self._warn_once("nonfinite", f"objective {self._objective()!r} had NaN or infinite values "
+                                         f"({self.window.rejected_non_finite} so far); they are left out of the evidence")
+        if len(self.window) >= self.cfg.min_episodes:
+            mean = self.window.summary().mean
+            if self.interval_best is None or mean > self.interval_best:
+                self.interval_best = mean
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        print(f"[async-pbt] member {self.session.member}: WARNING: {message}", file=sys.stderr, flush=True)
+        try:
+            self.session.audit.append("warning", {"message": message})
+        except OSError:
+            pass
+
+    def _completed_epochs(self) -> int:
+        """Epochs whose update finished. Inside ``after_steps`` the current epoch's update has not run,
+        so a checkpoint taken there belongs to the previous epoch (its frames are not counted either)."""
+        return int(self.algo.epoch_num) - (1 if self._in_epoch else 0)
+
+    def _record(self, last_decision: str = "", status: str = "running") -> MemberRecord:
+        state = self.session.state
+        ckpt = self.last_checkpoint
+        return MemberRecord(
+            member=self.session.member,
+            generation=state.generation,
+            frame=int(self.algo.frame),
+            generation_start_frame=state.generation_start_frame,
+            restarts=state.restarts,
+            heartbeat=time.time(),
+            evidence=self.window.summary(),
+            condition=self.condition,
+            hyperparameters=dict(state.hyperparameters),
+            checkpoint=None if ckpt is None else ckpt[0],
+            checkpoint_sha256=None if ckpt is None else ckpt[1],
+            interval_best=self.interval_best,
+            status=status,
+            epoch=self._completed_epochs(),
+            last_decision=last_decision or (self.decisions[-1].summary() if self.decisions else ""),
+            host=socket.gethostname(),
+            pid=os.getpid(),
+        )
+
+    def _write_record(self, record: MemberRecord) -> None:
+        try:
+            fsio.atomic_write_json(self.session.dir / "record.json", record.to_dict())
+            self.last_heartbeat = time.time()
+        except OSError as exc:
+            # A full or unwritable shared disk must not kill training; peers will see us as stale.
+            self._warn_once("write", f"cannot write {self.session.dir / 'record.json'}: {exc}; training continues")
+
+    def _heartbeat(self) -> None:
+        self._collect()
+        self._write_record(self._record())
+
+    def _save_checkpoint(self, state: dict[str, Any], generation: int) -> tuple[str, str]:
+        path = self.session.dir / "checkpoints" / checkpoint_name(generation, int(self.algo.frame))
+        sha = save_checkpoint(path, state)
+        return self.session.ws.relative(path), sha
+
+    def _pbt_metadata(self, generation: int, hparams: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        state = self.session.state
+        return {"member": self.session.member, "generation": generation, "frame": int(self.algo.frame),
+                "epoch": self._completed_epochs(), "hyperparameters": dict(hparams),
+                "rng_state": state.rng_state, "lineage": list(state.lineage),
+                "experiment_name": state.experiment_name, "objective": self._objective(), **extra}
+
+    def publish(self) -> MemberRecord:
+        """Save a checkpoint and publish the record (also called at the end of training)."""
+        self._collect()
+        state = self.session.state
+        weights = self.algo.get_full_state_weights()
+        weights["epoch"] = self._completed_epochs()
+        weights["pbt"] = self._pbt_metadata(state.generation, state.hyperparameters)
+        rel, sha = self._save_checkpoint(weights, state.generation)
+        self.last_checkpoint = (rel, sha)
+        state.last_checkpoint, state.last_checkpoint_sha256 = rel, sha
+        summary = self.window.summary()
+        if summary.count >= self.cfg.min_episodes and self.cfg.keep_best_checkpoints > 0:
+            state.best = update_best(state.best, {
+                "objective": summary.mean, "checkpoint": rel, "sha256": sha, "frame": int(self.algo.frame),
+                "generation": state.generation, "episodes": summary.count, "time": time.time()},
+                self.cfg.keep_best_checkpoints)
+            fsio.atomic_write_json(self.session.dir / "best.json", state.best)
+        record = self._record()
+        self._write_record(record)
+        keep = {rel, *(b["checkpoint"] for b in state.best)}
+        apply_retention(self.session.ws, self.session.member, self.cfg.keep_last_checkpoints, keep)
+        self.session.save()
+        return record
+
+    def _publish_and_decide(self) -> None:
+        me = self.publish()
+        records, unreadable = self.session.ws.read_records()
+        peers = [r for m, r in sorted(records.items()) if m != me.member]
+        state = self.session.state
+        rng = MemberRng.from_state(state.rng_state)
+        rng_before = rng.get_state()
+        now = time.time()
+        decision = decide(me, peers, self.cfg, rng, now)
+        start_hp = new_hp = None
+        changes: list = []
+        donor_record = records.get(decision.donor) if decision.donor is not None else None
+        if decision.outcome in (Outcome.EXPLOIT, Outcome.EXPLORE):
+            start_hp = dict(state.hyperparameters)
+            if donor_record is not None and self.cfg.hparams_from == "donor":
+                start_hp.update({k: v for k, v in donor_record.hyperparameters.items() if k in self.cfg.mutation})
+            new_hp, changes = explore(start_hp, self.cfg.mutation, self.cfg.mutation_rate, self.cfg.change_range, rng)
+        # Write-ahead: the decision is on disk before anything acts on it.
+        self.session.audit.append("decision", decision_body(
+            me, peers, self.cfg.selection_dict(), now, rng_before, decision, start_hp, new_hp, changes,
+            rng.get_state(), unreadable), now=now)
+        state.rng_state = rng.get_state()
+        self.session.save()
+        self.decisions.append(decision)
+        self.interval_best = None
+        self._write_record(self._record(decision.summary()))
+        print(f"[async-pbt] member {me.member} frame {me.frame}: {decision.summary()}", flush=True)
+        if decision.outcome is Outcome.KEEP:
+            return
+        self._act(decision, donor_record, new_hp or {}, changes)
+
+    # ------------------------------------------------------------------ exploit / explore
+    def _act(self, decision: Decision, donor_record: MemberRecord | None, new_hp: dict[str, Any], changes) -> None:
+        session, state = self.session, self.session.state
+        if decision.outcome is Outcome.EXPLOIT:
+            assert donor_record is not None and donor_record.checkpoint and donor_record.checkpoint_sha256
+            donor_state = self._fetch_donor(donor_record)
+            if donor_state is None:
+                return
+            donor_info = {"donor": donor_record.member, "donor_generation": donor_record.generation,
+                          "donor_checkpoint": donor_record.checkpoint, "donor_sha256": donor_record.checkpoint_sha256,
+                          "donor_frame": donor_record.frame}
+        else:
+            donor_state = self.algo.get_full_state_weights()
+            donor_state["epoch"] = self._completed_epochs()
+            donor_info = {"donor": session.member, "donor_generation": state.generation,
+                          "donor_checkpoint": state.last_checkpoint, "donor_sha256": state.last_checkpoint_sha256,
+                          "donor_frame": int(self.algo.frame)}
+        generation = state.generation + 1
+        lineage_entry = {"generation": generation, "outcome": decision.outcome.value, "frame": int(self.algo.frame),
+                         "time": time.time(), "changes": [c.to_dict() for c in changes], **donor_info}
+        counters = {"epoch": self._completed_epochs(), "frame": int(self.algo.frame),
+                    "last_mean_rewards": float(self.algo.last_mean_rewards)}
+        meta = self._pbt_metadata(generation, new_hp, inherited_from=donor_info)
+        meta["lineage"] = [*state.lineage, lineage_entry]
+        new_state = build_recipient_state(donor_state, counters, new_hp, meta)
+        rel, sha = self._save_checkpoint(new_state, generation)
+        state.generation = generation
+        state.generation_start_frame = int(self.algo.frame)
+        state.restarts += 1
+        state.hyperparameters = dict(new_hp)
+        state.lineage.append(lineage_entry)
+        state.last_checkpoint, state.last_checkpoint_sha256 = rel, sha
+        state.pending_exploit = {"checkpoint": rel, "sha256": sha, "generation": generation,
+                                 "frame": int(self.algo.frame), "hyperparameters": dict(new_hp),
+                                 "changes": [c.to_dict() for c in changes], **donor_info}
+        session.save()
+        # Peers must not compare our old generation's evidence with anything from now on.
+        self.window.start_generation(generation)
+        self.last_checkpoint = (rel, sha)
+        self._write_record(self._record(decision.summary()))
+        self._restart(session.ws.checkpoint_path(rel), new_hp)
+
+    def _fetch_donor(self, donor: MemberRecord) -> dict[str, Any] | None:
+        """Pin, copy and verify the donor's checkpoint; ``None`` (logged) when that is impossible."""
+        session = self.session
+        incoming = session.dir / "incoming"
+        incoming.mkdir(exist_ok=True)
+        local = incoming / f"donor{donor.member:03d}_g{donor.generation:04d}.pth"
+        pin = None
+        try:
+            pin = pin_checkpoint(session.ws, donor.member, donor.checkpoint, session.member)
+            src = session.ws.checkpoint_path(donor.checkpoint)
+            fsio.atomic_copy_verified(src, local, donor.checkpoint_sha256)
+            return load_checkpoint(local, trusted=self.cfg.trusted_workspace, map_location="cpu")
+        except (OSError, fsio.ChecksumMismatch, WorkspaceError, CheckpointError) as exc:
+            reason = f"donor {donor.member} checkpoint {donor.checkpoint}: {exc}"
+            session.audit.append("exploit_aborted", {"donor": donor.member, "reason": reason})
+            print(f"[async-pbt] member {session.member}: exploit aborted, keeps training: {reason}",
+                  file=sys.stderr, flush=True)
+            return None
+        finally:
+            if pin is not None:
+                pin.unlink(missing_ok=True)
+            local.unlink(missing_ok=True)
+
+    def _restart(self, checkpoint: Path, new_hp: dict[str, Any]) -> None:
+        overrides = {isaaclab_key(k): v for k, v in new_hp.items()}
+        argv = restart_argv(self.session.argv, str(checkpoint), overrides)
+        writer = getattr(self.algo, "writer", None)
+        if writer is not None:
+            writer.flush()
+            writer.close()
+        if self.exit_on_restart:
+            raise SystemExit(f"restart requested: {argv}")
+        self.session.close()
+        replace_process(argv, self.cfg.launcher_prefix)
+
+    # ------------------------------------------------------------------ end of training
+    def finish(self, status: str = "finished") -> None:
+        """End of this process as a member (called after rl_games returns or on Ctrl-C / SIGTERM).
+
+        ``finished``: publish a final checkpoint. ``stopped``: the interrupt may have landed inside an
+        optimizer step, so no checkpoint is written; a later start resumes from the last published one.
+        """
+        if self.algo is None:
+            return
+        if status == "finished":
+            self.publish()
+        else:
+            self._collect()
+        self._write_record(self._record(status=status))
+        self.session.audit.append("stop", {"status": status, "frame": int(self.algo.frame)})
+        self.session.close()

@@ -1,0 +1,91 @@
+"""Replacing the member process after an exploit, keeping everything the user typed.
+
+The argv is captured once, when the process starts (``sys.orig_argv``: the interpreter's own
+arguments included, untouched by argparse or Hydra rewriting ``sys.argv``). A restart changes only:
+
+* the checkpoint flag (``--checkpoint=<recipient checkpoint>``; any earlier ``--checkpoint`` removed),
+* the Hydra overrides of the mutated hyperparameters (``agent.params.config.learning_rate=...``;
+  an earlier override of the same key removed).
+
+Device, env count, iteration limit, seeds and every other flag survive as typed. The environment is
+passed through unchanged (nothing is appended to it, so it cannot grow across restarts). The new image
+is ``sys.executable`` itself (no hard-coded ``python.sh``), or a configured launcher prefix such as
+``torchrun --nproc_per_node=1`` followed by the original script arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import Any, Mapping, Sequence
+
+_CAPTURED: list[str] | None = None
+
+
+def capture_argv() -> list[str]:
+    """The command line this process was started with (first call wins; later calls return the same)."""
+    global _CAPTURED
+    if _CAPTURED is None:
+        _CAPTURED = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
+    return list(_CAPTURED)
+
+
+def format_override_value(value: Any) -> str:
+    """A value as YAML that parses back to exactly the same Python value (floats use repr)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _override_key(arg: str) -> str | None:
+    if "=" not in arg or arg.startswith("-"):
+        return None
+    key = arg.split("=", 1)[0].lstrip("+")
+    return key[len("agent."):] if key.startswith("agent.") else key
+
+
+def restart_argv(argv: Sequence[str], checkpoint: str, overrides: Mapping[str, Any]) -> list[str]:
+    """``argv`` with the checkpoint replaced and ``overrides`` (``agent.params...`` keys) set.
+
+    ``argv[0]`` is the interpreter as started; it is kept so the caller can see the whole command.
+    """
+    wanted = {k[len("agent."):] if k.startswith("agent.") else k: v for k, v in overrides.items()}
+    out: list[str] = []
+    skip_next = False
+    for i, arg in enumerate(argv):
+        if skip_next:
+            skip_next = False
+            continue
+        if i > 0 and arg == "--checkpoint":
+            skip_next = True
+            continue
+        if i > 0 and arg.startswith("--checkpoint="):
+            continue
+        key = _override_key(arg) if i > 0 else None
+        if key is not None and key in wanted:
+            continue
+        out.append(arg)
+    out.append(f"--checkpoint={checkpoint}")
+    for key in sorted(wanted):
+        out.append(f"agent.{key}={format_override_value(wanted[key])}")
+    return out
+
+
+def exec_command(argv: Sequence[str], launcher_prefix: Sequence[str] = ()) -> tuple[str, list[str]]:
+    """(program, argv) that ``os.execv`` should run for a restart with this argv."""
+    if launcher_prefix:
+        program = shutil.which(launcher_prefix[0]) or launcher_prefix[0]
+        return program, [*launcher_prefix, *argv[1:]]
+    return sys.executable, [sys.executable, *argv[1:]]
+
+
+def replace_process(argv: Sequence[str], launcher_prefix: Sequence[str] = ()) -> None:
+    """Flush stdio and replace this process image. Does not return."""
+    program, args = exec_command(argv, launcher_prefix)
+    print(f"[async-pbt] restarting: {' '.join(args)}", flush=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(program, args)

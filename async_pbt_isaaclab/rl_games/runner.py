@@ -1,0 +1,85 @@
+"""Train one member with the rl_games Runner: the part ``train_pbt.py`` and the CPU member share.
+
+Read top to bottom, one training run is::
+
+    session, agent_cfg = start_member(...)        claim the member, pick the start checkpoint + hparams
+    observer = PbtObserver(session)                publish / decide / exploit at epoch boundaries
+    runner = Runner(MultiObserver([observer, *extra]))
+    runner.load(agent_cfg); runner.run(train)     rl_games trains; the observer may exec a restart
+    observer.finish()                              final checkpoint, record status "finished"
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any, Sequence
+
+from async_pbt_isaaclab.core.config import PopulationConfig
+
+
+def train_member(
+    agent_cfg: dict[str, Any],
+    cfg: PopulationConfig,
+    *,
+    train_dir: str,
+    task: str,
+    checkpoint: str | None = None,
+    sigma: float | None = None,
+    extra_observers: Sequence[Any] = (),
+    summary_source: Any = None,
+    reward_config: str = "",
+) -> Any:
+    """Train ``agent_cfg`` as population member ``cfg.policy_idx`` (or alone when ``cfg.enabled`` is False).
+
+    Returns the PbtObserver (``None`` when the population is disabled).
+    """
+    from rl_games.common.algo_observer import IsaacAlgoObserver
+    from rl_games.torch_runner import Runner
+
+    from async_pbt_isaaclab.rl_games.member import start_member
+    from async_pbt_isaaclab.rl_games.observer import MultiObserver, PbtObserver
+
+    observers = list(extra_observers) or [IsaacAlgoObserver()]
+    if not cfg.enabled:
+        runner = Runner(MultiObserver(observers))
+        runner.load(agent_cfg)
+        runner.reset()
+        runner.run({"train": True, "play": False, "checkpoint": checkpoint, "sigma": sigma})
+        return None
+
+    session, agent_cfg = start_member(agent_cfg, cfg, train_dir=train_dir, task=task, checkpoint=checkpoint,
+                                      reward_config=reward_config)
+    observer = PbtObserver(session, summary_source=summary_source)
+    stop = _StopOnSignal()
+    runner = Runner(MultiObserver([observer, *observers]))
+    runner.load(agent_cfg)
+    runner.reset()
+    status = "stopped"
+    try:
+        # No checkpoint for the Runner: the observer restores it in after_init through the safe loader.
+        runner.run({"train": True, "play": False, "checkpoint": None, "sigma": sigma})
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "stopped"
+    finally:
+        stop.restore()
+        if observer.algo is not None:
+            observer.finish(status)
+        else:
+            session.close()
+    return observer
+
+
+class _StopOnSignal:
+    """SIGTERM (a scheduler or the launcher stopping us) is handled like Ctrl-C: finish cleanly, resumable."""
+
+    def __init__(self) -> None:
+        self.previous = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, self._raise)
+
+    @staticmethod
+    def _raise(signum, frame) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGTERM, self.previous)
