@@ -33,7 +33,7 @@ from async_pbt_isaaclab.core.selection import Outcome, decide
 GENESIS = "0" * 64
 """``prev_hash`` of the first entry."""
 
-ENTRY_KINDS = ("start", "decision", "exploit_applied", "exploit_aborted", "resume", "stop", "warning")
+ENTRY_KINDS = ("start", "restored", "decision", "exploit_applied", "exploit_aborted", "stop", "warning")
 """``decision`` entries are recomputed by the verifier; the others are chained facts."""
 
 

@@ -25,6 +25,10 @@ RETURN_OBJECTIVE = "episode_return"
 LENGTH_OBJECTIVE = "episode_length"
 
 
+_NUMBER_TYPES = {int, float}
+"""JSON number types (``bool`` is deliberately not among them)."""
+
+
 class EvidenceError(ValueError):
     """An episode batch or an evidence field is malformed (wrong lengths, wrong types)."""
 
@@ -196,15 +200,14 @@ class EvidenceSummary:
         if "values" not in data:
             raise EvidenceError(f"{where}: missing key 'values'")
         raw_values = data["values"]
-        if not isinstance(raw_values, (list, tuple)) or any(
-            isinstance(v, bool) or not isinstance(v, (int, float)) for v in raw_values
-        ):
+        # set(map(type, ...)) and map(float, ...) iterate in C: parsing 1024 records of 64 values stays fast.
+        if not isinstance(raw_values, (list, tuple)) or not set(map(type, raw_values)) <= _NUMBER_TYPES:
             raise EvidenceError(f"{where}.values: expected a list of numbers, got {raw_values!r:.200}")
         for key in ("generation", "episodes_seen"):
             if key in data and (isinstance(data[key], bool) or not isinstance(data[key], int)):
                 raise EvidenceError(f"{where}.{key}: expected an integer, got {data[key]!r}")
         try:
-            values = tuple(float(v) for v in raw_values)
+            values = tuple(map(float, raw_values))
             summary = cls(
                 objective=str(data["objective"]),
                 generation=int(data["generation"]),
@@ -216,7 +219,7 @@ class EvidenceSummary:
             raise EvidenceError(f"{where}: missing key {exc.args[0]!r}") from None
         except (TypeError, ValueError) as exc:
             raise EvidenceError(f"{where}: {exc}") from None
-        if any(not math.isfinite(v) for v in values):
+        if not all(map(math.isfinite, values)):
             raise EvidenceError(f"{where}.values: contains NaN or infinite values")
         return summary
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -20,6 +21,8 @@ from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceError, Evid
 
 SCHEMA_VERSION = 1
 """Version of the record layout; readers refuse other versions rather than guess."""
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 STATUSES = ("running", "finished", "stopped")
 """``running``: training; ``finished``: reached its frame/epoch limit; ``stopped``: interrupted by the user."""
@@ -131,7 +134,7 @@ class MemberRecord:
             if isinstance(v, float) and not math.isfinite(v):
                 raise RecordError(f"{where}.hyperparameters.{k}: not finite: {v!r}")
         sha = get("checkpoint_sha256", str, optional=True)
-        if sha is not None and (len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha)):
+        if sha is not None and not _SHA256_HEX.fullmatch(sha):
             raise RecordError(f"{where}.checkpoint_sha256: not a sha256 hex digest: {sha!r}")
         ints = {}
         for key in ("member", "generation", "frame", "generation_start_frame", "restarts"):

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.records import MemberRecord, RecordError, read_record
+from async_pbt_isaaclab.core.records import MemberRecord, RecordError, parse_record_bytes, read_record
 
 WORKSPACE_SCHEMA_VERSION = 1
 """Version of the workspace layout (``population.json``)."""
@@ -147,11 +147,16 @@ class Workspace:
         records: dict[int, MemberRecord] = {}
         errors: dict[int, str] = {}
         for index in self.member_indices():
-            path = self.member_dir(index) / "record.json"
-            if not path.exists():
+            path = self.members_dir / member_dirname(index) / "record.json"
+            try:
+                data = path.read_bytes()  # no exists() first: one system call less per member, and no race
+            except FileNotFoundError:
+                continue  # a member folder before its first publish
+            except OSError as exc:
+                errors[index] = f"{path}: cannot read ({exc.strerror})"
                 continue
             try:
-                rec = read_record(path)
+                rec = parse_record_bytes(data, str(path))
             except RecordError as exc:
                 errors[index] = str(exc)
                 continue

@@ -189,6 +189,8 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
         "process_starts": state.process_starts, "generation": state.generation,
         "checkpoint": None if session.start_checkpoint is None else str(session.start_checkpoint),
         "argv": argv, "hyperparameters": state.hyperparameters,
+        # Restarts must not grow the environment (Isaac Lab's python.sh re-sources paths on every start).
+        "environ_size": sum(len(k) + len(v) for k, v in os.environ.items()),
     })
     session.save()
     return session, agent_cfg
@@ -212,7 +214,7 @@ def _resume_from_last(session: MemberSession) -> None:
             return
     if state.last_checkpoint:
         warnings.warn(f"member {session.member}: no verifiable checkpoint to resume from; starting from fresh "
-                      f"weights with its counters, RNG and lineage kept", stacklevel=2)
+                      f"weights at frame 0, with its generation, RNG and lineage kept", stacklevel=2)
 
 
 def print_notes(session: MemberSession) -> None:

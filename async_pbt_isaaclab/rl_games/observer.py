@@ -51,6 +51,21 @@ from async_pbt_isaaclab.rl_games.member import MemberSession, print_notes
 from async_pbt_isaaclab.rl_games.restart import replace_process, restart_argv
 
 
+def model_fingerprint(state_dict: dict[str, Any]) -> str:
+    """sha256 over a model state dict's names, dtypes, shapes and bytes (device independent)."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    for name in sorted(state_dict):
+        t = state_dict[name].detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        # Raw bytes through a uint8 view: works for every dtype, bfloat16 included.
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 class MultiObserver(AlgoObserver):
     """Calls several observers in order, including ``after_clear_stats`` (missing from the 1.6.5 base)."""
 
@@ -153,6 +168,12 @@ class PbtObserver(AlgoObserver):
         algo.set_full_state_weights(state, set_epoch=True)
         # The learning rate is this member's hyperparameter, not whatever the optimizer state carried.
         algo.update_lr(algo.last_lr)
+        self.session.audit.append("restored", {
+            "mode": self.session.start_mode, "checkpoint": str(path), "frame": int(algo.frame),
+            "epoch": int(algo.epoch_num), "last_lr": float(algo.last_lr),
+            "optimizer_lr": [float(g["lr"]) for g in algo.optimizer.param_groups],
+            "model_sha256": model_fingerprint(algo.model.state_dict()),
+        })
         print(f"[async-pbt] member {self.session.member}: {self.session.start_mode} from {path} "
               f"(frame {algo.frame}, epoch {algo.epoch_num}, lr {algo.last_lr:g})", flush=True)
 

@@ -1,0 +1,380 @@
+"""Per-episode summaries of a vectorized GPU environment, accumulated on the device.
+
+Isaac Lab reports episode statistics only as batch means in ``extras["log"]``; population-based training
+needs *per-episode* evidence (return, length, objective terms) of the *current* policy generation. The
+:class:`EpisodeSummaryEmitter` builds those records on the env device, one fused update per env step,
+and hands them to the host only when the member publishes (:meth:`EpisodeSummaryEmitter.drain`), as an
+:class:`~async_pbt_isaaclab.core.evidence.EpisodeBatch`.
+
+Data flow::
+
+    env.step() --(rew, terminated, truncated, per-env terms, extras["log"])--> emitter.step()   [device]
+    emitter.drain() --EpisodeBatch--> EvidenceWindow.add()                                     [host]
+
+Cost model: :meth:`EpisodeSummaryEmitter.step` issues a fixed number of kernels (about a dozen, plus one
+per ``"log"`` term) whatever the number of environments or finished episodes, never loops over
+environments in Python and never synchronises with the host (no ``.item()``, no ``nonzero()``, no boolean
+mask indexing). Pass ``compile=True`` to fuse the update with :func:`torch.compile`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Literal, Mapping, Sequence, Union
+
+import torch
+
+from async_pbt_isaaclab.core.evidence import ConditionLabel, EpisodeBatch
+
+TermMode = Literal["sum", "last", "max", "log"]
+"""How a per-episode term is computed from per-step values.
+
+* ``"sum"``: sum over the episode's steps (reward terms).
+* ``"last"``: value at the episode's final step (a success flag, a final distance).
+* ``"max"``: maximum over the episode's steps (for example "ever reached the goal").
+* ``"log"``: the value of the same-named key of Isaac Lab's ``extras["log"]`` at the step the episode
+  finished. That value is a batch mean over all envs reset in that step, so it is exact only when one env
+  finishes per step; with several simultaneous finishes every one of them receives the same mean.
+"""
+
+TERM_MODES: tuple[str, ...] = ("sum", "last", "max", "log")
+"""All accepted term modes."""
+
+ConditionSource = Union[ConditionLabel, Callable[[], ConditionLabel]]
+"""A fixed label, or a zero-argument callable returning the current one (for example reading a curriculum
+stage). The callable is polled once per :meth:`EpisodeSummaryEmitter.step`, so it must read host state only
+(a Python attribute), never a device tensor: reading a device tensor would synchronise every step."""
+
+
+def default_term_mode(name: str) -> str:
+    """Mode used for a term not listed in ``term_modes``.
+
+    Isaac Lab log keys look like ``"Episode_Reward/success"`` or ``"Curriculum/terrain_levels"``, so a name
+    containing ``/`` is read from ``extras["log"]``; any other name is a per-step value to be summed.
+    """
+    return "log" if "/" in name else "sum"
+
+
+@dataclass(frozen=True)
+class DrainStats:
+    """What one :meth:`EpisodeSummaryEmitter.drain` found, including what it could not return."""
+
+    episodes: int
+    """Episodes returned in the batch."""
+    dropped_overflow: int
+    """Episodes completed since the previous drain but overwritten because the ring buffer was full."""
+    dropped_stale: int
+    """Episodes discarded because they did not both start and finish in the current segment (the current
+    policy generation under the current condition label), see :meth:`EpisodeSummaryEmitter.start_generation`."""
+
+
+class EpisodeSummaryEmitter:
+    """Accumulates per-episode return, length and objective terms of ``num_envs`` envs on the env device.
+
+    Contract of :meth:`step` (call it once after every ``env.step``, with that step's outputs):
+
+    * ``rewards``: float tensor, shape ``(num_envs,)`` or ``(num_envs, 1)``; the reward of this step.
+    * ``terminated`` / ``truncated``: bool tensors, shape ``(num_envs,)``. An env with either flag set finished
+      its episode *at this step* (this step's reward and terms belong to that episode) and the env has already
+      been reset, as in Isaac Lab's ``ManagerBasedRLEnv.step``: its next step starts a new episode.
+    * ``terms``: ``{name: tensor (num_envs,)}`` with this step's value of every ``"sum"``, ``"last"`` and
+      ``"max"`` term, for every env (values of finished envs must be their final-step values, i.e. taken
+      before the reset). Required whenever such terms are configured.
+    * ``log``: Isaac Lab's ``extras["log"]`` (scalar tensors or Python numbers). Read only for ``"log"``
+      terms; a missing key yields NaN for the episodes finishing at that step. Isaac Lab rebuilds this dict
+      only on steps where some env resets, and those are exactly the steps at which the values are used.
+
+    Episode records: return (undiscounted sum of rewards), length (steps), every configured term, and a
+    ``truncated`` flag (``True`` when the episode ended by ``truncated``, i.e. a time-out, even if it was also
+    terminated; Isaac Lab sets at most one of them). Completed episodes go to a preallocated ring buffer on the
+    device; :meth:`drain` copies the new ones to the host in completion order (steps in order, envs finishing
+    at the same step in increasing env index) and clears it. When more than ``capacity`` episodes complete
+    between two drains the oldest are overwritten and counted in :attr:`dropped_overflow`.
+
+    Generations and conditions: evidence must come from one policy and one set of conditions. The emitter
+    tags every episode with the *segment* it started in; a new segment starts at :meth:`start_generation` and
+    whenever the condition label (when given as a callable) changes. :meth:`drain` returns only episodes that
+    started *and* finished in the current segment, counting the others in :attr:`dropped_stale`. Why drop
+    the straddlers rather than tag them with the old generation: after an exploit the member's evidence
+    window restarts empty and ignores batches of older generations anyway, and an episode whose first half
+    was played by the donor-replaced policy would bias the new generation's estimate in either direction.
+    Dropping costs at most one episode per env, and callers that still want the old generation's finished
+    episodes drain before calling :meth:`start_generation`.
+
+    Attributes are documented where they are defined in :meth:`__init__`.
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        device: str | torch.device,
+        term_names: Sequence[str] = (),
+        condition: ConditionSource = ConditionLabel(),
+        generation: int = 0,
+        *,
+        term_modes: Mapping[str, str] | None = None,
+        capacity: int | None = None,
+        dtype: torch.dtype = torch.float64,
+        fresh_start: bool = True,
+        compile: bool = False,
+    ):
+        """Allocate the device buffers.
+
+        Args:
+            num_envs: Number of environments the tensors passed to :meth:`step` have.
+            device: Device of those tensors; all buffers live there.
+            term_names: Per-episode objective terms to record, in the order they appear in the batch.
+            condition: The condition label, or a callable returning it (polled once per step).
+            generation: Policy generation of the member at construction.
+            term_modes: Mode per term name (see :data:`TermMode`); unlisted names use
+                :func:`default_term_mode`.
+            capacity: Ring buffer size in episodes. Default ``max(4 * num_envs, 1024)``: several publish
+                intervals of short episodes. Must be ``>= num_envs`` because all envs may finish at once.
+            dtype: Accumulator dtype. float64 (default) keeps long sums exact enough and makes every record
+                bit-identical to a Python-float reference; memory is ``(capacity + num_envs) * columns * 8``
+                bytes, a few MiB at 65,536 envs.
+            fresh_start: True when the envs start new episodes at the first :meth:`step` (the emitter was
+                created with the env, before it stepped). False when attaching to envs that are mid-episode:
+                their first episodes are then partial and are dropped as stale.
+            compile: Fuse the per-step update with :func:`torch.compile` (fewer kernel launches on CUDA;
+                the first step compiles, which takes tens of seconds).
+        """
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        capacity = max(4 * num_envs, 1024) if capacity is None else int(capacity)
+        if capacity < num_envs:
+            raise ValueError(
+                f"capacity ({capacity}) must be >= num_envs ({num_envs}): every env may finish in the same step"
+            )
+        term_names = list(term_names)
+        if len(set(term_names)) != len(term_names):
+            raise ValueError(f"duplicate term names in {term_names}")
+        term_modes = dict(term_modes or {})
+        unknown = set(term_modes) - set(term_names)
+        if unknown:
+            raise ValueError(f"term_modes names terms that are not in term_names: {sorted(unknown)}")
+        modes = {name: term_modes.get(name, default_term_mode(name)) for name in term_names}
+        for name, mode in modes.items():
+            if mode not in TERM_MODES:
+                raise ValueError(f"term {name!r}: unknown mode {mode!r}, expected one of {TERM_MODES}")
+
+        self.num_envs = int(num_envs)
+        """Number of environments."""
+        self.device = torch.device(device)
+        """Device of all buffers and of the tensors :meth:`step` accepts."""
+        self.capacity = capacity
+        """Completed episodes the ring buffer holds between two drains."""
+        self.dtype = dtype
+        """Accumulator and ring buffer dtype."""
+        self.term_names = term_names
+        """Recorded terms, in batch order."""
+        self.term_modes = modes
+        """Mode of each term (``"sum"``, ``"last"``, ``"max"`` or ``"log"``)."""
+        self.generation = int(generation)
+        """Current policy generation; stamped on every drained batch."""
+        self.dropped_overflow = 0
+        """Episodes lost to ring buffer overflow since construction (updated at drain)."""
+        self.dropped_stale = 0
+        """Episodes discarded for straddling a generation or condition change since construction (at drain)."""
+        self.last_drain = DrainStats(0, 0, 0)
+        """Counts of the most recent :meth:`drain`."""
+
+        if callable(condition) and not isinstance(condition, ConditionLabel):
+            self._condition_fn: Callable[[], ConditionLabel] | None = condition
+            self.condition = self._read_condition()
+            """Condition label of the current segment (last value polled from the callable)."""
+        else:
+            self._condition_fn = None
+            self.condition = condition
+
+        # Row layout of the (rows, num_envs) accumulator. Rows, not columns, so that each mode's block is a
+        # contiguous slab that torch.stack(out=...) writes in one kernel.
+        self._sum_terms = [n for n in term_names if modes[n] == "sum"]
+        self._max_terms = [n for n in term_names if modes[n] == "max"]
+        self._last_terms = [n for n in term_names if modes[n] == "last"]
+        self._log_terms = [n for n in term_names if modes[n] == "log"]
+        order = ["__return", "__length", *self._sum_terms, *self._max_terms, "__truncated",
+                 *self._last_terms, *self._log_terms, "__segment"]
+        self._row = {name: i for i, name in enumerate(order)}
+        self._num_rows = len(order)
+        self._n_sum = 2 + len(self._sum_terms)
+        self._max_start, self._max_stop = self._n_sum, self._n_sum + len(self._max_terms)
+        self._last_start = self._max_stop
+        self._last_stop = self._row["__segment"]
+        self._seg_row = self._row["__segment"]
+        self._len_row = self._row["__length"]
+
+        # Segment: incremented by start_generation() and by condition changes; stored as a float in the
+        # accumulator (exact up to 2**53). -1 means "episode start unknown".
+        self._segment = 0
+        # Value every accumulator row takes when an env starts a new episode: 0 for sums, -inf for maxima
+        # (so the first step's value wins), the current segment for the segment row.
+        init = torch.zeros(self._num_rows, 1, dtype=dtype, device=self.device)
+        init[self._max_start:self._max_stop] = -math.inf
+        init[self._seg_row] = self._segment
+        self._init = init
+        self._acc = init.expand(self._num_rows, self.num_envs).clone()
+        if not fresh_start:
+            self._mark_unknown_start()
+        # Ring buffer with one spare column at index `capacity`: envs that did not finish are "written" there,
+        # so the write is a single index_copy_ with no data-dependent shape.
+        self._ring = torch.zeros(self._num_rows, capacity + 1, dtype=dtype, device=self.device)
+        # (episodes ever written) - 1, on the device so that step() never reads it back.
+        self._written_m1 = torch.full((), -1, dtype=torch.int64, device=self.device)
+        self._drained = 0  # episodes ever written up to the previous drain (host-side)
+        self._ones = torch.ones(self.num_envs, dtype=dtype, device=self.device)
+        self._log_buf = torch.full((len(self._log_terms),), math.nan, dtype=dtype, device=self.device)
+        self._log_cols = [self._log_buf[i].expand(self.num_envs) for i in range(len(self._log_terms))]
+        self._core = torch.compile(self._update, fullgraph=True, dynamic=False) if compile else self._update
+
+    # ------------------------------------------------------------------ per step (device only)
+
+    def step(
+        self,
+        rewards: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        terms: Mapping[str, torch.Tensor] | None = None,
+        log: Mapping[str, object] | None = None,
+    ) -> None:
+        """Account one env step; record the episodes that finished in it. No host synchronisation.
+
+        See the class docstring for the meaning and shapes of the arguments.
+        """
+        n = self.num_envs
+        sum_cols = [rewards.reshape(n), self._ones]
+        max_cols = []
+        last_cols = [truncated.reshape(n)]
+        if self._sum_terms or self._max_terms or self._last_terms:
+            if terms is None:
+                raise KeyError(f"terms {self._sum_terms + self._max_terms + self._last_terms} need step(terms=...)")
+            sum_cols += [terms[name].reshape(n) for name in self._sum_terms]
+            max_cols = [terms[name].reshape(n) for name in self._max_terms]
+            last_cols += [terms[name].reshape(n) for name in self._last_terms]
+        if self._log_terms:
+            self._load_log(log)
+            last_cols += self._log_cols
+        self._core(terminated.reshape(n), truncated.reshape(n), sum_cols, max_cols, last_cols)
+        if self._condition_fn is not None:
+            # Polled after the update: envs reset inside this env step start their episodes under the new label.
+            label = self._read_condition()
+            if label != self.condition:
+                self.condition = label
+                self._new_segment()
+
+    def _update(
+        self,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        sum_cols: list[torch.Tensor],
+        max_cols: list[torch.Tensor],
+        last_cols: list[torch.Tensor],
+    ) -> None:
+        """The fused device update (a pure tensor program: compilable, no host reads)."""
+        acc = self._acc
+        done = terminated | truncated
+        acc[: self._n_sum].add_(torch.stack(sum_cols))
+        if max_cols:
+            block = acc[self._max_start:self._max_stop]
+            torch.maximum(block, torch.stack(max_cols), out=block)
+        torch.stack(last_cols, out=acc[self._last_start:self._last_stop])
+        # Slot of each finished env: running count of finishes (env order) after all earlier episodes.
+        # capacity >= num_envs, so no two episodes of one step share a slot; unfinished envs go to the spare.
+        k = torch.cumsum(done, 0)
+        slot = torch.remainder(k + self._written_m1, self.capacity)
+        slot = torch.where(done, slot, self.capacity)
+        self._ring.index_copy_(1, slot, acc)
+        self._written_m1.add_(k[-1])
+        # Finished envs were reset by the env: start their next episode from the initial values.
+        torch.where(done, self._init, acc, out=acc)
+
+    def _load_log(self, log: Mapping[str, object] | None) -> None:
+        """Copy this step's ``extras["log"]`` values of the ``"log"`` terms into the device buffer."""
+        for i, name in enumerate(self._log_terms):
+            value = None if log is None else log.get(name)
+            if value is None:
+                self._log_buf[i].fill_(math.nan)
+            elif isinstance(value, torch.Tensor):
+                # Device-to-device copy (no sync). Isaac Lab keeps these on the sim device or as Python numbers.
+                self._log_buf[i].copy_(value.reshape(()))
+            else:
+                # A Python number travels as a kernel argument: no host-to-device copy.
+                self._log_buf[i].fill_(float(value))
+
+    # ------------------------------------------------------------------ segment bookkeeping
+
+    def start_generation(self, generation: int) -> None:
+        """The member's policy changed (exploit or explore): evidence of ``generation`` starts now.
+
+        Episodes in progress started under the previous policy: they will be dropped when they finish (counted
+        in :attr:`dropped_stale`), as will undrained episodes of the previous generation; drain first to keep
+        those. Envs reset at the last step have not acted yet, so their current episodes count as new.
+        """
+        self.generation = int(generation)
+        self._new_segment()
+
+    def reset(self) -> None:
+        """All envs were reset outside :meth:`step` (an explicit ``env.reset()``): abandon in-progress episodes.
+
+        Their partial accumulators are cleared and every env starts a fresh episode in the current segment.
+        """
+        self._acc.copy_(self._init.expand_as(self._acc))
+
+    def _new_segment(self) -> None:
+        self._segment += 1
+        self._init[self._seg_row] = self._segment
+        # An env with length 0 was reset by the last env step and has not acted yet: its episode is new.
+        self._acc[self._seg_row].masked_fill_(self._acc[self._len_row] == 0, float(self._segment))
+
+    def _mark_unknown_start(self) -> None:
+        # Length NaN keeps "length == 0" false (so no later segment adopts these episodes) and segment -1
+        # never matches: the partial first episodes are dropped at drain.
+        self._acc[self._len_row] = math.nan
+        self._acc[self._seg_row] = -1.0
+
+    def _read_condition(self) -> ConditionLabel:
+        label = self._condition_fn()
+        if not isinstance(label, ConditionLabel):
+            raise TypeError(f"condition callable returned {type(label).__name__}, expected ConditionLabel")
+        return label
+
+    # ------------------------------------------------------------------ host side
+
+    def num_pending(self) -> int:
+        """Episodes completed since the last drain, capped at :attr:`capacity`. Synchronises with the device."""
+        written = int(self._written_m1.item()) + 1
+        return min(written - self._drained, self.capacity)
+
+    def drain(self) -> EpisodeBatch:
+        """Copy the episodes completed since the last drain to the host and clear them.
+
+        This is the only method that synchronises with the device (one scalar read and one copy of the new
+        records). Returns the current segment's episodes in completion order, stamped with :attr:`generation`
+        and :attr:`condition`; :attr:`last_drain` says how many were returned and dropped.
+        """
+        written = int(self._written_m1.item()) + 1
+        new = written - self._drained
+        kept = min(new, self.capacity)
+        overflow = new - kept
+        self._drained = written
+        if kept:
+            slots = torch.arange(written - kept, written, device=self.device).remainder_(self.capacity)
+            rows = self._ring.index_select(1, slots).cpu()
+            rows = rows[:, rows[self._seg_row] == float(self._segment)]
+        else:
+            rows = torch.zeros(self._num_rows, 0, dtype=self.dtype)
+        returned = rows.shape[1]
+        stale = kept - returned
+        batch = EpisodeBatch(
+            returns=rows[self._row["__return"]].tolist(),
+            lengths=[int(v) for v in rows[self._len_row].tolist()],
+            terms={name: rows[self._row[name]].tolist() for name in self.term_names},
+            truncated=[v != 0.0 for v in rows[self._row["__truncated"]].tolist()],
+            generation=self.generation,
+            condition=self.condition,
+        )
+        self.dropped_overflow += overflow
+        self.dropped_stale += stale
+        self.last_drain = DrainStats(episodes=returned, dropped_overflow=overflow, dropped_stale=stale)
+        return batch

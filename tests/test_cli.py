@@ -1,0 +1,564 @@
+"""The ``async-pbt`` command line: check-config, status, audit, best, lineage; and the config doc."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from async_pbt_isaaclab import cli
+from async_pbt_isaaclab.core import fsio
+from async_pbt_isaaclab.core.audit import AuditLog, decision_body
+from async_pbt_isaaclab.core.config import PopulationConfig, population_config_from_dict
+from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
+from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS, MemberRng, explore
+from async_pbt_isaaclab.core.records import MemberRecord
+from async_pbt_isaaclab.core.selection import Outcome, decide
+from async_pbt_isaaclab.core.workspace import Workspace, checkpoint_name
+
+REPO = Path(__file__).resolve().parents[1]
+SHA = "ab" * 32
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def run_main(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_module(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("ASYNC_PBT_TEST_FIXTURE", None)
+    return subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.cli", *argv], capture_output=True,
+                          text=True, cwd=cwd or REPO, env=env, timeout=120)
+
+
+def agent_cfg(**pbt) -> dict:
+    return {
+        "params": {
+            "network": {"name": "actor_critic"},
+            "config": {
+                "name": "pendulum_ppo",
+                "learning_rate": 1e-3,
+                "lr_schedule": "adaptive",
+                "kl_threshold": 0.016,
+                "gamma": 0.95,
+                "entropy_coef": 0.0,
+                "mini_epochs": 6,
+                "train_dir": "runs",
+            },
+        },
+        "pbt": {
+            "enabled": True,
+            "policy_idx": 1,
+            "num_policies": 4,
+            "interval_steps": 2048,
+            "mutation": {
+                "agent.params.config.learning_rate": "mutate_float",
+                "agent.params.config.gamma": "mutate_discount",
+                "mini_epochs": {"kind": "int", "low": 2, "high": 8, "step": 2},
+            },
+            **pbt,
+        },
+    }
+
+
+def write_yaml(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def record(member: int, mean: float, *, generation: int = 0, frame: int = 10_000, heartbeat: float | None = None,
+           n: int = 8, last_decision: str = "", gen_start: int = 0) -> MemberRecord:
+    values = tuple(mean + d for d in ([-1.0, 1.0] * (n // 2)))
+    return MemberRecord(
+        member=member,
+        generation=generation,
+        frame=frame,
+        generation_start_frame=gen_start,
+        restarts=generation,
+        heartbeat=time.time() if heartbeat is None else heartbeat,
+        evidence=EvidenceSummary("episode_return", generation, values, n, 0),
+        condition=ConditionLabel(task="Pendulum-v1"),
+        hyperparameters={"learning_rate": 1e-3 * (member + 1), "gamma": 0.95},
+        checkpoint=f"members/{member:03d}/checkpoints/{checkpoint_name(generation, frame)}",
+        checkpoint_sha256=SHA,
+        last_decision=last_decision,
+    )
+
+
+def make_workspace(root: Path, means=(-200.0, -900.0, -300.0, -250.0)) -> Workspace:
+    ws = Workspace(root)
+    ws.ensure(num_policies=len(means), objective="episode_return", task="Pendulum-v1")
+    for i, m in enumerate(means):
+        ws.member_dir(i).mkdir(parents=True, exist_ok=True)
+        fsio.atomic_write_json(ws.member_dir(i) / "record.json", record(i, m, last_decision="keep: warm-up").to_dict())
+    return ws
+
+
+def selection_cfg() -> PopulationConfig:
+    return population_config_from_dict({
+        "enabled": True, "policy_idx": 1, "num_policies": 4, "interval_steps": 1000, "window": 8,
+        "min_episodes": 4, "mutation_rate": 1.0,
+        "mutation": {"learning_rate": "mutate_float", "gamma": "mutate_discount"},
+    })
+
+
+def write_audit_chain(ws: Workspace, member: int = 1) -> Path:
+    """start, a real exploit decision (replayable), then exploit_applied; the member is the worst."""
+    cfg = selection_cfg()
+    now = 1_700_000_000.0
+    peers = [record(i, m, heartbeat=now - 5) for i, m in enumerate((-200.0, -900.0, -300.0, -250.0))]
+    me = peers[member]
+    rng = MemberRng(seed=cfg.resolved_mutation_seed())
+    rng_before = rng.get_state()
+    decision = decide(me, peers, cfg, rng, now)
+    assert decision.outcome is Outcome.EXPLOIT, decision
+    start = dict(peers[decision.donor].hyperparameters)
+    new, changes = explore(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
+    assert changes
+    path = ws.member_dir(member) / "audit.jsonl"
+    log = AuditLog.open(path)
+    log.append("start", {"mode": "fresh", "generation": 0, "pid": 1, "argv": ["train.py"]}, now=now - 100)
+    log.append("decision", decision_body(me, peers, cfg.selection_dict(), now, rng_before, decision, start, new,
+                                         changes, rng.get_state()), now=now)
+    log.append("exploit_applied", {
+        "generation": 1, "donor": decision.donor, "donor_generation": 0,
+        "donor_checkpoint": peers[decision.donor].checkpoint, "donor_sha256": SHA, "frame": me.frame,
+        "hyperparameters": new, "changes": [c.to_dict() for c in changes],
+    }, now=now + 1)
+    return path
+
+
+# ----------------------------------------------------------------------------- check-config
+
+
+def test_check_config_valid_prints_effective_values(tmp_path, capsys):
+    path = write_yaml(tmp_path / "agent.yaml", agent_cfg())
+    code, out, err = run_main(capsys, "check-config", str(path), "--train-dir", str(tmp_path / "logs"))
+    assert code == 0, err
+    assert "population config is valid" in out
+    for f in dataclasses.fields(PopulationConfig):
+        assert re.search(rf"^  {f.name}\s", out, re.M), f"{f.name} missing from check-config output"
+    # resolved defaults
+    assert re.search(r"^  frame_tolerance\s+-1  -> 2048 \(one interval_steps\)", out, re.M)
+    assert re.search(r"^  max_frame_lag\s+-1  -> 20480", out, re.M)
+    assert re.search(r"^  start_grace_frames\s+-1  -> 4096", out, re.M)
+    assert "max_restarts" in out and "no limit" in out
+    # resolved workspace path
+    assert f"workspace: {tmp_path / 'logs' / 'pbt_workspace'}" in out
+    # mutated hyperparameters with kind, bounds and the current value
+    assert re.search(r"learning_rate\s+log_float\s+1e-06\s+0\.01\s+x\[1\.1, 2\]\s+0\.001\s+agent\.params\.config\.learning_rate", out)
+    assert re.search(r"gamma\s+discount\s+0\.9\s+0\.9999\s+x\[1\.1, 1\.2\]\s+0\.95", out)
+    assert re.search(r"mini_epochs\s+int\s+2\s+8\s+\+-1\.\.2\s+6", out)
+
+
+def test_check_config_overrides_and_json(tmp_path, capsys):
+    path = write_yaml(tmp_path / "agent.yaml", agent_cfg())
+    code, out, err = run_main(capsys, "check-config", str(path), "agent.pbt.policy_idx=3",
+                              "pbt.workspace=/abs/ws", "agent.params.config.learning_rate=3e-4",
+                              "pbt.objective=episode.Episode_Reward/success", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["valid"] and data["config"]["policy_idx"] == 3
+    assert data["workspace"] == "/abs/ws"
+    assert data["resolved"]["mutation_seed"]["value"] == 4 * 1_000_003
+    assert data["resolved"]["objective"]["value"] == "Episode_Reward/success"
+    lr = next(h for h in data["hyperparameters"] if h["name"] == "learning_rate")
+    assert lr["current"] == 3e-4 and lr["kind"] == "log_float" and lr["low"] == 1e-6
+
+
+def test_check_config_workspace_default_train_dir(tmp_path, capsys):
+    path = write_yaml(tmp_path / "agent.yaml", agent_cfg(directory=str(tmp_path / "root")))
+    code, out, _ = run_main(capsys, "check-config", str(path))
+    assert code == 0
+    assert f"workspace: {tmp_path / 'root' / 'pbt_workspace'}" in out
+
+
+def test_check_config_warns_out_of_bounds_start_value(tmp_path, capsys):
+    cfg = agent_cfg()
+    cfg["params"]["config"]["learning_rate"] = 0.5
+    code, _, err = run_main(capsys, "check-config", str(write_yaml(tmp_path / "a.yaml", cfg)))
+    assert code == 0
+    assert "warning" in err and "learning_rate=0.5 is outside" in err
+
+
+@pytest.mark.parametrize(
+    "pbt_changes, agent_changes, overrides, key",
+    [
+        ({"num_policies": 0}, {}, [], "pbt.num_policies"),
+        ({"policy_idx": 7}, {}, [], "pbt.policy_idx"),
+        ({"window": 8, "min_episodes": 16}, {}, [], "pbt.min_episodes"),
+        ({"rule": "tournament"}, {}, [], "pbt.rule"),
+        ({"rule": "fixture_forced_exploit"}, {}, [], "pbt.rule"),
+        ({"bogus_key": 1}, {}, [], "pbt.bogus_key"),
+        ({"change_range": [0.5, 2.0]}, {}, [], "pbt.change_range"),
+        ({"mutation_rate": 1.5}, {}, [], "pbt.mutation_rate"),
+        ({"interval_steps": "often"}, {}, [], "pbt.interval_steps"),
+        ({"mutation": {"agent.params.config.minibatch_size": "mutate_float"}}, {}, [], "pbt.mutation.agent.params.config.minibatch_size"),
+        ({"mutation": {"horizon_length": "mutate_float"}}, {}, [], "pbt.mutation.horizon_length"),
+        ({"mutation": {"learning_rate": "mutate_sideways"}}, {}, [], "pbt.mutation.learning_rate"),
+        ({"mutation": {"learning_rate": {"kind": "log_float", "low": 0.1, "high": 0.01}}}, {}, [], "pbt.mutation.learning_rate"),
+        ({}, {"lr_schedule": "linear"}, [], "params.config.lr_schedule"),
+        ({"mutation": {"kl_threshold": "mutate_float"}}, {"lr_schedule": "constant"}, [], "pbt.mutation.kl_threshold"),
+        ({"mutation": {"tau": "mutate_discount"}}, {}, [], "params.config.tau"),
+        ({}, {}, ["agent.params.nothere.x=1"], "params.nothere"),
+        ({}, {}, ["agent.nope=1"], "nope"),
+        ({}, {}, ["pbt.window=0"], "pbt.window"),
+    ],
+)
+def test_check_config_invalid_exits_2_naming_file_and_key(tmp_path, capsys, monkeypatch, pbt_changes,
+                                                          agent_changes, overrides, key):
+    monkeypatch.delenv("ASYNC_PBT_TEST_FIXTURE", raising=False)
+    cfg = agent_cfg(**pbt_changes)
+    cfg["params"]["config"].update(agent_changes)
+    path = write_yaml(tmp_path / "agent.yaml", cfg)
+    code, out, err = run_main(capsys, "check-config", str(path), *overrides)
+    assert code == 2
+    assert out == ""
+    lines = [l for l in err.splitlines() if l.startswith("  ")]
+    assert lines, err
+    assert all(str(path) in l for l in lines), err
+    assert any(key in l for l in lines), err
+
+
+def test_check_config_reports_every_problem_at_once(tmp_path, capsys):
+    path = write_yaml(tmp_path / "agent.yaml", agent_cfg(num_policies=0, window=0, rule="x"))
+    code, _, err = run_main(capsys, "check-config", str(path))
+    assert code == 2
+    for key in ("pbt.num_policies", "pbt.window", "pbt.rule"):
+        assert key in err
+
+
+def test_check_config_missing_or_broken_file(tmp_path, capsys):
+    code, _, err = run_main(capsys, "check-config", str(tmp_path / "nope.yaml"))
+    assert code == 2 and "file not found" in err and "nope.yaml" in err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pbt: [unclosed\n")
+    code, _, err = run_main(capsys, "check-config", str(bad))
+    assert code == 2 and "not valid YAML" in err and "bad.yaml" in err
+
+
+def test_check_config_disabled_is_checked_as_if_enabled(tmp_path, capsys):
+    cfg = agent_cfg(enabled=False)
+    path = write_yaml(tmp_path / "agent.yaml", cfg)
+    code, _, err = run_main(capsys, "check-config", str(path))
+    assert code == 0 and "pbt.enabled is false" in err
+    cfg["params"]["config"]["lr_schedule"] = "linear"
+    code, _, err = run_main(capsys, "check-config", str(write_yaml(tmp_path / "agent.yaml", cfg)))
+    assert code == 2 and "params.config.lr_schedule" in err
+
+
+def test_check_config_example_yaml_with_overrides(capsys):
+    example = REPO / "async_pbt_isaaclab" / "examples" / "pendulum_ppo.yaml"
+    code, out, err = run_main(capsys, "check-config", str(example), "pbt.enabled=true", "pbt.num_policies=4",
+                              "pbt.mutation={learning_rate: mutate_float, entropy_coef: mutate_float}")
+    assert code == 0, err
+    assert "entropy_coef" in out and "learning_rate" in out
+
+
+def test_check_config_via_subprocess(tmp_path):
+    good = write_yaml(tmp_path / "agent.yaml", agent_cfg())
+    proc = run_module("check-config", str(good))
+    assert proc.returncode == 0, proc.stderr
+    assert "population config is valid" in proc.stdout
+    bad = write_yaml(tmp_path / "bad.yaml", agent_cfg(num_policies=0))
+    proc = run_module("check-config", str(bad))
+    assert proc.returncode == 2
+    assert "pbt.num_policies" in proc.stderr and str(bad) in proc.stderr
+
+
+# ----------------------------------------------------------------------------- status
+
+
+def test_status_one_line_per_member_and_corrupt_record(tmp_path, capsys):
+    ws = make_workspace(tmp_path / "ws")
+    ws.member_dir(4).mkdir(parents=True)
+    (ws.member_dir(4) / "record.json").write_bytes(b'{"schema_version": 1, "member": 4, "fra')
+    ws.member_dir(5).mkdir(parents=True)  # folder, no record yet
+    code, out, err = run_main(capsys, "status", str(ws.root))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "4 members, objective episode_return, task Pendulum-v1" in lines[0]
+    assert lines[1].split()[:3] == ["member", "frames", "gen"]
+    for i, mean in enumerate((-200, -900, -300, -250)):
+        row = [l for l in lines if l.startswith(f"{i:03d} ")]
+        assert len(row) == 1, out
+        assert f"{mean} ± 1.07" in row[0] and "running" in row[0] and "keep: warm-up" in row[0]
+        assert row[0].split()[1:3] == ["10000", "0"]
+    bad = [l for l in lines if l.startswith("004")]
+    assert len(bad) == 1 and "unreadable" in bad[0] and "not valid JSON" in bad[0] and "record.json" in bad[0]
+    assert any(l.startswith("005") and "no record" in l for l in lines)
+
+
+def test_status_json_and_stale_flag(tmp_path, capsys):
+    ws = make_workspace(tmp_path / "ws", means=(-1.0, -2.0))
+    old = record(1, -2.0, heartbeat=time.time() - 3600)
+    fsio.atomic_write_json(ws.member_dir(1) / "record.json", old.to_dict())
+    (ws.member_dir(0) / "record.json").write_text("[]")
+    code, out, _ = run_main(capsys, "status", str(ws.root), "--json")
+    assert code == 0
+    data = json.loads(out)
+    by = {m["member"]: m for m in data["members"]}
+    assert by[0]["state"] == "unreadable" and "expected a JSON object" in by[0]["error"]
+    assert by[1]["state"] == "ok" and by[1]["stale"] and by[1]["episodes"] == 8
+    code, out, _ = run_main(capsys, "status", str(ws.root))
+    assert "running (stale?)" in out and "1h00m" in out
+
+
+def test_status_missing_workspace_exit_2(tmp_path, capsys):
+    code, out, err = run_main(capsys, "status", str(tmp_path / "nowhere"))
+    assert code == 2 and "does not exist" in err and out == ""
+    (tmp_path / "empty").mkdir()
+    code, _, err = run_main(capsys, "status", str(tmp_path / "empty"))
+    assert code == 2 and "not a population workspace" in err
+
+
+def test_status_via_subprocess(tmp_path):
+    ws = make_workspace(tmp_path / "ws")
+    (ws.member_dir(2) / "record.json").write_bytes(b"\x00\xff garbage")
+    proc = run_module("status", str(ws.root))
+    assert proc.returncode == 0, proc.stderr
+    assert "002  unreadable" in proc.stdout
+    assert sum(1 for l in proc.stdout.splitlines() if re.match(r"^00[013] ", l)) == 3
+    proc = run_module("status", str(tmp_path / "missing"))
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- audit
+
+
+def test_audit_good_chain_exit_0(tmp_path, capsys):
+    ws = make_workspace(tmp_path / "ws")
+    write_audit_chain(ws, member=1)
+    code, out, err = run_main(capsys, "audit", str(ws.root))
+    assert code == 0, out + err
+    assert "member 001: 3 entries checked, ok" in out
+    assert "member 000: no audit log" in out
+    assert "all entries verified" in out
+
+
+def test_audit_edited_entry_exit_1_naming_member_and_line(tmp_path, capsys):
+    ws = make_workspace(tmp_path / "ws")
+    path = write_audit_chain(ws, member=1)
+    lines = path.read_text().splitlines()
+    entry = json.loads(lines[1])
+    entry["decision"]["donor"] = 3 if entry["decision"]["donor"] != 3 else 2
+    lines[1] = json.dumps(entry, sort_keys=True, separators=(",", ":"))
+    path.write_text("\n".join(lines) + "\n")
+    code, out, _ = run_main(capsys, "audit", str(ws.root))
+    assert code == 1
+    assert re.search(r"member 001 line 2 \(seq 1\): hash mismatch", out), out
+    assert re.search(r"member 001 line 2 \(seq 1\): decision does not reproduce", out), out
+    assert "FAILED for member(s) 001" in out
+    code, out, _ = run_main(capsys, "audit", str(ws.root), "--json")
+    data = json.loads(out)
+    assert code == 1 and data["failed_members"] == [1]
+    assert {p["line"] for p in data["members"][1]["problems"]} == {2}
+
+
+def test_audit_via_subprocess(tmp_path):
+    ws = make_workspace(tmp_path / "ws")
+    path = write_audit_chain(ws, member=1)
+    assert run_module("audit", str(ws.root)).returncode == 0
+    text = path.read_text().replace('"pid":1', '"pid":2', 1)
+    path.write_text(text)
+    proc = run_module("audit", str(ws.root))
+    assert proc.returncode == 1
+    assert "member 001 line 1 (seq 0): hash mismatch" in proc.stdout
+
+
+def test_audit_unknown_member_exit_2(tmp_path, capsys):
+    ws = make_workspace(tmp_path / "ws")
+    code, _, err = run_main(capsys, "audit", str(ws.root), "--member", "9")
+    assert code == 2 and "member 9" in err
+
+
+# ----------------------------------------------------------------------------- best, lineage
+
+
+def test_best_lists_population_best(tmp_path, capsys):
+    ws = make_workspace(tmp_path / "ws")
+    for i, objs in {0: [-150.0, -180.0], 2: [-120.0]}.items():
+        entries = [{"objective": o, "frame": 1000 * (k + 1), "generation": 0,
+                    "checkpoint": f"members/{i:03d}/checkpoints/{checkpoint_name(0, 1000 * (k + 1))}",
+                    "sha256": SHA} for k, o in enumerate(objs)]
+        fsio.atomic_write_json(ws.member_dir(i) / "best.json", entries)
+    (ws.member_dir(3) / "best.json").write_text("{corrupt")
+    code, out, err = run_main(capsys, "best", str(ws.root), "--top", "2")
+    assert code == 0, err
+    rows = out.splitlines()[1:]
+    assert len(rows) == 2
+    assert rows[0].split()[:3] == ["1", "002", "-120"] and "(missing)" in rows[0]
+    assert rows[1].split()[:3] == ["2", "000", "-150"]
+    code, out, _ = run_main(capsys, "best", str(ws.root), "--json")
+    assert [e["member"] for e in json.loads(out)["best"]] == [2, 0, 0]
+
+
+def test_lineage_from_audit_log(tmp_path, capsys):
+    ws = make_workspace(tmp_path / "ws")
+    write_audit_chain(ws, member=1)
+    log = AuditLog.open(ws.member_dir(1) / "audit.jsonl")
+    # a later explore decided but aborted, then one still pending (synthetic, not replayable: lineage only)
+    log.append("decision", {"inputs": {"me": {"generation": 1, "frame": 30000}, "peers": []},
+                            "decision": {"outcome": "explore", "donor": None, "reasons": ["no leader"]},
+                            "changes": [{"key": "gamma", "old": 0.95, "new": 0.94, "factor": 1.2}]})
+    log.append("exploit_aborted", {"reason": "checksum mismatch"})
+    log.append("decision", {"inputs": {"me": {"generation": 1, "frame": 40000},
+                                       "peers": [{"member": 3, "generation": 2}]},
+                            "decision": {"outcome": "exploit", "donor": 3, "reasons": ["gap"]}, "changes": []})
+    code, out, err = run_main(capsys, "lineage", str(ws.root), "--member", "1")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "member 001: 1 change(s) of generation"
+    assert re.search(r"gen 0\s+frame -\s+start \(fresh\)", out), out
+    assert re.search(r"gen 1\s+frame 10000\s+exploit <- member 0 gen 0\s+gamma 0.95 -> .*, learning_rate 0.001 -> .*\[applied, seq 2\]", out), out
+    assert re.search(r"gen 2\s+frame 30000\s+explore \(own weights\)\s+gamma 0.95 -> 0.94 \(x1.2\)\s+\[aborted: checksum mismatch", out)
+    assert re.search(r"gen 2\s+frame 40000\s+exploit <- member 3 gen 2\s+no hyperparameter changed\s+\[pending", out)
+    code, out, _ = run_main(capsys, "lineage", str(ws.root), "--json")
+    data = {m["member"]: m for m in json.loads(out)["members"]}
+    ev = data[1]["events"][0]
+    assert ev["state"] == "applied" and ev["donor_generation"] == 0 and ev["donor_checkpoint"].startswith("members/")
+    assert data[0]["no_log"]
+
+
+def test_lineage_exploit_applied_without_decision_and_corrupt_line(tmp_path, capsys):
+    ws = make_workspace(tmp_path / "ws")
+    path = ws.member_dir(2) / "audit.jsonl"
+    log = AuditLog.open(path)
+    log.append("exploit_applied", {"generation": 1, "donor": 0, "donor_generation": 3, "donor_checkpoint": "x",
+                                   "donor_sha256": SHA, "frame": 500, "hyperparameters": {},
+                                   "changes": [{"key": "learning_rate", "old": 0.001, "new": 0.002, "factor": 2.0}]})
+    with open(path, "ab") as fh:
+        fh.write(b"not json\n")
+    code, out, _ = run_main(capsys, "lineage", str(ws.root), "--member", "2")
+    assert code == 0
+    assert re.search(r"gen 1\s+frame 500\s+exploit <- member 0 gen 3\s+learning_rate 0.001 -> 0.002 \(x2\)", out)
+    assert "skipped unreadable audit entry at line 2" in out
+
+
+# ----------------------------------------------------------------------------- CLI plumbing
+
+
+def test_help_version_and_usage_errors(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in ("check-config", "status", "audit", "best", "lineage"):
+        assert name in out
+    assert cli.main(["--version"]) == 0
+    assert cli.main([]) == 2
+    assert cli.main(["frobnicate"]) == 2
+
+
+def test_cli_import_is_light():
+    code = ("import sys, async_pbt_isaaclab.cli as c; c.build_parser(); "
+            "heavy = [m for m in ('torch', 'rl_games', 'isaaclab', 'isaacsim', 'omni', 'gymnasium') if m in sys.modules]; "
+            "print(heavy); sys.exit(1 if heavy else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_subcommand_registry_is_extensible(capsys):
+    def add_hello(subparsers):
+        p = subparsers.add_parser("hello")
+        p.set_defaults(func=lambda args: 7)
+
+    cli.SUBCOMMANDS.append(add_hello)
+    try:
+        assert cli.main(["hello"]) == 7
+    finally:
+        cli.SUBCOMMANDS.remove(add_hello)
+
+
+# ----------------------------------------------------------------------------- docs cannot drift
+
+
+def _doc_table_rows(text: str) -> dict[str, list[str]]:
+    rows = {}
+    for line in text.splitlines():
+        m = re.match(r"^\|\s*`([a-z_.]+)`\s*\|(.*)\|\s*$", line)
+        if m:
+            rows.setdefault(m.group(1), [c.strip() for c in m.group(2).split("|")])
+    return rows
+
+
+def test_configuration_doc_lists_every_field_with_its_default():
+    text = (REPO / "docs" / "configuration.md").read_text()
+    rows = _doc_table_rows(text)
+    for f in dataclasses.fields(PopulationConfig):
+        assert f.name in rows, f"docs/configuration.md has no table row for PopulationConfig.{f.name}"
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if isinstance(default, tuple):
+            default = list(default)
+        documented = rows[f.name][0].strip("`")
+        assert yaml.safe_load(documented) == default, (
+            f"docs/configuration.md: default of {f.name} is {documented!r}, the dataclass says {default!r}")
+
+
+def test_configuration_doc_lists_every_supported_hyperparameter():
+    text = (REPO / "docs" / "configuration.md").read_text()
+    rows = _doc_table_rows(text)
+    for key, d in SUPPORTED_HYPERPARAMETERS.items():
+        assert key in rows, f"docs/configuration.md: no row for hyperparameter {key}"
+        kind, low, high = rows[key][0].strip("`"), rows[key][1], rows[key][2]
+        assert kind == d.spec.kind, key
+        assert float(low) == d.spec.low and float(high) == d.spec.high, key
+
+
+def test_selection_doc_mentions_every_rule_and_parameter():
+    text = (REPO / "docs" / "selection.md").read_text()
+    from async_pbt_isaaclab.core.config import SELECTION_RULES
+    for rule in SELECTION_RULES:
+        assert f"`{rule}`" in text
+    for key in PopulationConfig().selection_dict():
+        assert key in text, f"docs/selection.md does not mention {key}"
+
+
+def test_check_config_warns_rule_specific_key_ignored(tmp_path, capsys):
+    path = write_yaml(tmp_path / "agent.yaml", agent_cfg(threshold_std=0.2))
+    code, _, err = run_main(capsys, "check-config", str(path))
+    assert code == 0 and "pbt.threshold_std only acts under rule isaaclab" in err
+    code, _, err = run_main(capsys, "check-config", str(path), "pbt.rule=isaaclab")
+    assert code == 0 and "threshold_std" not in err
+
+
+def test_lineage_explore_written_as_exploit_applied_from_self(tmp_path, capsys):
+    # The observer logs an applied explore as exploit_applied with donor == the member itself.
+    ws = make_workspace(tmp_path / "ws")
+    log = AuditLog.open(ws.member_dir(3) / "audit.jsonl")
+    log.append("start", {"mode": "fresh", "generation": 0})
+    log.append("decision", {"inputs": {"me": {"generation": 0, "frame": 8000}, "peers": []},
+                            "decision": {"outcome": "explore", "donor": None, "reasons": ["no leader"]},
+                            "changes": [{"key": "gamma", "old": 0.95, "new": 0.96, "factor": 0.8}]})
+    log.append("exploit_applied", {"generation": 1, "donor": 3, "donor_generation": 0, "donor_checkpoint": "c",
+                                   "donor_sha256": SHA, "frame": 8000, "hyperparameters": {"gamma": 0.96},
+                                   "changes": [{"key": "gamma", "old": 0.95, "new": 0.96, "factor": 0.8}]})
+    log.append("start", {"mode": "exploit_applied", "generation": 1})
+    code, out, _ = run_main(capsys, "lineage", str(ws.root), "--member", "3")
+    assert code == 0
+    assert re.search(r"gen 1\s+frame 8000\s+explore \(own weights\)\s+gamma 0.95 -> 0.96 \(x0.8\)\s+\[applied, seq 2\]", out), out
+    assert "start (fresh)" in out and out.count("gen ") == 2
+
+
+def test_check_config_unreadable_path_exit_2(tmp_path, capsys):
+    code, _, err = run_main(capsys, "check-config", str(tmp_path))
+    assert code == 2 and str(tmp_path) in err and "cannot read" in err
+
+
+def test_status_corrupt_population_json_still_lists_members(tmp_path, capsys):
+    ws = make_workspace(tmp_path / "ws", means=(-1.0, -2.0))
+    (ws.root / "population.json").write_text("{nope")
+    code, out, err = run_main(capsys, "status", str(ws.root))
+    assert code == 0 and "population.json" in err and "corrupt" in err
+    assert [l[:3] for l in out.splitlines()[2:]] == ["000", "001"]
