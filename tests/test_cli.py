@@ -527,10 +527,18 @@ def test_selection_doc_mentions_every_rule_and_parameter():
 
 def test_check_config_warns_rule_specific_key_ignored(tmp_path, capsys):
     path = write_yaml(tmp_path / "agent.yaml", agent_cfg(threshold_std=0.2))
-    code, _, err = run_main(capsys, "check-config", str(path))
+    code, _, err = run_main(capsys, "check-config", str(path), "pbt.rule=dexpbt")
     assert code == 0 and "pbt.threshold_std only acts under rule isaaclab" in err
     code, _, err = run_main(capsys, "check-config", str(path), "pbt.rule=isaaclab")
     assert code == 0 and "threshold_std" not in err
+
+
+def test_isaaclab_thresholds_without_rule_select_the_isaaclab_rule(tmp_path, capsys):
+    # An unchanged Isaac Lab pbt: section keeps its meaning: its band thresholds pick the band rule.
+    path = write_yaml(tmp_path / "agent.yaml", agent_cfg(threshold_std=0.2))
+    code, out, err = run_main(capsys, "check-config", str(path))
+    assert code == 0 and "threshold_std" not in err
+    assert "isaaclab" in out
 
 
 def test_lineage_explore_written_as_exploit_applied_from_self(tmp_path, capsys):

@@ -125,6 +125,14 @@ def decision_body(
     }
 
 
+def start_hyperparameters(me: MemberRecord, donor: MemberRecord | None, cfg: Any) -> dict[str, Any]:
+    """Hyperparameters an exploit/explore mutates from: mine, with the donor's mutated keys if configured."""
+    start = dict(me.hyperparameters)
+    if donor is not None and donor.member != me.member and cfg.hparams_from == "donor":
+        start.update({k: v for k, v in donor.hyperparameters.items() if k in cfg.mutation})
+    return start
+
+
 def read_entries(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
     """(line number, entry or None, parse error or None) for each line."""
     with open(path, "rb") as fh:
@@ -180,6 +188,9 @@ def recompute_decision(entry: dict[str, Any]) -> list[str]:
         start = entry.get("start_hyperparameters")
         if not isinstance(start, dict):
             return problems + ["start_hyperparameters missing for an exploit/explore"]
+        expected = start_hyperparameters(me, {p.member: p for p in peers}.get(decision.donor), cfg)
+        if start != expected:
+            problems.append(f"start_hyperparameters: recorded {start!r}, but my record and the donor's give {expected!r}")
         new, changes = explore(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
         if new != entry.get("new_hyperparameters"):
             problems.append(f"new_hyperparameters: recorded {entry.get('new_hyperparameters')!r}, recomputed {new!r}")

@@ -41,6 +41,14 @@ TEST_FIXTURE_ENV = "ASYNC_PBT_TEST_FIXTURE"
 """Environment variable that must equal a fixture rule's name for that rule to be accepted."""
 
 HPARAM_SOURCES = ("donor", "own")
+
+BAKED_IN = {
+    "minibatch_size": " (baked into the PPO dataset at start: a donor's optimizer state and buffers assume it)",
+    "horizon_length": " (sizes the experience buffer at start)",
+    "num_actors": " (the number of simulated envs; fixed by the simulator)",
+    "seq_length": " (sizes RNN sequence buffers at start)",
+}
+"""Keys people try to mutate that cannot change, with why (shown in the error)."""
 """Where an exploiting member's hyperparameters start from before mutation."""
 
 
@@ -239,7 +247,8 @@ def _parse_mutation(raw: Any, problems: list[str], where: str) -> dict[str, Muta
         key = normalise_hparam_key(str(raw_key))
         label = f"{where}mutation.{raw_key}"
         if key not in SUPPORTED_HYPERPARAMETERS:
-            problems.append(f"{label}: {raw_key!r} is not a supported hyperparameter; supported: {supported}")
+            why = BAKED_IN.get(key, "")
+            problems.append(f"{label}: {raw_key!r} is not a supported hyperparameter{why}; supported: {supported}")
             continue
         default = SUPPORTED_HYPERPARAMETERS[key].spec
         if isinstance(raw_spec, str):
@@ -250,7 +259,11 @@ def _parse_mutation(raw: Any, problems: list[str], where: str) -> dict[str, Muta
                     f"{', '.join(list(ISAACLAB_KIND_NAMES) + list(MUTATION_KINDS))}"
                 )
                 continue
-            specs[key] = dataclasses.replace(default, kind=kind) if kind != default.kind else default
+            spec, why = _spec_for_kind(key, default, kind, raw_spec)
+            if spec is None:
+                problems.append(f"{label}: {why}")
+            else:
+                specs[key] = spec
             continue
         if not isinstance(raw_spec, Mapping):
             problems.append(f"{label}: expected a kind name or a mapping with kind/low/high, got {raw_spec!r}")
@@ -303,6 +316,27 @@ def _parse_mutation(raw: Any, problems: list[str], where: str) -> dict[str, Muta
     return specs
 
 
+def _spec_for_kind(key: str, default: MutationSpec, kind: str, raw: str) -> tuple[MutationSpec | None, str]:
+    """A key's default spec with the kind a string asked for, or why that kind does not fit the key.
+
+    Isaac Lab's ``mutate_float`` means "multiply or divide by a factor": on an integer hyperparameter
+    (mini_epochs) that is our ``int`` step, so rl_games keeps getting an int.
+    """
+    if kind == default.kind:
+        return default, ""
+    if raw == "mutate_float" and default.kind in ("int", "log_shift", "discount"):
+        return default, ""
+    if kind == "discount" and not (0 <= default.low and default.high < 1):
+        return None, (f"{raw!r} mutates 1-x and suits values in [0, 1) such as gamma and tau; {key} has bounds "
+                      f"[{default.low}, {default.high}]; accepted here: mutate_float or {default.kind}")
+    if default.kind == "int" or kind in ("int", "choice", "log_shift"):
+        return None, f"kind {kind!r} does not fit {key} (a {default.kind} hyperparameter); accepted: {default.kind}"
+    if kind == "log_float" and default.low <= 0:
+        return None, f"log_float needs positive bounds; {key} has [{default.low}, {default.high}]"
+    # A new kind gets the population's change range, not the default kind's own (discount uses 1.1-1.2).
+    return dataclasses.replace(default, kind=kind, change_range=None), ""
+
+
 def _valid_change_range(value: Any) -> tuple[float, float] | None:
     if isinstance(value, (list, tuple)) and len(value) == 2:
         try:
@@ -353,6 +387,9 @@ def population_config_from_dict(
             checked = _check_type(key, value, getattr(defaults, key), problems, where)
             if checked is not None:
                 values[key] = checked
+    if "rule" not in raw and ("threshold_std" in raw or "threshold_abs" in raw):
+        # Those thresholds only mean something to Isaac Lab's band rule: an Isaac Lab yaml keeps its meaning.
+        values["rule"] = "isaaclab"
     cfg = dataclasses.replace(defaults, **values)
     problems.extend(_validate_values(cfg, where, allow_test_fixture))
     if problems:
@@ -452,6 +489,8 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
             data = yaml_load(fh)
     except FileNotFoundError:
         raise ConfigError([f"file not found: {path}"], str(path)) from None
+    except OSError as exc:
+        raise ConfigError([f"cannot read: {exc.strerror or exc}"], str(path)) from None
     except yaml.YAMLError as exc:
         raise ConfigError([f"not valid YAML: {exc}"], str(path)) from None
     if not isinstance(data, dict):
@@ -566,10 +605,16 @@ def current_hyperparameters(agent_cfg: Mapping[str, Any], cfg: PopulationConfig)
 
 def validate_agent_config(agent_cfg: Mapping[str, Any], cfg: PopulationConfig, source: str = "") -> None:
     """Refuse agent settings a population cannot work with; every problem names its key."""
+    problems = _agent_problems(agent_cfg, cfg)
+    if problems:
+        raise ConfigError(problems, source)
+
+
+def _agent_problems(agent_cfg: Mapping[str, Any], cfg: PopulationConfig) -> list[str]:
     problems: list[str] = []
     params = agent_cfg.get("params")
     if not isinstance(params, Mapping) or not isinstance(params.get("config"), Mapping):
-        raise ConfigError(["params.config: missing; an rl_games agent yaml needs params.config"], source)
+        return ["params.config: missing; an rl_games agent yaml needs params.config"]
     rl_cfg = params["config"]
     schedule = rl_cfg.get("lr_schedule")
     if schedule == "linear":
@@ -602,8 +647,7 @@ def validate_agent_config(agent_cfg: Mapping[str, Any], cfg: PopulationConfig, s
                 "pbt.mutation.network.log_std_bounds.*: needs the bounded exploration network "
                 "(params.network.name: pbt_bounded_actor_critic with log_std_bounds)"
             )
-    if problems:
-        raise ConfigError(problems, source)
+    return problems
 
 
 def load_population_config(

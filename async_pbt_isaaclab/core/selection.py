@@ -238,7 +238,7 @@ def welch_p_value(donor: Sequence[float], mine: Sequence[float]) -> float:
     from scipy import stats
 
     a, b = np.asarray(donor, dtype=float), np.asarray(mine, dtype=float)
-    if a.var(ddof=1) == 0 and b.var(ddof=1) == 0:
+    if len(a) < 2 or len(b) < 2 or (a.var(ddof=1) == 0 and b.var(ddof=1) == 0):
         # Degenerate windows (e.g. all-success): the test is undefined; decide on the means alone.
         return 0.0 if a.mean() > b.mean() else 1.0
     return float(stats.ttest_ind(a, b, equal_var=False, alternative="greater").pvalue)

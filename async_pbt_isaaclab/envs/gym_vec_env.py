@@ -49,7 +49,7 @@ import torch
 from gymnasium.vector import SyncVectorEnv
 from rl_games.common.ivecenv import IVecEnv
 
-from async_pbt_isaaclab.core.evidence import ConditionLabel, EpisodeBatch
+from async_pbt_isaaclab.core.evidence import ConditionLabel
 from async_pbt_isaaclab.envs.summary import EpisodeSummaryEmitter
 
 #: rl_games vec-env type name under which :class:`GymVecEnv` is registered.

@@ -143,6 +143,7 @@ class TorchReachEnv(gym.Env):
         *,
         num_envs: int | None = None,
         device: str | torch.device | None = None,
+        seed: int | None = None,
         **kwargs: Any,
     ):
         """Build the buffers and sample initial states (call :meth:`reset` before stepping, as with Isaac Lab).
@@ -152,6 +153,7 @@ class TorchReachEnv(gym.Env):
             render_mode: Accepted for the gymnasium signature; only None is supported.
             num_envs: Shortcut overriding ``cfg.scene.num_envs``.
             device: Shortcut overriding ``cfg.sim.device``.
+            seed: Shortcut overriding ``cfg.seed`` (when not None).
             kwargs: Registry entry points (``*_entry_point``) that ``gym.make`` forwards, ignored as Isaac Lab does.
         """
         unknown = [k for k in kwargs if not k.endswith("_entry_point")]
@@ -164,6 +166,8 @@ class TorchReachEnv(gym.Env):
             cfg.scene.num_envs = int(num_envs)
         if device is not None:
             cfg.sim.device = str(device)
+        if seed is not None:
+            cfg.seed = int(seed)
         if set(cfg.reward_weights) != set(REWARD_TERMS):
             raise ValueError(f"reward_weights must name exactly {REWARD_TERMS}, got {sorted(cfg.reward_weights)}")
         self.cfg = cfg

@@ -35,7 +35,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from async_pbt_isaaclab.core.fsio import atomic_write_bytes
+from async_pbt_isaaclab.core.fsio import ChecksumMismatch, atomic_write_bytes
 
 #: Key of the checkpoint dict that holds the PBT metadata.
 PBT_KEY = "pbt"
@@ -181,25 +181,29 @@ def save_checkpoint(path: Path | str, state: Mapping[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------------- load
-def _sniff(path: Path) -> str:
-    """``"zip"`` or ``"legacy"`` torch format; CheckpointError for anything that is not a torch checkpoint."""
+def _read(path: Path) -> bytes:
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(len(_LEGACY_MAGIC))
+        return path.read_bytes()
     except FileNotFoundError:
         raise CheckpointError(f"{path}: checkpoint file does not exist", path) from None
     except IsADirectoryError:
         raise CheckpointError(f"{path}: is a directory, expected a torch checkpoint file", path) from None
-    if not head:
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read checkpoint ({exc})", path) from None
+
+
+def _sniff(path: Path, data: bytes) -> str:
+    """``"zip"`` or ``"legacy"`` torch format; CheckpointError for anything that is not a torch checkpoint."""
+    if not data:
         raise CheckpointError(f"{path}: file is empty, expected a torch checkpoint (torch.save zip archive)", path)
-    if head.startswith(_ZIP_MAGIC):
-        if not zipfile.is_zipfile(path):
+    if data.startswith(_ZIP_MAGIC):
+        if not zipfile.is_zipfile(io.BytesIO(data)):
             raise CheckpointError(
                 f"{path}: truncated or corrupted torch checkpoint (zip archive incomplete: no central directory)",
                 path,
             )
         try:
-            with zipfile.ZipFile(path) as zf:
+            with zipfile.ZipFile(io.BytesIO(data)) as zf:
                 names = zf.namelist()
         except (zipfile.BadZipFile, OSError) as exc:
             raise CheckpointError(f"{path}: corrupted torch checkpoint ({exc})", path) from None
@@ -209,10 +213,10 @@ def _sniff(path: Path) -> str:
                 path,
             )
         return "zip"
-    if head.startswith(_LEGACY_MAGIC):
+    if data.startswith(_LEGACY_MAGIC):
         return "legacy"
     raise CheckpointError(
-        f"{path}: not a torch checkpoint (expected a torch.save zip archive, file starts with {head[:8]!r})", path
+        f"{path}: not a torch checkpoint (expected a torch.save zip archive, file starts with {data[:8]!r})", path
     )
 
 
@@ -223,14 +227,16 @@ _GLOBAL_PATTERNS = (
 )
 
 
-def _disallowed_globals(path: Path, fmt: str, message: str) -> list[str]:
+def _disallowed_globals(data: bytes, fmt: str, message: str) -> list[str]:
     """Names of the globals that made a weights_only load fail; static scan, nothing is executed."""
     names: list[str] = []
     if fmt == "zip":
         finder = getattr(torch.serialization, "get_unsafe_globals_in_checkpoint", None)
         if finder is not None:
             try:
-                names = list(finder(str(path)))
+                # Inside the same allowlist as the load: only globals it does not cover are named.
+                with torch.serialization.safe_globals(rl_games_safe_globals()):
+                    names = list(finder(io.BytesIO(data)))
             except Exception:  # the scan is a diagnostic: fall back to torch's message
                 names = []
     if not names:
@@ -246,7 +252,13 @@ def _weights_only_detail(message: str) -> str:
     return " ".join(detail.split()) or message.strip().splitlines()[0]
 
 
-def load_checkpoint(path: Path | str, *, trusted: bool = False, map_location: Any = "cpu") -> dict[str, Any]:
+def load_checkpoint(
+    path: Path | str,
+    *,
+    trusted: bool = False,
+    map_location: Any = "cpu",
+    expected_sha256: str | None = None,
+) -> dict[str, Any]:
     """Load an rl_games checkpoint safely; returns the checkpoint dict.
 
     With ``trusted=False`` (the default) this is ``torch.load(weights_only=True)`` with
@@ -257,12 +269,27 @@ def load_checkpoint(path: Path | str, *, trusted: bool = False, map_location: An
     Either way, :class:`CheckpointError` naming the file is raised when it does not exist, is empty,
     is not a torch checkpoint, is truncated or corrupted, or does not hold a dict with the rl_games
     key ``model``.
+
+    ``expected_sha256`` (the checksum a member record published): the bytes are hashed first and a
+    mismatch raises :class:`~async_pbt_isaaclab.core.fsio.ChecksumMismatch`. torch itself does not
+    checksum tensor data, so a file damaged inside a tensor would otherwise load silently.
+
+    The file is read once into memory and everything (sniffing, hashing, unpickling) works on those
+    bytes, so a concurrent ``os.replace`` of the file cannot make the verified and the loaded
+    content differ.
     """
     path = Path(path)
-    fmt = _sniff(path)
+    data = _read(path)
+    fmt = _sniff(path, data)
+    if expected_sha256 is not None:
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != expected_sha256:
+            raise ChecksumMismatch(
+                f"{path}: sha256 {actual} does not match the expected {expected_sha256}; not loaded"
+            )
     try:
         if trusted:
-            state = torch.load(path, map_location=map_location, weights_only=False)
+            state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=False)
         else:
             if not hasattr(torch.serialization, "safe_globals"):
                 raise CheckpointError(
@@ -271,13 +298,13 @@ def load_checkpoint(path: Path | str, *, trusted: bool = False, map_location: An
                     path,
                 )
             with torch.serialization.safe_globals(rl_games_safe_globals()):
-                state = torch.load(path, map_location=map_location, weights_only=True)
+                state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     except CheckpointError:
         raise
     except pickle.UnpicklingError as exc:
         message = str(exc)
         if not trusted and "Weights only load failed" in message:
-            names = _disallowed_globals(path, fmt, message)
+            names = _disallowed_globals(data, fmt, message)
             if names:
                 raise DisallowedGlobalError(
                     f"{path}: refusing to unpickle disallowed global(s) {', '.join(names)} "

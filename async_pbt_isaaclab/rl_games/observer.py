@@ -36,7 +36,7 @@ from async_pbt_isaaclab.core.evidence import EvidenceWindow
 from async_pbt_isaaclab.core.mutation import MemberRng, explore, isaaclab_key
 from async_pbt_isaaclab.core.records import MemberRecord
 from async_pbt_isaaclab.core.selection import Decision, Outcome, decide
-from async_pbt_isaaclab.core.audit import decision_body
+from async_pbt_isaaclab.core.audit import decision_body, start_hyperparameters
 from async_pbt_isaaclab.core.workspace import (
     WorkspaceError,
     apply_retention,
@@ -339,9 +339,7 @@ class PbtObserver(AlgoObserver):
         changes: list = []
         donor_record = records.get(decision.donor) if decision.donor is not None else None
         if decision.outcome in (Outcome.EXPLOIT, Outcome.EXPLORE):
-            start_hp = dict(state.hyperparameters)
-            if donor_record is not None and self.cfg.hparams_from == "donor":
-                start_hp.update({k: v for k, v in donor_record.hyperparameters.items() if k in self.cfg.mutation})
+            start_hp = start_hyperparameters(me, donor_record, self.cfg)
             new_hp, changes = explore(start_hp, self.cfg.mutation, self.cfg.mutation_rate, self.cfg.change_range, rng)
         # Write-ahead: the decision is on disk before anything acts on it.
         self.session.audit.append("decision", decision_body(

@@ -1,0 +1,53 @@
+"""Shared test fixtures. Append new fixtures below; keep each one small and documented."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import pytest
+
+from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
+from async_pbt_isaaclab.core.records import MemberRecord
+
+
+def build_record(
+    member: int,
+    values: list[float] | tuple[float, ...] = (),
+    *,
+    now: float | None = None,
+    generation: int = 0,
+    evidence_generation: int | None = None,
+    frame: int = 100_000,
+    generation_start_frame: int = 0,
+    heartbeat_age: float = 5.0,
+    task: str = "t",
+    objective: str = "episode_return",
+    checkpoint: bool = True,
+    hyperparameters: dict[str, Any] | None = None,
+    **extra: Any,
+) -> MemberRecord:
+    """A realistic published member record with window ``values`` (per-episode objective values)."""
+    now = time.time() if now is None else now
+    values = tuple(float(v) for v in values)
+    return MemberRecord(
+        member=member,
+        generation=generation,
+        frame=frame,
+        generation_start_frame=generation_start_frame,
+        restarts=generation,
+        heartbeat=now - heartbeat_age,
+        evidence=EvidenceSummary(objective, generation if evidence_generation is None else evidence_generation,
+                                 values, len(values), 0),
+        condition=ConditionLabel(task=task, objective=objective),
+        hyperparameters=dict(hyperparameters or {"learning_rate": 3e-4, "gamma": 0.99}),
+        checkpoint=f"members/{member:03d}/checkpoints/g{generation:04d}_f{frame:012d}.pth" if checkpoint else None,
+        checkpoint_sha256=("%064x" % (member + 1)) if checkpoint else None,
+        **extra,
+    )
+
+
+@pytest.fixture
+def make_record() -> Callable[..., MemberRecord]:
+    """Factory for :class:`MemberRecord` (see :func:`build_record` for the keyword arguments)."""
+    return build_record

@@ -1,0 +1,261 @@
+"""Audit log and verifier (async_pbt_isaaclab.core.audit).
+
+The log is built from real decisions: records -> decide -> explore -> decision_body -> append, as a
+member does it. What is shown here:
+1. a chain of keep / exploit / explore decisions (and the facts around them) verifies clean;
+2. an edited entry (a number changed, JSON still valid) is caught as a hash mismatch; if the forger
+   also recomputes every hash, the verifier still catches it because the decision does not reproduce;
+3. the verifier replays the exploit's mutation: edited new hyperparameters, changes or RNG after-state
+   are caught;
+4. a deleted middle entry and reordered entries are caught;
+5. a torn last line (crash mid-append) is reported, moved to ``.torn`` on open, and appending continues
+   with a clean chain.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from async_pbt_isaaclab.core.audit import GENESIS, AuditLog, decision_body, entry_hash, verify_log
+from async_pbt_isaaclab.core.config import population_config_from_dict
+from async_pbt_isaaclab.core.mutation import MemberRng, explore
+from async_pbt_isaaclab.core.selection import Outcome, decide
+
+NOW = 1_700_000_000.0
+
+
+def _cfg(rule="dexpbt", policy_idx=0):
+    return population_config_from_dict({
+        "enabled": True, "num_policies": 4, "policy_idx": policy_idx, "interval_steps": 1000, "rule": rule,
+        "min_episodes": 8, "window": 16, "mutation_rate": 0.8,
+        "mutation": {"agent.params.config.learning_rate": "mutate_float", "gamma": "mutate_discount",
+                     "mini_epochs": {"kind": "int", "low": 1, "high": 8, "step": 2}},
+    })
+
+
+def _population(make_record, means, now=NOW):
+    hps = [{"learning_rate": 3e-4 * (i + 1), "gamma": 0.99 - 0.001 * i, "mini_epochs": 4 + i} for i in range(len(means))]
+    return [make_record(i, [m + (0.5 if k % 2 else -0.5) for k in range(16)], now=now, frame=10_000,
+                        hyperparameters=hps[i]) for i, m in enumerate(means)]
+
+
+def _log_decision(log, me, recs, cfg, rng, now):
+    """What a member does at a decision point: decide, mutate if needed, write ahead."""
+    rng_before = rng.get_state()
+    d = decide(me, recs, cfg, rng, now)
+    start = new = None
+    changes = []
+    if d.outcome is Outcome.EXPLOIT:
+        start = dict(next(r for r in recs if r.member == d.donor).hyperparameters)
+    elif d.outcome is Outcome.EXPLORE:
+        start = dict(me.hyperparameters)
+    if start is not None:
+        new, changes = explore(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
+    log.append("decision", decision_body(me, recs, cfg.selection_dict(), now, rng_before, d, start, new, changes,
+                                         rng.get_state(), unreadable_peers={3: "bad json"}), now=now)
+    return d
+
+
+@pytest.fixture
+def chain(tmp_path, make_record):
+    """A member-0 log with start, keep, exploit (+ applied), and an isaaclab explore."""
+    path = tmp_path / "members" / "000" / "audit.jsonl"
+    log = AuditLog.open(path)
+    rng = MemberRng(1_000_003)
+    log.append("start", {"argv": ["train.py", "--pbt-index", "0"], "generation": 0}, now=NOW - 100)
+
+    recs = _population(make_record, [20.0, 10.0, 30.0, 25.0])
+    d_keep = _log_decision(log, recs[0], recs, _cfg(), rng, NOW)
+
+    recs = _population(make_record, [0.0, 10.0, 30.0, 25.0], now=NOW + 60)
+    d_exploit = _log_decision(log, recs[0], recs, _cfg(), rng, NOW + 60)
+    log.append("exploit_applied", {"donor": d_exploit.donor, "generation": 1}, now=NOW + 61)
+
+    recs = _population(make_record, [0.0, 10.0, 10.0, 10.0], now=NOW + 120)
+    cfg_il = population_config_from_dict(dict(_cfg("isaaclab").selection_dict(), threshold_abs=3.0))
+    d_explore = _log_decision(log, recs[0], recs, cfg_il, rng, NOW + 120)
+
+    outcomes = [d_keep.outcome, d_exploit.outcome, d_explore.outcome]
+    assert outcomes == [Outcome.KEEP, Outcome.EXPLOIT, Outcome.EXPLORE], outcomes
+    return path
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _write(path, entries, rehash=False):
+    if rehash:  # a forger who recomputes the whole chain
+        prev = GENESIS
+        for e in entries:
+            e["prev_hash"] = prev
+            e["hash"] = entry_hash(prev, e)
+            prev = e["hash"]
+    path.write_text("".join(json.dumps(e, sort_keys=True, separators=(",", ":")) + "\n" for e in entries))
+
+
+def _problems_at(problems, seq):
+    return [p.problem for p in problems if p.seq == seq]
+
+
+def test_chain_of_real_decisions_verifies(chain):
+    count, problems = verify_log(chain)
+    assert count == 5 and problems == []
+    entries = _lines(chain)
+    assert [e["seq"] for e in entries] == [0, 1, 2, 3, 4]
+    assert entries[0]["prev_hash"] == GENESIS
+    exploit = entries[2]
+    assert exploit["decision"]["outcome"] == "exploit" and exploit["decision"]["donor"] == 2
+    assert exploit["changes"], "the exploit mutated something (mutation_rate 0.8, three keys)"
+    assert exploit["rng_before"] != exploit["rng_after"]
+    assert exploit["inputs"]["unreadable_peers"] == {"3": "bad json"}
+
+
+def test_appending_after_reopen_continues_the_chain(chain, make_record):
+    log = AuditLog.open(chain)
+    assert log.last_seq == 4
+    log.append("stop", {"reason": "max_epochs"})
+    count, problems = verify_log(chain)
+    assert count == 6 and problems == []
+
+
+def test_edited_number_is_a_hash_mismatch(chain):
+    text = chain.read_text().splitlines()
+    # Change one digit of the donor's published mean evidence in the exploit entry; JSON stays valid.
+    entry = json.loads(text[2])
+    entry["inputs"]["peers"][2]["evidence"]["values"][0] = 29.0
+    text[2] = json.dumps(entry, sort_keys=True, separators=(",", ":"))
+    chain.write_text("\n".join(text) + "\n")
+    count, problems = verify_log(chain)
+    assert count == 5
+    assert any("hash mismatch" in p for p in _problems_at(problems, 2))
+    assert all(p.seq == 2 for p in problems)  # the rest of the chain is intact
+
+
+def test_forged_and_rehashed_decision_does_not_reproduce(chain):
+    entries = _lines(chain)
+    # Pretend member 2 (the donor) was the worst: the recorded exploit no longer follows from the inputs.
+    for rec in entries[2]["inputs"]["peers"]:
+        if rec["member"] == 2:
+            rec["evidence"]["values"] = [-50.0] * 16
+    _write(chain, entries, rehash=True)
+    _, problems = verify_log(chain)
+    texts = _problems_at(problems, 2)
+    assert texts and all("decision does not reproduce" in p for p in texts)
+    assert any("decision.donor" in p or "decision.outcome" in p for p in texts)
+    assert not any("hash" in p for p in texts)  # the forger fixed the hashes; replay still caught it
+
+
+@pytest.mark.parametrize("field, expected", [
+    ("new_hyperparameters", "new_hyperparameters"),
+    ("changes", "changes"),
+    ("rng_after", "rng_after"),
+    ("rng_before", "rng_after"),
+    ("start_hyperparameters", "_hyperparameters"),
+])
+def test_verifier_replays_mutation_and_rng(chain, field, expected):
+    entries = _lines(chain)
+    e = entries[2]
+    if field in ("new_hyperparameters", "start_hyperparameters"):
+        e[field]["learning_rate"] = e[field]["learning_rate"] * 1.5
+    elif field == "changes":
+        e[field][0]["new"] = 123.0
+    else:
+        e[field]["state"] += 1
+    _write(chain, entries, rehash=True)
+    _, problems = verify_log(chain)
+    texts = _problems_at(problems, 2)
+    assert any(expected in p for p in texts), texts
+
+
+def test_forged_explore_is_caught(chain):
+    entries = _lines(chain)
+    e = entries[4]
+    assert e["decision"]["outcome"] == "explore"
+    e["decision"]["outcome"] = "keep"
+    _write(chain, entries, rehash=True)
+    _, problems = verify_log(chain)
+    assert any("decision.outcome" in p for p in _problems_at(problems, 4))
+
+
+def test_deleted_middle_entry_is_caught(chain):
+    lines = chain.read_text().splitlines(keepends=True)
+    del lines[2]
+    chain.write_text("".join(lines))
+    count, problems = verify_log(chain)
+    assert count == 4
+    texts = _problems_at(problems, 3)
+    assert any("sequence number 3, expected 2" in p for p in texts)
+    assert any("chain broken" in p for p in texts)
+
+
+def test_reordered_entries_are_caught(chain):
+    lines = chain.read_text().splitlines(keepends=True)
+    lines[1], lines[2] = lines[2], lines[1]
+    chain.write_text("".join(lines))
+    _, problems = verify_log(chain)
+    assert any("chain broken" in p.problem for p in problems)
+    assert any("sequence number" in p.problem for p in problems)
+
+
+def test_torn_last_line_is_moved_aside_and_appending_continues(chain):
+    good = chain.read_bytes()
+    half = good.splitlines(keepends=True)[2][:150]
+    chain.write_bytes(good + half)  # crash in the middle of appending a sixth entry
+
+    _, problems = verify_log(chain)
+    assert any("torn line" in p.problem for p in problems)
+
+    log = AuditLog.open(chain)
+    assert log.last_seq == 4
+    torn = chain.with_name("audit.jsonl.torn")
+    assert torn.read_bytes() == half + b"\n"
+    assert chain.read_bytes() == good
+    log.append("stop", {"generation": 1})
+    count, problems = verify_log(chain)
+    assert count == 6 and problems == []
+
+
+def test_unknown_entry_kind_is_refused(chain):
+    log = AuditLog.open(chain)
+    with pytest.raises(ValueError, match="kind"):
+        log.append("oops", {})
+    assert verify_log(chain) == (5, [])
+
+
+def test_unreplayable_decision_is_reported(chain):
+    entries = _lines(chain)
+    entries[1]["config"]["rule"] = "no_such_rule"
+    _write(chain, entries, rehash=True)
+    _, problems = verify_log(chain)
+    assert any("cannot be replayed" in p for p in _problems_at(problems, 1))
+
+
+def test_json_garbage_line_is_reported(chain):
+    with open(chain, "ab") as fh:
+        fh.write(b"not json\n")
+    count, problems = verify_log(chain)
+    assert count == 5 and any("not valid JSON" in p.problem and p.line == 6 for p in problems)
+
+
+def test_fixture_rule_decision_replays_without_the_env_var(tmp_path, make_record, monkeypatch):
+    monkeypatch.setenv("ASYNC_PBT_TEST_FIXTURE", "fixture_forced_exploit")
+    cfg = population_config_from_dict(dict(_cfg().selection_dict(), rule="fixture_forced_exploit", policy_idx=1))
+    recs = _population(make_record, [5.0, 1.0, 2.0, 3.0])
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog.open(path)
+    d = _log_decision(log, recs[1], recs, cfg, MemberRng(5), NOW)
+    assert d.outcome is Outcome.EXPLOIT and d.donor == 0
+    monkeypatch.delenv("ASYNC_PBT_TEST_FIXTURE")
+    assert verify_log(path) == (1, [])
+
+
+def test_decision_record_holds_every_input(chain):
+    e = _lines(chain)[2]
+    assert set(e) >= {"inputs", "config", "rng_before", "decision", "start_hyperparameters",
+                      "new_hyperparameters", "changes", "rng_after", "hash", "prev_hash", "seq", "time", "kind"}
+    assert {p["member"] for p in e["inputs"]["peers"]} == {0, 1, 2, 3}
+    assert e["config"]["rule"] == "dexpbt" and e["config"]["mutation"]["gamma"]["kind"] == "discount"
+    assert e["start_hyperparameters"] == e["inputs"]["peers"][2]["hyperparameters"]  # from the donor

@@ -1,0 +1,180 @@
+"""Crash-safe file primitives (async_pbt_isaaclab.core.fsio).
+
+What is shown here:
+1. a writer SIGKILLed in the middle of large writes never leaves a partial file under the final name:
+   a reader that keeps reading and parsing it during the writes and after the kill always gets a
+   complete file;
+2. a write callback that fails leaves the final file unchanged and no temp file behind;
+3. a verified copy refuses a checksum mismatch without creating the destination;
+4. stale temp files (left by killed writers) are cleaned up after the grace period, fresh ones are not;
+5. canonical JSON is deterministic and refuses NaN.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from async_pbt_isaaclab.core import fsio
+
+WRITER = textwrap.dedent(
+    """
+    import hashlib, json, pathlib, sys, time
+    from async_pbt_isaaclab.core import fsio
+
+    final, stall_marker, stall_at = sys.argv[1], pathlib.Path(sys.argv[2]), int(sys.argv[3])
+    i = 0
+    while True:
+        payload = (str(i) * 64).encode() * 2000  # a few hundred kB per version
+        digest = hashlib.sha256(payload).hexdigest()
+        header = json.dumps({"version": i, "sha256": digest, "size": len(payload)}).encode() + b"\\n"
+
+        def write(fh, payload=payload, header=header, i=i):
+            fh.write(header)
+            for k in range(0, len(payload), 16384):
+                fh.write(payload[k:k + 16384])
+                time.sleep(0.0005)
+                if i == stall_at and k > len(payload) // 2:
+                    fh.flush()
+                    stall_marker.write_text("half written")  # the parent kills us here
+                    time.sleep(600)
+
+        fsio.atomic_write(final, write)
+        if i == 0:
+            print("first", flush=True)
+        i += 1
+    """
+)
+
+
+def _check_complete(data: bytes) -> int:
+    header, _, payload = data.partition(b"\n")
+    meta = json.loads(header)
+    assert len(payload) == meta["size"], "partial file visible under the final name"
+    assert hashlib.sha256(payload).hexdigest() == meta["sha256"], "mixed or partial content"
+    return meta["version"]
+
+
+def test_sigkilled_writer_never_exposes_a_partial_file(tmp_path):
+    final = tmp_path / "record.bin"
+    marker = tmp_path.parent / (tmp_path.name + "-stalled")
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(final), str(marker), "60"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "first"
+        versions = set()
+        reads = 0
+        deadline = time.monotonic() + 30
+        # Read and parse the final name over and over while versions 1..60 are being written.
+        while not marker.exists() and time.monotonic() < deadline:
+            versions.add(_check_complete(final.read_bytes()))
+            reads += 1
+        assert marker.exists(), "writer never reached the stall point"
+        os.kill(proc.pid, signal.SIGKILL)  # mid-write of version 60
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert reads > 20 and len(versions) >= 5, (reads, versions)  # reads really overlapped many writes
+    # After the kill the final name holds the last complete version, not the half-written one...
+    assert _check_complete(final.read_bytes()) == 59
+    # ...and the killed write left only its temp file, which cleanup removes once stale.
+    leftovers = [p for p in tmp_path.iterdir() if fsio.is_temp_file(p)]
+    assert len(leftovers) == 1
+    assert fsio.remove_stale_temp_files(tmp_path, older_than_s=3600) == []
+    removed = fsio.remove_stale_temp_files(tmp_path, older_than_s=0.0, now=time.time() + 1)
+    assert removed == leftovers
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["record.bin"]
+
+
+def test_failing_write_leaves_final_unchanged_and_no_temp(tmp_path):
+    final = tmp_path / "state.json"
+    fsio.atomic_write_json(final, {"generation": 1})
+    before = final.read_bytes()
+
+    class Boom(RuntimeError):
+        pass
+
+    def write(fh):
+        fh.write(b'{"generation": 2, "partial": ')
+        raise Boom("disk full")
+
+    with pytest.raises(Boom):
+        fsio.atomic_write(final, write)
+    assert final.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+    # A new file that fails is never created at all.
+    with pytest.raises(Boom):
+        fsio.atomic_write(tmp_path / "new.json", write)
+    assert not (tmp_path / "new.json").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_atomic_write_json_round_trip_and_nan_refused(tmp_path):
+    final = tmp_path / "x.json"
+    fsio.atomic_write_json(final, {"b": [1, 2.5], "a": "z"})
+    assert json.loads(final.read_text()) == {"a": "z", "b": [1, 2.5]}
+    with pytest.raises(ValueError):
+        fsio.atomic_write_json(final, {"v": float("nan")})
+    assert json.loads(final.read_text()) == {"a": "z", "b": [1, 2.5]}
+    assert [p.name for p in tmp_path.iterdir()] == ["x.json"]
+
+
+def test_canonical_json_is_deterministic():
+    a = fsio.canonical_json({"b": 1, "a": [1.5, {"y": 2, "x": 1}]})
+    b = fsio.canonical_json({"a": [1.5, {"x": 1, "y": 2}], "b": 1})
+    assert a == b == b'{"a":[1.5,{"x":1,"y":2}],"b":1}'
+    with pytest.raises(ValueError):
+        fsio.canonical_json({"x": float("inf")})
+
+
+def test_verified_copy(tmp_path):
+    src = tmp_path / "donor.pth"
+    src.write_bytes(os.urandom(3 << 20))
+    digest = fsio.sha256_file(src)
+    assert digest == hashlib.sha256(src.read_bytes()).hexdigest()
+
+    dst = tmp_path / "copy" / "mine.pth"
+    dst.parent.mkdir()
+    assert fsio.atomic_copy_verified(src, dst, digest) == digest
+    assert dst.read_bytes() == src.read_bytes()
+
+    bad_dst = tmp_path / "copy" / "bad.pth"
+    with pytest.raises(fsio.ChecksumMismatch) as excinfo:
+        fsio.atomic_copy_verified(src, bad_dst, "0" * 64)
+    assert str(src) in str(excinfo.value) and "0" * 64 in str(excinfo.value)
+    assert not bad_dst.exists()
+    assert sorted(p.name for p in dst.parent.iterdir()) == ["mine.pth"]
+
+
+def test_stale_temp_cleanup_keeps_fresh_temps_and_real_files(tmp_path):
+    real = tmp_path / "record.json"
+    real.write_text("{}")
+    old_tmp = fsio.temp_name(real)
+    old_tmp.write_text("partial")
+    os.utime(old_tmp, (time.time() - 1000, time.time() - 1000))
+    fresh_tmp = tmp_path / f".other.json{fsio.TEMP_MARKER}host-1-2"
+    fresh_tmp.write_text("in progress")
+    assert fsio.is_temp_file(old_tmp) and fsio.is_temp_file(fresh_tmp) and not fsio.is_temp_file(real)
+    removed = fsio.remove_stale_temp_files(tmp_path, older_than_s=600)
+    assert removed == [old_tmp]
+    assert real.exists() and fresh_tmp.exists()
+    assert fsio.remove_stale_temp_files(tmp_path / "missing", 0) == []
+
+
+def test_temp_names_are_unique_and_beside_the_final(tmp_path):
+    final = tmp_path / "a.json"
+    names = {fsio.temp_name(final) for _ in range(100)}
+    assert len(names) == 100
+    assert all(n.parent == tmp_path and n.name.startswith(".a.json") for n in names)

@@ -1,0 +1,230 @@
+"""Bounded, reproducible mutation (async_pbt_isaaclab.core.mutation).
+
+What is shown here:
+1. (property) every result of every kind lies inside [low, high], for any starting value (inside,
+   outside, zero, negative, infinite), any mutation rate and any change range;
+2. the kinds do what they say: log_float multiplies/divides by a factor in the change range,
+   discount does so on 1-x, int steps by 1..step, choice picks another allowed value;
+3. (property) the member RNG state survives json.dumps/loads and the draw sequence continues exactly
+   where it stopped (a restart neither replays nor skips draws);
+4. explore visits keys in sorted order: dict insertion order does not change the result.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from async_pbt_isaaclab.core.mutation import (
+    SUPPORTED_HYPERPARAMETERS,
+    MemberRng,
+    MutationSpec,
+    explore,
+    mutate_value,
+    within_bounds,
+)
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+finite = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e12, max_value=1e12)
+starting_float = st.one_of(finite, st.just(0.0), st.just(-0.0), st.just(float("inf")), st.just(-float("inf")),
+                           st.floats(min_value=1e-300, max_value=1e-200))
+change_ranges = st.tuples(st.floats(1.0, 4.0), st.floats(0.0, 3.0)).map(lambda t: (t[0], t[0] + t[1]))
+
+
+@st.composite
+def float_specs(draw):
+    kind = draw(st.sampled_from(["log_float", "discount", "log_shift"]))
+    if kind == "log_float":
+        low = draw(st.floats(1e-8, 10.0))
+        high = low * draw(st.floats(1.0, 1e4))
+    elif kind == "discount":
+        low = draw(st.floats(0.0, 0.999))
+        high = draw(st.floats(low, 0.9999))
+    else:
+        low = draw(st.floats(-10.0, 5.0))
+        high = low + draw(st.floats(0.0, 10.0))
+    cr = draw(st.one_of(st.none(), change_ranges))
+    return MutationSpec(kind=kind, low=low, high=high, change_range=cr)
+
+
+@st.composite
+def int_specs(draw):
+    low = draw(st.integers(-20, 20))
+    high = low + draw(st.integers(0, 30))
+    # Bounds may be written as floats (1.5 .. 7.5): results must still be integers inside them.
+    # (Config refuses int bounds with no integer between them, e.g. [0.5, 0.5].)
+    shift = draw(st.sampled_from([None, "outward", "up"]))
+    if shift == "outward":
+        low, high = low - 0.5, high + 0.5
+    elif shift == "up" and high > low:
+        low, high = low + 0.5, high + 0.5
+    return MutationSpec(kind="int", low=low, high=high, step=draw(st.integers(1, 10)))
+
+
+@SETTINGS
+@given(spec=float_specs(), value=starting_float, rate=st.floats(0.0, 1.0), cr=change_ranges,
+       seed=st.integers(0, 2**63))
+def test_float_kinds_always_inside_bounds(spec, value, rate, cr, seed):
+    rng = MemberRng(seed)
+    new, changes = explore({"x": value}, {"x": spec}, rate, cr, rng)
+    assert spec.low <= new["x"] <= spec.high, (spec, value, new)
+    # Direct mutation as well (rate 1 path), for any value.
+    mutated, factor = mutate_value(value, spec, cr, MemberRng(seed))
+    assert spec.low <= mutated <= spec.high
+    lo, hi = spec.change_range or cr
+    assert lo - 1e-12 <= max(factor, 1 / factor) <= hi + 1e-12
+
+
+@SETTINGS
+@given(spec=int_specs(), value=st.integers(-1000, 1000), rate=st.floats(0.0, 1.0), seed=st.integers(0, 2**63))
+def test_int_kind_always_integer_inside_bounds(spec, value, rate, seed):
+    new, _ = explore({"n": value}, {"n": spec}, rate, (1.1, 2.0), MemberRng(seed))
+    assert isinstance(new["n"], int)
+    assert spec.low <= new["n"] <= spec.high, (spec, value, new)
+
+
+@SETTINGS
+@given(choices=st.lists(st.sampled_from(["adam", "sgd", "rmsprop", "lamb"]), min_size=2, max_size=4, unique=True),
+       seed=st.integers(0, 2**63))
+def test_choice_kind_picks_another_allowed_value(choices, seed):
+    spec = MutationSpec(kind="choice", choices=tuple(choices))
+    new, changes = explore({"opt": choices[0]}, {"opt": spec}, 1.0, (1.1, 2.0), MemberRng(seed))
+    assert new["opt"] in choices and new["opt"] != choices[0]
+    assert within_bounds(new["opt"], spec)
+    assert changes[0].old == choices[0] and changes[0].new == new["opt"]
+
+
+@SETTINGS
+@given(value=st.floats(1e-5, 1e-3), seed=st.integers(0, 2**63))
+def test_log_float_multiplies_or_divides_by_factor_in_range(value, seed):
+    spec = MutationSpec(kind="log_float", low=1e-9, high=1.0)
+    new, factor = mutate_value(value, spec, (1.1, 2.0), MemberRng(seed))
+    assert new == pytest.approx(value * factor)
+    assert 1.1 <= factor <= 2.0 or 1 / 2.0 <= factor <= 1 / 1.1
+
+
+@SETTINGS
+@given(gamma=st.floats(0.95, 0.999), seed=st.integers(0, 2**63))
+def test_discount_mutates_one_minus_x(gamma, seed):
+    spec = SUPPORTED_HYPERPARAMETERS["gamma"].spec
+    spec = MutationSpec(kind="discount", low=0.0, high=0.99999, change_range=spec.change_range)
+    new, factor = mutate_value(gamma, spec, (1.1, 2.0), MemberRng(seed))
+    assert 1.0 - new == pytest.approx((1.0 - gamma) * factor, rel=1e-9)
+    assert new < 1.0
+    assert 1.1 <= max(factor, 1 / factor) <= 1.2  # Isaac Lab's mutate_discount range, not change_range
+
+
+def test_zero_and_out_of_bounds_starting_values_come_back_inside():
+    lr = MutationSpec(kind="log_float", low=1e-6, high=1e-2)
+    rng = MemberRng(1)
+    # Zero has no log scale: start from low and stay inside.
+    v, _ = mutate_value(0.0, lr, (1.1, 2.0), rng)
+    assert 1e-6 <= v <= 1e-2
+    # Not mutated (rate 0) but out of bounds: clipped back in and reported as a change.
+    new, changes = explore({"learning_rate": 0.5}, {"learning_rate": lr}, 0.0, (1.1, 2.0), rng)
+    assert new["learning_rate"] == 1e-2
+    assert [(c.key, c.old, c.new, c.factor) for c in changes] == [("learning_rate", 0.5, 1e-2, None)]
+
+
+def test_int_step_is_between_one_and_step():
+    spec = MutationSpec(kind="int", low=0, high=1000, step=3)
+    rng = MemberRng(7)
+    seen = set()
+    for _ in range(300):
+        new, _ = mutate_value(500, spec, (1.1, 2.0), rng)
+        seen.add(new - 500)
+    assert seen == {-3, -2, -1, 1, 2, 3}
+
+
+def test_rate_zero_changes_nothing_inside_bounds_and_rate_one_changes_everything():
+    specs = {k: SUPPORTED_HYPERPARAMETERS[k].spec for k in ("learning_rate", "gamma", "e_clip", "mini_epochs")}
+    hp = {"learning_rate": 3e-4, "gamma": 0.99, "e_clip": 0.2, "mini_epochs": 5}
+    new, changes = explore(hp, specs, 0.0, (1.1, 2.0), MemberRng(3))
+    assert new == hp and changes == []
+    new, changes = explore(hp, specs, 1.0, (1.1, 2.0), MemberRng(3))
+    assert sorted(c.key for c in changes) == sorted(hp)
+    assert all(new[k] != hp[k] for k in hp)
+
+
+def test_missing_value_for_a_spec_is_an_error():
+    with pytest.raises(KeyError, match="gamma"):
+        explore({}, {"gamma": SUPPORTED_HYPERPARAMETERS["gamma"].spec}, 1.0, (1.1, 2.0), MemberRng(0))
+
+
+# ------------------------------------------------------------------ RNG persistence
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**64 - 1), before=st.integers(0, 20), after=st.integers(1, 20))
+def test_rng_state_round_trips_json_and_continues_the_sequence(seed, before, after):
+    specs = {k: SUPPORTED_HYPERPARAMETERS[k].spec for k in ("learning_rate", "gamma", "mini_epochs")}
+    hp = {"learning_rate": 3e-4, "gamma": 0.99, "mini_epochs": 5}
+
+    def draws(rng, n):
+        out = []
+        for _ in range(n):
+            out.append(explore(hp, specs, 0.5, (1.1, 2.0), rng)[0])
+            out.append(rng.uniform(0, 1))
+            out.append(rng.integers(0, 5))
+        return out
+
+    uninterrupted = MemberRng(seed)
+    draws(uninterrupted, before)
+    expected = draws(uninterrupted, after)
+
+    first_life = MemberRng(seed)
+    draws(first_life, before)
+    saved = json.dumps({"rng": first_life.get_state()})  # persisted with the member's state
+    restarted = MemberRng.from_state(json.loads(saved)["rng"])  # the process after os.execv
+    assert restarted.get_state() == first_life.get_state()
+    assert draws(restarted, after) == expected
+
+
+def test_restart_does_not_replay_the_same_draws():
+    rng = MemberRng(123)
+    first = [rng.random() for _ in range(5)]
+    resumed = MemberRng.from_state(json.loads(json.dumps(rng.get_state())))
+    assert [resumed.random() for _ in range(5)] != first
+
+
+def test_invalid_rng_state_is_refused():
+    with pytest.raises(ValueError, match="PCG64"):
+        MemberRng.from_state({"bit_generator": "MT19937", "state": 1, "inc": 1, "has_uint32": 0, "uinteger": 0})
+    with pytest.raises(ValueError, match="invalid RNG state"):
+        MemberRng.from_state({"bit_generator": "PCG64"})
+
+
+# ------------------------------------------------------------------ key order
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**63), order=st.permutations(["learning_rate", "gamma", "e_clip", "tau", "mini_epochs"]),
+       rate=st.floats(0.0, 1.0))
+def test_explore_ignores_insertion_order(seed, order, rate):
+    hp = {"learning_rate": 3e-4, "gamma": 0.99, "e_clip": 0.2, "tau": 0.95, "mini_epochs": 5}
+    specs_sorted = {k: SUPPORTED_HYPERPARAMETERS[k].spec for k in sorted(hp)}
+    specs_shuffled = {k: specs_sorted[k] for k in order}
+    hp_shuffled = {k: hp[k] for k in order}
+    rng_a, rng_b = MemberRng(seed), MemberRng(seed)
+    new_a, changes_a = explore(hp, specs_sorted, rate, (1.1, 2.0), rng_a)
+    new_b, changes_b = explore(hp_shuffled, specs_shuffled, rate, (1.1, 2.0), rng_b)
+    assert new_a == new_b
+    assert changes_a == changes_b
+    assert [c.key for c in changes_a] == sorted(c.key for c in changes_a)  # reported in sorted order
+    assert rng_a.get_state() == rng_b.get_state()
+
+
+def test_defaults_are_valid_specs():
+    for key, default in SUPPORTED_HYPERPARAMETERS.items():
+        spec = default.spec
+        assert spec.low <= spec.high, key
+        if spec.kind == "log_float":
+            assert spec.low > 0, key
+        if spec.kind == "discount":
+            assert 0 <= spec.low and spec.high < 1, key
+        assert not math.isnan(spec.low)

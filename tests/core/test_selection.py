@@ -1,0 +1,430 @@
+"""Selection (async_pbt_isaaclab.core.selection): unit tests and Hypothesis properties.
+
+What is shown here:
+1. decide is deterministic: same inputs and RNG state give the same Decision and the same RNG state
+   after; the order of the peer list does not matter;
+2. a member never copies itself, a stale peer (old heartbeat, heartbeat from the future, evidence of an
+   older generation, too few episodes, too far ahead, lagging past the cap), an incompatible peer
+   (condition label differs) or a peer without a checkpoint; every excluded peer is recorded with why;
+3. no decision inside the start / restart grace periods, or with fewer than min_members;
+4. dexpbt: only the worst group exploits, from the top group, past the required gap; a member whose
+   best window this interval reaches the top group is protected;
+5. isaaclab: bands are mean +- max(threshold_std*std, threshold_abs) with the population std;
+   below the band with a leader above it exploits, without one explores;
+6. welch: compares the per-episode windows with Welch's one-sided t-test at welch_alpha.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import statistics
+
+import pytest
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from async_pbt_isaaclab.core.config import population_config_from_dict
+from async_pbt_isaaclab.core.evidence import ConditionLabel
+from async_pbt_isaaclab.core.mutation import MemberRng
+from async_pbt_isaaclab.core.selection import Outcome, decide, peer_exclusion, welch_p_value
+
+NOW = 1_700_000_000.0
+FRAME = 100_000
+SETTINGS = settings(max_examples=120, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+def cfg_(**kw):
+    base = {"interval_steps": 1000, "min_episodes": 8, "window": 16}
+    base.update(kw)
+    return population_config_from_dict(base)
+
+
+def const(mean, n=16, spread=0.5):
+    """A window of ``n`` values with the given mean (exactly, for even ``n``) and a small spread."""
+    return [mean + (spread if i % 2 else -spread) for i in range(n)]
+
+
+def replace(rec, **kw):
+    return dataclasses.replace(rec, **kw)
+
+
+# ------------------------------------------------------------------ basics
+
+
+def test_worst_member_exploits_a_better_peer(make_record):
+    me = make_record(0, const(0.0), now=NOW, frame=FRAME)
+    peer = make_record(1, const(10.0), now=NOW, frame=FRAME)
+    d = decide(me, [me, peer], cfg_(), MemberRng(0), NOW)
+    assert d.outcome is Outcome.EXPLOIT and d.donor == 1
+    assert d.compared == (1, 0)
+    assert d.objectives == {0: pytest.approx(0.0), 1: pytest.approx(10.0)}
+    assert d.excluded == {}
+    # The better one keeps.
+    d2 = decide(peer, [me, peer], cfg_(), MemberRng(0), NOW)
+    assert d2.outcome is Outcome.KEEP and d2.donor is None
+
+
+def test_deterministic_same_decision_and_rng_state(make_record):
+    recs = [make_record(i, const(float(i * 3)), now=NOW, frame=FRAME) for i in range(8)]
+    cfg = cfg_(top_fraction=0.5)
+    rng_a, rng_b = MemberRng(42), MemberRng(42)
+    a = decide(recs[0], recs, cfg, rng_a, NOW)
+    b = decide(recs[0], recs, cfg, rng_b, NOW)
+    assert a == b and a.outcome is Outcome.EXPLOIT
+    assert rng_a.get_state() == rng_b.get_state()
+    # The donor draw really uses the RNG: over seeds, several top members get picked.
+    donors = {decide(recs[0], recs, cfg, MemberRng(s), NOW).donor for s in range(40)}
+    assert donors == {7, 6, 5, 4}
+
+
+def test_never_picks_itself_even_when_listed_twice(make_record):
+    me = make_record(3, const(0.0), now=NOW, frame=FRAME)
+    better_me = replace(me, evidence=dataclasses.replace(me.evidence, values=tuple(const(50.0))))
+    peer = make_record(1, const(10.0), now=NOW, frame=FRAME)
+    d = decide(me, [better_me, me, peer], cfg_(), MemberRng(0), NOW)
+    assert d.donor == 1
+    assert 3 not in d.excluded  # being me is not an exclusion worth reporting
+
+
+# ------------------------------------------------------------------ exclusions
+
+
+STALE_CASES = {
+    "old heartbeat": (dict(heartbeat_age=601.0), "heartbeat"),
+    "heartbeat from the future": (dict(heartbeat_age=-61.0), "clock skew"),
+    "old-generation evidence": (dict(generation=1, evidence_generation=0, generation_start_frame=0), "generation 0"),
+    "too few episodes": (dict(values=const(100.0, n=7)), "min_episodes"),
+    "too far ahead": (dict(frame=FRAME + 1001), "frame_tolerance"),
+    "lagging past the cap": (dict(frame=FRAME - 10_001), "max_frame_lag"),
+    "other task": (dict(task="Isaac-Other-v0"), "incompatible condition"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STALE_CASES))
+def test_stale_or_incompatible_peer_is_never_the_donor(make_record, case):
+    kwargs, fragment = STALE_CASES[case]
+    me = make_record(0, const(0.0), now=NOW, frame=FRAME)
+    ok = make_record(1, const(10.0), now=NOW, frame=FRAME)
+    stale_kw = dict(values=const(100.0), now=NOW, frame=FRAME)
+    stale_kw.update(kwargs)
+    stale = make_record(2, stale_kw.pop("values"), **stale_kw)
+    d = decide(me, [me, ok, stale], cfg_(), MemberRng(0), NOW)
+    # Had the stale member counted, it would be the only top member and the donor.
+    assert d.outcome is Outcome.EXPLOIT and d.donor == 1
+    assert 2 not in d.compared and 2 not in d.objectives
+    assert fragment in d.excluded[2], d.excluded
+
+
+def test_frame_and_clock_limits_are_inclusive(make_record):
+    cfg = cfg_()
+    me = make_record(0, const(0.0), now=NOW, frame=FRAME)
+    for kw in (dict(frame=FRAME + 1000), dict(frame=FRAME - 10_000), dict(heartbeat_age=600.0),
+               dict(heartbeat_age=-60.0)):
+        peer = make_record(1, const(1.0), now=NOW, **{"frame": FRAME, **kw})
+        assert peer_exclusion(me, peer, cfg, NOW) is None, kw
+
+
+def test_condition_label_difference_is_explained(make_record):
+    me = make_record(0, const(0.0), now=NOW, frame=FRAME)
+    peer = replace(make_record(1, const(10.0), now=NOW, frame=FRAME),
+                   condition=ConditionLabel(task="t", curriculum_stage="3"))
+    d = decide(me, [me, peer], cfg_(), MemberRng(0), NOW)
+    assert d.outcome is Outcome.KEEP and "min_members" in d.reasons[-1]
+    assert "curriculum_stage '3'" in d.excluded[1]
+
+
+def test_donor_without_checkpoint_is_never_chosen(make_record):
+    me = make_record(0, const(0.0), now=NOW, frame=FRAME)
+    best_no_ckpt = make_record(1, const(20.0), now=NOW, frame=FRAME, checkpoint=False)
+    second = make_record(2, const(15.0), now=NOW, frame=FRAME)
+    cfg = cfg_(top_fraction=0.7)  # top group of 2: {1, 2}
+    for seed in range(20):
+        d = decide(me, [me, best_no_ckpt, second], cfg, MemberRng(seed), NOW)
+        assert d.outcome is Outcome.EXPLOIT and d.donor == 2
+    # If the only top member has no checkpoint: keep, and say why.
+    d = decide(me, [me, best_no_ckpt], cfg_(), MemberRng(0), NOW)
+    assert d.outcome is Outcome.KEEP and "checkpoint" in d.reasons[-1]
+    # isaaclab and welch too.
+    for rule in ("isaaclab", "welch"):
+        d = decide(me, [me, best_no_ckpt], cfg_(rule=rule, explore_without_donor=False), MemberRng(0), NOW)
+        assert d.donor is None, rule
+
+
+# ------------------------------------------------------------------ eligibility
+
+
+def test_start_grace(make_record):
+    cfg = cfg_()  # grace = 2 * interval_steps = 2000 frames
+    me = make_record(0, const(0.0), now=NOW, frame=1999)
+    peer = make_record(1, const(10.0), now=NOW, frame=1999)
+    d = decide(me, [me, peer], cfg, MemberRng(0), NOW)
+    assert d.outcome is Outcome.KEEP and "start grace" in d.reasons[-1]
+    me, peer = replace(me, frame=2000), replace(peer, frame=2000)
+    assert decide(me, [me, peer], cfg, MemberRng(0), NOW).outcome is Outcome.EXPLOIT
+    early_me, early_peer = replace(me, frame=10), replace(peer, frame=10)
+    assert decide(early_me, [early_me, early_peer], cfg_(start_grace_frames=0), MemberRng(0), NOW).donor == 1
+
+
+def test_restart_grace(make_record):
+    cfg = cfg_(restart_grace_frames=5000)
+    me = make_record(0, const(0.0), now=NOW, frame=FRAME, generation=2, generation_start_frame=FRAME - 4999)
+    peer = make_record(1, const(10.0), now=NOW, frame=FRAME)
+    d = decide(me, [me, peer], cfg, MemberRng(0), NOW)
+    assert d.outcome is Outcome.KEEP and "restart grace" in d.reasons[-1]
+    me = replace(me, generation_start_frame=FRAME - 5000)
+    assert decide(me, [me, peer], cfg, MemberRng(0), NOW).outcome is Outcome.EXPLOIT
+
+
+def test_my_own_evidence_must_suffice(make_record):
+    me = make_record(0, const(0.0, n=7), now=NOW, frame=FRAME)
+    peer = make_record(1, const(10.0), now=NOW, frame=FRAME)
+    d = decide(me, [me, peer], cfg_(), MemberRng(0), NOW)
+    assert d.outcome is Outcome.KEEP and "min_episodes" in d.reasons[-1]
+    stale_me = make_record(0, const(0.0), now=NOW, frame=FRAME, generation=1, evidence_generation=0)
+    assert decide(stale_me, [stale_me, peer], cfg_(), MemberRng(0), NOW).outcome is Outcome.KEEP
+
+
+def test_min_members(make_record):
+    recs = [make_record(i, const(float(i * 10)), now=NOW, frame=FRAME) for i in range(3)]
+    d = decide(recs[0], recs[:2], cfg_(min_members=3), MemberRng(0), NOW)
+    assert d.outcome is Outcome.KEEP and "min_members=3" in d.reasons[-1]
+    assert decide(recs[0], recs, cfg_(min_members=3), MemberRng(0), NOW).outcome is Outcome.EXPLOIT
+    # Stale peers do not count towards min_members.
+    stale = replace(recs[2], heartbeat=NOW - 10_000)
+    assert decide(recs[0], [recs[0], recs[1], stale], cfg_(min_members=3), MemberRng(0), NOW).outcome is Outcome.KEEP
+
+
+def test_max_restarts(make_record):
+    me = make_record(0, const(0.0), now=NOW, frame=FRAME, generation=3, generation_start_frame=0)
+    peer = make_record(1, const(10.0), now=NOW, frame=FRAME)
+    assert decide(me, [me, peer], cfg_(max_restarts=3), MemberRng(0), NOW).outcome is Outcome.KEEP
+    assert decide(me, [me, peer], cfg_(max_restarts=4), MemberRng(0), NOW).outcome is Outcome.EXPLOIT
+
+
+# ------------------------------------------------------------------ dexpbt
+
+
+def test_dexpbt_only_the_worst_group_exploits(make_record):
+    recs = [make_record(i, const(float(i)), now=NOW, frame=FRAME) for i in range(8)]
+    cfg = cfg_(gap_std_fraction=0.0, gap_leader_fraction=0.0)
+    outcomes = {r.member: decide(r, recs, cfg, MemberRng(1), NOW) for r in recs}
+    assert {m for m, d in outcomes.items() if d.outcome is Outcome.EXPLOIT} == {0, 1}  # worst 25% of 8
+    assert {outcomes[0].donor, outcomes[1].donor} <= {6, 7}  # top 25% of 8
+    assert "not in the worst 2 of 8" in outcomes[2].reasons[-1]
+
+
+def test_dexpbt_required_gap(make_record):
+    me = make_record(0, const(9.5), now=NOW, frame=FRAME)
+    peer = make_record(1, const(10.0), now=NOW, frame=FRAME)
+    # required gap = max(0.5 * std(9.5, 10) = 0.125, 0.05 * 10 = 0.5) = 0.5 >= gap 0.5 -> keep
+    d = decide(me, [me, peer], cfg_(), MemberRng(0), NOW)
+    assert d.outcome is Outcome.KEEP and d.thresholds["required_gap"] == pytest.approx(0.5)
+    assert d.thresholds["gap"] == pytest.approx(0.5)
+    d = decide(me, [me, peer], cfg_(gap_leader_fraction=0.04), MemberRng(0), NOW)
+    assert d.outcome is Outcome.EXPLOIT
+
+
+def test_dexpbt_interval_best_protects(make_record):
+    recs = [make_record(i, const(float(i * 10)), now=NOW, frame=FRAME) for i in range(4)]
+    me = replace(recs[0], interval_best=30.0)  # reached the top member's mean earlier in this interval
+    recs[0] = me
+    d = decide(me, recs, cfg_(), MemberRng(0), NOW)
+    assert d.outcome is Outcome.KEEP and "protected" in d.reasons[-1]
+    assert d.thresholds["top_cutoff"] == pytest.approx(30.0)
+    assert decide(me, recs, cfg_(protect_interval_best=False), MemberRng(0), NOW).outcome is Outcome.EXPLOIT
+    me = replace(me, interval_best=29.0)
+    assert decide(me, recs, cfg_(), MemberRng(0), NOW).outcome is Outcome.EXPLOIT
+
+
+def test_negative_objectives_rank_numerically(make_record):
+    recs = [make_record(0, const(-100.0), now=NOW, frame=FRAME), make_record(1, const(-10.0), now=NOW, frame=FRAME),
+            make_record(2, const(-3.0), now=NOW, frame=FRAME)]
+    d = decide(recs[0], recs, cfg_(), MemberRng(0), NOW)
+    assert d.compared == (2, 1, 0)
+    assert d.outcome is Outcome.EXPLOIT and d.donor == 2
+
+
+# ------------------------------------------------------------------ isaaclab
+
+
+def _band(means, k, abs_):
+    mean = statistics.fmean(means)
+    std = statistics.pstdev(means)  # population std, as Isaac Lab's np.std
+    half = max(k * std, abs_)
+    return mean - half, mean + half
+
+
+@pytest.mark.parametrize("k, abs_", [(0.1, 0.05), (1.0, 0.05), (0.1, 30.0), (0.5, 0.0)])
+def test_isaaclab_bands_match_the_formula(make_record, k, abs_):
+    means = [0.0, 20.0, 21.0, 22.0, 40.0, 41.0]
+    recs = [make_record(i, const(m, spread=0.0), now=NOW, frame=FRAME) for i, m in enumerate(means)]
+    cfg = cfg_(rule="isaaclab", threshold_std=k, threshold_abs=abs_)
+    lower, upper = _band(means, k, abs_)
+    for me in recs:
+        d = decide(me, recs, cfg, MemberRng(0), NOW)
+        assert d.thresholds["lower"] == pytest.approx(lower)
+        assert d.thresholds["upper"] == pytest.approx(upper)
+        mine = statistics.fmean(me.evidence.values)
+        leaders = [r.member for r in recs if statistics.fmean(r.evidence.values) > upper]
+        if mine >= lower:
+            assert d.outcome is Outcome.KEEP
+        elif leaders:
+            assert d.outcome is Outcome.EXPLOIT and d.donor in leaders
+        else:
+            assert d.outcome is Outcome.EXPLORE and d.donor is None
+
+
+def test_isaaclab_explores_without_a_leader_unless_disabled(make_record):
+    # One far underperformer, nobody above the upper band (abs floor is wide).
+    recs = [make_record(0, const(0.0, spread=0), now=NOW, frame=FRAME)] + [
+        make_record(i, const(10.0, spread=0), now=NOW, frame=FRAME) for i in range(1, 4)]
+    cfg = cfg_(rule="isaaclab", threshold_std=0.0, threshold_abs=2.6)  # mean 7.5, band [4.9, 10.1]
+    d = decide(recs[0], recs, cfg, MemberRng(0), NOW)
+    assert d.outcome is Outcome.EXPLORE and d.donor is None
+    d = decide(recs[0], recs, cfg_(rule="isaaclab", threshold_std=0.0, threshold_abs=2.6,
+                                   explore_without_donor=False), MemberRng(0), NOW)
+    assert d.outcome is Outcome.KEEP
+    # Narrower band: the others are leaders, and one of them is drawn.
+    d = decide(recs[0], recs, cfg_(rule="isaaclab", threshold_std=0.0, threshold_abs=2.4), MemberRng(0), NOW)
+    assert d.outcome is Outcome.EXPLOIT and d.donor in (1, 2, 3)
+
+
+# ------------------------------------------------------------------ welch
+
+
+def test_welch_uses_per_episode_windows_at_alpha(make_record):
+    rnd = random.Random(0)
+    noisy_low = [rnd.gauss(0.0, 20.0) for _ in range(16)]
+    noisy_high = [rnd.gauss(5.0, 20.0) for _ in range(16)]
+    clear_high = [rnd.gauss(30.0, 1.0) for _ in range(16)]
+    me = make_record(0, noisy_low, now=NOW, frame=FRAME)
+    noisy = make_record(1, noisy_high, now=NOW, frame=FRAME)
+    p_noisy = stats.ttest_ind(noisy_high, noisy_low, equal_var=False, alternative="greater").pvalue
+    assert p_noisy > 0.05  # same means as far as 16 episodes can tell
+    d = decide(me, [me, noisy], cfg_(rule="welch"), MemberRng(0), NOW)
+    assert d.outcome is Outcome.KEEP
+    assert d.thresholds["p_value"] == pytest.approx(p_noisy) and d.thresholds["alpha"] == 0.05
+    # dexpbt on the means alone would copy here: the welch rule is stricter by design.
+    assert decide(me, [me, noisy], cfg_(gap_leader_fraction=0.0), MemberRng(0), NOW).outcome is Outcome.EXPLOIT
+    # A permissive alpha above the p-value exploits.
+    d = decide(me, [me, noisy], cfg_(rule="welch", welch_alpha=min(0.99, p_noisy + 0.01)), MemberRng(0), NOW)
+    assert d.outcome is Outcome.EXPLOIT and d.donor == 1
+
+    clear = make_record(2, clear_high, now=NOW, frame=FRAME)
+    d = decide(me, [me, clear], cfg_(rule="welch"), MemberRng(0), NOW)
+    assert d.outcome is Outcome.EXPLOIT and d.donor == 2 and d.thresholds["p_value"] < 0.05
+
+
+def test_welch_p_value_matches_scipy_and_handles_degenerate_windows():
+    a, b = [1.0, 2.0, 3.0, 4.0], [0.0, 1.0, 0.5, 0.2]
+    assert welch_p_value(a, b) == pytest.approx(stats.ttest_ind(a, b, equal_var=False, alternative="greater").pvalue)
+    assert welch_p_value([1.0] * 8, [0.0] * 8) == 0.0  # all-success vs all-failure: clearly better
+    assert welch_p_value([0.0] * 8, [1.0] * 8) == 1.0
+    assert welch_p_value([1.0] * 8, [1.0] * 8) == 1.0
+
+
+# ------------------------------------------------------------------ properties
+
+
+@st.composite
+def populations(draw, build):
+    n = draw(st.integers(2, 10))
+    members = draw(st.lists(st.integers(0, 50), min_size=n, max_size=n, unique=True))
+    recs = []
+    for m in members:
+        stale = draw(st.sampled_from(["none"] * 6 + ["old", "future", "oldgen", "few", "ahead", "lag", "task"]))
+        kw = dict(now=NOW, frame=FRAME + draw(st.integers(-9000, 900)))
+        if stale == "old":
+            kw["heartbeat_age"] = draw(st.floats(601.0, 1e6))
+        elif stale == "future":
+            kw["heartbeat_age"] = -draw(st.floats(61.0, 1e6))
+        elif stale == "oldgen":
+            kw.update(generation=2, evidence_generation=1, generation_start_frame=0)
+        elif stale == "ahead":
+            kw["frame"] = FRAME + draw(st.integers(1001, 10**6))
+        elif stale == "lag":
+            kw["frame"] = FRAME - draw(st.integers(10_001, FRAME))
+        elif stale == "task":
+            kw["task"] = "other"
+        size = draw(st.integers(1, 7)) if stale == "few" else 16
+        values = draw(st.lists(st.floats(-100, 100), min_size=size, max_size=size))
+        rec = build(
+            m, values, checkpoint=draw(st.booleans()) or draw(st.booleans()), **kw)
+        if draw(st.integers(0, 4)) == 0:
+            rec = replace(rec, interval_best=draw(st.floats(-100, 100)))
+        recs.append(rec)
+    me_index = draw(st.integers(0, n - 1))
+    me = replace(recs[me_index], heartbeat=NOW, frame=FRAME, evidence=dataclasses.replace(
+        recs[me_index].evidence, generation=recs[me_index].generation))
+    if me.evidence.count < 8:
+        me = replace(me, evidence=dataclasses.replace(me.evidence, values=me.evidence.values * 8))
+    recs[me_index] = me
+    cfg = cfg_(rule=draw(st.sampled_from(["dexpbt", "isaaclab", "welch"])),
+               top_fraction=draw(st.sampled_from([0.25, 0.5])), worst_fraction=draw(st.sampled_from([0.25, 0.5])),
+               gap_leader_fraction=draw(st.sampled_from([0.0, 0.05])))
+    return me, recs, cfg, draw(st.integers(0, 2**64 - 1)), draw(st.randoms(use_true_random=False))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_property_decisions_are_sound(make_record, data):
+    me, recs, cfg, seed, rnd = data.draw(populations(make_record))
+    rng = MemberRng(seed)
+    d = decide(me, recs, cfg, rng, NOW)
+
+    # 1. Deterministic: same inputs and RNG state -> same decision and same RNG state after.
+    rng2 = MemberRng(seed)
+    assert decide(me, recs, cfg, rng2, NOW) == d
+    assert rng2.get_state() == rng.get_state()
+
+    # 2. Peer order in the input list does not matter.
+    shuffled = list(recs)
+    rnd.shuffle(shuffled)
+    rng3 = MemberRng(seed)
+    assert decide(me, shuffled, cfg, rng3, NOW) == d
+    assert rng3.get_state() == rng.get_state()
+
+    event(f"{cfg.rule}:{d.outcome.value}")
+    by_member = {r.member: r for r in recs}
+    if d.compared:  # past my own eligibility: every peer is either compared or excluded with a reason
+        expected_excluded = {r.member for r in recs if r.member != me.member and peer_exclusion(me, r, cfg, NOW)}
+        assert set(d.excluded) == expected_excluded
+        assert all(isinstance(why, str) and why for why in d.excluded.values())
+        assert set(d.compared) == {me.member} | (set(by_member) - expected_excluded)
+        ranked = [d.objectives[m] for m in d.compared]
+        assert ranked == sorted(ranked, reverse=True)
+
+    # 3. The donor is a live, compatible, better peer with a checkpoint; never me.
+    if d.outcome is Outcome.EXPLOIT:
+        donor = by_member[d.donor]
+        assert d.donor != me.member
+        assert d.donor in d.compared and d.donor not in d.excluded
+        assert peer_exclusion(me, donor, cfg, NOW) is None
+        assert donor.checkpoint is not None and donor.checkpoint_sha256 is not None
+        assert d.objectives[d.donor] > d.objectives[me.member]
+        if cfg.rule == "isaaclab":
+            assert d.objectives[d.donor] > d.thresholds["upper"]
+            assert d.objectives[me.member] < d.thresholds["lower"]
+        if cfg.rule == "dexpbt":
+            assert d.thresholds["gap"] > d.thresholds["required_gap"]
+        if cfg.rule == "welch":
+            assert d.thresholds["p_value"] < cfg.welch_alpha
+    else:
+        assert d.donor is None
+
+
+@SETTINGS
+@given(means=st.lists(st.floats(-1000, 1000), min_size=2, max_size=12), k=st.floats(0.0, 3.0),
+       abs_=st.floats(0.0, 50.0))
+def test_property_isaaclab_band_formula(make_record, means, k, abs_):
+    recs = [make_record(i, [m] * 8, now=NOW, frame=FRAME) for i, m in enumerate(means)]
+    cfg = cfg_(rule="isaaclab", threshold_std=k, threshold_abs=abs_)
+    d = decide(recs[0], recs, cfg, MemberRng(0), NOW)
+    lower, upper = _band(means, k, abs_)
+    assert d.thresholds["lower"] == pytest.approx(lower, rel=1e-9, abs=1e-9)
+    assert d.thresholds["upper"] == pytest.approx(upper, rel=1e-9, abs=1e-9)
+    assume(abs(means[0] - lower) > 1e-6)
+    assert (d.outcome is Outcome.KEEP) == (means[0] >= lower)

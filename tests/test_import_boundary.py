@@ -1,0 +1,149 @@
+"""Import boundary: the package root, the core and the CLI never import the heavy stacks.
+
+What is shown here:
+1. in a fresh interpreter where torch, rl_games, isaaclab, isaacsim, omni and pxr cannot be imported
+   (a ``sys.meta_path`` finder raises ImportError for them), ``import async_pbt_isaaclab``, every module
+   of ``async_pbt_isaaclab.core`` and ``async_pbt_isaaclab.cli`` import fine, a decision with every rule
+   (welch pulls in scipy lazily) and a mutation run, and none of those names is in ``sys.modules``
+   afterwards, nor was an import of them even attempted;
+2. statically, no file in ``core/`` has an import statement naming them (lazy ones included).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import pkgutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import async_pbt_isaaclab
+import async_pbt_isaaclab.core
+
+FORBIDDEN = ("torch", "rl_games", "isaaclab", "isaacsim", "omni", "pxr")
+CORE_DIR = Path(async_pbt_isaaclab.core.__file__).parent
+PACKAGE_DIR = Path(async_pbt_isaaclab.__file__).parent
+CORE_MODULES = sorted(f"async_pbt_isaaclab.core.{m.name}" for m in pkgutil.iter_modules([str(CORE_DIR)]))
+
+BLOCKER = textwrap.dedent(
+    """
+    import importlib.abc, json, sys, time
+    FORBIDDEN = {forbidden!r}
+    attempts = []
+
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in FORBIDDEN:
+                attempts.append(name)
+                raise ImportError(f"{{name}} is blocked by the import-boundary test")
+            return None
+
+    sys.meta_path.insert(0, Block())
+    for name in FORBIDDEN:  # make sure nothing is pre-imported (e.g. by a .pth hook)
+        assert name not in sys.modules, name
+
+    imported = []
+    import async_pbt_isaaclab
+    imported.append("async_pbt_isaaclab")
+    for mod in {modules!r}:
+        __import__(mod)
+        imported.append(mod)
+
+    # Exercise the lazily imported paths too: every selection rule and a mutation.
+    from async_pbt_isaaclab.core.config import population_config_from_dict
+    from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
+    from async_pbt_isaaclab.core.mutation import MemberRng, explore
+    from async_pbt_isaaclab.core.records import MemberRecord
+    from async_pbt_isaaclab.core.selection import decide
+    now = time.time()
+    recs = [MemberRecord(member=i, generation=0, frame=10_000, generation_start_frame=0, restarts=0,
+                         heartbeat=now, evidence=EvidenceSummary("episode_return", 0,
+                         tuple(float(i * 10 + (k % 3)) for k in range(16)), 16, 0),
+                         condition=ConditionLabel(task="t"), hyperparameters={{"learning_rate": 3e-4}},
+                         checkpoint=f"members/{{i:03d}}/checkpoints/x.pth", checkpoint_sha256="a" * 64)
+            for i in range(4)]
+    outcomes = []
+    for rule in ("dexpbt", "isaaclab", "welch"):
+        cfg = population_config_from_dict({{"rule": rule, "interval_steps": 1000, "min_episodes": 8, "window": 16,
+                                           "mutation": {{"learning_rate": "mutate_float"}}}})
+        d = decide(recs[0], recs, cfg, MemberRng(0), now)
+        explore(recs[0].hyperparameters, cfg.mutation, 1.0, cfg.change_range, MemberRng(0))
+        outcomes.append(d.outcome.value)
+
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] in FORBIDDEN)
+    print(json.dumps({{"imported": imported, "loaded": loaded, "attempts": attempts, "outcomes": outcomes}}))
+    """
+)
+
+
+def _run_blocked(modules: list[str]) -> dict:
+    code = BLOCKER.format(forbidden=FORBIDDEN, modules=modules)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_core_modules_found():
+    # Guard against a vacuous pass: the list must hold the modules the core is made of.
+    assert {"async_pbt_isaaclab.core.config", "async_pbt_isaaclab.core.selection", "async_pbt_isaaclab.core.audit",
+            "async_pbt_isaaclab.core.workspace", "async_pbt_isaaclab.core.mutation"} <= set(CORE_MODULES)
+
+
+def test_package_and_core_import_without_heavy_stacks():
+    out = _run_blocked(CORE_MODULES)
+    assert out["imported"] == ["async_pbt_isaaclab"] + CORE_MODULES
+    assert out["loaded"] == [] and out["attempts"] == []
+    assert out["outcomes"] == ["exploit", "exploit", "exploit"]
+
+
+def test_cli_imports_without_heavy_stacks():
+    if not (PACKAGE_DIR / "cli.py").exists():
+        pytest.skip("async_pbt_isaaclab/cli.py does not exist yet")
+    out = _run_blocked(CORE_MODULES + ["async_pbt_isaaclab.cli"])
+    assert "async_pbt_isaaclab.cli" in out["imported"]
+    assert out["loaded"] == [] and out["attempts"] == []
+
+
+def test_the_blocker_really_blocks():
+    # The same harness must fail loudly when something does import a forbidden package.
+    code = BLOCKER.format(forbidden=FORBIDDEN, modules=["json"]).replace(
+        "imported = []", "imported = []\ntry:\n    import torch.nn\nexcept ImportError:\n    pass")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["attempts"] == ["torch"] and out["loaded"] == []
+
+
+def _imported_names(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Call):
+            # importlib.import_module("torch") / __import__("torch") with a literal name.
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant):
+                found.append((node.lineno, str(node.args[0].value)))
+    return found
+
+
+def test_no_core_file_imports_heavy_stacks_statically():
+    files = sorted(CORE_DIR.glob("*.py"))
+    assert len(files) >= 8
+    offenders = [f"{path.name}:{line}: {name}" for path in files for line, name in _imported_names(path)
+                 if name.split(".")[0] in FORBIDDEN]
+    assert offenders == []
+
+
+def test_static_check_would_catch_an_import(tmp_path):
+    sample = tmp_path / "bad.py"
+    sample.write_text("def f():\n    import torch.nn as nn\n    from isaaclab.envs import X\n"
+                      "    importlib.import_module('omni.kit')\n")
+    assert [n for _, n in _imported_names(sample)] == ["torch.nn", "isaaclab.envs", "omni.kit"]
