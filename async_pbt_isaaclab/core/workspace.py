@@ -142,8 +142,11 @@ class Workspace:
             return []
         return sorted(i for i in (parse_member_dirname(n) for n in names) if i is not None)
 
-    def read_records(self) -> tuple[dict[int, MemberRecord], dict[int, str]]:
-        """Every member's record. Unreadable ones go to the second dict with the reason."""
+    def read_records(self, num_policies: int | None = None) -> tuple[dict[int, MemberRecord], dict[int, str]]:
+        """Every member's record. Unreadable ones go to the second dict with the reason.
+
+        With ``num_policies``, a folder whose index is outside ``[0, num_policies)`` is reported, not used.
+        """
         records: dict[int, MemberRecord] = {}
         errors: dict[int, str] = {}
         for index in self.member_indices():
@@ -154,6 +157,9 @@ class Workspace:
                 continue  # a member folder before its first publish
             except OSError as exc:
                 errors[index] = f"{path}: cannot read ({exc.strerror})"
+                continue
+            if num_policies is not None and index >= num_policies:
+                errors[index] = f"{path}: member index {index} is out of range for num_policies={num_policies}"
                 continue
             try:
                 rec = parse_record_bytes(data, str(path))

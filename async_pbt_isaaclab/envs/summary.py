@@ -137,8 +137,9 @@ class EpisodeSummaryEmitter:
             fresh_start: True when the envs start new episodes at the first :meth:`step` (the emitter was
                 created with the env, before it stepped). False when attaching to envs that are mid-episode:
                 their first episodes are then partial and are dropped as stale.
-            compile: Fuse the per-step update with :func:`torch.compile` (fewer kernel launches on CUDA;
-                the first step compiles, which takes tens of seconds).
+            compile: Fuse the per-step update with :func:`torch.compile`. Meant for CUDA, where kernel
+                launches dominate the cost; on CPU the eager path measured faster. The first step compiles,
+                which takes seconds to tens of seconds.
         """
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
@@ -218,7 +219,7 @@ class EpisodeSummaryEmitter:
         if not fresh_start:
             self._mark_unknown_start()
         # Ring buffer with one spare column at index `capacity`: envs that did not finish are "written" there,
-        # so the write is a single index_copy_ with no data-dependent shape.
+        # so the write is a single scatter with no data-dependent shape.
         self._ring = torch.zeros(self._num_rows, capacity + 1, dtype=dtype, device=self.device)
         # (episodes ever written) - 1, on the device so that step() never reads it back.
         self._written_m1 = torch.full((), -1, dtype=torch.int64, device=self.device)
@@ -284,7 +285,9 @@ class EpisodeSummaryEmitter:
         k = torch.cumsum(done, 0)
         slot = torch.remainder(k + self._written_m1, self.capacity)
         slot = torch.where(done, slot, self.capacity)
-        self._ring.index_copy_(1, slot, acc)
+        # scatter_ rather than index_copy_: same result (duplicates only hit the spare column), about twice
+        # as fast on CPU for a column scatter; on CUDA both are one kernel.
+        self._ring.scatter_(1, slot.expand_as(acc), acc)
         self._written_m1.add_(k[-1])
         # Finished envs were reset by the env: start their next episode from the initial values.
         torch.where(done, self._init, acc, out=acc)
@@ -296,8 +299,13 @@ class EpisodeSummaryEmitter:
             if value is None:
                 self._log_buf[i].fill_(math.nan)
             elif isinstance(value, torch.Tensor):
-                # Device-to-device copy (no sync). Isaac Lab keeps these on the sim device or as Python numbers.
-                self._log_buf[i].copy_(value.reshape(()))
+                if value.device.type == "cpu" and self.device.type != "cpu":
+                    # A host tensor: reading it is free, while copy_ to the device would wait for the stream.
+                    self._log_buf[i].fill_(value.reshape(()).item())
+                else:
+                    # Same-device (or device-to-device) copy: no host involvement. Isaac Lab's reward manager
+                    # logs 0-d tensors on the sim device; other managers log Python numbers.
+                    self._log_buf[i].copy_(value.reshape(()))
             else:
                 # A Python number travels as a kernel argument: no host-to-device copy.
                 self._log_buf[i].fill_(float(value))
@@ -368,9 +376,9 @@ class EpisodeSummaryEmitter:
         stale = kept - returned
         batch = EpisodeBatch(
             returns=rows[self._row["__return"]].tolist(),
-            lengths=[int(v) for v in rows[self._len_row].tolist()],
+            lengths=rows[self._len_row].to(torch.int64).tolist(),
             terms={name: rows[self._row[name]].tolist() for name in self.term_names},
-            truncated=[v != 0.0 for v in rows[self._row["__truncated"]].tolist()],
+            truncated=(rows[self._row["__truncated"]] != 0).tolist(),
             generation=self.generation,
             condition=self.condition,
         )

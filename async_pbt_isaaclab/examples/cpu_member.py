@@ -59,11 +59,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.num_envs is not None:
         rl_cfg["num_actors"] = args.num_envs
 
+    from async_pbt_isaaclab.core.workspace import WorkspaceError
     from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
+    from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError
     from async_pbt_isaaclab.rl_games.runner import train_member
 
     task = register_gym_vecenv_for(agent_cfg)
-    train_member(agent_cfg, cfg, train_dir=os.path.abspath(args.train_dir), task=task, checkpoint=args.checkpoint)
+    try:
+        train_member(agent_cfg, cfg, train_dir=os.path.abspath(args.train_dir), task=task,
+                     checkpoint=args.checkpoint)
+    except (WorkspaceError, CheckpointError) as exc:
+        # Problems the user must fix (claimed index, unwritable workspace, unloadable checkpoint):
+        # one clear line and exit code 2, which the launcher does not retry.
+        print(f"error: member {cfg.policy_idx}: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

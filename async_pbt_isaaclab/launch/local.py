@@ -311,10 +311,13 @@ class _Journal:
     def write(self, event: str, member: int | None = None, **fields: Any) -> None:
         entry = {"time": time.time(), "member": member, "event": event, **fields,
                  "host": self._host, "launcher_pid": os.getpid()}
-        line = json.dumps(entry, sort_keys=True, default=str) + "\n"
+        data = (json.dumps(entry, sort_keys=True, default=str) + "\n").encode()
         try:
-            with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(line)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, data)  # a single write(2) with O_APPEND: lines never interleave
+            finally:
+                os.close(fd)
         except OSError as exc:
             if not self._failed:
                 self._failed = True
@@ -329,12 +332,19 @@ class _Member:
     """Launcher-side state of one member (not part of the API)."""
 
     outcome: MemberOutcome
+    """What is reported back for this member."""
     command: list[str]
+    """Full member command, population flags included; identical at every (re)start."""
     env: dict[str, str]
+    """Full member environment; identical at every (re)start."""
     popen: subprocess.Popen | None = None
+    """The current (or last) process."""
     log_offset: int = 0
+    """Size of the log when the current process started: its crash tail is read from here on."""
     crash_times: deque = field(default_factory=deque)
+    """``time.monotonic()`` of the crashes inside the retry window (all crashes without a window)."""
     next_start: float = 0.0
+    """``time.monotonic()`` at which a member in backoff is started again."""
 
 
 def _member_preexec(die_with_launcher: bool) -> Callable[[], None] | None:
@@ -370,6 +380,9 @@ def _member_preexec(die_with_launcher: bool) -> Callable[[], None] | None:
 
 
 class _Supervisor:
+    """The launcher's single-threaded loop: poll members, restart crashed ones, report progress, and
+    turn a recorded stop signal into the SIGINT -> SIGTERM -> SIGKILL sequence."""
+
     def __init__(self, members: dict[int, _Member], *, workspace: Path, num_members: int, max_retries: int,
                  retry_window_s: float | None, restart_backoff_s: float, max_backoff_s: float,
                  progress_interval_s: float, stop_grace_s: float, term_grace_s: float,

@@ -46,7 +46,7 @@ RL_GAMES_KEYS = ("model", "epoch", "frame", "optimizer", "last_mean_rewards", "e
 #: How errors tell the user to opt into full unpickling.
 TRUSTED_HINT = (
     "if every process writing to this workspace is yours, load it as a trusted workspace "
-    "(trusted=True: the PBT config's trusted-workspace option), which uses full pickle"
+    "(pbt.trusted_workspace: true in the agent yaml, or trusted=True here), which uses full pickle"
 )
 
 _ZIP_MAGIC = b"PK\x03\x04"

@@ -328,7 +328,7 @@ class PbtObserver(AlgoObserver):
 
     def _publish_and_decide(self) -> None:
         me = self.publish()
-        records, unreadable = self.session.ws.read_records()
+        records, unreadable = self.session.ws.read_records(self.cfg.num_policies)
         peers = [r for m, r in sorted(records.items()) if m != me.member]
         state = self.session.state
         rng = MemberRng.from_state(state.rng_state)

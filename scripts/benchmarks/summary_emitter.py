@@ -179,6 +179,8 @@ def _spread(values: list[float]) -> str:
 
 
 def run_emitter(args: argparse.Namespace) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
     devices = []
     for device in args.device:
         if device.startswith("cuda") and not torch.cuda.is_available():
@@ -238,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episode-length", type=float, default=250.0, help="mean episode length (done rate 1/L)")
     p.add_argument("--capacity", type=int, default=None, help="ring buffer size (default: the emitter's)")
     p.add_argument("--compile", action="store_true", help="use the emitter's torch.compile path")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU intra-op threads)")
     p.set_defaults(func=run_emitter)
     # The end-to-end benchmark registers its subparser here.
     return parser

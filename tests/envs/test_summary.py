@@ -186,7 +186,6 @@ def test_matches_reference_on_random_patterns(seed):
     )
     ref = ReferenceEmitter(n, term_names, modes, capacity, label, generation=3, fresh_start=fresh)
     generation = 3
-    total_returned = 0
     for _ in range(rng.randint(30, 160)):
         inputs = _random_step_inputs(rng, gen, n, term_names, modes)
         emitter.step(*inputs)
@@ -196,7 +195,6 @@ def test_matches_reference_on_random_patterns(seed):
             got, want = emitter.drain(), ref.drain()
             assert_batches_equal(got, want[0])
             assert emitter.last_drain == want[1]
-            total_returned += len(got)
         elif r < 0.2:
             generation += 1
             emitter.start_generation(generation)
