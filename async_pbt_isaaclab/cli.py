@@ -758,12 +758,15 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 
 # ============================================================================ entry point
 
+from async_pbt_isaaclab.launch.local import add_launch_parser  # noqa: E402  (stdlib + core only)
+
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_check_config_parser,
     add_status_parser,
     add_audit_parser,
     add_best_parser,
     add_lineage_parser,
+    add_launch_parser,
 ]
 """Parser builders, one per subcommand, in ``--help`` order. Each sets ``func`` to its ``cmd_<name>``."""
 

@@ -73,7 +73,7 @@ class AuditLog:
                 try:
                     last = json.loads(lines[-1])
                     last_seq, last_hash = int(last["seq"]), str(last["hash"])
-                except (ValueError, KeyError, TypeError) as exc:
+                except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
                     raise RecordError(f"{path}: last entry unreadable ({exc}); run `async-pbt audit` on it") from None
         return cls(path, last_seq, last_hash)
 
@@ -142,7 +142,7 @@ def read_entries(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str |
                 continue
             try:
                 obj = json.loads(raw)
-            except (ValueError, UnicodeDecodeError) as exc:
+            except (ValueError, RecursionError) as exc:  # ValueError covers UnicodeDecodeError
                 yield lineno, None, f"not valid JSON ({exc})"
                 continue
             if not isinstance(obj, dict):
@@ -175,11 +175,22 @@ def recompute_decision(entry: dict[str, Any]) -> list[str]:
         peers = [MemberRecord.from_dict(p, f"inputs.peers[{i}]") for i, p in enumerate(inputs["peers"])]
         rng = MemberRng.from_state(entry["rng_before"])
         now = float(inputs["now"])
-    except (KeyError, TypeError, ValueError, ConfigError, RecordError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError, ConfigError, RecordError) as exc:
         return [f"entry cannot be replayed: {exc}"]
+    try:
+        return _replay(entry, cfg, me, peers, rng, now)
+    except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
+        # Recorded inputs a member could not have produced (e.g. a start value missing for a mutated key).
+        return [f"entry cannot be replayed: {type(exc).__name__}: {exc}"]
+
+
+def _replay(entry: dict[str, Any], cfg: Any, me: MemberRecord, peers: list[MemberRecord], rng: MemberRng,
+            now: float) -> list[str]:
     problems: list[str] = []
     decision = decide(me, peers, cfg, rng, now)
-    recorded = entry.get("decision", {})
+    recorded = entry.get("decision")
+    if not isinstance(recorded, dict):
+        return [f"decision: recorded {recorded!r:.80} is not an object"]
     mine = decision.to_dict()
     for key in ("outcome", "donor", "compared", "excluded"):
         if mine[key] != recorded.get(key):
@@ -219,8 +230,12 @@ def verify_log(path: str | os.PathLike) -> tuple[int, list[VerifyProblem]]:
                                                                  f"(entry missing, duplicated or reordered)"))
         if entry.get("prev_hash") != prev_hash:
             problems.append(VerifyProblem(str(path), lineno, seq, "chain broken: prev_hash does not match the previous entry's hash"))
-        recomputed = entry_hash(str(entry.get("prev_hash")), entry)
-        if entry.get("hash") != recomputed:
+        try:
+            recomputed = entry_hash(str(entry.get("prev_hash")), entry)
+        except ValueError:  # NaN / Infinity: no writer of this log produces them
+            recomputed = None
+            problems.append(VerifyProblem(str(path), lineno, seq, "entry holds NaN or Infinity, which no member writes"))
+        if recomputed is not None and entry.get("hash") != recomputed:
             problems.append(VerifyProblem(str(path), lineno, seq, "hash mismatch: the entry was edited after it was written"))
         if entry.get("kind") == "decision":
             for p in recompute_decision(entry):

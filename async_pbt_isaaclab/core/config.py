@@ -214,10 +214,14 @@ def _check_type(key: str, value: Any, default: Any, problems: list[str], where: 
         problems.append(f"{where}{key}: expected an integer, got {value!r}")
     elif isinstance(default, float):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not math.isfinite(float(value)):
-                problems.append(f"{where}{key}: expected a finite number, got {value!r}")
+            try:
+                number = float(value)
+            except OverflowError:  # an integer too large for a float
+                number = math.inf
+            if not math.isfinite(number):
+                problems.append(f"{where}{key}: expected a finite number, got {value!r:.40}")
                 return None
-            return float(value)
+            return number
         problems.append(f"{where}{key}: expected a number, got {value!r}")
     elif isinstance(default, str):
         if isinstance(value, str):
@@ -272,14 +276,18 @@ def _parse_mutation(raw: Any, problems: list[str], where: str) -> dict[str, Muta
         if unknown:
             problems.append(f"{label}: unknown keys {sorted(unknown)}; accepted: kind, low, high, change_range, step, choices")
             continue
-        kind = ISAACLAB_KIND_NAMES.get(raw_spec.get("kind", default.kind), raw_spec.get("kind", default.kind))
+        kind = raw_spec.get("kind", default.kind)
+        if not isinstance(kind, str):
+            problems.append(f"{label}.kind: expected a kind name, got {kind!r}; accepted: {', '.join(MUTATION_KINDS)}")
+            continue
+        kind = ISAACLAB_KIND_NAMES.get(kind, kind)
         if kind not in MUTATION_KINDS:
             problems.append(f"{label}.kind: unknown kind {kind!r}; accepted: {', '.join(MUTATION_KINDS)}")
             continue
         try:
             low = float(raw_spec.get("low", default.low))
             high = float(raw_spec.get("high", default.high))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             problems.append(f"{label}: low/high must be numbers, got {raw_spec.get('low')!r}/{raw_spec.get('high')!r}")
             continue
         if not (math.isfinite(low) and math.isfinite(high)):
@@ -308,7 +316,13 @@ def _parse_mutation(raw: Any, problems: list[str], where: str) -> dict[str, Muta
         if not isinstance(step, int) or step < 1:
             problems.append(f"{label}.step: expected an integer >= 1, got {step!r}")
             continue
-        choices = tuple(raw_spec.get("choices", default.choices))
+        choices = raw_spec.get("choices", default.choices)
+        if not isinstance(choices, (list, tuple)) or not all(
+                c is None or isinstance(c, (str, bool, int)) or (isinstance(c, float) and math.isfinite(c))
+                for c in choices):
+            problems.append(f"{label}.choices: expected a list of strings, numbers or booleans, got {choices!r}")
+            continue
+        choices = tuple(choices)
         if kind == "choice" and len(choices) < 2:
             problems.append(f"{label}.choices: a choice mutation needs at least two choices, got {list(choices)}")
             continue
@@ -341,7 +355,7 @@ def _valid_change_range(value: Any) -> tuple[float, float] | None:
     if isinstance(value, (list, tuple)) and len(value) == 2:
         try:
             lo, hi = float(value[0]), float(value[1])
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return None
         if math.isfinite(lo) and math.isfinite(hi) and 1.0 <= lo <= hi:
             return (lo, hi)

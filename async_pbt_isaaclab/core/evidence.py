@@ -217,7 +217,7 @@ class EvidenceSummary:
             )
         except KeyError as exc:
             raise EvidenceError(f"{where}: missing key {exc.args[0]!r}") from None
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: an int too large for a float
             raise EvidenceError(f"{where}: {exc}") from None
         if not all(map(math.isfinite, values)):
             raise EvidenceError(f"{where}.values: contains NaN or infinite values")

@@ -78,9 +78,43 @@ class MemberState:
         except TypeError as exc:
             raise RecordError(f"{where}: {exc}") from None
         for key in ("member", "generation", "generation_start_frame", "restarts", "process_starts"):
-            if not isinstance(getattr(state, key), int) or getattr(state, key) < 0:
-                raise RecordError(f"{where}.{key}: expected a non-negative integer, got {getattr(state, key)!r}")
+            value = getattr(state, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise RecordError(f"{where}.{key}: expected a non-negative integer, got {value!r}")
+        _check_types(state, where)
         return state
+
+
+_FIELD_TYPES = {"rng_state": dict, "hyperparameters": dict, "lineage": list, "experiment_name": str,
+                "last_checkpoint": str, "last_checkpoint_sha256": str, "best": list}
+
+
+def _check_types(state: MemberState, where: str) -> None:
+    """Refuse a state the member could not use (it would fail later, mid-training, with a bare TypeError)."""
+    for key, typ in _FIELD_TYPES.items():
+        if not isinstance(getattr(state, key), typ):
+            raise RecordError(f"{where}.{key}: expected {typ.__name__}, got {getattr(state, key)!r:.80}")
+    if not all(isinstance(e, dict) for e in state.lineage):
+        raise RecordError(f"{where}.lineage: every entry must be an object")
+    for i, e in enumerate(state.best):
+        if not isinstance(e, dict) or not isinstance(e.get("checkpoint"), str):
+            raise RecordError(f"{where}.best[{i}]: expected an object with a checkpoint path, got {e!r:.80}")
+    pending = state.pending_exploit
+    if pending is not None and not (isinstance(pending, dict) and isinstance(pending.get("checkpoint"), str)
+                                    and isinstance(pending.get("sha256"), str)):
+        raise RecordError(f"{where}.pending_exploit: expected null or an object with checkpoint and sha256, "
+                          f"got {pending!r:.80}")
+    if state.rng_state:  # {}: not drawn from yet (the member sets it at its first start)
+        from async_pbt_isaaclab.core.mutation import MemberRng
+
+        try:
+            MemberRng.from_state(state.rng_state)
+        except ValueError as exc:
+            raise RecordError(f"{where}.rng_state: {exc}") from None
+    try:
+        fsio.canonical_json(state.to_dict())  # save_state must be able to write it back
+    except ValueError:
+        raise RecordError(f"{where}: contains NaN or infinite values") from None
 
 
 def load_state(path: Path) -> MemberState | None:
@@ -91,7 +125,7 @@ def load_state(path: Path) -> MemberState | None:
         return None
     try:
         data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError covers UnicodeDecodeError
         raise RecordError(f"{path}: corrupt member state ({exc}); restore it from a backup or start a new "
                           f"workspace") from None
     return MemberState.from_dict(data, str(path))

@@ -107,8 +107,8 @@ class MemberRng:
                 "has_uint32": int(state["has_uint32"]),
                 "uinteger": int(state["uinteger"]),
             }
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"invalid RNG state {dict(state)!r}: {exc}") from None
+        except (KeyError, TypeError, OverflowError) as exc:  # OverflowError: numbers outside PCG64's range
+            raise ValueError(f"invalid RNG state {state!r:.300}: {exc}") from None
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> "MemberRng":

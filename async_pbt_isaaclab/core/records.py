@@ -120,12 +120,10 @@ class MemberRecord:
                 raise RecordError(f"{where}.{key}: expected {getattr(types, '__name__', types)}, got {value!r}")
             return value
 
-        heartbeat = float(get("heartbeat", (int, float)))
-        if not math.isfinite(heartbeat):
-            raise RecordError(f"{where}.heartbeat: not a finite time: {heartbeat!r}")
+        heartbeat = _finite(get("heartbeat", (int, float)), f"{where}.heartbeat")
         interval_best = get("interval_best", (int, float), optional=True)
-        if interval_best is not None and not math.isfinite(interval_best):
-            raise RecordError(f"{where}.interval_best: not finite: {interval_best!r}")
+        if interval_best is not None:
+            interval_best = _finite(interval_best, f"{where}.interval_best")
         status = get("status", str)
         if status not in STATUSES:
             raise RecordError(f"{where}.status: {status!r} is not one of {', '.join(STATUSES)}")
@@ -133,6 +131,11 @@ class MemberRecord:
         for k, v in hparams.items():
             if isinstance(v, float) and not math.isfinite(v):
                 raise RecordError(f"{where}.hyperparameters.{k}: not finite: {v!r}")
+        try:
+            # Every decision copies the records it used into the audit log, which refuses NaN anywhere.
+            json.dumps(hparams, allow_nan=False)
+        except ValueError:
+            raise RecordError(f"{where}.hyperparameters: contains NaN or infinite values") from None
         sha = get("checkpoint_sha256", str, optional=True)
         if sha is not None and not _SHA256_HEX.fullmatch(sha):
             raise RecordError(f"{where}.checkpoint_sha256: not a sha256 hex digest: {sha!r}")
@@ -177,6 +180,8 @@ def parse_record_bytes(data: bytes, where: str) -> MemberRecord:
         raise RecordError(f"{where}: JSON nested too deeply") from None
     except RecordError as exc:
         raise RecordError(f"{where}: {exc}") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits (int_max_str_digits)
+        raise RecordError(f"{where}: not valid JSON ({exc})") from None
     return MemberRecord.from_dict(obj, where)
 
 
@@ -186,6 +191,17 @@ def read_record(path: Path) -> MemberRecord:
     except OSError as exc:
         raise RecordError(f"{path}: cannot read ({exc.strerror})") from None
     return parse_record_bytes(data, str(path))
+
+
+def _finite(value: int | float, where: str) -> float:
+    """``value`` as a finite float; an int too large for a float (``1e400`` written as digits) is refused."""
+    try:
+        out = float(value)
+    except OverflowError:
+        raise RecordError(f"{where}: number out of range: {value!r:.40}") from None
+    if not math.isfinite(out):
+        raise RecordError(f"{where}: not finite: {value!r}")
+    return out
 
 
 def _refuse_constant(name: str) -> Any:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import math
 import os
 import re
 import socket
@@ -122,7 +123,7 @@ class Workspace:
             meta = json.loads(path.read_text())
         except FileNotFoundError:
             raise WorkspaceError(f"{path}: missing; {self.root} is not a population workspace") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, 4300+ digit ints
             raise WorkspaceError(f"{path}: corrupt ({exc})") from None
         if not isinstance(meta, dict) or meta.get("schema_version") != WORKSPACE_SCHEMA_VERSION:
             raise WorkspaceError(
@@ -250,9 +251,12 @@ class MemberLock:
 def _read_owner(fd: int) -> str:
     try:
         data = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        if not isinstance(data, dict):
+            return "owner unknown"
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(data.get("since", 0)))
         return f"pid {data.get('pid')} on host {data.get('host')} since {since}"
-    except (OSError, ValueError):
+    except (OSError, ValueError, TypeError, OverflowError, RecursionError):
+        # Only a diagnostic for the "already claimed" error: never let a garbled lock file replace that error.
         return "owner unknown"
 
 
@@ -284,7 +288,7 @@ def active_pins(ws: Workspace, member: int, now: float | None = None) -> set[str
             data = json.loads(p.read_text())
             if now - float(data["time"]) < PIN_TTL_S:
                 out.add(str(data["checkpoint"]))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError):
             # An unreadable pin protects nothing specific; keep everything this round to be safe.
             out.add("*")
     return out
@@ -350,12 +354,19 @@ def population_best(ws: Workspace, top: int = 10) -> list[dict[str, Any]]:
         path = ws.member_dir(index) / "best.json"
         try:
             data = json.loads(path.read_text())
-        except (FileNotFoundError, ValueError, UnicodeDecodeError):
+        except (OSError, ValueError, RecursionError):  # missing, unreadable or corrupt: skip this member
             continue
         if not isinstance(data, list):
             continue
         for e in data:
-            if isinstance(e, dict) and isinstance(e.get("objective"), (int, float)):
+            objective = e.get("objective") if isinstance(e, dict) else None
+            if isinstance(objective, bool) or not isinstance(objective, (int, float)):
+                continue
+            try:
+                finite = math.isfinite(objective)
+            except OverflowError:
+                finite = False
+            if finite:  # NaN would make the ranking arbitrary
                 entries.append(dict(e, member=index))
     entries.sort(key=lambda e: (-float(e["objective"]), e["member"]))
     return entries[:top]

@@ -576,8 +576,15 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
     def reset(self, **kwargs):
         """Reset all envs; episodes in progress are abandoned (never reported as completed)."""
         obs, extras = self.env.reset(**kwargs)
-        self.pbt_summary_source.reset()
+        emitter = self.pbt_summary_source
+        emitter.reset()
         self._poll_curriculum(extras, force=True)
+        if emitter.condition != self._condition:
+            # The reset logged the stage (Isaac Lab fills extras["log"] in _reset_idx). Every env starts a fresh
+            # episode now, so all of them belong to the new label; left to the emitter's per-step poll, the label
+            # would change after the first step and these first episodes would be dropped as straddlers.
+            emitter.condition = self._condition
+            emitter.start_generation(emitter.generation)
         return obs, extras
 
     def close(self):

@@ -28,6 +28,7 @@ import hashlib
 import io
 import pickle
 import re
+import struct
 import zipfile
 from pathlib import Path
 from typing import Any, Mapping
@@ -205,7 +206,8 @@ def _sniff(path: Path, data: bytes) -> str:
         try:
             with zipfile.ZipFile(io.BytesIO(data)) as zf:
                 names = zf.namelist()
-        except (zipfile.BadZipFile, OSError) as exc:
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError, struct.error, NotImplementedError) as exc:
+            # ValueError includes a file name that is not valid UTF-8 in a damaged central directory.
             raise CheckpointError(f"{path}: corrupted torch checkpoint ({exc})", path) from None
         if not any(n.endswith("/data.pkl") or n == "data.pkl" for n in names):
             raise CheckpointError(
@@ -319,7 +321,11 @@ def load_checkpoint(
                 path,
             ) from None
         raise CheckpointError(f"{path}: corrupted torch checkpoint ({message.strip()[:300]})", path) from None
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, KeyError) as exc:
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, KeyError,
+            # A damaged pickle stream also surfaces as these (the unpickler's stack or struct reads fail,
+            # or a rebuild function gets the wrong arguments): still a corrupted checkpoint.
+            IndexError, TypeError, AttributeError, OverflowError, struct.error, RecursionError,
+            AssertionError) as exc:  # torch checks some archive invariants with assert
         raise CheckpointError(
             f"{path}: truncated or corrupted torch checkpoint ({type(exc).__name__}: {str(exc).strip()[:300]})",
             path,

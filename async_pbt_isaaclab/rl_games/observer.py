@@ -302,8 +302,13 @@ class PbtObserver(AlgoObserver):
                 "rng_state": state.rng_state, "lineage": list(state.lineage),
                 "experiment_name": state.experiment_name, "objective": self._objective(), **extra}
 
-    def publish(self) -> MemberRecord:
-        """Save a checkpoint and publish the record (also called at the end of training)."""
+    def publish(self, persist: bool = True) -> MemberRecord:
+        """Save a checkpoint and publish the record (also called at the end of training).
+
+        ``persist=False`` (the decide path) leaves writing ``record.json`` and ``state.json`` to the caller,
+        which writes both right after the decision: each durable write costs two fsyncs, the bulk of the
+        observer's overhead (scripts/benchmarks/observer_overhead.py).
+        """
         self._collect()
         state = self.session.state
         weights = self.algo.get_full_state_weights()
@@ -314,20 +319,24 @@ class PbtObserver(AlgoObserver):
         state.last_checkpoint, state.last_checkpoint_sha256 = rel, sha
         summary = self.window.summary()
         if summary.count >= self.cfg.min_episodes and self.cfg.keep_best_checkpoints > 0:
-            state.best = update_best(state.best, {
+            best = update_best(state.best, {
                 "objective": summary.mean, "checkpoint": rel, "sha256": sha, "frame": int(self.algo.frame),
                 "generation": state.generation, "episodes": summary.count, "time": time.time()},
                 self.cfg.keep_best_checkpoints)
-            fsio.atomic_write_json(self.session.dir / "best.json", state.best)
+            if best != state.best:  # unchanged when this checkpoint did not make the list
+                state.best = best
+                fsio.atomic_write_json(self.session.dir / "best.json", state.best)
         record = self._record()
-        self._write_record(record)
+        if persist:
+            self._write_record(record)
         keep = {rel, *(b["checkpoint"] for b in state.best)}
         apply_retention(self.session.ws, self.session.member, self.cfg.keep_last_checkpoints, keep)
-        self.session.save()
+        if persist:
+            self.session.save()
         return record
 
     def _publish_and_decide(self) -> None:
-        me = self.publish()
+        me = self.publish(persist=False)  # record.json and state.json are written once, after the decision
         records, unreadable = self.session.ws.read_records(self.cfg.num_policies)
         peers = [r for m, r in sorted(records.items()) if m != me.member]
         state = self.session.state

@@ -104,6 +104,32 @@ class TimedObserver:
         self._timed("after_print_stats", *a)
 
 
+class FsyncMeter:
+    """Counts ``os.fsync`` calls and their wall time (the durable-write cost of the workspace protocol)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.seconds = 0.0
+        self._orig = os.fsync
+
+    def __enter__(self) -> "FsyncMeter":
+        orig = self._orig
+
+        def fsync(fd):
+            t0 = time.perf_counter()
+            try:
+                return orig(fd)
+            finally:
+                self.seconds += time.perf_counter() - t0
+                self.calls += 1
+
+        os.fsync = fsync
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.fsync = self._orig
+
+
 class Capture:
     """Remembers the agent (to read ``frame`` and close its writer and env after the run)."""
 
@@ -145,7 +171,7 @@ def one_run(variant: str, args: argparse.Namespace, profile: cProfile.Profile | 
     from async_pbt_isaaclab.rl_games.member import start_member
     from async_pbt_isaaclab.rl_games.observer import MultiObserver, PbtObserver
 
-    root = Path(tempfile.mkdtemp(prefix=f"obs_bench_{variant}_"))
+    root = Path(tempfile.mkdtemp(prefix=f"obs_bench_{variant}_", dir=args.workdir))
     threads = torch.get_num_threads()
     try:
         raw = _agent_cfg(args, root)
@@ -165,9 +191,10 @@ def one_run(variant: str, args: argparse.Namespace, profile: cProfile.Profile | 
         runner = Runner(MultiObserver(observers))
         runner.load(agent_cfg)
         runner.reset()
-        t0 = time.perf_counter()
-        runner.run({"train": True, "play": False, "checkpoint": None, "sigma": None})
-        wall = time.perf_counter() - t0
+        with FsyncMeter() as fsyncs:
+            t0 = time.perf_counter()
+            runner.run({"train": True, "play": False, "checkpoint": None, "sigma": None})
+            wall = time.perf_counter() - t0
         algo = capture.algo
         out: dict[str, Any] = {"variant": variant, "frames": int(algo.frame), "epochs": int(algo.epoch_num),
                                "wall_s": wall, "fps": int(algo.frame) / wall}
@@ -176,7 +203,7 @@ def one_run(variant: str, args: argparse.Namespace, profile: cProfile.Profile | 
                 hook_seconds=observer.hook_seconds, hook_calls=observer.hook_calls,
                 all_hooks_s=sum(timed.seconds.values()), hook_split=dict(timed.seconds),
                 hook_calls_split=dict(timed.calls), after_steps_s=list(timed.after_steps_s),
-                publishes=len(observer.decisions),
+                publishes=len(observer.decisions), fsync_calls=fsyncs.calls, fsync_s=fsyncs.seconds,
             )
             observer.finish()  # final checkpoint + record: after the timed run (once per process, not per epoch)
         if getattr(algo, "writer", None) is not None:
@@ -208,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=7, help="params.seed of both variants")
     p.add_argument("--agent", default=None, help="agent yaml (default: the packaged Pendulum-v1 PPO)")
     p.add_argument("--warmup-epochs", type=int, default=2, help="epochs of an untimed warm-up run per variant")
+    p.add_argument("--workdir", default=None,
+                   help="folder for the temp workspaces (default: the system temp dir; e.g. /dev/shm for no disk)")
     p.add_argument("--profile", action="store_true", help="cProfile the observer's after_steps calls")
     p.add_argument("--json", default=None, help="also write all measurements to this file")
     return p
@@ -291,6 +320,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{_fmt_pct(min(after_frac)) + '..' + _fmt_pct(max(after_frac)):>24}")
     print(f"{'all observer hooks time / run wall time':<44}{_fmt_pct(med_frac):>12}"
           f"{_fmt_pct(min(hook_frac)) + '..' + _fmt_pct(max(hook_frac)):>24}")
+    fs_calls = sum(r["fsync_calls"] for r in obs)
+    fs_s = sum(r["fsync_s"] for r in obs)
+    hooks_s = sum(r["all_hooks_s"] for r in obs)
+    print(f"fsync inside the observer runs: {fs_calls} calls, {1e3 * fs_s:.0f} ms = {100 * fs_s / hooks_s:.0f} % of "
+          f"the hook time ({1e3 * fs_s / max(fs_calls, 1):.2f} ms per fsync on {args.workdir or tempfile.gettempdir()}); "
+          f"hook time without fsync / wall: {_fmt_pct(statistics.median((r['all_hooks_s'] - r['fsync_s']) / r['wall_s'] for r in obs))}")
     print("hook time by hook, all observer runs (ms total / calls): " + ", ".join(
         f"{k} {1e3 * v:.1f}/{calls[k]}" for k, v in split.items() if calls[k]))
     print()

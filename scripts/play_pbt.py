@@ -1,0 +1,305 @@
+#!/usr/bin/env python
+"""Play a population member's checkpoint, or the population's best, on an Isaac Lab task.
+
+Isaac Lab's ``scripts/reinforcement_learning/rl_games/play.py`` with the checkpoint chosen from a PBT workspace::
+
+    ./isaaclab.sh -p scripts/play_pbt.py --task AsyncPbt-Repose-Cube-Allegro-Direct-v0 --num_envs 64 \\
+        --pbt-workspace /shared/pbt/allegro --best
+    ./isaaclab.sh -p scripts/play_pbt.py --task ... --pbt-workspace /shared/pbt/allegro --member 3
+    ./isaaclab.sh -p scripts/play_pbt.py --task ... --checkpoint /path/to/any_rl_games_checkpoint.pth
+
+Which checkpoint:
+
+* ``--member N``: member N's newest published checkpoint (``members/NNN/state.json``), which after an exploit is
+  the recipient checkpoint the exploit wrote (donor weights, this member's counters and hyperparameters);
+* ``--best``: the best checkpoint any member recorded in its ``best.json`` (by window mean of the objective);
+* ``--checkpoint PATH``: any rl_games checkpoint, with or without PBT metadata.
+
+Checkpoints from a workspace are checked against the sha256 the member published and loaded with
+:func:`async_pbt_isaaclab.rl_games.checkpoint.load_checkpoint` (``weights_only``, an explicit allowlist; full pickle
+only with ``--trusted-workspace``), never with rl_games' full-pickle ``restore``. The network keys the member mutated
+(``network.*``, e.g. bounded log-std) are applied to the agent config so the policy is rebuilt as it was trained.
+
+The played episodes are summarised like PBT evidence (completed episodes: return, length, objective) and printed at
+the end, so ``--num_steps`` doubles as a quick evaluation. The simulator-facing calls go through
+:class:`~async_pbt_isaaclab.envs.isaaclab.IsaacLabHooks` (a CPU test plays the pure-torch task).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks
+
+LAUNCHER_NOTE = (
+    "Simulator flags (--headless, --device, --enable_cameras, ...) are added by Isaac Lab's AppLauncher and appear "
+    "here when Isaac Lab is installed. Remaining KEY=VALUE arguments are Hydra overrides (env.*, agent.*)."
+)
+
+
+class PlayError(RuntimeError):
+    """The checkpoint to play cannot be found or verified (the message says which file and why)."""
+
+
+@dataclass
+class PlayResult:
+    """What a play run did (returned by :func:`run`, printed by :func:`main`)."""
+
+    checkpoint: str
+    """The checkpoint played."""
+    source: str
+    """How it was chosen (``member 3``, ``best (member 1, objective 0.8)``, ``--checkpoint``)."""
+    steps: int = 0
+    """Env steps played (each advances every env)."""
+    episodes: int = 0
+    """Episodes completed."""
+    mean_return: float = math.nan
+    """Mean undiscounted return of the completed episodes."""
+    objective: str = ""
+    """Objective reported."""
+    mean_objective: float = math.nan
+    """Mean objective of the completed episodes."""
+    pbt: dict[str, Any] = field(default_factory=dict)
+    """The checkpoint's PBT metadata (member, generation, frame, hyperparameters, ...); empty for a raw one."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="Play a checkpoint of a PBT population member with RL-Games.",
+                                     epilog=LAUNCHER_NOTE)
+    parser.add_argument("--video", action="store_true", default=False, help="Record a video of the play.")
+    parser.add_argument("--video_length", type=int, default=200, help="Length of the recorded video (in steps).")
+    parser.add_argument("--num_envs", "--num-envs", type=int, default=None, help="Number of environments to simulate.")
+    parser.add_argument("--task", type=str, default=None, help="Name of the task.")
+    parser.add_argument("--agent", type=str, default="rl_games_cfg_entry_point",
+                        help="Name of the RL agent configuration entry point.")
+    parser.add_argument("--real-time", action="store_true", default=False, help="Run in real-time, if possible.")
+    parser.add_argument("--num_steps", "--num-steps", type=int, default=0,
+                        help="Stop after this many env steps (0: until the simulator is closed).")
+    which = parser.add_argument_group("checkpoint (one of)")
+    which.add_argument("--checkpoint", type=str, default=None, help="Path to an rl_games checkpoint.")
+    which.add_argument("--pbt-workspace", dest="pbt_workspace", default=None, metavar="DIR",
+                       help="Population workspace to take the checkpoint from (with --member or --best).")
+    which.add_argument("--member", type=int, default=None, metavar="N", help="Play member N's newest checkpoint.")
+    which.add_argument("--best", action="store_true", default=False,
+                       help="Play the best checkpoint recorded by any member.")
+    parser.add_argument("--trusted-workspace", action="store_true", default=False,
+                        help="Load with full pickle (only for checkpoints whose writers you trust).")
+    return parser
+
+
+def select_checkpoint(args: argparse.Namespace) -> tuple[Path, str, str | None]:
+    """``(path, how it was chosen, expected sha256 or None)`` from the command line. Raises :class:`PlayError`."""
+    chosen = sum([args.checkpoint is not None, args.member is not None, bool(args.best)])
+    if chosen != 1:
+        raise PlayError("choose exactly one of --checkpoint PATH, --pbt-workspace W --member N, "
+                        "--pbt-workspace W --best")
+    if args.checkpoint is not None:
+        return Path(args.checkpoint), "--checkpoint", None
+    if not args.pbt_workspace:
+        raise PlayError("--member and --best need --pbt-workspace DIR")
+    from async_pbt_isaaclab.core.member_state import load_state
+    from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, population_best
+
+    ws = Workspace(args.pbt_workspace)
+    try:
+        ws.population_meta()
+    except WorkspaceError as exc:
+        raise PlayError(str(exc)) from None
+    if args.best:
+        best = population_best(ws, top=1)
+        if not best:
+            raise PlayError(f"{ws.root}: no member has recorded a best checkpoint yet (best.json needs at least "
+                            f"min_episodes of evidence at a publish)")
+        entry = best[0]
+        return (ws.checkpoint_path(entry["checkpoint"]),
+                f"best (member {entry.get('member')}, objective {float(entry['objective']):.6g}, "
+                f"frame {entry.get('frame')})", entry.get("sha256"))
+    member_dir = ws.member_dir(args.member)
+    state = load_state(member_dir / "state.json")
+    if state is None or not state.last_checkpoint:
+        raise PlayError(f"{member_dir}: member {args.member} has not published a checkpoint yet")
+    return ws.checkpoint_path(state.last_checkpoint), f"member {args.member} (generation {state.generation})", \
+        state.last_checkpoint_sha256 or None
+
+
+def load_verified(path: Path, sha256: str | None, trusted: bool) -> dict[str, Any]:
+    """Check the published sha256 (when known) and load the checkpoint safely. Raises :class:`PlayError`."""
+    from async_pbt_isaaclab.core import fsio
+    from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError, load_checkpoint
+
+    if sha256:
+        try:
+            actual = fsio.sha256_file(path)
+        except FileNotFoundError:
+            raise PlayError(f"{path}: missing (removed by retention? play --best or a newer --member)") from None
+        if actual != sha256:
+            raise PlayError(f"{path}: sha256 {actual} differs from the published {sha256}; the file is damaged")
+    try:
+        return load_checkpoint(path, trusted=trusted, map_location="cpu")
+    except CheckpointError as exc:
+        raise PlayError(str(exc)) from None
+
+
+def restore_player(player: Any, state: dict[str, Any]) -> None:
+    """Load a checkpoint dict into an rl_games player (what ``PpoPlayerContinuous.restore`` does after its load)."""
+    model_state = {(k[len("_orig_mod."):] if k.startswith("_orig_mod.") else k): v for k, v in state["model"].items()}
+    player.model.load_state_dict(model_state)
+    if getattr(player, "normalize_input", False) and "running_mean_std" in state:
+        player.model.running_mean_std.load_state_dict(state["running_mean_std"])
+    env_state = state.get("env_state")
+    if env_state is not None and getattr(player, "env", None) is not None:
+        player.env.set_env_state(env_state)
+
+
+def main(argv: Sequence[str] | None = None, hooks: IsaacLabHooks | None = None) -> int:
+    hooks = hooks or IsaacLabHooks()
+    parser = build_parser()
+    missing: ImportError | None = None
+    try:
+        hooks.add_launcher_args(parser)
+    except ImportError as exc:
+        missing = exc
+    args, hydra_args = parser.parse_known_args(argv)
+    if missing is not None:
+        print(f"error: scripts/play_pbt.py plays Isaac Lab tasks: {missing}", file=sys.stderr)
+        return 2
+    flags = [a for a in hydra_args if a.startswith("-") and "=" not in a]
+    if flags:
+        parser.error(f"unrecognized arguments: {' '.join(flags)}")
+    try:
+        result = run(args, hydra_args, hooks)
+    except PlayError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"[INFO] played {result.checkpoint} ({result.source}): {result.steps} steps, {result.episodes} episodes, "
+          f"mean return {result.mean_return:.6g}, mean {result.objective} {result.mean_objective:.6g}")
+    return 0
+
+
+def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: IsaacLabHooks | None = None) -> PlayResult:
+    """Choose and load the checkpoint (before starting the simulator: fail fast), then play it."""
+    hooks = hooks or IsaacLabHooks()
+    if not args.task:
+        raise PlayError("--task is required")
+    path, source, sha256 = select_checkpoint(args)
+    state = load_verified(path, sha256, args.trusted_workspace)
+    print(f"[INFO]: Loading model checkpoint from: {path} ({source})")
+    if args.video:
+        args.enable_cameras = True
+    launcher = hooks.launch_app(args)
+    try:
+        return _play(args, list(hydra_args), hooks, launcher, path, source, state)
+    finally:
+        hooks.close_app(launcher)
+
+
+def _play(args, hydra_args, hooks, launcher, path: Path, source: str, state: dict[str, Any]) -> PlayResult:
+    import torch
+    from rl_games.torch_runner import Runner
+
+    from async_pbt_isaaclab.core.config import objective_term, set_path
+    from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE
+    from async_pbt_isaaclab.core.mutation import agent_path
+    from async_pbt_isaaclab.envs.isaaclab import (
+        SummaryCfg,
+        attach_summary_source,
+        register_rl_games_env,
+        rl_games_wrapper_options,
+    )
+    from async_pbt_isaaclab.rl_games.checkpoint import read_pbt_metadata
+
+    env_cfg, agent_cfg = hooks.load_task_cfgs(args.task, args.agent, hydra_args)
+    agent_cfg = _plain(agent_cfg)
+    meta = read_pbt_metadata(state) or {}
+    # Rebuild the network the member trained: mutated network.* keys (e.g. bounded log-std) change its shape/limits.
+    for key, value in (meta.get("hyperparameters") or {}).items():
+        if key.startswith("network."):
+            set_path(agent_cfg, agent_path(key), value)
+    params, rl_cfg = agent_cfg["params"], agent_cfg["params"]["config"]
+    params["load_checkpoint"] = False  # restored below through the safe loader
+    if args.num_envs is not None:
+        env_cfg.scene.num_envs = args.num_envs
+    if getattr(args, "device", None) is not None:
+        env_cfg.sim.device = args.device
+
+    raw_objective = meta.get("objective") or (agent_cfg.get("pbt") or {}).get("objective") or RETURN_OBJECTIVE
+    objective = objective_term(str(raw_objective))
+    env = hooks.make_env(args.task, env_cfg, "rgb_array" if args.video else None)
+    if args.video:
+        import gymnasium
+
+        video_folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), "videos", "play")
+        env = gymnasium.wrappers.RecordVideo(env, video_folder=video_folder, step_trigger=lambda step: step == 0,
+                                             video_length=args.video_length, disable_logger=True)
+    try:
+        env = attach_summary_source(env, SummaryCfg.from_agent_cfg(agent_cfg), objective=objective, task=args.task)
+    except ValueError as exc:
+        print(f"[WARN] no per-episode {objective!r} while playing ({exc}); reporting the return only",
+              file=sys.stderr)
+        objective = RETURN_OBJECTIVE
+        env = attach_summary_source(env, SummaryCfg(), task=args.task)
+    rl_device, clip_obs, clip_actions, extra = rl_games_wrapper_options(agent_cfg)
+    vec_env = hooks.vec_env_wrapper(env, rl_device, clip_obs, clip_actions, **extra)
+    register_rl_games_env(vec_env, hooks)
+    rl_cfg["num_actors"] = vec_env.unwrapped.num_envs
+
+    runner = Runner()
+    runner.load(agent_cfg)
+    player = runner.create_player()
+    restore_player(player, state)
+    player.reset()
+
+    dt = float(getattr(vec_env.unwrapped, "step_dt", 0.0))
+    obs = vec_env.reset()
+    if isinstance(obs, dict):
+        obs = obs["obs"]
+    _ = player.get_batch_size(obs, 1)  # enables the flag for batched observations
+    if player.is_rnn:
+        player.init_rnn()
+    steps = 0
+    while hooks.app_running(launcher) and (args.num_steps <= 0 or steps < args.num_steps):
+        started = time.time()
+        with torch.inference_mode():
+            obs = player.obs_to_torch(obs)
+            actions = player.get_action(obs, is_deterministic=player.is_deterministic)
+            obs, _, dones, _ = vec_env.step(actions)
+            if len(dones) > 0 and player.is_rnn and player.states is not None:
+                for s in player.states:
+                    s[:, dones, :] = 0.0
+        steps += 1
+        if args.video and steps == args.video_length:
+            break
+        sleep = dt - (time.time() - started)
+        if args.real_time and sleep > 0:
+            time.sleep(sleep)
+
+    batch = env.pbt_summary_source.drain()
+    values = batch.objective_values(objective) if len(batch) else []
+    result = PlayResult(
+        checkpoint=str(path), source=source, steps=steps, episodes=len(batch),
+        mean_return=math.fsum(batch.returns) / len(batch) if len(batch) else math.nan,
+        objective=objective,
+        mean_objective=math.fsum(values) / len(values) if values else math.nan,
+        pbt=meta,
+    )
+    vec_env.close()
+    return result
+
+
+def _plain(obj: Any) -> Any:
+    if hasattr(obj, "items"):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+if __name__ == "__main__":
+    sys.exit(main())

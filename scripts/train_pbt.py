@@ -1,0 +1,329 @@
+#!/usr/bin/env python
+"""Train one member of an asynchronous PBT population with RL-Games on an Isaac Lab task.
+
+Isaac Lab's ``scripts/reinforcement_learning/rl_games/train.py`` (same flags, same Hydra overrides, same log
+folders) plus the population flags of :func:`async_pbt_isaaclab.core.flags.add_population_args`::
+
+    ./isaaclab.sh -p scripts/train_pbt.py --task AsyncPbt-Repose-Cube-Allegro-Direct-v0 --headless \\
+        --pbt-workspace /shared/pbt/allegro --pbt-members 8 --pbt-index 3
+
+Isaac Lab's own PBT overrides work unchanged (``agent.pbt.enabled=True agent.pbt.num_policies=8
+agent.pbt.policy_idx=3 agent.pbt.workspace=...``); a ``--pbt-*`` flag and the matching ``agent.pbt.*`` override
+mean the same thing. Without ``--pbt-workspace``/``--pbt-members``/``agent.pbt.enabled=true`` this is plain Isaac Lab
+training.
+
+What differs from Isaac Lab's script, and why:
+
+* the command line is captured before ``AppLauncher`` or Hydra rewrite ``sys.argv``, so an exploit restart
+  (``os.execv`` of this same command with a new ``--checkpoint`` and the mutated ``agent.params.config.*``
+  overrides appended) keeps every flag;
+* with the population enabled the env is wrapped in :class:`~async_pbt_isaaclab.envs.isaaclab.PbtIsaacLabEnv` inside
+  ``RlGamesVecEnvWrapper`` (per-episode evidence), the member's seed is ``seed + pbt_index`` (members must not be N
+  copies of one run), and the run's log folder is the member's own, kept across restarts
+  (``logs/rl_games/<name>/<name>_pbt_<NNN>``);
+* ``--checkpoint`` warm-starts a member that never ran; afterwards the member resumes from its own checkpoints,
+  loaded through the safe (``weights_only``) loader rather than rl_games' full-pickle ``restore``;
+* ``--distributed`` (one member spread over several GPUs) is refused with the population enabled: a member is one
+  process; use ``async-pbt launch --gpus`` to give each member its own GPU.
+
+The simulator-facing calls go through :class:`~async_pbt_isaaclab.envs.isaaclab.IsaacLabHooks`, so a test runs
+:func:`main` / :func:`run` with a fake app launcher and a pure-torch env (``tests/integration/fake_isaaclab_entry.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import random
+import sys
+import time
+from datetime import datetime
+from typing import Any, Sequence
+
+from async_pbt_isaaclab.rl_games.restart import capture_argv
+
+# First thing, before anything can rewrite sys.argv (sys.orig_argv is read; the call only pins it).
+capture_argv()
+
+from async_pbt_isaaclab.core.flags import add_population_args, population_overrides  # noqa: E402
+from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks  # noqa: E402 - torch-free, Isaac Lab imported lazily
+
+LAUNCHER_NOTE = (
+    "Simulator flags (--headless, --device, --enable_cameras, --livestream, ...) are added by Isaac Lab's "
+    "AppLauncher and appear here when Isaac Lab is installed. Remaining KEY=VALUE arguments are Hydra overrides "
+    "(env.*, agent.*, e.g. agent.params.config.learning_rate=3e-4 or agent.pbt.num_policies=8)."
+)
+
+
+def _str2bool(text: str) -> bool:
+    lowered = str(text).lower()
+    if lowered in ("1", "true", "t", "yes", "y", "on"):
+        return True
+    if lowered in ("0", "false", "f", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Isaac Lab's RL-Games training flags plus the population flags (without the AppLauncher ones)."""
+    parser = argparse.ArgumentParser(
+        description="Train an RL agent with RL-Games as a member of an asynchronous PBT population.",
+        epilog=LAUNCHER_NOTE,
+    )
+    parser.add_argument("--video", action="store_true", default=False, help="Record videos during training.")
+    parser.add_argument("--video_length", type=int, default=200, help="Length of the recorded video (in steps).")
+    parser.add_argument("--video_interval", type=int, default=2000,
+                        help="Interval between video recordings (in steps).")
+    parser.add_argument("--num_envs", "--num-envs", type=int, default=None, help="Number of environments to simulate.")
+    parser.add_argument("--task", type=str, default=None, help="Name of the task.")
+    parser.add_argument("--agent", type=str, default="rl_games_cfg_entry_point",
+                        help="Name of the RL agent configuration entry point.")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="Seed used for the environment (-1: random); members add their --pbt-index.")
+    parser.add_argument("--distributed", action="store_true", default=False,
+                        help="Run training with multiple GPUs or nodes (not with the population enabled).")
+    parser.add_argument("--checkpoint", type=str, default=None,
+                        help="Path to model checkpoint (a member that already ran resumes from its own instead).")
+    parser.add_argument("--sigma", type=str, default=None, help="The policy's initial standard deviation.")
+    parser.add_argument("--max_iterations", "--max-iterations", type=int, default=None,
+                        help="RL Policy training iterations.")
+    parser.add_argument("--wandb-project-name", type=str, default=None, help="the wandb's project name")
+    parser.add_argument("--wandb-entity", type=str, default=None, help="the entity (team) of wandb's project")
+    parser.add_argument("--wandb-name", type=str, default=None, help="the name of wandb's run")
+    parser.add_argument("--track", type=_str2bool, default=False, nargs="?", const=True,
+                        help="if toggled, this experiment will be tracked with Weights and Biases")
+    add_population_args(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, hooks: IsaacLabHooks | None = None) -> int:
+    """Parse the command line and train. Returns the process exit code (2: usage or configuration error)."""
+    capture_argv()
+    hooks = hooks or IsaacLabHooks()
+    parser = build_parser()
+    missing: ImportError | None = None
+    try:
+        hooks.add_launcher_args(parser)
+    except ImportError as exc:
+        missing = exc  # --help still works: it prints our flags and LAUNCHER_NOTE
+    args, hydra_args = parser.parse_known_args(argv)
+    if missing is not None:
+        print(f"error: scripts/train_pbt.py runs Isaac Lab tasks: {missing}\n"
+              f"  (a CPU population without a simulator: python -m async_pbt_isaaclab.examples.cpu_member --help)",
+              file=sys.stderr)
+        return 2
+    flags = [a for a in hydra_args if a.startswith("-") and "=" not in a]
+    if flags:
+        parser.error(f"unrecognized arguments: {' '.join(flags)}")
+    return run(args, hydra_args, hooks)
+
+
+def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: IsaacLabHooks | None = None) -> int:
+    """Launch the simulator, build the env and train (one member, or a plain run with the population disabled)."""
+    hooks = hooks or IsaacLabHooks()
+    if not args.task:
+        print("error: --task is required (e.g. --task AsyncPbt-Cartpole-Direct-v0)", file=sys.stderr)
+        return 2
+    if args.video:
+        args.enable_cameras = True  # always enable cameras to record video (AppLauncher flag)
+    launcher = hooks.launch_app(args)
+    try:
+        return _train(args, list(hydra_args), hooks, launcher)
+    finally:
+        hooks.close_app(launcher)
+
+
+def _train(args: argparse.Namespace, hydra_args: list[str], hooks: IsaacLabHooks, launcher: Any) -> int:
+    # Everything heavy is imported after the simulator started, as Isaac Lab's scripts do.
+    from rl_games.common.algo_observer import IsaacAlgoObserver
+
+    from async_pbt_isaaclab.core.config import ConfigError, load_population_config, objective_term
+    from async_pbt_isaaclab.envs.isaaclab import (
+        SummaryCfg,
+        attach_summary_source,
+        register_rl_games_env,
+        reward_fingerprint,
+        rl_games_wrapper_options,
+    )
+    from async_pbt_isaaclab.rl_games.runner import train_member
+
+    env_cfg, agent_cfg = hooks.load_task_cfgs(args.task, args.agent, hydra_args)
+    agent_cfg = _plain(agent_cfg)
+    try:
+        agent_cfg, cfg = load_population_config(agent_cfg, population_overrides(args),
+                                                source=f"{args.task} ({args.agent})")
+        summary = SummaryCfg.from_agent_cfg(agent_cfg) if cfg.enabled else None
+    except (ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    params = agent_cfg["params"]
+    rl_cfg = params["config"]
+
+    # -- the CLI overrides Isaac Lab's script applies
+    if args.num_envs is not None:
+        env_cfg.scene.num_envs = args.num_envs
+    device = getattr(args, "device", None)
+    if device is not None:
+        env_cfg.sim.device = device
+    if args.seed == -1:
+        args.seed = random.randint(0, 10000)
+    seed = int(args.seed if args.seed is not None else params.get("seed", 42))
+    if cfg.enabled:
+        # Members must not share a seed, or the population starts as N copies of one run.
+        seed += cfg.policy_idx
+    if args.max_iterations is not None:
+        rl_cfg["max_epochs"] = args.max_iterations
+    resume_path = hooks.resolve_checkpoint(args.checkpoint) if args.checkpoint else None
+    if resume_path and not cfg.enabled:
+        params["load_checkpoint"] = True
+        params["load_path"] = resume_path
+        print(f"[INFO]: Loading model checkpoint from: {resume_path}")
+    train_sigma = float(args.sigma) if args.sigma is not None else None
+    if args.distributed:
+        if cfg.enabled:
+            print("error: --distributed spreads one run over several GPUs, but a population member is one process. "
+                  "Give each member its own GPU instead: async-pbt launch --members N --gpus 0,1,... -- <this command "
+                  "without --distributed>", file=sys.stderr)
+            return 2
+        seed += int(getattr(launcher, "global_rank", 0))
+        local = f"cuda:{int(getattr(launcher, 'local_rank', 0))}"
+        rl_cfg["device"] = rl_cfg["device_name"] = local
+        rl_cfg["multi_gpu"] = True
+        env_cfg.sim.device = local
+    params["seed"] = seed
+    # Certain randomisations happen when the env is built: seed the env config too.
+    if hasattr(env_cfg, "seed"):
+        env_cfg.seed = seed
+
+    # -- log folders: logs/rl_games/<name>/<run>, the member's run kept across restarts
+    config_name = rl_cfg["name"]
+    log_root = os.path.abspath(os.path.join("logs", "rl_games", config_name))
+    if cfg.enabled:
+        run_name = member_experiment_name(rl_cfg, cfg, log_root)
+    else:
+        run_name = rl_cfg.get("full_experiment_name") or datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    rl_cfg["train_dir"] = log_root
+    rl_cfg["full_experiment_name"] = run_name
+    log_dir = os.path.join(log_root, run_name)
+    print(f"[INFO] Logging experiment in directory: {log_root}")
+    if cfg.enabled:
+        print(f"[INFO] PBT member {cfg.policy_idx}/{cfg.num_policies}, workspace {cfg.workspace_path(log_root)}, "
+              f"objective {cfg.objective!r}, seed {seed}")
+    _dump_configs(hooks, log_dir, env_cfg, agent_cfg)
+
+    # -- the env: Isaac Lab env [-> RecordVideo] [-> PbtIsaacLabEnv] -> RlGamesVecEnvWrapper
+    env = hooks.make_env(args.task, env_cfg, "rgb_array" if args.video else None)
+    if args.video:
+        import gymnasium
+
+        video_kwargs = {
+            "video_folder": os.path.join(log_dir, "videos", "train"),
+            "step_trigger": lambda step: step % args.video_interval == 0,
+            "video_length": args.video_length,
+            "disable_logger": True,
+        }
+        print(f"[INFO] Recording videos during training: {video_kwargs['video_folder']}")
+        env = gymnasium.wrappers.RecordVideo(env, **video_kwargs)
+    reward_config = reward_fingerprint(env_cfg)
+    if cfg.enabled:
+        try:
+            env = attach_summary_source(env, summary, objective=objective_term(cfg.objective), task=args.task,
+                                        reward_config=reward_config)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            env.close()
+            return 2
+    rl_device, clip_obs, clip_actions, extra = rl_games_wrapper_options(agent_cfg)
+    vec_env = hooks.vec_env_wrapper(env, rl_device, clip_obs, clip_actions, **extra)
+    register_rl_games_env(vec_env, hooks)
+    rl_cfg["num_actors"] = vec_env.unwrapped.num_envs
+
+    observers: list[Any] = [IsaacAlgoObserver()]
+    if args.track and int(os.getenv("RANK", "0")) == 0:
+        if args.wandb_entity is None:
+            raise ValueError("Weights and Biases entity must be specified for tracking.")
+        observers.append(make_wandb_observer(args, env_cfg, agent_cfg, cfg, log_root))
+
+    start = time.time()
+    train_member(agent_cfg, cfg, train_dir=log_root, task=args.task, checkpoint=resume_path, sigma=train_sigma,
+                 extra_observers=observers, reward_config=reward_config)
+    print(f"Training time: {round(time.time() - start, 2)} seconds")
+    vec_env.close()
+    return 0
+
+
+def member_experiment_name(rl_cfg: dict, cfg: Any, train_dir: str) -> str:
+    """The member's run folder name: the one it started with (state.json), else ``<name>_pbt_<NNN>``.
+
+    A ``full_experiment_name`` given for the whole population gets the member suffix too, so members never share
+    a log folder.
+    """
+    from async_pbt_isaaclab.core.member_state import load_state
+    from async_pbt_isaaclab.core.workspace import Workspace
+
+    try:
+        state = load_state(Workspace(cfg.workspace_path(train_dir)).member_dir(cfg.policy_idx) / "state.json")
+    except Exception:  # a damaged state is reported by the member start itself
+        state = None
+    if state is not None and state.experiment_name:
+        return state.experiment_name
+    base = rl_cfg.get("full_experiment_name") or rl_cfg["name"]
+    suffix = f"_pbt_{cfg.policy_idx:03d}"
+    return base if base.endswith(suffix) else base + suffix
+
+
+def make_wandb_observer(args: argparse.Namespace, env_cfg: Any, agent_cfg: dict, cfg: Any, train_dir: str) -> Any:
+    """An rl_games observer that starts W&B before the agent creates its TensorBoard writer.
+
+    A member keeps one W&B run across exploit restarts: the run id is derived from the workspace and the member's
+    run name and resumed (``resume="allow"``). Without the population every start is a new run, as in Isaac Lab.
+    """
+    from rl_games.common.algo_observer import AlgoObserver
+
+    workspace = str(cfg.workspace_path(train_dir)) if cfg.enabled else ""
+    project = args.wandb_project_name or agent_cfg["params"]["config"]["name"]
+
+    class WandbObserver(AlgoObserver):
+        def before_init(self, base_name, config, experiment_name):
+            import wandb
+
+            run_id = None
+            if cfg.enabled:
+                run_id = hashlib.sha1(f"{workspace}|{experiment_name}".encode()).hexdigest()[:16]
+            wandb.init(project=project, entity=args.wandb_entity, name=args.wandb_name or experiment_name,
+                       id=run_id, resume="allow" if run_id else None, sync_tensorboard=True, monitor_gym=True,
+                       save_code=True)
+            if not wandb.run.resumed:
+                if hasattr(env_cfg, "to_dict"):
+                    wandb.config.update({"env_cfg": env_cfg.to_dict()})
+                wandb.config.update({"agent_cfg": agent_cfg})
+
+    return WandbObserver()
+
+
+def _plain(obj: Any) -> Any:
+    """Plain dicts/lists (an OmegaConf container or tuples from a config loader become YAML-safe data)."""
+    if hasattr(obj, "items"):
+        return {str(k) if not isinstance(k, (int, float, bool)) else k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def _dump_configs(hooks: IsaacLabHooks, log_dir: str, env_cfg: Any, agent_cfg: dict) -> None:
+    """params/agent.yaml and params/env.yaml in the run folder (never fatal: they are records, not inputs)."""
+    import yaml
+
+    params_dir = os.path.join(log_dir, "params")
+    try:
+        os.makedirs(params_dir, exist_ok=True)
+        with open(os.path.join(params_dir, "agent.yaml"), "w") as fh:
+            yaml.safe_dump(_plain(agent_cfg), fh, sort_keys=False)
+        hooks.dump_env_cfg(os.path.join(params_dir, "env.yaml"), env_cfg)
+    except Exception as exc:  # noqa: BLE001 - a log dump must not stop training
+        print(f"[WARN] could not write the configuration to {params_dir}: {exc}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,321 @@
+"""The observer inside real rl_games training: hook forwarding, bad objective values, exploits that must abort.
+
+Real members (Pendulum-v1 PPO on CPU through the in-process vec-env) train a few epochs each; what is
+asserted is read back from the agent, the audit log, stderr and the workspace files.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("rl_games")
+
+import async_pbt_isaaclab.examples as examples  # noqa: E402
+from async_pbt_isaaclab.core import fsio  # noqa: E402
+from async_pbt_isaaclab.core.config import load_population_config, load_yaml  # noqa: E402
+from async_pbt_isaaclab.core.evidence import ConditionLabel, EpisodeBatch  # noqa: E402
+from async_pbt_isaaclab.rl_games.checkpoint import save_checkpoint  # noqa: E402
+from async_pbt_isaaclab.rl_games.observer import MultiObserver, PbtObserver  # noqa: E402
+
+YAML = Path(examples.__file__).parent / "pendulum_ppo.yaml"
+FRAMES_PER_EPOCH = 16 * 128
+HOOKS = ("before_init", "after_init", "process_infos", "after_steps", "after_clear_stats", "after_print_stats")
+
+
+# ------------------------------------------------------------------------------------------- helpers
+def start(tmp: Path, *, index: int = 1, epochs: int = 4, env_config: dict | None = None, **pbt):
+    """Claim member ``index`` of a 2-member workspace under ``tmp``; returns (session, agent_cfg)."""
+    from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
+    from async_pbt_isaaclab.rl_games.member import start_member
+
+    raw = load_yaml(YAML)
+    raw["params"]["seed"] = 11
+    raw["params"]["config"].update(max_epochs=epochs, print_stats=False, env_config=dict(env_config or {}))
+    raw["pbt"] = {"enabled": True, "policy_idx": index, "num_policies": 2, "workspace": str(tmp / "ws"),
+                  "interval_steps": 10 ** 9, "heartbeat_interval_s": 0.0, "min_episodes": 8, "window": 32,
+                  "start_grace_frames": 0, "frame_tolerance": 10 ** 9,
+                  "mutation": {"learning_rate": "mutate_float"}, **pbt}
+    agent_cfg, cfg = load_population_config(raw)
+    task = register_gym_vecenv_for(agent_cfg)
+    return start_member(agent_cfg, cfg, train_dir=str(tmp / "runs"), task=task)
+
+
+def train(agent_cfg: dict, observers: list) -> object:
+    """rl_games Runner with ``MultiObserver([*observers, IsaacAlgoObserver()])``; returns the live agent."""
+    from rl_games.common.algo_observer import IsaacAlgoObserver
+    from rl_games.torch_runner import Runner
+
+    class Capture:
+        algo = None
+
+        def after_init(self, algo):
+            self.algo = algo
+
+    capture = Capture()
+    threads = torch.get_num_threads()
+    try:
+        runner = Runner(MultiObserver([*observers, IsaacAlgoObserver(), capture]))
+        runner.load(copy.deepcopy(agent_cfg))
+        runner.reset()
+        runner.run({"train": True, "play": False, "checkpoint": None, "sigma": None})
+    finally:
+        torch.set_num_threads(threads)
+    return capture.algo
+
+
+def audit(session) -> list[dict]:
+    return [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
+
+
+def record(session) -> dict:
+    return json.loads((session.dir / "record.json").read_text())
+
+
+class Recorder:
+    """Records every hook call it receives, with its arguments."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, tuple]] = []
+
+    def __getattr__(self, name):
+        if name not in HOOKS:
+            raise AttributeError(name)
+        return lambda *args: self.calls.append((name, args))
+
+    def names(self) -> list[str]:
+        return [n for n, _ in self.calls]
+
+
+# ------------------------------------------------------------------------------------------- forwarding
+def test_multi_observer_forwards_every_hook_in_order_with_the_same_arguments():
+    from rl_games.common.algo_observer import AlgoObserver
+
+    a, b = Recorder(), Recorder()
+    base = AlgoObserver()  # the 1.6.5 base class has no after_clear_stats: skipped, not an error
+    multi = MultiObserver([a, base, b])
+    algo, infos, done = object(), {"time_outs": [0]}, [1]
+    multi.before_init("base", {"cfg": 1}, "exp")
+    multi.after_init(algo)
+    multi.process_infos(infos, done)
+    multi.after_steps()
+    multi.after_clear_stats()
+    multi.after_print_stats(2048, 1, 0.5)
+    expected = [("before_init", ("base", {"cfg": 1}, "exp")), ("after_init", (algo,)),
+                ("process_infos", (infos, done)), ("after_steps", ()), ("after_clear_stats", ()),
+                ("after_print_stats", (2048, 1, 0.5))]
+    assert a.calls == expected and b.calls == expected
+    assert a.calls[1][1][0] is algo and a.calls[2][1][0] is infos
+
+
+@pytest.fixture(scope="module")
+def missing_objective_run(tmp_path_factory):
+    """A real member whose objective names a term its env does not emit; it also records the hooks it gets."""
+    tmp = tmp_path_factory.mktemp("missing_objective")
+    session, agent_cfg = start(tmp, objective="success")
+    observer, recorder = PbtObserver(session), Recorder()
+    stderr_before = len(_captured_stderr)
+    with _capture_stderr():
+        agent = train(agent_cfg, [observer, recorder])
+    yield SimpleNamespace(session=session, agent=agent, observer=observer, recorder=recorder,
+                          stderr="".join(_captured_stderr[stderr_before:]))
+    session.close()
+
+
+_captured_stderr: list[str] = []
+
+
+class _capture_stderr:
+    """Collects what is written to sys.stderr (module-scoped fixtures cannot use capsys)."""
+
+    def __enter__(self):
+        import sys
+
+        self._orig = sys.stderr
+        orig = self._orig
+
+        class Tee:
+            def write(self, text):
+                _captured_stderr.append(text)
+                return orig.write(text)
+
+            def flush(self):
+                orig.flush()
+
+            def __getattr__(self, name):
+                return getattr(orig, name)
+
+        sys.stderr = Tee()
+        return self
+
+    def __exit__(self, *exc):
+        import sys
+
+        sys.stderr = self._orig
+
+
+def test_real_training_goes_through_every_hook_and_clear_stats_reaches_both_observers(missing_objective_run):
+    run = missing_objective_run
+    names = run.recorder.names()
+    assert names[0] == "after_init"  # the Runner calls before_init on its own observer only in play mode
+    assert names.count("after_steps") == names.count("after_print_stats") == 4
+    assert names.count("process_infos") == 4 * 128
+    # The agent's clear_stats path ends in after_clear_stats on every observer (the 1.6.5 base lacks it).
+    isaac = run.agent.algo_observer.observers[-2]
+    isaac.mean_scores.update(torch.ones(1, 1))
+    assert isaac.mean_scores.current_size > 0
+    with mock.patch.object(run.observer, "after_clear_stats", wraps=run.observer.after_clear_stats) as ours:
+        run.agent.clear_stats()
+    ours.assert_called_once_with()
+    assert run.recorder.names()[-1] == "after_clear_stats"
+    assert isaac.mean_scores.current_size == 0  # IsaacAlgoObserver.after_clear_stats ran
+
+
+def test_missing_objective_term_is_reported_once_and_training_continues(missing_objective_run):
+    run = missing_objective_run
+    assert run.agent.epoch_num == 4 and run.agent.frame == 4 * FRAMES_PER_EPOCH
+    # Two drains saw completed episodes (after epochs 2 and 4: Pendulum episodes last 200 steps).
+    assert run.observer.window.episodes_seen == 0
+    lines = [line for line in run.stderr.splitlines() if "is not among the completed-episode values" in line]
+    assert len(lines) == 1, run.stderr
+    assert "'success'" in lines[0] and "episode_return" in lines[0] and "episode_length" in lines[0]
+    warnings = [e for e in audit(run.session) if e["kind"] == "warning"]
+    assert len(warnings) == 1
+    assert "'success'" in warnings[0]["message"] and "['episode_return', 'episode_length']" in warnings[0]["message"]
+    rec = record(run.session)
+    assert rec["evidence"]["values"] == [] and rec["status"] == "running"
+
+
+# ------------------------------------------------------------------------------------------- NaN / inf
+def test_nan_objective_values_from_the_env_are_counted_reported_once_and_kept_out(tmp_path, capfd):
+    # Pendulum's info has no "is_success": every episode's term is NaN.
+    session, agent_cfg = start(tmp_path, objective="is_success", env_config={"pbt_terms": ["is_success"]})
+    observer = PbtObserver(session)
+    try:
+        agent = train(agent_cfg, [observer])
+    finally:
+        session.close()
+    assert agent.epoch_num == 4
+    assert observer.window.rejected_non_finite == 32 and len(observer.window) == 0
+    err = capfd.readouterr().err
+    assert err.count("had NaN or infinite values") == 1, err
+    warnings = [e for e in audit(session) if e["kind"] == "warning"]
+    assert len(warnings) == 1 and "'is_success'" in warnings[0]["message"]
+    rec = record(session)
+    assert rec["evidence"]["values"] == [] and rec["evidence"]["rejected_non_finite"] == 32
+
+
+class ScriptedSource:
+    """A summary source that returns prepared batches, one per drain."""
+
+    def __init__(self, batches):
+        self.batches = list(batches)
+        self.generations: list[int] = []
+
+    def drain(self):
+        return self.batches.pop(0) if self.batches else EpisodeBatch()
+
+    def start_generation(self, generation):
+        self.generations.append(generation)
+
+
+def test_nan_and_inf_values_never_enter_the_evidence(tmp_path, capfd):
+    session, _ = start(tmp_path, index=0, objective="success")
+    cond = ConditionLabel(task="Pendulum-v1", objective="success")
+
+    def batch(values):
+        n = len(values)
+        return EpisodeBatch(returns=[-1.0] * n, lengths=[200] * n, terms={"success": values},
+                            truncated=[True] * n, condition=cond)
+
+    source = ScriptedSource([batch([1.0, math.nan, 0.0]), batch([math.inf, 1.0, -math.inf]),
+                             batch([math.nan, 0.5])])
+    observer = PbtObserver(session, summary_source=source)
+    algo = SimpleNamespace(frame=0, epoch_num=0)
+    try:
+        observer.after_init(algo)
+        for epoch in range(1, 5):
+            observer.after_steps()
+            algo.frame, algo.epoch_num = epoch * FRAMES_PER_EPOCH, epoch
+    finally:
+        session.close()
+    assert list(observer.window.summary().values) == [1.0, 0.0, 1.0, 0.5]
+    assert observer.window.rejected_non_finite == 4 and observer.window.episodes_seen == 8
+    assert capfd.readouterr().err.count("had NaN or infinite values") == 1
+    assert [e["kind"] for e in audit(session)].count("warning") == 1
+    rec = record(session)
+    assert rec["evidence"]["values"] == [1.0, 0.0, 1.0, 0.5] and rec["evidence"]["rejected_non_finite"] == 4
+    assert all(math.isfinite(v) for v in rec["evidence"]["values"])
+
+
+# ------------------------------------------------------------------------------------------- aborted exploits
+def publish_donor(ws_root: Path, make_record, frame: int) -> tuple[Path, dict]:
+    """Member 0's record (far better evidence than any Pendulum policy) and a real checkpoint file."""
+    ckpt_dir = ws_root / "members" / "000" / "checkpoints"
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    path = ckpt_dir / f"g0000_f{frame:012d}.pth"
+    state = {"model": {"a2c_network.sigma": torch.zeros(1), "w": torch.arange(4096, dtype=torch.float32)},
+             "optimizer": {"state": {}, "param_groups": [{"lr": 1e-3, "params": [0]}]},
+             "epoch": 2, "frame": frame, "last_mean_rewards": -150.0, "env_state": None}
+    sha = save_checkpoint(path, state)
+    rec = make_record(0, [0.0] * 16, frame=frame, heartbeat_age=0.0, task="Pendulum-v1",
+                      hyperparameters={"learning_rate": 1e-3})
+    data = rec.to_dict()
+    data.update(checkpoint=str(path.relative_to(ws_root)), checkpoint_sha256=sha)
+    fsio.atomic_write_json(ws_root / "members" / "000" / "record.json", data)
+    return path, data
+
+
+def run_with_donor(tmp: Path, make_record, spoil):
+    """Member 1 trains 4 epochs and decides once (at frame 4096); the donor's checkpoint is spoiled first."""
+    session, agent_cfg = start(tmp, interval_steps=2 * FRAMES_PER_EPOCH, heartbeat_interval_s=3600.0)
+    path, donor = publish_donor(session.ws.root, make_record, frame=2 * FRAMES_PER_EPOCH)
+    spoil(path)
+    observer = PbtObserver(session, exit_on_restart=True)  # a restart would raise SystemExit here
+    try:
+        agent = train(agent_cfg, [observer])
+    finally:
+        session.close()
+    entries = audit(session)
+    decisions = [e for e in entries if e["kind"] == "decision"]
+    assert len(decisions) == 1
+    assert decisions[0]["decision"]["outcome"] == "exploit" and decisions[0]["decision"]["donor"] == 0
+    aborted = [e for e in entries if e["kind"] == "exploit_aborted"]
+    assert len(aborted) == 1 and aborted[0]["donor"] == 0
+    assert entries.index(aborted[0]) == entries.index(decisions[0]) + 1
+    # The member kept training as it was: to the end of its run, same generation, nothing pending.
+    assert agent.epoch_num == 4 and agent.frame == 4 * FRAMES_PER_EPOCH
+    state = json.loads((session.dir / "state.json").read_text())
+    assert state["generation"] == 0 and state["restarts"] == 0 and state["pending_exploit"] is None
+    assert state["lineage"] == []
+    assert not list((session.dir / "incoming").iterdir())  # no partial or unverified copy left
+    assert not list((session.ws.member_dir(0) / "pins").glob("*.pin"))  # the pin was released
+    return aborted[0], donor
+
+
+def test_donor_checkpoint_that_disappears_aborts_the_exploit(tmp_path, make_record, capfd):
+    aborted, donor = run_with_donor(tmp_path, make_record, spoil=lambda p: p.unlink())
+    assert donor["checkpoint"] in aborted["reason"]
+    assert "No such file" in aborted["reason"]
+    assert "exploit aborted, keeps training" in capfd.readouterr().err
+
+
+def test_donor_checkpoint_with_wrong_bytes_aborts_with_the_checksum_named(tmp_path, make_record):
+    def flip_a_byte(path: Path) -> None:
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+
+    aborted, donor = run_with_donor(tmp_path, make_record, spoil=flip_a_byte)
+    assert donor["checkpoint_sha256"] in aborted["reason"]
+    assert "does not match the published" in aborted["reason"]
+    actual = fsio.sha256_file(tmp_path / "ws" / donor["checkpoint"])
+    assert actual in aborted["reason"]
