@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks
+from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks, parse_script_args, plain_config
 
 LAUNCHER_NOTE = (
     "Simulator flags (--headless, --device, --enable_cameras, ...) are added by Isaac Lab's AppLauncher and appear "
@@ -160,19 +160,11 @@ def restore_player(player: Any, state: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None, hooks: IsaacLabHooks | None = None) -> int:
     hooks = hooks or IsaacLabHooks()
-    parser = build_parser()
-    missing: ImportError | None = None
     try:
-        hooks.add_launcher_args(parser)
+        args, hydra_args = parse_script_args(build_parser(), hooks, argv)  # --help works without Isaac Lab
     except ImportError as exc:
-        missing = exc
-    args, hydra_args = parser.parse_known_args(argv)
-    if missing is not None:
-        print(f"error: scripts/play_pbt.py plays Isaac Lab tasks: {missing}", file=sys.stderr)
+        print(f"error: scripts/play_pbt.py plays Isaac Lab tasks: {exc}", file=sys.stderr)
         return 2
-    flags = [a for a in hydra_args if a.startswith("-") and "=" not in a]
-    if flags:
-        parser.error(f"unrecognized arguments: {' '.join(flags)}")
     try:
         result = run(args, hydra_args, hooks)
     except PlayError as exc:
@@ -216,7 +208,7 @@ def _play(args, hydra_args, hooks, launcher, path: Path, source: str, state: dic
     from async_pbt_isaaclab.rl_games.checkpoint import read_pbt_metadata
 
     env_cfg, agent_cfg = hooks.load_task_cfgs(args.task, args.agent, hydra_args)
-    agent_cfg = _plain(agent_cfg)
+    agent_cfg = plain_config(agent_cfg)
     meta = read_pbt_metadata(state) or {}
     # Rebuild the network the member trained: mutated network.* keys (e.g. bounded log-std) change its shape/limits.
     for key, value in (meta.get("hyperparameters") or {}).items():
@@ -291,14 +283,6 @@ def _play(args, hydra_args, hooks, launcher, path: Path, source: str, state: dic
     )
     vec_env.close()
     return result
-
-
-def _plain(obj: Any) -> Any:
-    if hasattr(obj, "items"):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    return obj
 
 
 if __name__ == "__main__":

@@ -47,7 +47,8 @@ from async_pbt_isaaclab.rl_games.restart import capture_argv
 capture_argv()
 
 from async_pbt_isaaclab.core.flags import add_population_args, population_overrides  # noqa: E402
-from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks  # noqa: E402 - torch-free, Isaac Lab imported lazily
+# torch-free; Isaac Lab is imported lazily inside the hooks
+from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks, parse_script_args, plain_config  # noqa: E402
 
 LAUNCHER_NOTE = (
     "Simulator flags (--headless, --device, --enable_cameras, --livestream, ...) are added by Isaac Lab's "
@@ -101,21 +102,13 @@ def main(argv: Sequence[str] | None = None, hooks: IsaacLabHooks | None = None) 
     """Parse the command line and train. Returns the process exit code (2: usage or configuration error)."""
     capture_argv()
     hooks = hooks or IsaacLabHooks()
-    parser = build_parser()
-    missing: ImportError | None = None
     try:
-        hooks.add_launcher_args(parser)
+        args, hydra_args = parse_script_args(build_parser(), hooks, argv)  # --help works without Isaac Lab
     except ImportError as exc:
-        missing = exc  # --help still works: it prints our flags and LAUNCHER_NOTE
-    args, hydra_args = parser.parse_known_args(argv)
-    if missing is not None:
-        print(f"error: scripts/train_pbt.py runs Isaac Lab tasks: {missing}\n"
+        print(f"error: scripts/train_pbt.py runs Isaac Lab tasks: {exc}\n"
               f"  (a CPU population without a simulator: python -m async_pbt_isaaclab.examples.cpu_member --help)",
               file=sys.stderr)
         return 2
-    flags = [a for a in hydra_args if a.startswith("-") and "=" not in a]
-    if flags:
-        parser.error(f"unrecognized arguments: {' '.join(flags)}")
     return run(args, hydra_args, hooks)
 
 
@@ -149,7 +142,7 @@ def _train(args: argparse.Namespace, hydra_args: list[str], hooks: IsaacLabHooks
     from async_pbt_isaaclab.rl_games.runner import train_member
 
     env_cfg, agent_cfg = hooks.load_task_cfgs(args.task, args.agent, hydra_args)
-    agent_cfg = _plain(agent_cfg)
+    agent_cfg = plain_config(agent_cfg)
     try:
         agent_cfg, cfg = load_population_config(agent_cfg, population_overrides(args),
                                                 source=f"{args.task} ({args.agent})")
@@ -302,15 +295,6 @@ def make_wandb_observer(args: argparse.Namespace, env_cfg: Any, agent_cfg: dict,
     return WandbObserver()
 
 
-def _plain(obj: Any) -> Any:
-    """Plain dicts/lists (an OmegaConf container or tuples from a config loader become YAML-safe data)."""
-    if hasattr(obj, "items"):
-        return {str(k) if not isinstance(k, (int, float, bool)) else k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    return obj
-
-
 def _dump_configs(hooks: IsaacLabHooks, log_dir: str, env_cfg: Any, agent_cfg: dict) -> None:
     """params/agent.yaml and params/env.yaml in the run folder (never fatal: they are records, not inputs)."""
     import yaml
@@ -319,7 +303,7 @@ def _dump_configs(hooks: IsaacLabHooks, log_dir: str, env_cfg: Any, agent_cfg: d
     try:
         os.makedirs(params_dir, exist_ok=True)
         with open(os.path.join(params_dir, "agent.yaml"), "w") as fh:
-            yaml.safe_dump(_plain(agent_cfg), fh, sort_keys=False)
+            yaml.safe_dump(plain_config(agent_cfg), fh, sort_keys=False)
         hooks.dump_env_cfg(os.path.join(params_dir, "env.yaml"), env_cfg)
     except Exception as exc:  # noqa: BLE001 - a log dump must not stop training
         print(f"[WARN] could not write the configuration to {params_dir}: {exc}", file=sys.stderr)

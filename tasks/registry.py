@@ -124,12 +124,8 @@ VelocityFlatAnymalCEnvCfg = UpstreamEnvCfg("Isaac-Velocity-Flat-Anymal-C-v0")
 VelocityRoughAnymalCEnvCfg = UpstreamEnvCfg("Isaac-Velocity-Rough-Anymal-C-v0")
 CartpoleDirectEnvCfg = UpstreamEnvCfg("Isaac-Cartpole-Direct-v0")
 
-_CFG_NAMES = {
-    "Isaac-Repose-Cube-Allegro-Direct-v0": "ReposeCubeAllegroEnvCfg",
-    "Isaac-Velocity-Flat-Anymal-C-v0": "VelocityFlatAnymalCEnvCfg",
-    "Isaac-Velocity-Rough-Anymal-C-v0": "VelocityRoughAnymalCEnvCfg",
-    "Isaac-Cartpole-Direct-v0": "CartpoleDirectEnvCfg",
-}
+# Upstream id -> name of its UpstreamEnvCfg above (what env_cfg_entry_point strings refer to).
+_CFG_NAMES = {obj.base_task: name for name, obj in list(globals().items()) if isinstance(obj, UpstreamEnvCfg)}
 
 TASKS: tuple[PbtTask, ...] = (
     PbtTask(

@@ -66,7 +66,7 @@ class MemberState:
     def from_dict(cls, data: Any, where: str) -> "MemberState":
         if not isinstance(data, dict):
             raise RecordError(f"{where}: expected a JSON object")
-        if data.get("schema_version") != STATE_SCHEMA_VERSION:
+        if data.get("schema_version") != STATE_SCHEMA_VERSION or isinstance(data.get("schema_version"), bool):
             raise RecordError(f"{where}: schema_version {data.get('schema_version')!r} is not supported "
                               f"(expected {STATE_SCHEMA_VERSION})")
         known = set(cls.__dataclass_fields__)

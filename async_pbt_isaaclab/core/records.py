@@ -100,7 +100,7 @@ class MemberRecord:
         if not isinstance(data, Mapping):
             raise RecordError(f"{where}: expected a JSON object, got {type(data).__name__}")
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version != SCHEMA_VERSION or isinstance(version, bool):  # true == 1 in Python, not in the schema
             raise RecordError(
                 f"{where}: schema_version {version!r} is not supported (this version reads {SCHEMA_VERSION}); "
                 f"the writer runs a different async-pbt-isaaclab version"

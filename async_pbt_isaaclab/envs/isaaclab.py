@@ -71,7 +71,7 @@ import os
 import re
 import sys
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import gymnasium
@@ -107,8 +107,8 @@ def require_isaaclab(what: str, module: str = "isaaclab") -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(f"{what} needs the Python package {module!r}, which is not importable here ({exc}); "
-                          f"{ISAACLAB_INSTALL_HINT}") from exc
+        raise ImportError(f"Isaac Lab is needed for {what}: the Python package {module!r} is not importable "
+                          f"here ({exc}); {ISAACLAB_INSTALL_HINT}") from exc
 
 
 # ============================================================================ configuration
@@ -793,6 +793,36 @@ class IsaacLabHooks:
     """Write the env config next to the run's logs (``isaaclab.utils.io.dump_yaml``)."""
 
 
+def parse_script_args(parser, hooks: IsaacLabHooks, argv: Sequence[str] | None = None) -> tuple[Any, list[str]]:
+    """Add the simulator flags to ``parser`` and parse ``argv``: ``(args, Hydra overrides)``.
+
+    Without Isaac Lab, ``--help`` still prints the script's own flags (and exits); any other command line raises
+    the ImportError with the install hint. An unknown ``--flag`` is a usage error (exit 2), as Hydra would refuse
+    it later anyway.
+    """
+    missing: ImportError | None = None
+    try:
+        hooks.add_launcher_args(parser)
+    except ImportError as exc:
+        missing = exc
+    args, hydra_args = parser.parse_known_args(argv)
+    if missing is not None:
+        raise missing
+    flags = [a for a in hydra_args if a.startswith("-") and "=" not in a]
+    if flags:
+        parser.error(f"unrecognized arguments: {' '.join(flags)}")
+    return args, list(hydra_args)
+
+
+def plain_config(obj: Any) -> Any:
+    """A config as plain dicts and lists (OmegaConf containers, tuples from loaders), safe for ``yaml.safe_dump``."""
+    if isinstance(obj, Mapping) or hasattr(obj, "items"):
+        return {k: plain_config(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain_config(v) for v in obj]
+    return obj
+
+
 def register_rl_games_env(vec_env: Any, hooks: IsaacLabHooks) -> None:
     """Register ``vec_env`` with rl_games as env ``rlgpu`` of type ``IsaacRlgWrapper`` (as Isaac Lab's scripts do)."""
     from rl_games.common import env_configurations, vecenv
@@ -825,7 +855,9 @@ __all__ = [
     "attach_summary_source",
     "format_stage",
     "make_term_reader",
+    "parse_script_args",
     "parse_term_spec",
+    "plain_config",
     "register_rl_games_env",
     "require_isaaclab",
     "reward_fingerprint",

@@ -16,6 +16,7 @@ the yaml and command line, because after an exploit they *are* this member's con
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -69,6 +70,8 @@ class MemberSession:
     """Command line captured at the first start of this process image."""
     start_checkpoint: Path | None = None
     """Checkpoint this process starts from (``None``: fresh weights)."""
+    start_sha256: str | None = None
+    """Checksum the start checkpoint must still have when it is loaded (``None`` for a warm start)."""
     start_mode: str = "fresh"
     """``fresh``, ``resume``, ``exploit_applied`` or ``warm_start``."""
     notes: list[str] = field(default_factory=list)
@@ -131,6 +134,11 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
     (mdir / "checkpoints").mkdir(parents=True, exist_ok=True)
     fsio.remove_stale_temp_files(mdir, cfg.temp_grace_s)
     fsio.remove_stale_temp_files(mdir / "checkpoints", cfg.temp_grace_s)
+    # pins/ is written by other members (a recipient killed while pinning leaves a temp file there).
+    fsio.remove_stale_temp_files(mdir / "pins", cfg.temp_grace_s)
+    # incoming/ holds donor copies of this member's own exploits in flight. We hold the lock, so none is in
+    # flight now: whatever is there (a partial temp copy, a verified copy) was left by a killed process.
+    _clear_incoming(mdir / "incoming")
     agent_cfg = copy.deepcopy(agent_cfg)
     rl_cfg = agent_cfg["params"]["config"]
     state = load_state(mdir / "state.json")
@@ -149,6 +157,8 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
             state.hyperparameters.setdefault(key, value)
     state.process_starts += 1
     audit = AuditLog.open(mdir / "audit.jsonl")
+    if not fresh_member:
+        _recover_after_crash(state, mdir)
     session = MemberSession(
         cfg=cfg, ws=ws, lock=lock, state=state, audit=audit,
         condition=ConditionLabel(task=task, objective=term, reward_config=reward_config), argv=argv,
@@ -159,6 +169,7 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
         path = ws.checkpoint_path(pending["checkpoint"])
         if _verified(path, pending["sha256"]):
             session.start_checkpoint, session.start_mode = path, "exploit_applied"
+            session.start_sha256 = pending["sha256"]
             audit.append("exploit_applied", dict(pending, pid=os.getpid(), process_starts=state.process_starts))
         else:
             # The recipient checkpoint is damaged or gone: carry on from our own last weights rather than die.
@@ -196,6 +207,49 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
     return session, agent_cfg
 
 
+def _clear_incoming(folder: Path) -> None:
+    try:
+        leftovers = list(folder.iterdir())
+    except FileNotFoundError:
+        return
+    for p in leftovers:
+        if p.is_file():
+            p.unlink(missing_ok=True)
+
+
+def _recover_after_crash(state: MemberState, mdir: Path) -> None:
+    """Repair what a kill between two writes of one step leaves behind (state.json is the truth).
+
+    * The audit log is written ahead: a decision is appended, then ``state.json`` saved with the RNG state
+      after it. Killed in between, the state still holds the RNG state from *before* the logged decision;
+      replaying those draws would repeat the decision's random choices. Take the logged decision's
+      ``rng_after`` so the sequence continues.
+    * ``best.json`` is written before ``state.json`` in a publish. Killed in between, ``best.json`` may list a
+      checkpoint the state does not know (and so does not protect from retention, and that the resumed
+      member may overwrite with other content under the same name). Rewrite it from ``state.best``.
+    """
+    from async_pbt_isaaclab.core.audit import read_entries
+
+    last = None
+    try:
+        for _, entry, _ in read_entries(mdir / "audit.jsonl"):
+            if entry is not None and entry.get("kind") == "decision":
+                last = entry
+    except OSError:
+        last = None
+    if last is not None and last.get("rng_before") == state.rng_state and isinstance(last.get("rng_after"), dict):
+        state.rng_state = last["rng_after"]
+    best_path = mdir / "best.json"
+    try:
+        on_disk = json.loads(best_path.read_bytes())
+    except FileNotFoundError:
+        on_disk = None
+    except ValueError:
+        on_disk = "corrupt"
+    if on_disk != state.best and (on_disk is not None or state.best):
+        fsio.atomic_write_json(best_path, state.best)
+
+
 def _resume_from_last(session: MemberSession) -> None:
     """Start from the member's newest checkpoint whose checksum is known good (else fresh, with a note)."""
     state, ws = session.state, session.ws
@@ -203,6 +257,7 @@ def _resume_from_last(session: MemberSession) -> None:
         path = ws.checkpoint_path(state.last_checkpoint)
         if _verified(path, state.last_checkpoint_sha256):
             session.start_checkpoint, session.start_mode = path, "resume"
+            session.start_sha256 = state.last_checkpoint_sha256
             return
         session.notes.append(f"last checkpoint {path} missing or corrupt (sha256 mismatch); "
                              f"trying the best checkpoints")
@@ -210,6 +265,7 @@ def _resume_from_last(session: MemberSession) -> None:
         path = ws.checkpoint_path(entry["checkpoint"])
         if entry.get("sha256") and _verified(path, entry["sha256"]):
             session.start_checkpoint, session.start_mode = path, "resume"
+            session.start_sha256 = entry["sha256"]
             session.notes.append(f"resumed from best checkpoint {path}")
             return
     if state.last_checkpoint:

@@ -157,7 +157,9 @@ class PbtObserver(AlgoObserver):
         path = self.session.start_checkpoint
         if path is None:
             return
-        state = load_checkpoint(path, trusted=self.cfg.trusted_workspace, map_location=algo.ppo_device)
+        # Checked again at load: the file is read once, and those bytes are what was verified.
+        state = load_checkpoint(path, trusted=self.cfg.trusted_workspace, map_location=algo.ppo_device,
+                                expected_sha256=self.session.start_sha256)
         if "pbt" not in state and self.session.start_mode == "warm_start":
             from async_pbt_isaaclab.rl_games.member import RAW_CHECKPOINT_GAPS
 
@@ -417,12 +419,15 @@ class PbtObserver(AlgoObserver):
             pin = pin_checkpoint(session.ws, donor.member, donor.checkpoint, session.member)
             src = session.ws.checkpoint_path(donor.checkpoint)
             fsio.atomic_copy_verified(src, local, donor.checkpoint_sha256)
-            return load_checkpoint(local, trusted=self.cfg.trusted_workspace, map_location="cpu")
+            return load_checkpoint(local, trusted=self.cfg.trusted_workspace, map_location="cpu",
+                                   expected_sha256=donor.checkpoint_sha256)
         except (OSError, fsio.ChecksumMismatch, WorkspaceError, CheckpointError) as exc:
             reason = f"donor {donor.member} checkpoint {donor.checkpoint}: {exc}"
             session.audit.append("exploit_aborted", {"donor": donor.member, "reason": reason})
             print(f"[async-pbt] member {session.member}: exploit aborted, keeps training: {reason}",
                   file=sys.stderr, flush=True)
+            # Peers and `async-pbt status` must not read "exploit from N" for an exploit that did not happen.
+            self._write_record(self._record(f"exploit from {donor.member} aborted, kept training: {exc}"[:300]))
             return None
         finally:
             if pin is not None:

@@ -57,7 +57,10 @@ def train_member(
     status = "stopped"
     try:
         # No checkpoint for the Runner: the observer restores it in after_init through the safe loader.
-        runner.run({"train": True, "play": False, "checkpoint": None, "sigma": sigma})
+        # rl_games applies "sigma" after that restore: on a resume or exploit (the restart argv keeps --sigma)
+        # it would overwrite the sigma the checkpoint carries, so it is passed on a fresh or warm start only.
+        run_sigma = sigma if session.start_mode in ("fresh", "warm_start") else None
+        runner.run({"train": True, "play": False, "checkpoint": None, "sigma": run_sigma})
         status = "finished"
     except KeyboardInterrupt:
         status = "stopped"

@@ -309,10 +309,12 @@ def mutated_json(draw: Any, base: Any) -> Any:
             del parent[path[-1]]
         elif op == "add":
             target = _get(obj, path)
+            # Deep copies throughout: drawn values may be shared objects (INTERESTING's [] and {}), and
+            # editing them in place would change what later draws return.
             if isinstance(target, dict):
-                target[draw(st.text(max_size=10))] = draw(json_values)
+                target[draw(st.text(max_size=10))] = copy.deepcopy(draw(json_values))
             elif isinstance(target, list):
-                target.insert(draw(st.integers(0, len(target))), draw(json_values))
+                target.insert(draw(st.integers(0, len(target))), copy.deepcopy(draw(json_values)))
         elif op == "wrap" and path:
             parent = _get(obj, path[:-1])
             parent[path[-1]] = draw(st.sampled_from([lambda v: [v], lambda v: {"v": v}, str]))(parent[path[-1]])
@@ -358,6 +360,11 @@ def mutated_bytes(draw: Any, base: bytes) -> bytes:
     return bytes(data)
 
 
+SPECIAL_FILES = [b"", b"\n", b"null", b"[]", b"{}", b"0", b"NaN", b"\xff\xfe", b"[" * 100_000, b"{\"a\":" * 50_000,
+                 b"9" * 5000, b"[" + b"1" * 5000 + b"]", b"1e400", b"-Infinity", b"\"\\ud800\"", b"\x00" * 64]
+"""Whole files that broke parsers elsewhere: empty, deep nesting, 5000-digit integers, lone surrogates."""
+
+
 def json_file_inputs(base: Any) -> st.SearchStrategy[bytes]:
     """Bytes of a JSON workspace file: structured edits, byte edits, arbitrary JSON, arbitrary bytes."""
     valid = json.dumps(base, sort_keys=True, indent=1).encode() + b"\n"
@@ -366,6 +373,7 @@ def json_file_inputs(base: Any) -> st.SearchStrategy[bytes]:
         mutated_bytes(valid),
         json_values.map(dumps_loose),
         st.binary(max_size=256),
+        st.sampled_from(SPECIAL_FILES),
     )
 
 
@@ -569,7 +577,8 @@ def build_targets(checkpoint_bytes: bytes | None, audit_bytes: bytes) -> list[Ta
         Target("state_bytes", json_file_inputs(state), run_state_bytes, (RecordError,)),
         Target("state_dict", json_value_inputs(state), run_state_dict, (RecordError,)),
         Target("population_config", json_value_inputs(population_config_raw()), run_config, (ConfigError,)),
-        Target("audit", st.one_of(mutated_bytes(audit_bytes), audit_line_edits(audit_bytes), st.binary(max_size=256)),
+        Target("audit", st.one_of(mutated_bytes(audit_bytes), audit_line_edits(audit_bytes), st.binary(max_size=256),
+                                  st.sampled_from([audit_bytes, *(f + b"\n" for f in SPECIAL_FILES)])),
                run_audit, (RecordError,)),
         Target("population_meta", json_file_inputs(seed_population_meta()), run_meta, (WorkspaceError,)),
         Target("active_pins", st.lists(json_file_inputs(seed_pin()), min_size=1, max_size=3), run_pins, ()),
@@ -654,7 +663,7 @@ def run_target(target: Target, examples: int, tmp_root: Path, raise_failures: bo
         stats.inputs += 1
         work = Path(tempfile.mkdtemp(dir=tmp))
         try:
-            target.run(value, work)
+            target.run(copy.deepcopy(value), work)  # a parser must not edit shared generated objects
             stats.accepted += 1
         except target.allowed as exc:
             stats.rejected[type(exc).__name__] += 1

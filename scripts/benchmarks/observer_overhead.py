@@ -300,7 +300,17 @@ def main(argv: list[str] | None = None) -> int:
 
     med_ratio = statistics.median(ratios)
     med_frac = statistics.median(hook_frac)
-    hook_ratio = 1.0 - med_frac
+    # Steady state (a long run): one publish+decide per interval, one heartbeat per heartbeat_s, the cheap
+    # path on every other epoch, the no-op hooks on every step. A short run dilutes none of these much, but
+    # its wall time also holds agent construction; the estimate does not.
+    heartbeat_calls = [r["after_steps_s"][0] for r in obs]  # the first call of a run is a heartbeat
+    epoch_med = statistics.median(epoch_s)
+    noop_per_epoch = sum(split[h] for h in split if h != "after_steps") / sum(r["epochs"] for r in obs)
+    steady = (statistics.median(publish_calls) / (interval * epoch_med) if publish_calls else 0.0) \
+        + statistics.median(heartbeat_calls) / max(args.heartbeat_s, epoch_med) \
+        + (statistics.median(other_calls) + noop_per_epoch) / epoch_med
+    hook_overhead = max(med_frac, steady)
+    hook_ratio = 1.0 - hook_overhead
     ratio_spread = max(ratios) - min(ratios)
 
     print()
@@ -326,12 +336,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fsync inside the observer runs: {fs_calls} calls, {1e3 * fs_s:.0f} ms = {100 * fs_s / hooks_s:.0f} % of "
           f"the hook time ({1e3 * fs_s / max(fs_calls, 1):.2f} ms per fsync on {args.workdir or tempfile.gettempdir()}); "
           f"hook time without fsync / wall: {_fmt_pct(statistics.median((r['all_hooks_s'] - r['fsync_s']) / r['wall_s'] for r in obs))}")
+    print(f"steady-state estimate: publish+decide every {interval} epochs of {epoch_med:.3f} s, heartbeat "
+          f"{1e3 * statistics.median(heartbeat_calls):.2f} ms every {args.heartbeat_s:g} s, "
+          f"{1e3 * (statistics.median(other_calls) + noop_per_epoch):.3f} ms on other epochs -> {_fmt_pct(steady)}")
     print("hook time by hook, all observer runs (ms total / calls): " + ", ".join(
         f"{k} {1e3 * v:.1f}/{calls[k]}" for k, v in split.items() if calls[k]))
     print()
     verdict = "PASS" if hook_ratio >= TARGET_RATIO else "FAIL"
-    print(f"{verdict}: hook-time ratio 1 - {_fmt_pct(med_frac)} = {hook_ratio:.4f} (target >= {TARGET_RATIO}) "
-          f"[direct measure, robust to machine noise]")
+    print(f"{verdict}: hook-time ratio 1 - {_fmt_pct(hook_overhead)} = {hook_ratio:.4f} (target >= {TARGET_RATIO}) "
+          f"[direct measure, robust to machine noise; the larger of measured {_fmt_pct(med_frac)} and "
+          f"steady-state {_fmt_pct(steady)}]")
     verdict = "PASS" if med_ratio >= TARGET_RATIO else "FAIL"
     noisy = ratio_spread > 2 * (1 - TARGET_RATIO)
     print(f"{verdict}: median A/B frames/s ratio {med_ratio:.4f} (target >= {TARGET_RATIO}); per-pair spread "

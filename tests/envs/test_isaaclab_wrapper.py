@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 import textwrap
-import warnings
 from pathlib import Path
 
 import gymnasium as gym

@@ -27,7 +27,6 @@ import argparse
 import dataclasses
 import importlib
 import importlib.util
-import math
 import os
 import sys
 from pathlib import Path
@@ -39,7 +38,7 @@ import yaml
 from rl_games.common.ivecenv import IVecEnv
 
 from async_pbt_isaaclab.core.config import apply_overrides, parse_override
-from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks
+from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks, plain_config
 
 REPO = Path(__file__).resolve().parents[2]
 """Repository root (``scripts/`` lives there)."""
@@ -98,18 +97,22 @@ def _resolve(entry: str) -> Any:
     return obj
 
 
+def yaml_entry_path(entry: str) -> str:
+    """Where Isaac Lab reads a yaml entry point: the path itself, or ``dirname(module.__file__)/file`` for
+    ``module:file.yaml``."""
+    if os.path.exists(entry):
+        return entry
+    module, file_name = entry.split(":")
+    return os.path.join(os.path.dirname(importlib.import_module(module).__file__), file_name)
+
+
 def load_cfg_from_registry(task: str, key: str) -> Any:
     """What ``isaaclab_tasks.utils.parse_cfg.load_cfg_from_registry`` does for string entry points."""
     entry = gymnasium.spec(task).kwargs.get(key)
     if entry is None:
         raise ValueError(f"Could not find configuration for the environment: {task!r} (entry point {key!r})")
     if isinstance(entry, str) and entry.endswith(".yaml"):
-        if os.path.exists(entry):
-            path = entry
-        else:
-            module, file_name = entry.split(":")
-            path = os.path.join(os.path.dirname(importlib.import_module(module).__file__), file_name)
-        with open(path, encoding="utf-8") as fh:
+        with open(yaml_entry_path(entry), encoding="utf-8") as fh:
             return yaml.full_load(fh)  # Isaac Lab's loader (YAML 1.1)
     obj = _resolve(entry) if isinstance(entry, str) else entry
     return obj() if callable(obj) else obj
@@ -143,15 +146,7 @@ def make_env(task: str, env_cfg: Any, render_mode: str | None) -> gymnasium.Env:
 def dump_env_cfg(path: str, env_cfg: Any) -> None:
     data = dataclasses.asdict(env_cfg) if dataclasses.is_dataclass(env_cfg) else dict(vars(env_cfg))
     with open(path, "w") as fh:
-        yaml.safe_dump(_plain(data), fh)
-
-
-def _plain(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    return obj
+        yaml.safe_dump(plain_config(data), fh)
 
 
 # --------------------------------------------------------------------------- isaaclab_rl stand-ins

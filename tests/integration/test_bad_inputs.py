@@ -237,6 +237,17 @@ def _run_member(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.
                           env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
+def _hold_member_lock(ws: Path) -> subprocess.Popen:
+    """A process that claims member 0 of ``ws`` and sleeps (returns once the lock is held)."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import time; from async_pbt_isaaclab.core.workspace import Workspace, MemberLock;"
+        f"w=Workspace({str(ws)!r}); w.ensure(2,'episode_return','Pendulum-v1');"
+        "l=MemberLock(w.member_dir(0)/'lock'); l.acquire(0); print('held', flush=True); time.sleep(120)")],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
 def test_member_index_out_of_range_is_refused_before_training(tmp_path):
     args = [*MEMBER, "--pbt-workspace", str(tmp_path / "ws"), "--pbt-members", "2", "--pbt-index", "5"]
     result = _run_member(args, tmp_path)
@@ -247,13 +258,8 @@ def test_member_index_out_of_range_is_refused_before_training(tmp_path):
 
 def test_second_process_claiming_a_live_members_index_is_refused(tmp_path):
     ws = tmp_path / "ws"
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys,time; from async_pbt_isaaclab.core.workspace import Workspace, MemberLock;"
-        f"w=Workspace({str(ws)!r}); w.ensure(2,'episode_return','Pendulum-v1');"
-        "l=MemberLock(w.member_dir(0)/'lock'); l.acquire(0); print('held', flush=True); time.sleep(120)")],
-        stdout=subprocess.PIPE, text=True)
+    holder = _hold_member_lock(ws)
     try:
-        assert holder.stdout.readline().strip() == "held"
         args = [*MEMBER, "--pbt-workspace", str(ws), "--pbt-members", "2", "--pbt-index", "0",
                 "--max_iterations", "1", "--train-dir", str(tmp_path / "runs")]
         result = _run_member(args, tmp_path)
@@ -266,12 +272,7 @@ def test_second_process_claiming_a_live_members_index_is_refused(tmp_path):
 
 def test_stale_lock_of_a_killed_member_is_recovered(tmp_path):
     ws = tmp_path / "ws"
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import time; from async_pbt_isaaclab.core.workspace import Workspace, MemberLock;"
-        f"w=Workspace({str(ws)!r}); w.ensure(2,'episode_return','Pendulum-v1');"
-        "l=MemberLock(w.member_dir(0)/'lock'); l.acquire(0); print('held', flush=True); time.sleep(120)")],
-        stdout=subprocess.PIPE, text=True)
-    assert holder.stdout.readline().strip() == "held"
+    holder = _hold_member_lock(ws)
     holder.send_signal(signal.SIGKILL)
     holder.wait()
     args = [*MEMBER, "--pbt-workspace", str(ws), "--pbt-members", "2", "--pbt-index", "0",

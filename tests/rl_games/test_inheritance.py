@@ -226,11 +226,8 @@ def test_plain_rl_games_restore_accepts_the_saved_recipient_checkpoint(agents, b
 
 
 # ------------------------------------------------------------------------------- learning rate schedules
-def _restart_into(tmp: Path, schedule: str, recipient_ckpt: dict, epochs_before: int):
-    """What an exploit restart does: state.json with a pending exploit, start_member, observer restore, train."""
-    from async_pbt_isaaclab.rl_games.member import start_member
-    from async_pbt_isaaclab.rl_games.observer import PbtObserver
-
+def _pending_exploit(tmp: Path, schedule: str, recipient_ckpt: dict, epochs_before: int):
+    """The workspace an exploit leaves before its exec: recipient checkpoint + state.json with a pending exploit."""
     raw = agent_yaml(tmp, "member", seed=5, epochs=epochs_before + 1, lr_schedule=schedule, learning_rate=1e-3)
     raw["pbt"] = {"enabled": True, "policy_idx": 0, "num_policies": 2, "workspace": str(tmp / "ws"),
                   "interval_steps": 10 ** 9, "heartbeat_interval_s": 3600,
@@ -249,6 +246,15 @@ def _restart_into(tmp: Path, schedule: str, recipient_ckpt: dict, epochs_before:
         last_checkpoint_sha256=sha,
         pending_exploit={"checkpoint": rel, "sha256": sha, "generation": 1, "frame": 6144,
                          "hyperparameters": {"learning_rate": NEW_LR}, "changes": [], "donor": 1}))
+    return agent_cfg, cfg, mdir
+
+
+def _restart_into(tmp: Path, schedule: str, recipient_ckpt: dict, epochs_before: int):
+    """What an exploit restart does: state.json with a pending exploit, start_member, observer restore, train."""
+    from async_pbt_isaaclab.rl_games.member import start_member
+    from async_pbt_isaaclab.rl_games.observer import PbtObserver
+
+    agent_cfg, cfg, mdir = _pending_exploit(tmp, schedule, recipient_ckpt, epochs_before)
     session, agent_cfg = start_member(agent_cfg, cfg, train_dir=str(tmp), task="Pendulum-v1")
     assert session.start_mode == "exploit_applied"
     assert agent_cfg["params"]["config"]["learning_rate"] == NEW_LR  # the restart's config carries the new lr
@@ -317,3 +323,41 @@ def test_numpy_last_mean_rewards_is_kept_as_the_recipients_value(agents):
     assert isinstance(recipient_state["last_mean_rewards"], (np.floating, float))
     state = build_recipient_state(donor_state, counters_of(recipient_state), {}, {})
     assert state["last_mean_rewards"] is recipient_state["last_mean_rewards"]
+
+
+def test_sigma_flag_does_not_overwrite_the_inherited_sigma_after_a_restart(agents, tmp_path):
+    """The restart keeps every flag, ``--sigma`` included; rl_games applies it after our restore in after_init.
+
+    ``train_member`` must pass it on a fresh start only, or every exploit would replace the donor's sigma.
+    """
+    from async_pbt_isaaclab.rl_games.runner import train_member
+
+    _, _, _, donor_state, recipient_state = agents
+    donor_state = copy.deepcopy(donor_state)
+    donor_state["model"]["a2c_network.sigma"].fill_(-0.7)
+    ckpt = build_recipient_state(donor_state, counters_of(recipient_state), {"learning_rate": NEW_LR}, META)
+    agent_cfg, cfg, _ = _pending_exploit(tmp_path, "adaptive", ckpt, recipient_state["epoch"])
+
+    class SigmaAtFirstStep:
+        """The sigma the agent trains its first rollout with (after the Runner's sigma override)."""
+
+        sigma = None
+
+        def process_infos(self, infos, done_indices):
+            if self.sigma is None:
+                self.sigma = self.algo.model.a2c_network.sigma.detach().clone()
+
+        def after_init(self, algo):
+            self.algo = algo
+
+    from rl_games.common.algo_observer import IsaacAlgoObserver
+
+    probe = SigmaAtFirstStep()
+    threads = torch.get_num_threads()
+    try:
+        observer = train_member(agent_cfg, cfg, train_dir=str(tmp_path), task="Pendulum-v1", sigma=0.3,
+                                extra_observers=[IsaacAlgoObserver(), probe])
+    finally:
+        torch.set_num_threads(threads)
+    assert observer.session.start_mode == "exploit_applied"
+    assert torch.equal(probe.sigma, torch.full_like(probe.sigma, -0.7))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
@@ -116,56 +115,73 @@ def test_multi_observer_forwards_every_hook_in_order_with_the_same_arguments():
     assert a.calls[1][1][0] is algo and a.calls[2][1][0] is infos
 
 
-@pytest.fixture(scope="module")
-def missing_objective_run(tmp_path_factory):
-    """A real member whose objective names a term its env does not emit; it also records the hooks it gets."""
-    tmp = tmp_path_factory.mktemp("missing_objective")
-    session, agent_cfg = start(tmp, objective="success")
-    observer, recorder = PbtObserver(session), Recorder()
-    stderr_before = len(_captured_stderr)
-    with _capture_stderr():
-        agent = train(agent_cfg, [observer, recorder])
-    yield SimpleNamespace(session=session, agent=agent, observer=observer, recorder=recorder,
-                          stderr="".join(_captured_stderr[stderr_before:]))
-    session.close()
+class TeeStderr:
+    """Keeps a copy of what is written to ``sys.stderr`` (module-scoped fixtures cannot use capfd)."""
 
-
-_captured_stderr: list[str] = []
-
-
-class _capture_stderr:
-    """Collects what is written to sys.stderr (module-scoped fixtures cannot use capsys)."""
+    def __init__(self):
+        self.parts: list[str] = []
 
     def __enter__(self):
         import sys
 
-        self._orig = sys.stderr
-        orig = self._orig
-
-        class Tee:
-            def write(self, text):
-                _captured_stderr.append(text)
-                return orig.write(text)
-
-            def flush(self):
-                orig.flush()
-
-            def __getattr__(self, name):
-                return getattr(orig, name)
-
-        sys.stderr = Tee()
+        self.orig = sys.stderr
+        sys.stderr = self
         return self
 
     def __exit__(self, *exc):
         import sys
 
-        sys.stderr = self._orig
+        sys.stderr = self.orig
+
+    def write(self, text):
+        self.parts.append(text)
+        return self.orig.write(text)
+
+    def flush(self):
+        self.orig.flush()
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+@pytest.fixture(scope="module")
+def missing_objective_run(tmp_path_factory):
+    """A real member whose objective names a term its env does not emit; it also records the hooks it gets."""
+    tmp = tmp_path_factory.mktemp("missing_objective")
+    session, agent_cfg = start(tmp, objective="success")
+    observer, recorder, counter = PbtObserver(session), Recorder(), DrainCounter()
+    counter.observer = observer
+    try:
+        with TeeStderr() as err:
+            agent = train(agent_cfg, [observer, counter, recorder])
+        yield SimpleNamespace(session=session, agent=agent, observer=observer, recorder=recorder, stderr=err.text(),
+                              episodes_drained=counter.episodes, nonempty_drains=counter.nonempty)
+    finally:
+        session.close()
+
+
+class DrainCounter:
+    """Placed after the PbtObserver: wraps the summary source it found, counting what its drains return."""
+
+    observer: PbtObserver
+    episodes = nonempty = 0
+
+    def after_init(self, algo):
+        source = self.observer.summary_source
+
+        def drain():
+            batch = source.drain()
+            self.episodes += len(batch)
+            self.nonempty += len(batch) > 0
+            return batch
+
+        self.observer.summary_source = SimpleNamespace(drain=drain, start_generation=source.start_generation)
 
 
 def test_real_training_goes_through_every_hook_and_clear_stats_reaches_both_observers(missing_objective_run):
     run = missing_objective_run
     names = run.recorder.names()
-    assert names[0] == "after_init"  # the Runner calls before_init on its own observer only in play mode
+    assert names[:2] == ["before_init", "after_init"]
     assert names.count("after_steps") == names.count("after_print_stats") == 4
     assert names.count("process_infos") == 4 * 128
     # The agent's clear_stats path ends in after_clear_stats on every observer (the 1.6.5 base lacks it).
@@ -182,8 +198,10 @@ def test_real_training_goes_through_every_hook_and_clear_stats_reaches_both_obse
 def test_missing_objective_term_is_reported_once_and_training_continues(missing_objective_run):
     run = missing_objective_run
     assert run.agent.epoch_num == 4 and run.agent.frame == 4 * FRAMES_PER_EPOCH
-    # Two drains saw completed episodes (after epochs 2 and 4: Pendulum episodes last 200 steps).
-    assert run.observer.window.episodes_seen == 0
+    # Two drains returned completed episodes (after epochs 2 and 4: Pendulum episodes last 200 steps), and
+    # none of them entered the window.
+    assert run.nonempty_drains == 2 and run.episodes_drained == 32
+    assert run.observer.window.episodes_seen == 0 and len(run.observer.window) == 0
     lines = [line for line in run.stderr.splitlines() if "is not among the completed-episode values" in line]
     assert len(lines) == 1, run.stderr
     assert "'success'" in lines[0] and "episode_return" in lines[0] and "episode_length" in lines[0]

@@ -1,0 +1,255 @@
+"""Readers and writers of one workspace at the same time (processes and threads, no training).
+
+Writers are separate processes that behave like members, through the real core functions: each holds
+its member lock and, in a loop, writes a checkpoint (``fsio.atomic_write_bytes``, a few hundred kB,
+a new name each time), publishes a ``MemberRecord`` pointing to it with its sha256
+(``fsio.atomic_write_json``), saves ``state.json`` (``save_state``), rewrites ``best.json``, appends to
+its audit log (``AuditLog.append``) and deletes old checkpoints (``apply_retention``). Each
+``atomic_write_json`` call is timed.
+
+Readers are two processes with two threads each (plus the reader's main thread), reading as peers
+and ``async-pbt status`` do: ``Workspace.read_records``, ``load_state``, ``best.json``, the audit log, and
+the checkpoint each record points to, hashed and compared with the sha256 that record published.
+
+What is shown here:
+1. readers never see partial data: zero record / state / best.json parse errors, and every
+   checkpoint read either matches the sha256 of the record that pointed to it or is gone (deleted
+   by retention after a newer record was published: reported, never a mismatch accepted);
+2. an audit log read while being appended to has complete lines everywhere except possibly the last
+   one (an append in flight), and the complete lines form a valid hash chain;
+3. readers never block a writer for long: the slowest ``atomic_write_json`` with readers running stays
+   under a generous liveness bound (readers take no lock; this is not a speed test).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from async_pbt_isaaclab.core.workspace import Workspace
+
+pytestmark = pytest.mark.slow
+
+WRITER = textwrap.dedent(
+    """
+    import hashlib, json, os, sys, time
+    from pathlib import Path
+    from async_pbt_isaaclab.core import fsio
+    from async_pbt_isaaclab.core.audit import AuditLog
+    from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
+    from async_pbt_isaaclab.core.member_state import MemberState, save_state
+    from async_pbt_isaaclab.core.records import MemberRecord
+    from async_pbt_isaaclab.core.workspace import MemberLock, Workspace, apply_retention, checkpoint_name
+
+    root, member, seconds, out = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+    ws = Workspace(root)
+    mdir = ws.member_dir(member)
+    lock = MemberLock(mdir / "lock")
+    lock.acquire(member)
+    (mdir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    audit = AuditLog.open(mdir / "audit.jsonl")
+    latencies = []  # (wall time, seconds) of every atomic_write_json
+    best = []
+
+    def timed_json(path, obj):
+        t = time.perf_counter()
+        fsio.atomic_write_json(path, obj)
+        latencies.append((time.time(), time.perf_counter() - t))
+
+    end = time.time() + seconds
+    i = 0
+    while time.time() < end:
+        i += 1
+        frame = 1000 * i
+        payload = os.urandom(1024) * (100 + (i * 37 + member * 11) % 300)  # 100-400 kB
+        path = mdir / "checkpoints" / checkpoint_name(0, frame)
+        fsio.atomic_write_bytes(path, payload)
+        sha = hashlib.sha256(payload).hexdigest()
+        rel = ws.relative(path)
+        values = tuple(float(-1000 + i + k) for k in range(32))
+        rec = MemberRecord(member=member, generation=0, frame=frame, generation_start_frame=0, restarts=0,
+                           heartbeat=time.time(), evidence=EvidenceSummary("episode_return", 0, values, 40 + i, 0),
+                           condition=ConditionLabel(task="t"), hyperparameters={"learning_rate": 1e-3 / i},
+                           checkpoint=rel, checkpoint_sha256=sha, status="running", epoch=i, pid=os.getpid())
+        timed_json(mdir / "record.json", rec.to_dict())
+        best = sorted(best + [{"objective": values[0] + (i % 7), "checkpoint": rel, "sha256": sha, "frame": frame}],
+                      key=lambda e: -e["objective"])[:2]
+        timed_json(mdir / "best.json", best)
+        save_state(mdir / "state.json", MemberState(member=member, process_starts=1, last_checkpoint=rel,
+                                                    last_checkpoint_sha256=sha, best=best))
+        audit.append("warning", {"message": "x" * (50 + i % 500), "frame": frame})
+        apply_retention(ws, member, keep_last=2, keep={rel, *(b["checkpoint"] for b in best)})
+    lock.release()
+    Path(out).write_text(json.dumps({"iterations": i, "latencies": latencies}))
+    """
+)
+
+READER = textwrap.dedent(
+    """
+    import hashlib, json, sys, threading, time
+    from collections import Counter
+    from pathlib import Path
+    from async_pbt_isaaclab.core.audit import GENESIS, entry_hash
+    from async_pbt_isaaclab.core.member_state import load_state
+    from async_pbt_isaaclab.core.records import RecordError
+    from async_pbt_isaaclab.core.workspace import Workspace
+
+    root, stop_at, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+    ws = Workspace(root)
+    counts = Counter()
+    samples = []
+    guard = threading.Lock()
+
+    def bump(key, n=1, sample=None):
+        with guard:
+            counts[key] += n
+            if sample and len(samples) < 20:
+                samples.append(sample)
+
+    def read_population():
+        while time.time() < stop_at:
+            records, errors = ws.read_records()
+            bump("record_reads", len(records))
+            if errors:
+                bump("record_errors", len(errors), str(errors))
+            for index, rec in records.items():
+                try:
+                    data = ws.checkpoint_path(rec.checkpoint).read_bytes()
+                except FileNotFoundError:
+                    bump("checkpoint_gone")
+                    continue
+                if hashlib.sha256(data).hexdigest() == rec.checkpoint_sha256:
+                    bump("checkpoint_verified")
+                else:
+                    bump("checkpoint_mismatch", sample=f"{rec.checkpoint}: {len(data)} bytes do not match")
+
+    def read_private():
+        while time.time() < stop_at:
+            for index in ws.member_indices():
+                mdir = ws.member_dir(index)
+                try:
+                    if load_state(mdir / "state.json") is not None:
+                        bump("state_reads")
+                except RecordError as exc:
+                    bump("state_errors", sample=str(exc))
+                try:
+                    json.loads((mdir / "best.json").read_bytes())
+                    bump("best_reads")
+                except FileNotFoundError:
+                    pass
+                except ValueError as exc:
+                    bump("best_errors", sample=f"best.json: {exc}")
+                try:
+                    data = (mdir / "audit.jsonl").read_bytes()
+                except FileNotFoundError:
+                    continue
+                lines = data.split(b"\\n")
+                tail = lines.pop()  # b"" when the file ends with a newline, else an append in flight
+                if tail:
+                    bump("audit_torn_tail_seen")
+                prev = GENESIS
+                for line in lines:
+                    try:
+                        entry = json.loads(line)
+                    except ValueError:
+                        bump("audit_bad_complete_line", sample=repr(line[:100]))
+                        break
+                    if entry.get("prev_hash") != prev or entry_hash(prev, entry) != entry.get("hash"):
+                        bump("audit_chain_errors", sample=f"seq {entry.get('seq')}")
+                        break
+                    prev = entry["hash"]
+                bump("audit_reads")
+
+    threads = [threading.Thread(target=f) for f in (read_population, read_private)]
+    for t in threads:
+        t.start()
+    read_population()
+    for t in threads:
+        t.join()
+    Path(out).write_text(json.dumps({"counts": counts, "samples": samples}))
+    """
+)
+
+WRITERS = 3
+SECONDS = 8.0
+READERS_FROM = 3.5
+"""Writers run ``SECONDS``; the readers start ``READERS_FROM`` seconds in and stop with them."""
+LIVENESS_BOUND_S = 1.0
+"""No single atomic_write_json may take longer than this while readers run (fsync included)."""
+
+
+def _spawn(code: str, *args: object) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)])
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("concurrent")
+    ws = root / "ws"
+    Workspace(ws).ensure(WRITERS, "episode_return", "t")
+    start = time.time()
+    writers = [_spawn(WRITER, ws, m, SECONDS, root / f"writer{m}.json") for m in range(WRITERS)]
+    time.sleep(READERS_FROM)
+    stop_at = start + SECONDS
+    readers = [_spawn(READER, ws, stop_at, root / f"reader{r}.json") for r in range(2)]
+    for p in writers + readers:
+        assert p.wait(timeout=120) == 0
+    writer_out = [json.loads((root / f"writer{m}.json").read_text()) for m in range(WRITERS)]
+    reader_out = [json.loads((root / f"reader{r}.json").read_text()) for r in range(2)]
+    readers_started = start + READERS_FROM + 1.0  # interpreter start-up of the readers
+    before = [s for w in writer_out for t, s in w["latencies"] if t < start + READERS_FROM]
+    during = [s for w in writer_out for t, s in w["latencies"] if t >= readers_started]
+    counts: dict[str, int] = {}
+    for r in reader_out:
+        for k, v in r["counts"].items():
+            counts[k] = counts.get(k, 0) + v
+    samples = [s for r in reader_out for s in r["samples"]]
+    return {"counts": counts, "samples": samples, "before": before, "during": during,
+            "iterations": [w["iterations"] for w in writer_out]}
+
+
+def _summary(lat: list[float]) -> str:
+    lat = sorted(lat)
+    return (f"n={len(lat)} median {1000 * lat[len(lat) // 2]:.1f} ms, p99 {1000 * lat[int(len(lat) * 0.99)]:.1f} ms, "
+            f"max {1000 * lat[-1]:.1f} ms")
+
+
+def test_readers_never_see_partial_records_states_or_best_lists(run):
+    c = run["counts"]
+    print(f"reader counts: {c}")
+    assert c.get("record_reads", 0) > 100 and c.get("state_reads", 0) > 100 and c.get("best_reads", 0) > 100
+    for key in ("record_errors", "state_errors", "best_errors"):
+        assert c.get(key, 0) == 0, run["samples"]
+
+
+def test_every_checkpoint_read_matches_the_sha_its_record_published_or_is_gone(run):
+    c = run["counts"]
+    assert c.get("checkpoint_verified", 0) > 20
+    assert c.get("checkpoint_mismatch", 0) == 0, run["samples"]
+    # Retention deletes a checkpoint once newer ones exist: a reader holding an old record finds it gone.
+    print(f"checkpoints verified {c.get('checkpoint_verified', 0)}, gone (reported) {c.get('checkpoint_gone', 0)}")
+
+
+def test_audit_log_read_during_appends_is_complete_except_the_line_in_flight(run):
+    c = run["counts"]
+    assert c.get("audit_reads", 0) > 50
+    assert c.get("audit_bad_complete_line", 0) == 0, run["samples"]
+    assert c.get("audit_chain_errors", 0) == 0, run["samples"]
+    print(f"audit reads {c['audit_reads']}, of which with an append in flight (torn last line) "
+          f"{c.get('audit_torn_tail_seen', 0)}")
+
+
+def test_readers_do_not_block_writers(run):
+    before, during = run["before"], run["during"]
+    assert len(before) > 20 and len(during) > 20, run["iterations"]
+    print(f"atomic_write_json without readers: {_summary(before)}; with 2 reader processes x 3 threads: "
+          f"{_summary(during)}; iterations per writer {run['iterations']}")
+    # A liveness bound, not a speed test: readers take no lock, so a write never waits for them.
+    assert max(during) < LIVENESS_BOUND_S

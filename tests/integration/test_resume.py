@@ -1,0 +1,222 @@
+"""Stopping a whole population and starting it again resumes every member where it was.
+
+Two real CPU members (rl_games PPO on Pendulum-v1) run under the local launcher
+(``python -m async_pbt_isaaclab.launch.local``, a separate process) with a rule that makes the worse
+member exploit the better one at nearly every decision, so lineage, generations and the mutation RNG
+have moved before the population is stopped. The population is
+
+1. started, and stopped with SIGINT to the launcher (Ctrl-C) once every member has decided and at
+   least one has exploited;
+2. started again with the same command and workspace, and stopped with SIGTERM once every member has
+   decided again;
+3. started again and left to finish.
+
+What is shown here, for every member at both resumes (read back from state.json, record.json, the
+audit log and the checkpoints the processes wrote):
+* the launcher exits 130 after Ctrl-C, 143 after SIGTERM, 0 when all finished;
+* the stopped member published status ``stopped`` pointing to its last checkpoint, the one its
+  ``state.json`` names;
+* the next process's ``start`` entry has mode ``resume`` (``exploit_applied`` if an exploit restart was
+  in flight at the stop), the same generation and one more process start, and it restored exactly that
+  checkpoint: same frame and epoch as the checkpoint file;
+* the RNG continues: the first decision after the resume starts from the RNG state the last decision
+  before the stop ended with (also what state.json held);
+* generation, restart count and lineage are unchanged by the resume (lineage only grows afterwards);
+* every audit chain verifies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("rl_games")
+
+from async_pbt_isaaclab.core.audit import read_entries, verify_log  # noqa: E402
+from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+MEMBERS = 2
+ITERATIONS = 70
+"""Epochs per member (512 frames each): long enough that the two stops come before anyone finishes."""
+
+
+def _command(ws: Path) -> list[str]:
+    member = [
+        sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member",
+        "--max_iterations", str(ITERATIONS), "--num_envs", "8", "--train-dir", str(ws / "runs"),
+        "--pbt-rule", "dexpbt", "--pbt-interval-steps", "2048",
+        "--pbt-gap-std-fraction", "0", "--pbt-gap-leader-fraction", "0", "--pbt-protect-interval-best", "false",
+        "--pbt-start-grace-frames", "0", "--pbt-restart-grace-frames", "1024",
+        "--pbt-min-episodes", "4", "--pbt-window", "16",
+        "--pbt-frame-tolerance", "100000000", "--pbt-max-frame-lag", "100000000",
+        "--pbt-heartbeat-interval-s", "1",
+        "agent.params.torch_threads=1", "agent.params.config.horizon_length=64",
+        "agent.params.config.minibatch_size=256", "agent.params.config.mini_epochs=2",
+        "agent.pbt.mutation_rate=1.0", "agent.pbt.mutation.learning_rate=mutate_float",
+        "agent.pbt.mutation.gamma=mutate_discount",
+    ]
+    return [sys.executable, "-m", "async_pbt_isaaclab.launch.local", "--members", str(MEMBERS),
+            "--workspace", str(ws), "--gpus", "none", "--backoff", "0.5", "--progress-interval", "60",
+            "--stop-grace", "30", "--", *member]
+
+
+def _entries(ws: Path, m: int) -> list[dict]:
+    path = ws / "members" / f"{m:03d}" / "audit.jsonl"
+    return [e for _, e, _ in read_entries(path) if e is not None] if path.exists() else []
+
+
+def _state(ws: Path, m: int) -> dict:
+    return json.loads((ws / "members" / f"{m:03d}" / "state.json").read_text())
+
+
+def _launch(ws: Path, root: Path, run: int) -> subprocess.Popen:
+    log = open(root / f"launcher{run}.log", "wb")
+    return subprocess.Popen(_command(ws), stdout=log, stderr=subprocess.STDOUT, cwd=root,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
+def _wait_until(proc: subprocess.Popen, predicate, timeout: float, what: str, root: Path, run: int) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"launcher exited early ({proc.returncode}) while waiting for {what}:\n" + \
+            (root / f"launcher{run}.log").read_text()[-3000:]
+        if predicate():
+            return
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(60)
+    pytest.fail(f"timed out waiting for {what}:\n" + (root / f"launcher{run}.log").read_text()[-3000:])
+
+
+def _snapshot(ws: Path) -> dict[int, dict]:
+    out = {}
+    for m in range(MEMBERS):
+        mdir = ws / "members" / f"{m:03d}"
+        out[m] = {"state": _state(ws, m), "record": json.loads((mdir / "record.json").read_text()),
+                  "entries": _entries(ws, m)}
+    return out
+
+
+def _decided_since(ws: Path, seqs: dict[int, int]) -> bool:
+    """Every member logged a decision after ``seqs[m]`` and none has an exploit restart in flight."""
+    for m in range(MEMBERS):
+        if not any(e["kind"] == "decision" and e["seq"] > seqs.get(m, -1) for e in _entries(ws, m)):
+            return False
+        try:
+            if _state(ws, m)["pending_exploit"]:
+                return False
+        except (OSError, ValueError):
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def population(tmp_path_factory):
+    root = tmp_path_factory.mktemp("resume")
+    ws = root / "ws"
+    snaps, codes = [], []
+
+    # Run 1: until every member decided and one exploited; then Ctrl-C.
+    proc = _launch(ws, root, 1)
+    _wait_until(proc, lambda: _decided_since(ws, {}) and any(_state(ws, m)["generation"] > 0 for m in range(MEMBERS)),
+                240, "a decision by every member and an exploit", root, 1)
+    proc.send_signal(signal.SIGINT)
+    codes.append(proc.wait(120))
+    snaps.append(_snapshot(ws))
+
+    # Run 2: same command and workspace; until every member decided again; then SIGTERM.
+    proc = _launch(ws, root, 2)
+    last = {m: snaps[0][m]["entries"][-1]["seq"] for m in range(MEMBERS)}
+    _wait_until(proc, lambda: _decided_since(ws, last), 240, "a decision by every member after the resume", root, 2)
+    proc.send_signal(signal.SIGTERM)
+    codes.append(proc.wait(120))
+    snaps.append(_snapshot(ws))
+
+    # Run 3: to the end.
+    proc = _launch(ws, root, 3)
+    codes.append(proc.wait(420))
+    final = _snapshot(ws)
+    return {"ws": ws, "root": root, "codes": codes, "snaps": snaps, "final": final}
+
+
+def test_launcher_exit_codes(population):
+    logs = "\n".join((population["root"] / f"launcher{i}.log").read_text()[-2000:] for i in (1, 2, 3))
+    assert population["codes"] == [128 + signal.SIGINT, 128 + signal.SIGTERM, 0], logs
+
+
+def test_stopped_members_published_status_stopped_and_their_last_checkpoint(population):
+    for snap in population["snaps"]:
+        for m, s in snap.items():
+            assert s["record"]["status"] == "stopped"
+            assert s["record"]["checkpoint"] == s["state"]["last_checkpoint"], f"member {m}"
+            assert s["entries"][-1]["kind"] == "stop" and s["entries"][-1]["status"] == "stopped"
+
+
+def _after(entries: list[dict], seq: int) -> list[dict]:
+    return [e for e in entries if e["seq"] > seq]
+
+
+@pytest.mark.parametrize("stop", [0, 1], ids=["after_sigint", "after_sigterm"])
+def test_every_member_resumes_from_its_own_last_checkpoint(population, stop):
+    ws = population["ws"]
+    later = population["snaps"][1] if stop == 0 else population["final"]
+    for m, before in population["snaps"][stop].items():
+        state = before["state"]
+        new = _after(later[m]["entries"], before["entries"][-1]["seq"])
+        start = new[0]
+        assert start["kind"] == "start"
+        expected_mode = "exploit_applied" if state["pending_exploit"] else "resume"
+        assert start["mode"] == expected_mode, f"member {m}"
+        assert start["generation"] == state["generation"]
+        assert start["process_starts"] == state["process_starts"] + 1
+        ckpt_path = ws / state["last_checkpoint"]
+        assert start["checkpoint"] == str(ckpt_path)
+        restored = next(e for e in new if e["kind"] == "restored")
+        assert restored["mode"] == expected_mode and restored["checkpoint"] == str(ckpt_path)
+        ckpt = load_checkpoint(ckpt_path)
+        frame_in_name = int(re.search(r"_f(\d+)\.pth$", state["last_checkpoint"]).group(1))
+        assert restored["frame"] == ckpt["frame"] == frame_in_name, f"member {m}"
+        assert restored["epoch"] == ckpt["epoch"]
+        assert restored["frame"] <= before["record"]["frame"]
+
+
+@pytest.mark.parametrize("stop", [0, 1], ids=["after_sigint", "after_sigterm"])
+def test_rng_generation_and_lineage_continue_across_the_resume(population, stop):
+    later = population["snaps"][1] if stop == 0 else population["final"]
+    for m, before in population["snaps"][stop].items():
+        state = before["state"]
+        decisions = [e for e in before["entries"] if e["kind"] == "decision"]
+        assert decisions, f"member {m} decided before the stop"
+        assert state["rng_state"] == decisions[-1]["rng_after"]
+        new = _after(later[m]["entries"], before["entries"][-1]["seq"])
+        first = next(e for e in new if e["kind"] == "decision")
+        assert first["rng_before"] == decisions[-1]["rng_after"], f"member {m}: RNG restarted instead of continuing"
+        me = first["inputs"]["me"]
+        assert me["generation"] == state["generation"] and me["restarts"] == state["restarts"]
+        assert me["frame"] > decisions[-1]["inputs"]["me"]["frame"]
+        # Nothing but the resume happened between the stop and that decision: lineage unchanged.
+        assert not [e for e in new if e["kind"] == "exploit_applied" and e["seq"] < first["seq"]] or state["pending_exploit"]
+        final_lineage = population["final"][m]["state"]["lineage"]
+        assert final_lineage[: len(state["lineage"])] == state["lineage"]
+
+
+def test_the_population_exploited_and_finished_and_every_audit_verifies(population):
+    ws, final = population["ws"], population["final"]
+    assert sum(s["state"]["generation"] for s in population["snaps"][0].values()) > 0
+    for m, s in final.items():
+        assert s["record"]["status"] == "finished"
+        assert s["record"]["frame"] >= ITERATIONS * 8 * 64
+        assert [e["mode"] for e in s["entries"] if e["kind"] == "start"].count("resume") >= 2
+        count, problems = verify_log(ws / "members" / f"{m:03d}" / "audit.jsonl")
+        assert count > 0 and problems == []

@@ -1,0 +1,278 @@
+"""PBT task registrations and their agent yamls.
+
+Shown here, without Isaac Lab:
+
+1. the ``isaaclab.tasks`` entry point group lists ``async_pbt_isaaclab.tasks``; loading it registers every id with
+   gymnasium and imports neither isaaclab, isaacsim, omni, pxr, torch nor rl_games;
+2. each registration has Isaac Lab's shape (``env_cfg_entry_point``, ``rl_games_cfg_entry_point`` strings,
+   ``disable_env_checker``), upstream variants point at the upstream id, and building one without Isaac Lab fails with
+   the install hint;
+3. each agent yaml resolves the way Isaac Lab resolves ``module:file.yaml``, loads with Isaac Lab's YAML 1.1 loader,
+   passes the population config checks with the population enabled, names an objective its ``pbt_summary`` can
+   provide, mutates within sensible bounds, and keeps the upstream PPO settings;
+4. the CPU task is built through the same registry (gym.make) and its yaml runs on a CPU;
+5. contract tests resolve the upstream ids and their configs when ``isaaclab_tasks`` is importable (skipped here).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+import yaml
+
+import async_pbt_isaaclab.tasks as tasks_pkg
+from async_pbt_isaaclab.core.config import get_path, load_population_config, objective_term
+from async_pbt_isaaclab.core.evidence import LENGTH_OBJECTIVE, RETURN_OBJECTIVE
+from async_pbt_isaaclab.core.mutation import agent_path
+from async_pbt_isaaclab.envs.isaaclab import ISAACLAB_INSTALL_HINT, SummaryCfg
+from async_pbt_isaaclab.tasks.registry import (
+    TASK_IDS,
+    TASKS,
+    UpstreamEnvCfg,
+    register_tasks,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "integration"))
+import fake_isaaclab_entry as fake  # noqa: E402 - Isaac Lab's config resolution, copied for tests
+
+UPSTREAM = {
+    "AsyncPbt-Repose-Cube-Allegro-Direct-v0": "Isaac-Repose-Cube-Allegro-Direct-v0",
+    "AsyncPbt-Velocity-Flat-Anymal-C-v0": "Isaac-Velocity-Flat-Anymal-C-v0",
+    "AsyncPbt-Velocity-Rough-Anymal-C-v0": "Isaac-Velocity-Rough-Anymal-C-v0",
+    "AsyncPbt-Cartpole-Direct-v0": "Isaac-Cartpole-Direct-v0",
+}
+FORBIDDEN = ("isaaclab", "isaaclab_rl", "isaaclab_tasks", "isaacsim", "omni", "pxr", "torch", "rl_games")
+
+
+def _isaaclab_yaml(entry: str) -> tuple[str, dict]:
+    """Isaac Lab's load_cfg_from_registry for a ``module:file.yaml`` entry point (path and yaml.full_load)."""
+    path = fake.yaml_entry_path(entry)
+    with open(path, encoding="utf-8") as fh:
+        return path, yaml.full_load(fh)
+
+
+def test_entry_point_group_lists_the_tasks_package():
+    eps = importlib.metadata.entry_points(group="isaaclab.tasks")
+    ours = [ep for ep in eps if ep.name == "async_pbt"]
+    assert len(ours) == 1 and ours[0].value == "async_pbt_isaaclab.tasks"
+    assert ours[0].load() is tasks_pkg
+
+
+def test_loading_the_entry_point_registers_ids_without_heavy_imports():
+    code = textwrap.dedent(f"""
+        import importlib.abc, importlib.metadata, json, sys
+        BLOCK = {FORBIDDEN!r}
+        attempts = []
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in BLOCK:
+                    attempts.append(name)
+                    raise ImportError(f"{{name}} blocked")
+        sys.meta_path.insert(0, Block())
+        (ep,) = [e for e in importlib.metadata.entry_points(group="isaaclab.tasks") if e.name == "async_pbt"]
+        ep.load()
+        import gymnasium
+        ids = sorted(i for i in gymnasium.registry if i.startswith("AsyncPbt-"))
+        print(json.dumps({{"ids": ids, "attempts": attempts,
+                          "loaded": sorted(m for m in sys.modules if m.split(".")[0] in BLOCK)}}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["ids"] == sorted(TASK_IDS)
+    assert out["loaded"] == [] and out["attempts"] == []
+
+
+def test_at_least_the_three_kinds_of_task_are_registered():
+    assert set(UPSTREAM) <= set(TASK_IDS)
+    assert "AsyncPbt-TorchReach-v0" in TASK_IDS
+    kinds = {"Allegro": "dexterous", "Anymal": "locomotion", "Cartpole": "classic"}
+    assert all(any(k in t for t in TASK_IDS) for k in kinds)
+
+
+@pytest.mark.parametrize("task_id", sorted(UPSTREAM))
+def test_upstream_variant_registration_has_isaaclab_shape(task_id):
+    spec = gym.spec(task_id)
+    assert spec.disable_env_checker is True
+    assert spec.entry_point == "async_pbt_isaaclab.tasks.registry:make_upstream_env"
+    assert spec.kwargs["base_task"] == UPSTREAM[task_id]
+    for key in ("env_cfg_entry_point", "rl_games_cfg_entry_point"):
+        assert isinstance(spec.kwargs[key], str)
+    module, attr = spec.kwargs["env_cfg_entry_point"].split(":")
+    cfg_entry = getattr(importlib.import_module(module), attr)
+    assert isinstance(cfg_entry, UpstreamEnvCfg) and cfg_entry.base_task == UPSTREAM[task_id]
+    assert callable(cfg_entry)  # Isaac Lab's load_cfg_from_registry calls a callable entry point
+
+
+def test_a_variant_builds_the_upstream_envs_own_class():
+    """Delegation through the upstream id's registration (here a stand-in upstream: the pure-torch env)."""
+    from async_pbt_isaaclab.envs.torch_vec_env import TorchReachEnv, TorchReachEnvCfg
+
+    gym.register(id="Isaac-StandInUpstream-v0", entry_point="async_pbt_isaaclab.envs.torch_vec_env:TorchReachEnv",
+                 disable_env_checker=True, kwargs={"env_cfg_entry_point": "unused:Cfg"})
+    gym.register(id="AsyncPbt-StandInUpstream-v0", entry_point="async_pbt_isaaclab.tasks.registry:make_upstream_env",
+                 disable_env_checker=True, kwargs={"base_task": "Isaac-StandInUpstream-v0",
+                                                   "rl_games_cfg_entry_point": "x:agents/y.yaml"})
+    try:
+        cfg = TorchReachEnvCfg()
+        cfg.scene.num_envs = 3
+        env = gym.make("AsyncPbt-StandInUpstream-v0", cfg=cfg)
+        assert type(env.unwrapped) is TorchReachEnv and env.unwrapped.num_envs == 3
+        assert env.unwrapped.spec.id == "AsyncPbt-StandInUpstream-v0"
+    finally:
+        del gym.registry["Isaac-StandInUpstream-v0"], gym.registry["AsyncPbt-StandInUpstream-v0"]
+
+
+def test_building_an_upstream_variant_without_isaaclab_says_how_to_install():
+    try:
+        import isaaclab_tasks  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("isaaclab_tasks is installed")
+    with pytest.raises(ImportError) as err:
+        gym.make("AsyncPbt-Cartpole-Direct-v0")
+    assert "Isaac-Cartpole-Direct-v0" in str(err.value) and ISAACLAB_INSTALL_HINT in str(err.value)
+    with pytest.raises(ImportError):
+        UpstreamEnvCfg("Isaac-Cartpole-Direct-v0")()
+
+
+@pytest.mark.parametrize("task", TASKS, ids=[t.id for t in TASKS])
+def test_agent_yaml_loads_and_its_population_config_is_valid(task):
+    entry = gym.spec(task.id).kwargs["rl_games_cfg_entry_point"]
+    assert entry == f"async_pbt_isaaclab.tasks:agents/{task.agent_yaml}"
+    path, agent = _isaaclab_yaml(entry)
+    assert os.path.isfile(path)
+    merged, cfg = load_population_config(agent, ["pbt.enabled=true", "pbt.workspace=/tmp/unused"], source=path)
+    assert cfg.enabled and not agent["pbt"]["enabled"], "off by default: the task also trains alone"
+    # Every number a mutation starts from was read as a number by the YAML 1.1 loader Isaac Lab uses.
+    for key in cfg.mutation:
+        value = get_path(agent, agent_path(key))
+        assert isinstance(value, (int, float)) and not isinstance(value, bool), (key, value)
+    # The objective has a per-episode source.
+    summary = SummaryCfg.from_agent_cfg(merged)
+    term = objective_term(cfg.objective)
+    assert term in (RETURN_OBJECTIVE, LENGTH_OBJECTIVE) or term in {t.name for t in summary.terms}, term
+    # rl_games settings Isaac Lab's script and a population rely on.
+    rl = merged["params"]["config"]
+    assert rl["env_name"] == "rlgpu" and rl["num_actors"] == -1
+    assert rl["torch_compile"] is False, "each exploit restarts the process: compiling would be paid every time"
+    assert rl["lr_schedule"] in ("adaptive", "constant", None)
+
+
+@pytest.mark.parametrize("task", TASKS, ids=[t.id for t in TASKS])
+def test_mutation_bounds_contain_the_starting_values(task):
+    _, agent = _isaaclab_yaml(gym.spec(task.id).kwargs["rl_games_cfg_entry_point"])
+    _, cfg = load_population_config(agent, ["pbt.enabled=true"])
+    assert cfg.mutation, "a PBT variant mutates something"
+    for key, spec in cfg.mutation.items():
+        value = float(get_path(agent, agent_path(key)))
+        if key == "entropy_coef" and value == 0.0:
+            continue  # upstream trains without entropy bonus; the first explore lifts it to the (tiny) lower bound
+        assert spec.low <= value <= spec.high, (task.id, key, value, spec)
+        assert spec.low < spec.high
+
+
+def test_upstream_ppo_settings_are_kept():
+    """Spot checks against Isaac Lab's agent yamls these variants are based on."""
+    def agent(task_id):
+        return _isaaclab_yaml(gym.spec(task_id).kwargs["rl_games_cfg_entry_point"])[1]["params"]
+
+    allegro = agent("AsyncPbt-Repose-Cube-Allegro-Direct-v0")
+    assert allegro["network"]["mlp"]["units"] == [1024, 512, 256, 128]
+    assert allegro["config"]["horizon_length"] == 16 and allegro["config"]["minibatch_size"] == 32768
+    assert allegro["config"]["learning_rate"] == 5e-4 and allegro["env"]["clip_observations"] == 5.0
+    rough = agent("AsyncPbt-Velocity-Rough-Anymal-C-v0")
+    assert rough["network"]["mlp"]["units"] == [512, 256, 128] and rough["config"]["max_epochs"] == 1500
+    flat = agent("AsyncPbt-Velocity-Flat-Anymal-C-v0")
+    assert flat["network"]["mlp"]["units"] == [128, 128, 128] and flat["config"]["entropy_coef"] == 0.005
+    cartpole = agent("AsyncPbt-Cartpole-Direct-v0")
+    assert cartpole["network"]["mlp"]["units"] == [32, 32] and cartpole["config"]["mini_epochs"] == 8
+
+
+def test_objectives_suit_their_tasks():
+    def pbt(task_id):
+        doc = _isaaclab_yaml(gym.spec(task_id).kwargs["rl_games_cfg_entry_point"])[1]
+        return doc["pbt"], SummaryCfg.from_agent_cfg(doc)
+
+    allegro, s = pbt("AsyncPbt-Repose-Cube-Allegro-Direct-v0")
+    assert allegro["objective"] == "successes"
+    assert [(t.name, t.source, t.mode) for t in s.terms] == [("successes", "attr:successes", "last")]
+    flat, s = pbt("AsyncPbt-Velocity-Flat-Anymal-C-v0")
+    assert flat["objective"] == "track_lin_vel_xy_exp"
+    assert ("track_lin_vel_xy_exp", "reward:track_lin_vel_xy_exp") in [(t.name, t.source) for t in s.terms]
+    rough, s = pbt("AsyncPbt-Velocity-Rough-Anymal-C-v0")
+    assert rough["objective"] == "episode_return"
+    assert s.curriculum == "log:Curriculum/terrain_levels" and s.curriculum_bin == 1.0
+    cartpole, _ = pbt("AsyncPbt-Cartpole-Direct-v0")
+    assert cartpole["objective"] == "episode_return"
+
+
+def test_cpu_task_is_built_through_the_registry():
+    spec = gym.spec("AsyncPbt-TorchReach-v0")
+    assert spec.entry_point == "async_pbt_isaaclab.envs.torch_vec_env:TorchReachEnv"
+    assert spec.kwargs["env_cfg_entry_point"] == "async_pbt_isaaclab.envs.torch_vec_env:TorchReachEnvCfg"
+    env = gym.make("AsyncPbt-TorchReach-v0", num_envs=3)
+    assert env.unwrapped.num_envs == 3
+    _, agent = _isaaclab_yaml(spec.kwargs["rl_games_cfg_entry_point"])
+    assert agent["params"]["config"]["device"] == "cpu"
+
+
+def test_registration_is_idempotent_and_replaces_the_bare_cpu_registration_quietly():
+    from async_pbt_isaaclab.envs import torch_vec_env
+
+    del gym.registry["AsyncPbt-TorchReach-v0"]
+    torch_vec_env.register_torch_envs()  # the env module's own registration: no agent yaml
+    assert "rl_games_cfg_entry_point" not in gym.spec("AsyncPbt-TorchReach-v0").kwargs
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert register_tasks() == TASK_IDS
+        assert register_tasks() == TASK_IDS
+    assert "rl_games_cfg_entry_point" in gym.spec("AsyncPbt-TorchReach-v0").kwargs
+    torch_vec_env.register_torch_envs()  # and it leaves ours alone
+    assert "rl_games_cfg_entry_point" in gym.spec("AsyncPbt-TorchReach-v0").kwargs
+
+
+def test_isaaclab_pbt_overrides_apply_to_our_yamls():
+    """Isaac Lab's documented PBT flags (agent.pbt.*) work unchanged on a packaged yaml."""
+    _, agent = _isaaclab_yaml(gym.spec("AsyncPbt-Cartpole-Direct-v0").kwargs["rl_games_cfg_entry_point"])
+    _, cfg = load_population_config(agent, [
+        "agent.pbt.enabled=True", "agent.pbt.num_policies=8", "agent.pbt.policy_idx=3",
+        "agent.pbt.workspace=cartpole_pbt", "agent.pbt.directory=/shared",
+        "agent.pbt.objective=episode.episode_return"])
+    assert (cfg.enabled, cfg.num_policies, cfg.policy_idx) == (True, 8, 3)
+    assert str(cfg.workspace_path("logs")) == "/shared/cartpole_pbt"
+    assert objective_term(cfg.objective) == "episode_return"
+
+
+# ------------------------------------------------------------------ contract tests against isaaclab_tasks
+
+
+@pytest.mark.parametrize("task_id", sorted(UPSTREAM))
+def test_contract_upstream_ids_and_configs_resolve(task_id):
+    try:
+        import isaaclab_tasks  # noqa: F401
+        from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry
+    except Exception as exc:  # noqa: BLE001 - ImportError, or the simulator is not running
+        pytest.skip(f"isaaclab_tasks is not importable here ({type(exc).__name__}: {exc})")
+    from async_pbt_isaaclab.tasks.registry import upstream_spec
+
+    base = upstream_spec(UPSTREAM[task_id])
+    assert gym.envs.registration.load_env_creator(base.entry_point) if isinstance(base.entry_point, str) else True
+    agent = load_cfg_from_registry(task_id, "rl_games_cfg_entry_point")
+    assert agent["pbt"]["objective"]
+    try:
+        env_cfg = load_cfg_from_registry(task_id, "env_cfg_entry_point")
+    except Exception as exc:  # noqa: BLE001 - some configs need the app
+        pytest.skip(f"{task_id}: the env config needs the simulator ({type(exc).__name__}: {exc})")
+    assert type(env_cfg).__name__ == type(load_cfg_from_registry(UPSTREAM[task_id], "env_cfg_entry_point")).__name__
