@@ -38,15 +38,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from async_pbt_isaaclab._version import __version__
-from async_pbt_isaaclab.core.config import (
-    ConfigError,
-    PopulationConfig,
-    current_hyperparameters,
-    load_population_config,
-    load_yaml,
-    objective_term,
-    validate_agent_config,
-)
+from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, objective_term
+from async_pbt_isaaclab.core.agent_config import current_hyperparameters, load_population_config, load_yaml, validate_agent_config
 from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS, isaaclab_key, within_bounds
 from async_pbt_isaaclab.core.records import MemberRecord
 

@@ -196,7 +196,8 @@ def _play(args, hydra_args, hooks, launcher, path: Path, source: str, state: dic
     import torch
     from rl_games.torch_runner import Runner
 
-    from async_pbt_isaaclab.core.config import objective_term, set_path
+    from async_pbt_isaaclab.core.config import objective_term
+    from async_pbt_isaaclab.core.agent_config import set_path
     from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE
     from async_pbt_isaaclab.core.mutation import agent_path
     from async_pbt_isaaclab.envs.isaaclab import (

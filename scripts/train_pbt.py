@@ -131,7 +131,8 @@ def _train(args: argparse.Namespace, hydra_args: list[str], hooks: IsaacLabHooks
     # Everything heavy is imported after the simulator started, as Isaac Lab's scripts do.
     from rl_games.common.algo_observer import IsaacAlgoObserver
 
-    from async_pbt_isaaclab.core.config import ConfigError, load_population_config, objective_term
+    from async_pbt_isaaclab.core.config import ConfigError, objective_term
+    from async_pbt_isaaclab.core.agent_config import load_population_config
     from async_pbt_isaaclab.envs.isaaclab import (
         SummaryCfg,
         attach_summary_source,

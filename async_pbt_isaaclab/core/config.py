@@ -1,4 +1,4 @@
-"""Population configuration: the ``pbt:`` section of an rl_games agent yaml, plus overrides.
+"""Population configuration: the ``pbt:`` section of an rl_games agent yaml (agent_config.py reads the rest).
 
 An Isaac Lab PBT section (``PbtCfg`` field names: ``enabled, policy_idx, num_policies, directory,
 workspace, objective, interval_steps, threshold_std, threshold_abs, mutation_rate, change_range,
@@ -11,24 +11,19 @@ file, the key and the accepted values, before any training starts.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
-import yaml
-
-from async_pbt_isaaclab.core.evidence import LENGTH_OBJECTIVE, RETURN_OBJECTIVE
+from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE
 from async_pbt_isaaclab.core.mutation import (
     ISAACLAB_KIND_NAMES,
     MUTATION_KINDS,
     SUPPORTED_HYPERPARAMETERS,
     MutationSpec,
-    agent_path,
 )
 
 SELECTION_RULES = ("dexpbt", "isaaclab", "welch")
@@ -461,234 +456,3 @@ def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool
 def objective_term(objective: str) -> str:
     """Isaac Lab objectives address ``infos`` (``episode.Episode_Reward/success``); ours name the term."""
     return objective[len("episode."):] if objective.startswith("episode.") else objective
-
-
-# ---------------------------------------------------------------- agent yaml + overrides
-
-
-class _YamlLoader(yaml.SafeLoader):
-    """SafeLoader that also reads YAML 1.2 floats without a dot (``3e-4``, ``1e-3``) as numbers.
-
-    PyYAML follows YAML 1.1, where ``3e-4`` is a *string*; rl_games and Isaac Lab yamls (and Hydra
-    overrides such as ``agent.params.config.learning_rate=3e-4``) mean a float.
-    """
-
-
-_YamlLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789")
-)
-
-
-def yaml_load(text: Any) -> Any:
-    """``yaml.safe_load`` with YAML 1.2 exponent floats (see :class:`_YamlLoader`)."""
-    return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a SafeLoader subclass
-
-
-def _numeric(value: Any) -> Any:
-    """A string that spells a finite number (``"3e-4"``, from a YAML 1.1 loader) as that number."""
-    if isinstance(value, str):
-        try:
-            number = float(value.strip())
-        except ValueError:
-            return value
-        if math.isfinite(number):
-            return number
-    return value
-
-
-def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
-    path = Path(path)
-    try:
-        with open(path) as fh:
-            data = yaml_load(fh)
-    except FileNotFoundError:
-        raise ConfigError([f"file not found: {path}"], str(path)) from None
-    except OSError as exc:
-        raise ConfigError([f"cannot read: {exc.strerror or exc}"], str(path)) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"not valid YAML: {exc}"], str(path)) from None
-    if not isinstance(data, dict):
-        raise ConfigError([f"expected a mapping at the top level, got {type(data).__name__}"], str(path))
-    return data
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``a.b.c=value`` -> (["a","b","c"], yaml-parsed value). A leading ``agent.`` is dropped."""
-    if "=" not in text:
-        raise ConfigError([f"override {text!r}: expected key=value"])
-    key, value_text = text.split("=", 1)
-    key = key.strip().lstrip("+")
-    if not key or any(not part for part in key.split(".")):
-        raise ConfigError([f"override {text!r}: empty key part"])
-    try:
-        value = yaml_load(value_text) if value_text != "" else ""
-    except yaml.YAMLError:
-        value = value_text
-    parts = key.split(".")
-    if parts[0] == "agent":
-        parts = parts[1:]
-    return parts, value
-
-
-def apply_overrides(agent_cfg: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
-    """Return a copy of ``agent_cfg`` with Hydra-style dotted overrides applied.
-
-    ``agent.pbt.num_policies=8``, ``pbt.policy_idx=3``, ``agent.params.config.learning_rate=3e-4``.
-    Keys under ``pbt`` may be new (they are validated afterwards); elsewhere a key must already exist,
-    except under ``params.config`` where rl_games reads optional keys with defaults.
-    """
-    cfg = copy.deepcopy(dict(agent_cfg))
-    problems: list[str] = []
-    for text in overrides:
-        try:
-            parts, value = parse_override(text)
-        except ConfigError as exc:
-            problems.extend(exc.problems)
-            continue
-        node: Any = cfg
-        ok = True
-        for i, part in enumerate(parts[:-1]):
-            if not isinstance(node, dict):
-                problems.append(f"override {text!r}: {'.'.join(parts[:i])} is not a mapping")
-                ok = False
-                break
-            if part not in node:
-                if parts[0] == "pbt" or parts[:2] == ["params", "config"] or parts[:2] == ["params", "network"]:
-                    node[part] = {}
-                else:
-                    problems.append(f"override {text!r}: no key {'.'.join(parts[: i + 1])!r} in the agent config")
-                    ok = False
-                    break
-            node = node[part]
-        if not ok:
-            continue
-        if not isinstance(node, dict):
-            problems.append(f"override {text!r}: {'.'.join(parts[:-1])} is not a mapping")
-            continue
-        allowed_new = parts[0] == "pbt" or parts[:2] == ["params", "config"] or parts[:2] == ["params", "network"]
-        if parts[-1] not in node and not allowed_new:
-            problems.append(f"override {text!r}: no key {'.'.join(parts)!r} in the agent config")
-            continue
-        node[parts[-1]] = value
-    if problems:
-        raise ConfigError(problems)
-    return cfg
-
-
-def get_path(cfg: Mapping[str, Any], path: Iterable[str]) -> Any:
-    node: Any = cfg
-    for part in path:
-        if not isinstance(node, Mapping) or part not in node:
-            raise KeyError(".".join(path))
-        node = node[part]
-    return node
-
-
-def set_path(cfg: dict[str, Any], path: Iterable[str], value: Any) -> None:
-    parts = list(path)
-    node = cfg
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node[parts[-1]] = value
-
-
-def as_number(value: Any) -> float | int | None:
-    """A yaml number, or a string PyYAML left unparsed (YAML 1.1 reads ``5e-4`` as a string); else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return value if math.isfinite(value) else None
-    if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return None
-        return number if math.isfinite(number) else None
-    return None
-
-
-def current_hyperparameters(agent_cfg: Mapping[str, Any], cfg: PopulationConfig) -> dict[str, Any]:
-    """Values of the mutated hyperparameters in an agent config, by short name (numbers, not strings)."""
-    out = {}
-    for key in sorted(cfg.mutation):
-        value = get_path(agent_cfg, agent_path(key))
-        number = as_number(value) if cfg.mutation[key].kind != "choice" else None
-        out[key] = value if number is None else number
-    return out
-
-
-def validate_agent_config(agent_cfg: Mapping[str, Any], cfg: PopulationConfig, source: str = "") -> None:
-    """Refuse agent settings a population cannot work with; every problem names its key."""
-    problems = _agent_problems(agent_cfg, cfg)
-    if problems:
-        raise ConfigError(problems, source)
-
-
-def _agent_problems(agent_cfg: Mapping[str, Any], cfg: PopulationConfig) -> list[str]:
-    problems: list[str] = []
-    params = agent_cfg.get("params")
-    if not isinstance(params, Mapping) or not isinstance(params.get("config"), Mapping):
-        return ["params.config: missing; an rl_games agent yaml needs params.config"]
-    rl_cfg = params["config"]
-    schedule = rl_cfg.get("lr_schedule")
-    if schedule == "linear":
-        problems.append(
-            "params.config.lr_schedule: 'linear' is refused: it decays the learning rate by the member's own "
-            "epoch count, so an exploited member would inherit a schedule position that its counters and the "
-            "mutated learning_rate contradict. Accepted: adaptive, constant (or null/none)"
-        )
-    for key, spec in sorted(cfg.mutation.items()):
-        try:
-            value = get_path(agent_cfg, agent_path(key))
-        except KeyError:
-            problems.append(
-                f"{'.'.join(agent_path(key))}: pbt.mutation names {key!r} but the agent config has no starting value; "
-                f"set it in the yaml or remove it from pbt.mutation"
-            )
-            continue
-        if spec.kind == "choice":
-            continue
-        if as_number(value) is None:
-            problems.append(f"{'.'.join(agent_path(key))}: expected a finite number to mutate, got {value!r}")
-    if "kl_threshold" in cfg.mutation and schedule != "adaptive":
-        problems.append(
-            f"pbt.mutation.kl_threshold: kl_threshold only acts under lr_schedule: adaptive, "
-            f"but params.config.lr_schedule is {schedule!r}"
-        )
-    if any(k.startswith("network.log_std_bounds") for k in cfg.mutation):
-        if "log_std_bounds" not in params.get("network", {}):
-            problems.append(
-                "pbt.mutation.network.log_std_bounds.*: needs the bounded exploration network "
-                "(params.network.name: pbt_bounded_actor_critic with log_std_bounds)"
-            )
-    return problems
-
-
-def load_population_config(
-    agent_cfg: Mapping[str, Any], overrides: Iterable[str] = (), source: str = ""
-) -> tuple[dict[str, Any], PopulationConfig]:
-    """Apply overrides to an agent config and read + validate its ``pbt:`` section.
-
-    Returns ``(agent_cfg_with_overrides, population_config)``. Raises :class:`ConfigError`.
-    """
-    try:
-        merged = apply_overrides(agent_cfg, list(overrides))
-    except ConfigError as exc:
-        raise ConfigError(exc.problems, source) from None
-    raw = merged.get("pbt") or {}
-    if not isinstance(raw, Mapping):
-        raise ConfigError([f"pbt: expected a mapping, got {raw!r}"], source)
-    cfg = population_config_from_dict(raw, source)
-    # Configs read with a YAML 1.1 loader elsewhere (Isaac Lab's ``yaml.full_load``) carry "3e-4" as a string.
-    for key, spec in cfg.mutation.items():
-        if spec.kind == "choice":
-            continue
-        try:
-            value = get_path(merged, agent_path(key))
-        except KeyError:
-            continue
-        if _numeric(value) is not value:
-            set_path(merged, agent_path(key), _numeric(value))
-    if cfg.enabled:
-        validate_agent_config(merged, cfg, source)
-    return merged, cfg

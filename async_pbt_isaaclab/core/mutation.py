@@ -21,7 +21,7 @@ member, so the sequence of draws continues across restarts instead of replaying 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np

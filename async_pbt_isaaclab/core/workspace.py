@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.records import MemberRecord, RecordError, parse_record_bytes, read_record
+from async_pbt_isaaclab.core.records import MemberRecord, RecordError, parse_record_bytes
 
 WORKSPACE_SCHEMA_VERSION = 1
 """Version of the workspace layout (``population.json``)."""

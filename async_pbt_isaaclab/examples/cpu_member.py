@@ -14,7 +14,8 @@ import os
 import sys
 from pathlib import Path
 
-from async_pbt_isaaclab.core.config import ConfigError, load_population_config, load_yaml
+from async_pbt_isaaclab.core.config import ConfigError
+from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
 from async_pbt_isaaclab.core.flags import add_population_args, population_overrides
 from async_pbt_isaaclab.rl_games.restart import capture_argv
 

@@ -20,7 +20,6 @@ import json
 import os
 import socket
 import sys
-import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,12 +27,8 @@ from typing import Any
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.audit import AuditLog
-from async_pbt_isaaclab.core.config import (
-    PopulationConfig,
-    current_hyperparameters,
-    objective_term,
-    set_path,
-)
+from async_pbt_isaaclab.core.config import PopulationConfig, objective_term
+from async_pbt_isaaclab.core.agent_config import current_hyperparameters, set_path
 from async_pbt_isaaclab.core.evidence import ConditionLabel
 from async_pbt_isaaclab.core.member_state import MemberState, load_state, save_state
 from async_pbt_isaaclab.core.mutation import MemberRng, agent_path

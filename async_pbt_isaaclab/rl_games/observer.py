@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,37 @@ class MultiObserver(AlgoObserver):
         self._call("after_print_stats", frame, epoch_num, total_time)
 
 
+class _HeldStop:
+    """Holds SIGINT / SIGTERM while the member writes one step (checkpoint, best list, decision, state,
+    record, and an exploit's recipient checkpoint), then delivers it. A stop landing between two of those
+    writes would leave record.json advertising a checkpoint that state.json (the resume point) does not
+    name, or an in-memory state half updated. Main thread only (where Python runs signal handlers)."""
+
+    def __init__(self) -> None:
+        self.requested: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "_HeldStop":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous = signal.getsignal(sig)
+                if previous in (signal.SIG_IGN, None):
+                    continue
+                self._previous[sig] = previous
+                signal.signal(sig, self._hold)
+        return self
+
+    def _hold(self, signum: int, frame: Any) -> None:
+        self.requested = signum
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        if self.requested is not None and exc_type is None:
+            signal.raise_signal(self.requested)  # now, to the handler that was there (KeyboardInterrupt)
+        return False
+
+
 class PbtObserver(AlgoObserver):
     """One population member inside an rl_games training process."""
 
@@ -134,6 +167,7 @@ class PbtObserver(AlgoObserver):
         """Raise SystemExit instead of exec'ing (for in-process tests of the act step)."""
         self._warned: set[str] = set()
         self._in_epoch = False
+        self._held_stop: _HeldStop | None = None
 
     def _objective(self) -> str:
         return self.session.condition.objective
@@ -170,6 +204,11 @@ class PbtObserver(AlgoObserver):
         algo.set_full_state_weights(state, set_epoch=True)
         # The learning rate is this member's hyperparameter, not whatever the optimizer state carried.
         algo.update_lr(algo.last_lr)
+        mine = self.session.state
+        if mine.last_checkpoint and path == self.session.ws.checkpoint_path(mine.last_checkpoint):
+            # Our own published checkpoint (resume, or the exploit's recipient checkpoint): keep publishing it
+            # until the next one replaces it, or the records of a restarted or stopped member lose it.
+            self.last_checkpoint = (mine.last_checkpoint, mine.last_checkpoint_sha256)
         self.session.audit.append("restored", {
             "mode": self.session.start_mode, "checkpoint": str(path), "frame": int(algo.frame),
             "epoch": int(algo.epoch_num), "last_lr": float(algo.last_lr),
@@ -208,7 +247,9 @@ class PbtObserver(AlgoObserver):
             return
         if index > self.interval_index:
             self.interval_index = index
-            self._publish_and_decide()
+            with _HeldStop() as self._held_stop:
+                self._publish_and_decide()
+            self._held_stop = None
         elif time.time() - self.last_heartbeat >= self.cfg.heartbeat_interval_s:
             self._heartbeat()
 
@@ -316,6 +357,9 @@ class PbtObserver(AlgoObserver):
         weights = self.algo.get_full_state_weights()
         weights["epoch"] = self._completed_epochs()
         weights["pbt"] = self._pbt_metadata(state.generation, state.hyperparameters)
+        # What state.json and record.json on disk name until they are saved again (after the decision when
+        # persist is False): a crash before that resumes from it, so retention must not delete it yet.
+        previous = state.last_checkpoint
         rel, sha = self._save_checkpoint(weights, state.generation)
         self.last_checkpoint = (rel, sha)
         state.last_checkpoint, state.last_checkpoint_sha256 = rel, sha
@@ -331,7 +375,7 @@ class PbtObserver(AlgoObserver):
         record = self._record()
         if persist:
             self._write_record(record)
-        keep = {rel, *(b["checkpoint"] for b in state.best)}
+        keep = {rel, *(b["checkpoint"] for b in state.best), *([previous] if previous else [])}
         apply_retention(self.session.ws, self.session.member, self.cfg.keep_last_checkpoints, keep)
         if persist:
             self.session.save()
@@ -437,6 +481,10 @@ class PbtObserver(AlgoObserver):
     def _restart(self, checkpoint: Path, new_hp: dict[str, Any]) -> None:
         overrides = {isaaclab_key(k): v for k, v in new_hp.items()}
         argv = restart_argv(self.session.argv, str(checkpoint), overrides)
+        if self._held_stop is not None and self._held_stop.requested is not None:
+            # Stopped (Ctrl-C / SIGTERM) during this step: stop instead of restarting. state.json holds the
+            # pending exploit, which the next start applies.
+            raise KeyboardInterrupt(f"signal {self._held_stop.requested} during an exploit restart")
         writer = getattr(self.algo, "writer", None)
         if writer is not None:
             writer.flush()

@@ -140,7 +140,7 @@ class Capture:
 
 
 def _agent_cfg(args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    from async_pbt_isaaclab.core.config import load_yaml
+    from async_pbt_isaaclab.core.agent_config import load_yaml
     from async_pbt_isaaclab.examples.cpu_member import DEFAULT_AGENT
 
     cfg = load_yaml(args.agent or DEFAULT_AGENT)
@@ -166,7 +166,7 @@ def one_run(variant: str, args: argparse.Namespace, profile: cProfile.Profile | 
     from rl_games.common.algo_observer import IsaacAlgoObserver
     from rl_games.torch_runner import Runner
 
-    from async_pbt_isaaclab.core.config import load_population_config
+    from async_pbt_isaaclab.core.agent_config import load_population_config
     from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
     from async_pbt_isaaclab.rl_games.member import start_member
     from async_pbt_isaaclab.rl_games.observer import MultiObserver, PbtObserver

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import cProfile
 import importlib.util
 import io
@@ -357,7 +356,7 @@ def _epoch_observer(clocks: dict[str, _Clock], emitter: Any, drain_every: int) -
 
 
 def _e2e_agent_cfg(args: argparse.Namespace, epochs: int, root: str, name: str) -> dict[str, Any]:
-    from async_pbt_isaaclab.core.config import load_yaml
+    from async_pbt_isaaclab.core.agent_config import load_yaml
     from async_pbt_isaaclab.envs.torch_vec_env import TorchReachEnvCfg
 
     agent = load_yaml(args.agent)
@@ -524,7 +523,7 @@ def run_e2e(args: argparse.Namespace) -> int:
     if not Path(args.agent).exists():
         print(f"agent yaml {args.agent} not found")
         return 1
-    from async_pbt_isaaclab.core.config import load_yaml
+    from async_pbt_isaaclab.core.agent_config import load_yaml
 
     rl = load_yaml(args.agent)["params"]
     threads = args.threads if args.threads is not None else rl.get("torch_threads", "rl_games auto")

@@ -15,17 +15,8 @@ import textwrap
 
 import pytest
 
-from async_pbt_isaaclab.core.config import (
-    TEST_FIXTURE_ENV,
-    ConfigError,
-    PopulationConfig,
-    apply_overrides,
-    current_hyperparameters,
-    load_population_config,
-    load_yaml,
-    objective_term,
-    population_config_from_dict,
-)
+from async_pbt_isaaclab.core.config import TEST_FIXTURE_ENV, ConfigError, PopulationConfig, objective_term, population_config_from_dict
+from async_pbt_isaaclab.core.agent_config import apply_overrides, current_hyperparameters, load_population_config, load_yaml
 from async_pbt_isaaclab.core.mutation import MutationSpec
 
 # An Isaac Lab rl_games agent yaml as shipped with a PBT section (field names of isaaclab_rl's PbtCfg).

@@ -37,7 +37,7 @@ import torch
 import yaml
 from rl_games.common.ivecenv import IVecEnv
 
-from async_pbt_isaaclab.core.config import apply_overrides, parse_override
+from async_pbt_isaaclab.core.agent_config import apply_overrides, parse_override
 from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks, plain_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -21,13 +21,8 @@ pytest.importorskip("rl_games")
 
 import async_pbt_isaaclab.examples as examples  # noqa: E402
 from async_pbt_isaaclab.core import fsio  # noqa: E402
-from async_pbt_isaaclab.core.config import (  # noqa: E402
-    ConfigError,
-    load_population_config,
-    load_yaml,
-    population_config_from_dict,
-    validate_agent_config,
-)
+from async_pbt_isaaclab.core.config import ConfigError, population_config_from_dict  # noqa: E402
+from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml, validate_agent_config  # noqa: E402
 from async_pbt_isaaclab.core.member_state import MemberState, save_state  # noqa: E402
 from async_pbt_isaaclab.core.workspace import Workspace  # noqa: E402
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402

@@ -20,7 +20,7 @@ pytest.importorskip("rl_games")
 
 import async_pbt_isaaclab.examples as examples  # noqa: E402
 from async_pbt_isaaclab.core import fsio  # noqa: E402
-from async_pbt_isaaclab.core.config import load_population_config, load_yaml  # noqa: E402
+from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml  # noqa: E402
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EpisodeBatch  # noqa: E402
 from async_pbt_isaaclab.rl_games.checkpoint import save_checkpoint  # noqa: E402
 from async_pbt_isaaclab.rl_games.observer import MultiObserver, PbtObserver  # noqa: E402

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from async_pbt_isaaclab.core.config import parse_override, yaml_load
+from async_pbt_isaaclab.core.agent_config import parse_override, yaml_load
 from async_pbt_isaaclab.core.mutation import isaaclab_key
 from async_pbt_isaaclab.rl_games.restart import exec_command, format_override_value, restart_argv
 
