@@ -1,87 +1,46 @@
-"""The Isaac Lab layer: per-episode PBT evidence from an Isaac Lab env, and the hooks the scripts launch it with.
+"""The Isaac Lab layer: the hooks the scripts launch Isaac Lab with, and the PBT env wrapper's public names.
 
 This is the only module of the package that imports ``isaaclab``, ``isaaclab_rl`` or ``isaaclab_tasks``, and it
 does so lazily, inside the functions that need them (:class:`IsaacLabHooks`). Importing it pulls in neither
 Isaac Lab nor torch, so the scripts can build their command line before the simulator starts.
 
-Where the wrapper sits (the standard Isaac Lab RL-Games chain, one layer added)::
+What is here: :class:`IsaacLabHooks` (the points where ``scripts/train_pbt.py`` and ``scripts/play_pbt.py`` touch
+Isaac Lab: app launcher, Hydra task configs, ``gym.make``, the RL-Games vec-env wrapper, checkpoint paths),
+:func:`parse_script_args`, :func:`register_rl_games_env`, :func:`rl_games_wrapper_options`, :func:`plain_config`
+and :func:`require_isaaclab`.
 
-    rl_games agent
-      algo.vec_env = RlGamesGpuEnv                 (isaaclab_rl; .env is what the env_creator returned)
-        .env = RlGamesVecEnvWrapper                (isaaclab_rl; .env is the gymnasium env it was given)
-          .env = PbtIsaacLabEnv                    (this module; has .pbt_summary_source)
-            .env = [gymnasium.wrappers.RecordVideo]
-              ... ManagerBasedRLEnv | DirectRLEnv  (what gym.make returned; .unwrapped)
-
-``RlGamesVecEnvWrapper`` only requires ``isinstance(env.unwrapped, ManagerBasedRLEnv | DirectRLEnv)`` and calls
-``env.step/reset/close/render_mode`` on the env it is given, so a :class:`gymnasium.Wrapper` is accepted there.
-The PBT observer finds the summary source with
-:func:`async_pbt_isaaclab.envs.gym_vec_env.find_summary_source`, which walks ``vec_env -> env -> env ...``.
-
-Contract of :class:`PbtIsaacLabEnv` (what it needs from the wrapped env, as ``ManagerBasedRLEnv.step`` and
-``DirectRLEnv.step`` provide it):
-
-* ``env.unwrapped`` has ``num_envs`` (int) and ``device`` (str); ``step(actions)`` returns
-  ``(obs, rew, terminated, truncated, extras)`` with ``rew`` float ``(num_envs,)``, ``terminated`` and
-  ``truncated`` bool ``(num_envs,)`` on ``device``;
-* an env with ``terminated | truncated`` set finished its episode *in this step* and has already been reset
-  (its next step starts a new episode); the reset goes through ``env.unwrapped._reset_idx(env_ids)``;
-* ``extras["log"]`` (optional) maps names to scalars (0-d tensors or Python numbers) describing the envs reset in
-  this step; Isaac Lab rebuilds or updates it on steps with resets, so its values are stale between resets.
-
-What it adds: every step feeds an :class:`~async_pbt_isaaclab.envs.summary.EpisodeSummaryEmitter` (on the env
-device, no host synchronisation) with the step's rewards, flags, per-env term values and ``extras["log"]``. The
-emitter is exposed as :attr:`PbtIsaacLabEnv.pbt_summary_source` (``drain() -> EpisodeBatch``,
-``start_generation(g)``). Observations, rewards, flags and extras pass through unchanged.
-
-Per-episode terms (the candidates for the population objective) come from *sources*, written as strings so an
-agent yaml can name them (section ``pbt_summary:``, see :class:`SummaryCfg`):
-
-* ``accessor:<name>``: ``env.unwrapped.get_per_env_terms()[name]`` (the env's own per-env term accessor);
-* ``attr:<dotted.path>``: an attribute of ``env.unwrapped``, e.g. ``attr:successes`` (Allegro / Shadow hand
-  in-hand tasks count goals reached per env there);
-* ``reward:<term>``: the episodic sum of one reward term of a ``ManagerBasedRLEnv``
-  (``reward_manager._episode_sums[term]``, the number behind ``extras["log"]["Episode_Reward/<term>"]`` before
-  Isaac Lab averages it over envs and divides it by ``max_episode_length_s``);
-* ``log:<key>``: ``extras["log"][key]`` at the step the episode ended. Isaac Lab logs *batch means* over the envs
-  reset in that step, so every episode finishing in the same step gets the same value: exact only when one env
-  finishes per step, an approximation otherwise (use it when nothing per-env exists);
-* ``<module>:<function>``: any callable ``f(env_unwrapped) -> Tensor (num_envs,)``.
-
-Values are taken at the end of each step and, for envs that finish, *just before the env resets them*: the
-wrapper hooks ``env.unwrapped._reset_idx`` to snapshot the sources there (Isaac Lab zeroes ``successes`` and the
-reward manager's episodic sums in that call). The snapshot costs one device copy per term on steps with resets and
-no host synchronisation.
-
-Curriculum stage (part of the condition label; episodes collected under another stage are not compared): a source
-``log:Curriculum/<term>``, ``attr:<path>`` or ``<module>:<function>`` read every ``curriculum_poll_steps`` steps,
-optionally binned (``curriculum_bin``) so a continuous value such as the mean terrain level does not start a new
-condition at every reset. Reading a tensor-valued source synchronises with the host once per poll.
+The wrapper that turns the env's steps into per-episode evidence (:class:`PbtIsaacLabEnv`, :class:`SummaryCfg`,
+:class:`TermSpec`, :func:`attach_summary_source`, :func:`reward_fingerprint`, :func:`format_stage`, ...) lives in
+:mod:`async_pbt_isaaclab.envs.isaaclab_summaries`, with the env contract and the term sources in its docstring;
+those names are re-exported here, so ``from async_pbt_isaaclab.envs.isaaclab import PbtIsaacLabEnv`` keeps working.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import importlib
 import inspect
-import json
 import math
 import os
-import re
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium
 
-from async_pbt_isaaclab.core.evidence import LENGTH_OBJECTIVE, RETURN_OBJECTIVE, ConditionLabel
-
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    import torch
-
-    from async_pbt_isaaclab.envs.summary import EpisodeSummaryEmitter
+from async_pbt_isaaclab.envs.isaaclab_summaries import (
+    SOURCE_KINDS,
+    SUMMARY_SECTION,
+    TERM_MODES,
+    PbtIsaacLabEnv,
+    SummaryCfg,
+    TermSpec,
+    attach_summary_source,
+    format_stage,
+    make_term_reader,
+    parse_term_spec,
+    reward_fingerprint,
+)
 
 ISAACLAB_INSTALL_HINT = (
     "install Isaac Lab (https://isaac-sim.github.io/IsaacLab) and this package into its Python: "
@@ -89,17 +48,6 @@ ISAACLAB_INSTALL_HINT = (
     "(pip install async-pbt-isaaclab[isaaclab] inside an Isaac Lab python)"
 )
 """How to get Isaac Lab, appended to every ImportError raised here."""
-
-SUMMARY_SECTION = "pbt_summary"
-"""Top-level key of an agent yaml that configures :class:`PbtIsaacLabEnv` (see :class:`SummaryCfg`)."""
-
-SOURCE_KINDS = ("accessor", "attr", "reward", "log")
-"""Source prefixes with a fixed meaning; any other ``a.b:c`` is a ``module:function`` callable."""
-
-TERM_MODES = ("sum", "last", "max", "log")
-"""Per-episode reductions (see :data:`async_pbt_isaaclab.envs.summary.TermMode`)."""
-
-_CALLABLE_PREFIX = "<terms callable>:"
 
 
 def require_isaaclab(what: str, module: str = "isaaclab") -> Any:
@@ -109,570 +57,6 @@ def require_isaaclab(what: str, module: str = "isaaclab") -> Any:
     except ImportError as exc:
         raise ImportError(f"Isaac Lab is needed for {what}: the Python package {module!r} is not importable "
                           f"here ({exc}); {ISAACLAB_INSTALL_HINT}") from exc
-
-
-# ============================================================================ configuration
-
-
-@dataclass(frozen=True)
-class TermSpec:
-    """One per-episode term: its name in the evidence, where its per-env values come from and how they reduce."""
-
-    name: str
-    """Name in the episode batch (what ``pbt.objective`` refers to)."""
-    source: str
-    """``accessor:<name>``, ``attr:<path>``, ``reward:<term>``, ``log:<key>`` or ``<module>:<function>``."""
-    mode: str = "last"
-    """``sum``, ``last``, ``max`` (over the episode's steps) or ``log`` (``extras["log"]`` at the final step)."""
-
-    @property
-    def kind(self) -> str:
-        prefix = self.source.split(":", 1)[0]
-        return prefix if prefix in SOURCE_KINDS else "callable"
-
-    @property
-    def target(self) -> str:
-        return self.source.split(":", 1)[1] if self.kind != "callable" else self.source
-
-
-def parse_term_spec(name: str, raw: Any, where: str = "terms") -> TermSpec:
-    """A :class:`TermSpec` from yaml: a source string, or ``{source: ..., mode: ...}``. Raises ValueError."""
-    if isinstance(raw, str):
-        raw = {"source": raw}
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"{where}.{name}: expected a source string or {{source: ..., mode: ...}}, got {raw!r}")
-    unknown = set(raw) - {"source", "mode"}
-    if unknown:
-        raise ValueError(f"{where}.{name}: unknown keys {sorted(unknown)}; accepted: source, mode")
-    source = raw.get("source")
-    if not isinstance(source, str) or ":" not in source or not source.split(":", 1)[1]:
-        raise ValueError(f"{where}.{name}.source: expected 'accessor:<name>', 'attr:<path>', 'reward:<term>', "
-                         f"'log:<key>' or '<module>:<function>', got {source!r}")
-    kind = source.split(":", 1)[0]
-    if kind == "log":
-        mode = raw.get("mode", "log")
-        if mode != "log":
-            raise ValueError(f"{where}.{name}: a log: source is read from extras['log'] at the final step; "
-                             f"its mode must be 'log', got {mode!r}")
-    elif kind == "reward":
-        mode = raw.get("mode", "last")
-        if mode != "last":
-            raise ValueError(f"{where}.{name}: a reward: source already is the episodic sum; its mode must be "
-                             f"'last', got {mode!r}")
-    else:
-        mode = raw.get("mode", "last")
-        if mode not in ("sum", "last", "max"):
-            raise ValueError(f"{where}.{name}.mode: {mode!r} is not accepted; accepted: sum, last, max")
-    return TermSpec(name=str(name), source=source, mode=mode)
-
-
-@dataclass(frozen=True)
-class SummaryCfg:
-    """The ``pbt_summary:`` section of an agent yaml: how :class:`PbtIsaacLabEnv` builds episode evidence.
-
-    Example (Allegro hand reorientation)::
-
-        pbt_summary:
-          terms:
-            successes: {source: "attr:successes", mode: last}
-          curriculum: null
-    """
-
-    terms: tuple[TermSpec, ...] = ()
-    """Per-episode terms to record (the objective must be one of them, or episode_return / episode_length)."""
-    curriculum: str | None = None
-    """Curriculum-stage source (``log:<key>``, ``attr:<path>`` or ``<module>:<function>``); None: no curriculum."""
-    curriculum_bin: float | None = None
-    """Bin width for a numeric stage (``floor(v / bin) * bin``); None: the value as read."""
-    curriculum_poll_steps: int = 1
-    """Read the curriculum source every this many env steps."""
-    capacity: int | None = None
-    """Emitter ring-buffer size in episodes (None: ``max(4 * num_envs, 1024)``)."""
-
-    KEYS = ("terms", "curriculum", "curriculum_bin", "curriculum_poll_steps", "capacity")
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any] | None, where: str = SUMMARY_SECTION) -> "SummaryCfg":
-        """Parse and validate; every problem is reported at once in one ValueError."""
-        raw = dict(raw or {})
-        problems: list[str] = []
-        unknown = set(raw) - set(cls.KEYS)
-        if unknown:
-            problems.append(f"{where}: unknown keys {sorted(unknown)}; accepted: {', '.join(cls.KEYS)}")
-        terms: list[TermSpec] = []
-        raw_terms = raw.get("terms") or {}
-        if not isinstance(raw_terms, Mapping):
-            problems.append(f"{where}.terms: expected a mapping name -> source, got {raw_terms!r}")
-            raw_terms = {}
-        for name, spec in raw_terms.items():
-            try:
-                terms.append(parse_term_spec(str(name), spec, f"{where}.terms"))
-            except ValueError as exc:
-                problems.append(str(exc))
-        curriculum = raw.get("curriculum")
-        if curriculum is not None and (not isinstance(curriculum, str) or ":" not in curriculum
-                                       or curriculum.split(":", 1)[0] in ("accessor", "reward")):
-            problems.append(f"{where}.curriculum: expected 'log:<key>', 'attr:<path>' or '<module>:<function>', "
-                            f"got {curriculum!r}")
-        cbin = raw.get("curriculum_bin")
-        if cbin is not None and (isinstance(cbin, bool) or not isinstance(cbin, (int, float))
-                                 or not math.isfinite(cbin) or cbin <= 0):
-            problems.append(f"{where}.curriculum_bin: expected a positive number or null, got {cbin!r}")
-        poll = raw.get("curriculum_poll_steps", 1)
-        if isinstance(poll, bool) or not isinstance(poll, int) or poll < 1:
-            problems.append(f"{where}.curriculum_poll_steps: expected an integer >= 1, got {poll!r}")
-        capacity = raw.get("capacity")
-        if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
-            problems.append(f"{where}.capacity: expected an integer >= 1 or null, got {capacity!r}")
-        if problems:
-            raise ValueError("invalid episode-summary config:\n  - " + "\n  - ".join(problems))
-        return cls(terms=tuple(terms), curriculum=curriculum,
-                   curriculum_bin=None if cbin is None else float(cbin),
-                   curriculum_poll_steps=int(poll), capacity=capacity)
-
-    @classmethod
-    def from_agent_cfg(cls, agent_cfg: Mapping[str, Any]) -> "SummaryCfg":
-        """The ``pbt_summary:`` section of an rl_games agent config (an empty config when absent)."""
-        return cls.from_dict(agent_cfg.get(SUMMARY_SECTION))
-
-
-# ============================================================================ sources
-
-
-def _resolve_attr(obj: Any, path: str) -> Any:
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _load_callable(spec: str) -> Callable[[Any], Any]:
-    module_name, _, attr = spec.partition(":")
-    try:
-        fn = _resolve_attr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot load {spec!r}: {exc}") from None
-    if not callable(fn):
-        raise ValueError(f"{spec!r} is not callable")
-    return fn
-
-
-def make_term_reader(spec: TermSpec) -> Callable[[Any], "torch.Tensor"]:
-    """``reader(env_unwrapped) -> Tensor (num_envs,)`` for a non-``log`` term (no host synchronisation)."""
-    kind, target = spec.kind, spec.target
-    if kind == "accessor":
-        def read(env):
-            terms = env.get_per_env_terms()
-            if target not in terms:
-                raise KeyError(f"term {spec.name!r}: {type(env).__name__}.get_per_env_terms() has no {target!r}; "
-                               f"it has {sorted(terms)}")
-            return terms[target]
-    elif kind == "attr":
-        def read(env):
-            return _resolve_attr(env, target)
-    elif kind == "reward":
-        def read(env):
-            manager = getattr(env, "reward_manager", None)
-            sums = getattr(manager, "_episode_sums", None)
-            if sums is None:
-                raise TypeError(f"term {spec.name!r}: source reward:{target} needs a ManagerBasedRLEnv "
-                                f"(reward_manager._episode_sums); {type(env).__name__} has none")
-            if target not in sums:
-                raise KeyError(f"term {spec.name!r}: no reward term {target!r}; terms: {sorted(sums)}")
-            return sums[target]
-    elif kind == "callable":
-        fn = _load_callable(target)
-
-        def read(env):
-            return fn(env)
-    else:
-        raise ValueError(f"term {spec.name!r}: {kind}: sources are not read per env")
-    return read
-
-
-def _host_value(value: Any) -> Any:
-    """A curriculum value as a Python scalar or string (tensors are read back: a host synchronisation)."""
-    if hasattr(value, "detach") and hasattr(value, "numel"):
-        value = value.detach()
-        value = value.float().mean().item() if value.numel() != 1 else value.item()
-    return value
-
-
-def format_stage(value: Any, bin_width: float | None = None) -> str:
-    """The condition-label string of a curriculum value (numbers binned to ``floor(v / bin) * bin``)."""
-    value = _host_value(value)
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return str(int(value))
-    if isinstance(value, (int, float)):
-        v = float(value)
-        if not math.isfinite(v):
-            return str(v)
-        if bin_width:
-            v = math.floor(v / bin_width + 1e-9) * bin_width
-        return f"{v:g}"
-    return str(value)
-
-
-# ============================================================================ the wrapper
-
-
-class PbtIsaacLabEnv(gymnasium.Wrapper):
-    """Gymnasium wrapper for an Isaac Lab ``ManagerBasedRLEnv`` / ``DirectRLEnv`` that emits per-episode evidence.
-
-    Place it directly inside ``RlGamesVecEnvWrapper``: ``RlGamesVecEnvWrapper(PbtIsaacLabEnv(env), ...)``. See the
-    module docstring for the env contract, the term sources and where values are sampled.
-
-    Attributes are documented where :meth:`__init__` defines them; the one the PBT observer uses is
-    :attr:`pbt_summary_source`.
-    """
-
-    def __init__(
-        self,
-        env: gymnasium.Env,
-        *,
-        terms: Iterable[TermSpec] | Mapping[str, Any] | Callable[[Any], Mapping[str, "torch.Tensor"]] = (),
-        term_modes: Mapping[str, str] | None = None,
-        objective: str | None = None,
-        curriculum: str | Callable[[Any], Any] | None = None,
-        curriculum_bin: float | None = None,
-        curriculum_poll_steps: int = 1,
-        task: str = "",
-        reward_config: str = "",
-        generation: int = 0,
-        capacity: int | None = None,
-        compile: bool = False,
-        dtype: "torch.dtype | None" = None,
-    ):
-        """Wrap ``env`` and allocate the emitter on ``env.unwrapped.device``.
-
-        Args:
-            env: The Isaac Lab env (or a wrapper of it, such as ``RecordVideo``).
-            terms: Per-episode terms: :class:`TermSpec` objects, a mapping ``name -> source`` (yaml form, see
-                :func:`parse_term_spec`), or a callable ``f(env_unwrapped) -> {name: Tensor (num_envs,)}`` whose
-                names and modes are given by ``term_modes`` (default mode ``last``).
-            term_modes: Modes for the names a callable ``terms`` returns.
-            objective: The population objective (a term name, ``episode_return`` or ``episode_length``). When it is
-                not among the terms it is added: as ``log:<objective>`` if it looks like an Isaac Lab log key
-                (contains ``/``), as ``accessor:<objective>`` if the env's ``get_per_env_terms()`` has it;
-                otherwise construction fails with the ways to provide it.
-            curriculum: Curriculum-stage source string, or a callable ``f(env_unwrapped)``; None for no curriculum.
-            curriculum_bin: Bin width for numeric stages.
-            curriculum_poll_steps: Read the curriculum every this many steps.
-            task: Task id for the condition label.
-            reward_config: Reward-configuration fingerprint for the condition label (see :func:`reward_fingerprint`).
-            generation: Policy generation at construction (the observer sets it again in ``after_init``).
-            capacity: Emitter ring-buffer size (episodes between drains).
-            compile: Fuse the emitter update with ``torch.compile``.
-            dtype: Emitter accumulator dtype (default float64).
-        """
-        super().__init__(env)
-        import torch
-
-        from async_pbt_isaaclab.envs.summary import EpisodeSummaryEmitter
-
-        base = env.unwrapped
-        self.num_envs = int(base.num_envs)
-        """Number of parallel environments."""
-        self.device = str(base.device)
-        """Device of the env's tensors and of the emitter's buffers."""
-        self.task = str(task)
-        """Task id stamped into the condition label."""
-        self.reward_config = str(reward_config)
-        """Reward-configuration fingerprint stamped into the condition label."""
-        self.objective = objective or RETURN_OBJECTIVE
-        """Objective the condition label names."""
-
-        specs, self._callable_terms = self._term_specs(terms, term_modes)
-        specs = self._ensure_objective(specs, objective, base)
-        names = [s.name for s in specs]
-        if len(set(names)) != len(names):
-            raise ValueError(f"duplicate term names in {names}")
-        self.term_specs: tuple[TermSpec, ...] = tuple(specs)
-        """The recorded terms (objective included), in batch order."""
-        # (name, reader) of every per-env term; reader None: the value comes from the ``terms`` callable.
-        self._per_env = [(s.name, None if s.source.startswith(_CALLABLE_PREFIX) else make_term_reader(s))
-                         for s in specs if s.kind != "log"]
-        self._log_terms = [(s.name, s.target) for s in specs if s.kind == "log"]
-
-        self._curriculum_read = self._curriculum_reader(curriculum)
-        self.curriculum_source = curriculum
-        """Where the curriculum stage is read from (None: no curriculum)."""
-        self.curriculum_bin = curriculum_bin
-        """Bin width of numeric curriculum stages."""
-        self.curriculum_poll_steps = max(1, int(curriculum_poll_steps))
-        """Steps between two curriculum reads."""
-        self.steps = 0
-        """Env steps taken through this wrapper (each advances all ``num_envs`` envs)."""
-        self._stage = ""
-        self._condition = self._make_label()
-        self._poll_curriculum(getattr(base, "extras", None), force=True)
-
-        fresh = int(getattr(base, "common_step_counter", 0) or 0) == 0
-        self.pbt_summary_source: EpisodeSummaryEmitter = EpisodeSummaryEmitter(
-            num_envs=self.num_envs,
-            device=self.device,
-            term_names=names,
-            condition=lambda: self._condition,
-            generation=generation,
-            term_modes={s.name: s.mode for s in specs},
-            capacity=capacity,
-            dtype=dtype or torch.float64,
-            fresh_start=fresh,
-            compile=compile,
-        )
-        """Completed-episode summaries: ``drain() -> EpisodeBatch``, ``start_generation(g)`` (the observer's contract)."""
-
-        # Snapshot of the per-env sources taken inside _reset_idx during a step (None: no reset this step).
-        self._snapshot: dict[str, torch.Tensor] | None = None
-        self._in_step = False
-        self._hooked = None
-        if self._per_env:
-            self._install_reset_hook(base)
-
-    # ------------------------------------------------------------------ construction helpers
-
-    def _term_specs(self, terms, term_modes) -> tuple[list[TermSpec], Callable | None]:
-        if callable(terms) and not isinstance(terms, Mapping):
-            modes = dict(term_modes or {})
-            if not modes:
-                raise ValueError("terms given as a callable need term_modes={name: mode} naming every term it returns")
-            specs = []
-            for name, mode in modes.items():
-                if mode not in ("sum", "last", "max"):
-                    raise ValueError(f"term {name!r}: mode {mode!r} is not accepted for a callable; use sum, last, max")
-                specs.append(TermSpec(name=name, source=f"{_CALLABLE_PREFIX}{name}", mode=mode))
-            return specs, terms
-        if isinstance(terms, Mapping):
-            return [parse_term_spec(str(k), v) for k, v in terms.items()], None
-        specs = list(terms)
-        bad = [s for s in specs if not isinstance(s, TermSpec)]
-        if bad:
-            raise TypeError(f"terms must be TermSpec objects, a mapping or a callable; got {bad[0]!r}")
-        return specs, None
-
-    def _ensure_objective(self, specs: list[TermSpec], objective: str | None, base: Any) -> list[TermSpec]:
-        if not objective or objective in (RETURN_OBJECTIVE, LENGTH_OBJECTIVE) or any(s.name == objective for s in specs):
-            return specs
-        if "/" in objective:
-            # An Isaac Lab PbtCfg objective ("episode.Episode_Reward/success" -> "Episode_Reward/success").
-            warnings.warn(f"objective {objective!r} is read from extras['log'] (a batch mean over the envs reset in "
-                          f"a step): episodes finishing in the same step share its value. Give a per-env source in "
-                          f"{SUMMARY_SECTION}.terms for exact per-episode evidence.", stacklevel=3)
-            return [*specs, TermSpec(objective, f"log:{objective}", "log")]
-        accessor = getattr(base, "get_per_env_terms", None)
-        if accessor is not None and objective in accessor():
-            return [*specs, TermSpec(objective, f"accessor:{objective}", "last")]
-        raise ValueError(
-            f"objective {objective!r} has no per-episode source: it is neither episode_return, episode_length nor a "
-            f"term of {SUMMARY_SECTION}.terms ({[s.name for s in specs]}). Add it, e.g. "
-            f"`{SUMMARY_SECTION}: {{terms: {{{objective}: {{source: 'attr:{objective}', mode: last}}}}}}` "
-            f"(sources: accessor:, attr:, reward:, log:, module:function)")
-
-    def _curriculum_reader(self, curriculum) -> Callable[[Any, Any], Any] | None:
-        if curriculum is None:
-            return None
-        if callable(curriculum):
-            return lambda env, extras: curriculum(env)
-        kind, _, target = str(curriculum).partition(":")
-        if kind == "log":
-            return lambda env, extras: (extras or {}).get("log", {}).get(target) if isinstance(extras, Mapping) else None
-        if kind == "attr":
-            return lambda env, extras: _resolve_attr(env, target)
-        fn = _load_callable(str(curriculum))
-        return lambda env, extras: fn(env)
-
-    def _make_label(self) -> ConditionLabel:
-        return ConditionLabel(task=self.task, objective=self.objective, curriculum_stage=self._stage,
-                              reward_config=self.reward_config)
-
-    def _poll_curriculum(self, extras: Any, force: bool = False) -> None:
-        if self._curriculum_read is None:
-            return
-        if not force and self.steps % self.curriculum_poll_steps:
-            return
-        value = self._curriculum_read(self.env.unwrapped, extras)
-        if value is None:
-            return  # key not logged yet (or this step): keep the stage we have
-        stage = format_stage(value, self.curriculum_bin)
-        if stage != self._stage:
-            self._stage = stage
-            self._condition = self._make_label()
-
-    # ------------------------------------------------------------------ the reset hook
-
-    def _install_reset_hook(self, base: Any) -> None:
-        original = getattr(base, "_reset_idx", None)
-        if original is None:
-            warnings.warn(f"{type(base).__name__} has no _reset_idx: per-env terms are read after each step, so "
-                          f"values the env clears when it resets a finished env are lost", stacklevel=3)
-            return
-        wrapper = self
-
-        def _reset_idx(env_ids=None, *args, **kwargs):
-            if wrapper._in_step:
-                wrapper._take_snapshot(env_ids)
-            return original(env_ids, *args, **kwargs)
-
-        base._reset_idx = _reset_idx  # instance attribute: shadows the class method for this env only
-        self._hooked = (base, original)
-
-    def _read_per_env(self) -> dict[str, "torch.Tensor"]:
-        import torch
-
-        env = self.env.unwrapped
-        out = {}
-        called = self._callable_terms(env) if self._callable_terms is not None else None
-        for name, read in self._per_env:
-            if read is None:
-                if name not in called:
-                    raise KeyError(f"the terms callable returned {sorted(called)}, without {name!r}")
-                value = called[name]
-            else:
-                value = read(env)
-            if not isinstance(value, torch.Tensor):
-                value = torch.as_tensor(value, device=self.device)
-            if not value.is_floating_point():
-                value = value.float()
-            out[name] = value.reshape(self.num_envs)
-        return out
-
-    def _take_snapshot(self, env_ids: Any) -> None:
-        current = self._read_per_env()
-        if self._snapshot is None or env_ids is None:
-            self._snapshot = {k: v.clone() for k, v in current.items()}
-        else:
-            # A second reset inside the same step: take the newly reset envs' values, keep the others'.
-            for k, v in current.items():
-                self._snapshot[k][env_ids] = v[env_ids]
-
-    # ------------------------------------------------------------------ gymnasium API
-
-    def step(self, action):
-        """Step the env, account the step in the emitter, return the env's outputs unchanged."""
-        import torch
-
-        self._snapshot = None
-        self._in_step = True
-        try:
-            obs, rew, terminated, truncated, extras = self.env.step(action)
-        finally:
-            self._in_step = False
-        self.steps += 1
-        terms = None
-        if self._per_env:
-            terms = self._read_per_env()
-            if self._snapshot is not None:
-                done = terminated | truncated
-                terms = {k: torch.where(done, self._snapshot[k], v) for k, v in terms.items()}
-        log_view = None
-        if self._log_terms:
-            log = extras.get("log") if isinstance(extras, Mapping) else None
-            log_view = {} if log is None else {name: log.get(key) for name, key in self._log_terms}
-        self._poll_curriculum(extras)
-        self.pbt_summary_source.step(rew, terminated, truncated, terms=terms, log=log_view)
-        return obs, rew, terminated, truncated, extras
-
-    def reset(self, **kwargs):
-        """Reset all envs; episodes in progress are abandoned (never reported as completed)."""
-        obs, extras = self.env.reset(**kwargs)
-        emitter = self.pbt_summary_source
-        emitter.reset()
-        self._poll_curriculum(extras, force=True)
-        if emitter.condition != self._condition:
-            # The reset logged the stage (Isaac Lab fills extras["log"] in _reset_idx). Every env starts a fresh
-            # episode now, so all of them belong to the new label; left to the emitter's per-step poll, the label
-            # would change after the first step and these first episodes would be dropped as straddlers.
-            emitter.condition = self._condition
-            emitter.start_generation(emitter.generation)
-        return obs, extras
-
-    def close(self):
-        if self._hooked is not None:
-            base, _ = self._hooked
-            base.__dict__.pop("_reset_idx", None)
-            self._hooked = None
-        return self.env.close()
-
-    @property
-    def condition(self) -> ConditionLabel:
-        """The condition label episodes finishing now are stamped with."""
-        return self._condition
-
-
-def attach_summary_source(env: gymnasium.Env, summary: SummaryCfg | None = None, **kwargs: Any) -> PbtIsaacLabEnv:
-    """``PbtIsaacLabEnv(env, ...)`` configured from a :class:`SummaryCfg` (keyword arguments win)."""
-    summary = summary or SummaryCfg()
-    options: dict[str, Any] = dict(terms=summary.terms, curriculum=summary.curriculum,
-                                   curriculum_bin=summary.curriculum_bin,
-                                   curriculum_poll_steps=summary.curriculum_poll_steps, capacity=summary.capacity)
-    options.update(kwargs)
-    return PbtIsaacLabEnv(env, **options)
-
-
-# ============================================================================ reward fingerprint
-
-_REWARD_FIELD = re.compile(r"reward|penalty|bonus|success", re.IGNORECASE)
-
-
-def _public_fields(obj: Any) -> list[tuple[str, Any]]:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return [(f.name, getattr(obj, f.name, None)) for f in dataclasses.fields(obj)]
-    try:
-        return [(k, v) for k, v in vars(obj).items() if not k.startswith("_")]
-    except TypeError:
-        return []
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (list, tuple)):
-        items = [_plain(v) for v in value]
-        return None if any(i is None for i in items) else items
-    if isinstance(value, Mapping):
-        items = {str(k): _plain(v) for k, v in value.items()}
-        return None if any(i is None for i in items.values()) else items
-    return None
-
-
-def _callable_name(fn: Any) -> str:
-    if fn is None:
-        return ""
-    target = fn if inspect.isfunction(fn) or inspect.isclass(fn) else type(fn)
-    return f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', repr(target))}"
-
-
-def reward_fingerprint(env_cfg: Any) -> str:
-    """A short, stable fingerprint of an env config's reward definition ("" when none is recognisable).
-
-    Two members whose fingerprints differ optimise different rewards (a reward weight overridden for one of them),
-    so their evidence is not compared. What goes in: each ``env_cfg.rewards.<term>`` of a ``ManagerBasedRLEnvCfg``
-    (weight and function), and every top-level number, string or container of numbers whose field name mentions
-    reward, penalty, bonus or success (``DirectRLEnvCfg`` tasks define their rewards this way, e.g. Allegro's
-    ``rot_reward_scale``, ``reach_goal_bonus`` and ``success_tolerance``, which also defines the success objective).
-    """
-    items: dict[str, Any] = {}
-    rewards = getattr(env_cfg, "rewards", None)
-    if rewards is not None and not isinstance(rewards, (int, float, str, Mapping)):
-        for name, term in _public_fields(rewards):
-            weight = getattr(term, "weight", None)
-            if isinstance(weight, (int, float)) and not isinstance(weight, bool):
-                items[f"rewards.{name}"] = [float(weight), _callable_name(getattr(term, "func", None))]
-    for name, value in _public_fields(env_cfg):
-        if name == "rewards" or not _REWARD_FIELD.search(name):
-            continue
-        plain = _plain(value)
-        if plain is not None:
-            items[name] = plain
-    if not items:
-        return ""
-    digest = hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()
-    return f"sha256:{digest[:16]}"
 
 
 # ============================================================================ hooks for the scripts
@@ -849,7 +233,9 @@ __all__ = [
     "ISAACLAB_INSTALL_HINT",
     "IsaacLabHooks",
     "PbtIsaacLabEnv",
+    "SOURCE_KINDS",
     "SUMMARY_SECTION",
+    "TERM_MODES",
     "SummaryCfg",
     "TermSpec",
     "attach_summary_source",

@@ -1,0 +1,11 @@
+"""The ``async-pbt`` subcommands, grouped by what they look at; :mod:`async_pbt_isaaclab.cli` assembles them.
+
+* :mod:`~async_pbt_isaaclab.commands.check_config`: ``check-config`` (an agent yaml's ``pbt:`` section);
+* :mod:`~async_pbt_isaaclab.commands.workspace_views`: ``status``, ``audit``, ``best``, ``lineage`` (a population
+  workspace, read-only);
+* :mod:`~async_pbt_isaaclab.commands.common`: exit codes, :class:`~async_pbt_isaaclab.commands.common.CliError`
+  and the formatting helpers they share.
+
+``launch`` is registered from :mod:`async_pbt_isaaclab.launch.local`. Like the CLI, these modules import only
+the pure core (no torch, rl_games or Isaac Lab).
+"""

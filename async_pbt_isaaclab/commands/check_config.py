@@ -1,0 +1,210 @@
+"""``async-pbt check-config``: validate an agent yaml's ``pbt:`` section and print the effective values.
+
+The one subcommand that reads a config rather than a workspace; kept apart from
+:mod:`async_pbt_isaaclab.commands.workspace_views` because it needs the config loaders and the mutation table,
+which the workspace views do not. Imports only the pure core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+from async_pbt_isaaclab.commands.common import EXIT_OK, EXIT_USAGE, _emit_json, _fmt_num, _table
+from async_pbt_isaaclab.core.agent_config import current_hyperparameters, load_population_config, load_yaml, validate_agent_config
+from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, objective_term
+from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS, isaaclab_key, within_bounds
+
+RULE_SPECIFIC_KEYS: dict[str, tuple[str, ...]] = {
+    "threshold_std": ("isaaclab",),
+    "threshold_abs": ("isaaclab",),
+    "explore_without_donor": ("isaaclab",),
+    "worst_fraction": ("dexpbt", "welch"),
+    "top_fraction": ("dexpbt", "welch"),
+    "gap_std_fraction": ("dexpbt",),
+    "gap_leader_fraction": ("dexpbt",),
+    "trim_fraction": ("dexpbt",),
+    "protect_interval_best": ("dexpbt",),
+    "welch_alpha": ("welch",),
+}
+"""Keys that only one or two selection rules read (docs/selection.md); check-config warns when a yaml
+sets one that the chosen rule ignores (e.g. an Isaac Lab yaml's threshold_std under rule dexpbt)."""
+
+RL_GAMES_DEFAULT_TRAIN_DIR = "runs"
+"""rl_games' default ``params.config.train_dir``."""
+
+
+# ============================================================================ check-config
+
+
+def add_check_config_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "check-config",
+        help="validate an agent yaml's pbt: section and print the effective values",
+        description="Validate the population config of an rl_games agent yaml (its pbt: section, with "
+        "overrides applied) as a member would use it, and print every effective value. Exit 2 with the "
+        "reasons on stderr when it is invalid.",
+    )
+    p.add_argument("agent_yaml", help="rl_games agent yaml with a pbt: section")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="Hydra-style overrides, e.g. agent.pbt.num_policies=4 pbt.policy_idx=2 "
+                        "agent.params.config.learning_rate=3e-4")
+    p.add_argument("--train-dir", default=None,
+                   help="train dir a relative workspace resolves against when pbt.directory is empty "
+                        "(default: params.config.train_dir, else rl_games' 'runs')")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_check_config)
+
+
+def _resolved_values(cfg: PopulationConfig) -> dict[str, tuple[Any, str]]:
+    """Fields whose stored value is a placeholder, with the value it resolves to and why."""
+    iv = cfg.interval_steps
+    out: dict[str, tuple[Any, str]] = {}
+    if cfg.frame_tolerance < 0:
+        out["frame_tolerance"] = (cfg.resolved_frame_tolerance(), "one interval_steps")
+    if cfg.max_frame_lag < 0:
+        out["max_frame_lag"] = (cfg.resolved_max_frame_lag(), f"10 x interval_steps={iv}")
+    if cfg.start_grace_frames < 0:
+        out["start_grace_frames"] = (cfg.resolved_start_grace(), f"2 x interval_steps={iv}")
+    if cfg.restart_grace_frames < 0:
+        out["restart_grace_frames"] = (cfg.resolved_restart_grace(), f"2 x interval_steps={iv}")
+    if cfg.mutation_seed < 0:
+        out["mutation_seed"] = (cfg.resolved_mutation_seed(), f"derived from policy_idx={cfg.policy_idx}")
+    if cfg.max_restarts < 0:
+        out["max_restarts"] = (None, "no limit")
+    if not cfg.launcher_prefix:
+        out["launcher_prefix"] = (None, "restart with this python, sys.executable")
+    term = objective_term(cfg.objective)
+    if term != cfg.objective:
+        out["objective"] = (term, "per-episode term; Isaac Lab's 'episode.' prefix dropped")
+    return out
+
+
+def _train_dir(agent_cfg: Mapping[str, Any], explicit: str | None) -> tuple[str, str]:
+    if explicit is not None:
+        return explicit, "--train-dir"
+    params = agent_cfg.get("params")
+    rl_cfg = params.get("config") if isinstance(params, Mapping) else None
+    if isinstance(rl_cfg, Mapping) and rl_cfg.get("train_dir"):
+        return str(rl_cfg["train_dir"]), "params.config.train_dir"
+    return RL_GAMES_DEFAULT_TRAIN_DIR, "rl_games default"
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_fmt_num(x) for x in v) + "]"
+    if isinstance(v, str):
+        return repr(v) if v == "" else v
+    return _fmt_num(v)
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    source = str(args.agent_yaml)
+    try:
+        agent_cfg = load_yaml(source)
+        merged, cfg = load_population_config(agent_cfg, args.overrides, source=source)
+        # load_population_config checks the agent settings only for an enabled member; check-config
+        # always checks them, as they would be used once pbt.enabled is true.
+        if not cfg.enabled:
+            validate_agent_config(merged, cfg, source)
+    except OSError as exc:  # a directory, no permission: load_yaml converts only a missing file
+        print(f"async-pbt check-config: error: {source}: cannot read ({exc.strerror})", file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as exc:
+        print(f"async-pbt check-config: error: invalid population config in {source}:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {source}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+
+    warnings: list[str] = []
+    if not cfg.enabled:
+        warnings.append("pbt.enabled is false: this member trains alone and publishes nothing "
+                        "(set pbt.enabled=true to take part); values below are checked as if it were true")
+    if not cfg.mutation:
+        warnings.append("pbt.mutation is empty: exploit copies weights only and explore changes nothing")
+    raw_pbt = merged.get("pbt") or {}
+    for key, rules in RULE_SPECIFIC_KEYS.items():
+        if key in raw_pbt and cfg.rule not in rules:
+            warnings.append(f"{source}: pbt.{key} only acts under rule {' or '.join(rules)}, but pbt.rule is "
+                            f"{cfg.rule!r}; it is ignored" + (" (set pbt.rule=isaaclab for Isaac Lab's selection)"
+                                                             if rules == ("isaaclab",) else ""))
+    current = current_hyperparameters(merged, cfg)
+    for key, spec in sorted(cfg.mutation.items()):
+        if spec.kind != "choice" and not within_bounds(current[key], spec):
+            warnings.append(
+                f"{source}: {isaaclab_key(key)[len('agent.'):]}={current[key]!r} is outside pbt.mutation.{key} "
+                f"[{spec.low:g}, {spec.high:g}]; the first exploit/explore clips it into the bounds"
+            )
+        elif spec.kind == "choice" and current[key] not in spec.choices:
+            warnings.append(f"{source}: {key}={current[key]!r} is not one of pbt.mutation.{key}.choices")
+
+    train_dir, train_dir_from = _train_dir(merged, args.train_dir)
+    ws_path = cfg.workspace_path(train_dir)
+    if Path(cfg.workspace).expanduser().is_absolute():
+        ws_how = "absolute pbt.workspace"
+    elif cfg.directory:
+        ws_how = f"pbt.workspace relative to pbt.directory {cfg.directory!r}"
+    else:
+        ws_how = (f"pbt.workspace relative to the train dir {train_dir!r} ({train_dir_from}; Isaac Lab's "
+                  f"train script sets it to logs/rl_games/<name>, pass --train-dir to match)")
+    resolved = _resolved_values(cfg)
+    hparams = []
+    for key, spec in sorted(cfg.mutation.items()):
+        cr = spec.change_range or cfg.change_range
+        hparams.append({
+            "name": key,
+            "kind": spec.kind,
+            "low": spec.low,
+            "high": spec.high,
+            "change_range": list(cr) if spec.kind in ("log_float", "discount", "log_shift") else None,
+            "step": spec.step if spec.kind == "int" else None,
+            "choices": list(spec.choices) if spec.kind == "choice" else None,
+            "current": current[key],
+            "agent_key": isaaclab_key(key),
+            "live": SUPPORTED_HYPERPARAMETERS[key].live,
+        })
+
+    if args.json:
+        _emit_json({
+            "source": source,
+            "overrides": list(args.overrides),
+            "valid": True,
+            "config": cfg.to_dict(),
+            "resolved": {k: {"value": v, "why": why} for k, (v, why) in resolved.items()},
+            "workspace": str(ws_path),
+            "hyperparameters": hparams,
+            "warnings": warnings,
+        })
+    else:
+        ov = f" with {len(args.overrides)} override(s)" if args.overrides else ""
+        print(f"{source}{ov}: population config is valid")
+        rows = []
+        for name, value in cfg.to_dict().items():
+            if name == "mutation":
+                shown = f"{len(value)} hyperparameter(s), below" if value else "{} (none)"
+            else:
+                shown = _fmt_value(value)
+            if name in resolved:
+                rv, why = resolved[name]
+                shown += f"  ({why})" if rv is None else f"  -> {_fmt_value(rv)} ({why})"
+            rows.append([name, shown])
+        print("\n".join(_table(rows, indent="  ")))
+        print(f"workspace: {ws_path}  ({ws_how})")
+        if hparams:
+            print("mutated hyperparameters:")
+            rows = [["name", "kind", "low", "high", "change", "current", "agent key"]]
+            for h in hparams:
+                if h["change_range"] is not None:
+                    change = "x[" + ", ".join(_fmt_num(x) for x in h["change_range"]) + "]"
+                elif h["step"] is not None:
+                    change = f"+-1..{h['step']}"
+                else:
+                    change = "of " + _fmt_value(h["choices"])
+                rows.append([h["name"], h["kind"], _fmt_num(h["low"]), _fmt_num(h["high"]), change,
+                             _fmt_value(h["current"]), h["agent_key"] + ("" if h["live"] else "  (restart)")])
+            print("\n".join(_table(rows, indent="  ")))
+    for w in warnings:
+        print(f"async-pbt check-config: warning: {w}", file=sys.stderr)
+    return EXIT_OK

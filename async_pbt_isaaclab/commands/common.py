@@ -1,0 +1,96 @@
+"""What every ``async-pbt`` subcommand shares: exit codes, :class:`CliError`, output and workspace helpers.
+
+Separate from the subcommand modules so that :mod:`async_pbt_isaaclab.cli` (which turns a :class:`CliError` into
+exit code 2) and each subcommand group use the same definitions without importing one another. Imports only the
+pure core.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+EXIT_OK = 0
+"""Success."""
+EXIT_AUDIT_FAILED = 1
+"""``audit``: at least one entry failed verification."""
+EXIT_USAGE = 2
+"""Bad usage, invalid config, or not a population workspace (argparse also exits 2)."""
+
+
+class CliError(Exception):
+    """A user-facing error: printed as ``async-pbt <cmd>: error: <message>``, exit code 2."""
+
+
+# ============================================================================ helpers
+
+
+def _emit_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=1, sort_keys=True, default=str)
+    sys.stdout.write("\n")
+
+
+def _fmt_num(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v).lower() if isinstance(v, bool) else "-"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def _fmt_age(seconds: float) -> str:
+    """12 -> '12s', 303 -> '5m03s', 7800 -> '2h10m', 200000 -> '2d07h'; negative means in the future."""
+    if not math.isfinite(seconds):
+        return "?"
+    if seconds < 0:
+        return f"{_fmt_age(-seconds)} in the future"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def _table(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
+    """Left-aligned columns; the last column is not padded."""
+    if not rows:
+        return []
+    widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(max(len(r) for r in rows))]
+    out = []
+    for r in rows:
+        cells = [c.ljust(widths[i]) if i < len(r) - 1 else c for i, c in enumerate(r)]
+        out.append((indent + "  ".join(cells)).rstrip())
+    return out
+
+
+def _open_workspace(path: str):
+    """A :class:`Workspace` for ``path``, or :class:`CliError` when it is not a population workspace."""
+    from async_pbt_isaaclab.core.workspace import Workspace
+
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise CliError(f"workspace {root} does not exist")
+    if not root.is_dir():
+        raise CliError(f"workspace {root} is not a directory")
+    ws = Workspace(root)
+    if not (ws.root / "population.json").exists() and not ws.members_dir.is_dir():
+        raise CliError(
+            f"{ws.root} is not a population workspace (neither population.json nor members/ is there); "
+            f"pass the folder named by pbt.workspace (see `async-pbt check-config` for its resolved path)"
+        )
+    return ws
+
+
+def _population_meta(ws) -> tuple[dict[str, Any] | None, str | None]:
+    from async_pbt_isaaclab.core.workspace import WorkspaceError
+
+    try:
+        return ws.population_meta(), None
+    except WorkspaceError as exc:
+        return None, str(exc)

@@ -1,0 +1,158 @@
+"""What the local launcher tells people: exit descriptions, crash tails, progress lines and the journal.
+
+These are readers and formatters, kept apart from :mod:`async_pbt_isaaclab.launch.supervisor` (which starts,
+watches and stops member processes) because none of them controls a process: :func:`progress_lines` reads the
+records the members publish, :func:`read_log_tail` a member's log, :func:`describe_exit` turns an exit status into
+words, and ``_Journal`` appends ``WORKSPACE/launcher.jsonl``. Each one is safe to call at any time and never
+raises over a missing or corrupt file. All public names are re-exported by :mod:`async_pbt_isaaclab.launch.local`.
+
+This module imports only the standard library and the pure core (no torch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from async_pbt_isaaclab.core.workspace import Workspace, member_dirname
+
+LOG_TAIL_LINES = 12
+"""How many last lines of a crashed member's log go into the crash reason."""
+
+
+# ============================================================================ exit descriptions
+
+
+def describe_exit(code: int) -> str:
+    """``"exit code 1"``, ``"killed by signal SIGKILL (-9)"``; shell-style 128+N codes get a hint."""
+    if code < 0:
+        text = f"killed by signal {_signal_name(-code)} ({code})"
+        if -code == signal.SIGKILL:
+            text += "; if nobody killed it, check dmesg for the out-of-memory killer"
+        return text
+    text = f"exit code {code}"
+    if 128 < code < 128 + 65:
+        text += f" (a shell reports death by {_signal_name(code - 128)} this way)"
+    return text
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+# ============================================================================ progress
+
+
+def _fmt_frames(frames: int) -> str:
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if frames >= div:
+            return f"{frames / div:.3g}{unit}"
+    return str(frames)
+
+
+def _fmt_age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+
+
+def _shorten(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def read_log_tail(path: str | os.PathLike, since_offset: int = 0, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last ``lines`` lines written to ``path`` after byte ``since_offset`` (one process's output)."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            start = max(since_offset, size - 16384)
+            fh.seek(start)
+            data = fh.read()
+    except OSError:
+        return []
+    text = data.decode("utf-8", errors="replace")
+    out = text.splitlines()
+    if start > since_offset and out:
+        out = out[1:]  # began mid-line
+    return [line.rstrip() for line in out if line.strip()][-lines:]
+
+
+def progress_lines(workspace: str | os.PathLike, indices: Sequence[int],
+                   states: Mapping[int, str] | None = None, now: float | None = None) -> list[str]:
+    """One progress line per member in ``indices``, from the records published in ``workspace``.
+
+    ``states`` adds the launcher's view of each member (``running pid 123 gpu 0``). A missing record
+    reads "no record yet", an unreadable one names the problem; neither raises.
+    """
+    now = time.time() if now is None else now
+    states = states or {}
+    try:
+        records, errors = Workspace(workspace).read_records()
+    except Exception as exc:  # noqa: BLE001 - progress must never stop the launcher
+        records, errors = {}, {i: f"cannot read the workspace: {exc}" for i in indices}
+    lines = []
+    for i in indices:
+        head = f"member {member_dirname(i)}"
+        if states.get(i):
+            head += f" [{states[i]}]"
+        rec = records.get(i)
+        if rec is None:
+            detail = f"record unreadable: {_shorten(errors[i], 160)}" if i in errors else "no record yet"
+            lines.append(f"{head} {detail}")
+            continue
+        ev = rec.evidence
+        objective = f"{ev.mean:.4g}" if ev.count else "-"
+        parts = [
+            f"frames {_fmt_frames(rec.frame)}",
+            f"gen {rec.generation}",
+            f"{ev.objective or 'objective'} {objective} (n={ev.count})",
+            f"pbt restarts {rec.restarts}",
+            f"heartbeat {_fmt_age(now - rec.heartbeat)} ago",
+        ]
+        if rec.status != "running":
+            parts.append(f"status {rec.status}")
+        if rec.last_decision:
+            parts.append(f"last: {_shorten(rec.last_decision, 80)}")
+        lines.append(f"{head} " + " | ".join(parts))
+    return lines
+
+
+# ============================================================================ journal
+
+
+class _Journal:
+    """Append-only ``launcher.jsonl``. One ``write`` per line so concurrent launchers (one per node,
+    different ``indices``) do not interleave within a line; a full disk is reported once, not fatal."""
+
+    def __init__(self, path: Path, say: Callable[[str], None]):
+        self.path = path
+        self._say = say
+        self._failed = False
+        self._host = socket.gethostname()
+
+    def write(self, event: str, member: int | None = None, **fields: Any) -> None:
+        entry = {"time": time.time(), "member": member, "event": event, **fields,
+                 "host": self._host, "launcher_pid": os.getpid()}
+        data = (json.dumps(entry, sort_keys=True, default=str) + "\n").encode()
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, data)  # a single write(2) with O_APPEND: lines never interleave
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            if not self._failed:
+                self._failed = True
+                self._say(f"warning: cannot append to {self.path} ({exc}); continuing without the journal")

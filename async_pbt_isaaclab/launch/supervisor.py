@@ -1,0 +1,677 @@
+"""The local launcher's supervisor: start the members of a population on this machine and keep them running.
+
+Holds the process model below (:func:`launch_population`, the supervision loop, crash restarts, stopping), the
+results it returns (:class:`LaunchResult`, :class:`MemberOutcome`, :class:`LaunchError`) and the GPU detection
+it places members with. The progress lines, crash tails and journal it writes are in
+:mod:`async_pbt_isaaclab.launch.progress`; the ``async-pbt launch`` / ``python -m async_pbt_isaaclab.launch.local``
+command line is in :mod:`async_pbt_isaaclab.launch.local`, which re-exports everything public from here.
+
+Process model
+-------------
+* **One process per member.** Member ``i`` runs ``COMMAND --pbt-workspace WS --pbt-members N
+  --pbt-index i``. When the machine has GPUs, ``CUDA_VISIBLE_DEVICES`` is set to ``gpus[i % len(gpus)]``
+  (round-robin, so members share GPUs when there are more members than GPUs); each member therefore
+  sees exactly one GPU, as ``cuda:0``. ``ASYNC_PBT_MEMBER_INDEX=i`` is exported for log prefixes only.
+  stdin is ``/dev/null``; stdout and stderr are appended to ``WORKSPACE/logs/member_NNN.log``.
+* **Own process group.** Each member starts in a new session (``start_new_session=True``), so a
+  Ctrl-C typed in the terminal reaches only the launcher and the launcher decides what the members
+  get. Signals are sent to the member's whole process group, so wrapper scripts
+  (``isaaclab.sh`` -> python) are reached too.
+* **Exploit restarts are invisible here.** A member that copies a donor replaces its own image with
+  ``os.execv``; the pid stays, so the launcher keeps supervising the same process.
+* **Crash restarts.** A member that exits non-zero, or dies by a signal the launcher did not send,
+  is started again with *exactly the same command and environment* after a backoff. The member then
+  resumes from its own last checkpoint by reading ``WORKSPACE/members/NNN/state.json`` (member side).
+  Retries are bounded per member over a **sliding window**: more than ``max_retries`` crashes within
+  ``retry_window_s`` seconds and the member is given up (a crash loop), while a member that crashes
+  once a day on a week-long run keeps being restarted. ``retry_window_s=None`` counts every crash of
+  the run instead. Exit code 2 (a usage error: the same command fails the same way) and a command
+  that cannot be started at all are given up at once. Other members continue either way.
+* **Exit 0 is finished**; the member is not restarted.
+* **Stopping.** SIGINT (Ctrl-C), SIGTERM and SIGHUP (terminal closed; not when started under
+  ``nohup``) to the launcher stop the population: every member's group gets SIGINT (the graceful
+  stop every Python program understands as ``KeyboardInterrupt``), then SIGTERM after
+  ``stop_grace_s``, then SIGKILL after ``term_grace_s``. A second Ctrl-C skips to the next step.
+  Nothing is restarted during a stop. The launcher exits ``128 + signal`` (130 for Ctrl-C).
+* **Launcher death.** On Linux each member asks the kernel for SIGTERM when the launcher dies
+  (``PR_SET_PDEATHSIG``), so a ``kill -9``'d or OOM-killed launcher leaves no member holding a GPU.
+  Re-running the same launch command resumes every member from its last checkpoint.
+* **Progress.** Every ``progress_interval_s`` one line per member: launcher state, frames,
+  generation, objective mean over the evidence window (with its episode count), restarts, heartbeat
+  age and the last decision, read from the members' published records. Missing or corrupt records
+  are reported in the line, never fatal.
+* **Journal.** Every start, exit, restart, give-up and stop is appended to ``WORKSPACE/launcher.jsonl``
+  (one JSON object a line: ``time``, ``member``, ``event``, ``code``, ``reason``, ...) and printed.
+
+Exit code of the launcher: 0 when every member finished; 1 when any member was given up;
+``128 + signal`` when stopped by a signal; 2 for bad usage.
+
+This module imports only the standard library and the pure core (no torch).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence, TextIO
+
+from async_pbt_isaaclab.core.member_state import load_state
+from async_pbt_isaaclab.core.records import read_record
+from async_pbt_isaaclab.core.workspace import member_dirname
+from async_pbt_isaaclab.launch.progress import (
+    _Journal,
+    _shorten,
+    _signal_name,
+    describe_exit,
+    progress_lines,
+    read_log_tail,
+)
+
+EXIT_OK = 0
+"""Every member finished (exited 0)."""
+EXIT_GAVE_UP = 1
+"""At least one member was given up after too many crashes."""
+EXIT_USAGE = 2
+"""Bad arguments."""
+
+MEMBER_FLAGS = ("--pbt-workspace", "--pbt-members", "--pbt-index")
+"""Flags the launcher appends to the member command; the user must not pass them too."""
+
+_MEMBER_OVERRIDES = ("pbt.workspace=", "pbt.num_policies=", "pbt.policy_idx=")
+"""Hydra-style overrides meaning the same as :data:`MEMBER_FLAGS` (refused in the command as well)."""
+
+NO_RETRY_EXIT_CODES = (2,)
+"""Exit codes that are given up at once: 2 is argparse's usage error, which a restart repeats."""
+
+_TERMINAL = ("finished", "given_up", "stopped")
+
+
+# ============================================================================ results
+
+
+@dataclass
+class MemberOutcome:
+    """What happened to one member during a launch."""
+
+    index: int
+    """Member index (``--pbt-index``)."""
+    status: str = "pending"
+    """``pending``, ``running``, ``backoff`` (waiting to restart), then one of ``finished`` (exited 0),
+    ``given_up`` (too many crashes, or it cannot start) or ``stopped`` (the launcher was stopped)."""
+    gpu: str | None = None
+    """The ``CUDA_VISIBLE_DEVICES`` value it ran with; ``None`` when no GPU was assigned."""
+    log_path: str = ""
+    """The file its stdout and stderr were appended to."""
+    starts: int = 0
+    """Processes started for it (first start included)."""
+    restarts: int = 0
+    """Crash restarts the launcher performed (exploit restarts by ``os.execv`` are not counted here)."""
+    exit_codes: list[int] = field(default_factory=list)
+    """Exit status of every process, in order; negative ``-N``: killed by signal ``N``."""
+    reasons: list[str] = field(default_factory=list)
+    """Why each non-zero exit happened, and why it was given up (human readable)."""
+    pid: int | None = None
+    """Pid of the current (or last) process."""
+
+
+@dataclass
+class LaunchResult:
+    """Outcome of :func:`launch_population`."""
+
+    exit_code: int
+    """What the launcher command exits with (see the module docstring)."""
+    members: dict[int, MemberOutcome]
+    """Outcome per member index."""
+    stopped_by: str | None = None
+    """Name of the signal that stopped the launcher (``"SIGINT"``), or ``None``."""
+
+    @property
+    def given_up(self) -> list[int]:
+        """Indices of members that were given up."""
+        return sorted(i for i, m in self.members.items() if m.status == "given_up")
+
+    @property
+    def finished(self) -> list[int]:
+        """Indices of members that exited 0."""
+        return sorted(i for i, m in self.members.items() if m.status == "finished")
+
+
+class LaunchError(ValueError):
+    """The launch cannot start as asked (bad command, indices, GPU list ...)."""
+
+
+# ============================================================================ GPUs
+
+
+def parse_nvidia_smi_list(text: str) -> list[str]:
+    """Device ids from ``nvidia-smi -L`` output, usable as ``CUDA_VISIBLE_DEVICES`` values.
+
+    A plain GPU is its index (``"0"``); a GPU split into MIG instances contributes one entry per
+    instance, its ``MIG-...`` UUID, because CUDA only addresses MIG slices by UUID.
+    """
+    gpus: list[tuple[str, list[str]]] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("GPU ") and ":" in line:
+            gpus.append((line[4:line.index(":")].strip(), []))
+        elif line.startswith("MIG ") and gpus and "UUID:" in line:
+            gpus[-1][1].append(line.split("UUID:", 1)[1].strip().rstrip(")").strip())
+    out: list[str] = []
+    for index, migs in gpus:
+        out.extend(migs or [index])
+    return out
+
+
+def detect_gpus(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The GPUs to spread members over: ``CUDA_VISIBLE_DEVICES`` when set (empty or ``-1``: none),
+    else ``nvidia-smi -L`` when it is on the PATH, else none (CPU machine)."""
+    env = os.environ if environ is None else environ
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        # The user already chose (possibly "no GPU"); split their choice, never widen it.
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+        return [] if ids in ([], ["-1"]) else ids
+    exe = shutil.which("nvidia-smi", path=env.get("PATH"))
+    if not exe:
+        return []
+    try:
+        proc = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return parse_nvidia_smi_list(proc.stdout) if proc.returncode == 0 else []
+
+
+# ============================================================================ member command
+
+
+def member_command(command: Sequence[str], workspace: str, members: int, index: int) -> list[str]:
+    """The command member ``index`` runs: ``command`` plus the three population flags."""
+    return [*command, "--pbt-workspace", workspace, "--pbt-members", str(members), "--pbt-index", str(index)]
+
+
+# ============================================================================ supervisor
+
+
+@dataclass
+class _Member:
+    """Launcher-side state of one member (not part of the API)."""
+
+    outcome: MemberOutcome
+    """What is reported back for this member."""
+    command: list[str]
+    """Full member command, population flags included; identical at every (re)start."""
+    env: dict[str, str]
+    """Full member environment; identical at every (re)start."""
+    popen: subprocess.Popen | None = None
+    """The current (or last) process."""
+    log_offset: int = 0
+    """Size of the log when the current process started: its crash tail is read from here on."""
+    crash_times: deque = field(default_factory=deque)
+    """``time.monotonic()`` of the crashes inside the retry window (all crashes without a window)."""
+    next_start: float = 0.0
+    """``time.monotonic()`` at which a member in backoff is started again."""
+
+
+def _member_preexec(die_with_launcher: bool) -> Callable[[], None] | None:
+    """Runs in the child between fork and exec. Resets SIGINT/SIGTERM to their defaults (a launcher
+    started in the background inherits SIGINT ignored, and the member would inherit that and never see
+    the graceful stop) and, on Linux, asks for SIGTERM when the launcher dies."""
+    if os.name != "posix":
+        return None
+    prctl = None
+    if die_with_launcher and sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before fork: no dlopen in the child
+        except (OSError, AttributeError):
+            prctl = None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        # A caught signal is reset by exec anyway; this matters when the launcher runs off the main
+        # thread (no handler of its own) with SIGINT ignored. Never fail the start over it.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (ValueError, OSError):
+                pass
+        if prctl is not None:
+            prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+            if os.getppid() != parent:  # the launcher died before prctl took effect
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
+class _Supervisor:
+    """The launcher's single-threaded loop: poll members, restart crashed ones, report progress, and
+    turn a recorded stop signal into the SIGINT -> SIGTERM -> SIGKILL sequence."""
+
+    def __init__(self, members: dict[int, _Member], *, workspace: Path, num_members: int, max_retries: int,
+                 retry_window_s: float | None, restart_backoff_s: float, max_backoff_s: float,
+                 progress_interval_s: float, stop_grace_s: float, term_grace_s: float,
+                 die_with_launcher: bool, output: TextIO, on_progress: Callable[[list[str]], None] | None,
+                 stop_event: threading.Event | None, base_command: list[str]):
+        self.members = members
+        self.base_command = base_command
+        self.workspace = workspace
+        self.num_members = num_members
+        self.max_retries = max_retries
+        self.retry_window_s = retry_window_s
+        self.restart_backoff_s = restart_backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.progress_interval_s = progress_interval_s
+        self.stop_grace_s = stop_grace_s
+        self.term_grace_s = term_grace_s
+        self.output = output
+        self.on_progress = on_progress
+        self.stop_event = stop_event
+        self.preexec = _member_preexec(die_with_launcher)
+        self.journal = _Journal(workspace / "launcher.jsonl", self.say)
+        self.poll_s = 0.05
+        # Signals are only recorded in the handler; the loop acts on them (a handler interrupting a
+        # Popen call half-way would leave a member unsupervised).
+        self.signals: list[int] = []
+        self.stopping: int | None = None
+
+    # ---------------------------------------------------------------- output
+    def say(self, text: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        try:
+            for line in text.splitlines() or [""]:
+                print(f"[launch {stamp}] {line}", file=self.output, flush=True)
+        except (OSError, ValueError):
+            pass  # a closed terminal must not take the population down with it
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.signals.append(signum)
+
+    # ---------------------------------------------------------------- members
+    def start(self, m: _Member) -> None:
+        o = m.outcome
+        o.starts += 1
+        log = Path(o.log_path)
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            fh = open(log, "ab")
+        except OSError as exc:
+            self.give_up(m, f"cannot open its log file {log}: {exc}")
+            return
+        try:
+            header = (f"\n===== async-pbt launch: member {o.index} start {o.starts} at "
+                      f"{time.strftime('%Y-%m-%d %H:%M:%S')} gpu {o.gpu if o.gpu is not None else '-'} =====\n"
+                      f"$ {shlex.join(m.command)}\n")
+            fh.write(header.encode())
+            fh.flush()
+            m.log_offset = fh.tell()
+            m.popen = subprocess.Popen(
+                m.command, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, env=m.env,
+                start_new_session=True, preexec_fn=self.preexec, close_fds=True,
+            )
+        except OSError as exc:
+            # Command not found / not executable: a restart would fail the same way.
+            self.give_up(m, f"cannot start {m.command[0]!r}: {exc.strerror or exc}")
+            return
+        finally:
+            fh.close()  # the child holds its own descriptor
+        o.pid = m.popen.pid
+        o.status = "running"
+        self.journal.write("start", o.index, pid=o.pid, attempt=o.starts, gpu=o.gpu, log=o.log_path,
+                           command=m.command)
+        if o.starts > 1:
+            self.say(f"member {o.index:03d} restarted (pid {o.pid}, start {o.starts})")
+
+    def give_up(self, m: _Member, reason: str) -> None:
+        o = m.outcome
+        o.status = "given_up"
+        o.reasons.append(reason)
+        self.journal.write("give_up", o.index, reason=reason, restarts=o.restarts)
+        self.say(f"member {o.index:03d} GIVEN UP: {reason}; the other members continue")
+
+    def _signal_group(self, m: _Member, signum: int) -> None:
+        if m.popen is None:
+            return
+        try:
+            os.killpg(m.popen.pid, signum)  # the member is its session's and group's leader
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _reap_leftovers(self, m: _Member) -> None:
+        # The member's leader has exited; anything still in its group (a python child of a wrapper
+        # script) would hold the GPU and the member lock and make the restart fail as "claimed".
+        self._signal_group(m, signal.SIGKILL)
+
+    def on_exit(self, m: _Member, code: int) -> None:
+        o = m.outcome
+        o.exit_codes.append(code)
+        self._reap_leftovers(m)
+        if code == 0:
+            o.status = "finished"
+            note = ""
+            if self._record_status(o.index) == "stopped":
+                # Someone stopped this member directly (kill -INT/-TERM on its pid); it says it can
+                # resume, but a deliberate stop is not a crash, so it is not restarted.
+                note = "; its record says 'stopped' (interrupted from outside the launcher), not restarted"
+            self.journal.write("exit", o.index, code=0, reason="finished" + note, pid=o.pid)
+            self.say(f"member {o.index:03d} finished (exit code 0){note}")
+            return
+        reason = describe_exit(code)
+        tail = read_log_tail(o.log_path, m.log_offset)
+        o.reasons.append(reason)
+        self.journal.write("exit", o.index, code=code, signal=_signal_name(-code) if code < 0 else None,
+                           reason=reason, pid=o.pid, log_tail=tail)
+        shown = "\n".join(f"    | {line}" for line in tail) or "    | (no output)"
+        self.say(f"member {o.index:03d} crashed: {reason}; last lines of {o.log_path}:\n{shown}")
+        if code in NO_RETRY_EXIT_CODES:
+            self.give_up(m, f"{reason}: a usage error, which the same command would repeat")
+            return
+        now = time.monotonic()
+        if self.retry_window_s is not None:
+            while m.crash_times and now - m.crash_times[0] > self.retry_window_s:
+                m.crash_times.popleft()
+        m.crash_times.append(now)
+        window = f"within {self.retry_window_s:g} s" if self.retry_window_s is not None else "in this run"
+        if len(m.crash_times) > self.max_retries:
+            self.give_up(m, f"{reason}; {len(m.crash_times)} crashes {window} exceed --max-retries "
+                            f"{self.max_retries}")
+            return
+        backoff = min(self.restart_backoff_s * 2 ** (len(m.crash_times) - 1), self.max_backoff_s)
+        m.next_start = now + backoff
+        o.status = "backoff"
+        o.restarts += 1
+        resume = self._resume_point(o.index)
+        self.journal.write("restart", o.index, code=code, reason=reason, attempt=len(m.crash_times),
+                           max_retries=self.max_retries, retry_window_s=self.retry_window_s,
+                           backoff_s=backoff, resume=resume)
+        self.say(f"member {o.index:03d} restarts in {backoff:.3g} s (retry {len(m.crash_times)} of "
+                 f"{self.max_retries} {window}); {resume}")
+
+    def _record_status(self, index: int) -> str | None:
+        try:
+            return read_record(self.workspace / "members" / member_dirname(index) / "record.json").status
+        except Exception:  # noqa: BLE001 - informative only
+            return None
+
+    def _resume_point(self, index: int) -> str:
+        # Only informative: the member itself decides what to resume from.
+        try:
+            state = load_state(self.workspace / "members" / member_dirname(index) / "state.json")
+        except Exception as exc:  # noqa: BLE001
+            return f"its state.json is unreadable ({_shorten(str(exc), 120)})"
+        if state is None or not state.last_checkpoint:
+            return "no checkpoint yet: it starts from scratch"
+        return f"it resumes from its last checkpoint {state.last_checkpoint}"
+
+    def poll(self) -> None:
+        for m in self.members.values():
+            if m.outcome.status == "running" and m.popen is not None:
+                code = m.popen.poll()
+                if code is not None:
+                    if self.stopping is None:
+                        self.on_exit(m, code)
+                    else:
+                        self.on_stopped(m, code)
+
+    def on_stopped(self, m: _Member, code: int) -> None:
+        o = m.outcome
+        o.exit_codes.append(code)
+        o.status = "stopped"
+        self._reap_leftovers(m)
+        self.journal.write("exit", o.index, code=code, reason=f"stopped by the launcher ({describe_exit(code)})",
+                           pid=o.pid)
+
+    # ---------------------------------------------------------------- progress
+    def state_text(self, m: _Member) -> str:
+        o = m.outcome
+        gpu = f" gpu {o.gpu}" if o.gpu is not None else ""
+        if o.status == "running":
+            text = f"running pid {o.pid}{gpu}"
+        elif o.status == "backoff":
+            text = f"restarting in {max(0.0, m.next_start - time.monotonic()):.0f}s"
+        elif o.status == "finished":
+            text = "finished"
+        elif o.status == "given_up":
+            text = "GIVEN UP"
+        else:
+            text = o.status
+        if o.restarts:
+            text += f", {o.restarts} crash restart{'s' if o.restarts > 1 else ''}"
+        return text
+
+    def progress(self) -> None:
+        indices = sorted(self.members)
+        lines = progress_lines(self.workspace, indices, {i: self.state_text(self.members[i]) for i in indices})
+        if self.on_progress is not None:
+            try:
+                self.on_progress(lines)
+            except Exception as exc:  # noqa: BLE001 - a broken callback must not orphan members
+                self.say(f"warning: on_progress raised {exc!r}")
+        else:
+            self.say("progress:\n" + "\n".join("  " + line for line in lines))
+
+    # ---------------------------------------------------------------- stop
+    def stop(self, signum: int) -> None:
+        """Forward a graceful stop to every member, then escalate; returns when all have exited."""
+        self.stopping = signum
+        pending = [m for m in self.members.values() if m.outcome.status in ("pending", "backoff")]
+        for m in pending:
+            m.outcome.status = "stopped"
+        running = [m for m in self.members.values() if m.outcome.status == "running"]
+        self.journal.write("stop", None, signal=_signal_name(signum), running=[m.outcome.index for m in running])
+        stages = [(signal.SIGINT, self.stop_grace_s), (signal.SIGTERM, self.term_grace_s), (signal.SIGKILL, 10.0)]
+        for sig, wait_s in stages:
+            alive = [m for m in self.members.values() if m.outcome.status == "running"]
+            if not alive:
+                break
+            for m in alive:
+                self._signal_group(m, sig)
+            self.journal.write("signal", None, signal=sig.name, members=[m.outcome.index for m in alive])
+            if sig == signal.SIGKILL:
+                self.say(f"sent SIGKILL to {len(alive)} member(s)")
+            else:
+                self.say(f"sent {sig.name} to {len(alive)} member(s); waiting up to {wait_s:g} s"
+                         + (" (Ctrl-C again to terminate now)" if sig == signal.SIGINT else ""))
+            seen = len(self.signals)
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:
+                self.poll()
+                if all(m.outcome.status != "running" for m in self.members.values()):
+                    break
+                if len(self.signals) > seen:  # impatient user: next step now
+                    break
+                time.sleep(self.poll_s)
+        self.poll()
+
+    # ---------------------------------------------------------------- main loop
+    def run(self) -> LaunchResult:
+        handlers: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                previous = signal.getsignal(sig)
+                if sig == signal.SIGHUP and previous == signal.SIG_IGN:
+                    continue  # started under nohup: the user asked to survive the terminal closing
+                handlers[sig] = previous
+                signal.signal(sig, self._on_signal)
+        try:
+            self.journal.write("launch", None, members=sorted(self.members), num_members=self.num_members,
+                               command=self.base_command)
+            for m in self.members.values():
+                self.start(m)
+            next_progress = time.monotonic() + self.progress_interval_s
+            while True:
+                if self.stop_event is not None and self.stop_event.is_set() and not self.signals:
+                    self.signals.append(signal.SIGINT)
+                if self.signals:
+                    self.stop(self.signals[0])
+                    break
+                self.poll()
+                now = time.monotonic()
+                for m in self.members.values():
+                    if m.outcome.status == "backoff" and now >= m.next_start:
+                        self.start(m)
+                if all(m.outcome.status in _TERMINAL for m in self.members.values()):
+                    break
+                if now >= next_progress:
+                    self.progress()
+                    next_progress = now + self.progress_interval_s
+                time.sleep(self.poll_s)
+        finally:
+            # Reached with members still running only through an unexpected exception: never leave
+            # members behind without a supervisor.
+            for m in self.members.values():
+                if m.outcome.status == "running" and m.popen is not None and m.popen.poll() is None:
+                    self._signal_group(m, signal.SIGTERM)
+                    try:
+                        m.popen.wait(timeout=self.term_grace_s)
+                    except subprocess.TimeoutExpired:
+                        self._signal_group(m, signal.SIGKILL)
+                        m.popen.wait()
+            for sig, previous in handlers.items():
+                signal.signal(sig, previous)
+        return self.finish()
+
+    def finish(self) -> LaunchResult:
+        outcomes = {i: m.outcome for i, m in self.members.items()}
+        stopped_by = _signal_name(self.stopping) if self.stopping is not None else None
+        if self.stopping is not None:
+            code = 128 + int(self.stopping)
+        elif any(o.status == "given_up" for o in outcomes.values()):
+            code = EXIT_GAVE_UP
+        else:
+            code = EXIT_OK
+        result = LaunchResult(exit_code=code, members=outcomes, stopped_by=stopped_by)
+        self.progress()
+        summary = ", ".join(f"{o.index:03d} {o.status}" + (f" ({o.restarts} restarts)" if o.restarts else "")
+                            for o in outcomes.values())
+        self.journal.write("done", None, exit_code=code, stopped_by=stopped_by,
+                           given_up=result.given_up, finished=result.finished)
+        self.say(f"done (exit code {code}): {summary}")
+        return result
+
+
+# ============================================================================ API
+
+
+def launch_population(
+    command: Sequence[str],
+    members: int,
+    workspace: str | os.PathLike,
+    *,
+    gpus: Sequence[str] | None = None,
+    max_retries: int = 3,
+    retry_window_s: float | None = 3600.0,
+    restart_backoff_s: float = 5.0,
+    max_backoff_s: float = 120.0,
+    progress_interval_s: float = 10.0,
+    stop_grace_s: float = 30.0,
+    term_grace_s: float = 10.0,
+    log_dir: str | os.PathLike | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    indices: Sequence[int] | None = None,
+    on_progress: Callable[[list[str]], None] | None = None,
+    output: TextIO | None = None,
+    stop_event: threading.Event | None = None,
+    die_with_launcher: bool = True,
+) -> LaunchResult:
+    """Start members ``indices`` (default all ``members``) of ``command`` and supervise them until each
+    has finished, been given up, or the launcher is stopped. Blocks; see the module docstring.
+
+    Args:
+        command: the training command, without the population flags (the launcher adds them).
+        members: population size (``--pbt-members``).
+        workspace: population workspace (``--pbt-workspace``); created if missing.
+        gpus: ``CUDA_VISIBLE_DEVICES`` values to assign round-robin by member index; ``None`` detects
+            them (:func:`detect_gpus`); ``[]`` assigns none (the environment passes through).
+        max_retries: crash restarts allowed per member within ``retry_window_s``.
+        retry_window_s: sliding window for ``max_retries``; ``None`` counts every crash of the run.
+        restart_backoff_s: wait before the first restart; doubles with each crash in the window.
+        max_backoff_s: upper bound of that wait.
+        progress_interval_s: seconds between progress reports.
+        stop_grace_s: after forwarding SIGINT, how long members may take to stop before SIGTERM.
+        term_grace_s: after SIGTERM, how long before SIGKILL.
+        log_dir: folder of the ``member_NNN.log`` files (default ``WORKSPACE/logs``).
+        extra_env: variables added to every member's environment (the GPU assignment wins).
+        indices: the subset of members this launcher runs (e.g. one launcher per node).
+        on_progress: receives the progress lines instead of them being printed.
+        output: where launcher messages go (default ``sys.stdout``).
+        stop_event: setting it stops the population like SIGINT (for callers not on the main thread,
+            where signal handlers cannot be installed).
+        die_with_launcher: on Linux, members get SIGTERM if the launcher itself dies.
+
+    Raises:
+        LaunchError: invalid arguments (empty command, population flags in the command, bad indices).
+    """
+    command = [str(c) for c in command]
+    if not command:
+        raise LaunchError("no member command given; put it after '--', e.g. -- python scripts/train_pbt.py ...")
+    for token in command[1:]:
+        name = token.split("=", 1)[0]
+        if name in MEMBER_FLAGS or any(o in token for o in _MEMBER_OVERRIDES):
+            raise LaunchError(f"the member command contains {token!r}; the launcher sets --pbt-workspace, "
+                              f"--pbt-members and --pbt-index itself, remove it")
+    if isinstance(members, bool) or not isinstance(members, int) or members < 1:
+        raise LaunchError(f"members must be a positive integer, got {members!r}")
+    if max_retries < 0:
+        raise LaunchError(f"max_retries must be >= 0, got {max_retries}")
+    if retry_window_s is not None and retry_window_s <= 0:
+        raise LaunchError(f"retry_window_s must be positive or None, got {retry_window_s}")
+    if progress_interval_s <= 0:
+        raise LaunchError(f"progress_interval_s must be positive, got {progress_interval_s}")
+    chosen = list(range(members)) if indices is None else list(indices)
+    if not chosen:
+        raise LaunchError("no member indices to launch")
+    bad = [i for i in chosen if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < members]
+    if bad:
+        raise LaunchError(f"member indices {bad} are outside 0..{members - 1}")
+    if len(set(chosen)) != len(chosen):
+        raise LaunchError(f"member indices repeat: {chosen}")
+
+    root = Path(os.path.expanduser(os.fspath(workspace))).absolute()
+    logs = Path(os.path.expanduser(os.fspath(log_dir))).absolute() if log_dir is not None else root / "logs"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        logs.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LaunchError(f"cannot create the workspace or log folder: {exc}") from None
+    gpu_ids = detect_gpus() if gpus is None else [str(g) for g in gpus]
+    out = output if output is not None else sys.stdout
+
+    base_env = dict(os.environ)
+    base_env.update({str(k): str(v) for k, v in (extra_env or {}).items()})
+    table: dict[int, _Member] = {}
+    for i in sorted(chosen):
+        env = dict(base_env)
+        gpu = gpu_ids[i % len(gpu_ids)] if gpu_ids else None
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+        env["ASYNC_PBT_MEMBER_INDEX"] = str(i)
+        outcome = MemberOutcome(index=i, gpu=gpu, log_path=str(logs / f"member_{member_dirname(i)}.log"))
+        table[i] = _Member(outcome=outcome, command=member_command(command, str(root), members, i), env=env)
+
+    sup = _Supervisor(
+        table, workspace=root, num_members=members, max_retries=max_retries, retry_window_s=retry_window_s,
+        restart_backoff_s=restart_backoff_s, max_backoff_s=max_backoff_s, progress_interval_s=progress_interval_s,
+        stop_grace_s=stop_grace_s, term_grace_s=term_grace_s, die_with_launcher=die_with_launcher,
+        output=out, on_progress=on_progress, stop_event=stop_event, base_command=command,
+    )
+    if gpu_ids:
+        placement = ", ".join(f"{i:03d}->{table[i].outcome.gpu}" for i in sorted(table))
+        gpu_text = f"GPUs {','.join(gpu_ids)} round-robin ({placement})"
+        if len(table) > len(gpu_ids):
+            gpu_text += "; members share GPUs"
+    else:
+        gpu_text = "no GPU assignment (CUDA_VISIBLE_DEVICES passed through)"
+    sup.say(f"launching {len(table)} of {members} members: {shlex.join(command)}\n"
+            f"workspace {root}; {gpu_text}\n"
+            f"logs {logs}/member_NNN.log; journal {root / 'launcher.jsonl'}; Ctrl-C stops all members")
+    return sup.run()
