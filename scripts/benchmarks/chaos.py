@@ -8,8 +8,9 @@ protection and no start grace, so the worst member copies the best at nearly eve
 trains, this driver SIGKILLs members' process groups (the pid comes from the launcher's journal
 ``launcher.jsonl``, checked against ``/proc/PID/cmdline``), aiming at:
 
-* ``checkpoint_write``: a temp file (``fsio.TEMP_MARKER``) appears in ``members/NNN/checkpoints/``, or
-  ``best.json`` is replaced (a publish in progress: checkpoint and best list written, ``state.json`` not yet);
+* ``checkpoint_write``: a temp file (``fsio.TEMP_MARKER``) appears in ``members/NNN/checkpoints/``,
+  ``best.json`` is replaced, or retention deletes an old checkpoint (a publish in progress: checkpoint,
+  best list and retention done, ``state.json`` not yet saved);
 * ``donor_copy``: a file appears in ``members/NNN/incoming/`` (the verified copy of a donor checkpoint);
 * ``restart_decided``: an exploit ``decision`` is appended to ``audit.jsonl`` (write-ahead: nothing acted
   on yet, ``state.json`` not yet saved with the RNG state after the decision);
@@ -51,7 +52,6 @@ import argparse
 import ctypes
 import hashlib
 import json
-import multiprocessing
 import os
 import random
 import select
@@ -97,7 +97,7 @@ def member_command(args: argparse.Namespace, workspace: Path) -> list[str]:
         # Kills make members progress at different rates: compare them anyway.
         "--pbt-frame-tolerance", "100000000", "--pbt-max-frame-lag", "100000000",
         "--pbt-heartbeat-interval-s", "1", "--pbt-temp-grace-s", str(args.temp_grace),
-        "--pbt-keep-last-checkpoints", str(args.keep_last), "--pbt-keep-best-checkpoints", "2",
+        "--pbt-keep-last-checkpoints", str(args.keep_last), "--pbt-keep-best-checkpoints", str(args.keep_best),
         "agent.params.torch_threads=1",
         "agent.params.config.horizon_length=64", "agent.params.config.minibatch_size=256",
         "agent.params.config.mini_epochs=2",
@@ -128,6 +128,7 @@ class Inotify:
 
     IN_MODIFY = 0x002
     IN_MOVED_TO = 0x080
+    IN_DELETE = 0x200
     IN_CREATE = 0x100
     IN_ISDIR = 0x40000000
 
@@ -166,13 +167,15 @@ class Inotify:
 # ============================================================================ reader process
 
 
-def reader_main(root: str, stop: Any, out_path: str, checkpoint_every: int = 5) -> None:
-    """Read the population continuously as a peer / `async-pbt status` would; count what was seen."""
+def reader_main(root: str, stop_file: str, out_path: str, checkpoint_every: int = 5) -> None:
+    """Read the population continuously as a peer / `async-pbt status` would; count what was seen.
+    Runs in its own process (``chaos.py --reader-process ROOT STOP_FILE OUT``) until ``stop_file`` exists."""
     ws = Workspace(root)
+    stop = Path(stop_file)
     c: Counter = Counter()
     samples: list[str] = []
     i = 0
-    while not stop.is_set():
+    while not stop.exists():
         i += 1
         try:
             records, errors = ws.read_records()
@@ -295,7 +298,8 @@ class Driver:
             self.opportunities[window] += 1
         if self.quota.get(window, 0) <= 0 or not self.eligible(member):
             return False
-        if aimed and self.rng.random() > self.args.aim_probability:
+        # Few exploit restarts reach the pending state (the other windows kill many before): always aim there.
+        if aimed and window != "restart_pending" and self.rng.random() > self.args.aim_probability:
             return False
         pid = self.alive_pid(member)
         if pid is None:
@@ -335,11 +339,10 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
     quota["random"] = max(0, args.kills - per_window * (len(WINDOWS) - 1))
     driver = Driver(args, ws, rng, quota=quota)
 
-    ctx = multiprocessing.get_context("spawn")
-    stop_reader = ctx.Event()
-    reader_out = root / "reader.json"
-    reader = ctx.Process(target=reader_main, args=(str(ws), stop_reader, str(reader_out)), daemon=True)
-    reader.start()
+    reader_out, reader_stop = root / "reader.json", root / "reader.stop"
+    reader_stop.unlink(missing_ok=True)
+    reader = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--reader-process", str(ws),
+                               str(reader_stop), str(reader_out)])
 
     log = open(root / "launcher.log", "wb")
     t0 = time.monotonic()
@@ -377,14 +380,18 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
             if parse_member_dirname(mdir.name) is None:
                 continue
             watch(mdir, member_mask)
-            watch(mdir / "checkpoints", Inotify.IN_CREATE)
+            watch(mdir / "checkpoints", Inotify.IN_CREATE | Inotify.IN_DELETE)
             watch(mdir / "incoming", Inotify.IN_CREATE)
 
-    def on_file(path: Path) -> None:
+    def on_file(path: Path, deleted: bool = False) -> None:
         member = _member_of(path, ws)
         if member is None or time.monotonic() < t0 + args.warmup:
             return
         parent = path.parent.name
+        if deleted:
+            if parent == "checkpoints" and not fsio.is_temp_file(path):
+                driver.try_kill(member, "checkpoint_write", f"{path.name} deleted by retention, state.json not yet saved")
+            return
         if parent == "checkpoints" and fsio.TEMP_MARKER in path.name:
             driver.try_kill(member, "checkpoint_write", f"{path.name} being written")
         elif parent == "incoming":
@@ -405,7 +412,8 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
                     e = json.loads(line)
                 except ValueError:
                     continue
-                if e.get("kind") == "decision" and (e.get("decision") or {}).get("outcome") == "exploit":
+                fresh = isinstance(e.get("time"), (int, float)) and time.time() - e["time"] < 0.5
+                if fresh and e.get("kind") == "decision" and (e.get("decision") or {}).get("outcome") == "exploit":
                     driver.try_kill(member, "restart_decided", f"exploit decision seq {e.get('seq')} just logged")
         elif path.name == "state.json":
             try:
@@ -416,7 +424,7 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
             if pending and seen_pending.get(member) != pending.get("checkpoint"):
                 seen_pending[member] = pending["checkpoint"]
                 driver.opportunities["restart_pending"] += 1
-                if driver.quota["restart_pending"] > len(driver.delayed) and rng.random() <= args.aim_probability:
+                if driver.quota["restart_pending"] > len(driver.delayed):
                     delay = rng.random() * args.restart_delay
                     driver.delayed.append((time.monotonic() + delay, member, "restart_pending",
                                            f"{delay:.2f} s after pending_exploit {pending['checkpoint']}"))
@@ -446,7 +454,7 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
                 if mask & Inotify.IN_ISDIR:
                     scan_dirs()
                     continue
-                on_file(path)
+                on_file(path, deleted=bool(mask & Inotify.IN_DELETE))
         else:  # polling fallback
             for mdir in (ws / "members").iterdir():
                 for sub in ("checkpoints", "incoming"):
@@ -468,19 +476,24 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
                 except RecordError:
                     pass
                 phase = "exploit still pending" if state and state.pending_exploit else "exploit already applied"
+                pid = driver.alive_pid(member)
+                try:
+                    execd = pid is not None and b"--checkpoint=" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:
+                    execd = False
+                phase += ", new image after execv" if execd else ", before execv"
                 driver.try_kill(member, window, f"{detail} ({phase})", aimed=False)
         while driver.random_times and now >= driver.random_times[0]:
             driver.random_times.pop(0)
-            live = [m for m in range(args.members) if driver.alive_pid(m) is not None]
-            if live:
-                driver.try_kill(rng.choice(live), "random", "random moment", aimed=False)
-            else:
-                driver.random_times.append(now + 1.0)
+            live = [m for m in range(args.members) if driver.alive_pid(m) is not None and driver.eligible(m)]
+            if not live or not driver.try_kill(rng.choice(live), "random", "random moment", aimed=False):
+                driver.random_times.insert(0, now + 0.5)  # nobody to kill right now: try again shortly
+                break
     code = launcher.wait()
     elapsed = time.monotonic() - t0
     log.close()
-    stop_reader.set()
-    reader.join(30)
+    reader_stop.write_text("stop")
+    reader.wait(60)
     if ino is not None:
         ino.close()
     driver.update_pids()
@@ -528,6 +541,22 @@ def verify(root: Path, args: argparse.Namespace, driver: Driver, reader_out: Pat
     f["kills"] = {w: sum(1 for k in driver.kills if k.window == w) for w in WINDOWS}
     f["kills_survived"] = {w: sum(1 for k in driver.kills if k.window == w and k.came_back) for w in WINDOWS}
     f["kill_opportunities_seen"] = dict(driver.opportunities)
+    phases: Counter = Counter()
+    for k in driver.kills:
+        if k.window == "restart_pending":
+            phases["restart in flight: " + ("new image" if "after execv" in k.detail else "before execv") + ", "
+                   + ("exploit not yet applied" if "still pending" in k.detail else "exploit applied")] += 1
+            continue
+        for marker, label in (("being written", "checkpoint temp file being written"),
+                              ("best.json", "best.json written, state.json not yet"),
+                              ("retention", "old checkpoint deleted, state.json not yet"),
+                              ("being copied", "donor copy in incoming/"),
+                              ("just logged", "exploit decision logged, nothing acted on"),
+                              ("random moment", "random")):
+            if marker in k.detail:
+                phases[label] += 1
+                break
+    f["kill_phases"] = dict(phases)
     f["kills_total"] = len(driver.kills)
     f["crash_exits_sigkill"] = sum(1 for es in exits.values() for e in es if e.get("code") == -9)
     f["kill_log"] = [f"{k.member:03d} {k.window}: {k.detail}" for k in driver.kills]
@@ -562,6 +591,7 @@ def verify(root: Path, args: argparse.Namespace, driver: Driver, reader_out: Pat
     rng_breaks: list[str] = []
     audit_problems: list[str] = []
     lineage_problems: list[str] = []
+    starts_by_mode: Counter = Counter()
     for m in range(args.members):
         mdir = ws.member_dir(m)
         rec = records.get(m)
@@ -635,6 +665,23 @@ def verify(root: Path, args: argparse.Namespace, driver: Driver, reader_out: Pat
                              and p["checkpoint_sha256"] == e["donor_sha256"] for p in d["inputs"]["peers"])]
             if not match:
                 lineage_problems.append(f"member {m}: lineage generation {e['generation']} has no matching decision")
+        # A restart after a kill resumes from the member's own last checkpoint: never from scratch, and
+        # never losing more than the interval in flight (a best-checkpoint fallback would).
+        last_decision_frame = 0
+        for i, e in enumerate(entries):
+            if e.get("kind") == "decision":
+                last_decision_frame = max(last_decision_frame, e["inputs"]["me"]["frame"])
+            elif e.get("kind") == "start" and i > 0:
+                # A kill before the first state.json with a checkpoint leaves nothing to resume from: a fresh
+                # start then, at frame 0, loses at most the interval in flight like any other kill.
+                restored = next((r for r in entries[i + 1:] if r.get("kind") in ("restored", "start")), None)
+                frame = restored["frame"] if restored is not None and restored["kind"] == "restored" else 0
+                if e.get("mode") == "fresh":
+                    frame = 0
+                if frame < last_decision_frame - args.interval:
+                    lost.append(f"member {m}: start seq {e['seq']} ({e.get('mode')}) resumed at frame {frame}, but it "
+                                f"had decided at frame {last_decision_frame}: more than one interval lost")
+                starts_by_mode[e.get("mode")] += 1
         # Exploit decisions that were neither applied nor aborted: killed before the pending state was saved.
         exploits["not_acted_killed"] += max(0, len(exploit_decisions) - len(applied)
                                             - sum(1 for e in entries if e.get("kind") == "exploit_aborted"))
@@ -688,7 +735,10 @@ def verify(root: Path, args: argparse.Namespace, driver: Driver, reader_out: Pat
             failures.append(f"reader: {key} = {rc[key]}: {reader['samples'][:3]}")
     if not rc.get("record_reads"):
         failures.append("reader read no record")
+    f["restarts_by_mode"] = dict(starts_by_mode)
     f["lost"] = lost
+    if lost:
+        failures.append(f"lost: {lost}")
     f["failures"] = failures
     return f
 
@@ -701,6 +751,7 @@ def report(f: dict[str, Any]) -> list[str]:
     for w in WINDOWS:
         lines.append(f"  {w:<17} killed {f['kills'][w]:>3}, came back {f['kills_survived'][w]:>3} "
                      f"(opportunities seen {f['kill_opportunities_seen'].get(w, 0)})")
+    lines.append(f"kill phases: {f['kill_phases']}")
     lines.append(f"final frames {f['final_frames']} (target {f['frame_target']})")
     lines.append(f"exploits: {f['exploits']}; aborted: {f['exploit_aborts'] or 'none'}")
     lines.append(f"checkpoint references checked: {f['checkpoint_refs']}")
@@ -714,6 +765,7 @@ def report(f: dict[str, Any]) -> list[str]:
                  f"RNG continuity breaks: {len(f['rng_continuity_breaks'])}")
     lines.append(f"temp files at the end: {f['temp_files_left'] or 'none'}; incoming leftovers: "
                  f"{f['incoming_leftovers'] or 'none'}")
+    lines.append(f"process starts after the first, by mode: {f['restarts_by_mode']}")
     lines.append(f"lost: {len(f['lost'])}")
     lines.append("RESULT: " + ("PASS" if not f["failures"] else "FAIL"))
     lines += [f"  - {x}" for x in f["failures"]]
@@ -726,14 +778,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kills", type=int, default=40, help="SIGKILLs in total (a fifth per aimed window, rest random)")
     p.add_argument("--iterations", type=int, default=160, help="rl_games epochs per member (512 frames each)")
     p.add_argument("--interval", type=int, default=2048, help="--pbt-interval-steps (frames between decisions)")
-    p.add_argument("--duration", type=float, default=420.0, help="seconds during which kills happen")
+    p.add_argument("--duration", type=float, default=240.0, help="seconds during which kills happen")
     p.add_argument("--warmup", type=float, default=8.0, help="no kills during the first seconds")
     p.add_argument("--finish-timeout", type=float, default=600.0, help="seconds after the chaos window to finish")
     p.add_argument("--min-gap", type=float, default=4.0, help="seconds between two kills of the same member")
-    p.add_argument("--aim-probability", type=float, default=0.5, help="chance to kill at an aimed window event")
-    p.add_argument("--restart-delay", type=float, default=3.0, help="max delay of a restart-window kill")
+    p.add_argument("--aim-probability", type=float, default=0.2, help="chance to kill at an aimed window event")
+    p.add_argument("--restart-delay", type=float, default=6.0, help="max delay of a restart-window kill")
     p.add_argument("--temp-grace", type=float, default=2.0, help="--pbt-temp-grace-s of the members")
     p.add_argument("--keep-last", type=int, default=2, help="--pbt-keep-last-checkpoints of the members")
+    p.add_argument("--keep-best", type=int, default=2, help="--pbt-keep-best-checkpoints of the members")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default=None, help="folder for the workspace and logs (default: a temp folder)")
     p.add_argument("--json", default=None, help="write the figures to this file")
@@ -741,6 +794,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--reader-process"]:
+        reader_main(*argv[1:4])
+        return 0
     args = build_parser().parse_args(argv)
     figures = run_chaos(args)
     for line in report(figures):
