@@ -16,8 +16,10 @@ complete, nothing it described was acted on. :meth:`AuditLog.open` moves such a 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -57,6 +59,11 @@ class AuditLog:
     def open(cls, path: str | os.PathLike) -> "AuditLog":
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        return cls(path, *cls._tail(path))
+
+    @staticmethod
+    def _tail(path: Path) -> tuple[int, str]:
+        """(seq, hash) of the last complete entry, after moving a torn tail to ``.torn``."""
         last_seq, last_hash = -1, GENESIS
         if path.exists():
             data = path.read_bytes()
@@ -75,7 +82,7 @@ class AuditLog:
                     last_seq, last_hash = int(last["seq"]), str(last["hash"])
                 except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
                     raise RecordError(f"{path}: last entry unreadable ({exc}); run `async-pbt audit` on it") from None
-        return cls(path, last_seq, last_hash)
+        return last_seq, last_hash
 
     def append(self, kind: str, body: dict[str, Any], now: float | None = None) -> dict[str, Any]:
         if kind not in ENTRY_KINDS:
@@ -86,11 +93,20 @@ class AuditLog:
         line = json.dumps(entry, sort_keys=True, separators=(",", ":"), allow_nan=False).encode() + b"\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, line)
+            if os.write(fd, line) != len(line):
+                raise OSError(errno.ENOSPC, f"{self.path}: short write (disk full?)")
+            self.last_seq, self.last_hash = entry["seq"], entry["hash"]
             os.fsync(fd)
+        except BaseException:
+            # Interrupted (Ctrl-C lands right after the write) or failed: the line may or may not be on disk.
+            # Continue the chain from what is there, or the next entry would repeat this seq (a fork).
+            try:
+                self.last_seq, self.last_hash = self._tail(self.path)
+            except (OSError, RecordError):
+                pass
+            raise
         finally:
             os.close(fd)
-        self.last_seq, self.last_hash = entry["seq"], entry["hash"]
         return entry
 
 
@@ -129,8 +145,23 @@ def start_hyperparameters(me: MemberRecord, donor: MemberRecord | None, cfg: Any
     """Hyperparameters an exploit/explore mutates from: mine, with the donor's mutated keys if configured."""
     start = dict(me.hyperparameters)
     if donor is not None and donor.member != me.member and cfg.hparams_from == "donor":
-        start.update({k: v for k, v in donor.hyperparameters.items() if k in cfg.mutation})
+        start.update({k: v for k, v in donor.hyperparameters.items()
+                      if k in cfg.mutation and _mutable_value(v, cfg.mutation[k])})
     return start
+
+
+def _mutable_value(value: Any, spec: Any) -> bool:
+    """A donor's value the mutation can start from. A peer's record is not trusted: a value of the wrong type
+    (a string or list where a number belongs) would make the recipient's mutation raise mid-exploit, so it
+    keeps its own value for that key instead."""
+    if spec.kind == "choice":
+        return any(value == c and type(value) is type(c) for c in spec.choices)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 def read_entries(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:

@@ -28,6 +28,15 @@ LENGTH_OBJECTIVE = "episode_length"
 _NUMBER_TYPES = {int, float}
 """JSON number types (``bool`` is deliberately not among them)."""
 
+MAX_ABS_OBJECTIVE = 1e150
+"""Largest objective magnitude that is compared. Selection squares deviations from the mean; past about
+1.3e154 the square overflows a double and Python raises OverflowError, so one peer publishing such values
+would crash every member's decision. Larger values are treated like NaN / infinity: left out of the window."""
+
+
+def _usable(value: float) -> bool:
+    return math.isfinite(value) and -MAX_ABS_OBJECTIVE <= value <= MAX_ABS_OBJECTIVE
+
 
 class EvidenceError(ValueError):
     """An episode batch or an evidence field is malformed (wrong lengths, wrong types)."""
@@ -219,8 +228,9 @@ class EvidenceSummary:
             raise EvidenceError(f"{where}: missing key {exc.args[0]!r}") from None
         except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: an int too large for a float
             raise EvidenceError(f"{where}: {exc}") from None
-        if not all(map(math.isfinite, values)):
-            raise EvidenceError(f"{where}.values: contains NaN or infinite values")
+        if not all(map(_usable, values)):
+            raise EvidenceError(f"{where}.values: contains NaN, infinite or out-of-range (|v| > "
+                                f"{MAX_ABS_OBJECTIVE:g}) values")
         return summary
 
 
@@ -244,7 +254,7 @@ class EvidenceWindow:
         self.episodes_seen = 0
         """Completed episodes of this generation offered to the window."""
         self.rejected_non_finite = 0
-        """Of those, how many had a NaN or infinite objective value."""
+        """Of those, how many had a NaN, infinite or out-of-range (see MAX_ABS_OBJECTIVE) objective value."""
 
     def start_generation(self, generation: int) -> None:
         """Forget all evidence: a new policy generation starts (after exploit or explore)."""
@@ -264,7 +274,7 @@ class EvidenceWindow:
         added = 0
         for v in values:
             self.episodes_seen += 1
-            if math.isfinite(v):
+            if _usable(v):
                 self._values.append(v)
                 added += 1
             else:

@@ -174,7 +174,6 @@ class PbtObserver(AlgoObserver):
 
     # ------------------------------------------------------------------ rl_games hooks
     def after_init(self, algo) -> None:
-        self.algo = algo
         if self.summary_source is None:
             self.summary_source = find_summary_source(algo)
         if self.summary_source is None:
@@ -185,6 +184,9 @@ class PbtObserver(AlgoObserver):
             )
         self.summary_source.start_generation(self.session.state.generation)
         self._restore_start_checkpoint(algo)
+        # Set only once restored: a stop before that must not publish the agent's fresh counters (frame 0,
+        # no checkpoint) as this member's "stopped" record; finish() needs a live, restored agent.
+        self.algo = algo
         print_notes(self.session)
 
     def _restore_start_checkpoint(self, algo) -> None:

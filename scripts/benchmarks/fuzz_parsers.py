@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import hashlib
 import io
 import json
@@ -298,7 +299,12 @@ def mutated_json(draw: Any, base: Any) -> Any:
     for _ in range(draw(st.integers(1, 4))):
         paths = _paths(obj)
         path = draw(st.sampled_from(paths))
-        op = draw(st.sampled_from(["replace", "replace", "interesting", "delete", "add", "wrap"]))
+        op = draw(st.sampled_from(["replace", "replace", "interesting", "delete", "add", "wrap", "scale"]))
+        if op == "scale":  # a number far out of the usual range, but finite: statistics over it may overflow
+            target = _get(obj, path)
+            if path and isinstance(target, (int, float)) and not isinstance(target, bool):
+                _get(obj, path[:-1])[path[-1]] = draw(st.sampled_from([1e155, -1e155, 1e200, -1e300, 1.7e308]))
+            continue
         if op in ("replace", "interesting"):
             value = draw(json_values) if op == "replace" else draw(st.sampled_from(INTERESTING))
             if not path:
@@ -417,6 +423,33 @@ def check_record(rec: MemberRecord) -> None:
         raise InvariantError("accepted record does not round-trip")
     if not all(math.isfinite(v) for v in rec.evidence.values):
         raise InvariantError("accepted record has non-finite evidence")
+    # Selection must cope with whatever a peer may publish: as a peer and as "me", under every rule.
+    peers = [r for r in seed_records() if r.member != rec.member]
+    for rule in ("dexpbt", "isaaclab", "welch"):
+        cfg = _decide_cfg(rule)
+        for me, others in ((seed_records()[2], [p for p in peers if p.member != 2] + [rec]), (rec, peers)):
+            try:
+                decide(me, others, cfg, MemberRng(7), NOW)
+            except Exception as exc:  # noqa: BLE001
+                raise InvariantError(f"decide() raised {type(exc).__name__} on an accepted record: {exc}") from None
+        # ... and an exploit of it as the donor: its hyperparameters are the recipient's starting point.
+        me = seed_records()[2]
+        try:
+            start = start_hyperparameters(me, dataclasses.replace(rec, member=0), cfg)
+            explore(start, cfg.mutation, 1.0, cfg.change_range, MemberRng(7))
+        except Exception as exc:  # noqa: BLE001
+            raise InvariantError(f"exploit of an accepted donor record raised {type(exc).__name__}: {exc}") from None
+
+
+_DECIDE_CFGS: dict[str, PopulationConfig] = {}
+
+
+def _decide_cfg(rule: str) -> PopulationConfig:
+    if rule not in _DECIDE_CFGS:
+        raw = dict(population_config_raw(), rule=rule, frame_tolerance=10 ** 9, max_frame_lag=10 ** 9,
+                   max_heartbeat_age_s=1e12, max_clock_skew_s=1e12, policy_idx=0)
+        _DECIDE_CFGS[rule] = population_config_from_dict(raw)
+    return _DECIDE_CFGS[rule]
 
 
 _STATE_TYPES = {"member": int, "generation": int, "generation_start_frame": int, "restarts": int,
