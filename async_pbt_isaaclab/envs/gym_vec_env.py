@@ -19,16 +19,10 @@ a list, each read at the episode's final step, or ``{key: "sum" | "last" | "max"
 an env's info makes that episode's term NaN, which the evidence window counts and drops); every other
 key goes to ``gymnasium.make``.
 
-**The summary-source contract** (the Isaac Lab wrapper follows it too). The rl_games vec-env object,
-which an ``AlgoObserver`` reaches as ``algo.vec_env`` in ``after_init(algo)``, carries an attribute
-``pbt_summary_source`` (:data:`SUMMARY_SOURCE_ATTR`) with
-
-* ``drain() -> EpisodeBatch``: the episodes completed since the last drain, then forgets them;
-* ``start_generation(g)``: episodes completing from now on are labelled generation ``g``.
-
-:func:`find_summary_source` looks the attribute up on an algo, a vec-env or a wrapper chain, so an
-observer need not know which env layer it runs on. The per-step ``infos`` stay what rl_games and its
-observers expect (``time_outs``; ``episode`` on steps where episodes ended), and carry no emitter.
+**The summary-source contract** (:mod:`async_pbt_isaaclab.envs.summary_source`, shared with the Isaac
+Lab wrapper): the vec-env carries ``pbt_summary_source`` with ``drain()`` and ``start_generation(g)``.
+The per-step ``infos`` stay what rl_games and its observers expect (``time_outs``; ``episode`` on
+steps where episodes ended), and carry no emitter.
 
 **Done semantics.** The vector env uses gymnasium's ``AutoresetMode.SAME_STEP``: an env that ends an
 episode is reset inside the same ``step`` call, the returned observation is the first observation of
@@ -51,11 +45,10 @@ from rl_games.common.ivecenv import IVecEnv
 
 from async_pbt_isaaclab.core.evidence import ConditionLabel
 from async_pbt_isaaclab.envs.summary import EpisodeSummaryEmitter
+from async_pbt_isaaclab.envs.summary_source import SUMMARY_SOURCE_ATTR, find_summary_source
 
 #: rl_games vec-env type name under which :class:`GymVecEnv` is registered.
 VECENV_TYPE = "ASYNC_PBT_GYM"
-#: Attribute of an rl_games vec-env that holds its episode-summary source (see the module docstring).
-SUMMARY_SOURCE_ATTR = "pbt_summary_source"
 #: Keys of ``env_config`` consumed here; every other key is a ``gymnasium.make`` keyword.
 RESERVED_ENV_CONFIG_KEYS = ("seed", "pbt_condition", "pbt_terms")
 
@@ -65,33 +58,6 @@ try:  # gymnasium >= 1.0
     _SAME_STEP: Any = AutoresetMode.SAME_STEP
 except ImportError:  # pragma: no cover - gymnasium 0.29 resets in the same step and has no option
     _SAME_STEP = None
-
-
-def find_summary_source(obj: Any) -> Any | None:
-    """The episode-summary source reachable from ``obj``, or None.
-
-    ``obj`` may be an rl_games agent (looks at ``obj.vec_env``), a vec-env, or a wrapper; wrappers are
-    followed through ``.env`` and ``.unwrapped`` (a few levels, cycles ignored) so an Isaac Lab
-    ``RlGamesVecEnvWrapper`` around an env that carries the source is found too.
-    """
-    seen: set[int] = set()
-    todo = [obj]
-    while todo:
-        cur = todo.pop(0)
-        if cur is None or id(cur) in seen or len(seen) > 16:
-            continue
-        seen.add(id(cur))
-        source = getattr(cur, SUMMARY_SOURCE_ATTR, None)
-        if source is not None:
-            return source
-        for attr in ("vec_env", "env", "unwrapped"):
-            try:
-                nxt = getattr(cur, attr, None)
-            except Exception:  # some wrappers raise on attribute access before reset
-                nxt = None
-            if nxt is not None and nxt is not cur:
-                todo.append(nxt)
-    return None
 
 
 def _float32_space(space: gymnasium.Space) -> gymnasium.Space:

@@ -46,7 +46,7 @@ from async_pbt_isaaclab.core.workspace import (
     pin_checkpoint,
     update_best,
 )
-from async_pbt_isaaclab.envs.gym_vec_env import find_summary_source
+from async_pbt_isaaclab.envs.summary_source import find_summary_source
 from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from async_pbt_isaaclab.rl_games.inheritance import build_recipient_state
 from async_pbt_isaaclab.rl_games.member import MemberSession, print_notes

@@ -27,7 +27,7 @@ import pytest
 import torch
 
 import async_pbt_isaaclab.tasks  # noqa: F401 - registers AsyncPbt-TorchReach-v0
-from async_pbt_isaaclab.envs.gym_vec_env import find_summary_source
+from async_pbt_isaaclab.envs.summary_source import find_summary_source
 from async_pbt_isaaclab.envs.isaaclab import (
     ISAACLAB_INSTALL_HINT,
     IsaacLabHooks,

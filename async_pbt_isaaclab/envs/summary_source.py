@@ -1,0 +1,46 @@
+"""The summary-source contract between env layers and the PBT observer.
+
+An rl_games vec-env (the CPU gymnasium one, or Isaac Lab's ``RlGamesVecEnvWrapper`` around our
+``PbtIsaacLabEnv``) carries, somewhere along its wrapper chain, an attribute ``pbt_summary_source``
+with
+
+* ``drain() -> EpisodeBatch``: the episodes completed since the last drain, then forgets them;
+* ``start_generation(g)``: episodes completing from now on are labelled generation ``g``.
+
+The observer finds it with :func:`find_summary_source` and never needs to know which env layer it
+runs on. This module imports nothing heavy so both env layers and the observer can share it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SUMMARY_SOURCE_ATTR = "pbt_summary_source"
+"""Attribute of a vec-env or wrapper that holds its episode-summary source."""
+
+
+def find_summary_source(obj: Any) -> Any | None:
+    """The episode-summary source reachable from ``obj``, or None.
+
+    ``obj`` may be an rl_games agent (looks at ``obj.vec_env``), a vec-env, or a wrapper; wrappers are
+    followed through ``.env`` and ``.unwrapped`` (a few levels, cycles ignored) so an Isaac Lab
+    ``RlGamesVecEnvWrapper`` around an env that carries the source is found too.
+    """
+    seen: set[int] = set()
+    todo = [obj]
+    while todo:
+        cur = todo.pop(0)
+        if cur is None or id(cur) in seen or len(seen) > 16:
+            continue
+        seen.add(id(cur))
+        source = getattr(cur, SUMMARY_SOURCE_ATTR, None)
+        if source is not None:
+            return source
+        for attr in ("vec_env", "env", "unwrapped"):
+            try:
+                nxt = getattr(cur, attr, None)
+            except Exception:  # some wrappers raise on attribute access before reset
+                nxt = None
+            if nxt is not None and nxt is not cur:
+                todo.append(nxt)
+    return None
