@@ -19,7 +19,7 @@ from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.audit import AuditLog, decision_body
 from async_pbt_isaaclab.core.config import PopulationConfig, population_config_from_dict
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS, MemberRng, explore
+from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS, MemberRng, mutate
 from async_pbt_isaaclab.core.records import MemberRecord
 from async_pbt_isaaclab.core.selection import Outcome, decide
 from async_pbt_isaaclab.core.workspace import Workspace, checkpoint_name
@@ -126,7 +126,7 @@ def write_audit_chain(ws: Workspace, member: int = 1) -> Path:
     decision = decide(me, peers, cfg, rng, now)
     assert decision.outcome is Outcome.EXPLOIT, decision
     start = dict(peers[decision.donor].hyperparameters)
-    new, changes = explore(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
+    new, changes = mutate(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
     assert changes
     path = ws.member_dir(member) / "audit.jsonl"
     log = AuditLog.open(path)

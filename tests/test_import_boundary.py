@@ -56,7 +56,7 @@ BLOCKER = textwrap.dedent(
     # Exercise the lazily imported paths too: every selection rule and a mutation.
     from async_pbt_isaaclab.core.config import population_config_from_dict
     from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-    from async_pbt_isaaclab.core.mutation import MemberRng, explore
+    from async_pbt_isaaclab.core.mutation import MemberRng, mutate
     from async_pbt_isaaclab.core.records import MemberRecord
     from async_pbt_isaaclab.core.selection import decide
     now = time.time()
@@ -71,7 +71,7 @@ BLOCKER = textwrap.dedent(
         cfg = population_config_from_dict({{"rule": rule, "interval_steps": 1000, "min_episodes": 8, "window": 16,
                                            "mutation": {{"learning_rate": "mutate_float"}}}})
         d = decide(recs[0], recs, cfg, MemberRng(0), now)
-        explore(recs[0].hyperparameters, cfg.mutation, 1.0, cfg.change_range, MemberRng(0))
+        mutate(recs[0].hyperparameters, cfg.mutation, 1.0, cfg.change_range, MemberRng(0))
         outcomes.append(d.outcome.value)
 
     loaded = sorted(m for m in sys.modules if m.split(".")[0] in FORBIDDEN)

@@ -14,22 +14,12 @@ from typing import Any, Mapping
 
 from async_pbt_isaaclab.commands.common import EXIT_OK, EXIT_USAGE, _emit_json, _fmt_num, _table
 from async_pbt_isaaclab.core.agent_config import current_hyperparameters, load_population_config, load_yaml, validate_agent_config
+from async_pbt_isaaclab.core import rules
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, objective_term
 from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS, isaaclab_key, within_bounds
 
-RULE_SPECIFIC_KEYS: dict[str, tuple[str, ...]] = {
-    "threshold_std": ("isaaclab",),
-    "threshold_abs": ("isaaclab",),
-    "explore_without_donor": ("isaaclab",),
-    "worst_fraction": ("dexpbt", "welch"),
-    "top_fraction": ("dexpbt", "welch"),
-    "gap_std_fraction": ("dexpbt",),
-    "gap_leader_fraction": ("dexpbt",),
-    "trim_fraction": ("dexpbt",),
-    "protect_interval_best": ("dexpbt",),
-    "welch_alpha": ("welch",),
-}
-"""Keys that only one or two selection rules read (docs/selection.md); check-config warns when a yaml
+RULE_SPECIFIC_KEYS: dict[str, tuple[str, ...]] = rules.rule_specific_keys()
+"""Keys that only some selection rules read (from the rule registry); check-config warns when a yaml
 sets one that the chosen rule ignores (e.g. an Isaac Lab yaml's threshold_std under rule dexpbt)."""
 
 RL_GAMES_DEFAULT_TRAIN_DIR = "runs"

@@ -19,7 +19,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -28,15 +27,19 @@ from typing import Any, Iterator
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.config import ConfigError, population_config_from_dict
-from async_pbt_isaaclab.core.mutation import MemberRng, explore
-from async_pbt_isaaclab.core.records import MemberRecord, RecordError
-from async_pbt_isaaclab.core.selection import Outcome, decide
+from async_pbt_isaaclab.core.mutation import MemberRng
+from async_pbt_isaaclab.core.records import RecordError
+from async_pbt_isaaclab.core.step import PopulationView, initial_step, pbt_step, replay_records
 
 GENESIS = "0" * 64
 """``prev_hash`` of the first entry."""
 
-ENTRY_KINDS = ("start", "restored", "decision", "exploit_applied", "exploit_aborted", "stop", "warning")
-"""``decision`` entries are recomputed by the verifier; the others are chained facts."""
+ENTRY_KINDS = ("start", "initial_mutation", "restored", "decision", "exploit_applied", "exploit_aborted", "stop",
+               "warning")
+"""``decision`` and ``initial_mutation`` entries are recomputed by the verifier; the others are chained facts.
+The verifier also follows the member's RNG stream: every recomputed entry's ``rng_before`` must be the
+previous one's ``rng_after`` (and a ``start`` entry's ``rng_state`` the same), so a member whose state.json was
+replaced or deleted, restarting its random stream, is caught."""
 
 
 def entry_hash(prev_hash: str, entry: dict[str, Any]) -> str:
@@ -110,60 +113,6 @@ class AuditLog:
         return entry
 
 
-def decision_body(
-    me: MemberRecord,
-    peers: list[MemberRecord],
-    selection_cfg: dict[str, Any],
-    now: float,
-    rng_before: dict[str, Any],
-    decision: Any,
-    start_hparams: dict[str, Any] | None,
-    new_hparams: dict[str, Any] | None,
-    changes: list[Any],
-    rng_after: dict[str, Any],
-    unreadable_peers: dict[int, str] | None = None,
-) -> dict[str, Any]:
-    """The body of a ``decision`` entry: inputs, rule config, outcome, mutation and RNG states."""
-    return {
-        "inputs": {
-            "me": me.to_dict(),
-            "peers": [p.to_dict() for p in peers],
-            "now": now,
-            "unreadable_peers": {str(k): v for k, v in sorted((unreadable_peers or {}).items())},
-        },
-        "config": selection_cfg,
-        "rng_before": rng_before,
-        "decision": decision.to_dict(),
-        "start_hyperparameters": start_hparams,
-        "new_hyperparameters": new_hparams,
-        "changes": [c.to_dict() for c in changes],
-        "rng_after": rng_after,
-    }
-
-
-def start_hyperparameters(me: MemberRecord, donor: MemberRecord | None, cfg: Any) -> dict[str, Any]:
-    """Hyperparameters an exploit/explore mutates from: mine, with the donor's mutated keys if configured."""
-    start = dict(me.hyperparameters)
-    if donor is not None and donor.member != me.member and cfg.hparams_from == "donor":
-        start.update({k: v for k, v in donor.hyperparameters.items()
-                      if k in cfg.mutation and _mutable_value(v, cfg.mutation[k])})
-    return start
-
-
-def _mutable_value(value: Any, spec: Any) -> bool:
-    """A donor's value the mutation can start from. A peer's record is not trusted: a value of the wrong type
-    (a string or list where a number belongs) would make the recipient's mutation raise mid-exploit, so it
-    keeps its own value for that key instead."""
-    if spec.kind == "choice":
-        return any(value == c and type(value) is type(c) for c in spec.choices)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an int too large for a float
-        return False
-
-
 def read_entries(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
     """(line number, entry or None, parse error or None) for each line."""
     with open(path, "rb") as fh:
@@ -197,48 +146,51 @@ class VerifyProblem:
 
 
 def recompute_decision(entry: dict[str, Any]) -> list[str]:
-    """Replay a decision entry; returns the differences (empty when it reproduces)."""
+    """Replay a decision entry through :func:`~async_pbt_isaaclab.core.step.pbt_step`; returns the
+    differences (empty when it reproduces)."""
     try:
-        inputs = entry["inputs"]
         # A recorded fixture decision replays as it ran; this does not enable the fixture anywhere else.
         cfg = population_config_from_dict(entry["config"], allow_test_fixture=True)
-        me = MemberRecord.from_dict(inputs["me"], "inputs.me")
-        peers = [MemberRecord.from_dict(p, f"inputs.peers[{i}]") for i, p in enumerate(inputs["peers"])]
-        rng = MemberRng.from_state(entry["rng_before"])
-        now = float(inputs["now"])
+        me, peers, now = replay_records(entry)
+        rng_before = entry["rng_before"]
+        MemberRng.from_state(rng_before)
     except (KeyError, TypeError, ValueError, OverflowError, ConfigError, RecordError) as exc:
         return [f"entry cannot be replayed: {exc}"]
     try:
-        return _replay(entry, cfg, me, peers, rng, now)
+        step = pbt_step(PopulationView(me, tuple(peers), now), cfg, rng_before)
     except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
         # Recorded inputs a member could not have produced (e.g. a start value missing for a mutated key).
         return [f"entry cannot be replayed: {type(exc).__name__}: {exc}"]
-
-
-def _replay(entry: dict[str, Any], cfg: Any, me: MemberRecord, peers: list[MemberRecord], rng: MemberRng,
-            now: float) -> list[str]:
-    problems: list[str] = []
-    decision = decide(me, peers, cfg, rng, now)
     recorded = entry.get("decision")
     if not isinstance(recorded, dict):
         return [f"decision: recorded {recorded!r:.80} is not an object"]
-    mine = decision.to_dict()
-    for key in ("outcome", "donor", "compared", "excluded"):
+    problems: list[str] = []
+    mine = step.decision.to_dict()
+    for key in ("outcome", "donor", "compared", "excluded", "donor_entry"):
         if mine[key] != recorded.get(key):
-            problems.append(f"decision.{key}: recorded {recorded.get(key)!r}, recomputed {mine[key]!r}")
-    if decision.outcome in (Outcome.EXPLOIT, Outcome.EXPLORE):
-        start = entry.get("start_hyperparameters")
-        if not isinstance(start, dict):
-            return problems + ["start_hyperparameters missing for an exploit/explore"]
-        expected = start_hyperparameters(me, {p.member: p for p in peers}.get(decision.donor), cfg)
-        if start != expected:
-            problems.append(f"start_hyperparameters: recorded {start!r}, but my record and the donor's give {expected!r}")
-        new, changes = explore(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
-        if new != entry.get("new_hyperparameters"):
-            problems.append(f"new_hyperparameters: recorded {entry.get('new_hyperparameters')!r}, recomputed {new!r}")
-        if [c.to_dict() for c in changes] != entry.get("changes"):
-            problems.append("changes: recorded mutation changes do not match the recomputed ones")
-    if rng.get_state() != entry.get("rng_after"):
+            problems.append(f"decision.{key}: recorded {recorded.get(key)!r:.300}, recomputed {mine[key]!r:.300}")
+    for key in ("start_hyperparameters", "new_hyperparameters"):
+        if getattr(step, key) != entry.get(key):
+            problems.append(f"{key}: recorded {entry.get(key)!r}, recomputed {getattr(step, key)!r}")
+    if [c.to_dict() for c in step.changes] != entry.get("changes"):
+        problems.append("changes: recorded mutation changes do not match the recomputed ones")
+    if step.rng_after != entry.get("rng_after"):
+        problems.append("rng_after: recorded RNG state does not match the state after replay")
+    return problems
+
+
+def recompute_initial_mutation(entry: dict[str, Any]) -> list[str]:
+    """Replay an ``initial_mutation`` entry through :func:`~async_pbt_isaaclab.core.step.initial_step`."""
+    try:
+        cfg = population_config_from_dict(entry["config"], allow_test_fixture=True)
+        step = initial_step(int(entry["member"]), entry["start_hyperparameters"], cfg, entry["rng_before"])
+    except (KeyError, TypeError, ValueError, OverflowError, ArithmeticError, ConfigError) as exc:
+        return [f"entry cannot be replayed: {exc}"]
+    problems = []
+    if step.new_hyperparameters != entry.get("new_hyperparameters"):
+        problems.append(f"new_hyperparameters: recorded {entry.get('new_hyperparameters')!r}, "
+                        f"recomputed {step.new_hyperparameters!r}")
+    if step.rng_after != entry.get("rng_after"):
         problems.append("rng_after: recorded RNG state does not match the state after replay")
     return problems
 
@@ -250,6 +202,7 @@ def verify_log(path: str | os.PathLike) -> tuple[int, list[VerifyProblem]]:
     prev_hash = GENESIS
     expected_seq = 0
     count = 0
+    rng_stream: Any = None  # rng_after of the newest entry that drew from the member's RNG
     for lineno, entry, err in read_entries(path):
         if entry is None:
             problems.append(VerifyProblem(str(path), lineno, None, err or "unreadable"))
@@ -268,9 +221,20 @@ def verify_log(path: str | os.PathLike) -> tuple[int, list[VerifyProblem]]:
             problems.append(VerifyProblem(str(path), lineno, seq, "entry holds NaN or Infinity, which no member writes"))
         if recomputed is not None and entry.get("hash") != recomputed:
             problems.append(VerifyProblem(str(path), lineno, seq, "hash mismatch: the entry was edited after it was written"))
-        if entry.get("kind") == "decision":
+        kind = entry.get("kind")
+        if kind == "decision":
             for p in recompute_decision(entry):
                 problems.append(VerifyProblem(str(path), lineno, seq, f"decision does not reproduce: {p}"))
+        elif kind == "initial_mutation":
+            for p in recompute_initial_mutation(entry):
+                problems.append(VerifyProblem(str(path), lineno, seq, f"initial mutation does not reproduce: {p}"))
+        rng_in = entry.get("rng_state") if kind == "start" else entry.get("rng_before")
+        if kind in ("start", "decision", "initial_mutation") and rng_in is not None:
+            if rng_stream is not None and rng_in != rng_stream:
+                problems.append(VerifyProblem(str(path), lineno, seq, (
+                    "RNG stream broken: this entry's RNG state does not continue the previous decision's "
+                    "rng_after (was the member's state.json replaced or deleted?)")))
+            rng_stream = entry.get("rng_after", rng_in) if kind != "start" else rng_in
         prev_hash = str(entry.get("hash"))
         expected_seq = (seq if isinstance(seq, int) else expected_seq) + 1
     return count, problems

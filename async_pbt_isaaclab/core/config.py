@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from async_pbt_isaaclab.core import rules
 from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE
 from async_pbt_isaaclab.core.mutation import (
     ISAACLAB_KIND_NAMES,
@@ -26,16 +27,27 @@ from async_pbt_isaaclab.core.mutation import (
     MutationSpec,
 )
 
-SELECTION_RULES = ("dexpbt", "isaaclab", "welch")
-"""Selection rules a user may choose."""
+SELECTION_RULES = rules.production_rules()
+"""Selection rules a user may choose (from the registry in :mod:`async_pbt_isaaclab.core.rules`)."""
 
-TEST_FIXTURE_RULES = ("fixture_forced_exploit",)
+TEST_FIXTURE_RULES = rules.fixture_rules()
 """Rules for end-to-end tests only. Refused unless ``ASYNC_PBT_TEST_FIXTURE`` names the rule."""
 
 TEST_FIXTURE_ENV = "ASYNC_PBT_TEST_FIXTURE"
 """Environment variable that must equal a fixture rule's name for that rule to be accepted."""
 
 HPARAM_SOURCES = ("donor", "own")
+"""Where an exploiting member's hyperparameters start from before mutation."""
+
+OBJECTIVE_DIRECTIONS = ("max", "min")
+"""Accepted values of ``objective_direction``."""
+
+RETIRED_KEYS = {
+    "frame_tolerance": "removed: a peer ahead of you is compared at its history entry at or before your frame, "
+                       "never excluded for being ahead (see history_length and max_frame_lag)",
+    "gap_leader_fraction": "renamed to gap_donor_fraction: the required gap is relative to the donor's objective",
+}
+"""Keys earlier versions accepted, with what replaced them (a clearer error than 'unknown key')."""
 
 BAKED_IN = {
     "minibatch_size": " (baked into the PPO dataset at start: a donor's optimizer state and buffers assume it)",
@@ -44,7 +56,6 @@ BAKED_IN = {
     "seq_length": " (sizes RNN sequence buffers at start)",
 }
 """Keys people try to mutate that cannot change, with why (shown in the error)."""
-"""Where an exploiting member's hyperparameters start from before mutation."""
 
 
 class ConfigError(ValueError):
@@ -90,28 +101,35 @@ class PopulationConfig:
     # ---- our additions ----
     rule: str = "dexpbt"
     """Selection rule: ``dexpbt``, ``isaaclab`` or ``welch`` (see docs/selection.md)."""
+    objective_direction: str = "max"
+    """``max``: a larger objective is better (returns, success rates); ``min``: smaller is better (errors)."""
     window: int = 64
     """Evidence window: the last K completed episodes of the current generation."""
     min_episodes: int = 16
     """A member's evidence counts only with at least this many episodes in its window."""
+    settle_max_steps: int = -1
+    """Settling gate: evidence of a new generation counts once every env has finished an episode begun in
+    it, or after this many env steps of the generation (for tasks whose episodes may never end); -1: no cap."""
+    history_length: int = 12
+    """Interval entries (frame, evidence stats, checkpoint) each member keeps in its record, so peers behind
+    it can compare at matching progress; their checkpoints are kept on disk too. Should cover
+    ``max_frame_lag`` / ``interval_steps``."""
     max_heartbeat_age_s: float = 600.0
     """A peer whose heartbeat is older than this (seconds) is stale and not compared."""
     max_clock_skew_s: float = 60.0
     """A heartbeat further than this in the future is refused as clock skew."""
-    frame_tolerance: int = -1
-    """Peers may be at most this many frames ahead of me; -1 means one ``interval_steps``."""
     max_frame_lag: int = -1
-    """Peers lagging more than this many frames behind me are stale; -1 means 10 ``interval_steps``."""
+    """A peer whose newest entry lags more than this many frames behind me is stale; -1: 10 ``interval_steps``."""
     worst_fraction: float = 0.25
-    """``dexpbt``: the bottom fraction of compatible members that may exploit."""
+    """``dexpbt``/``welch``: the bottom fraction of compared members that may exploit."""
     top_fraction: float = 0.25
-    """``dexpbt``: the top fraction from which a donor is drawn."""
+    """``dexpbt``/``welch``: the top fraction from which a donor is drawn."""
     gap_std_fraction: float = 0.5
-    """``dexpbt``: exploit only if the gap to the donor exceeds this fraction of the trimmed std..."""
-    gap_leader_fraction: float = 0.05
-    """``dexpbt``: ...and this fraction of the leader's absolute objective."""
-    trim_fraction: float = 0.1
-    """``dexpbt``: fraction cut at each end of the population before taking the std."""
+    """``dexpbt``: copy the donor only if the gap to it exceeds this fraction of the trimmed std..."""
+    gap_donor_fraction: float = 0.05
+    """``dexpbt``: ...and this fraction of the donor's absolute objective; a smaller gap explores in place."""
+    trim_fraction: float = 0.2
+    """``dexpbt``: fraction of the lowest objectives left out before taking the std (the low tail only)."""
     min_members: int = 2
     """Decide only when at least this many compatible live members (me included) have evidence."""
     start_grace_frames: int = -1
@@ -126,10 +144,12 @@ class PopulationConfig:
     """``isaaclab``: an underperformer with no leader explores from its own weights (Isaac Lab does)."""
     hparams_from: str = "donor"
     """Exploit starts from the ``donor``'s hyperparameters (PBT) or keeps its ``own`` before mutation."""
+    initial_mutation: bool = False
+    """At a member's first start, mutate its yaml hyperparameters once (member 0 keeps them), as DexPBT can."""
     mutation_seed: int = -1
     """Seed of the member's mutation RNG; -1 derives it from ``policy_idx`` (distinct per member)."""
     keep_last_checkpoints: int = 3
-    """Retention: the newest K checkpoints of each member stay."""
+    """Retention: the newest K checkpoints of each member stay (and every one its history references)."""
     keep_best_checkpoints: int = 3
     """Retention: each member's K best checkpoints (by objective) stay."""
     temp_grace_s: float = 600.0
@@ -144,9 +164,6 @@ class PopulationConfig:
     """Stop exploiting after this many restarts of this member; -1 means no limit."""
 
     # ---- derived values ----
-    def resolved_frame_tolerance(self) -> int:
-        return self.interval_steps if self.frame_tolerance < 0 else self.frame_tolerance
-
     def resolved_max_frame_lag(self) -> int:
         return 10 * self.interval_steps if self.max_frame_lag < 0 else self.max_frame_lag
 
@@ -159,6 +176,14 @@ class PopulationConfig:
     def resolved_mutation_seed(self) -> int:
         # Distinct per member and stable across restarts; the persisted RNG state takes over after start.
         return 1_000_003 * (self.policy_idx + 1) if self.mutation_seed < 0 else self.mutation_seed
+
+    def better(self, a: float, b: float) -> bool:
+        """``a`` is strictly better than ``b`` under ``objective_direction``."""
+        return a > b if self.objective_direction == "max" else a < b
+
+    def score(self, value: float) -> float:
+        """``value`` on a larger-is-better scale (negated under ``objective_direction: min``)."""
+        return value if self.objective_direction == "max" else -value
 
     def workspace_path(self, train_dir: str | os.PathLike = "") -> Path:
         ws = Path(self.workspace).expanduser()
@@ -182,10 +207,10 @@ class PopulationConfig:
         """The fields a decision depends on (recorded in every audit entry, replayed by the verifier)."""
         keys = (
             "rule policy_idx num_policies objective interval_steps threshold_std threshold_abs mutation_rate "
-            "change_range window min_episodes max_heartbeat_age_s max_clock_skew_s frame_tolerance max_frame_lag "
-            "worst_fraction top_fraction gap_std_fraction gap_leader_fraction trim_fraction min_members "
+            "change_range window min_episodes settle_max_steps max_heartbeat_age_s max_clock_skew_s max_frame_lag "
+            "worst_fraction top_fraction gap_std_fraction gap_donor_fraction trim_fraction min_members "
             "start_grace_frames restart_grace_frames protect_interval_best welch_alpha explore_without_donor "
-            "hparams_from mutation max_restarts"
+            "hparams_from mutation max_restarts objective_direction"
         ).split()
         d = self.to_dict()
         return {k: d[k] for k in keys}
@@ -271,14 +296,21 @@ def _parse_mutation(raw: Any, problems: list[str], where: str) -> dict[str, Muta
         if unknown:
             problems.append(f"{label}: unknown keys {sorted(unknown)}; accepted: kind, low, high, change_range, step, choices")
             continue
-        kind = raw_spec.get("kind", default.kind)
-        if not isinstance(kind, str):
-            problems.append(f"{label}.kind: expected a kind name, got {kind!r}; accepted: {', '.join(MUTATION_KINDS)}")
+        raw_kind = raw_spec.get("kind", default.kind)
+        if not isinstance(raw_kind, str):
+            problems.append(f"{label}.kind: expected a kind name, got {raw_kind!r}; accepted: {', '.join(MUTATION_KINDS)}")
             continue
-        kind = ISAACLAB_KIND_NAMES.get(kind, kind)
+        kind = ISAACLAB_KIND_NAMES.get(raw_kind, raw_kind)
         if kind not in MUTATION_KINDS:
-            problems.append(f"{label}.kind: unknown kind {kind!r}; accepted: {', '.join(MUTATION_KINDS)}")
+            problems.append(f"{label}.kind: unknown kind {raw_kind!r}; accepted: "
+                            f"{', '.join(list(ISAACLAB_KIND_NAMES) + list(MUTATION_KINDS))}")
             continue
+        # The same key/kind check as the short form: mutate_float on mini_epochs is an int step, never a float.
+        base, why = _spec_for_kind(key, default, kind, raw_kind)
+        if base is None:
+            problems.append(f"{label}.kind: {why}")
+            continue
+        default, kind = base, base.kind
         try:
             low = float(raw_spec.get("low", default.low))
             high = float(raw_spec.get("high", default.high))
@@ -381,6 +413,9 @@ def population_config_from_dict(
     defaults = PopulationConfig()
     values: dict[str, Any] = {}
     for key, value in raw.items():
+        if key in RETIRED_KEYS:
+            problems.append(f"{where}{key}: {RETIRED_KEYS[key]}")
+            continue
         if key not in _FIELD_TYPES:
             problems.append(f"{where}{key}: unknown key; accepted keys: {', '.join(FIELD_NAMES)}")
             continue
@@ -420,9 +455,12 @@ def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool
     for name in ("mutation_rate", "worst_fraction", "top_fraction"):
         v = getattr(cfg, name)
         need(0.0 <= v <= 1.0, f"{name}: {v} is outside [0, 1]")
-    need(0.0 <= cfg.trim_fraction < 0.5, f"trim_fraction: {cfg.trim_fraction} is outside [0, 0.5)")
+    need(0.0 <= cfg.trim_fraction < 1.0, f"trim_fraction: {cfg.trim_fraction} is outside [0, 1)")
+    need(cfg.objective_direction in OBJECTIVE_DIRECTIONS,
+         f"objective_direction: {cfg.objective_direction!r} is not accepted; accepted: {', '.join(OBJECTIVE_DIRECTIONS)}")
+    need(cfg.history_length >= 1, f"history_length: must be >= 1, got {cfg.history_length}")
     need(0.0 < cfg.welch_alpha < 1.0, f"welch_alpha: {cfg.welch_alpha} is outside (0, 1)")
-    for name in ("threshold_std", "threshold_abs", "gap_std_fraction", "gap_leader_fraction",
+    for name in ("threshold_std", "threshold_abs", "gap_std_fraction", "gap_donor_fraction",
                  "max_heartbeat_age_s", "max_clock_skew_s", "temp_grace_s", "heartbeat_interval_s"):
         v = getattr(cfg, name)
         need(v >= 0, f"{name}: must be >= 0, got {v}")
@@ -430,7 +468,7 @@ def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool
     need(1 <= cfg.min_episodes <= cfg.window,
          f"min_episodes: {cfg.min_episodes} must be in [1, window={cfg.window}]")
     need(cfg.min_members >= 2, f"min_members: must be >= 2 (a member needs a peer), got {cfg.min_members}")
-    for name in ("frame_tolerance", "max_frame_lag", "start_grace_frames", "restart_grace_frames",
+    for name in ("max_frame_lag", "start_grace_frames", "restart_grace_frames", "settle_max_steps",
                  "mutation_seed", "max_restarts"):
         v = getattr(cfg, name)
         need(v >= -1, f"{name}: must be >= 0, or -1 for the default, got {v}")

@@ -111,6 +111,9 @@ class EpisodeBatch:
     """Policy generation of the member when these episodes completed."""
     condition: ConditionLabel = field(default_factory=ConditionLabel)
     """Conditions the episodes were collected under."""
+    settled: bool = True
+    """The source's settling gate had opened for this generation when it emitted the batch (see
+    :attr:`EvidenceSummary.settled`); episodes completed before it opened are not in the batch."""
 
     def __len__(self) -> int:
         return len(self.returns)
@@ -142,7 +145,7 @@ class EpisodeBatch:
         if not batches:
             return EpisodeBatch()
         first = batches[0]
-        out = EpisodeBatch(generation=first.generation, condition=first.condition)
+        out = EpisodeBatch(generation=first.generation, condition=first.condition, settled=batches[-1].settled)
         for b in batches:
             if b.generation != first.generation or b.condition != first.condition:
                 raise EvidenceError("cannot concatenate episode batches of different generation or condition")
@@ -171,6 +174,10 @@ class EvidenceSummary:
     """Completed episodes of this generation seen so far (may exceed the window)."""
     rejected_non_finite: int
     """Episodes whose objective value was NaN or infinite and so did not enter the window."""
+    settled: bool = True
+    """The generation's evidence has settled: every env finished an episode begun in this generation (or
+    ``settle_max_steps`` passed), so the early, short episodes right after a start no longer bias it. Peers
+    compare unsettled evidence with nothing."""
 
     @property
     def count(self) -> int:
@@ -200,6 +207,7 @@ class EvidenceSummary:
             "values": list(self.values),
             "episodes_seen": self.episodes_seen,
             "rejected_non_finite": self.rejected_non_finite,
+            "settled": self.settled,
         }
 
     @classmethod
@@ -215,6 +223,9 @@ class EvidenceSummary:
         for key in ("generation", "episodes_seen"):
             if key in data and (isinstance(data[key], bool) or not isinstance(data[key], int)):
                 raise EvidenceError(f"{where}.{key}: expected an integer, got {data[key]!r}")
+        settled = data.get("settled", True)
+        if not isinstance(settled, bool):
+            raise EvidenceError(f"{where}.settled: expected true or false, got {settled!r}")
         try:
             values = tuple(map(float, raw_values))
             summary = cls(
@@ -223,6 +234,7 @@ class EvidenceSummary:
                 values=values,
                 episodes_seen=int(data["episodes_seen"]),
                 rejected_non_finite=int(data.get("rejected_non_finite", 0)),
+                settled=settled,
             )
         except KeyError as exc:
             raise EvidenceError(f"{where}: missing key {exc.args[0]!r}") from None
@@ -255,6 +267,8 @@ class EvidenceWindow:
         """Completed episodes of this generation offered to the window."""
         self.rejected_non_finite = 0
         """Of those, how many had a NaN, infinite or out-of-range (see MAX_ABS_OBJECTIVE) objective value."""
+        self.settled = False
+        """Set by the summary source's gate once this generation's evidence is representative."""
 
     def start_generation(self, generation: int) -> None:
         """Forget all evidence: a new policy generation starts (after exploit or explore)."""
@@ -262,13 +276,25 @@ class EvidenceWindow:
         self._values.clear()
         self.episodes_seen = 0
         self.rejected_non_finite = 0
+        self.settled = False
+
+    def restore(self, summary: EvidenceSummary) -> None:
+        """Continue from a saved summary of the same generation (a resumed member publishes at once)."""
+        self.start_generation(summary.generation)
+        self._values.extend(summary.values)
+        self.episodes_seen = summary.episodes_seen
+        self.rejected_non_finite = summary.rejected_non_finite
+        self.settled = summary.settled
 
     def add(self, batch: EpisodeBatch) -> int:
         """Add a batch's episodes; returns how many values entered the window.
 
         Raises ``KeyError`` naming the objective when the batch does not carry it.
         """
-        if batch.generation != self.generation or len(batch) == 0:
+        if batch.generation != self.generation:
+            return 0
+        self.settled = self.settled or batch.settled
+        if len(batch) == 0:
             return 0
         values = batch.objective_values(self.objective)
         added = 0
@@ -288,6 +314,7 @@ class EvidenceWindow:
             values=tuple(self._values),
             episodes_seen=self.episodes_seen,
             rejected_non_finite=self.rejected_non_finite,
+            settled=self.settled,
         )
 
     def __len__(self) -> int:

@@ -22,8 +22,8 @@ from typing import Any
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.records import RecordError
 
-STATE_SCHEMA_VERSION = 1
-"""Version of ``state.json``."""
+STATE_SCHEMA_VERSION = 2
+"""Version of ``state.json`` (2: evidence, history, origin and finish kept with the member)."""
 
 
 @dataclass
@@ -56,11 +56,46 @@ class MemberState:
     """Set just before an exploit restart; cleared once the new process verified and loaded it."""
     best: list[dict[str, Any]] = field(default_factory=list)
     """Historical best checkpoints of this member (best first), mirrored to ``best.json``."""
+    evidence: dict[str, Any] | None = None
+    """The evidence window at the last save (``EvidenceSummary`` + ``condition``), so a resumed member
+    publishes at once instead of waiting for a new window."""
+    history: list[dict[str, Any]] = field(default_factory=list)
+    """The record's interval entries (``HistoryEntry`` dicts, oldest first); continues across restarts."""
+    origin_sha256: str = ""
+    """sha256 of the donor checkpoint the current generation was copied from ("" when not copied)."""
+    finished: dict[str, Any] | None = None
+    """``{frame, epoch}`` once the member reached its training limit; a later start with the same limit
+    exits at once instead of training another epoch."""
     schema_version: int = STATE_SCHEMA_VERSION
     """Layout version."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    # ---- transitions (the only places these fields change together) ----
+    def published(self, checkpoint: str, sha256: str) -> None:
+        """A checkpoint of the current generation was written: it is the resume point now."""
+        self.last_checkpoint, self.last_checkpoint_sha256 = checkpoint, sha256
+
+    def add_history(self, entry: dict[str, Any], limit: int) -> None:
+        """Append an interval entry, keeping the newest ``limit``."""
+        self.history = [*self.history, entry][-limit:]
+
+    def begin_generation(self, *, frame: int, hyperparameters: dict[str, Any], lineage_entry: dict[str, Any],
+                         checkpoint: str, sha256: str, origin_sha256: str, pending: dict[str, Any]) -> int:
+        """Exploit or explore decided and its recipient checkpoint written: the next generation starts at
+        ``frame`` from ``checkpoint``. ``pending`` is what the next start must verify and apply. Returns the
+        new generation."""
+        self.generation += 1
+        self.generation_start_frame = frame
+        self.restarts += 1
+        self.hyperparameters = dict(hyperparameters)
+        self.lineage.append(lineage_entry)
+        self.published(checkpoint, sha256)
+        self.origin_sha256 = origin_sha256
+        self.evidence = None
+        self.pending_exploit = dict(pending)
+        return self.generation
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "MemberState":
@@ -86,14 +121,16 @@ class MemberState:
 
 
 _FIELD_TYPES = {"rng_state": dict, "hyperparameters": dict, "lineage": list, "experiment_name": str,
-                "last_checkpoint": str, "last_checkpoint_sha256": str, "best": list}
+                "last_checkpoint": str, "last_checkpoint_sha256": str, "best": list, "history": list,
+                "origin_sha256": str, "evidence": (dict, type(None)), "finished": (dict, type(None))}
 
 
 def _check_types(state: MemberState, where: str) -> None:
     """Refuse a state the member could not use (it would fail later, mid-training, with a bare TypeError)."""
     for key, typ in _FIELD_TYPES.items():
         if not isinstance(getattr(state, key), typ):
-            raise RecordError(f"{where}.{key}: expected {typ.__name__}, got {getattr(state, key)!r:.80}")
+            name = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
+            raise RecordError(f"{where}.{key}: expected {name}, got {getattr(state, key)!r:.80}")
     if not all(isinstance(e, dict) for e in state.lineage):
         raise RecordError(f"{where}.lineage: every entry must be an object")
     for i, e in enumerate(state.best):
@@ -104,6 +141,18 @@ def _check_types(state: MemberState, where: str) -> None:
                                     and isinstance(pending.get("sha256"), str)):
         raise RecordError(f"{where}.pending_exploit: expected null or an object with checkpoint and sha256, "
                           f"got {pending!r:.80}")
+    from async_pbt_isaaclab.core.records import HistoryEntry
+
+    for i, e in enumerate(state.history):
+        HistoryEntry.from_dict(e, f"{where}.history[{i}]")
+    if state.evidence is not None:
+        from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceError, EvidenceSummary
+
+        try:
+            EvidenceSummary.from_dict(state.evidence.get("summary"), f"{where}.evidence.summary")
+            ConditionLabel.from_dict(state.evidence.get("condition"), f"{where}.evidence.condition")
+        except EvidenceError as exc:
+            raise RecordError(str(exc)) from None
     if state.rng_state:  # {}: not drawn from yet (the member sets it at its first start)
         from async_pbt_isaaclab.core.mutation import MemberRng
 

@@ -1,6 +1,6 @@
-"""Bounded, reproducible hyperparameter mutation (the "explore" step of PBT).
+"""Bounded, reproducible hyperparameter mutation (what PBT calls "explore": exploit and explore both mutate).
 
-``explore(hparams, specs, rate, rng) -> (new_hparams, changes)`` is a pure function of its inputs and
+``mutate(hparams, specs, rate, rng) -> (new_hparams, changes)`` is a pure function of its inputs and
 the RNG state, so an audit entry that records the RNG state before the call can be replayed exactly.
 
 Kinds (``MutationSpec.kind``):
@@ -165,7 +165,7 @@ def mutate_value(value: Any, spec: MutationSpec, change_range: tuple[float, floa
     raise ValueError(f"unknown mutation kind {spec.kind!r}; accepted: {', '.join(MUTATION_KINDS)}")
 
 
-def explore(
+def mutate(
     hparams: Mapping[str, Any],
     specs: Mapping[str, MutationSpec],
     mutation_rate: float,

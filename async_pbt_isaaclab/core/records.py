@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceError, EvidenceSummary
+from async_pbt_isaaclab.core.evidence import MAX_ABS_OBJECTIVE, ConditionLabel, EvidenceError, EvidenceSummary
 
-SCHEMA_VERSION = 1
-"""Version of the record layout; readers refuse other versions rather than guess."""
+SCHEMA_VERSION = 2
+"""Version of the record layout; readers refuse other versions rather than guess (2: interval history,
+settled evidence, origin checkpoint)."""
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -30,6 +31,74 @@ STATUSES = ("running", "finished", "stopped")
 
 class RecordError(ValueError):
     """A workspace record is unreadable or malformed. The message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One interval of a member's past: what its evidence was at ``frame`` and the checkpoint taken there.
+
+    Peers behind this member compare themselves with the newest entry at or before their own frame, and
+    an exploit copies the checkpoint of the entry that was compared.
+    """
+
+    frame: int
+    """Member frames when the entry was published."""
+    generation: int
+    """Policy generation the evidence and checkpoint belong to."""
+    mean: float
+    """Window mean of the objective (settled evidence of ``generation``)."""
+    std: float
+    """Sample standard deviation of the window (0.0 for one episode)."""
+    count: int
+    """Episodes in the window."""
+    condition: ConditionLabel
+    """Conditions the evidence was collected under."""
+    checkpoint: str | None = None
+    """Checkpoint saved at this entry, workspace-relative (kept on disk while the entry is in the history)."""
+    checkpoint_sha256: str | None = None
+    """Its sha256."""
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    """Hyperparameters at this entry; ``learning_rate`` is the live rate (adaptive schedule included)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"frame": self.frame, "generation": self.generation, "mean": self.mean, "std": self.std,
+                "count": self.count, "condition": self.condition.to_dict(), "checkpoint": self.checkpoint,
+                "checkpoint_sha256": self.checkpoint_sha256, "hyperparameters": dict(self.hyperparameters)}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> "HistoryEntry":
+        if not isinstance(data, Mapping):
+            raise RecordError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        unknown = set(data) - {"frame", "generation", "mean", "std", "count", "condition", "checkpoint",
+                               "checkpoint_sha256", "hyperparameters"}
+        if unknown:
+            raise RecordError(f"{where}: unknown keys {sorted(unknown)}")
+        ints = {}
+        for key in ("frame", "generation", "count"):
+            v = data.get(key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise RecordError(f"{where}.{key}: expected a non-negative integer, got {v!r:.40}")
+            ints[key] = v
+        floats = {}
+        for key in ("mean", "std"):
+            v = data.get(key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise RecordError(f"{where}.{key}: expected a number, got {v!r:.40}")
+            floats[key] = _finite(v, f"{where}.{key}")
+        if abs(floats["mean"]) > MAX_ABS_OBJECTIVE or abs(floats["std"]) > MAX_ABS_OBJECTIVE:
+            raise RecordError(f"{where}: mean/std out of range (|v| > {MAX_ABS_OBJECTIVE:g})")
+        ckpt, sha = data.get("checkpoint"), data.get("checkpoint_sha256")
+        if ckpt is not None and not isinstance(ckpt, str):
+            raise RecordError(f"{where}.checkpoint: expected a string or null, got {ckpt!r:.40}")
+        if sha is not None and not (isinstance(sha, str) and _SHA256_HEX.fullmatch(sha)):
+            raise RecordError(f"{where}.checkpoint_sha256: not a sha256 hex digest: {sha!r:.80}")
+        hparams = _checked_hyperparameters(data.get("hyperparameters", {}), f"{where}.hyperparameters")
+        try:
+            condition = ConditionLabel.from_dict(data.get("condition", {}), f"{where}.condition")
+        except EvidenceError as exc:
+            raise RecordError(str(exc)) from None
+        return cls(**ints, **floats, condition=condition, checkpoint=ckpt, checkpoint_sha256=sha,
+                   hyperparameters=hparams)
 
 
 @dataclass(frozen=True)
@@ -70,6 +139,11 @@ class MemberRecord:
     """Host name of the process."""
     pid: int = 0
     """Process id of the writer."""
+    history: tuple[HistoryEntry, ...] = ()
+    """Interval entries, oldest first, at most ``history_length``; only settled evidence makes an entry."""
+    origin_sha256: str = ""
+    """sha256 of the donor checkpoint the current generation was copied from ("" when not copied), so the
+    member never copies the same checkpoint again."""
     schema_version: int = SCHEMA_VERSION
     """Layout version of this record."""
 
@@ -93,6 +167,8 @@ class MemberRecord:
             "last_decision": self.last_decision,
             "host": self.host,
             "pid": self.pid,
+            "history": [e.to_dict() for e in self.history],
+            "origin_sha256": self.origin_sha256,
         }
 
     @classmethod
@@ -127,15 +203,14 @@ class MemberRecord:
         status = get("status", str)
         if status not in STATUSES:
             raise RecordError(f"{where}.status: {status!r} is not one of {', '.join(STATUSES)}")
-        hparams = get("hyperparameters", dict)
-        for k, v in hparams.items():
-            if isinstance(v, float) and not math.isfinite(v):
-                raise RecordError(f"{where}.hyperparameters.{k}: not finite: {v!r}")
-        try:
-            # Every decision copies the records it used into the audit log, which refuses NaN anywhere.
-            json.dumps(hparams, allow_nan=False)
-        except ValueError:
-            raise RecordError(f"{where}.hyperparameters: contains NaN or infinite values") from None
+        hparams = _checked_hyperparameters(get("hyperparameters", dict), f"{where}.hyperparameters")
+        raw_history = get("history", list)
+        history = tuple(HistoryEntry.from_dict(e, f"{where}.history[{i}]") for i, e in enumerate(raw_history))
+        if any(a.frame > b.frame for a, b in zip(history, history[1:])):
+            raise RecordError(f"{where}.history: entries are not in frame order")
+        origin = get("origin_sha256", str)
+        if origin and not _SHA256_HEX.fullmatch(origin):
+            raise RecordError(f"{where}.origin_sha256: not a sha256 hex digest: {origin!r:.80}")
         sha = get("checkpoint_sha256", str, optional=True)
         if sha is not None and not _SHA256_HEX.fullmatch(sha):
             raise RecordError(f"{where}.checkpoint_sha256: not a sha256 hex digest: {sha!r}")
@@ -164,6 +239,8 @@ class MemberRecord:
             last_decision=str(get("last_decision", str, optional=True) or ""),
             host=str(get("host", str, optional=True) or ""),
             pid=int(get("pid", int, optional=True) or 0),
+            history=history,
+            origin_sha256=origin,
             schema_version=version,
         )
 
@@ -191,6 +268,20 @@ def read_record(path: Path) -> MemberRecord:
     except OSError as exc:
         raise RecordError(f"{path}: cannot read ({exc.strerror})") from None
     return parse_record_bytes(data, str(path))
+
+
+def _checked_hyperparameters(hparams: Any, where: str) -> dict[str, Any]:
+    """A copy of a hyperparameter mapping with only finite JSON values (the audit log refuses NaN anywhere)."""
+    if not isinstance(hparams, Mapping):
+        raise RecordError(f"{where}: expected a JSON object, got {hparams!r:.40}")
+    for k, v in hparams.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            raise RecordError(f"{where}.{k}: not finite: {v!r}")
+    try:
+        json.dumps(hparams, allow_nan=False)
+    except (ValueError, TypeError):
+        raise RecordError(f"{where}: contains NaN, infinite or non-JSON values") from None
+    return dict(hparams)
 
 
 def _finite(value: int | float, where: str) -> float:

@@ -78,7 +78,7 @@ from async_pbt_isaaclab.core.audit import AuditLog, decision_body, read_entries,
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, population_config_from_dict
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
 from async_pbt_isaaclab.core.member_state import MemberState, load_state
-from async_pbt_isaaclab.core.mutation import MemberRng, explore
+from async_pbt_isaaclab.core.mutation import MemberRng, mutate
 from async_pbt_isaaclab.core.records import MemberRecord, RecordError, parse_record_bytes
 from async_pbt_isaaclab.core.selection import Outcome, decide
 from async_pbt_isaaclab.core.workspace import (
@@ -196,7 +196,7 @@ def build_audit_log(path: Path) -> bytes:
         if d.outcome in (Outcome.EXPLOIT, Outcome.EXPLORE):
             donor = {r.member: r for r in recs}.get(d.donor)
             start = start_hyperparameters(me, donor, cfg)
-            new, changes = explore(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
+            new, changes = mutate(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
         log.append("decision", decision_body(me, [r for r in recs if r.member != me.member], cfg.selection_dict(),
                                              now, rng_before, d, start, new, changes, rng.get_state(),
                                              {7: "bad json"} if step else None), now=now)
@@ -436,7 +436,7 @@ def check_record(rec: MemberRecord) -> None:
         me = seed_records()[2]
         try:
             start = start_hyperparameters(me, dataclasses.replace(rec, member=0), cfg)
-            explore(start, cfg.mutation, 1.0, cfg.change_range, MemberRng(7))
+            mutate(start, cfg.mutation, 1.0, cfg.change_range, MemberRng(7))
         except Exception as exc:  # noqa: BLE001
             raise InvariantError(f"exploit of an accepted donor record raised {type(exc).__name__}: {exc}") from None
 

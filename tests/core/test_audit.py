@@ -20,7 +20,7 @@ import pytest
 
 from async_pbt_isaaclab.core.audit import GENESIS, AuditLog, decision_body, entry_hash, verify_log
 from async_pbt_isaaclab.core.config import population_config_from_dict
-from async_pbt_isaaclab.core.mutation import MemberRng, explore
+from async_pbt_isaaclab.core.mutation import MemberRng, mutate
 from async_pbt_isaaclab.core.selection import Outcome, decide
 
 NOW = 1_700_000_000.0
@@ -52,7 +52,7 @@ def _log_decision(log, me, recs, cfg, rng, now):
     elif d.outcome is Outcome.EXPLORE:
         start = dict(me.hyperparameters)
     if start is not None:
-        new, changes = explore(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
+        new, changes = mutate(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
     log.append("decision", decision_body(me, recs, cfg.selection_dict(), now, rng_before, d, start, new, changes,
                                          rng.get_state(), unreadable_peers={3: "bad json"}), now=now)
     return d

@@ -71,7 +71,7 @@ def int_specs(draw):
        seed=st.integers(0, 2**63))
 def test_float_kinds_always_inside_bounds(spec, value, rate, cr, seed):
     rng = MemberRng(seed)
-    new, changes = explore({"x": value}, {"x": spec}, rate, cr, rng)
+    new, changes = mutate({"x": value}, {"x": spec}, rate, cr, rng)
     assert spec.low <= new["x"] <= spec.high, (spec, value, new)
     # Direct mutation as well (rate 1 path), for any value.
     mutated, factor = mutate_value(value, spec, cr, MemberRng(seed))
@@ -83,7 +83,7 @@ def test_float_kinds_always_inside_bounds(spec, value, rate, cr, seed):
 @SETTINGS
 @given(spec=int_specs(), value=st.integers(-1000, 1000), rate=st.floats(0.0, 1.0), seed=st.integers(0, 2**63))
 def test_int_kind_always_integer_inside_bounds(spec, value, rate, seed):
-    new, _ = explore({"n": value}, {"n": spec}, rate, (1.1, 2.0), MemberRng(seed))
+    new, _ = mutate({"n": value}, {"n": spec}, rate, (1.1, 2.0), MemberRng(seed))
     assert isinstance(new["n"], int)
     assert spec.low <= new["n"] <= spec.high, (spec, value, new)
 
@@ -93,7 +93,7 @@ def test_int_kind_always_integer_inside_bounds(spec, value, rate, seed):
        seed=st.integers(0, 2**63))
 def test_choice_kind_picks_another_allowed_value(choices, seed):
     spec = MutationSpec(kind="choice", choices=tuple(choices))
-    new, changes = explore({"opt": choices[0]}, {"opt": spec}, 1.0, (1.1, 2.0), MemberRng(seed))
+    new, changes = mutate({"opt": choices[0]}, {"opt": spec}, 1.0, (1.1, 2.0), MemberRng(seed))
     assert new["opt"] in choices and new["opt"] != choices[0]
     assert within_bounds(new["opt"], spec)
     assert changes[0].old == choices[0] and changes[0].new == new["opt"]
@@ -126,7 +126,7 @@ def test_zero_and_out_of_bounds_starting_values_come_back_inside():
     v, _ = mutate_value(0.0, lr, (1.1, 2.0), rng)
     assert 1e-6 <= v <= 1e-2
     # Not mutated (rate 0) but out of bounds: clipped back in and reported as a change.
-    new, changes = explore({"learning_rate": 0.5}, {"learning_rate": lr}, 0.0, (1.1, 2.0), rng)
+    new, changes = mutate({"learning_rate": 0.5}, {"learning_rate": lr}, 0.0, (1.1, 2.0), rng)
     assert new["learning_rate"] == 1e-2
     assert [(c.key, c.old, c.new, c.factor) for c in changes] == [("learning_rate", 0.5, 1e-2, None)]
 
@@ -144,16 +144,16 @@ def test_int_step_is_between_one_and_step():
 def test_rate_zero_changes_nothing_inside_bounds_and_rate_one_changes_everything():
     specs = {k: SUPPORTED_HYPERPARAMETERS[k].spec for k in ("learning_rate", "gamma", "e_clip", "mini_epochs")}
     hp = {"learning_rate": 3e-4, "gamma": 0.99, "e_clip": 0.2, "mini_epochs": 5}
-    new, changes = explore(hp, specs, 0.0, (1.1, 2.0), MemberRng(3))
+    new, changes = mutate(hp, specs, 0.0, (1.1, 2.0), MemberRng(3))
     assert new == hp and changes == []
-    new, changes = explore(hp, specs, 1.0, (1.1, 2.0), MemberRng(3))
+    new, changes = mutate(hp, specs, 1.0, (1.1, 2.0), MemberRng(3))
     assert sorted(c.key for c in changes) == sorted(hp)
     assert all(new[k] != hp[k] for k in hp)
 
 
 def test_missing_value_for_a_spec_is_an_error():
     with pytest.raises(KeyError, match="gamma"):
-        explore({}, {"gamma": SUPPORTED_HYPERPARAMETERS["gamma"].spec}, 1.0, (1.1, 2.0), MemberRng(0))
+        mutate({}, {"gamma": SUPPORTED_HYPERPARAMETERS["gamma"].spec}, 1.0, (1.1, 2.0), MemberRng(0))
 
 
 # ------------------------------------------------------------------ RNG persistence
@@ -168,7 +168,7 @@ def test_rng_state_round_trips_json_and_continues_the_sequence(seed, before, aft
     def draws(rng, n):
         out = []
         for _ in range(n):
-            out.append(explore(hp, specs, 0.5, (1.1, 2.0), rng)[0])
+            out.append(mutate(hp, specs, 0.5, (1.1, 2.0), rng)[0])
             out.append(rng.uniform(0, 1))
             out.append(rng.integers(0, 5))
         return out
@@ -211,8 +211,8 @@ def test_explore_ignores_insertion_order(seed, order, rate):
     specs_shuffled = {k: specs_sorted[k] for k in order}
     hp_shuffled = {k: hp[k] for k in order}
     rng_a, rng_b = MemberRng(seed), MemberRng(seed)
-    new_a, changes_a = explore(hp, specs_sorted, rate, (1.1, 2.0), rng_a)
-    new_b, changes_b = explore(hp_shuffled, specs_shuffled, rate, (1.1, 2.0), rng_b)
+    new_a, changes_a = mutate(hp, specs_sorted, rate, (1.1, 2.0), rng_a)
+    new_b, changes_b = mutate(hp_shuffled, specs_shuffled, rate, (1.1, 2.0), rng_b)
     assert new_a == new_b
     assert changes_a == changes_b
     assert [c.key for c in changes_a] == sorted(c.key for c in changes_a)  # reported in sorted order

@@ -10,8 +10,16 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from async_pbt_isaaclab.core.evidence import ConditionLabel, EpisodeBatch
+from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE, ConditionLabel, EpisodeBatch, EvidenceWindow
 from async_pbt_isaaclab.envs.summary import DrainStats, EpisodeSummaryEmitter, default_term_mode
+
+
+def ungated_emitter(*args, **kwargs) -> EpisodeSummaryEmitter:
+    """An emitter whose settling gate is open from the first step: these tests check the episode records
+    themselves against a reference; the gate has tests of its own (test_settling_*)."""
+    kwargs.setdefault("settle_max_steps", 0)
+    return EpisodeSummaryEmitter(*args, **kwargs)
+
 
 
 # ---------------------------------------------------------------------------------------------- reference
@@ -180,7 +188,7 @@ def test_matches_reference_on_random_patterns(seed):
         return ConditionLabel(task="T", curriculum_stage=str(stage["value"]))
 
     fresh = rng.random() < 0.8
-    emitter = EpisodeSummaryEmitter(
+    emitter = ungated_emitter(
         n, "cpu", term_names, label if use_callable else ConditionLabel(task="T", curriculum_stage="0"),
         generation=3, term_modes=explicit, capacity=capacity, fresh_start=fresh,
     )
@@ -210,7 +218,7 @@ def test_matches_reference_on_random_patterns(seed):
 
 def test_several_finishes_and_repeat_finishes_between_drains():
     n = 3
-    em = EpisodeSummaryEmitter(n, "cpu", ["succ"], term_modes={"succ": "last"}, capacity=12)
+    em = ungated_emitter(n, "cpu", ["succ"], term_modes={"succ": "last"}, capacity=12)
     f, t = False, True
     steps = [
         # rewards,        terminated,  truncated,   success flag
@@ -231,7 +239,7 @@ def test_several_finishes_and_repeat_finishes_between_drains():
 
 def test_overflow_keeps_newest_and_counts_dropped():
     n = 2
-    em = EpisodeSummaryEmitter(n, "cpu", capacity=3)
+    em = ungated_emitter(n, "cpu", capacity=3)
     done = torch.tensor([True, True])
     no = torch.tensor([False, False])
     for i in range(4):  # 8 one-step episodes, returns 0..7 in completion order
@@ -248,7 +256,7 @@ def test_overflow_keeps_newest_and_counts_dropped():
 
 def test_generation_change_drops_straddling_episodes():
     n = 2
-    em = EpisodeSummaryEmitter(n, "cpu", generation=0)
+    em = ungated_emitter(n, "cpu", generation=0)
     no = torch.tensor([False, False])
     em.step(torch.tensor([1.0, 1.0]), torch.tensor([True, False]), no)  # env 0 done (gen 0), env 1 running
     em.start_generation(1)  # env 0 has not acted in its new episode: it counts for gen 1
@@ -263,7 +271,7 @@ def test_generation_change_drops_straddling_episodes():
 
 def test_condition_callable_change_starts_new_segment():
     stage = {"v": "0"}
-    em = EpisodeSummaryEmitter(1, "cpu", condition=lambda: ConditionLabel(task="t", curriculum_stage=stage["v"]))
+    em = ungated_emitter(1, "cpu", condition=lambda: ConditionLabel(task="t", curriculum_stage=stage["v"]))
     assert em.condition.curriculum_stage == "0"
     em.step(torch.tensor([1.0]), torch.tensor([True]), torch.tensor([False]))
     stage["v"] = "1"  # the curriculum advanced inside the next env step
@@ -277,7 +285,7 @@ def test_condition_callable_change_starts_new_segment():
 
 
 def test_attach_mid_episode_and_reset():
-    em = EpisodeSummaryEmitter(2, "cpu", fresh_start=False)
+    em = ungated_emitter(2, "cpu", fresh_start=False)
     no = torch.tensor([False, False])
     em.step(torch.tensor([1.0, 1.0]), torch.tensor([True, False]), no)
     em.step(torch.tensor([1.0, 1.0]), torch.tensor([True, False]), no)
@@ -289,7 +297,7 @@ def test_attach_mid_episode_and_reset():
 
 
 def test_max_mode_with_negative_values_and_nan_log():
-    em = EpisodeSummaryEmitter(1, "cpu", ["m", "Metrics/x"], term_modes={"m": "max"})
+    em = ungated_emitter(1, "cpu", ["m", "Metrics/x"], term_modes={"m": "max"})
     em.step(torch.tensor([0.0]), torch.tensor([False]), torch.tensor([False]), {"m": torch.tensor([-3.0])}, {})
     em.step(torch.tensor([0.0]), torch.tensor([True]), torch.tensor([False]), {"m": torch.tensor([-5.0])}, None)
     batch = em.drain()
@@ -299,18 +307,18 @@ def test_max_mode_with_negative_values_and_nan_log():
 
 def test_argument_validation():
     with pytest.raises(ValueError, match="capacity"):
-        EpisodeSummaryEmitter(8, "cpu", capacity=4)
+        ungated_emitter(8, "cpu", capacity=4)
     with pytest.raises(ValueError, match="unknown mode"):
-        EpisodeSummaryEmitter(2, "cpu", ["a"], term_modes={"a": "mean"})
+        ungated_emitter(2, "cpu", ["a"], term_modes={"a": "mean"})
     with pytest.raises(ValueError, match="not in term_names"):
-        EpisodeSummaryEmitter(2, "cpu", ["a"], term_modes={"b": "sum"})
+        ungated_emitter(2, "cpu", ["a"], term_modes={"b": "sum"})
     with pytest.raises(ValueError, match="duplicate"):
-        EpisodeSummaryEmitter(2, "cpu", ["a", "a"])
-    em = EpisodeSummaryEmitter(2, "cpu", ["a"])
+        ungated_emitter(2, "cpu", ["a", "a"])
+    em = ungated_emitter(2, "cpu", ["a"])
     with pytest.raises(KeyError):
         em.step(torch.zeros(2), torch.zeros(2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool))
     with pytest.raises(TypeError):
-        EpisodeSummaryEmitter(2, "cpu", condition=lambda: "stage-1")
+        ungated_emitter(2, "cpu", condition=lambda: "stage-1")
 
 
 # ---------------------------------------------------------------------------------------------- no host syncs
@@ -328,7 +336,7 @@ def _sync_free_inputs(n, device):
 
 def _emitter_for_sync_checks(device):
     names = ["a", "b", "c", "Episode_Reward/a", "Curriculum/x", "Episode_Termination/t"]
-    return EpisodeSummaryEmitter(
+    return ungated_emitter(
         8, device, names, condition=lambda: ConditionLabel(task="t"),
         term_modes={"b": "last", "c": "max"},
     )
@@ -392,7 +400,7 @@ def test_compiled_path_matches_reference():
     gen = torch.Generator().manual_seed(7)
     names = ["a", "b", "Episode_Reward/x"]
     modes = {"a": "sum", "b": "last", "Episode_Reward/x": "log"}
-    em = EpisodeSummaryEmitter(6, "cpu", names, term_modes={"b": "last"}, capacity=9, compile=True)
+    em = ungated_emitter(6, "cpu", names, term_modes={"b": "last"}, capacity=9, compile=True)
     ref = ReferenceEmitter(6, names, modes, 9)
     for _ in range(60):
         inputs = _random_step_inputs(rng, gen, 6, names, modes)
@@ -400,3 +408,88 @@ def test_compiled_path_matches_reference():
         ref.step(*inputs)
     got, want = em.drain(), ref.drain()
     assert_batches_equal(got, want[0])
+
+
+# ---------------------------------------------------------------------------------------- settling gate
+
+def _geometric_episodes(em: EpisodeSummaryEmitter, gen: torch.Generator, steps: int, p_fail: float = 0.01,
+                        cap: int = 400) -> None:
+    """Drive ``em`` with a toy task: reward 1 per step, each step ends the episode with probability
+    ``p_fail`` (a failure), and the time-out ends it at ``cap`` steps. Steady-state return ~ 98."""
+    n = em.num_envs
+    length = getattr(em, "_toy_length", torch.zeros(n, dtype=torch.int64))
+    for _ in range(steps):
+        length += 1
+        terminated = torch.rand(n, generator=gen) < p_fail
+        truncated = (length >= cap) & ~terminated
+        em.step(torch.ones(n), terminated, truncated)
+        length[terminated | truncated] = 0
+    em._toy_length = length
+
+
+def _first_published_mean(em: EpisodeSummaryEmitter, gen: torch.Generator, min_episodes: int = 16) -> float:
+    """Run until an evidence window of the current generation would first be published: settled, with at
+    least ``min_episodes`` episodes (the observer's rule). Drains every 8 steps, as a member drains often."""
+    window = EvidenceWindow(RETURN_OBJECTIVE, max(64, min_episodes), em.generation)
+    for _ in range(10_000):
+        _geometric_episodes(em, gen, 8)
+        window.add(em.drain())
+        if window.settled and len(window) >= min_episodes:
+            return window.summary().mean
+    raise AssertionError("the window never became publishable")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_settling_gate_makes_the_first_published_mean_representative(seed):
+    """After a restart every env is at step 0: the first finished episodes are the early failures. With the
+    gate the first published window is within 10 % of steady state; without it, far below. A large window
+    (512 episodes of 1024 envs) keeps sampling noise (~4 %) well inside the 10 % under test."""
+    gen = torch.Generator().manual_seed(seed)
+    em = EpisodeSummaryEmitter(1024, "cpu")
+    _geometric_episodes(em, gen, 1500)
+    em.drain()
+    _geometric_episodes(em, gen, 2000)
+    steady = em.drain()
+    steady_mean = sum(steady.returns) / len(steady)
+    assert 90 < steady_mean < 105, steady_mean  # the toy task's own figure, checked
+
+    em.reset()  # a (re)start: every env back at step 0
+    gated = _first_published_mean(em, gen, min_episodes=512)
+    assert abs(gated - steady_mean) / steady_mean < 0.10, (gated, steady_mean)
+    assert em.dropped_unsettled > 0
+
+    ungated = EpisodeSummaryEmitter(1024, "cpu", settle_max_steps=0)
+    ungated_first = _first_published_mean(ungated, torch.Generator().manual_seed(seed), min_episodes=512)
+    assert ungated_first < 0.6 * steady_mean, (ungated_first, steady_mean)
+
+
+def test_settling_gate_restarts_with_every_generation_and_honours_the_cap():
+    em = EpisodeSummaryEmitter(2, "cpu", settle_max_steps=5)
+    never = torch.zeros(2, dtype=torch.bool)
+    one_done = torch.tensor([True, False])
+    em.step(torch.ones(2), one_done, never)  # env 0 finished its first episode; env 1 never finishes
+    assert not em.settled() and em.settle_progress() == (1, 2)
+    for _ in range(4):
+        em.step(torch.ones(2), never, never)
+    assert em.settled()  # 5 steps into the segment: the cap opens the gate
+    em.step(torch.ones(2), one_done, never)
+    batch = em.drain()
+    assert batch.settled and batch.returns == [5.0] and em.last_drain.dropped_unsettled == 1
+
+    em.start_generation(1)
+    assert not em.settled() and em.settle_progress() == (0, 2)
+    em.set_settle_max_steps(None)
+    for _ in range(50):
+        em.step(torch.ones(2), one_done, never)
+    assert not em.settled()  # env 1 has not finished an episode begun in generation 1, and no cap
+    both = torch.tensor([True, True])
+    em.step(torch.ones(2), both, never)  # env 1's episode began in generation 0: it does not settle env 1
+    assert not em.settled() and em.settle_progress() == (1, 2)
+    em.step(torch.ones(2), both, never)  # env 1's first episode of generation 1 (one step long)
+    assert em.settled()
+    batch = em.drain()
+    # Every episode of generation 1 finished before the gate opened; env 1's first one straddled the change.
+    assert batch.returns == [] and batch.settled and batch.generation == 1
+    assert em.last_drain.dropped_stale == 1 and em.last_drain.dropped_unsettled == 53
+    em.step(torch.ones(2), both, never)
+    assert em.drain().returns == [1.0, 1.0]

@@ -1,0 +1,30 @@
+"""Selection rules for end-to-end tests only: deterministic outcomes that real member processes can run.
+
+They are registered with ``fixture=True``: a config naming one is refused unless the environment variable
+``ASYNC_PBT_TEST_FIXTURE`` equals its name, and the audit verifier replays recorded fixture decisions as
+they ran. Never meant for a real population.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from async_pbt_isaaclab.core.rules import RuleSpec, register
+from async_pbt_isaaclab.core.selection import Decision, Field, _keep, donor_candidates, exploit_decision
+
+if TYPE_CHECKING:
+    from async_pbt_isaaclab.core.config import PopulationConfig
+    from async_pbt_isaaclab.core.mutation import MemberRng
+
+
+def forced_exploit(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
+    """In generation 0, every member except the lowest-index compared one exploits that one."""
+    me = fld.me
+    donors = sorted(donor_candidates(fld, fld.ranked))
+    if me.generation > 0 or not donors or me.member < donors[0]:
+        return _keep("fixture_forced_exploit", "fixture: only generation-0 members above the lowest index exploit",
+                     **fld.common)
+    return exploit_decision("fixture_forced_exploit", fld, donors[0], [f"fixture: forced exploit of member {donors[0]}"], {})
+
+
+register(RuleSpec("fixture_forced_exploit", forced_exploit, (), "test fixture: forced exploits", fixture=True))

@@ -1,0 +1,161 @@
+"""One PBT step as a pure function: a member's view of the population in, the whole step out.
+
+    view = PopulationView(me=my_record, peers=records, now=time.time())
+    step = pbt_step(view, cfg, rng_state)           # decide -> start hyperparameters -> mutate
+    audit.append("decision", step.audit_body(view, cfg))   # write-ahead, before anything acts on it
+
+The observer (:mod:`async_pbt_isaaclab.rl_games.observer`) calls :func:`pbt_step` at every interval; the
+audit verifier (:func:`async_pbt_isaaclab.core.audit.recompute_decision`) calls it again on the inputs an
+entry recorded and compares. Both go through this one function, so what is verified is what ran.
+
+:func:`initial_step` is the same for the optional mutation of a member's yaml hyperparameters at its first
+start (``initial_mutation``), logged as an ``initial_mutation`` entry and replayed the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from async_pbt_isaaclab.core.config import PopulationConfig
+from async_pbt_isaaclab.core.mutation import Change, MemberRng, MutationSpec, mutate
+from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
+from async_pbt_isaaclab.core.selection import Decision, Outcome, decide
+
+
+@dataclass(frozen=True)
+class PopulationView:
+    """What a member sees when it decides: its own record and the peers' records, read at ``now``."""
+
+    me: MemberRecord
+    """My record as just published."""
+    peers: tuple[MemberRecord, ...]
+    """Every other member's record that could be read."""
+    now: float
+    """Wall-clock time of the decision (unix seconds), the clock heartbeats are judged against."""
+    unreadable: Mapping[int, str] = field(default_factory=dict)
+    """Members whose record could not be read, with why (recorded, not compared)."""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """Everything one PBT step decided, ready to be logged and acted on."""
+
+    decision: Decision
+    """Keep / exploit / explore, with reasons, compared and excluded peers, and the donor entry."""
+    start_hyperparameters: dict[str, Any] | None
+    """What the mutation started from (exploit/explore only): mine, with the donor entry's mutated keys."""
+    new_hyperparameters: dict[str, Any] | None
+    """Hyperparameters of the next generation (exploit/explore only)."""
+    changes: tuple[Change, ...]
+    """The mutation's changes (empty for keep)."""
+    rng_before: dict[str, Any]
+    """Member RNG state before the step."""
+    rng_after: dict[str, Any]
+    """Member RNG state after the step (the member persists it)."""
+
+    @property
+    def acts(self) -> bool:
+        """True when the member starts a new generation (exploit or explore)."""
+        return self.decision.outcome is not Outcome.KEEP
+
+    def audit_body(self, view: PopulationView, cfg: PopulationConfig) -> dict[str, Any]:
+        """The body of a ``decision`` audit entry: every input the step read, and everything it produced."""
+        return {
+            "inputs": {
+                "me": view.me.to_dict(),
+                "peers": [p.to_dict() for p in view.peers],
+                "now": view.now,
+                "unreadable_peers": {str(k): v for k, v in sorted(view.unreadable.items())},
+            },
+            "config": cfg.selection_dict(),
+            "rng_before": self.rng_before,
+            "decision": self.decision.to_dict(),
+            "start_hyperparameters": self.start_hyperparameters,
+            "new_hyperparameters": self.new_hyperparameters,
+            "changes": [c.to_dict() for c in self.changes],
+            "rng_after": self.rng_after,
+        }
+
+
+def pbt_step(view: PopulationView, cfg: PopulationConfig, rng_state: Mapping[str, Any]) -> StepResult:
+    """Decide, and for an exploit or explore mutate the starting hyperparameters. Pure."""
+    rng = MemberRng.from_state(rng_state)
+    rng_before = rng.get_state()
+    decision = decide(view.me, view.peers, cfg, rng, view.now)
+    start = new = None
+    changes: list[Change] = []
+    if decision.outcome is not Outcome.KEEP:
+        donor = decision.donor_entry if decision.outcome is Outcome.EXPLOIT else None
+        start = start_hyperparameters(view.me, donor, cfg)
+        new, changes = mutate(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
+    return StepResult(decision, start, new, tuple(changes), rng_before, rng.get_state())
+
+
+def start_hyperparameters(me: MemberRecord, donor: HistoryEntry | None, cfg: PopulationConfig) -> dict[str, Any]:
+    """What a new generation mutates from: my hyperparameters, with the donor entry's mutated keys when
+    ``hparams_from: donor``. The donor's ``learning_rate`` is its live rate at that entry, so under the
+    adaptive schedule the recipient continues from the rate the donor had reached."""
+    start = dict(me.hyperparameters)
+    if donor is not None and cfg.hparams_from == "donor":
+        start.update({k: v for k, v in donor.hyperparameters.items()
+                      if k in cfg.mutation and _mutable_value(v, cfg.mutation[k])})
+    return start
+
+
+def _mutable_value(value: Any, spec: MutationSpec) -> bool:
+    """A donor's value the mutation can start from. A peer's record is not trusted: a value of the wrong type
+    (a string or list where a number belongs) would make the recipient's mutation raise mid-exploit, so it
+    keeps its own value for that key instead."""
+    if spec.kind == "choice":
+        return any(value == c and type(value) is type(c) for c in spec.choices)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+@dataclass(frozen=True)
+class InitialMutation:
+    """The optional one-off mutation of a member's yaml hyperparameters at its first start."""
+
+    start_hyperparameters: dict[str, Any]
+    """The yaml's values."""
+    new_hyperparameters: dict[str, Any]
+    """What the member trains with from its first epoch."""
+    changes: tuple[Change, ...]
+    """What changed."""
+    rng_before: dict[str, Any]
+    """Member RNG state before."""
+    rng_after: dict[str, Any]
+    """Member RNG state after."""
+
+    def audit_body(self, member: int, cfg: PopulationConfig) -> dict[str, Any]:
+        return {"member": member, "config": cfg.selection_dict(), "rng_before": self.rng_before,
+                "start_hyperparameters": self.start_hyperparameters,
+                "new_hyperparameters": self.new_hyperparameters,
+                "changes": [c.to_dict() for c in self.changes], "rng_after": self.rng_after}
+
+
+def initial_step(member: int, hyperparameters: Mapping[str, Any], cfg: PopulationConfig,
+                 rng_state: Mapping[str, Any]) -> InitialMutation:
+    """Member 0 keeps the yaml's values (the population always holds the configuration you wrote); every
+    other member mutates each key with probability 1, inside the bounds. Pure."""
+    rng = MemberRng.from_state(rng_state)
+    before = rng.get_state()
+    start = dict(hyperparameters)
+    if member == 0:
+        return InitialMutation(start, dict(start), (), before, before)
+    new, changes = mutate(start, cfg.mutation, 1.0, cfg.change_range, rng)
+    return InitialMutation(start, new, tuple(changes), before, rng.get_state())
+
+
+def replay_records(entry: Mapping[str, Any]) -> tuple[MemberRecord, Sequence[MemberRecord], float]:
+    """The (me, peers, now) an audit entry recorded; raises ``RecordError``/``KeyError``/``TypeError``."""
+    inputs = entry["inputs"]
+    me = MemberRecord.from_dict(inputs["me"], "inputs.me")
+    peers = [MemberRecord.from_dict(p, f"inputs.peers[{i}]") for i, p in enumerate(inputs["peers"])]
+    return me, peers, float(inputs["now"])
