@@ -8,7 +8,7 @@ from typing import Any, Callable
 import pytest
 
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-from async_pbt_isaaclab.core.records import MemberRecord
+from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
 
 
 def build_record(
@@ -25,11 +25,25 @@ def build_record(
     objective: str = "episode_return",
     checkpoint: bool = True,
     hyperparameters: dict[str, Any] | None = None,
+    history: tuple[HistoryEntry, ...] | None = None,
     **extra: Any,
 ) -> MemberRecord:
-    """A realistic published member record with window ``values`` (per-episode objective values)."""
+    """A realistic published member record with window ``values`` (per-episode objective values).
+
+    Unless ``history`` is given, the record's history holds one entry at ``frame`` made of that window (when
+    the window is of the member's generation and not empty): what a member publishes at an interval.
+    """
     now = time.time() if now is None else now
     values = tuple(float(v) for v in values)
+    ev_gen = generation if evidence_generation is None else evidence_generation
+    evidence = EvidenceSummary(objective, ev_gen, values, len(values), 0)
+    ckpt = f"members/{member:03d}/checkpoints/g{generation:04d}_f{frame:012d}.pth" if checkpoint else None
+    sha = ("%064x" % (member + 1)) if checkpoint else None
+    hparams = dict(hyperparameters or {"learning_rate": 3e-4, "gamma": 0.99})
+    condition = ConditionLabel(task=task, objective=objective)
+    if history is None:
+        history = ((HistoryEntry(frame, ev_gen, evidence.mean, evidence.std, evidence.count, condition, ckpt, sha,
+                                 hparams),) if values and ev_gen == generation else ())
     return MemberRecord(
         member=member,
         generation=generation,
@@ -37,12 +51,12 @@ def build_record(
         generation_start_frame=generation_start_frame,
         restarts=generation,
         heartbeat=now - heartbeat_age,
-        evidence=EvidenceSummary(objective, generation if evidence_generation is None else evidence_generation,
-                                 values, len(values), 0),
-        condition=ConditionLabel(task=task, objective=objective),
-        hyperparameters=dict(hyperparameters or {"learning_rate": 3e-4, "gamma": 0.99}),
-        checkpoint=f"members/{member:03d}/checkpoints/g{generation:04d}_f{frame:012d}.pth" if checkpoint else None,
-        checkpoint_sha256=("%064x" % (member + 1)) if checkpoint else None,
+        evidence=evidence,
+        condition=condition,
+        hyperparameters=hparams,
+        checkpoint=ckpt,
+        checkpoint_sha256=sha,
+        history=history,
         **extra,
     )
 

@@ -149,7 +149,8 @@ def peer_entry(me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig,
     if peer.evidence.objective != me.evidence.objective:
         return None, f"objective {peer.evidence.objective!r} != mine {me.evidence.objective!r}"
     if not peer.history:
-        return None, f"no settled evidence yet (window has {peer.evidence.count} episodes of generation {peer.generation})"
+        return None, (f"no settled evidence yet: window has {peer.evidence.count} episodes of generation "
+                      f"{peer.evidence.generation}, member is at generation {peer.generation}")
     newest = peer.history[-1]
     if newest.generation < peer.generation:
         # It decided to exploit/explore: its old generation must not be offered, its new one has not settled.
@@ -168,6 +169,11 @@ def peer_entry(me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig,
     if diffs:
         return None, "incompatible condition: " + "; ".join(diffs)
     return entry, None
+
+
+def peer_exclusion(me: MemberRecord, peer: MemberRecord, cfg: "PopulationConfig", now: float) -> str | None:
+    """Why ``peer`` is not compared with ``me`` (``None`` when it is)."""
+    return peer_entry(me, peer, cfg, now)[1]
 
 
 def _my_ineligibility(me: MemberRecord, cfg: PopulationConfig) -> str | None:

@@ -340,11 +340,17 @@ def apply_retention(ws: Workspace, member: int, keep_last: int, keep: Iterable[s
 def update_best(best: list[dict[str, Any]], entry: dict[str, Any], keep: int) -> list[dict[str, Any]]:
     """Insert ``entry`` (with numeric ``objective``) into a best-first list of at most ``keep`` entries.
 
-    Ranked numerically, so -3.0 beats -10.0 (a string or absolute-value sort would not).
+    Ranked numerically, so -3.0 beats -10.0 (a string or absolute-value sort would not); an entry with
+    ``"direction": "min"`` (``objective_direction: min``) ranks smaller objectives first.
     """
     merged = [e for e in best if e.get("checkpoint") != entry.get("checkpoint")] + [entry]
-    merged.sort(key=lambda e: (-float(e["objective"]), -int(e.get("frame", 0))))
+    merged.sort(key=lambda e: (-_score(e), -int(e.get("frame", 0))))
     return merged[:keep]
+
+
+def _score(entry: dict[str, Any]) -> float:
+    value = float(entry["objective"])
+    return -value if entry.get("direction") == "min" else value
 
 
 def population_best(ws: Workspace, top: int = 10) -> list[dict[str, Any]]:
@@ -368,5 +374,5 @@ def population_best(ws: Workspace, top: int = 10) -> list[dict[str, Any]]:
                 finite = False
             if finite:  # NaN would make the ranking arbitrary
                 entries.append(dict(e, member=index))
-    entries.sort(key=lambda e: (-float(e["objective"]), e["member"]))
+    entries.sort(key=lambda e: (-_score(e), e["member"]))
     return entries[:top]

@@ -10,9 +10,16 @@ peers stay meaningful), ``last_mean_rewards`` (rl_games' best-so-far guard for t
 ``nn/`` folder), and everything that is not in a checkpoint at all: restart count, mutation RNG,
 lineage, log directory / TensorBoard run (all in ``state.json``).
 
-The learning rate is the new hyperparameter value: it is written into every optimizer param group
-here, and the config's ``learning_rate`` (hence ``agent.last_lr``) is set from the same value when
-the process restarts.
+The learning rate (:func:`start_learning_rate`) is the *live* one: the mutated ``learning_rate`` when the
+mutation changed it (the mutation started from the donor's live rate, published in its record), otherwise
+the rate in the donor's optimizer, which under ``lr_schedule: adaptive`` is the rate the donor had reached.
+It is written into every optimizer param group and into ``pbt.last_lr``, which the next start sets as
+``agent.last_lr`` (rl_games would otherwise restart from the config's value and the adaptive scheduler would
+erase the inherited rate).
+
+Before anything is written, :func:`check_donor_fits` loads the donor's weights strictly into a copy of the
+recipient's own model: a donor of another architecture aborts the exploit instead of crash-looping the
+recipient after its restart.
 """
 
 from __future__ import annotations
@@ -28,11 +35,56 @@ RECIPIENT_KEYS = ("epoch", "frame", "last_mean_rewards")
 """Checkpoint keys kept from the recipient."""
 
 
+class DonorMisfit(ValueError):
+    """The donor's checkpoint does not fit the recipient's model or optimizer (names the first mismatches)."""
+
+
+def check_donor_fits(algo: Any, donor_state: Mapping[str, Any]) -> None:
+    """Strict dry-run load of the donor's model weights into a copy of ``algo.model``, and a shape check of
+    its optimizer state against ``algo.optimizer``. Raises :class:`DonorMisfit` naming what differs."""
+    import copy as _copy
+
+    model = donor_state.get("model")
+    if not isinstance(model, Mapping):
+        raise DonorMisfit("checkpoint has no model state dict")
+    mine = algo.model.state_dict()
+    missing = sorted(set(mine) - set(model))
+    unexpected = sorted(set(model) - set(mine))
+    shapes = [f"{k}: donor {tuple(model[k].shape)} vs mine {tuple(mine[k].shape)}"
+              for k in sorted(set(mine) & set(model))
+              if hasattr(model[k], "shape") and tuple(model[k].shape) != tuple(mine[k].shape)]
+    if missing or unexpected or shapes:
+        parts = ([f"missing {missing[:4]}"] if missing else []) + ([f"unexpected {unexpected[:4]}"] if unexpected else [])
+        raise DonorMisfit("donor network does not fit this member's model: " + "; ".join(parts + shapes[:4]))
+    try:
+        _copy.deepcopy(algo.model).load_state_dict(model, strict=True)
+    except (RuntimeError, KeyError, TypeError) as exc:
+        raise DonorMisfit(f"donor weights do not load into this member's model: {exc}") from None
+    optimizer = donor_state.get("optimizer")
+    if isinstance(optimizer, Mapping):
+        groups = optimizer.get("param_groups") or []
+        mine_groups = algo.optimizer.state_dict()["param_groups"]
+        if [len(g.get("params", [])) for g in groups] != [len(g["params"]) for g in mine_groups]:
+            raise DonorMisfit("donor optimizer has other parameter groups than this member's")
+
+
+def start_learning_rate(donor_state: Mapping[str, Any], new_hyperparameters: Mapping[str, Any],
+                        fallback: float) -> float:
+    """The learning rate the new generation starts with (see the module docstring)."""
+    if "learning_rate" in new_hyperparameters:
+        return float(new_hyperparameters["learning_rate"])
+    try:
+        return float(donor_state["optimizer"]["param_groups"][0]["lr"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return fallback
+
+
 def build_recipient_state(
     donor_state: Mapping[str, Any],
     recipient_counters: Mapping[str, Any],
     new_hyperparameters: Mapping[str, Any],
     pbt_metadata: Mapping[str, Any],
+    learning_rate: float | None = None,
 ) -> dict[str, Any]:
     """A checkpoint dict that plain rl_games ``restore`` accepts, holding the inheritance contract.
 
@@ -46,8 +98,10 @@ def build_recipient_state(
     state: dict[str, Any] = {k: donor_state[k] for k in DONOR_KEYS if k in donor_state}
     for key in RECIPIENT_KEYS:
         state[key] = recipient_counters[key]
-    if "learning_rate" in new_hyperparameters:
-        lr = float(new_hyperparameters["learning_rate"])
+    if learning_rate is None and "learning_rate" in new_hyperparameters:
+        learning_rate = float(new_hyperparameters["learning_rate"])
+    if learning_rate is not None:
+        lr = float(learning_rate)
         optimizer = dict(state["optimizer"])
         optimizer["param_groups"] = [dict(g, lr=lr) for g in optimizer["param_groups"]]
         state["optimizer"] = optimizer

@@ -71,6 +71,9 @@ class MemberSession:
     """``fresh``, ``resume``, ``exploit_applied`` or ``warm_start``."""
     notes: list[str] = field(default_factory=list)
     """Messages for the user about the start (printed once)."""
+    already_finished: str = ""
+    """Non-empty when the member had reached its training limit and the limit did not grow: the reason.
+    The entry point then exits at once (rl_games would train at least one more epoch)."""
 
     @property
     def member(self) -> int:
@@ -154,6 +157,8 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
     audit = AuditLog.open(mdir / "audit.jsonl")
     if not fresh_member:
         _recover_after_crash(state, mdir)
+    elif cfg.initial_mutation and cfg.mutation:
+        _initial_mutation(state, cfg, audit)
     session = MemberSession(
         cfg=cfg, ws=ws, lock=lock, state=state, audit=audit,
         condition=ConditionLabel(task=task, objective=term, reward_config=reward_config), argv=argv,
@@ -184,6 +189,8 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
                                  f"state in {mdir}; it {session.start_mode.replace('_', 's ')} from "
                                  f"{session.start_checkpoint}")
 
+    if state.finished and not state.pending_exploit:
+        session.already_finished = _finished_reason(state.finished, rl_cfg)
     for key, value in state.hyperparameters.items():
         if key in cfg.mutation:
             set_path(agent_cfg, agent_path(key), value)
@@ -194,12 +201,34 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
         "mode": session.start_mode, "pid": os.getpid(), "host": socket.gethostname(),
         "process_starts": state.process_starts, "generation": state.generation,
         "checkpoint": None if session.start_checkpoint is None else str(session.start_checkpoint),
-        "argv": argv, "hyperparameters": state.hyperparameters,
+        "argv": argv, "hyperparameters": state.hyperparameters, "rng_state": state.rng_state,
         # Restarts must not grow the environment (Isaac Lab's python.sh re-sources paths on every start).
         "environ_size": sum(len(k) + len(v) for k, v in os.environ.items()),
     })
     session.save()
     return session, agent_cfg
+
+
+def _finished_reason(finished: dict[str, Any], rl_cfg: dict[str, Any]) -> str:
+    """Why a member that finished before must not train again ("" when its limit grew since)."""
+    frame, epoch = int(finished.get("frame", 0)), int(finished.get("epoch", 0))
+    max_epochs, max_frames = int(rl_cfg.get("max_epochs", -1) or -1), int(rl_cfg.get("max_frames", -1) or -1)
+    if max_epochs != -1 and epoch >= max_epochs:
+        return f"finished at epoch {epoch} >= max_epochs={max_epochs} (frame {frame})"
+    if max_frames != -1 and frame >= max_frames:
+        return f"finished at frame {frame} >= max_frames={max_frames}"
+    return ""
+
+
+def _initial_mutation(state: MemberState, cfg: PopulationConfig, audit: AuditLog) -> None:
+    """``initial_mutation``: perturb the yaml's hyperparameters once at the member's first start (logged and
+    replayable, like every draw from the member's RNG)."""
+    from async_pbt_isaaclab.core.step import initial_step
+
+    step = initial_step(cfg.policy_idx, state.hyperparameters, cfg, state.rng_state)
+    audit.append("initial_mutation", step.audit_body(cfg.policy_idx, cfg))
+    state.hyperparameters = dict(step.new_hyperparameters)
+    state.rng_state = step.rng_after
 
 
 def _clear_incoming(folder: Path) -> None:

@@ -34,11 +34,11 @@ from typing import Any
 from rl_games.common.algo_observer import AlgoObserver
 
 from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.evidence import EvidenceWindow
-from async_pbt_isaaclab.core.mutation import MemberRng, explore, isaaclab_key
-from async_pbt_isaaclab.core.records import MemberRecord
-from async_pbt_isaaclab.core.selection import Decision, Outcome, decide
-from async_pbt_isaaclab.core.audit import decision_body, start_hyperparameters
+from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary, EvidenceWindow
+from async_pbt_isaaclab.core.mutation import isaaclab_key
+from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
+from async_pbt_isaaclab.core.selection import Decision, Outcome
+from async_pbt_isaaclab.core.step import PopulationView, pbt_step
 from async_pbt_isaaclab.core.workspace import (
     WorkspaceError,
     apply_retention,
@@ -48,7 +48,12 @@ from async_pbt_isaaclab.core.workspace import (
 )
 from async_pbt_isaaclab.envs.summary_source import find_summary_source
 from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from async_pbt_isaaclab.rl_games.inheritance import build_recipient_state
+from async_pbt_isaaclab.rl_games.inheritance import (
+    DonorMisfit,
+    build_recipient_state,
+    check_donor_fits,
+    start_learning_rate,
+)
 from async_pbt_isaaclab.rl_games.member import MemberSession, print_notes
 from async_pbt_isaaclab.rl_games.restart import replace_process, restart_argv
 
@@ -182,12 +187,30 @@ class PbtObserver(AlgoObserver):
                 "summaries). Use async_pbt_isaaclab's gym vec-env (CPU) or the Isaac Lab wrapper "
                 "(async_pbt_isaaclab.envs.isaaclab), or pass summary_source= to PbtObserver"
             )
+        if hasattr(self.summary_source, "set_settle_max_steps"):
+            self.summary_source.set_settle_max_steps(self.cfg.settle_max_steps)
         self.summary_source.start_generation(self.session.state.generation)
         self._restore_start_checkpoint(algo)
+        self._restore_evidence()
         # Set only once restored: a stop before that must not publish the agent's fresh counters (frame 0,
         # no checkpoint) as this member's "stopped" record; finish() needs a live, restored agent.
         self.algo = algo
         print_notes(self.session)
+
+    def _restore_evidence(self) -> None:
+        """A resumed member (crash, Ctrl-C, launcher restart) continues its saved window and publishes at once.
+
+        The envs restart at step 0, but the saved window was settled evidence of this very policy generation;
+        new episodes join it once the env-side gate settles again.
+        """
+        saved, state = self.session.state.evidence, self.session.state
+        if not saved or self.session.start_mode != "resume":
+            return
+        summary = EvidenceSummary.from_dict(saved["summary"], "state.evidence.summary")
+        condition = ConditionLabel.from_dict(saved["condition"], "state.evidence.condition")
+        if summary.generation == state.generation and summary.objective == self._objective():
+            self.window.restore(summary)
+            self.condition = condition
 
     def _restore_start_checkpoint(self, algo) -> None:
         path = self.session.start_checkpoint
@@ -196,7 +219,8 @@ class PbtObserver(AlgoObserver):
         # Checked again at load: the file is read once, and those bytes are what was verified.
         state = load_checkpoint(path, trusted=self.cfg.trusted_workspace, map_location=algo.ppo_device,
                                 expected_sha256=self.session.start_sha256)
-        if "pbt" not in state and self.session.start_mode == "warm_start":
+        pbt = state.get("pbt")
+        if pbt is None and self.session.start_mode == "warm_start":
             from async_pbt_isaaclab.rl_games.member import RAW_CHECKPOINT_GAPS
 
             gaps = "\n  - ".join(RAW_CHECKPOINT_GAPS)
@@ -204,7 +228,10 @@ class PbtObserver(AlgoObserver):
                   f"warm-starting member {self.session.member} from its weights. It cannot reconstruct:\n  - {gaps}",
                   file=sys.stderr, flush=True)
         algo.set_full_state_weights(state, set_epoch=True)
-        # The learning rate is this member's hyperparameter, not whatever the optimizer state carried.
+        # The live learning rate travels with our checkpoints (an adaptive schedule's reached rate, or an
+        # exploit's donor rate x mutation factor); rl_games would restart it from the config's value.
+        if isinstance(pbt, dict) and isinstance(pbt.get("last_lr"), (int, float)):
+            algo.last_lr = float(pbt["last_lr"])
         algo.update_lr(algo.last_lr)
         mine = self.session.state
         if mine.last_checkpoint and path == self.session.ws.checkpoint_path(mine.last_checkpoint):
@@ -258,6 +285,7 @@ class PbtObserver(AlgoObserver):
     def _collect(self) -> None:
         batch = self.summary_source.drain()
         if len(batch) == 0:
+            self.window.add(batch)  # carries the settling gate's state even without episodes
             return
         condition = dataclasses.replace(batch.condition, objective=self._objective(),
                                         task=batch.condition.task or self.session.condition.task,
@@ -280,10 +308,14 @@ class PbtObserver(AlgoObserver):
         if self.window.rejected_non_finite > rejected_before:
             self._warn_once("nonfinite", f"objective {self._objective()!r} had NaN or infinite values "
                                          f"({self.window.rejected_non_finite} so far); they are left out of the evidence")
-        if len(self.window) >= self.cfg.min_episodes:
+        if self._publishable():
             mean = self.window.summary().mean
-            if self.interval_best is None or mean > self.interval_best:
+            if self.interval_best is None or self.cfg.better(mean, self.interval_best):
                 self.interval_best = mean
+
+    def _publishable(self) -> bool:
+        """The window is settled evidence of the current generation with at least ``min_episodes`` episodes."""
+        return self.window.settled and len(self.window) >= self.cfg.min_episodes
 
     def _warn_once(self, key: str, message: str) -> None:
         if key in self._warned:
@@ -300,17 +332,23 @@ class PbtObserver(AlgoObserver):
         so a checkpoint taken there belongs to the previous epoch (its frames are not counted either)."""
         return int(self.algo.epoch_num) - (1 if self._in_epoch else 0)
 
-    def _record(self, last_decision: str = "", status: str = "running") -> MemberRecord:
+    def _record(self, last_decision: str = "", status: str = "running", next_generation: bool = False) -> MemberRecord:
+        """This member's record now. ``next_generation``: an exploit/explore was decided and is being carried
+        out; the record already names the new generation, so no peer compares or copies the old one."""
         state = self.session.state
         ckpt = self.last_checkpoint
+        generation = state.generation + (1 if next_generation else 0)
+        evidence = self.window.summary()
+        if next_generation:
+            evidence = EvidenceSummary(self._objective(), generation, (), 0, 0, settled=False)
         return MemberRecord(
             member=self.session.member,
-            generation=state.generation,
+            generation=generation,
             frame=int(self.algo.frame),
-            generation_start_frame=state.generation_start_frame,
+            generation_start_frame=int(self.algo.frame) if next_generation else state.generation_start_frame,
             restarts=state.restarts,
             heartbeat=time.time(),
-            evidence=self.window.summary(),
+            evidence=evidence,
             condition=self.condition,
             hyperparameters=dict(state.hyperparameters),
             checkpoint=None if ckpt is None else ckpt[0],
@@ -321,6 +359,8 @@ class PbtObserver(AlgoObserver):
             last_decision=last_decision or (self.decisions[-1].summary() if self.decisions else ""),
             host=socket.gethostname(),
             pid=os.getpid(),
+            history=tuple(HistoryEntry.from_dict(e, "state.history") for e in state.history),
+            origin_sha256=state.origin_sha256,
         )
 
     def _write_record(self, record: MemberRecord) -> None:
@@ -344,17 +384,26 @@ class PbtObserver(AlgoObserver):
         state = self.session.state
         return {"member": self.session.member, "generation": generation, "frame": int(self.algo.frame),
                 "epoch": self._completed_epochs(), "hyperparameters": dict(hparams),
-                "rng_state": state.rng_state, "lineage": list(state.lineage),
+                "rng_state": state.rng_state, "lineage": list(state.lineage), "last_lr": float(self.algo.last_lr),
                 "experiment_name": state.experiment_name, "objective": self._objective(), **extra}
 
+    def _sync_live_hyperparameters(self) -> None:
+        """Publish what the agent trains with now: under ``lr_schedule: adaptive`` the learning rate drifts
+        from the configured value, and an exploit must start from the donor's live rate."""
+        state = self.session.state
+        if "learning_rate" in state.hyperparameters:
+            state.hyperparameters["learning_rate"] = float(self.algo.last_lr)
+
     def publish(self, persist: bool = True) -> MemberRecord:
-        """Save a checkpoint and publish the record (also called at the end of training).
+        """Save a checkpoint, add a history entry when the evidence is publishable, publish the record
+        (also called at the end of training).
 
         ``persist=False`` (the decide path) leaves writing ``record.json`` and ``state.json`` to the caller,
         which writes both right after the decision: each durable write costs two fsyncs, the bulk of the
         observer's overhead (scripts/benchmarks/observer_overhead.py).
         """
         self._collect()
+        self._sync_live_hyperparameters()
         state = self.session.state
         weights = self.algo.get_full_state_weights()
         weights["epoch"] = self._completed_epochs()
@@ -364,20 +413,28 @@ class PbtObserver(AlgoObserver):
         previous = state.last_checkpoint
         rel, sha = self._save_checkpoint(weights, state.generation)
         self.last_checkpoint = (rel, sha)
-        state.last_checkpoint, state.last_checkpoint_sha256 = rel, sha
+        state.published(rel, sha)
         summary = self.window.summary()
-        if summary.count >= self.cfg.min_episodes and self.cfg.keep_best_checkpoints > 0:
-            best = update_best(state.best, {
-                "objective": summary.mean, "checkpoint": rel, "sha256": sha, "frame": int(self.algo.frame),
-                "generation": state.generation, "episodes": summary.count, "time": time.time()},
-                self.cfg.keep_best_checkpoints)
-            if best != state.best:  # unchanged when this checkpoint did not make the list
-                state.best = best
-                fsio.atomic_write_json(self.session.dir / "best.json", state.best)
+        state.evidence = {"summary": summary.to_dict(), "condition": self.condition.to_dict()}
+        if self._publishable():
+            state.add_history(HistoryEntry(
+                frame=int(self.algo.frame), generation=state.generation, mean=summary.mean, std=summary.std,
+                count=summary.count, condition=self.condition, checkpoint=rel, checkpoint_sha256=sha,
+                hyperparameters=dict(state.hyperparameters)).to_dict(), self.cfg.history_length)
+            if self.cfg.keep_best_checkpoints > 0:
+                best = update_best(state.best, {
+                    "objective": summary.mean, "direction": self.cfg.objective_direction, "checkpoint": rel,
+                    "sha256": sha, "frame": int(self.algo.frame), "generation": state.generation,
+                    "episodes": summary.count, "time": time.time()}, self.cfg.keep_best_checkpoints)
+                if best != state.best:  # unchanged when this checkpoint did not make the list
+                    state.best = best
+                    fsio.atomic_write_json(self.session.dir / "best.json", state.best)
         record = self._record()
         if persist:
             self._write_record(record)
-        keep = {rel, *(b["checkpoint"] for b in state.best), *([previous] if previous else [])}
+        # Peers behind us may copy any checkpoint our history offers: those stay until their entry leaves it.
+        keep = {rel, *(b["checkpoint"] for b in state.best), *([previous] if previous else []),
+                *(e["checkpoint"] for e in state.history if e.get("checkpoint"))}
         apply_retention(self.session.ws, self.session.member, self.cfg.keep_last_checkpoints, keep)
         if persist:
             self.session.save()
@@ -386,49 +443,43 @@ class PbtObserver(AlgoObserver):
     def _publish_and_decide(self) -> None:
         me = self.publish(persist=False)  # record.json and state.json are written once, after the decision
         records, unreadable = self.session.ws.read_records(self.cfg.num_policies)
-        peers = [r for m, r in sorted(records.items()) if m != me.member]
+        view = PopulationView(me, tuple(r for m, r in sorted(records.items()) if m != me.member), time.time(),
+                              unreadable)
         state = self.session.state
-        rng = MemberRng.from_state(state.rng_state)
-        rng_before = rng.get_state()
-        now = time.time()
-        decision = decide(me, peers, self.cfg, rng, now)
-        start_hp = new_hp = None
-        changes: list = []
-        donor_record = records.get(decision.donor) if decision.donor is not None else None
-        if decision.outcome in (Outcome.EXPLOIT, Outcome.EXPLORE):
-            start_hp = start_hyperparameters(me, donor_record, self.cfg)
-            new_hp, changes = explore(start_hp, self.cfg.mutation, self.cfg.mutation_rate, self.cfg.change_range, rng)
+        step = pbt_step(view, self.cfg, state.rng_state)
         # Write-ahead: the decision is on disk before anything acts on it.
-        self.session.audit.append("decision", decision_body(
-            me, peers, self.cfg.selection_dict(), now, rng_before, decision, start_hp, new_hp, changes,
-            rng.get_state(), unreadable), now=now)
-        state.rng_state = rng.get_state()
+        self.session.audit.append("decision", step.audit_body(view, self.cfg), now=view.now)
+        state.rng_state = step.rng_after
         self.session.save()
+        decision = step.decision
         self.decisions.append(decision)
         self.interval_best = None
-        self._write_record(self._record(decision.summary()))
+        self._write_record(self._record(decision.summary(), next_generation=step.acts))
         print(f"[async-pbt] member {me.member} frame {me.frame}: {decision.summary()}", flush=True)
-        if decision.outcome is Outcome.KEEP:
-            return
-        self._act(decision, donor_record, new_hp or {}, changes)
+        if step.acts:
+            self._act(decision, step.new_hyperparameters or {}, step.changes)
 
     # ------------------------------------------------------------------ exploit / explore
-    def _act(self, decision: Decision, donor_record: MemberRecord | None, new_hp: dict[str, Any], changes) -> None:
+    def _act(self, decision: Decision, new_hp: dict[str, Any], changes) -> None:
         session, state = self.session, self.session.state
         if decision.outcome is Outcome.EXPLOIT:
-            assert donor_record is not None and donor_record.checkpoint and donor_record.checkpoint_sha256
-            donor_state = self._fetch_donor(donor_record)
+            entry = decision.donor_entry
+            assert decision.donor is not None and entry is not None and entry.checkpoint and entry.checkpoint_sha256
+            donor_state = self._fetch_donor(decision.donor, entry)
             if donor_state is None:
                 return
-            donor_info = {"donor": donor_record.member, "donor_generation": donor_record.generation,
-                          "donor_checkpoint": donor_record.checkpoint, "donor_sha256": donor_record.checkpoint_sha256,
-                          "donor_frame": donor_record.frame}
+            donor_info = {"donor": decision.donor, "donor_generation": entry.generation,
+                          "donor_checkpoint": entry.checkpoint, "donor_sha256": entry.checkpoint_sha256,
+                          "donor_frame": entry.frame}
+            origin = entry.checkpoint_sha256
         else:
             donor_state = self.algo.get_full_state_weights()
             donor_state["epoch"] = self._completed_epochs()
             donor_info = {"donor": session.member, "donor_generation": state.generation,
                           "donor_checkpoint": state.last_checkpoint, "donor_sha256": state.last_checkpoint_sha256,
                           "donor_frame": int(self.algo.frame)}
+            origin = state.origin_sha256
+        lr = start_learning_rate(donor_state, new_hp, float(self.algo.last_lr))
         generation = state.generation + 1
         lineage_entry = {"generation": generation, "outcome": decision.outcome.value, "frame": int(self.algo.frame),
                          "time": time.time(), "changes": [c.to_dict() for c in changes], **donor_info}
@@ -436,17 +487,15 @@ class PbtObserver(AlgoObserver):
                     "last_mean_rewards": float(self.algo.last_mean_rewards)}
         meta = self._pbt_metadata(generation, new_hp, inherited_from=donor_info)
         meta["lineage"] = [*state.lineage, lineage_entry]
-        new_state = build_recipient_state(donor_state, counters, new_hp, meta)
+        meta["last_lr"] = lr
+        new_state = build_recipient_state(donor_state, counters, new_hp, meta, learning_rate=lr)
         rel, sha = self._save_checkpoint(new_state, generation)
-        state.generation = generation
-        state.generation_start_frame = int(self.algo.frame)
-        state.restarts += 1
-        state.hyperparameters = dict(new_hp)
-        state.lineage.append(lineage_entry)
-        state.last_checkpoint, state.last_checkpoint_sha256 = rel, sha
-        state.pending_exploit = {"checkpoint": rel, "sha256": sha, "generation": generation,
-                                 "frame": int(self.algo.frame), "hyperparameters": dict(new_hp),
-                                 "changes": [c.to_dict() for c in changes], **donor_info}
+        state.begin_generation(
+            frame=int(self.algo.frame), hyperparameters=new_hp, lineage_entry=lineage_entry, checkpoint=rel,
+            sha256=sha, origin_sha256=origin,
+            pending={"checkpoint": rel, "sha256": sha, "generation": generation, "frame": int(self.algo.frame),
+                     "hyperparameters": dict(new_hp), "changes": [c.to_dict() for c in changes],
+                     "last_lr": lr, **donor_info})
         session.save()
         # Peers must not compare our old generation's evidence with anything from now on.
         self.window.start_generation(generation)
@@ -454,26 +503,29 @@ class PbtObserver(AlgoObserver):
         self._write_record(self._record(decision.summary()))
         self._restart(session.ws.checkpoint_path(rel), new_hp)
 
-    def _fetch_donor(self, donor: MemberRecord) -> dict[str, Any] | None:
-        """Pin, copy and verify the donor's checkpoint; ``None`` (logged) when that is impossible."""
+    def _fetch_donor(self, donor: int, entry: HistoryEntry) -> dict[str, Any] | None:
+        """Pin, copy, verify and fit-check the donor entry's checkpoint; ``None`` (logged, record rewritten,
+        training goes on) when that is impossible."""
         session = self.session
         incoming = session.dir / "incoming"
         incoming.mkdir(exist_ok=True)
-        local = incoming / f"donor{donor.member:03d}_g{donor.generation:04d}.pth"
+        local = incoming / f"donor{donor:03d}_g{entry.generation:04d}.pth"
         pin = None
         try:
-            pin = pin_checkpoint(session.ws, donor.member, donor.checkpoint, session.member)
-            src = session.ws.checkpoint_path(donor.checkpoint)
-            fsio.atomic_copy_verified(src, local, donor.checkpoint_sha256)
-            return load_checkpoint(local, trusted=self.cfg.trusted_workspace, map_location="cpu",
-                                   expected_sha256=donor.checkpoint_sha256)
-        except (OSError, fsio.ChecksumMismatch, WorkspaceError, CheckpointError) as exc:
-            reason = f"donor {donor.member} checkpoint {donor.checkpoint}: {exc}"
-            session.audit.append("exploit_aborted", {"donor": donor.member, "reason": reason})
+            pin = pin_checkpoint(session.ws, donor, entry.checkpoint, session.member)
+            src = session.ws.checkpoint_path(entry.checkpoint)
+            fsio.atomic_copy_verified(src, local, entry.checkpoint_sha256)
+            state = load_checkpoint(local, trusted=self.cfg.trusted_workspace, map_location="cpu",
+                                    expected_sha256=entry.checkpoint_sha256)
+            check_donor_fits(self.algo, state)
+            return state
+        except (OSError, fsio.ChecksumMismatch, WorkspaceError, CheckpointError, DonorMisfit) as exc:
+            reason = f"donor {donor} checkpoint {entry.checkpoint}: {exc}"
+            session.audit.append("exploit_aborted", {"donor": donor, "reason": reason})
             print(f"[async-pbt] member {session.member}: exploit aborted, keeps training: {reason}",
                   file=sys.stderr, flush=True)
             # Peers and `async-pbt status` must not read "exploit from N" for an exploit that did not happen.
-            self._write_record(self._record(f"exploit from {donor.member} aborted, kept training: {exc}"[:300]))
+            self._write_record(self._record(f"exploit from {donor} aborted, kept training: {exc}"[:300]))
             return None
         finally:
             if pin is not None:
@@ -506,8 +558,10 @@ class PbtObserver(AlgoObserver):
         if self.algo is None:
             return
         if status == "finished":
+            self.session.state.finished = {"frame": int(self.algo.frame), "epoch": int(self.algo.epoch_num)}
             self.publish()
         else:
+            # No checkpoint (see above), so the saved evidence stays the one of the last published checkpoint.
             self._collect()
         self._write_record(self._record(status=status))
         self.session.audit.append("stop", {"status": status, "frame": int(self.algo.frame)})

@@ -31,7 +31,7 @@ def train_member(
 ) -> Any:
     """Train ``agent_cfg`` as population member ``cfg.policy_idx`` (or alone when ``cfg.enabled`` is False).
 
-    Returns the PbtObserver (``None`` when the population is disabled).
+    Returns the PbtObserver (``None`` when the population is disabled or the member had already finished).
     """
     from rl_games.common.algo_observer import IsaacAlgoObserver
     from rl_games.torch_runner import Runner
@@ -49,6 +49,13 @@ def train_member(
 
     session, agent_cfg = start_member(agent_cfg, cfg, train_dir=train_dir, task=task, checkpoint=checkpoint,
                                       reward_config=reward_config)
+    if session.already_finished:
+        # rl_games trains at least one epoch whatever its limits: a finished member must not even start.
+        print(f"[async-pbt] member {session.member}: nothing to train: {session.already_finished}; its records, "
+              f"evidence and checkpoints stay as they are", flush=True)
+        session.audit.append("stop", {"status": "finished", "reason": session.already_finished})
+        session.close()
+        return None
     observer = PbtObserver(session, summary_source=summary_source)
     stop = _StopOnSignal()
     runner = Runner(MultiObserver([observer, *observers]))

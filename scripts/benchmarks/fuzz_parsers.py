@@ -74,13 +74,14 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.audit import AuditLog, decision_body, read_entries, start_hyperparameters, verify_log
+from async_pbt_isaaclab.core.audit import AuditLog, read_entries, verify_log
+from async_pbt_isaaclab.core.step import PopulationView, pbt_step, start_hyperparameters
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, population_config_from_dict
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
 from async_pbt_isaaclab.core.member_state import MemberState, load_state
 from async_pbt_isaaclab.core.mutation import MemberRng, mutate
-from async_pbt_isaaclab.core.records import MemberRecord, RecordError, parse_record_bytes
-from async_pbt_isaaclab.core.selection import Outcome, decide
+from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord, RecordError, parse_record_bytes
+from async_pbt_isaaclab.core.selection import decide
 from async_pbt_isaaclab.core.workspace import (
     Workspace,
     WorkspaceError,
@@ -99,15 +100,20 @@ TASK = "Pendulum-v1"
 def _record(member: int, values: list[float], generation: int = 0, frame: int = 20_000,
             hparams: dict[str, Any] | None = None) -> MemberRecord:
     sha = hashlib.sha256(f"ckpt{member}".encode()).hexdigest()
+    evidence = EvidenceSummary("episode_return", generation, tuple(values), len(values) + 3, 1)
+    condition = ConditionLabel(task=TASK, objective="episode_return", curriculum_stage="", reward_config="r1")
+    hparams = dict(hparams or {"learning_rate": 3e-4, "gamma": 0.99, "mini_epochs": 4, "entropy_coef": 1e-3})
+    ckpt = f"members/{member:03d}/checkpoints/g{generation:04d}_f{frame:012d}.pth"
+    history = (HistoryEntry(frame // 2, generation, evidence.mean - 5.0, evidence.std, evidence.count, condition,
+                            ckpt.replace(f"f{frame:012d}", f"f{frame // 2:012d}"), sha, hparams),
+               HistoryEntry(frame, generation, evidence.mean, evidence.std, evidence.count, condition, ckpt, sha,
+                            hparams))
     return MemberRecord(
         member=member, generation=generation, frame=frame, generation_start_frame=frame // 2,
         restarts=generation, heartbeat=NOW - 3.0,
-        evidence=EvidenceSummary("episode_return", generation, tuple(values), len(values) + 3, 1),
-        condition=ConditionLabel(task=TASK, objective="episode_return", curriculum_stage="", reward_config="r1"),
-        hyperparameters=dict(hparams or {"learning_rate": 3e-4, "gamma": 0.99, "mini_epochs": 4, "entropy_coef": 1e-3}),
-        checkpoint=f"members/{member:03d}/checkpoints/g{generation:04d}_f{frame:012d}.pth",
+        evidence=evidence, condition=condition, hyperparameters=hparams, checkpoint=ckpt,
         checkpoint_sha256=sha, interval_best=max(values) if values else None, status="running", epoch=9,
-        last_decision="keep: rank 1/3", host="node1", pid=4242 + member,
+        last_decision="keep: rank 1/3", host="node1", pid=4242 + member, history=history,
     )
 
 
@@ -117,8 +123,8 @@ def population_config_raw() -> dict[str, Any]:
         "enabled": True, "num_policies": 3, "policy_idx": 2, "directory": "", "workspace": "pbt_ws",
         "objective": "episode_return", "interval_steps": 4096, "threshold_std": 0.1, "threshold_abs": 0.05,
         "mutation_rate": 0.8, "change_range": [1.1, 2.0], "rule": "dexpbt", "window": 16, "min_episodes": 4,
-        "max_heartbeat_age_s": 600.0, "frame_tolerance": -1, "start_grace_frames": 0,
-        "restart_grace_frames": 4096, "gap_std_fraction": 0.0, "gap_leader_fraction": 0.0,
+        "max_heartbeat_age_s": 600.0, "max_frame_lag": -1, "start_grace_frames": 0,
+        "restart_grace_frames": 4096, "gap_std_fraction": 0.0, "gap_donor_fraction": 0.0,
         "protect_interval_best": False, "keep_last_checkpoints": 3, "temp_grace_s": 600.0,
         "launcher_prefix": ["torchrun", "--nproc_per_node=1"],
         "mutation": {
@@ -189,17 +195,11 @@ def build_audit_log(path: Path) -> bytes:
                          "checkpoint": None, "argv": ["python", "-m", "x"], "hyperparameters": me.hyperparameters,
                          "environ_size": 1234}, now=NOW - 100)
     for step, now in enumerate((NOW - 50, NOW)):
-        rng_before = rng.get_state()
-        d = decide(me, [r for r in recs if r.member != me.member], cfg, rng, now)
-        start = new = None
-        changes: list[Any] = []
-        if d.outcome in (Outcome.EXPLOIT, Outcome.EXPLORE):
-            donor = {r.member: r for r in recs}.get(d.donor)
-            start = start_hyperparameters(me, donor, cfg)
-            new, changes = mutate(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
-        log.append("decision", decision_body(me, [r for r in recs if r.member != me.member], cfg.selection_dict(),
-                                             now, rng_before, d, start, new, changes, rng.get_state(),
-                                             {7: "bad json"} if step else None), now=now)
+        view = PopulationView(me, tuple(r for r in recs if r.member != me.member), now,
+                              {7: "bad json"} if step else {})
+        result = pbt_step(view, cfg, rng.get_state())
+        rng.set_state(result.rng_after)
+        log.append("decision", result.audit_body(view, cfg), now=now)
     log.append("exploit_applied", {"checkpoint": me.checkpoint, "sha256": me.checkpoint_sha256, "donor": 0,
                                    "generation": 1, "frame": me.frame, "pid": 1, "process_starts": 2}, now=NOW + 1)
     log.append("exploit_aborted", {"donor": 0, "reason": "vanished"}, now=NOW + 2)
@@ -435,7 +435,8 @@ def check_record(rec: MemberRecord) -> None:
         # ... and an exploit of it as the donor: its hyperparameters are the recipient's starting point.
         me = seed_records()[2]
         try:
-            start = start_hyperparameters(me, dataclasses.replace(rec, member=0), cfg)
+            entry = rec.history[-1] if rec.history else None
+            start = start_hyperparameters(me, entry, cfg)
             mutate(start, cfg.mutation, 1.0, cfg.change_range, MemberRng(7))
         except Exception as exc:  # noqa: BLE001
             raise InvariantError(f"exploit of an accepted donor record raised {type(exc).__name__}: {exc}") from None
@@ -446,7 +447,7 @@ _DECIDE_CFGS: dict[str, PopulationConfig] = {}
 
 def _decide_cfg(rule: str) -> PopulationConfig:
     if rule not in _DECIDE_CFGS:
-        raw = dict(population_config_raw(), rule=rule, frame_tolerance=10 ** 9, max_frame_lag=10 ** 9,
+        raw = dict(population_config_raw(), rule=rule, max_frame_lag=10 ** 9,
                    max_heartbeat_age_s=1e12, max_clock_skew_s=1e12, policy_idx=0)
         _DECIDE_CFGS[rule] = population_config_from_dict(raw)
     return _DECIDE_CFGS[rule]

@@ -1,6 +1,6 @@
 """Audit log and verifier (async_pbt_isaaclab.core.audit).
 
-The log is built from real decisions: records -> decide -> explore -> decision_body -> append, as a
+The log is built from real decisions: records -> pbt_step -> audit_body -> append, as a
 member does it. What is shown here:
 1. a chain of keep / exploit / explore decisions (and the facts around them) verifies clean;
 2. an edited entry (a number changed, JSON still valid) is caught as a hash mismatch; if the forger
@@ -18,10 +18,11 @@ import json
 
 import pytest
 
-from async_pbt_isaaclab.core.audit import GENESIS, AuditLog, decision_body, entry_hash, verify_log
+from async_pbt_isaaclab.core.audit import GENESIS, AuditLog, entry_hash, verify_log
 from async_pbt_isaaclab.core.config import population_config_from_dict
-from async_pbt_isaaclab.core.mutation import MemberRng, mutate
-from async_pbt_isaaclab.core.selection import Outcome, decide
+from async_pbt_isaaclab.core.mutation import MemberRng
+from async_pbt_isaaclab.core.selection import Outcome
+from async_pbt_isaaclab.core.step import PopulationView, pbt_step
 
 NOW = 1_700_000_000.0
 
@@ -42,20 +43,12 @@ def _population(make_record, means, now=NOW):
 
 
 def _log_decision(log, me, recs, cfg, rng, now):
-    """What a member does at a decision point: decide, mutate if needed, write ahead."""
-    rng_before = rng.get_state()
-    d = decide(me, recs, cfg, rng, now)
-    start = new = None
-    changes = []
-    if d.outcome is Outcome.EXPLOIT:
-        start = dict(next(r for r in recs if r.member == d.donor).hyperparameters)
-    elif d.outcome is Outcome.EXPLORE:
-        start = dict(me.hyperparameters)
-    if start is not None:
-        new, changes = mutate(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
-    log.append("decision", decision_body(me, recs, cfg.selection_dict(), now, rng_before, d, start, new, changes,
-                                         rng.get_state(), unreadable_peers={3: "bad json"}), now=now)
-    return d
+    """What a member does at a decision point: one PBT step, written ahead."""
+    view = PopulationView(me, tuple(recs), now, {3: "bad json"})
+    step = pbt_step(view, cfg, rng.get_state())
+    rng.set_state(step.rng_after)
+    log.append("decision", step.audit_body(view, cfg), now=now)
+    return step.decision
 
 
 @pytest.fixture
@@ -139,7 +132,7 @@ def test_forged_and_rehashed_decision_does_not_reproduce(chain):
     # Pretend member 2 (the donor) was the worst: the recorded exploit no longer follows from the inputs.
     for rec in entries[2]["inputs"]["peers"]:
         if rec["member"] == 2:
-            rec["evidence"]["values"] = [-50.0] * 16
+            rec["history"][-1]["mean"] = -50.0
     _write(chain, entries, rehash=True)
     _, problems = verify_log(chain)
     texts = _problems_at(problems, 2)
@@ -259,3 +252,34 @@ def test_decision_record_holds_every_input(chain):
     assert {p["member"] for p in e["inputs"]["peers"]} == {0, 1, 2, 3}
     assert e["config"]["rule"] == "dexpbt" and e["config"]["mutation"]["gamma"]["kind"] == "discount"
     assert e["start_hyperparameters"] == e["inputs"]["peers"][2]["hyperparameters"]  # from the donor
+
+
+def test_verifier_follows_the_rng_stream_across_entries(chain):
+    """A member whose state.json was deleted restarts its RNG: its next start does not continue the stream."""
+    entries = _lines(chain)
+    last_rng = next(e for e in reversed(entries) if e["kind"] == "decision")["rng_after"]
+    log = AuditLog.open(chain)
+    log.append("start", {"argv": [], "generation": 1, "rng_state": last_rng}, now=NOW + 500)
+    assert verify_log(chain)[1] == []
+    log.append("start", {"argv": [], "generation": 1, "rng_state": MemberRng(1_000_003).get_state()}, now=NOW + 600)
+    _, problems = verify_log(chain)
+    assert len(problems) == 1 and "RNG stream broken" in problems[0].problem
+
+
+def test_initial_mutation_is_replayed(tmp_path):
+    from async_pbt_isaaclab.core.step import initial_step
+
+    cfg = _cfg(policy_idx=2)
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog.open(path)
+    start = {"learning_rate": 3e-4, "gamma": 0.99, "mini_epochs": 4}
+    step = initial_step(2, start, cfg, MemberRng(7).get_state())
+    assert step.new_hyperparameters != start and {c.key for c in step.changes} <= set(start)
+    assert initial_step(0, start, cfg, MemberRng(7).get_state()).new_hyperparameters == start  # member 0 keeps
+    log.append("initial_mutation", step.audit_body(2, cfg))
+    log.append("start", {"rng_state": step.rng_after})
+    assert verify_log(path)[1] == []
+    entries = _lines(path)
+    entries[0]["new_hyperparameters"]["gamma"] = 0.5
+    _write(path, entries, rehash=True)
+    assert any("initial mutation does not reproduce" in p.problem for p in verify_log(path)[1])

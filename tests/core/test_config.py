@@ -355,7 +355,32 @@ def test_selection_dict_round_trips_to_an_equal_config():
 def test_resolved_defaults_follow_interval_steps():
     cfg = population_config_from_dict({"interval_steps": 1000})
     assert cfg.resolved_start_grace() == 2000 and cfg.resolved_restart_grace() == 2000
-    assert cfg.resolved_frame_tolerance() == 1000 and cfg.resolved_max_frame_lag() == 10_000
+    assert cfg.resolved_max_frame_lag() == 10_000
     # Distinct per member, stable for the same member.
     seeds = {population_config_from_dict({"policy_idx": i}).resolved_mutation_seed() for i in range(8)}
     assert len(seeds) == 8
+
+
+def test_mapping_form_gets_the_same_kind_check_and_int_coercion_as_the_short_form():
+    from async_pbt_isaaclab.core.mutation import MemberRng, mutate
+
+    cfg = population_config_from_dict({"mutation": {"mini_epochs": {"kind": "mutate_float", "low": 2, "high": 8}}})
+    spec = cfg.mutation["mini_epochs"]
+    assert spec.kind == "int" and (spec.low, spec.high) == (2, 8)
+    for seed in range(20):
+        new, _ = mutate({"mini_epochs": 5}, cfg.mutation, 1.0, cfg.change_range, MemberRng(seed))
+        assert isinstance(new["mini_epochs"], int) and 2 <= new["mini_epochs"] <= 8
+    with pytest.raises(ConfigError) as err:
+        population_config_from_dict({"mutation": {"mini_epochs": {"kind": "log_float", "low": 2, "high": 8}}})
+    assert "pbt.mutation.mini_epochs.kind" in str(err.value) and "int" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        population_config_from_dict({"mutation": {"critic_coef": {"kind": "mutate_discount"}}})
+    assert "pbt.mutation.critic_coef.kind" in str(err.value) and "[0, 1)" in str(err.value)
+
+
+def test_retired_keys_say_what_replaced_them():
+    with pytest.raises(ConfigError) as err:
+        population_config_from_dict({"frame_tolerance": 5, "gap_leader_fraction": 0.1, "objective_direction": "up"})
+    text = str(err.value)
+    assert "frame_tolerance: removed" in text and "gap_donor_fraction" in text
+    assert "objective_direction: 'up'" in text and "max, min" in text

@@ -12,6 +12,8 @@ What is shown here:
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import math
 
@@ -146,11 +148,16 @@ def cfg():
 NOW = 1_700_000_000.0
 
 
-def test_peer_with_old_generation_evidence_is_excluded(cfg, make_record):
+def test_peer_that_just_started_a_generation_is_excluded_until_it_settles(cfg, make_record):
+    """It decided to exploit (or just restarted): its old generation must not be compared or copied."""
     me = make_record(0, [1.0] * 16, now=NOW)
-    peer = make_record(1, [9.0] * 16, now=NOW, generation=2, evidence_generation=1)
+    old = make_record(1, [9.0] * 16, now=NOW, generation=1)
+    peer = dataclasses.replace(old, generation=2, generation_start_frame=old.frame,
+                               evidence=dataclasses.replace(old.evidence, generation=2, values=(), settled=False))
     why = peer_exclusion(me, peer, cfg, NOW)
-    assert why is not None and "stale" in why and "generation 1" in why
+    assert why is not None and "new generation 2" in why and "not settled" in why
+    fresh = make_record(2, [], now=NOW, generation=3)
+    assert "no settled evidence yet" in peer_exclusion(me, fresh, cfg, NOW)
 
 
 def test_peer_with_too_few_episodes_is_excluded(cfg, make_record):
@@ -166,7 +173,9 @@ def test_peer_under_another_condition_is_excluded(cfg, make_record, field):
     me = make_record(0, [1.0] * 16, now=NOW)
     peer = make_record(1, [9.0] * 16, now=NOW)
     other = ConditionLabel(**dict(me.condition.to_dict(), **{field: "other"}))
-    peer = type(peer)(**{**peer.__dict__, "condition": other})
+    # The entry carries the condition its evidence was collected under (a curriculum may have moved since).
+    peer = dataclasses.replace(peer, condition=other,
+                               history=tuple(dataclasses.replace(e, condition=other) for e in peer.history))
     why = peer_exclusion(me, peer, cfg, NOW)
     assert why is not None and "incompatible condition" in why and field in why
 

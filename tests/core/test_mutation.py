@@ -23,7 +23,7 @@ from async_pbt_isaaclab.core.mutation import (
     SUPPORTED_HYPERPARAMETERS,
     MemberRng,
     MutationSpec,
-    explore,
+    mutate,
     mutate_value,
     within_bounds,
 )

@@ -28,7 +28,8 @@ from scipy import stats
 from async_pbt_isaaclab.core.config import population_config_from_dict
 from async_pbt_isaaclab.core.evidence import ConditionLabel
 from async_pbt_isaaclab.core.mutation import MemberRng
-from async_pbt_isaaclab.core.selection import Outcome, decide, peer_exclusion, welch_p_value
+from async_pbt_isaaclab.core.rules import welch_p_value
+from async_pbt_isaaclab.core.selection import Outcome, decide, peer_exclusion
 
 NOW = 1_700_000_000.0
 FRAME = 100_000
@@ -49,6 +50,12 @@ def const(mean, n=16, spread=0.5):
 
 def replace(rec, **kw):
     return dataclasses.replace(rec, **kw)
+
+
+def at_frame(rec, frame):
+    """``rec`` published at ``frame`` (its newest history entry moved there too)."""
+    history = rec.history[:-1] + (dataclasses.replace(rec.history[-1], frame=frame),) if rec.history else ()
+    return dataclasses.replace(rec, frame=frame, history=history)
 
 
 # ------------------------------------------------------------------ basics
@@ -97,7 +104,7 @@ STALE_CASES = {
     "heartbeat from the future": (dict(heartbeat_age=-61.0), "clock skew"),
     "old-generation evidence": (dict(generation=1, evidence_generation=0, generation_start_frame=0), "generation 0"),
     "too few episodes": (dict(values=const(100.0, n=7)), "min_episodes"),
-    "too far ahead": (dict(frame=FRAME + 1001), "frame_tolerance"),
+    "no entry at or before my frame": (dict(frame=FRAME + 1001), "no history entry at or before my frame"),
     "lagging past the cap": (dict(frame=FRAME - 10_001), "max_frame_lag"),
     "other task": (dict(task="Isaac-Other-v0"), "incompatible condition"),
 }
@@ -121,7 +128,7 @@ def test_stale_or_incompatible_peer_is_never_the_donor(make_record, case):
 def test_frame_and_clock_limits_are_inclusive(make_record):
     cfg = cfg_()
     me = make_record(0, const(0.0), now=NOW, frame=FRAME)
-    for kw in (dict(frame=FRAME + 1000), dict(frame=FRAME - 10_000), dict(heartbeat_age=600.0),
+    for kw in (dict(frame=FRAME), dict(frame=FRAME - 10_000), dict(heartbeat_age=600.0),
                dict(heartbeat_age=-60.0)):
         peer = make_record(1, const(1.0), now=NOW, **{"frame": FRAME, **kw})
         assert peer_exclusion(me, peer, cfg, NOW) is None, kw
@@ -129,8 +136,9 @@ def test_frame_and_clock_limits_are_inclusive(make_record):
 
 def test_condition_label_difference_is_explained(make_record):
     me = make_record(0, const(0.0), now=NOW, frame=FRAME)
-    peer = replace(make_record(1, const(10.0), now=NOW, frame=FRAME),
-                   condition=ConditionLabel(task="t", curriculum_stage="3"))
+    peer = make_record(1, const(10.0), now=NOW, frame=FRAME)
+    stage3 = ConditionLabel(task="t", curriculum_stage="3")
+    peer = replace(peer, condition=stage3, history=tuple(dataclasses.replace(e, condition=stage3) for e in peer.history))
     d = decide(me, [me, peer], cfg_(), MemberRng(0), NOW)
     assert d.outcome is Outcome.KEEP and "min_members" in d.reasons[-1]
     assert "curriculum_stage '3'" in d.excluded[1]
@@ -144,9 +152,9 @@ def test_donor_without_checkpoint_is_never_chosen(make_record):
     for seed in range(20):
         d = decide(me, [me, best_no_ckpt, second], cfg, MemberRng(seed), NOW)
         assert d.outcome is Outcome.EXPLOIT and d.donor == 2
-    # If the only top member has no checkpoint: keep, and say why.
+    # If the only top member has no checkpoint: dexpbt explores in place (as DexPBT), and says why.
     d = decide(me, [me, best_no_ckpt], cfg_(), MemberRng(0), NOW)
-    assert d.outcome is Outcome.KEEP and "checkpoint" in d.reasons[-1]
+    assert d.outcome is Outcome.EXPLORE and d.donor is None and "checkpoint" in d.reasons[-1]
     # isaaclab and welch too.
     for rule in ("isaaclab", "welch"):
         d = decide(me, [me, best_no_ckpt], cfg_(rule=rule, explore_without_donor=False), MemberRng(0), NOW)
@@ -162,9 +170,9 @@ def test_start_grace(make_record):
     peer = make_record(1, const(10.0), now=NOW, frame=1999)
     d = decide(me, [me, peer], cfg, MemberRng(0), NOW)
     assert d.outcome is Outcome.KEEP and "start grace" in d.reasons[-1]
-    me, peer = replace(me, frame=2000), replace(peer, frame=2000)
+    me, peer = at_frame(me, 2000), at_frame(peer, 2000)
     assert decide(me, [me, peer], cfg, MemberRng(0), NOW).outcome is Outcome.EXPLOIT
-    early_me, early_peer = replace(me, frame=10), replace(peer, frame=10)
+    early_me, early_peer = at_frame(me, 10), at_frame(peer, 10)
     assert decide(early_me, [early_me, early_peer], cfg_(start_grace_frames=0), MemberRng(0), NOW).donor == 1
 
 
@@ -209,7 +217,7 @@ def test_max_restarts(make_record):
 
 def test_dexpbt_only_the_worst_group_exploits(make_record):
     recs = [make_record(i, const(float(i)), now=NOW, frame=FRAME) for i in range(8)]
-    cfg = cfg_(gap_std_fraction=0.0, gap_leader_fraction=0.0)
+    cfg = cfg_(gap_std_fraction=0.0, gap_donor_fraction=0.0)
     outcomes = {r.member: decide(r, recs, cfg, MemberRng(1), NOW) for r in recs}
     assert {m for m, d in outcomes.items() if d.outcome is Outcome.EXPLOIT} == {0, 1}  # worst 25% of 8
     assert {outcomes[0].donor, outcomes[1].donor} <= {6, 7}  # top 25% of 8
@@ -219,11 +227,13 @@ def test_dexpbt_only_the_worst_group_exploits(make_record):
 def test_dexpbt_required_gap(make_record):
     me = make_record(0, const(9.5), now=NOW, frame=FRAME)
     peer = make_record(1, const(10.0), now=NOW, frame=FRAME)
-    # required gap = max(0.5 * std(9.5, 10) = 0.125, 0.05 * 10 = 0.5) = 0.5 >= gap 0.5 -> keep
+    # required gap = max(0.5 * std(9.5, 10) = 0.125, 0.05 * |donor 10| = 0.5) = 0.5 >= gap 0.5: too close to
+    # be worth a copy, so explore in place (mutate my hyperparameters, keep my weights), as DexPBT does
     d = decide(me, [me, peer], cfg_(), MemberRng(0), NOW)
-    assert d.outcome is Outcome.KEEP and d.thresholds["required_gap"] == pytest.approx(0.5)
+    assert d.outcome is Outcome.EXPLORE and d.donor is None and "explore in place" in d.reasons[-1]
+    assert d.thresholds["required_gap"] == pytest.approx(0.5)
     assert d.thresholds["gap"] == pytest.approx(0.5)
-    d = decide(me, [me, peer], cfg_(gap_leader_fraction=0.04), MemberRng(0), NOW)
+    d = decide(me, [me, peer], cfg_(gap_donor_fraction=0.04), MemberRng(0), NOW)
     assert d.outcome is Outcome.EXPLOIT
 
 
@@ -308,7 +318,7 @@ def test_welch_uses_per_episode_windows_at_alpha(make_record):
     assert d.outcome is Outcome.KEEP
     assert d.thresholds["p_value"] == pytest.approx(p_noisy) and d.thresholds["alpha"] == 0.05
     # dexpbt on the means alone would copy here: the welch rule is stricter by design.
-    assert decide(me, [me, noisy], cfg_(gap_leader_fraction=0.0), MemberRng(0), NOW).outcome is Outcome.EXPLOIT
+    assert decide(me, [me, noisy], cfg_(gap_donor_fraction=0.0), MemberRng(0), NOW).outcome is Outcome.EXPLOIT
     # A permissive alpha above the p-value exploits.
     d = decide(me, [me, noisy], cfg_(rule="welch", welch_alpha=min(0.99, p_noisy + 0.01)), MemberRng(0), NOW)
     assert d.outcome is Outcome.EXPLOIT and d.donor == 1
@@ -318,12 +328,17 @@ def test_welch_uses_per_episode_windows_at_alpha(make_record):
     assert d.outcome is Outcome.EXPLOIT and d.donor == 2 and d.thresholds["p_value"] < 0.05
 
 
+def _stats(values):
+    return statistics.fmean(values), statistics.stdev(values), len(values)
+
+
 def test_welch_p_value_matches_scipy_and_handles_degenerate_windows():
     a, b = [1.0, 2.0, 3.0, 4.0], [0.0, 1.0, 0.5, 0.2]
-    assert welch_p_value(a, b) == pytest.approx(stats.ttest_ind(a, b, equal_var=False, alternative="greater").pvalue)
-    assert welch_p_value([1.0] * 8, [0.0] * 8) == 0.0  # all-success vs all-failure: clearly better
-    assert welch_p_value([0.0] * 8, [1.0] * 8) == 1.0
-    assert welch_p_value([1.0] * 8, [1.0] * 8) == 1.0
+    assert welch_p_value(_stats(a), _stats(b)) == pytest.approx(
+        stats.ttest_ind(a, b, equal_var=False, alternative="greater").pvalue)
+    assert welch_p_value(_stats([1.0] * 8), _stats([0.0] * 8)) == 0.0  # all-success vs all-failure
+    assert welch_p_value(_stats([0.0] * 8), _stats([1.0] * 8)) == 1.0
+    assert welch_p_value(_stats([1.0] * 8), _stats([1.0] * 8)) == 1.0
 
 
 # ------------------------------------------------------------------ properties
@@ -336,6 +351,7 @@ def populations(draw, build):
     recs = []
     for m in members:
         stale = draw(st.sampled_from(["none"] * 6 + ["old", "future", "oldgen", "few", "ahead", "lag", "task"]))
+        # "ahead" with an older entry too: compared at that entry, never excluded for being ahead
         kw = dict(now=NOW, frame=FRAME + draw(st.integers(-9000, 900)))
         if stale == "old":
             kw["heartbeat_age"] = draw(st.floats(601.0, 1e6))
@@ -345,14 +361,21 @@ def populations(draw, build):
             kw.update(generation=2, evidence_generation=1, generation_start_frame=0)
         elif stale == "ahead":
             kw["frame"] = FRAME + draw(st.integers(1001, 10**6))
+            if draw(st.booleans()):
+                kw["history"] = "older entry"
         elif stale == "lag":
             kw["frame"] = FRAME - draw(st.integers(10_001, FRAME))
         elif stale == "task":
             kw["task"] = "other"
         size = draw(st.integers(1, 7)) if stale == "few" else 16
         values = draw(st.lists(st.floats(-100, 100), min_size=size, max_size=size))
+        older = kw.pop("history", None)
         rec = build(
             m, values, checkpoint=draw(st.booleans()) or draw(st.booleans()), **kw)
+        if older and rec.history:
+            earlier = dataclasses.replace(rec.history[-1], frame=FRAME - draw(st.integers(0, 5000)),
+                                          mean=draw(st.floats(-100, 100)))
+            rec = replace(rec, history=(earlier, rec.history[-1]))
         if draw(st.integers(0, 4)) == 0:
             rec = replace(rec, interval_best=draw(st.floats(-100, 100)))
         recs.append(rec)
@@ -364,7 +387,7 @@ def populations(draw, build):
     recs[me_index] = me
     cfg = cfg_(rule=draw(st.sampled_from(["dexpbt", "isaaclab", "welch"])),
                top_fraction=draw(st.sampled_from([0.25, 0.5])), worst_fraction=draw(st.sampled_from([0.25, 0.5])),
-               gap_leader_fraction=draw(st.sampled_from([0.0, 0.05])))
+               gap_donor_fraction=draw(st.sampled_from([0.0, 0.05])))
     return me, recs, cfg, draw(st.integers(0, 2**64 - 1)), draw(st.randoms(use_true_random=False))
 
 
@@ -403,7 +426,9 @@ def test_property_decisions_are_sound(make_record, data):
         assert d.donor != me.member
         assert d.donor in d.compared and d.donor not in d.excluded
         assert peer_exclusion(me, donor, cfg, NOW) is None
-        assert donor.checkpoint is not None and donor.checkpoint_sha256 is not None
+        assert d.donor_entry is not None and d.donor_entry.checkpoint and d.donor_entry.checkpoint_sha256
+        assert d.donor_entry in donor.history and d.donor_entry.frame <= me.frame  # compared at my progress
+        assert d.objectives[d.donor] == d.donor_entry.mean
         assert d.objectives[d.donor] > d.objectives[me.member]
         if cfg.rule == "isaaclab":
             assert d.objectives[d.donor] > d.thresholds["upper"]
