@@ -52,10 +52,10 @@ def _resolved_values(cfg: PopulationConfig) -> dict[str, tuple[Any, str]]:
     """Fields whose stored value is a placeholder, with the value it resolves to and why."""
     iv = cfg.interval_steps
     out: dict[str, tuple[Any, str]] = {}
-    if cfg.frame_tolerance < 0:
-        out["frame_tolerance"] = (cfg.resolved_frame_tolerance(), "one interval_steps")
     if cfg.max_frame_lag < 0:
         out["max_frame_lag"] = (cfg.resolved_max_frame_lag(), f"10 x interval_steps={iv}")
+    if cfg.settle_max_steps < 0:
+        out["settle_max_steps"] = ("no cap", "evidence counts once every env finished an episode begun in its generation")
     if cfg.start_grace_frames < 0:
         out["start_grace_frames"] = (cfg.resolved_start_grace(), f"2 x interval_steps={iv}")
     if cfg.restart_grace_frames < 0:

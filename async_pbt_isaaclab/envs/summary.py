@@ -109,9 +109,10 @@ class EpisodeSummaryEmitter:
     ones (early terminations, fast failures, or fast successes on tasks that end on success); their mean is
     far from what the policy achieves in steady state. A segment is *settled* once every env has finished an
     episode that began inside it, or once ``settle_max_steps`` env steps of the segment have passed (for
-    tasks whose episodes need not end). :meth:`drain` returns only episodes that finished after the segment
-    settled (the others are counted in :attr:`dropped_unsettled`) and stamps the batch with ``settled``.
-    The gate costs two small kernels per step and no host synchronisation.
+    tasks whose episodes need not end). :meth:`drain` returns only episodes that finished once the segment had
+    settled, the settling step included (so a fixed-length task loses nothing), counts the others in
+    :attr:`dropped_unsettled` and stamps the batch with ``settled``. The gate costs a few small kernels per
+    step and no host synchronisation.
 
     Attributes are documented where they are defined in :meth:`__init__`.
     """
@@ -297,11 +298,12 @@ class EpisodeSummaryEmitter:
         """The fused device update (a pure tensor program: compilable, no host reads)."""
         acc = self._acc
         done = terminated | truncated
-        # Settled before this step: episodes finishing now count only if the segment had already settled.
-        settled = self._env_settled.all() | (self._segment_steps >= self._settle_cap)
-        acc[self._settled_row].copy_(settled.to(acc.dtype).expand(acc.shape[1]))
+        # Episodes finishing at this step count if the segment is settled once this step is accounted for: on a
+        # fixed-length task every env finishes its first full episode at the same step, and those count.
         self._env_settled.logical_or_(done & (acc[self._seg_row] == self._init[self._seg_row, 0]))
         self._segment_steps.add_(1)
+        settled = self._env_settled.all() | (self._segment_steps >= self._settle_cap)
+        acc[self._settled_row].copy_(settled.to(acc.dtype).expand(acc.shape[1]))
         acc[: self._n_sum].add_(torch.stack(sum_cols))
         if max_cols:
             block = acc[self._max_start:self._max_stop]

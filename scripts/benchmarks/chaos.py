@@ -91,11 +91,11 @@ def member_command(args: argparse.Namespace, workspace: Path) -> list[str]:
         "--pbt-rule", "dexpbt",
         "--pbt-interval-steps", str(args.interval),
         # The worst member exploits at every decision: no gap required, no protection, no start grace.
-        "--pbt-gap-std-fraction", "0", "--pbt-gap-leader-fraction", "0", "--pbt-protect-interval-best", "false",
+        "--pbt-gap-std-fraction", "0", "--pbt-gap-donor-fraction", "0", "--pbt-protect-interval-best", "false",
         "--pbt-start-grace-frames", "0", "--pbt-restart-grace-frames", str(args.interval // 2),
         "--pbt-min-episodes", "4", "--pbt-window", "16",
         # Kills make members progress at different rates: compare them anyway.
-        "--pbt-frame-tolerance", "100000000", "--pbt-max-frame-lag", "100000000",
+        "--pbt-max-frame-lag", "100000000",
         "--pbt-heartbeat-interval-s", "1", "--pbt-temp-grace-s", str(args.temp_grace),
         "--pbt-keep-last-checkpoints", str(args.keep_last), "--pbt-keep-best-checkpoints", str(args.keep_best),
         "agent.params.torch_threads=1",

@@ -488,8 +488,9 @@ def test_settling_gate_restarts_with_every_generation_and_honours_the_cap():
     em.step(torch.ones(2), both, never)  # env 1's first episode of generation 1 (one step long)
     assert em.settled()
     batch = em.drain()
-    # Every episode of generation 1 finished before the gate opened; env 1's first one straddled the change.
-    assert batch.returns == [] and batch.settled and batch.generation == 1
-    assert em.last_drain.dropped_stale == 1 and em.last_drain.dropped_unsettled == 53
+    # Only the episodes of the settling step count: env 0's 51 earlier ones finished before it, and env 1's
+    # first one straddled the change.
+    assert batch.returns == [1.0, 1.0] and batch.settled and batch.generation == 1
+    assert em.last_drain.dropped_stale == 1 and em.last_drain.dropped_unsettled == 51
     em.step(torch.ones(2), both, never)
     assert em.drain().returns == [1.0, 1.0]

@@ -47,8 +47,8 @@ def _member_args(ws: Path, root: Path, index: int, members: int = 6) -> list[str
     return [*MEMBER, "--pbt-workspace", str(ws), "--pbt-members", str(members), "--pbt-index", str(index),
             "--train-dir", str(root / "runs"), "--max_iterations", "2000", "--num_envs", "8",
             "--pbt-interval-steps", "2048", "--pbt-start-grace-frames", "0", "--pbt-restart-grace-frames", "0",
-            "--pbt-min-episodes", "8", "--pbt-gap-std-fraction", "0", "--pbt-gap-leader-fraction", "0",
-            "--pbt-protect-interval-best", "false", "--pbt-frame-tolerance", "1000000000",
+            "--pbt-min-episodes", "8", "--pbt-gap-std-fraction", "0", "--pbt-gap-donor-fraction", "0",
+            "--pbt-protect-interval-best", "false",
             "--pbt-max-frame-lag", "1000000000", "--pbt-heartbeat-interval-s", "0.5",
             "agent.params.torch_threads=1", "agent.params.config.horizon_length=128",
             "agent.params.config.mini_epochs=1", "agent.pbt.mutation.learning_rate=mutate_float"]

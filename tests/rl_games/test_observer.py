@@ -41,7 +41,7 @@ def start(tmp: Path, *, index: int = 1, epochs: int = 4, env_config: dict | None
     raw["params"]["config"].update(max_epochs=epochs, print_stats=False, env_config=dict(env_config or {}))
     raw["pbt"] = {"enabled": True, "policy_idx": index, "num_policies": 2, "workspace": str(tmp / "ws"),
                   "interval_steps": 10 ** 9, "heartbeat_interval_s": 0.0, "min_episodes": 8, "window": 32,
-                  "start_grace_frames": 0, "frame_tolerance": 10 ** 9,
+                  "start_grace_frames": 0,
                   "mutation": {"learning_rate": "mutate_float"}, **pbt}
     agent_cfg, cfg = load_population_config(raw)
     task = register_gym_vecenv_for(agent_cfg)
@@ -288,6 +288,7 @@ def publish_donor(ws_root: Path, make_record, frame: int) -> tuple[Path, dict]:
                       hyperparameters={"learning_rate": 1e-3})
     data = rec.to_dict()
     data.update(checkpoint=str(path.relative_to(ws_root)), checkpoint_sha256=sha)
+    data["history"][-1].update(checkpoint=str(path.relative_to(ws_root)), checkpoint_sha256=sha)
     fsio.atomic_write_json(ws_root / "members" / "000" / "record.json", data)
     return path, data
 
@@ -337,3 +338,60 @@ def test_donor_checkpoint_with_wrong_bytes_aborts_with_the_checksum_named(tmp_pa
     assert "does not match the published" in aborted["reason"]
     actual = fsio.sha256_file(tmp_path / "ws" / donor["checkpoint"])
     assert actual in aborted["reason"]
+
+
+def test_donor_whose_network_does_not_fit_aborts_before_anything_is_written(tmp_path, make_record):
+    """A donor of another architecture passes the weights-only load; the strict dry run catches it, so the
+    recipient keeps training instead of crash-looping after a restart."""
+    aborted, donor = run_with_donor(tmp_path, make_record, spoil=lambda p: None)
+    assert "does not fit this member's model" in aborted["reason"]
+    assert "unexpected ['w']" in aborted["reason"] and "missing" in aborted["reason"]
+
+
+def test_exploit_under_adaptive_schedule_starts_from_the_donors_live_learning_rate(tmp_path, monkeypatch):
+    """Donor trains with lr_schedule: adaptive (its rate drifts from the configured 1e-3) and publishes; the
+    recipient exploits it (forced by the test fixture) with a learning-rate mutation. After the restart the
+    optimizer's rate is the donor's live rate at the compared entry x the mutation factor, clipped."""
+    from async_pbt_isaaclab.core.config import TEST_FIXTURE_ENV
+    from async_pbt_isaaclab.core.mutation import clip
+
+    monkeypatch.setenv(TEST_FIXTURE_ENV, "fixture_forced_exploit")
+    # Bounds wider than the adaptive scheduler's own [1e-6, 1e-2], which the donor's rate may have reached.
+    pbt = dict(interval_steps=2 * FRAMES_PER_EPOCH, rule="fixture_forced_exploit", mutation_rate=1.0,
+               heartbeat_interval_s=3600.0,
+               mutation={"learning_rate": {"kind": "mutate_float", "low": 1e-6, "high": 0.1}})
+    donor_session, donor_cfg = start(tmp_path, index=0, epochs=3, **pbt)
+    try:
+        train(donor_cfg, [PbtObserver(donor_session)])
+    finally:
+        donor_session.close()
+    donor_entry = record(donor_session)["history"][0]
+    live = donor_entry["hyperparameters"]["learning_rate"]
+    assert donor_entry["frame"] == 2 * FRAMES_PER_EPOCH and live != 1e-3  # the adaptive schedule moved it
+
+    session, agent_cfg = start(tmp_path, index=1, epochs=4, **pbt)
+    with pytest.raises(SystemExit, match="restart requested"):
+        train(agent_cfg, [PbtObserver(session, exit_on_restart=True)])
+    session.close()
+    decision = next(e for e in audit(session) if e["kind"] == "decision")
+    assert decision["decision"]["outcome"] == "exploit" and decision["decision"]["donor_entry"] == donor_entry
+    assert decision["start_hyperparameters"]["learning_rate"] == live
+    (change,) = [c for c in decision["changes"] if c["key"] == "learning_rate"]
+    spec = session.cfg.mutation["learning_rate"]
+    expected = clip(live * change["factor"], spec.low, spec.high)
+    assert decision["new_hyperparameters"]["learning_rate"] == pytest.approx(expected, rel=1e-12)
+
+    class AfterRestore:
+        def after_init(self, algo):
+            self.last_lr = algo.last_lr
+            self.optimizer_lr = [g["lr"] for g in algo.optimizer.param_groups]
+
+    again, agent_cfg = start(tmp_path, index=1, epochs=4, **pbt)
+    assert again.start_mode == "exploit_applied"
+    seen = AfterRestore()
+    try:
+        train(agent_cfg, [PbtObserver(again), seen])
+    finally:
+        again.close()
+    assert seen.last_lr == pytest.approx(expected, rel=1e-12)
+    assert seen.optimizer_lr == [pytest.approx(expected, rel=1e-12)]
