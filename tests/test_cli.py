@@ -16,12 +16,13 @@ import yaml
 
 from async_pbt_isaaclab import cli
 from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.audit import AuditLog, decision_body
+from async_pbt_isaaclab.core.audit import AuditLog
 from async_pbt_isaaclab.core.config import PopulationConfig, population_config_from_dict
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS, MemberRng, mutate
-from async_pbt_isaaclab.core.records import MemberRecord
-from async_pbt_isaaclab.core.selection import Outcome, decide
+from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS, MemberRng
+from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
+from async_pbt_isaaclab.core.selection import Outcome
+from async_pbt_isaaclab.core.step import PopulationView, pbt_step
 from async_pbt_isaaclab.core.workspace import Workspace, checkpoint_name
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,6 +83,11 @@ def write_yaml(path: Path, data: dict) -> Path:
 def record(member: int, mean: float, *, generation: int = 0, frame: int = 10_000, heartbeat: float | None = None,
            n: int = 8, last_decision: str = "", gen_start: int = 0) -> MemberRecord:
     values = tuple(mean + d for d in ([-1.0, 1.0] * (n // 2)))
+    evidence = EvidenceSummary("episode_return", generation, values, n, 0)
+    hparams = {"learning_rate": 1e-3 * (member + 1), "gamma": 0.95}
+    ckpt = f"members/{member:03d}/checkpoints/{checkpoint_name(generation, frame)}"
+    history = (HistoryEntry(frame, generation, evidence.mean, evidence.std, n, ConditionLabel(task="Pendulum-v1"),
+                            ckpt, SHA, hparams),)
     return MemberRecord(
         member=member,
         generation=generation,
@@ -89,12 +95,13 @@ def record(member: int, mean: float, *, generation: int = 0, frame: int = 10_000
         generation_start_frame=gen_start,
         restarts=generation,
         heartbeat=time.time() if heartbeat is None else heartbeat,
-        evidence=EvidenceSummary("episode_return", generation, values, n, 0),
+        evidence=evidence,
         condition=ConditionLabel(task="Pendulum-v1"),
-        hyperparameters={"learning_rate": 1e-3 * (member + 1), "gamma": 0.95},
-        checkpoint=f"members/{member:03d}/checkpoints/{checkpoint_name(generation, frame)}",
+        hyperparameters=hparams,
+        checkpoint=ckpt,
         checkpoint_sha256=SHA,
         last_decision=last_decision,
+        history=history,
     )
 
 
@@ -121,18 +128,15 @@ def write_audit_chain(ws: Workspace, member: int = 1) -> Path:
     now = 1_700_000_000.0
     peers = [record(i, m, heartbeat=now - 5) for i, m in enumerate((-200.0, -900.0, -300.0, -250.0))]
     me = peers[member]
-    rng = MemberRng(seed=cfg.resolved_mutation_seed())
-    rng_before = rng.get_state()
-    decision = decide(me, peers, cfg, rng, now)
+    view = PopulationView(me, tuple(peers), now)
+    step = pbt_step(view, cfg, MemberRng(seed=cfg.resolved_mutation_seed()).get_state())
+    decision, new, changes = step.decision, step.new_hyperparameters, step.changes
     assert decision.outcome is Outcome.EXPLOIT, decision
-    start = dict(peers[decision.donor].hyperparameters)
-    new, changes = mutate(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
     assert changes
     path = ws.member_dir(member) / "audit.jsonl"
     log = AuditLog.open(path)
     log.append("start", {"mode": "fresh", "generation": 0, "pid": 1, "argv": ["train.py"]}, now=now - 100)
-    log.append("decision", decision_body(me, peers, cfg.selection_dict(), now, rng_before, decision, start, new,
-                                         changes, rng.get_state()), now=now)
+    log.append("decision", step.audit_body(view, cfg), now=now)
     log.append("exploit_applied", {
         "generation": 1, "donor": decision.donor, "donor_generation": 0,
         "donor_checkpoint": peers[decision.donor].checkpoint, "donor_sha256": SHA, "frame": me.frame,

@@ -57,15 +57,18 @@ BLOCKER = textwrap.dedent(
     from async_pbt_isaaclab.core.config import population_config_from_dict
     from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
     from async_pbt_isaaclab.core.mutation import MemberRng, mutate
-    from async_pbt_isaaclab.core.records import MemberRecord
+    from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
     from async_pbt_isaaclab.core.selection import decide
     now = time.time()
-    recs = [MemberRecord(member=i, generation=0, frame=10_000, generation_start_frame=0, restarts=0,
-                         heartbeat=now, evidence=EvidenceSummary("episode_return", 0,
-                         tuple(float(i * 10 + (k % 3)) for k in range(16)), 16, 0),
-                         condition=ConditionLabel(task="t"), hyperparameters={{"learning_rate": 3e-4}},
-                         checkpoint=f"members/{{i:03d}}/checkpoints/x.pth", checkpoint_sha256="a" * 64)
-            for i in range(4)]
+    recs = []
+    for i in range(4):
+        ev = EvidenceSummary("episode_return", 0, tuple(float(i * 10 + (k % 3)) for k in range(16)), 16, 0)
+        entry = HistoryEntry(10_000, 0, ev.mean, ev.std, 16, ConditionLabel(task="t"),
+                             f"members/{{i:03d}}/checkpoints/x.pth", "%064x" % (i + 1), {{"learning_rate": 3e-4}})
+        recs.append(MemberRecord(member=i, generation=0, frame=10_000, generation_start_frame=0, restarts=0,
+                                 heartbeat=now, evidence=ev, condition=ConditionLabel(task="t"),
+                                 hyperparameters={{"learning_rate": 3e-4}}, history=(entry,),
+                                 checkpoint=f"members/{{i:03d}}/checkpoints/x.pth", checkpoint_sha256="a" * 64))
     outcomes = []
     for rule in ("dexpbt", "isaaclab", "welch"):
         cfg = population_config_from_dict({{"rule": rule, "interval_steps": 1000, "min_episodes": 8, "window": 16,

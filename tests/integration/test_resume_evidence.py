@@ -1,0 +1,94 @@
+"""Evidence survives a resume, and a finished member started again does not train.
+
+Real rl_games members (Pendulum-v1 PPO, CPU) run in this process through ``train_member``, the same
+function ``scripts/train_pbt.py`` and the CPU member call. What is shown here:
+1. a member that finished and is started again with the same epoch limit exits at once: no epoch is
+   trained, its record, evidence, state and checkpoints are left as they were, and it says why;
+2. started again with a larger limit it resumes, and its first record (written before any episode of the
+   new process has finished: Pendulum episodes last 200 steps, an epoch is 128) already carries the saved,
+   settled window, so peers can compare it at once instead of waiting a whole window.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("rl_games")
+
+import async_pbt_isaaclab.examples as examples  # noqa: E402
+from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml  # noqa: E402
+from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for  # noqa: E402
+from async_pbt_isaaclab.rl_games.runner import train_member  # noqa: E402
+
+YAML = Path(examples.__file__).parent / "pendulum_ppo.yaml"
+
+
+def _configs(tmp: Path, epochs: int):
+    raw = load_yaml(YAML)
+    raw["params"]["seed"] = 5
+    raw["params"]["config"].update(max_epochs=epochs, print_stats=False)
+    raw["pbt"] = {"enabled": True, "policy_idx": 0, "num_policies": 2, "workspace": str(tmp / "ws"),
+                  "interval_steps": 2048, "min_episodes": 8, "window": 32, "heartbeat_interval_s": 0.0}
+    agent_cfg, cfg = load_population_config(raw)
+    return agent_cfg, cfg, register_gym_vecenv_for(agent_cfg)
+
+
+class FirstRecord:
+    """Reads record.json right after the member's first ``after_steps`` (its first heartbeat)."""
+
+    def __init__(self, path: Path):
+        self.path, self.record, self.epochs = path, None, 0
+
+    def after_steps(self):
+        self.epochs += 1
+        if self.record is None:
+            self.record = json.loads(self.path.read_text())
+
+
+def _train(tmp: Path, epochs: int, probe=None):
+    agent_cfg, cfg, task = _configs(tmp, epochs)
+    threads = torch.get_num_threads()
+    try:
+        return train_member(copy.deepcopy(agent_cfg), cfg, train_dir=str(tmp / "runs"), task=task,
+                            extra_observers=[probe] if probe else ())
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_finished_member_exits_at_once_and_resumes_with_its_evidence(tmp_path, capsys):
+    mdir = tmp_path / "ws" / "members" / "000"
+    observer = _train(tmp_path, epochs=3)
+    assert observer.algo.epoch_num == 3
+    state = json.loads((mdir / "state.json").read_text())
+    assert state["finished"] == {"frame": 3 * 2048, "epoch": 3}
+    saved = state["evidence"]["summary"]
+    assert saved["settled"] and len(saved["values"]) >= 8
+    def kept():
+        """Every file but the lock and the audit log, and the state without its process-start count."""
+        out = {p: p.read_bytes() for p in mdir.rglob("*") if p.is_file() and p.name not in ("audit.jsonl", "lock",
+                                                                                            "state.json")}
+        out["state"] = {k: v for k, v in json.loads((mdir / "state.json").read_text()).items() if k != "process_starts"}
+        return out
+
+    files = kept()
+    capsys.readouterr()
+
+    # 1. Same limit: nothing is trained, nothing but the audit log changes.
+    assert _train(tmp_path, epochs=3) is None
+    assert "nothing to train: finished at epoch 3 >= max_epochs=3" in capsys.readouterr().out
+    assert kept() == files
+    last = json.loads((mdir / "audit.jsonl").read_text().splitlines()[-1])
+    assert last["kind"] == "stop" and "max_epochs=3" in last["reason"]
+
+    # 2. A larger limit resumes and publishes the saved window at once.
+    probe = FirstRecord(mdir / "record.json")
+    observer = _train(tmp_path, epochs=5, probe=probe)
+    assert observer.session.start_mode == "resume" and observer.algo.epoch_num == 5
+    first = probe.record
+    assert first["frame"] == 3 * 2048 and first["evidence"]["settled"]
+    assert first["evidence"]["values"] == saved["values"]
