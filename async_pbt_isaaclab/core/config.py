@@ -39,6 +39,9 @@ TEST_FIXTURE_ENV = "ASYNC_PBT_TEST_FIXTURE"
 HPARAM_SOURCES = ("donor", "own")
 """Where an exploiting member's hyperparameters start from before mutation."""
 
+EXPLOIT_MODES = ("auto", "inprocess", "restart")
+"""Accepted values of ``exploit_mode``."""
+
 OBJECTIVE_DIRECTIONS = ("max", "min")
 """Accepted values of ``objective_direction``."""
 
@@ -144,6 +147,10 @@ class PopulationConfig:
     """``isaaclab``: an underperformer with no leader explores from its own weights (Isaac Lab does)."""
     hparams_from: str = "donor"
     """Exploit starts from the ``donor``'s hyperparameters (PBT) or keeps its ``own`` before mutation."""
+    exploit_mode: str = "auto"
+    """``auto``: load the donor into the running agent when every changed value can be set live, else restart
+    the process; ``inprocess``: never restart (an exploit that cannot be done live is aborted, with why);
+    ``restart``: always the exec restart."""
     initial_mutation: bool = False
     """At a member's first start, mutate its yaml hyperparameters once (member 0 keeps them), as DexPBT can."""
     mutation_seed: int = -1
@@ -458,6 +465,8 @@ def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool
     need(0.0 <= cfg.trim_fraction < 1.0, f"trim_fraction: {cfg.trim_fraction} is outside [0, 1)")
     need(cfg.objective_direction in OBJECTIVE_DIRECTIONS,
          f"objective_direction: {cfg.objective_direction!r} is not accepted; accepted: {', '.join(OBJECTIVE_DIRECTIONS)}")
+    need(cfg.exploit_mode in EXPLOIT_MODES,
+         f"exploit_mode: {cfg.exploit_mode!r} is not accepted; accepted: {', '.join(EXPLOIT_MODES)}")
     need(cfg.history_length >= 1, f"history_length: must be >= 1, got {cfg.history_length}")
     need(0.0 < cfg.welch_alpha < 1.0, f"welch_alpha: {cfg.welch_alpha} is outside (0, 1)")
     for name in ("threshold_std", "threshold_abs", "gap_std_fraction", "gap_donor_fraction",

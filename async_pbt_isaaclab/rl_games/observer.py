@@ -54,6 +54,7 @@ from async_pbt_isaaclab.rl_games.inheritance import (
     check_donor_fits,
     start_learning_rate,
 )
+from async_pbt_isaaclab.rl_games.live import apply_live_hyperparameters, blockers
 from async_pbt_isaaclab.rl_games.member import MemberSession, print_notes
 from async_pbt_isaaclab.rl_games.restart import replace_process, restart_argv
 
@@ -171,6 +172,7 @@ class PbtObserver(AlgoObserver):
         self.exit_on_restart = exit_on_restart
         """Raise SystemExit instead of exec'ing (for in-process tests of the act step)."""
         self._warned: set[str] = set()
+        self._pending_act: tuple[Decision, dict[str, Any], Any] | None = None
         self._in_epoch = False
         self._held_stop: _HeldStop | None = None
 
@@ -238,14 +240,18 @@ class PbtObserver(AlgoObserver):
             # Our own published checkpoint (resume, or the exploit's recipient checkpoint): keep publishing it
             # until the next one replaces it, or the records of a restarted or stopped member lose it.
             self.last_checkpoint = (mine.last_checkpoint, mine.last_checkpoint_sha256)
-        self.session.audit.append("restored", {
-            "mode": self.session.start_mode, "checkpoint": str(path), "frame": int(algo.frame),
-            "epoch": int(algo.epoch_num), "last_lr": float(algo.last_lr),
-            "optimizer_lr": [float(g["lr"]) for g in algo.optimizer.param_groups],
-            "model_sha256": model_fingerprint(algo.model.state_dict()),
-        })
+        self.algo = algo
+        self._audit_restored(self.session.start_mode, path)
         print(f"[async-pbt] member {self.session.member}: {self.session.start_mode} from {path} "
               f"(frame {algo.frame}, epoch {algo.epoch_num}, lr {algo.last_lr:g})", flush=True)
+
+    def _audit_restored(self, mode: str, path: Path) -> None:
+        algo = self.algo
+        self.session.audit.append("restored", {
+            "mode": mode, "checkpoint": str(path), "frame": int(algo.frame), "epoch": int(algo.epoch_num),
+            "last_lr": float(algo.last_lr), "optimizer_lr": [float(g["lr"]) for g in algo.optimizer.param_groups],
+            "model_sha256": model_fingerprint(algo.model.state_dict()),
+        })
 
     def process_infos(self, infos, done_indices) -> None:
         pass
@@ -254,7 +260,16 @@ class PbtObserver(AlgoObserver):
         pass
 
     def after_print_stats(self, frame, epoch_num, total_time) -> None:
-        pass
+        if self._pending_act is None:
+            return
+        t0 = time.perf_counter()
+        pending, self._pending_act = self._pending_act, None
+        try:
+            with _HeldStop() as self._held_stop:
+                self._act(*pending)
+            self._held_stop = None
+        finally:
+            self.hook_seconds += time.perf_counter() - t0
 
     def after_steps(self) -> None:
         t0 = time.perf_counter()
@@ -457,11 +472,20 @@ class PbtObserver(AlgoObserver):
         self._write_record(self._record(decision.summary(), next_generation=step.acts))
         print(f"[async-pbt] member {me.member} frame {me.frame}: {decision.summary()}", flush=True)
         if step.acts:
-            self._act(decision, step.new_hyperparameters or {}, step.changes)
+            # Carried out in after_print_stats, once this epoch's update is done: the rollout just collected
+            # belongs to the old policy, and both exploit paths then start from the same counters.
+            self._pending_act = (decision, step.new_hyperparameters or {}, step.changes)
 
     # ------------------------------------------------------------------ exploit / explore
     def _act(self, decision: Decision, new_hp: dict[str, Any], changes) -> None:
         session, state = self.session, self.session.state
+        ending = self._training_ends_now()
+        path, why = self._exploit_path(new_hp)
+        if ending or path == "abort":
+            reason = ending or f"exploit_mode: inprocess, but {why}"
+            session.audit.append("exploit_aborted", {"donor": decision.donor, "reason": reason})
+            self._write_record(self._record(f"{decision.outcome.value} not carried out: {reason}"[:300]))
+            return
         if decision.outcome is Outcome.EXPLOIT:
             entry = decision.donor_entry
             assert decision.donor is not None and entry is not None and entry.checkpoint and entry.checkpoint_sha256
@@ -495,13 +519,57 @@ class PbtObserver(AlgoObserver):
             sha256=sha, origin_sha256=origin,
             pending={"checkpoint": rel, "sha256": sha, "generation": generation, "frame": int(self.algo.frame),
                      "hyperparameters": dict(new_hp), "changes": [c.to_dict() for c in changes],
-                     "last_lr": lr, **donor_info})
+                     "last_lr": lr, "path": path, "path_reason": why, **donor_info})
         session.save()
         # Peers must not compare our old generation's evidence with anything from now on.
         self.window.start_generation(generation)
         self.last_checkpoint = (rel, sha)
         self._write_record(self._record(decision.summary()))
-        self._restart(session.ws.checkpoint_path(rel), new_hp)
+        if path == "restart":
+            self._restart(session.ws.checkpoint_path(rel), new_hp)
+        else:
+            self._apply_in_process(new_state, lr, new_hp)
+
+    def _exploit_path(self, new_hp: dict[str, Any]) -> tuple[str, str]:
+        """("inprocess" | "restart" | "abort", why)."""
+        mode = self.cfg.exploit_mode
+        if mode == "restart":
+            return "restart", "exploit_mode: restart"
+        blocked = blockers(self.algo, new_hp)
+        if not blocked:
+            return "inprocess", "every changed value can be set on the running agent"
+        return ("abort" if mode == "inprocess" else "restart"), "; ".join(blocked)
+
+    def _training_ends_now(self) -> str:
+        """Non-empty when rl_games stops after this epoch: a restart would train past the limit."""
+        algo = self.algo
+        max_epochs, max_frames = int(getattr(algo, "max_epochs", -1)), int(getattr(algo, "max_frames", -1))
+        if max_epochs != -1 and int(algo.epoch_num) >= max_epochs:
+            return f"training ends this epoch (max_epochs={max_epochs})"
+        if max_frames != -1 and int(algo.frame) >= max_frames:
+            return f"training ends this epoch (max_frames={max_frames})"
+        return ""
+
+    def _apply_in_process(self, new_state: dict[str, Any], lr: float, new_hp: dict[str, Any]) -> None:
+        """The exploit without a reboot: the recipient state goes into the running agent, the environment
+        keeps running. Same contract as the restart path (docs/checkpoint-restart.md); state.json still
+        names the pending exploit until this is done, so a kill anywhere in here resumes through it."""
+        session, state, algo = self.session, self.session.state, self.algo
+        algo.set_full_state_weights(new_state, set_epoch=True)
+        algo.last_lr = lr
+        algo.update_lr(lr)
+        apply_live_hyperparameters(algo, new_hp)
+        # Episodes in flight were begun by the old policy: dropped, and the new generation must settle.
+        self.summary_source.start_generation(state.generation)
+        self.interval_best = None
+        pending = dict(state.pending_exploit or {})
+        session.audit.append("exploit_applied", dict(pending, pid=os.getpid(), process_starts=state.process_starts))
+        self._audit_restored("exploit_inprocess", session.ws.checkpoint_path(pending["checkpoint"]))
+        state.pending_exploit = None
+        session.save()
+        self._write_record(self._record())
+        print(f"[async-pbt] member {session.member}: generation {state.generation} in-process from "
+              f"{pending.get('donor_checkpoint')} (lr {algo.last_lr:g})", flush=True)
 
     def _fetch_donor(self, donor: int, entry: HistoryEntry) -> dict[str, Any] | None:
         """Pin, copy, verify and fit-check the donor entry's checkpoint; ``None`` (logged, record rewritten,

@@ -358,7 +358,7 @@ def test_exploit_under_adaptive_schedule_starts_from_the_donors_live_learning_ra
     monkeypatch.setenv(TEST_FIXTURE_ENV, "fixture_forced_exploit")
     # Bounds wider than the adaptive scheduler's own [1e-6, 1e-2], which the donor's rate may have reached.
     pbt = dict(interval_steps=2 * FRAMES_PER_EPOCH, rule="fixture_forced_exploit", mutation_rate=1.0,
-               heartbeat_interval_s=3600.0,
+               heartbeat_interval_s=3600.0, exploit_mode="restart",
                mutation={"learning_rate": {"kind": "mutate_float", "low": 1e-6, "high": 0.1}})
     donor_session, donor_cfg = start(tmp_path, index=0, epochs=3, **pbt)
     try:
