@@ -92,3 +92,30 @@ def test_finished_member_exits_at_once_and_resumes_with_its_evidence(tmp_path, c
     first = probe.record
     assert first["frame"] == 3 * 2048 and first["evidence"]["settled"]
     assert first["evidence"]["values"] == saved["values"]
+
+
+def test_initial_mutation_perturbs_every_member_but_zero_once_and_is_replayable(tmp_path):
+    """``initial_mutation: true``: at its first start a member mutates its yaml values (member 0 keeps them);
+    a later start keeps what it drew; the audit replays the draw and the RNG stream continues from it."""
+    from async_pbt_isaaclab.core.audit import verify_log
+    from async_pbt_isaaclab.rl_games.member import start_member
+
+    def start(index: int):
+        agent_cfg, cfg, task = _configs(tmp_path, epochs=1)
+        agent_cfg["pbt"] = dict(agent_cfg["pbt"], policy_idx=index, initial_mutation=True,
+                                mutation={"learning_rate": "mutate_float", "gamma": "mutate_discount"})
+        agent_cfg, cfg = load_population_config(agent_cfg)
+        session, built = start_member(agent_cfg, cfg, train_dir=str(tmp_path / "runs"), task=task)
+        session.close()
+        return session, built["params"]["config"]
+
+    yaml_values = load_yaml(YAML)["params"]["config"]
+    _, zero = start(0)
+    assert (zero["learning_rate"], zero["gamma"]) == (yaml_values["learning_rate"], yaml_values["gamma"])
+    session, one = start(1)
+    assert one["learning_rate"] != yaml_values["learning_rate"] and one["gamma"] != yaml_values["gamma"]
+    _, again = start(1)
+    assert (again["learning_rate"], again["gamma"]) == (one["learning_rate"], one["gamma"])
+    entries = [json.loads(x) for x in (session.dir / "audit.jsonl").read_text().splitlines()]
+    assert [e["kind"] for e in entries] == ["initial_mutation", "start", "start"]
+    assert verify_log(session.dir / "audit.jsonl")[1] == []
