@@ -207,6 +207,7 @@ def _play(args, hydra_args, hooks, launcher, path: Path, source: str, state: dic
         rl_games_wrapper_options,
     )
     from async_pbt_isaaclab.rl_games.checkpoint import read_pbt_metadata
+    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
 
     env_cfg, agent_cfg = hooks.load_task_cfgs(args.task, args.agent, hydra_args)
     agent_cfg = plain_config(agent_cfg)
@@ -243,6 +244,8 @@ def _play(args, hydra_args, hooks, launcher, path: Path, source: str, state: dic
     register_rl_games_env(vec_env, hooks)
     rl_cfg["num_actors"] = vec_env.unwrapped.num_envs
 
+    # A policy trained with the bounded exploration network is played with the same network.
+    register_bounded_exploration()
     runner = Runner()
     runner.load(agent_cfg)
     player = runner.create_player()

@@ -253,8 +253,8 @@ def test_check_config_missing_or_broken_file(tmp_path, capsys):
 def test_check_config_disabled_is_checked_as_if_enabled(tmp_path, capsys):
     cfg = agent_cfg(enabled=False)
     path = write_yaml(tmp_path / "agent.yaml", cfg)
-    code, _, err = run_main(capsys, "check-config", str(path))
-    assert code == 0 and "pbt.enabled is false" in err
+    code, out, err = run_main(capsys, "check-config", str(path))
+    assert code == 0 and "note: pbt.enabled is false" in out and "warning" not in err
     cfg["params"]["config"]["lr_schedule"] = "linear"
     code, _, err = run_main(capsys, "check-config", str(write_yaml(tmp_path / "agent.yaml", cfg)))
     assert code == 2 and "params.config.lr_schedule" in err

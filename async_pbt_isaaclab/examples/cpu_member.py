@@ -16,7 +16,7 @@ from pathlib import Path
 
 from async_pbt_isaaclab.core.config import ConfigError
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
-from async_pbt_isaaclab.core.flags import add_population_args, population_overrides
+from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides
 from async_pbt_isaaclab.rl_games.restart import capture_argv
 
 DEFAULT_AGENT = Path(__file__).with_name("pendulum_ppo.yaml")
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(bad)}")
     try:
         agent_cfg, cfg = load_population_config(load_yaml(args.agent), [*population_overrides(args), *overrides],
-                                                source=args.agent)
+                                                source=args.agent, origins=population_flag_origins(args))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -65,6 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError
     from async_pbt_isaaclab.rl_games.runner import train_member
 
+    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration, validate_exploration_config
+
+    register_bounded_exploration()
+    try:
+        validate_exploration_config(agent_cfg)
+    except ValueError as exc:
+        print(f"error: {args.agent}: {exc}", file=sys.stderr)
+        return 2
     task = register_gym_vecenv_for(agent_cfg)
     try:
         train_member(agent_cfg, cfg, train_dir=os.path.abspath(args.train_dir), task=task,

@@ -26,6 +26,7 @@ import argparse
 import sys
 from typing import Sequence
 
+from async_pbt_isaaclab.commands.common import OneLineParser
 from async_pbt_isaaclab.launch.progress import LOG_TAIL_LINES, describe_exit, progress_lines, read_log_tail
 from async_pbt_isaaclab.launch.supervisor import (
     EXIT_GAVE_UP,
@@ -146,7 +147,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """Parser of ``python -m async_pbt_isaaclab.launch.local`` (same options as ``async-pbt launch``)."""
-    p = argparse.ArgumentParser(prog="python -m async_pbt_isaaclab.launch.local", description=_DESCRIPTION,
+    p = OneLineParser(prog="python -m async_pbt_isaaclab.launch.local", description=_DESCRIPTION,
                                 epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     return add_launch_arguments(p)
 

@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from async_pbt_isaaclab.core.member_state import load_state
+from async_pbt_isaaclab.core.resume import describe_resume
 from async_pbt_isaaclab.core.records import read_record
 from async_pbt_isaaclab.core.workspace import member_dirname
 from async_pbt_isaaclab.launch.progress import (
@@ -491,6 +492,9 @@ class _Supervisor:
                     break
                 time.sleep(self.poll_s)
         self.poll()
+        for m in sorted(self.members.values(), key=lambda m: m.outcome.index):
+            if m.outcome.status == "stopped":
+                self.say(describe_resume(self.workspace, m.outcome.index))
 
     # ---------------------------------------------------------------- main loop
     def run(self) -> LaunchResult:
@@ -638,11 +642,17 @@ def launch_population(
 
     root = Path(os.path.expanduser(os.fspath(workspace))).absolute()
     logs = Path(os.path.expanduser(os.fspath(log_dir))).absolute() if log_dir is not None else root / "logs"
+    for folder, what in ((root, "workspace"), (logs, "log folder")):
+        existing = next(p for p in (folder, *folder.parents) if p.exists() or p == p.parent)
+        if not existing.is_dir():
+            raise LaunchError(f"{what} {folder}: {existing} is a file, not a folder")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise LaunchError(f"{what} {folder}: {existing} is not writable by this user (uid {os.getuid()})")
     try:
         root.mkdir(parents=True, exist_ok=True)
         logs.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise LaunchError(f"cannot create the workspace or log folder: {exc}") from None
+        raise LaunchError(f"cannot create the workspace or log folder {exc.filename}: {exc.strerror}") from None
     gpu_ids = detect_gpus() if gpus is None else [str(g) for g in gpus]
     out = output if output is not None else sys.stdout
 
