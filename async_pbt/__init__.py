@@ -5,7 +5,7 @@
     import async_pbt
     agent_cfg, cfg = async_pbt.load_population_config(async_pbt.load_yaml("agent.yaml"), ["pbt.num_policies=4"])
     decision = async_pbt.decide(me, peers, cfg, rng, now)            # pure selection
-    params, changes = async_pbt.explore(params, cfg.mutation, cfg.change_range, rng)   # bounded mutation
+    params, changes = async_pbt.explore(params, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
     ws = async_pbt.Workspace("runs/pbt"); records, errors = ws.read_records()
     entries, problems = async_pbt.verify_log("runs/pbt/members/000/audit.jsonl")
 

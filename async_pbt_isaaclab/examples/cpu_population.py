@@ -20,7 +20,6 @@ was given up, 130 after Ctrl-C.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 from async_pbt_isaaclab.commands.common import EXIT_USAGE, OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
 from async_pbt_isaaclab.core.config import SELECTION_RULES, ConfigError
+from async_pbt_isaaclab.core.fsio import folder_problem
 from async_pbt_isaaclab.core.flags import add_population_args, population_overrides
 from async_pbt_isaaclab.core.member_state import load_state
 from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, population_best
@@ -124,13 +124,9 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 def check_workspace(workspace: Path, members: int) -> dict | None:
     """Refuse a workspace the members could not use; returns its ``population.json`` when it exists."""
-    existing = next(p for p in (workspace, *workspace.parents) if p.exists() or p == p.parent)
-    if not existing.is_dir():
-        where = "" if existing == workspace else f" ({existing})"
-        raise UsageError(f"--workspace {workspace}: is a file{where}, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        where = "" if existing == workspace else f" (its parent {existing})"
-        raise UsageError(f"--workspace {workspace}: folder{where} is not writable by this user (uid {os.getuid()})")
+    problem = folder_problem(workspace)
+    if problem:
+        raise UsageError(f"--workspace {workspace}: {problem}")
     if not (workspace / "population.json").exists():
         return None
     try:

@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
+from async_pbt_isaaclab.core.fsio import folder_problem
 from async_pbt_isaaclab.core.member_state import load_state
 from async_pbt_isaaclab.core.resume import describe_resume
 from async_pbt_isaaclab.core.records import read_record
@@ -643,11 +644,9 @@ def launch_population(
     root = Path(os.path.expanduser(os.fspath(workspace))).absolute()
     logs = Path(os.path.expanduser(os.fspath(log_dir))).absolute() if log_dir is not None else root / "logs"
     for folder, what in ((root, "workspace"), (logs, "log folder")):
-        existing = next(p for p in (folder, *folder.parents) if p.exists() or p == p.parent)
-        if not existing.is_dir():
-            raise LaunchError(f"{what} {folder}: {existing} is a file, not a folder")
-        if not os.access(existing, os.W_OK | os.X_OK):
-            raise LaunchError(f"{what} {folder}: {existing} is not writable by this user (uid {os.getuid()})")
+        problem = folder_problem(folder)
+        if problem:
+            raise LaunchError(f"{what} {folder} {problem}")
     try:
         root.mkdir(parents=True, exist_ok=True)
         logs.mkdir(parents=True, exist_ok=True)
