@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import dataclasses
 import json
 import os
@@ -227,10 +229,43 @@ def test_check_config_invalid_exits_2_naming_file_and_key(tmp_path, capsys, monk
     code, out, err = run_main(capsys, "check-config", str(path), *overrides)
     assert code == 2
     assert out == ""
-    lines = [l for l in err.splitlines() if l.startswith("  ")]
-    assert lines, err
-    assert all(str(path) in l for l in lines), err
-    assert any(key in l for l in lines), err
+    # One problem: one line; several: a header and one indented line each. Each names where its value came from.
+    lines = [l for l in err.splitlines() if l.startswith("  ")] or err.strip().splitlines()
+    assert len(lines) == 1 or err.splitlines()[0].endswith(":"), err
+    where = overrides[0] if overrides else str(path)
+    key_lines = [l for l in lines if key in l]
+    assert key_lines and all(where in l for l in key_lines), err
+
+
+def test_check_config_blames_the_override_not_the_file_and_suggests_the_key(tmp_path, capsys):
+    path = write_yaml(tmp_path / "agent.yaml", agent_cfg())
+    code, _, err = run_main(capsys, "check-config", str(path), "agent.pbt.rule=foo")
+    assert code == 2 and str(path) not in err and len(err.strip().splitlines()) == 1
+    assert "the command line: pbt.rule: 'foo'" in err and "(from override agent.pbt.rule=foo)" in err
+    # A typo in the file names the file and the closest key.
+    path = write_yaml(tmp_path / "typo.yaml", agent_cfg(num_polices=4))
+    code, _, err = run_main(capsys, "check-config", str(path))
+    assert code == 2 and f"{path}: pbt.num_polices: unknown key; did you mean 'num_policies'?" in err
+    # Both at once: the header names the file (some problem is from it), each line its own origin.
+    code, _, err = run_main(capsys, "check-config", str(path), "pbt.window=0")
+    assert code == 2 and f"invalid population config in {path}:" in err
+    assert "pbt.window" in err and "(from override pbt.window=0)" in err and "did you mean 'num_policies'" in err
+
+
+def test_a_flag_is_blamed_by_its_own_name():
+    from async_pbt_isaaclab.core.agent_config import load_population_config
+    from async_pbt_isaaclab.core.config import ConfigError
+    from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides
+
+    parser = argparse.ArgumentParser()
+    add_population_args(parser)
+    args = parser.parse_args(["--pbt-rule", "foo", "--pbt-members", "2"])
+    with pytest.raises(ConfigError) as excinfo:
+        load_population_config(agent_cfg(), population_overrides(args), source="agent.yaml",
+                               origins=population_flag_origins(args))
+    assert excinfo.value.source == "the command line"
+    assert excinfo.value.problems == [
+        "pbt.rule: 'foo' is not accepted; accepted: dexpbt, isaaclab, welch (from flag --pbt-rule foo)"]
 
 
 def test_check_config_reports_every_problem_at_once(tmp_path, capsys):

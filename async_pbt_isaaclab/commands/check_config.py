@@ -114,6 +114,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     except ConfigError as exc:
         where = exc.source or source  # "the command line" when every problem comes from an override
+        if len(exc.problems) == 1:
+            print(f"async-pbt check-config: error: {where}: {exc.problems[0]}", file=sys.stderr)
+            return EXIT_USAGE
         print(f"async-pbt check-config: error: invalid population config in {where}:", file=sys.stderr)
         for problem in exc.problems:
             print(f"  {where}: {problem}" if where == source else f"  {problem}", file=sys.stderr)
