@@ -605,3 +605,23 @@ def test_status_corrupt_population_json_still_lists_members(tmp_path, capsys):
     code, out, err = run_main(capsys, "status", str(ws.root))
     assert code == 0 and "population.json" in err and "corrupt" in err
     assert [l[:3] for l in out.splitlines()[2:]] == ["000", "001"]
+
+
+SHIPPED_YAMLS = sorted((Path(__file__).resolve().parents[1] / "tasks" / "agents").glob("*_pbt.yaml"))
+
+
+def test_the_shipped_yamls_are_found():
+    assert len(SHIPPED_YAMLS) >= 5, SHIPPED_YAMLS
+
+
+@pytest.mark.parametrize("path", SHIPPED_YAMLS, ids=lambda p: p.name)
+def test_every_shipped_task_yaml_passes_check_config_without_warnings(path, capsys, monkeypatch):
+    monkeypatch.delenv("ASYNC_PBT_TEST_FIXTURE", raising=False)
+    code, out, err = run_main(capsys, "check-config", str(path))
+    assert code == 0 and err == "", err
+    # ... and as a member uses it, with the population turned on by the flags' overrides.
+    code, out, err = run_main(capsys, "check-config", "--json", str(path), "pbt.enabled=true", "pbt.policy_idx=1")
+    assert code == 0 and err == "", err
+    report = json.loads(out)
+    assert report["warnings"] == [] and report["notes"] == []
+    assert all(h["low"] <= h["current"] <= h["high"] for h in report["hyperparameters"] if h["kind"] != "choice")
