@@ -1,4 +1,6 @@
 #!/usr/bin/env python
+# Portions derived from Isaac Lab (scripts/reinforcement_learning/rl_games/), Copyright (c) 2022-2025,
+# The Isaac Lab Project Developers, SPDX-License-Identifier: BSD-3-Clause; license in THIRD_PARTY_NOTICES.md.
 """Train one member of an asynchronous PBT population with RL-Games on an Isaac Lab task.
 
 Isaac Lab's ``scripts/reinforcement_learning/rl_games/train.py`` (same flags, same Hydra overrides, same log
