@@ -625,3 +625,23 @@ def test_every_shipped_task_yaml_passes_check_config_without_warnings(path, caps
     report = json.loads(out)
     assert report["warnings"] == [] and report["notes"] == []
     assert all(h["low"] <= h["current"] <= h["high"] for h in report["hyperparameters"] if h["kind"] != "choice")
+
+
+def test_launch_usage_errors_are_one_line_and_write_nothing(tmp_path, capsys):
+    (tmp_path / "taken").write_text("a file")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    for args, named in [
+        (["-n", "2", "-w", str(tmp_path / "taken"), "--", sys.executable, "-c", "pass"], "is a file"),
+        (["-n", "2", "-w", str(tmp_path / "taken" / "ws"), "--", sys.executable, "-c", "pass"], "is a file"),
+        (["-n", "0", "-w", str(tmp_path / "ws"), "--", sys.executable, "-c", "pass"], "got 0"),
+        (["-n", "two", "-w", str(tmp_path / "ws")], "'two'"),
+    ]:
+        code, out, err = run_main(capsys, "launch", *args)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and named in err, err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_launch_of_one_member_says_it_is_not_a_population(tmp_path, capsys):
+    code, _, err = run_main(capsys, "launch", "-n", "1", "-w", str(tmp_path / "ws"), "--progress-interval", "60",
+                            "--", sys.executable, "-c", "pass")
+    assert code == 0 and "--members 1: a single member has no peer" in err

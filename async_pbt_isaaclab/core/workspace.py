@@ -114,14 +114,10 @@ class Workspace:
         return meta
 
     def _create_population_meta(self, meta_path: Path, meta: dict[str, Any]) -> None:
-        """Publish ``population.json`` exactly once, complete or not at all.
-
-        The content is written to a temporary file and hard-linked to the final name: the link fails if
-        another member published first (then its file is used), and a member killed at any point leaves
-        either no ``population.json`` or a complete one, never a half-made workspace. A filesystem
-        without hard links falls back to an atomic rename (the last of two racing members wins; both
-        wrote the same population settings).
-        """
+        """Publish ``population.json`` once, complete or not at all: a temporary file hard-linked to the final
+        name (the link fails if another member published first). A member killed at any point leaves no
+        ``population.json`` or a complete one. Without hard links: an atomic rename (racing members wrote
+        the same settings; the last one wins)."""
         tmp = fsio.temp_name(meta_path)
         try:
             with open(tmp, "xb") as fh:
@@ -150,7 +146,10 @@ class Workspace:
         except FileNotFoundError:
             raise WorkspaceError(f"{path}: missing; {self.root} is not a population workspace") from None
         except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, 4300+ digit ints
-            raise WorkspaceError(f"{path}: corrupt ({exc})") from None
+            # It holds only the population settings, which every member checks its own against: removing it
+            # lets the next member recreate it from its config.
+            raise WorkspaceError(f"{path}: corrupt ({exc}); if the file was damaged, remove it (rm {path}) and "
+                                 f"start the members again: the first one recreates it") from None
         if not isinstance(meta, dict) or meta.get("schema_version") != WORKSPACE_SCHEMA_VERSION:
             raise WorkspaceError(
                 f"{path}: schema_version {meta.get('schema_version') if isinstance(meta, dict) else None!r} "

@@ -2,7 +2,7 @@
 
     python -m async_pbt.examples.cpu_population --members 2 --smoke --workspace ./runs/cpu-smoke
 
-Each member is ``python -m async_pbt_isaaclab.examples.cpu_member`` with the population flags added by
+Each member is ``python -m async_pbt.examples.cpu_member`` with the population flags added by
 the local launcher. Members publish evidence, select, copy donors' checkpoints and restart themselves
 with ``os.execv``; the launcher restarts a crashed member from its own last checkpoint.
 
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 def member_command(args: argparse.Namespace, workspace: Path) -> list[str]:
     preset = SMOKE if args.smoke else FULL
     return [
-        sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member",
+        sys.executable, "-m", "async_pbt.examples.cpu_member",
         "--max_iterations", str(args.iterations or preset["iterations"]),
         "--train-dir", str(workspace / "runs"),
         "--pbt-rule", args.rule,
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in summarize(workspace):
         print(line)
     if result.stopped_by:
-        print(f"resume: run the same command again (same --workspace and --members)")
+        print("resume: run the same command again (same --workspace and --members)")
     return result.exit_code
 
 

@@ -132,6 +132,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
     command = list(args.member_command or [])
     if command and command[0] == "--":
         command = command[1:]
+    if args.members == 1:
+        # Allowed (crash restarts of one run are still useful), but it is not a population.
+        print("async-pbt launch: note: --members 1: a single member has no peer to compare with, so it never "
+              "exploits or explores; it trains alone with crash restarts", file=sys.stderr)
     try:
         result = launch_population(
             command, args.members, args.workspace, gpus=args.gpus, max_retries=args.max_retries,
