@@ -48,7 +48,7 @@ from async_pbt_isaaclab.commands.check_config import (
     add_check_config_parser,
     cmd_check_config,
 )
-from async_pbt_isaaclab.commands.common import EXIT_AUDIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
+from async_pbt_isaaclab.commands.common import EXIT_AUDIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, OneLineParser
 from async_pbt_isaaclab.commands.workspace_views import (
     add_audit_parser,
     add_best_parser,
@@ -80,7 +80,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="async-pbt",
         description="Asynchronous population-based training for RL-Games / Isaac Lab: check configs, "
         "watch and audit population workspaces.",

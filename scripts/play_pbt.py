@@ -1,4 +1,6 @@
 #!/usr/bin/env python
+# Portions derived from Isaac Lab (scripts/reinforcement_learning/rl_games/), Copyright (c) 2022-2025,
+# The Isaac Lab Project Developers, SPDX-License-Identifier: BSD-3-Clause; license in THIRD_PARTY_NOTICES.md.
 """Play a population member's checkpoint, or the population's best, on an Isaac Lab task.
 
 Isaac Lab's ``scripts/reinforcement_learning/rl_games/play.py`` with the checkpoint chosen from a PBT workspace::
@@ -207,6 +209,7 @@ def _play(args, hydra_args, hooks, launcher, path: Path, source: str, state: dic
         rl_games_wrapper_options,
     )
     from async_pbt_isaaclab.rl_games.checkpoint import read_pbt_metadata
+    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
 
     env_cfg, agent_cfg = hooks.load_task_cfgs(args.task, args.agent, hydra_args)
     agent_cfg = plain_config(agent_cfg)
@@ -243,6 +246,8 @@ def _play(args, hydra_args, hooks, launcher, path: Path, source: str, state: dic
     register_rl_games_env(vec_env, hooks)
     rl_cfg["num_actors"] = vec_env.unwrapped.num_envs
 
+    # A policy trained with the bounded exploration network is played with the same network.
+    register_bounded_exploration()
     runner = Runner()
     runner.load(agent_cfg)
     player = runner.create_player()

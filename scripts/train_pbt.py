@@ -1,4 +1,6 @@
 #!/usr/bin/env python
+# Portions derived from Isaac Lab (scripts/reinforcement_learning/rl_games/), Copyright (c) 2022-2025,
+# The Isaac Lab Project Developers, SPDX-License-Identifier: BSD-3-Clause; license in THIRD_PARTY_NOTICES.md.
 """Train one member of an asynchronous PBT population with RL-Games on an Isaac Lab task.
 
 Isaac Lab's ``scripts/reinforcement_learning/rl_games/train.py`` (same flags, same Hydra overrides, same log
@@ -46,7 +48,7 @@ from async_pbt_isaaclab.rl_games.restart import capture_argv
 # First thing, before anything can rewrite sys.argv (sys.orig_argv is read; the call only pins it).
 capture_argv()
 
-from async_pbt_isaaclab.core.flags import add_population_args, population_overrides  # noqa: E402
+from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides  # noqa: E402
 # torch-free; Isaac Lab is imported lazily inside the hooks
 from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks, parse_script_args, plain_config  # noqa: E402
 
@@ -140,14 +142,18 @@ def _train(args: argparse.Namespace, hydra_args: list[str], hooks: IsaacLabHooks
         reward_fingerprint,
         rl_games_wrapper_options,
     )
+    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration, validate_exploration_config
     from async_pbt_isaaclab.rl_games.runner import train_member
 
     env_cfg, agent_cfg = hooks.load_task_cfgs(args.task, args.agent, hydra_args)
     agent_cfg = plain_config(agent_cfg)
     try:
         agent_cfg, cfg = load_population_config(agent_cfg, population_overrides(args),
-                                                source=f"{args.task} ({args.agent})")
+                                                source=f"{args.task} ({args.agent})",
+                                                origins=population_flag_origins(args))
         summary = SummaryCfg.from_agent_cfg(agent_cfg) if cfg.enabled else None
+        register_bounded_exploration()
+        validate_exploration_config(agent_cfg)  # a bad log_std_bounds is one line here, not a build traceback
     except (ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

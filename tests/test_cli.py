@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import dataclasses
 import json
 import os
@@ -231,10 +233,43 @@ def test_check_config_invalid_exits_2_naming_file_and_key(tmp_path, capsys, monk
     code, out, err = run_main(capsys, "check-config", str(path), *overrides)
     assert code == 2
     assert out == ""
-    lines = [l for l in err.splitlines() if l.startswith("  ")]
-    assert lines, err
-    assert all(str(path) in l for l in lines), err
-    assert any(key in l for l in lines), err
+    # One problem: one line; several: a header and one indented line each. Each names where its value came from.
+    lines = [l for l in err.splitlines() if l.startswith("  ")] or err.strip().splitlines()
+    assert len(lines) == 1 or err.splitlines()[0].endswith(":"), err
+    where = overrides[0] if overrides else str(path)
+    key_lines = [l for l in lines if key in l]
+    assert key_lines and all(where in l for l in key_lines), err
+
+
+def test_check_config_blames_the_override_not_the_file_and_suggests_the_key(tmp_path, capsys):
+    path = write_yaml(tmp_path / "agent.yaml", agent_cfg())
+    code, _, err = run_main(capsys, "check-config", str(path), "agent.pbt.rule=foo")
+    assert code == 2 and str(path) not in err and len(err.strip().splitlines()) == 1
+    assert "the command line: pbt.rule: 'foo'" in err and "(from override agent.pbt.rule=foo)" in err
+    # A typo in the file names the file and the closest key.
+    path = write_yaml(tmp_path / "typo.yaml", agent_cfg(num_polices=4))
+    code, _, err = run_main(capsys, "check-config", str(path))
+    assert code == 2 and f"{path}: pbt.num_polices: unknown key; did you mean 'num_policies'?" in err
+    # Both at once: the header names the file (some problem is from it), each line its own origin.
+    code, _, err = run_main(capsys, "check-config", str(path), "pbt.window=0")
+    assert code == 2 and f"invalid population config in {path}:" in err
+    assert "pbt.window" in err and "(from override pbt.window=0)" in err and "did you mean 'num_policies'" in err
+
+
+def test_a_flag_is_blamed_by_its_own_name():
+    from async_pbt_isaaclab.core.agent_config import load_population_config
+    from async_pbt_isaaclab.core.config import ConfigError
+    from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides
+
+    parser = argparse.ArgumentParser()
+    add_population_args(parser)
+    args = parser.parse_args(["--pbt-rule", "foo", "--pbt-members", "2"])
+    with pytest.raises(ConfigError) as excinfo:
+        load_population_config(agent_cfg(), population_overrides(args), source="agent.yaml",
+                               origins=population_flag_origins(args))
+    assert excinfo.value.source == "the command line"
+    assert excinfo.value.problems == [
+        "pbt.rule: 'foo' is not accepted; accepted: dexpbt, isaaclab, welch (from flag --pbt-rule foo)"]
 
 
 def test_check_config_reports_every_problem_at_once(tmp_path, capsys):
@@ -257,8 +292,8 @@ def test_check_config_missing_or_broken_file(tmp_path, capsys):
 def test_check_config_disabled_is_checked_as_if_enabled(tmp_path, capsys):
     cfg = agent_cfg(enabled=False)
     path = write_yaml(tmp_path / "agent.yaml", cfg)
-    code, _, err = run_main(capsys, "check-config", str(path))
-    assert code == 0 and "pbt.enabled is false" in err
+    code, out, err = run_main(capsys, "check-config", str(path))
+    assert code == 0 and "note: pbt.enabled is false" in out and "warning" not in err
     cfg["params"]["config"]["lr_schedule"] = "linear"
     code, _, err = run_main(capsys, "check-config", str(write_yaml(tmp_path / "agent.yaml", cfg)))
     assert code == 2 and "params.config.lr_schedule" in err
@@ -574,3 +609,43 @@ def test_status_corrupt_population_json_still_lists_members(tmp_path, capsys):
     code, out, err = run_main(capsys, "status", str(ws.root))
     assert code == 0 and "population.json" in err and "corrupt" in err
     assert [l[:3] for l in out.splitlines()[2:]] == ["000", "001"]
+
+
+SHIPPED_YAMLS = sorted((Path(__file__).resolve().parents[1] / "tasks" / "agents").glob("*_pbt.yaml"))
+
+
+def test_the_shipped_yamls_are_found():
+    assert len(SHIPPED_YAMLS) >= 5, SHIPPED_YAMLS
+
+
+@pytest.mark.parametrize("path", SHIPPED_YAMLS, ids=lambda p: p.name)
+def test_every_shipped_task_yaml_passes_check_config_without_warnings(path, capsys, monkeypatch):
+    monkeypatch.delenv("ASYNC_PBT_TEST_FIXTURE", raising=False)
+    code, out, err = run_main(capsys, "check-config", str(path))
+    assert code == 0 and err == "", err
+    # ... and as a member uses it, with the population turned on by the flags' overrides.
+    code, out, err = run_main(capsys, "check-config", "--json", str(path), "pbt.enabled=true", "pbt.policy_idx=1")
+    assert code == 0 and err == "", err
+    report = json.loads(out)
+    assert report["warnings"] == [] and report["notes"] == []
+    assert all(h["low"] <= h["current"] <= h["high"] for h in report["hyperparameters"] if h["kind"] != "choice")
+
+
+def test_launch_usage_errors_are_one_line_and_write_nothing(tmp_path, capsys):
+    (tmp_path / "taken").write_text("a file")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    for args, named in [
+        (["-n", "2", "-w", str(tmp_path / "taken"), "--", sys.executable, "-c", "pass"], "is a file"),
+        (["-n", "2", "-w", str(tmp_path / "taken" / "ws"), "--", sys.executable, "-c", "pass"], "is a file"),
+        (["-n", "0", "-w", str(tmp_path / "ws"), "--", sys.executable, "-c", "pass"], "got 0"),
+        (["-n", "two", "-w", str(tmp_path / "ws")], "'two'"),
+    ]:
+        code, out, err = run_main(capsys, "launch", *args)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and named in err, err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_launch_of_one_member_says_it_is_not_a_population(tmp_path, capsys):
+    code, _, err = run_main(capsys, "launch", "-n", "1", "-w", str(tmp_path / "ws"), "--progress-interval", "60",
+                            "--", sys.executable, "-c", "pass")
+    assert code == 0 and "--members 1: a single member has no peer" in err

@@ -103,15 +103,23 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         print(f"async-pbt check-config: error: {source}: cannot read ({exc.strerror})", file=sys.stderr)
         return EXIT_USAGE
     except ConfigError as exc:
-        print(f"async-pbt check-config: error: invalid population config in {source}:", file=sys.stderr)
+        where = exc.source or source  # "the command line" when every problem comes from an override
+        if len(exc.problems) == 1:
+            print(f"async-pbt check-config: error: {where}: {exc.problems[0]}", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"async-pbt check-config: error: invalid population config in {where}:", file=sys.stderr)
         for problem in exc.problems:
-            print(f"  {source}: {problem}", file=sys.stderr)
+            print(f"  {where}: {problem}" if where == source else f"  {problem}", file=sys.stderr)
         return EXIT_USAGE
 
     warnings: list[str] = []
+    notes: list[str] = []
     if not cfg.enabled:
-        warnings.append("pbt.enabled is false: this member trains alone and publishes nothing "
-                        "(set pbt.enabled=true to take part); values below are checked as if it were true")
+        # A note, not a warning: a task yaml ships disabled on purpose so that it also trains alone, and
+        # train_pbt.py's --pbt-workspace / --pbt-members turn the population on.
+        notes.append("pbt.enabled is false: this member trains alone and publishes nothing until "
+                     "--pbt-workspace / --pbt-members (or pbt.enabled=true) turn the population on; "
+                     "values below are checked as if it were true")
     if not cfg.mutation:
         warnings.append("pbt.mutation is empty: exploit copies weights only and explore changes nothing")
     raw_pbt = merged.get("pbt") or {}
@@ -166,10 +174,13 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             "workspace": str(ws_path),
             "hyperparameters": hparams,
             "warnings": warnings,
+            "notes": notes,
         })
     else:
         ov = f" with {len(args.overrides)} override(s)" if args.overrides else ""
         print(f"{source}{ov}: population config is valid")
+        for note in notes:
+            print(f"note: {note}")
         rows = []
         for name, value in cfg.to_dict().items():
             if name == "mutation":

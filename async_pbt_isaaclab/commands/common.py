@@ -7,6 +7,7 @@ pure core.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -23,6 +24,17 @@ EXIT_USAGE = 2
 
 class CliError(Exception):
     """A user-facing error: printed as ``async-pbt <cmd>: error: <message>``, exit code 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line naming the value, exit code 2.
+
+    argparse's default prints the whole usage block before the error; in a terminal full of training
+    output the one line that matters gets lost. ``--help`` still shows the usage.
+    """
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 # ============================================================================ helpers

@@ -224,16 +224,28 @@ def _agent_problems(agent_cfg: Mapping[str, Any], cfg: PopulationConfig) -> list
 
 
 def load_population_config(
-    agent_cfg: Mapping[str, Any], overrides: Iterable[str] = (), source: str = ""
+    agent_cfg: Mapping[str, Any], overrides: Iterable[str] = (), source: str = "",
+    origins: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], PopulationConfig]:
     """Apply overrides to an agent config and read + validate its ``pbt:`` section.
 
-    Returns ``(agent_cfg_with_overrides, population_config)``. Raises :class:`ConfigError`.
+    Returns ``(agent_cfg_with_overrides, population_config)``. Raises :class:`ConfigError`, whose problems
+    each say where the offending value came from: ``source`` (the yaml) unless an override set it, then
+    ``origins[override]`` (e.g. ``flag --pbt-rule foo``) or the override itself.
     """
+    overrides = list(overrides)
     try:
-        merged = apply_overrides(agent_cfg, list(overrides))
+        merged = apply_overrides(agent_cfg, overrides)
     except ConfigError as exc:
-        raise ConfigError(exc.problems, source) from None
+        raise _blame(exc.problems, overrides, origins, source) from None
+    try:
+        cfg = _read_population_config(merged, source)
+    except ConfigError as exc:
+        raise _blame(exc.problems, overrides, origins, source) from None
+    return merged, cfg
+
+
+def _read_population_config(merged: dict[str, Any], source: str) -> PopulationConfig:
     raw = merged.get("pbt") or {}
     if not isinstance(raw, Mapping):
         raise ConfigError([f"pbt: expected a mapping, got {raw!r}"], source)
@@ -250,4 +262,31 @@ def load_population_config(
             set_path(merged, agent_path(key), _numeric(value))
     if cfg.enabled:
         validate_agent_config(merged, cfg, source)
-    return merged, cfg
+    return cfg
+
+
+def _blame(problems: list[str], overrides: list[str], origins: Mapping[str, str] | None, source: str) -> ConfigError:
+    """Label each problem with the override or flag that set the key it names; the error's source is the
+    yaml only if some problem comes from it."""
+    keyed: list[tuple[str, str]] = []
+    for text in overrides:
+        key = text.split("=", 1)[0].strip().lstrip("+")
+        key = key[len("agent."):] if key.startswith("agent.") else key
+        keyed.append((key, (origins or {}).get(text, f"override {text}")))
+    labelled: list[str] = []
+    from_file = False
+    for problem in problems:
+        match = re.match(r"[\w.\-]+", problem)
+        token = match.group(0).rstrip(".") if match else ""
+        origin = None
+        for key, where in keyed:  # the last override of a key is the one in effect
+            if token and (token == key or token.startswith(key + ".") or key.startswith(token + ".")):
+                origin = where
+        if problem.startswith("override "):
+            origin = origin or "the command line"
+        if origin is None:
+            from_file = True
+            labelled.append(problem)
+        else:
+            labelled.append(problem if problem.startswith("override ") else f"{problem} (from {origin})")
+    return ConfigError(labelled, source if from_file or not source else "the command line")

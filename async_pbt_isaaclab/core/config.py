@@ -12,6 +12,7 @@ file, the key and the accepted values, before any training starts.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 from dataclasses import dataclass, field
@@ -424,7 +425,9 @@ def population_config_from_dict(
             problems.append(f"{where}{key}: {RETIRED_KEYS[key]}")
             continue
         if key not in _FIELD_TYPES:
-            problems.append(f"{where}{key}: unknown key; accepted keys: {', '.join(FIELD_NAMES)}")
+            close = difflib.get_close_matches(str(key), FIELD_NAMES, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            problems.append(f"{where}{key}: unknown key; {hint}accepted keys: {', '.join(FIELD_NAMES)}")
             continue
         if key == "mutation":
             values[key] = _parse_mutation(value, problems, where)

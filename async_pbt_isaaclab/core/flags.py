@@ -85,18 +85,25 @@ def _parse_bool(text: str) -> bool:
 
 def population_overrides(args: argparse.Namespace) -> list[str]:
     """``pbt.<key>=<value>`` overrides for the flags that were given."""
-    out: list[str] = []
+    return list(population_flag_origins(args))
+
+
+def population_flag_origins(args: argparse.Namespace) -> dict[str, str]:
+    """The overrides of :func:`population_overrides` (in order), each with the flag it came from, so that
+    an invalid value is reported against ``--pbt-rule foo`` rather than against the yaml."""
+    out: dict[str, str] = {}
     for f in dataclasses.fields(PopulationConfig):
         value = getattr(args, "pbt_" + f.name, None)
         if value is None:
             continue
+        shown = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
         if f.name == "workspace":
             value = os.path.abspath(os.path.expanduser(value))
-        out.append(f"pbt.{f.name}={_yaml_value(value)}")
+        out[f"pbt.{f.name}={_yaml_value(value)}"] = f"flag {flag_name(f.name)} {shown}"
     if getattr(args, "pbt_workspace", None) is not None or getattr(args, "pbt_num_policies", None) is not None:
-        out.append("pbt.enabled=true")
+        out["pbt.enabled=true"] = "flag --pbt-workspace/--pbt-members"
     if getattr(args, "pbt_disable", False):
-        out.append("pbt.enabled=false")
+        out["pbt.enabled=false"] = "flag --pbt-disable"
     return out
 
 

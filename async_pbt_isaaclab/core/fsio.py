@@ -135,3 +135,25 @@ def remove_stale_temp_files(folder: Path, older_than_s: float, now: float | None
         except FileNotFoundError:
             continue
     return removed
+
+
+def folder_problem(folder: Path | str) -> str | None:
+    """Why ``folder`` could not be created or written, checked without writing anything; ``None`` if it can.
+
+    Looks at ``folder`` or, when it does not exist yet, its nearest existing parent: a file there, a
+    read-only filesystem, or missing write permission for this user.
+    """
+    folder = Path(folder).absolute()
+    existing = next(p for p in (folder, *folder.parents) if p.exists() or p == p.parent)
+    where = "" if existing == folder else f" (its parent {existing})"
+    if not existing.is_dir():
+        return f"is a file{where}, not a folder" if existing == folder else f"cannot be created: {existing} is a file"
+    if os.access(existing, os.W_OK | os.X_OK):
+        return None
+    try:
+        read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    if read_only:
+        return f"is on a read-only filesystem{where}"
+    return f"is not writable by this user (uid {os.getuid()}){where}"

@@ -65,6 +65,12 @@ def checkpoint_name(generation: int, frame: int) -> str:
     return f"g{generation:04d}_f{frame:012d}.pth"
 
 
+def checkpoint_frame(path: str) -> int | None:
+    """The frame in a checkpoint's name (``.../g0001_f000000049152.pth`` -> 49152), else ``None``."""
+    match = _CHECKPOINT_NAME.match(os.path.basename(path))
+    return int(match.group(2)) if match else None
+
+
 def resolve_inside(root: Path, relative: str) -> Path:
     """``root / relative`` if it stays inside ``root``; a record pointing elsewhere is refused."""
     if not relative or os.path.isabs(relative) or "\x00" in relative:
@@ -97,17 +103,7 @@ class Workspace:
         wanted = {"schema_version": WORKSPACE_SCHEMA_VERSION, "num_policies": num_policies,
                   "objective": objective, "task": task}
         if not meta_path.exists():
-            meta = dict(wanted, created=time.time())
-            try:
-                # Exclusive create: if two members race, one wins and the other reads the winner's file.
-                fd = os.open(meta_path.with_name(".population.json.init"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-                os.close(fd)
-                fsio.atomic_write_json(meta_path, meta)
-            except FileExistsError:
-                for _ in range(50):
-                    if meta_path.exists():
-                        break
-                    time.sleep(0.1)
+            self._create_population_meta(meta_path, dict(wanted, created=time.time()))
         meta = self.population_meta()
         for key in ("num_policies", "objective", "task"):
             if meta.get(key) != wanted[key] and not (key == "task" and not wanted[key]):
@@ -117,6 +113,32 @@ class Workspace:
                 )
         return meta
 
+    def _create_population_meta(self, meta_path: Path, meta: dict[str, Any]) -> None:
+        """Publish ``population.json`` once, complete or not at all: a temporary file hard-linked to the final
+        name (the link fails if another member published first). A member killed at any point leaves no
+        ``population.json`` or a complete one. Without hard links: an atomic rename (racing members wrote
+        the same settings; the last one wins)."""
+        tmp = fsio.temp_name(meta_path)
+        try:
+            with open(tmp, "xb") as fh:
+                fh.write(fsio.canonical_json(meta))
+                fh.flush()
+                os.fsync(fh.fileno())
+            try:
+                os.link(tmp, meta_path)
+            except FileExistsError:
+                pass  # another member won the race; its population.json is checked below
+            except OSError:
+                os.replace(tmp, meta_path)
+            fsio.fsync_dir(self.root)
+        except OSError as exc:
+            raise WorkspaceError(f"cannot create {meta_path}: {exc.strerror or exc}") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+        # An older layout made population.json behind an exclusive marker file; a member killed between the
+        # two left the marker alone and the workspace stuck. The marker means nothing now: remove it.
+        meta_path.with_name(".population.json.init").unlink(missing_ok=True)
+
     def population_meta(self) -> dict[str, Any]:
         path = self.root / "population.json"
         try:
@@ -124,7 +146,10 @@ class Workspace:
         except FileNotFoundError:
             raise WorkspaceError(f"{path}: missing; {self.root} is not a population workspace") from None
         except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, 4300+ digit ints
-            raise WorkspaceError(f"{path}: corrupt ({exc})") from None
+            # It holds only the population settings, which every member checks its own against: removing it
+            # lets the next member recreate it from its config.
+            raise WorkspaceError(f"{path}: corrupt ({exc}); if the file was damaged, remove it (rm {path}) and "
+                                 f"start the members again: the first one recreates it") from None
         if not isinstance(meta, dict) or meta.get("schema_version") != WORKSPACE_SCHEMA_VERSION:
             raise WorkspaceError(
                 f"{path}: schema_version {meta.get('schema_version') if isinstance(meta, dict) else None!r} "

@@ -1,6 +1,6 @@
 """One CPU population member: rl_games PPO on a gymnasium task through the in-process vec-env.
 
-    python -m async_pbt_isaaclab.examples.cpu_member --pbt-workspace runs/ws --pbt-members 2 --pbt-index 0
+    python -m async_pbt.examples.cpu_member --pbt-workspace runs/ws --pbt-members 2 --pbt-index 0
 
 The command line mirrors ``scripts/train_pbt.py`` (``--seed``, ``--max_iterations``, ``--checkpoint``,
 ``--pbt-*`` flags, Hydra-style ``agent.*`` overrides), minus the simulator. The agent yaml defaults to
@@ -14,9 +14,10 @@ import os
 import sys
 from pathlib import Path
 
+from async_pbt_isaaclab.commands.common import OneLineParser
 from async_pbt_isaaclab.core.config import ConfigError
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
-from async_pbt_isaaclab.core.flags import add_population_args, population_overrides
+from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides
 from async_pbt_isaaclab.rl_games.restart import capture_argv
 
 DEFAULT_AGENT = Path(__file__).with_name("pendulum_ppo.yaml")
@@ -24,8 +25,8 @@ DEFAULT_AGENT = Path(__file__).with_name("pendulum_ppo.yaml")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = OneLineParser(prog="python -m async_pbt.examples.cpu_member", description=__doc__.split("\n\n")[0],
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--agent", default=str(DEFAULT_AGENT), help="rl_games agent yaml with a pbt: section")
     parser.add_argument("--seed", type=int, default=None, help="seed (default: the yaml's params.seed + pbt index)")
     parser.add_argument("--max_iterations", "--max-iterations", type=int, default=None, help="rl_games max_epochs")
@@ -45,9 +46,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(bad)}")
     try:
         agent_cfg, cfg = load_population_config(load_yaml(args.agent), [*population_overrides(args), *overrides],
-                                                source=args.agent)
+                                                source=args.agent, origins=population_flag_origins(args))
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        where = exc.source or args.agent
+        for problem in exc.problems:
+            print(f"error: {where}: {problem}", file=sys.stderr)
         return 2
     rl_cfg = agent_cfg["params"]["config"]
     if args.seed is not None:
@@ -65,6 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError
     from async_pbt_isaaclab.rl_games.runner import train_member
 
+    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration, validate_exploration_config
+
+    register_bounded_exploration()
+    try:
+        validate_exploration_config(agent_cfg)
+    except ValueError as exc:
+        print(f"error: {args.agent}: {exc}", file=sys.stderr)
+        return 2
     task = register_gym_vecenv_for(agent_cfg)
     try:
         train_member(agent_cfg, cfg, train_dir=os.path.abspath(args.train_dir), task=task,

@@ -1,8 +1,8 @@
 """A CPU population: N rl_games PPO members on Pendulum-v1, as separate processes, under the launcher.
 
-    python -m async_pbt_isaaclab.examples.cpu_population --members 2 --smoke --workspace ./runs/cpu-smoke
+    python -m async_pbt.examples.cpu_population --members 2 --smoke --workspace ./runs/cpu-smoke
 
-Each member is ``python -m async_pbt_isaaclab.examples.cpu_member`` with the population flags added by
+Each member is ``python -m async_pbt.examples.cpu_member`` with the population flags added by
 the local launcher. Members publish evidence, select, copy donors' checkpoints and restart themselves
 with ``os.execv``; the launcher restarts a crashed member from its own last checkpoint.
 
@@ -10,18 +10,32 @@ with ``os.execv``; the launcher restarts a crashed member from its own last chec
 long enough for the population to learn Pendulum (returns rise from about -1200 towards -200).
 A new ``--workspace`` is a new experiment; an existing one is resumed (each member continues from its
 own last checkpoint) and the example says which it did.
+
+Usage errors (a population of fewer than 2 members, ``--iterations 0``, a workspace path that is a file
+or not writable, a workspace made for another population size) are one line on stderr and exit code 2,
+before anything is written. The exit code is the launcher's: 0 when every member finished, 1 when one
+was given up, 130 after Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
+from async_pbt_isaaclab.commands.common import EXIT_USAGE, OneLineParser
+from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
+from async_pbt_isaaclab.core.config import SELECTION_RULES, ConfigError
+from async_pbt_isaaclab.core.fsio import folder_problem
+from async_pbt_isaaclab.core.flags import add_population_args, population_overrides
 from async_pbt_isaaclab.core.member_state import load_state
-from async_pbt_isaaclab.core.workspace import Workspace, population_best
+from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, population_best
+
+PROG = "python -m async_pbt.examples.cpu_population"
+"""How users run the example (the name in its messages)."""
+AGENT_YAML = Path(__file__).with_name("pendulum_ppo.yaml")
+"""The members' agent yaml (cpu_member's default)."""
 
 SMOKE = {"iterations": 24, "interval": 8192, "start_grace": 8192, "min_episodes": 16}
 """Short run: 24 epochs x 2048 frames per member, a decision every 4 epochs after the first 4."""
@@ -30,12 +44,12 @@ FULL = {"iterations": 200, "interval": 32768, "start_grace": 65536, "min_episode
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--members", type=int, default=2, help="population size")
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("--members", type=int, default=2, help="population size (at least 2)")
     p.add_argument("--workspace", default="runs/cpu-population", help="shared workspace folder")
     p.add_argument("--smoke", action="store_true", help="short run that exercises every step")
     p.add_argument("--iterations", type=int, default=None, help="rl_games epochs per member (overrides the preset)")
-    p.add_argument("--rule", default="dexpbt", help="selection rule: dexpbt, isaaclab or welch")
+    p.add_argument("--rule", default="dexpbt", choices=SELECTION_RULES, help="selection rule")
     p.add_argument("--progress-interval", type=float, default=15.0, help="seconds between progress tables")
     return p
 
@@ -43,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 def member_command(args: argparse.Namespace, workspace: Path) -> list[str]:
     preset = SMOKE if args.smoke else FULL
     return [
-        sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member",
+        sys.executable, "-m", "async_pbt.examples.cpu_member",
         "--max_iterations", str(args.iterations or preset["iterations"]),
         "--train-dir", str(workspace / "runs"),
         "--pbt-rule", args.rule,
@@ -91,27 +105,90 @@ def summarize(workspace: Path) -> list[str]:
     return lines
 
 
+class UsageError(Exception):
+    """A bad argument or workspace: one line on stderr, exit code 2, nothing written."""
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    if args.members < 2:
+        raise UsageError(
+            f"--members {args.members}: a population needs at least 2 members (a member exploits and explores "
+            f"only after comparing itself with a peer); to train one policy alone run "
+            f"python -m async_pbt.examples.cpu_member")
+    if args.iterations is not None and args.iterations < 1:
+        raise UsageError(f"--iterations {args.iterations}: must be at least 1 (omit it for the preset: "
+                         f"{SMOKE['iterations']} with --smoke, {FULL['iterations']} without)")
+    if not args.progress_interval > 0:
+        raise UsageError(f"--progress-interval {args.progress_interval:g}: must be a positive number of seconds")
+
+
+def check_workspace(workspace: Path, members: int) -> dict | None:
+    """Refuse a workspace the members could not use; returns its ``population.json`` when it exists."""
+    problem = folder_problem(workspace)
+    if problem:
+        raise UsageError(f"--workspace {workspace}: {problem}")
+    if not (workspace / "population.json").exists():
+        return None
+    try:
+        meta = Workspace(workspace).population_meta()
+    except WorkspaceError as exc:
+        raise UsageError(f"--workspace {workspace}: {exc}") from None
+    if meta.get("num_policies") != members:
+        raise UsageError(f"--workspace {workspace}: was created for {meta.get('num_policies')} members, not "
+                         f"--members {members}; pass --members {meta.get('num_policies')} to resume it, "
+                         f"or use a new --workspace")
+    return meta
+
+
+def check_member_config(args: argparse.Namespace, workspace: Path) -> None:
+    """Validate the members' config exactly as a member will, before any process starts."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_population_args(parser)
+    flags = [*member_command(args, workspace)[3:], "--pbt-workspace", str(workspace),
+             "--pbt-members", str(args.members), "--pbt-index", "0"]
+    member_args, rest = parser.parse_known_args(flags)
+    overrides = [o for o in rest if "=" in o]
+    try:
+        load_population_config(load_yaml(AGENT_YAML), [*population_overrides(member_args), *overrides],
+                               source=str(AGENT_YAML))
+    except ConfigError as exc:
+        raise UsageError("; ".join(exc.problems)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from async_pbt_isaaclab.launch.local import launch_population
+    workspace = Path(args.workspace).expanduser().absolute()
+    try:
+        check_arguments(args)
+        meta = check_workspace(workspace, args.members)
+        check_member_config(args, workspace)
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    from async_pbt_isaaclab.launch.local import LaunchError, launch_population
 
-    workspace = Path(args.workspace).absolute()
-    resumed = (workspace / "population.json").exists()
+    resumed = meta is not None
     if resumed:
-        meta = json.loads((workspace / "population.json").read_text())
         print(f"[cpu-population] resuming the existing workspace {workspace} "
               f"(created {time.ctime(meta.get('created', 0))}): each member continues from its own last checkpoint. "
               f"Use a new --workspace for an independent experiment.", flush=True)
     else:
         print(f"[cpu-population] new experiment in {workspace}", flush=True)
     started = time.time()
-    result = launch_population(member_command(args, workspace), args.members, workspace, gpus=[],
-                               progress_interval_s=args.progress_interval)
-    print(f"\n[cpu-population] done in {time.time() - started:.0f}s "
-          f"({'resumed' if resumed else 'new'} workspace)")
+    try:
+        result = launch_population(member_command(args, workspace), args.members, workspace, gpus=[],
+                                   progress_interval_s=args.progress_interval)
+    except LaunchError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    how = f"stopped by {result.stopped_by}" if result.stopped_by else "done"
+    print(f"\n[cpu-population] {how} after {time.time() - started:.0f}s "
+          f"({'resumed' if resumed else 'new'} workspace); exit code {result.exit_code}")
     for line in summarize(workspace):
         print(line)
-    return 0 if not result.given_up else 1
+    if result.stopped_by:
+        print("resume: run the same command again (same --workspace and --members)")
+    return result.exit_code
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import argparse
 import sys
 from typing import Sequence
 
+from async_pbt_isaaclab.commands.common import OneLineParser
 from async_pbt_isaaclab.launch.progress import LOG_TAIL_LINES, describe_exit, progress_lines, read_log_tail
 from async_pbt_isaaclab.launch.supervisor import (
     EXIT_GAVE_UP,
@@ -131,6 +132,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
     command = list(args.member_command or [])
     if command and command[0] == "--":
         command = command[1:]
+    if args.members == 1:
+        # Allowed (crash restarts of one run are still useful), but it is not a population.
+        print("async-pbt launch: note: --members 1: a single member has no peer to compare with, so it never "
+              "exploits or explores; it trains alone with crash restarts", file=sys.stderr)
     try:
         result = launch_population(
             command, args.members, args.workspace, gpus=args.gpus, max_retries=args.max_retries,
@@ -146,7 +151,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """Parser of ``python -m async_pbt_isaaclab.launch.local`` (same options as ``async-pbt launch``)."""
-    p = argparse.ArgumentParser(prog="python -m async_pbt_isaaclab.launch.local", description=_DESCRIPTION,
+    p = OneLineParser(prog="python -m async_pbt_isaaclab.launch.local", description=_DESCRIPTION,
                                 epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     return add_launch_arguments(p)
 

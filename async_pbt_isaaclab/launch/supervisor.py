@@ -64,7 +64,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
+from async_pbt_isaaclab.core.fsio import folder_problem
 from async_pbt_isaaclab.core.member_state import load_state
+from async_pbt_isaaclab.core.resume import describe_resume
 from async_pbt_isaaclab.core.records import read_record
 from async_pbt_isaaclab.core.workspace import member_dirname
 from async_pbt_isaaclab.launch.progress import (
@@ -491,6 +493,9 @@ class _Supervisor:
                     break
                 time.sleep(self.poll_s)
         self.poll()
+        for m in sorted(self.members.values(), key=lambda m: m.outcome.index):
+            if m.outcome.status == "stopped":
+                self.say(describe_resume(self.workspace, m.outcome.index))
 
     # ---------------------------------------------------------------- main loop
     def run(self) -> LaunchResult:
@@ -638,11 +643,15 @@ def launch_population(
 
     root = Path(os.path.expanduser(os.fspath(workspace))).absolute()
     logs = Path(os.path.expanduser(os.fspath(log_dir))).absolute() if log_dir is not None else root / "logs"
+    for folder, what in ((root, "workspace"), (logs, "log folder")):
+        problem = folder_problem(folder)
+        if problem:
+            raise LaunchError(f"{what} {folder} {problem}")
     try:
         root.mkdir(parents=True, exist_ok=True)
         logs.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise LaunchError(f"cannot create the workspace or log folder: {exc}") from None
+        raise LaunchError(f"cannot create the workspace or log folder {exc.filename}: {exc.strerror}") from None
     gpu_ids = detect_gpus() if gpus is None else [str(g) for g in gpus]
     out = output if output is not None else sys.stdout
 

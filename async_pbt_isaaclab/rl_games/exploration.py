@@ -23,8 +23,8 @@ Use it from an rl_games agent yaml (``params`` section)::
           fixed_sigma: True                # or False: state-dependent sigma head
       mlp: {units: [256, 128, 64], activation: elu, initializer: {name: default}}
 
-and call :func:`register_bounded_exploration` before the rl_games ``Runner`` builds the agent (the
-package's training script does). PBT mutates the bounds through the Isaac Lab dotted paths
+and call :func:`register_bounded_exploration` before the rl_games ``Runner`` builds the agent (every
+entry point of the package does: train_pbt.py, play_pbt.py, the CPU member and ``runner.train_member``). PBT mutates the bounds through the Isaac Lab dotted paths
 :data:`LOW_PATH` and :data:`HIGH_PATH`; a restart rebuilds the network from the mutated yaml.
 :func:`set_log_std_bounds` changes them on a live agent.
 

@@ -15,6 +15,7 @@ import signal
 from typing import Any, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
+from async_pbt_isaaclab.core.resume import describe_resume
 
 
 def train_member(
@@ -36,8 +37,12 @@ def train_member(
     from rl_games.common.algo_observer import IsaacAlgoObserver
     from rl_games.torch_runner import Runner
 
+    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
     from async_pbt_isaaclab.rl_games.member import start_member
     from async_pbt_isaaclab.rl_games.observer import MultiObserver, PbtObserver
+
+    # Every training entry point goes through here: a yaml naming pbt_bounded_actor_critic just works.
+    register_bounded_exploration()
 
     observers = list(extra_observers) or [IsaacAlgoObserver()]
     if not cfg.enabled:
@@ -77,6 +82,9 @@ def train_member(
             observer.finish(status)
         else:
             session.close()
+        if status == "stopped":
+            # A stop writes no checkpoint (it may land inside an optimizer step): say what it costs.
+            print(f"[async-pbt] {describe_resume(session.ws.root, session.cfg.policy_idx)}", flush=True)
     return observer
 
 

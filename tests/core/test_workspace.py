@@ -346,3 +346,45 @@ def test_population_meta_is_created_once_and_checked(tmp_path):
         w.ensure(num_policies=8, objective="episode_return", task="Isaac-X")
     with pytest.raises(WorkspaceError, match="not a population workspace"):
         Workspace(tmp_path / "empty").population_meta()
+
+
+def test_a_marker_left_by_a_member_killed_while_creating_the_workspace_does_not_block_it(tmp_path):
+    # An earlier layout created an empty .population.json.init before writing population.json; a member killed
+    # in between left the marker alone, and every later member gave up with "population.json: missing".
+    root = tmp_path / "pop"
+    (root / "members").mkdir(parents=True)
+    (root / ".population.json.init").touch()
+    # A member killed after writing its temporary file but before publishing it leaves that file too.
+    (root / ".population.json.tmp-host-1-2").write_text('{"num_policies": 99}')
+    meta = Workspace(root).ensure(num_policies=2, objective="episode_return", task="t")
+    assert meta["num_policies"] == 2
+    assert json.loads((root / "population.json").read_text())["num_policies"] == 2
+    assert not (root / ".population.json.init").exists()
+
+
+RACER = """
+import json, sys, time
+from pathlib import Path
+from async_pbt_isaaclab.core.workspace import Workspace
+root, go = Path(sys.argv[1]), Path(sys.argv[2])
+Path(sys.argv[3]).touch()  # imported and ready: the test says go once every racer is
+while not go.exists():
+    time.sleep(0.001)
+print(json.dumps(Workspace(root).ensure(num_policies=4, objective="episode_return", task="t")))
+"""
+
+
+def test_members_racing_to_create_the_workspace_all_get_the_same_one(tmp_path):
+    root, go = tmp_path / "pop", tmp_path / "go"
+    ready = [tmp_path / f"ready{i}" for i in range(4)]
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, str(root), str(go), str(r)], stdout=subprocess.PIPE,
+                              text=True) for r in ready]
+    deadline = time.monotonic() + 60
+    while not all(r.exists() for r in ready) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.touch()
+    metas = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    on_disk = json.loads((root / "population.json").read_text())
+    assert all(m == on_disk for m in metas), "one winner: every member read the same created time"
+    assert [p.name for p in root.iterdir() if p.name.startswith(".population")] == [], "no temporary file left"

@@ -35,6 +35,13 @@ sys.path.insert(0, str(HERE))
 import fake_isaaclab_entry as fake  # noqa: E402
 
 
+BOUNDED = "pbt_bounded_actor_critic"
+START_BOUNDS = "{low: -2.0, high: 0.5}"
+BOUNDED_MUTATION = ("{learning_rate: {kind: log_float, low: 1.0e-5, high: 1.0e-2}, "
+                    "network.log_std_bounds.low: {kind: log_shift, low: -3.0, high: -1.0}, "
+                    "network.log_std_bounds.high: {kind: log_shift, low: -0.5, high: 1.0}}")
+
+
 def _entries(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -123,6 +130,10 @@ def population(tmp_path_factory):
         "--pbt-heartbeat-interval-s", "0.5",
         "--pbt-keep-last-checkpoints", "100",
         "agent.pbt.mutation_rate=1.0", "agent.params.config.mini_epochs=2",
+        # The bounded exploration network, named only in overrides: train_pbt.py must register it, and the
+        # exploit must mutate its bounds (mutation_rate 1.0: every key changes).
+        f"agent.params.network.name={BOUNDED}", f"agent.params.network.log_std_bounds={START_BOUNDS}",
+        f"agent.pbt.mutation={BOUNDED_MUTATION}",
     ]
     per_member = {
         # Isaac Lab's own PBT overrides ...
@@ -179,7 +190,8 @@ def test_members_were_separate_processes_and_the_restart_reran_the_same_entry(po
     assert after[: len(before)] == before, "every flag survives the restart, in order"
     assert Path(before[1]) == ENTRY, "the restart re-runs the same (fake) entry"
     added = after[len(before):]
-    assert added[0].startswith("--checkpoint=") and all(a.startswith("agent.params.config.") for a in added[1:])
+    assert added[0].startswith("--checkpoint=")
+    assert all(a.startswith(("agent.params.config.", "agent.params.network.")) for a in added[1:]), added
     assert "[async-pbt] restarting:" in logs[1]
 
 
@@ -209,6 +221,30 @@ def test_member_keeps_one_log_folder_across_the_restart(population):
     assert len(list((member1 / "summaries").iterdir())) >= 1
 
 
+@pytest.mark.slow
+def test_the_exploit_mutated_the_exploration_bounds_and_the_restart_trained_with_them(population):
+    _, ws, logs, _ = population
+    from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
+
+    state = json.loads((ws / "members/001/state.json").read_text())
+    low, high = (state["hyperparameters"][f"network.log_std_bounds.{k}"] for k in ("low", "high"))
+    assert (low, high) != (-2.0, 0.5), "mutation_rate 1.0: both bounds changed"
+    assert -3.0 <= low <= -1.0 and -0.5 <= high <= 1.0, (low, high)
+    changes = {c["key"]: c for c in state["lineage"][0]["changes"]}
+    assert changes["network.log_std_bounds.low"]["new"] == low
+    assert changes["network.log_std_bounds.high"]["new"] == high
+    restart_argv = [e for e in _entries(ws / "members/001/audit.jsonl") if e["kind"] == "start"][1]["argv"]
+    set_by_restart = {a.split("=", 1)[0]: float(a.split("=", 1)[1]) for a in restart_argv
+                      if a.startswith("agent.params.network.log_std_bounds.")}
+    assert set_by_restart == {"agent.params.network.log_std_bounds.low": low,
+                              "agent.params.network.log_std_bounds.high": high}
+    # The restarted process trained with the bounded network under the new bounds: its last checkpoint's
+    # learned log-std lies inside them (the network projects it there).
+    ckpt = load_checkpoint(ws / state["last_checkpoint"])
+    sigma = ckpt["model"]["a2c_network.sigma"]
+    assert bool(((sigma >= low - 1e-6) & (sigma <= high + 1e-6)).all()), (sigma, low, high)
+
+
 # ------------------------------------------------------------------ playing the population's checkpoints (slow)
 
 
@@ -236,6 +272,26 @@ def test_play_the_exploit_recipient_checkpoint(population):
     assert result.pbt["member"] == 1 and result.pbt["generation"] == 1
     assert result.pbt["inherited_from"]["donor"] == 0
     assert result.objective == "success" and 0.0 <= result.mean_objective <= 1.0
+
+
+@pytest.mark.slow
+def test_play_builds_the_bounded_network_with_the_members_mutated_bounds(population, monkeypatch):
+    root, ws, _, _ = population
+    from async_pbt_isaaclab.rl_games.exploration import get_log_std_bounds
+
+    play = fake.load_script("play_pbt")
+    players = []
+    restore = play.restore_player
+    monkeypatch.setattr(play, "restore_player", lambda player, state: (players.append(player), restore(player, state)))
+    monkeypatch.setattr(fake, "load_script", lambda name: play)
+    result = _play(["--task", TASK, "--device", "cpu", "--num_envs", "8", "--num_steps", "110",
+                    "--pbt-workspace", str(ws), "--member", "1",
+                    f"agent.params.network.name={BOUNDED}", f"agent.params.network.log_std_bounds={START_BOUNDS}"],
+                   root)
+    hparams = json.loads((ws / "members/001/state.json").read_text())["hyperparameters"]
+    assert result.episodes >= 8 and len(players) == 1
+    assert get_log_std_bounds(players[0].model) == (hparams["network.log_std_bounds.low"],
+                                                    hparams["network.log_std_bounds.high"])
 
 
 @pytest.mark.slow

@@ -1,0 +1,171 @@
+"""``python -m async_pbt.examples.cpu_population``: user errors, and Ctrl-C on a real population.
+
+What a user depends on:
+1. every bad argument or workspace is one line on stderr naming the value, exit code 2, no traceback, and
+   nothing is written (not even the "new experiment" line);
+2. Ctrl-C on a running population exits with the launcher's code (130), says "stopped", and says for each
+   member how many frames since its last checkpoint are lost and where it resumes -- numbers that match
+   what the member left on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from async_pbt_isaaclab.core.workspace import Workspace, checkpoint_frame
+
+MODULE = "async_pbt.examples.cpu_population"
+
+
+def _run(*args: str, cwd: Path, wrap: list[str] | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", MODULE, *args]
+    if wrap:  # a shell command prefix: the last element ends the script that runs the example
+        cmd = [*wrap[:-1], f"{wrap[-1]} {shlex.join(cmd)}"]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def _assert_one_line_usage_error(proc: subprocess.CompletedProcess, *named: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    for text in named:
+        assert text in lines[0], (text, lines[0])
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--members", "0"], ["--members 0", "at least 2"]),
+        (["--members", "1"], ["--members 1", "at least 2", "cpu_member"]),
+        (["--members", "x"], ["--members", "'x'"]),
+        (["--iterations", "0"], ["--iterations 0", "at least 1"]),
+        (["--iterations", "-5"], ["--iterations -5"]),
+        (["--rule", "foo"], ["--rule", "'foo'", "dexpbt"]),
+        (["--progress-interval", "0"], ["--progress-interval 0"]),
+        (["--no-such-flag"], ["--no-such-flag"]),
+    ],
+)
+def test_bad_arguments_are_one_line_and_write_nothing(tmp_path, args, named):
+    before = _tree(tmp_path)
+    proc = _run("--workspace", str(tmp_path / "ws"), *args, cwd=tmp_path)
+    _assert_one_line_usage_error(proc, *named)
+    assert _tree(tmp_path) == before
+
+
+def test_a_workspace_path_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "taken").write_text("not a folder")
+    before = _tree(tmp_path)
+    _assert_one_line_usage_error(_run("--workspace", str(tmp_path / "taken"), cwd=tmp_path),
+                                 str(tmp_path / "taken"), "is a file")
+    _assert_one_line_usage_error(_run("--workspace", str(tmp_path / "taken" / "ws"), cwd=tmp_path),
+                                 str(tmp_path / "taken"), "is a file")
+    assert _tree(tmp_path) == before
+
+
+def test_a_workspace_of_another_population_size_or_corrupt_is_refused(tmp_path):
+    Workspace(tmp_path / "three").ensure(num_policies=3, objective="episode_return")
+    before = _tree(tmp_path)
+    _assert_one_line_usage_error(_run("--workspace", str(tmp_path / "three"), "--members", "2", cwd=tmp_path),
+                                 "created for 3 members", "--members 3")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "population.json").write_text("{")
+    _assert_one_line_usage_error(_run("--workspace", str(tmp_path / "broken"), cwd=tmp_path),
+                                 "population.json", "corrupt")
+    assert _tree(tmp_path) == sorted(before + ["broken", "broken/population.json"])
+
+
+def test_a_read_only_folder_is_refused(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        proc = _run("--workspace", str(folder / "ws"), cwd=tmp_path)
+        folder.chmod(0o755)
+    else:
+        # root writes through permission bits; a read-only bind mount in a private mount namespace is read-only
+        # for root too.
+        if shutil.which("unshare") is None:
+            pytest.skip("running as root without unshare: cannot make a folder read-only for this user")
+        probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind -o ro {folder} {folder}"],
+                               capture_output=True, text=True)
+        if probe.returncode != 0:
+            pytest.skip(f"running as root and cannot mount read-only here: {probe.stderr.strip()}")
+        proc = _run("--workspace", str(folder / "ws"), cwd=tmp_path,
+                    wrap=["unshare", "-m", "sh", "-c", f"mount --bind -o ro {folder} {folder} && exec"])
+    _assert_one_line_usage_error(proc, str(folder / "ws"))
+    assert "read-only" in proc.stderr or "not writable" in proc.stderr
+    assert list(folder.iterdir()) == []
+
+
+# ------------------------------------------------------------------ Ctrl-C on a real population (slow)
+
+
+def _progress_since_checkpoint(ws: Path, index: int) -> bool:
+    """Member ``index`` has a checkpoint and has published a later frame (so a stop loses something)."""
+    try:
+        state = json.loads((ws / "members" / f"{index:03d}" / "state.json").read_text())
+        record = json.loads((ws / "members" / f"{index:03d}" / "record.json").read_text())
+    except (FileNotFoundError, ValueError):
+        return False
+    frame = checkpoint_frame(state.get("last_checkpoint") or "")
+    return frame is not None and record.get("frame", 0) > frame
+
+
+@pytest.mark.slow
+def test_ctrl_c_exits_130_and_says_what_is_lost_and_where_each_member_resumes(tmp_path):
+    ws = tmp_path / "ws"
+    out = open(tmp_path / "out.log", "w")
+    # Long enough that it is still training when stopped; one publish every 4 epochs (--smoke preset).
+    proc = subprocess.Popen([sys.executable, "-m", MODULE, "--members", "2", "--smoke", "--iterations", "2000",
+                             "--workspace", str(ws), "--progress-interval", "600"],
+                            cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        deadline = time.monotonic() + 300
+        while not _progress_since_checkpoint(ws, 0) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert proc.poll() is None, (tmp_path / "out.log").read_text()[-3000:]
+        assert _progress_since_checkpoint(ws, 0), "member 0 never published past a checkpoint"
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out.close()
+    text = (tmp_path / "out.log").read_text()
+    assert code == 130, text[-3000:]
+    assert "stopped by SIGINT" in text and "done after" not in text
+    assert "run the same command again" in text
+    for index in (0, 1):
+        member_dir = ws / "members" / f"{index:03d}"
+        record = json.loads((member_dir / "record.json").read_text())
+        state = json.loads((member_dir / "state.json").read_text())
+        assert record["status"] == "stopped"
+        if state["last_checkpoint"]:
+            resume = checkpoint_frame(state["last_checkpoint"])
+            expected = (f"member {index:03d} stopped at frame {record['frame']:,}; "
+                        f"{record['frame'] - resume:,} frames since its last checkpoint are lost: its next start "
+                        f"resumes from frame {resume:,} ({state['last_checkpoint']})")
+        else:
+            expected = f"member {index:03d} stopped at frame {record['frame']:,} with no checkpoint yet"
+        assert expected in text, (expected, text[-3000:])
+        # The member says the same in its own log (what a user running one member by hand sees).
+        log = (ws / "logs" / f"member_{index:03d}.log").read_text()
+        assert f"[async-pbt] {expected}" in log
+    lost = re.search(r"member 000 stopped at frame [\d,]+; ([\d,]+) frames", text)
+    assert lost and int(lost.group(1).replace(",", "")) > 0
