@@ -93,6 +93,7 @@ def _rollout(wrapper: PbtIsaacLabEnv, steps: int, seed: int = 0):
 def test_episodes_are_exact_and_outputs_pass_through():
     terms = {"success": "accessor:success", **{k: {"source": f"accessor:{k}", "mode": "sum"} for k in REWARD_TERMS}}
     wrapper = PbtIsaacLabEnv(_env(8), terms=terms, objective="success", task=TASK)
+    wrapper.pbt_summary_source.set_settle_max_steps(0)  # every episode, as the reference has them (gate: test_summary)
     reference = _rollout(wrapper, 260)
     batch = wrapper.pbt_summary_source.drain()
     assert wrapper.pbt_summary_source.last_drain.dropped_stale == 0
@@ -142,6 +143,7 @@ def test_callable_terms_and_module_function_sources():
     env = _env(5)
     wrapper = PbtIsaacLabEnv(env, terms=lambda e: {"steps": e.episode_length_buf, "ok": e.get_per_env_terms()["success"]},
                              term_modes={"steps": "last", "ok": "last"})
+    wrapper.pbt_summary_source.set_settle_max_steps(0)  # every episode, as the reference has them
     ref = _rollout(wrapper, 210, seed=1)
     batch = wrapper.pbt_summary_source.drain()
     assert batch.terms["steps"] == [float(x) for x in batch.lengths]
