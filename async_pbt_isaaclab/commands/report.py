@@ -104,15 +104,16 @@ def _e(v: Any) -> str:
     return html.escape(v if isinstance(v, str) else _fmt_num(v), quote=True)
 
 
-def _table(head: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "", row_ids: Sequence[str] = ()) -> str:
-    """``rows`` cells are already-escaped HTML."""
+def _table(head: Sequence[str] | None, rows: Iterable[Sequence[str]], cls: str = "",
+           row_ids: Sequence[str] = ()) -> str:
+    """``rows`` cells are already-escaped HTML; ``head`` is plain text (``None``: no header row)."""
     ids = list(row_ids)
     body = []
     for i, r in enumerate(rows):
         rid = f' id="{ids[i]}"' if i < len(ids) else ""
         body.append(f"<tr{rid}>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>")
-    return (f'<table class="{cls}"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head)
-            + "</tr></thead><tbody>" + "".join(body) + "</tbody></table>")
+    thead = "" if head is None else "<thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr></thead>"
+    return f'<table class="{cls}">{thead}<tbody>' + "".join(body) + "</tbody></table>"
 
 
 def _when(t: Any) -> str:
@@ -155,7 +156,7 @@ def _summary(data: dict[str, Any]) -> str:
         ["best training objective (window mean)", best_txt],
         ["best held-out result", ev_txt],
     ]
-    return _table(["", ""], rows, "summary")
+    return _table(None, rows, "summary")
 
 
 def _members_table(data: dict[str, Any]) -> str:

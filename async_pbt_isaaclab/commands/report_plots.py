@@ -192,7 +192,8 @@ def figure_svg(fig: Figure) -> str:
     """The figure as an inline ``<svg>`` element (text kept as text; matplotlib escapes it)."""
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "async-pbt"}):
-        fig.savefig(buf, format="svg")
+        # No metadata block: it only adds a date (pages would differ run to run) and RDF namespaces.
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg"):]

@@ -91,8 +91,9 @@ def render_status(data: dict[str, Any], width: int | None = None) -> list[str]:
 
 
 def watch(ws, make_data: Callable[[], dict[str, Any]], interval: float, count: int | None,
-          stream: TextIO = sys.stdout, sleep: Callable[[float], None] = time.sleep) -> int:
+          stream: TextIO | None = None, sleep: Callable[[float], None] = time.sleep) -> int:
     """Print the table ``count`` times (forever when ``None``), ``interval`` seconds apart. Ctrl-C ends it."""
+    stream = sys.stdout if stream is None else stream
     tty = stream.isatty()
     shown = 0
     try:

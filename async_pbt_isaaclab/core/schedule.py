@@ -158,44 +158,53 @@ def lineage_schedule(member: int, lineages: Mapping[int, MemberLineage], end_fra
     ``end_frame`` is the member's current frame counter (its record's ``frame``); it only sets
     :attr:`Schedule.end_frame`. A donor whose audit log is missing raises :class:`ScheduleError`.
     """
-    steps, offset = _chain(member, None, lineages, depth=0)
-    end = None if end_frame is None else end_frame + offset
-    return Schedule(member, tuple(steps), workspace, end)
-
-
-def _chain(member: int, upto: tuple[int, int] | None, lineages: Mapping[int, MemberLineage], depth: int
-           ) -> tuple[list[ScheduleStep], int]:
-    """Steps of ``member`` up to ``upto`` = (generation, frame) and the offset from its frames to replay frames."""
-    if depth > 10_000:
-        raise ScheduleError(f"member {member}: lineage does not end (a cycle of donors in the audit logs?)")
-    lin = lineages.get(member)
-    if lin is None:
-        raise ScheduleError(f"member {member}: no audit log to follow the lineage through")
-    changes = [c for c in lin.changes if upto is None or (c.generation <= upto[0] and c.frame <= upto[1])]
-    last_exploit = max((i for i, c in enumerate(changes) if c.donor is not None and c.donor != member), default=None)
-    if last_exploit is None:
-        offset = -lin.start_frame
-        steps = [ScheduleStep(0, dict(lin.start_hyperparameters), member, lin.start_frame, 0, "start")]
-        rest = changes
-    else:
-        ex = changes[last_exploit]
+    # Walk back from the member to the fresh start its weights came from, one exploit at a time ...
+    hops: list[tuple[int, list[GenerationChange], int | None]] = []
+    seen: set[tuple[int, int]] = set()
+    current, upto = member, None
+    while True:
+        lin = lineages.get(current)
+        if lin is None:
+            raise ScheduleError(f"member {current}: no audit log to follow the lineage through")
+        changes = [c for c in lin.changes if upto is None or (c.generation <= upto[0] and c.frame <= upto[1])]
+        last = max((i for i, c in enumerate(changes) if c.donor is not None and c.donor != current), default=None)
+        hops.append((current, changes, last))
+        if last is None:
+            break
+        ex = changes[last]
+        if (current, ex.generation) in seen:
+            # Each exploit goes back to an earlier checkpoint; no real run visits a generation twice.
+            raise ScheduleError(f"member {current} generation {ex.generation}: the lineage does not end "
+                                f"(a cycle of donors in the audit logs)")
+        seen.add((current, ex.generation))
         if ex.donor_frame is None or ex.donor_generation is None:
-            raise ScheduleError(f"member {member} generation {ex.generation}: the exploit entry names no donor "
+            raise ScheduleError(f"member {current} generation {ex.generation}: the exploit entry names no donor "
                                 f"frame/generation, so the donor's history cannot be cut at its checkpoint")
-        prefix, donor_offset = _chain(ex.donor, (ex.donor_generation, ex.donor_frame), lineages, depth + 1)
-        at = ex.donor_frame + donor_offset
-        offset = at - ex.frame
-        steps = [s for s in prefix if s.frame <= at]
-        steps.append(ScheduleStep(at, dict(ex.hyperparameters), member, ex.frame, ex.generation, "exploit"))
-        rest = changes[last_exploit + 1:]
-    for c in rest:
-        steps.append(ScheduleStep(max(0, c.frame + offset), dict(c.hyperparameters), member, c.frame,
-                                  c.generation, "explore"))
+        current, upto = ex.donor, (ex.donor_generation, ex.donor_frame)
+    # ... then forward again: each hop keeps the earlier history up to the copied checkpoint and continues.
+    steps: list[ScheduleStep] = []
+    offset = 0
+    for current, changes, last in reversed(hops):
+        if last is None:
+            lin = lineages[current]
+            offset = -lin.start_frame
+            steps = [ScheduleStep(0, dict(lin.start_hyperparameters), current, lin.start_frame, 0, "start")]
+            rest = changes
+        else:
+            ex = changes[last]
+            at = ex.donor_frame + offset
+            offset = at - ex.frame
+            steps = [st for st in steps if st.frame <= at]
+            steps.append(ScheduleStep(at, dict(ex.hyperparameters), current, ex.frame, ex.generation, "exploit"))
+            rest = changes[last + 1:]
+        steps += [ScheduleStep(max(0, c.frame + offset), dict(c.hyperparameters), current, c.frame, c.generation,
+                               "explore") for c in rest]
     # Two steps at one frame: the later one is what trained from there on.
     merged: dict[int, ScheduleStep] = {}
-    for s in steps:
-        merged[s.frame] = s
-    return sorted(merged.values(), key=lambda s: s.frame), offset
+    for st in steps:
+        merged[st.frame] = st
+    end = None if end_frame is None else end_frame + offset
+    return Schedule(member, tuple(sorted(merged.values(), key=lambda st: st.frame)), workspace, end)
 
 
 # ============================================================================ lookup and following

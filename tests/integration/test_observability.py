@@ -1,0 +1,174 @@
+"""What a user sees of a real population: the HTML report in a real headless Chromium, the PNGs, the status
+table and the replay schedule, all from two real CPU members (rl_games PPO on Pendulum-v1) with one forced
+exploit and a real exec restart, as in test_cpu_exploit.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("rl_games")
+pytest.importorskip("matplotlib")
+
+from async_pbt_isaaclab.core.schedule import load_schedule, values_at  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def population(tmp_path_factory):
+    root = tmp_path_factory.mktemp("observability")
+    ws = root / "ws"
+    env = dict(os.environ, ASYNC_PBT_TEST_FIXTURE="fixture_forced_exploit", PYTHONUNBUFFERED="1")
+    common = [
+        sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member",
+        "--pbt-workspace", str(ws), "--pbt-members", "2", "--train-dir", str(root / "runs"),
+        "--pbt-rule", "fixture_forced_exploit", "--pbt-interval-steps", "4096",
+        "--pbt-start-grace-frames", "0", "--pbt-restart-grace-frames", "0", "--pbt-min-episodes", "8",
+        "--pbt-heartbeat-interval-s", "0.5", "--pbt-frame-tolerance", "10000000",
+        "--pbt-keep-last-checkpoints", "100", "--num_envs", "16",
+        "agent.pbt.mutation_rate=1.0",
+        "agent.pbt.mutation.learning_rate=mutate_float",
+        "agent.pbt.mutation.entropy_coef=mutate_float",
+        "agent.params.config.horizon_length=128",
+        "agent.params.config.mini_epochs=2",
+    ]
+    procs = []
+    for index, iters in ((0, 14), (1, 10)):  # the donor trains longer so it is alive when member 1 decides
+        log = open(root / f"member{index}.log", "w")
+        procs.append((subprocess.Popen([*common, "--pbt-index", str(index), "--max_iterations", str(iters)],
+                                       cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+    for proc, log in procs:
+        proc.wait(timeout=420)
+        log.close()
+    for i, (proc, _) in enumerate(procs):
+        assert proc.returncode == 0, f"member {i} failed:\n{(root / f'member{i}.log').read_text()[-4000:]}"
+    return root, ws
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.cli", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def report(population):
+    root, ws = population
+    out, png = root / "report" / "report.html", root / "png"
+    proc = _cli("report", str(ws), "--out", str(out), "--png", str(png))
+    assert proc.returncode == 0, proc.stderr
+    return out, png
+
+
+def test_report_is_one_self_contained_file(report):
+    out, _ = report
+    page = out.read_text()
+    assert page.count("<svg") >= 3
+    # Opens offline: every reference is inside the page (#id or data:), no script, stylesheet link or import.
+    refs = re.findall(r"""(?:src|href)\s*=\s*["']([^"']*)["']""", page)
+    assert refs and all(r.startswith(("#", "data:")) for r in refs), [r for r in refs if not r.startswith("#")]
+    for needle in ("<script", "<link", "@import", "url(http", "<iframe"):
+        assert needle not in page, needle
+
+
+def test_png_files_are_real_images_of_every_plot(report):
+    import matplotlib.image as mpimg
+
+    _, png = report
+    for name in ("objective", "lineage", "hyperparameters"):
+        img = mpimg.imread(png / f"{name}.png")
+        assert img.shape[0] > 200 and img.shape[1] > 400, name
+        assert img[..., :3].std() > 0.01, f"{name}.png is blank"
+
+
+@pytest.mark.skipif(CHROMIUM is None and os.environ.get("CI") != "true",
+                    reason="chromium is not installed (apt-get install chromium; .ci/run installs it)")
+def test_report_renders_in_headless_chromium_without_errors(report, population, tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    assert CHROMIUM, "CI must have chromium (.ci/run installs it)"
+    out, _ = report
+    _, ws = population
+    problems: list[str] = []
+    requests: list[str] = []
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
+                if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(out.as_uri())
+        shot = tmp_path / "report.png"
+        page.screenshot(path=str(shot), full_page=True)
+        members = sorted(int(d.name) for d in (ws / "members").iterdir())
+        for m in members:
+            row = page.locator(f"#member-{m:03d}")
+            assert row.count() == 1, f"member {m} is not in the members table"
+            assert f"member {m:03d}" in row.inner_text()
+        plots = page.locator(".plot svg")
+        assert plots.count() == 3
+        for i in range(3):
+            box = plots.nth(i).bounding_box()
+            assert box and box["width"] > 400 and box["height"] > 150, f"plot {i} has no size: {box}"
+        # Member labels are text in the SVG (legend, lineage axis), not only pixels.
+        svg_text = page.locator("#objective-over-frames svg").text_content()
+        assert all(f"member {m:03d}" in svg_text for m in members)
+        exploits = page.locator("#lineage table").inner_text()
+        assert "exploit" in exploits and "member 0 gen 0" in exploits
+        decisions = page.locator("#decisions table").inner_text()
+        assert "forced exploit of member 0" in decisions
+        summary = page.locator("#summary").inner_text()
+        assert "exploits applied\t1" in summary and "no held-out evaluations" in summary
+        browser.close()
+    assert problems == []
+    assert all(u.startswith("file://") for u in requests), requests
+    assert shot.stat().st_size > 50_000
+
+
+def test_status_shows_frames_reason_and_rate(population):
+    _, ws = population
+    proc = _cli("status", str(ws), "--target-frames", "40000", "--watch", "--count", "2", "--interval", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("refresh ") == 2
+    rows = [l for l in proc.stdout.splitlines() if l.startswith("000 ")]
+    assert len(rows) == 2
+    # Member 0 decided with member 1 left out while 1 had no evidence after its restart; the reason is spelled out.
+    assert "28672/40000 (72%)" in rows[0] and "finished" in rows[0]
+    proc = _cli("status", str(ws), "--json")
+    data = json.loads(proc.stdout)
+    by = {m["member"]: m for m in data["members"]}
+    assert by[0]["frames_per_s"] > 0 and by[1]["decision"].startswith("keep")
+
+
+def test_replay_schedule_follows_the_exploit_back_to_the_donor(population, tmp_path):
+    _, ws = population
+    out = tmp_path / "schedule.yaml"
+    proc = _cli("replay", str(ws), "--member", "1", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    schedule = load_schedule(out)
+    applied = [json.loads(l) for l in (ws / "members/001/audit.jsonl").read_text().splitlines()
+               if json.loads(l)["kind"] == "exploit_applied"]
+    start0 = [json.loads(l) for l in (ws / "members/000/audit.jsonl").read_text().splitlines()][0]
+    assert len(applied) == 1
+    first, exploit = schedule.steps
+    # Before the exploit, member 1's weights are member 0's: member 0's start values from frame 0 ...
+    assert (first.frame, first.member, first.source) == (0, 0, "start")
+    assert first.values == start0["hyperparameters"]
+    # ... up to the donor checkpoint's frame, where member 1's mutated values take over.
+    assert (exploit.frame, exploit.member, exploit.source) == (applied[0]["donor_frame"], 1, "exploit")
+    assert exploit.values == applied[0]["hyperparameters"]
+    assert values_at(schedule, exploit.frame - 1) == start0["hyperparameters"]
+    assert values_at(schedule, exploit.frame) == applied[0]["hyperparameters"]
+    proc = _cli("replay", str(ws), "--member", "1", "--frame", "0", "--json")
+    assert json.loads(proc.stdout)["values"] == start0["hyperparameters"]
