@@ -10,6 +10,7 @@ the packaged Pendulum-v1 PPO config.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -31,7 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max_iterations", "--max-iterations", type=int, default=None, help="rl_games max_epochs")
     parser.add_argument("--num_envs", "--num-envs", type=int, default=None, help="parallel gymnasium envs")
     parser.add_argument("--checkpoint", default=None, help="warm-start checkpoint (ignored once the member has state)")
-    parser.add_argument("--train-dir", default="runs", help="rl_games train_dir (logs, nn/, summaries)")
+    parser.add_argument("--train-dir", default=None,
+                        help="rl_games train_dir (logs, nn/, TensorBoard summaries); default: WORKSPACE/runs for a "
+                             "population member, so each experiment's logs stay with its workspace, else ./runs")
     add_population_args(parser)
     return parser
 
@@ -66,8 +69,18 @@ def main(argv: list[str] | None = None) -> int:
     from async_pbt_isaaclab.rl_games.runner import train_member
 
     task = register_gym_vecenv_for(agent_cfg)
+    if args.train_dir is not None:
+        train_dir = os.path.abspath(args.train_dir)
+    elif cfg.enabled:
+        # The workspace resolves where it always did (relative to ./runs); the logs go inside it, whatever the
+        # current folder, so two experiments never write into one TensorBoard run.
+        workspace = cfg.workspace_path(os.path.abspath("runs"))
+        cfg = dataclasses.replace(cfg, workspace=str(workspace))
+        train_dir = str(workspace / "runs")
+    else:
+        train_dir = os.path.abspath("runs")
     try:
-        train_member(agent_cfg, cfg, train_dir=os.path.abspath(args.train_dir), task=task,
+        train_member(agent_cfg, cfg, train_dir=train_dir, task=task,
                      checkpoint=args.checkpoint)
     except (WorkspaceError, CheckpointError) as exc:
         # Problems the user must fix (claimed index, unwritable workspace, unloadable checkpoint):

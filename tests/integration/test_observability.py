@@ -172,3 +172,15 @@ def test_replay_schedule_follows_the_exploit_back_to_the_donor(population, tmp_p
     assert values_at(schedule, exploit.frame) == applied[0]["hyperparameters"]
     proc = _cli("replay", str(ws), "--member", "1", "--frame", "0", "--json")
     assert json.loads(proc.stdout)["values"] == start0["hyperparameters"]
+
+
+def test_member_logs_live_inside_the_workspace_by_default(tmp_path):
+    # Launched as docs/launch.md shows (no --train-dir), from any folder: TensorBoard runs land in WORKSPACE/runs.
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", "--pbt-workspace", "ws",
+                           "--pbt-members", "1", "--max_iterations", "1", "--num_envs", "4"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert list((tmp_path / "ws" / "runs" / "pendulum_ppo_pbt_000" / "summaries").glob("events.out.tfevents.*"))
+    assert (tmp_path / "ws" / "members" / "000" / "record.json").exists()
+    assert not (tmp_path / "runs").exists()
