@@ -241,6 +241,61 @@ class ScheduleFollower:
         return out
 
 
+# ============================================================================ applying to a run
+
+AGENT_ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    "learning_rate": ("last_lr",),
+    "entropy_coef": ("entropy_coef",),
+    "e_clip": ("e_clip",),
+    "critic_coef": ("critic_coef",),
+    "gamma": ("gamma",),
+    "tau": ("tau",),
+    "bounds_loss_coef": ("bounds_loss_coef",),
+    "grad_norm": ("grad_norm",),
+    "mini_epochs": ("mini_epochs_num",),
+    "kl_threshold": ("kl_threshold", "scheduler.kl_threshold"),
+}
+"""Where a running rl_games (1.6.x) agent reads each live hyperparameter: attribute paths on the agent. The
+learning rate must also be written into the optimizer's param groups (``agent.update_lr(agent.last_lr)``)."""
+
+
+def replay_problems(schedule: Schedule) -> list[str]:
+    """Why a single run cannot follow ``schedule``: unknown keys, or a key that is not live (the network's
+    log-std bounds need a rebuilt network) changing after frame 0. Empty when it can."""
+    from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS
+
+    problems = []
+    first = schedule.steps[0].values if schedule.steps else {}
+    for i, step in enumerate(schedule.steps):
+        for key, value in step.values.items():
+            spec = SUPPORTED_HYPERPARAMETERS.get(key)
+            if spec is None:
+                problems.append(f"steps[{i}].values.{key}: not a hyperparameter this version mutates")
+            elif i and not spec.live and value != first.get(key):
+                problems.append(f"steps[{i}].values.{key}: changes at frame {step.frame}, but {key} is fixed once "
+                                f"the network is built; replay cannot change it within one run")
+    return problems
+
+
+def initial_overrides(schedule: Schedule) -> dict[tuple[str, ...], Any]:
+    """Agent-config paths (under the agent yaml's root, e.g. ``("params", "config", "gamma")``) and the values
+    the replayed run starts with (the schedule's frame-0 step)."""
+    from async_pbt_isaaclab.core.mutation import agent_path
+
+    if not schedule.steps:
+        raise ScheduleError(f"schedule of member {schedule.member} has no steps")
+    return {agent_path(k): v for k, v in sorted(schedule.steps[0].values.items())}
+
+
+def live_assignments(values: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """``(attribute path on the agent, value)`` to set for each live hyperparameter in ``values``."""
+    out = []
+    for key, value in sorted(values.items()):
+        for attr in AGENT_ATTRIBUTES.get(key, ()):
+            out.append((attr, value))
+    return out
+
+
 # ============================================================================ files
 
 

@@ -152,3 +152,23 @@ def test_a_long_lineage_is_followed_without_recursion_limits():
     assert len(s.steps) == n
     assert values_at(s, 10 + 5 * (n - 2)) == {"lr": n - 1} and values_at(s, 10 + 5 * (n - 2) - 1) == {"lr": n - 2}
     assert values_at(s, 9) == {"lr": 0} and values_at(s, 14) == {"lr": 1}
+
+
+def test_replay_needs_live_keys_and_starts_from_the_first_step():
+    from async_pbt_isaaclab.core.schedule import initial_overrides, live_assignments, replay_problems
+
+    steps = (ScheduleStep(0, {"learning_rate": 1e-3, "gamma": 0.95, "network.log_std_bounds.low": -5.0}, 0, 0, 0,
+                          "start"),
+             ScheduleStep(100, {"learning_rate": 2e-3, "gamma": 0.96, "network.log_std_bounds.low": -5.0}, 1, 300, 1,
+                          "exploit"))
+    s = Schedule(1, steps)
+    assert replay_problems(s) == []
+    assert initial_overrides(s) == {("params", "config", "learning_rate"): 1e-3, ("params", "config", "gamma"): 0.95,
+                                    ("params", "network", "log_std_bounds", "low"): -5.0}
+    assert live_assignments({"learning_rate": 2e-3, "kl_threshold": 0.01, "mini_epochs": 4}) == [
+        ("kl_threshold", 0.01), ("scheduler.kl_threshold", 0.01), ("last_lr", 2e-3), ("mini_epochs_num", 4)]
+    bad = Schedule(1, steps + (ScheduleStep(200, {"network.log_std_bounds.low": -4.0, "nonsense": 1}, 1, 400, 2,
+                                            "explore"),))
+    problems = replay_problems(bad)
+    assert any("steps[2].values.network.log_std_bounds.low: changes at frame 200" in p for p in problems)
+    assert any("steps[2].values.nonsense: not a hyperparameter" in p for p in problems)
