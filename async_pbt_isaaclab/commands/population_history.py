@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from async_pbt_isaaclab.commands.workspace_views import best_data, lineage_events
 from async_pbt_isaaclab.core.audit import read_entries
 from async_pbt_isaaclab.core.evidence import EvidenceError, EvidenceSummary
+from async_pbt_isaaclab.core.member_progress import decision_in_words
 from async_pbt_isaaclab.core.schedule import MemberLineage, member_lineage
 
 EVALUATIONS_FILE = "evaluations.jsonl"
@@ -85,9 +86,11 @@ def member_history(ws, index: int, record: Any = None) -> dict[str, Any]:
         problem = f"no audit log ({path})"
     objective: list[dict[str, Any]] = []
     decisions: list[dict[str, Any]] = []
+    last_decision = None
     for _line, entry, _err in entries:
         if entry is None or entry.get("kind") != "decision":
             continue
+        last_decision = entry
         decisions.append(_decision_row(index, entry))
         point = _objective_point((entry.get("inputs") or {}).get("me"), entry.get("time"))
         if point is not None:
@@ -112,6 +115,7 @@ def member_history(ws, index: int, record: Any = None) -> dict[str, Any]:
         "unreadable": lineage["unreadable"],
         "hyperparameters": hp_steps,
         "decisions": decisions,
+        "last_decision": decision_in_words(last_decision, record.last_decision if record is not None else ""),
         "lineage": lin,
         "problem": problem,
     }

@@ -172,7 +172,7 @@ def _members_table(data: dict[str, Any]) -> str:
         ev = rec.evidence
         obj = f"{ev.mean:.6g} \u00b1 {ev.std:.3g} (n={ev.count})" if ev.count else "-"
         rows.append([_e(name), _e(rec.status), _e(rec.frame), _e(rec.generation), _e(obj), _e(rec.restarts),
-                     _e(_fmt_age(data["now"] - rec.heartbeat)), _e(rec.last_decision or "-")])
+                     _e(_fmt_age(data["now"] - rec.heartbeat)), _e(m.get("last_decision") or "-")])
     return _table(["member", "status", "frames", "generation", "objective", "restarts", "heartbeat age",
                    "last decision"], rows, "members", ids)
 

@@ -18,6 +18,8 @@ matplotlib.use("Agg")  # never open a window; reports are built on headless node
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+_DASHES = ("-", "--", "-.", ":")
+
 MAX_LABELLED_EXPLOITS = 40
 """Above this many exploits the objective plot marks them without text labels (they would overlap)."""
 
@@ -172,8 +174,9 @@ def hyperparameter_figure(data: dict[str, Any]) -> Figure:
             xs = [f for f, _ in steps]
             ys = [float(v) for _, v in steps]
             values_all += ys
+            # Members often share a value: distinct dash patterns keep the lines underneath visible.
             ax.step(xs, ys, where="post", color=member_color(m["member"], n), label=_label(m["member"]),
-                    marker=".", linewidth=1.4)
+                    marker=".", linewidth=1.6, alpha=0.85, linestyle=_DASHES[m["member"] % len(_DASHES)])
         positive = [v for v in values_all if v > 0]
         if positive and len(positive) == len(values_all) and max(positive) / min(positive) > 20:
             ax.set_yscale("log")
