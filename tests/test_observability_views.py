@@ -171,11 +171,13 @@ pytest.importorskip("matplotlib")
 def test_report_escapes_every_workspace_text(tmp_path, make_record, capsys):
     ws = Workspace(tmp_path / "ws")
     evil = "<script>alert(1)</script>"
-    ws.ensure(num_policies=1, objective="episode_return", task=evil)
+    ws.ensure(num_policies=2, objective="episode_return", task=evil)
     ws.member_dir(0).mkdir(parents=True)
-    rec = make_record(0, [-1.0, -2.0], last_decision='keep: <img src=x onerror="alert(2)">',
-                      hyperparameters={"lr<b>$x$": 1e-3})
+    rec = make_record(0, [-1.0, -2.0], hyperparameters={"lr<b>$x$": 1e-3})
     fsio.atomic_write_json(ws.member_dir(0) / "record.json", rec.to_dict())
+    ws.member_dir(1).mkdir(parents=True)  # no audit log: the report shows the record's own last decision
+    fsio.atomic_write_json(ws.member_dir(1) / "record.json", make_record(
+        1, [-3.0], last_decision='keep: <img src=x onerror="alert(2)">').to_dict())
     log = AuditLog.open(ws.member_dir(0) / "audit.jsonl")
     log.append("start", {"mode": "fresh", "generation": 0, "frame": 0, "hyperparameters": {"lr<b>$x$": 1e-3}})
     log.append("decision", _decision(reasons=("</td><script>alert(3)</script>",), excluded={"1": "<b>&"},
