@@ -184,3 +184,51 @@ def test_member_logs_live_inside_the_workspace_by_default(tmp_path):
     assert list((tmp_path / "ws" / "runs" / "pendulum_ppo_pbt_000" / "summaries").glob("events.out.tfevents.*"))
     assert (tmp_path / "ws" / "members" / "000" / "record.json").exists()
     assert not (tmp_path / "runs").exists()
+
+
+def test_replayed_run_applies_every_change_at_the_recorded_frame(population, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from async_pbt_isaaclab.core.schedule import Schedule, ScheduleStep, dump_schedule
+
+    _, ws = population
+    exported = tmp_path / "exported.yaml"
+    assert _cli("replay", str(ws), "--member", "1", "--out", str(exported)).returncode == 0
+    lineage = load_schedule(exported)
+    # The lineage's own steps, plus e_clip (which rl_games logs as info/e_clip every epoch) and a step that falls
+    # inside an epoch (frame 5000; epochs start at multiples of 16 envs x 128 steps = 2048 frames).
+    steps = [ScheduleStep(s.frame, dict(s.values, e_clip=0.2 + 0.05 * i), s.member, s.member_frame, s.generation,
+                          s.source) for i, s in enumerate(lineage.steps)]
+    steps.append(ScheduleStep(5000, dict(steps[-1].values, e_clip=0.35), 1, 9000, 1, "explore"))
+    schedule = Schedule(1, tuple(steps))
+    path = tmp_path / "schedule.yaml"
+    path.write_text(dump_schedule(schedule))
+    proc = subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", "--pbt-replay", str(path),
+                           "--max_iterations", "4", "--num_envs", "16", "--train-dir", str(tmp_path / "runs"),
+                           "agent.params.config.horizon_length=128", "agent.params.config.mini_epochs=2"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summaries = tmp_path / "runs" / "pendulum_ppo_replay_001" / "summaries"
+    acc = EventAccumulator(str(summaries))
+    acc.Reload()
+    scalars = {t: {e.step: e.value for e in acc.Scalars(t)} for t in acc.Tags()["scalars"]}
+    epochs = sorted(scalars["info/e_clip"])
+    assert epochs == [0, 2048, 4096, 6144]
+    # Each step governs the first epoch starting at or after its frame, and every later one until the next step.
+    expected = {frame: max((s for s in schedule.steps if s.frame <= frame), key=lambda s: s.frame) for frame in epochs}
+    for frame, step in expected.items():
+        assert scalars["info/e_clip"][frame] == pytest.approx(step.values["e_clip"]), frame
+    applied_at = sorted(scalars["pbt/hp/e_clip"])
+    assert applied_at == [0, 4096, 6144]
+    for key in lineage.steps[0].values:
+        assert scalars[f"pbt/hp/{key}"][4096] == pytest.approx(lineage.steps[1].values[key])
+    assert "[async-pbt] replay: frame 4096:" in proc.stdout
+
+
+def test_replay_refuses_a_schedule_it_cannot_follow(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("format: async-pbt-schedule/1\nmember: 0\nsteps:\n- {frame: 0, values: {warp_factor: 9}}\n")
+    proc = subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", "--pbt-replay", str(bad),
+                           "--max_iterations", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "--pbt-replay" in proc.stderr and "warp_factor" in proc.stderr and str(bad) in proc.stderr
