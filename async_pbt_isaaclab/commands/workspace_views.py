@@ -18,7 +18,6 @@ from async_pbt_isaaclab.commands.common import (
     EXIT_OK,
     CliError,
     _emit_json,
-    _fmt_age,
     _fmt_num,
     _open_workspace,
     _population_meta,
