@@ -85,6 +85,75 @@ class PbtScalars:
             self.writer.flush()
 
 
+class PbtScalarsObserver:
+    """An rl_games observer that writes :class:`PbtScalars` for one population member.
+
+    It reads what the member publishes, not the PBT observer's internals: after every epoch (``after_steps``,
+    listed after the PBT observer so the epoch's publish has happened) it re-reads ``record.json`` when the file
+    changed and logs the record at its frame; a change of generation is logged as ``pbt/exploit`` from the
+    member's lineage, once by the process that starts right after an exploit restart and once by a process that
+    sees its generation change in place.
+    """
+
+    def __init__(self, session: Any):
+        self.session = session
+        """The claimed member (:class:`~async_pbt_isaaclab.rl_games.member.MemberSession`)."""
+        self.scalars = PbtScalars(None)
+        """Writer wrapper, bound to the agent's writer in ``after_init``."""
+        self._stamp: tuple[int, int] | None = None
+        self._frame: int | None = None
+        self._generation: int | None = None
+
+    def before_init(self, base_name, config, experiment_name) -> None:
+        pass
+
+    def after_init(self, algo: Any) -> None:
+        self.scalars = PbtScalars(getattr(algo, "writer", None))
+        lineage = list(getattr(self.session.state, "lineage", []) or [])
+        self._generation = getattr(self.session.state, "generation", None)
+        if getattr(self.session, "start_mode", "") == "exploit_applied" and lineage:
+            self._log_change(lineage[-1], int(getattr(algo, "frame", 0)))
+
+    def _log_change(self, entry: Mapping[str, Any], default_frame: int) -> None:
+        frame = entry.get("frame") if isinstance(entry.get("frame"), int) else default_frame
+        self.scalars.exploit(frame, entry.get("donor"), self.session.member)
+
+    def process_infos(self, infos, done_indices) -> None:
+        pass
+
+    def after_clear_stats(self) -> None:
+        pass
+
+    def after_print_stats(self, frame, epoch_num, total_time) -> None:
+        pass
+
+    def after_steps(self) -> None:
+        from async_pbt_isaaclab.core.records import RecordError, read_record
+
+        path = self.session.dir / "record.json"
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        try:
+            record = read_record(path)
+        except RecordError:
+            return  # our own record is written atomically; a failure here is a full disk, reported elsewhere
+        if record.frame == self._frame:
+            return
+        self._frame = record.frame
+        if self._generation is not None and record.generation > self._generation:
+            for entry in getattr(self.session.state, "lineage", []) or []:
+                if isinstance(entry.get("generation"), int) and entry["generation"] > self._generation:
+                    self._log_change(entry, record.frame)
+        self._generation = record.generation
+        self.scalars.record(record)
+
+
 # ============================================================================ Weights & Biases
 
 

@@ -38,6 +38,7 @@ def train_member(
 
     from async_pbt_isaaclab.rl_games.member import start_member
     from async_pbt_isaaclab.rl_games.observer import MultiObserver, PbtObserver
+    from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalarsObserver
 
     observers = list(extra_observers) or [IsaacAlgoObserver()]
     if not cfg.enabled:
@@ -51,7 +52,8 @@ def train_member(
                                       reward_config=reward_config)
     observer = PbtObserver(session, summary_source=summary_source)
     stop = _StopOnSignal()
-    runner = Runner(MultiObserver([observer, *observers]))
+    # pbt/* scalars in the member's TensorBoard run; after the PBT observer, which publishes the record it reads.
+    runner = Runner(MultiObserver([observer, PbtScalarsObserver(session), *observers]))
     runner.load(agent_cfg)
     runner.reset()
     status = "stopped"

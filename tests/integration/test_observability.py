@@ -195,16 +195,19 @@ def test_replayed_run_applies_every_change_at_the_recorded_frame(population, tmp
     assert _cli("replay", str(ws), "--member", "1", "--out", str(exported)).returncode == 0
     lineage = load_schedule(exported)
     # The lineage's own steps, plus e_clip (which rl_games logs as info/e_clip every epoch) and a step that falls
-    # inside an epoch (frame 5000; epochs start at multiples of 16 envs x 128 steps = 2048 frames).
+    # inside an epoch (epochs start at multiples of 16 envs x 128 steps = 2048 frames).
     steps = [ScheduleStep(s.frame, dict(s.values, e_clip=0.2 + 0.05 * i), s.member, s.member_frame, s.generation,
                           s.source) for i, s in enumerate(lineage.steps)]
-    steps.append(ScheduleStep(5000, dict(steps[-1].values, e_clip=0.35), 1, 9000, 1, "explore"))
+    inside = steps[-1].frame + 1000
+    steps.append(ScheduleStep(inside, dict(steps[-1].values, e_clip=0.35), 1, 0, 1, "explore"))
     schedule = Schedule(1, tuple(steps))
     path = tmp_path / "schedule.yaml"
     path.write_text(dump_schedule(schedule))
+    iterations = inside // 2048 + 2
     proc = subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", "--pbt-replay", str(path),
-                           "--max_iterations", "4", "--num_envs", "16", "--train-dir", str(tmp_path / "runs"),
-                           "agent.params.config.horizon_length=128", "agent.params.config.mini_epochs=2"],
+                           "--max_iterations", str(iterations), "--num_envs", "16", "--train-dir",
+                           str(tmp_path / "runs"), "agent.params.config.horizon_length=128",
+                           "agent.params.config.mini_epochs=2"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summaries = tmp_path / "runs" / "pendulum_ppo_replay_001" / "summaries"
@@ -212,16 +215,17 @@ def test_replayed_run_applies_every_change_at_the_recorded_frame(population, tmp
     acc.Reload()
     scalars = {t: {e.step: e.value for e in acc.Scalars(t)} for t in acc.Tags()["scalars"]}
     epochs = sorted(scalars["info/e_clip"])
-    assert epochs == [0, 2048, 4096, 6144]
+    assert epochs == [2048 * i for i in range(iterations)]
     # Each step governs the first epoch starting at or after its frame, and every later one until the next step.
-    expected = {frame: max((s for s in schedule.steps if s.frame <= frame), key=lambda s: s.frame) for frame in epochs}
-    for frame, step in expected.items():
+    for frame in epochs:
+        step = max((s for s in schedule.steps if s.frame <= frame), key=lambda s: s.frame)
         assert scalars["info/e_clip"][frame] == pytest.approx(step.values["e_clip"]), frame
-    applied_at = sorted(scalars["pbt/hp/e_clip"])
-    assert applied_at == [0, 4096, 6144]
-    for key in lineage.steps[0].values:
-        assert scalars[f"pbt/hp/{key}"][4096] == pytest.approx(lineage.steps[1].values[key])
-    assert "[async-pbt] replay: frame 4096:" in proc.stdout
+    first_epoch_at = {s.frame: min(e for e in epochs if e >= s.frame) for s in schedule.steps}
+    assert sorted(scalars["pbt/hp/e_clip"]) == sorted(set(first_epoch_at.values()))
+    exploit = lineage.steps[1]
+    for key, value in exploit.values.items():
+        assert scalars[f"pbt/hp/{key}"][first_epoch_at[exploit.frame]] == pytest.approx(value)
+    assert f"[async-pbt] replay: frame {first_epoch_at[exploit.frame]}:" in proc.stdout
 
 
 def test_replay_refuses_a_schedule_it_cannot_follow(tmp_path):
@@ -231,3 +235,26 @@ def test_replay_refuses_a_schedule_it_cannot_follow(tmp_path):
                            "--max_iterations", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert "--pbt-replay" in proc.stderr and "warp_factor" in proc.stderr and str(bad) in proc.stderr
+
+
+def test_members_write_pbt_scalars_continuous_across_the_exec_restart(population):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    root, ws = population
+    summaries = root / "runs" / "pendulum_ppo_pbt_001" / "summaries"
+    assert len(list(summaries.glob("events.out.tfevents.*"))) == 2  # one per process image, one run folder
+    acc = EventAccumulator(str(summaries))
+    acc.Reload()
+    s = {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"] if t.startswith("pbt/")}
+    applied = [json.loads(l) for l in (ws / "members/001/audit.jsonl").read_text().splitlines()
+               if json.loads(l)["kind"] == "exploit_applied"][0]
+    assert s["pbt/exploit"] == [(applied["frame"], 0.0)]  # donor index 0, at the frame of the exploit
+    gens = s["pbt/generation"]
+    assert [f for f, _ in gens] == sorted(f for f, _ in gens), "frames never go backwards across the restart"
+    assert {g for f, g in gens if f < applied["frame"]} == {0.0} and {g for f, g in gens if f > applied["frame"]} == {1.0}
+    record = json.loads((ws / "members/001/record.json").read_text())
+    assert gens[-1] == (record["frame"], 1.0)
+    lr = dict(s["pbt/hp/learning_rate"])
+    assert lr[record["frame"]] == pytest.approx(applied["hyperparameters"]["learning_rate"])
+    assert min(lr) < applied["frame"] and lr[min(lr)] == pytest.approx(0.001)
+    assert all(n > 0 for _, n in s["pbt/objective_count"][-1:]) and s["pbt/objective_mean"]
