@@ -19,7 +19,10 @@ from async_pbt_isaaclab.core.member_progress import (
     decision_in_words,
     eta_seconds,
     last_decision_entry,
+    read_target,
     recent_frame_rate,
+    target_frames,
+    write_target,
 )
 from async_pbt_isaaclab.core.workspace import Workspace, checkpoint_name
 from async_pbt_isaaclab.launch.progress import progress_lines
@@ -89,6 +92,20 @@ def test_frame_rate_from_checkpoint_times_and_heartbeat_and_eta(tmp_path):
     assert eta_seconds(3000, 5000, None) is None and eta_seconds(3000, None, 100.0) is None
 
 
+def test_target_is_where_rl_games_stops_and_round_trips(tmp_path):
+    assert target_frames(100, -1, 2048) == 204800
+    assert target_frames(-1, 50000, 2048) == 50000
+    assert target_frames(100, 50000, 2048) == 50000
+    assert target_frames(-1, -1, 2048) is None and target_frames(None, None, None) is None
+    assert read_target(tmp_path) is None
+    write_target(tmp_path, 204800)
+    assert read_target(tmp_path) == 204800
+    (tmp_path / "target.json").write_text('{"target_frames": "lots"}')
+    assert read_target(tmp_path) is None
+    write_target(tmp_path, None)
+    assert not (tmp_path / "target.json").exists()
+
+
 def _member(**kw):
     m = {"member": 0, "state": "ok", "frame": 3000, "generation": 1, "objective_mean": -100.0, "objective_std": 8.2,
          "episodes": 3, "evidence_generation": 1, "heartbeat_age_s": 4.0, "status": "running", "stale": False,
@@ -137,6 +154,9 @@ def test_status_watch_cli_reads_the_workspace_each_refresh(ws, capsys):
     assert code == 0, err
     rows = [l for l in out.splitlines() if l.startswith("000 ")]
     assert len(rows) == 2 and "3000/6000 (50%)" in rows[0]
+    write_target(ws.member_dir(1), 4000)  # a member's own target wins over --target-frames
+    cli.main(["status", str(ws.root), "--target-frames", "6000"])
+    assert "3000/4000 (75%)" in [l for l in capsys.readouterr().out.splitlines() if l.startswith("001 ")][0]
     assert "left out 001: window has 0 episodes < min_episodes=8" in rows[0]
     code = cli.main(["status", str(ws.root), "--json"])
     data = json.loads(capsys.readouterr().out)
@@ -156,8 +176,9 @@ def test_status_watch_bad_options_exit_2(ws, capsys, argv, message):
 
 
 def test_progress_lines_show_target_and_reason_with_excluded_peers(ws):
+    write_target(ws.member_dir(0), 12000)  # what the member publishes at start
     lines = progress_lines(ws.root, [0, 1], target_frames=6000)
-    assert lines[0].startswith("member 000 frames 3k/6k | gen 0")
+    assert lines[0].startswith("member 000 frames 3k/12k | gen 0")
     assert "left out 001: window has 0 episodes < min_episodes=8" in lines[0]
     assert lines[1].startswith("member 001 frames 3k/6k") and lines[1].endswith("last: keep: 1 compatible live members")
 

@@ -17,6 +17,7 @@ from async_pbt_isaaclab.core.member_progress import (
     decision_in_words,
     eta_seconds,
     last_decision_entry,
+    read_target,
     recent_frame_rate,
 )
 
@@ -27,13 +28,14 @@ CLEAR = "\x1b[H\x1b[2J"
 def enrich_status(ws, data: dict[str, Any], target_frames: int | None = None) -> dict[str, Any]:
     """Add ``target_frames``, ``frames_per_s``, ``eta_s`` and ``decision`` (in words) to each readable member.
 
-    ``target_frames`` is used for members whose record does not carry its own target.
+    The target is the member's own (its record's, else the ``target.json`` it wrote at start); ``target_frames``
+    is used for members that published none.
     """
     for m in data["members"]:
         if m.get("state") != "ok":
             continue
         folder = ws.member_dir(m["member"])
-        target = m.get("target_frames") or target_frames
+        target = m.get("target_frames") or read_target(folder) or target_frames
         rate = recent_frame_rate(folder, m["frame"], m["heartbeat"])
         m["target_frames"] = target
         m["frames_per_s"] = rate

@@ -9,7 +9,9 @@ Shared by ``async-pbt status`` (and its ``--watch`` table) and the launcher's pr
   evidence < min_members=2; left out 001: window has 0 episodes < min_episodes=8``;
 * :func:`recent_frame_rate` estimates frames per second from the member's newest checkpoints (their frame is in
   the file name, their time is the file's modification time) and its record's heartbeat;
-* :func:`eta_seconds` the time left to a frame target at that rate.
+* :func:`eta_seconds` the time left to a frame target at that rate;
+* :func:`write_target` / :func:`read_target`: ``members/NNN/target.json``, the frame count at which the member's
+  training stops (from rl_games' ``max_epochs``/``max_frames``), written by the member when it starts.
 """
 
 from __future__ import annotations
@@ -20,7 +22,11 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.workspace import list_checkpoints
+
+TARGET_FILE = "target.json"
+"""In a member's folder: ``{"target_frames": N}``, where its training stops."""
 
 TAIL_CHUNK = 1 << 16
 """Bytes read per step when scanning an audit log backwards."""
@@ -124,3 +130,42 @@ def eta_seconds(frame: int, target: int | None, rate: float | None) -> float | N
     if not rate or rate <= 0:
         return None
     return (target - frame) / rate
+
+
+def target_frames(max_epochs: Any, max_frames: Any, frames_per_epoch: Any) -> int | None:
+    """Where rl_games stops: the smaller of ``max_frames`` and ``max_epochs`` epochs (-1 or missing: no limit)."""
+    limits = []
+    if _positive_int(max_frames):
+        limits.append(int(max_frames))
+    if _positive_int(max_epochs) and _positive_int(frames_per_epoch):
+        limits.append(int(max_epochs) * int(frames_per_epoch))
+    return min(limits) if limits else None
+
+
+def _positive_int(v: Any) -> bool:
+    try:
+        return not isinstance(v, bool) and int(v) == v and int(v) > 0
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def write_target(member_dir: Path, target: int | None) -> None:
+    """Publish the member's frame target (atomically); ``None`` removes a stale one."""
+    path = Path(member_dir) / TARGET_FILE
+    if target is None:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        return
+    fsio.atomic_write_json(path, {"target_frames": int(target)})
+
+
+def read_target(member_dir: Path) -> int | None:
+    """The member's frame target, ``None`` when it published none or the file is unreadable."""
+    try:
+        data = json.loads((Path(member_dir) / TARGET_FILE).read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    value = data.get("target_frames") if isinstance(data, dict) else None
+    return int(value) if _positive_int(value) else None

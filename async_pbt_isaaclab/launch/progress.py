@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from async_pbt_isaaclab.core.member_progress import decision_in_words, last_decision_entry
+from async_pbt_isaaclab.core.member_progress import decision_in_words, last_decision_entry, read_target
 from async_pbt_isaaclab.core.workspace import Workspace, member_dirname
 
 LOG_TAIL_LINES = 12
@@ -97,7 +97,7 @@ def progress_lines(workspace: str | os.PathLike, indices: Sequence[int],
 
     ``states`` adds the launcher's view of each member (``running pid 123 gpu 0``). A missing record
     reads "no record yet", an unreadable one names the problem; neither raises. Frames read ``frames/target``
-    when the record carries a ``target_frames`` or ``target_frames`` is given; the last decision is given in
+    when the member published its target (``target.json``) or ``target_frames`` is given; the last decision is given in
     words with the peers it left out and why (from the newest decision in the member's audit log).
     """
     now = time.time() if now is None else now
@@ -119,7 +119,7 @@ def progress_lines(workspace: str | os.PathLike, indices: Sequence[int],
             continue
         ev = rec.evidence
         objective = f"{ev.mean:.4g}" if ev.count else "-"
-        target = getattr(rec, "target_frames", None) or target_frames
+        target = getattr(rec, "target_frames", None) or read_target(ws.member_dir(i)) or target_frames
         frames = _fmt_frames(rec.frame) + (f"/{_fmt_frames(target)}" if target else "")
         parts = [
             f"frames {frames}",

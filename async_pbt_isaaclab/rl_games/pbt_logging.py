@@ -86,7 +86,8 @@ class PbtScalars:
 
 
 class PbtScalarsObserver:
-    """An rl_games observer that writes :class:`PbtScalars` for one population member.
+    """An rl_games observer that writes :class:`PbtScalars` for one population member (and, at start, the
+    member's frame target to ``members/NNN/target.json`` for the status views).
 
     It reads what the member publishes, not the PBT observer's internals: after every epoch (``after_steps``,
     listed after the PBT observer so the epoch's publish has happened) it re-reads ``record.json`` when the file
@@ -108,7 +109,16 @@ class PbtScalarsObserver:
         pass
 
     def after_init(self, algo: Any) -> None:
+        from async_pbt_isaaclab.core.member_progress import target_frames, write_target
+
         self.scalars = PbtScalars(getattr(algo, "writer", None))
+        # Where this member stops, for `async-pbt status` (frames/target, ETA) and the launcher's progress lines.
+        try:
+            write_target(self.session.dir, target_frames(getattr(algo, "max_epochs", None),
+                                                         getattr(algo, "max_frames", None),
+                                                         getattr(algo, "batch_size_envs", None)))
+        except OSError:
+            pass  # a display aid: never stop training over it
         lineage = list(getattr(self.session.state, "lineage", []) or [])
         self._generation = getattr(self.session.state, "generation", None)
         if getattr(self.session, "start_mode", "") == "exploit_applied" and lineage:
