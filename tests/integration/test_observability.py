@@ -255,8 +255,9 @@ def test_members_write_pbt_scalars_continuous_across_the_exec_restart(population
     assert [f for f, _ in gens] == sorted(f for f, _ in gens), "frames never go backwards across the restart"
     assert {g for f, g in gens if f < applied["frame"]} == {0.0} and {g for f, g in gens if f > applied["frame"]} == {1.0}
     record = json.loads((ws / "members/001/record.json").read_text())
-    assert gens[-1] == (record["frame"], 1.0)
+    # The last epoch's publish is logged; the final record is written after training ends.
+    assert record["frame"] - 2048 <= gens[-1][0] <= record["frame"] and gens[-1][1] == 1.0
     lr = dict(s["pbt/hp/learning_rate"])
-    assert lr[record["frame"]] == pytest.approx(applied["hyperparameters"]["learning_rate"])
+    assert lr[gens[-1][0]] == pytest.approx(applied["hyperparameters"]["learning_rate"])
     assert min(lr) < applied["frame"] and lr[min(lr)] == pytest.approx(0.001)
     assert all(n > 0 for _, n in s["pbt/objective_count"][-1:]) and s["pbt/objective_mean"]
