@@ -32,7 +32,7 @@ from async_pbt_isaaclab.core.records import MemberRecord
 def add_status_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "status",
-        help="one line per member: frames, generation, objective, heartbeat, last decision",
+        help="one line per member: frames/target, generation, objective, heartbeat, ETA, last decision and why",
         description="Summarise every member record in a workspace. Unreadable records are listed with "
         "the reason; they never stop the listing.",
     )
