@@ -3,10 +3,12 @@
 Subcommands::
 
     async-pbt check-config AGENT.yaml [KEY=VALUE ...] [--train-dir DIR] [--json]
-    async-pbt status WORKSPACE [--json] [--stale-after SECONDS]
+    async-pbt status WORKSPACE [--json] [--stale-after SECONDS] [--watch [--interval S] [--count N]]
     async-pbt audit WORKSPACE [--member N] [--json]
     async-pbt best WORKSPACE [--top N] [--json]
     async-pbt lineage WORKSPACE [--member N] [--json]
+    async-pbt report WORKSPACE [--out FILE] [--png DIR] [--max-decisions N]
+    async-pbt replay WORKSPACE --member K [--out schedule.yaml] [--frame F]
     async-pbt launch --members N --workspace DIR [...] -- COMMAND ...
 
 Exit codes: 0 success; 1 the audit found a failing entry; 2 bad usage, an invalid config or a path
@@ -23,16 +25,16 @@ It imports only the pure core (no torch, rl_games or Isaac Lab), so every subcom
 runs on a laptop. A subcommand that needs heavy packages imports them inside its ``cmd_<name>``
 function. Adding one takes two functions and one line::
 
-    def add_report_parser(subparsers) -> None:
-        p = subparsers.add_parser("report", help="...")
+    def add_export_parser(subparsers) -> None:
+        p = subparsers.add_parser("export", help="...")
         p.add_argument(...)
-        p.set_defaults(func=cmd_report)
+        p.set_defaults(func=cmd_export)
 
-    def cmd_report(args) -> int:
-        from async_pbt_isaaclab.report import main as report_main   # lazy
-        return report_main(args)
+    def cmd_export(args) -> int:
+        from async_pbt_isaaclab.export import main as export_main   # lazy
+        return export_main(args)
 
-    SUBCOMMANDS.append(add_report_parser)   # or list it in SUBCOMMANDS below
+    SUBCOMMANDS.append(add_export_parser)   # or list it in SUBCOMMANDS below
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ from async_pbt_isaaclab.commands.workspace_views import (
     lineage_events,
     status_data,
 )
+from async_pbt_isaaclab.commands.replay import add_replay_parser
+from async_pbt_isaaclab.commands.report import add_report_parser  # matplotlib is imported when it runs
 from async_pbt_isaaclab.launch.local import add_launch_parser  # stdlib + core only
 
 # ============================================================================ entry point
@@ -74,6 +78,8 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_audit_parser,
     add_best_parser,
     add_lineage_parser,
+    add_report_parser,
+    add_replay_parser,
     add_launch_parser,
 ]
 """Parser builders, one per subcommand, in ``--help`` order. Each sets ``func`` to its ``cmd_<name>``."""

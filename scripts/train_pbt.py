@@ -35,7 +35,6 @@ The simulator-facing calls go through :class:`~async_pbt_isaaclab.envs.isaaclab.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import random
 import sys
@@ -277,7 +276,9 @@ def make_wandb_observer(args: argparse.Namespace, env_cfg: Any, agent_cfg: dict,
     """An rl_games observer that starts W&B before the agent creates its TensorBoard writer.
 
     A member keeps one W&B run across exploit restarts: the run id is derived from the workspace and the member's
-    run name and resumed (``resume="allow"``). Without the population every start is a new run, as in Isaac Lab.
+    run name and resumed (``resume="allow"``), grouped by the workspace's folder name
+    (:func:`~async_pbt_isaaclab.rl_games.pbt_logging.wandb_init_kwargs`). Without the population every start is a
+    new run, as in Isaac Lab.
     """
     from rl_games.common.algo_observer import AlgoObserver
 
@@ -288,12 +289,14 @@ def make_wandb_observer(args: argparse.Namespace, env_cfg: Any, agent_cfg: dict,
         def before_init(self, base_name, config, experiment_name):
             import wandb
 
-            run_id = None
-            if cfg.enabled:
-                run_id = hashlib.sha1(f"{workspace}|{experiment_name}".encode()).hexdigest()[:16]
-            wandb.init(project=project, entity=args.wandb_entity, name=args.wandb_name or experiment_name,
-                       id=run_id, resume="allow" if run_id else None, sync_tensorboard=True, monitor_gym=True,
-                       save_code=True)
+            from async_pbt_isaaclab.rl_games.pbt_logging import wandb_init_kwargs
+
+            # A member: one run for the whole population run (id from the workspace and run name, resumed after
+            # every restart, grouped by workspace). Without the population: a new run per start, as in Isaac Lab.
+            run = (wandb_init_kwargs(None, workspace, experiment_name, name=args.wandb_name) if cfg.enabled
+                   else {"name": args.wandb_name or experiment_name})
+            wandb.init(project=project, entity=args.wandb_entity, sync_tensorboard=True, monitor_gym=True,
+                       save_code=True, **run)
             if not wandb.run.resumed:
                 if hasattr(env_cfg, "to_dict"):
                     wandb.config.update({"env_cfg": env_cfg.to_dict()})

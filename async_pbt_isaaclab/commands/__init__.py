@@ -2,10 +2,14 @@
 
 * :mod:`~async_pbt_isaaclab.commands.check_config`: ``check-config`` (an agent yaml's ``pbt:`` section);
 * :mod:`~async_pbt_isaaclab.commands.workspace_views`: ``status``, ``audit``, ``best``, ``lineage`` (a population
-  workspace, read-only);
+  workspace, read-only); :mod:`~async_pbt_isaaclab.commands.status_view` renders the status table and ``--watch``;
+* :mod:`~async_pbt_isaaclab.commands.report`: ``report`` (one HTML file; plots in
+  :mod:`~async_pbt_isaaclab.commands.report_plots`, which needs matplotlib, data from
+  :mod:`~async_pbt_isaaclab.commands.population_history`);
+* :mod:`~async_pbt_isaaclab.commands.replay`: ``replay`` (the hyperparameter schedule of a member's lineage);
 * :mod:`~async_pbt_isaaclab.commands.common`: exit codes, :class:`~async_pbt_isaaclab.commands.common.CliError`
   and the formatting helpers they share.
 
 ``launch`` is registered from :mod:`async_pbt_isaaclab.launch.local`. Like the CLI, these modules import only
-the pure core (no torch, rl_games or Isaac Lab).
+the pure core (no torch, rl_games or Isaac Lab); matplotlib is imported only when ``report`` runs.
 """

@@ -18,7 +18,6 @@ from async_pbt_isaaclab.commands.common import (
     EXIT_OK,
     CliError,
     _emit_json,
-    _fmt_age,
     _fmt_num,
     _open_workspace,
     _population_meta,
@@ -33,7 +32,7 @@ from async_pbt_isaaclab.core.records import MemberRecord
 def add_status_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "status",
-        help="one line per member: frames, generation, objective, heartbeat, last decision",
+        help="one line per member: frames/target, generation, objective, heartbeat, ETA, last decision and why",
         description="Summarise every member record in a workspace. Unreadable records are listed with "
         "the reason; they never stop the listing.",
     )
@@ -41,6 +40,12 @@ def add_status_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--stale-after", type=float, default=PopulationConfig.max_heartbeat_age_s, metavar="S",
                    help="flag running members whose heartbeat is older than S seconds "
                         "(default: %(default)g, pbt.max_heartbeat_age_s's default)")
+    p.add_argument("--target-frames", type=int, default=None, metavar="N",
+                   help="frame target for the frames/target and ETA columns, for members whose record has none")
+    p.add_argument("--watch", action="store_true", help="refresh the table every --interval seconds (Ctrl-C stops)")
+    p.add_argument("--interval", type=float, default=5.0, metavar="S",
+                   help="seconds between refreshes with --watch (default: %(default)g)")
+    p.add_argument("--count", type=int, default=None, metavar="N", help="with --watch, stop after N refreshes")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_status)
 
@@ -76,6 +81,7 @@ def status_data(ws, now: float, stale_after: float) -> dict[str, Any]:
                 "host": rec.host,
                 "pid": rec.pid,
                 "hyperparameters": rec.hyperparameters,
+                "target_frames": getattr(rec, "target_frames", None),
             })
         elif index in errors:
             members.append({"member": index, "state": "unreadable", "error": errors[index]})
@@ -87,40 +93,32 @@ def status_data(ws, now: float, stale_after: float) -> dict[str, Any]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from async_pbt_isaaclab.commands.status_view import enrich_status, render_status, watch
+
+    if args.interval < 0:
+        raise CliError(f"--interval must be >= 0 seconds, got {args.interval:g}")
+    if args.count is not None and args.count < 1:
+        raise CliError(f"--count must be >= 1, got {args.count}")
+    if args.target_frames is not None and args.target_frames < 1:
+        raise CliError(f"--target-frames must be >= 1, got {args.target_frames}")
+    if (args.count is not None or args.interval != 5.0) and not args.watch:
+        raise CliError("--interval and --count only apply with --watch")
+    if args.watch and args.json:
+        raise CliError("--watch and --json do not combine; run --json once per poll instead")
     ws = _open_workspace(args.workspace)
-    data = status_data(ws, time.time(), args.stale_after)
+
+    def make_data() -> dict[str, Any]:
+        return enrich_status(ws, status_data(ws, time.time(), args.stale_after), args.target_frames)
+
+    if args.watch:
+        return watch(ws, make_data, args.interval, args.count)
+    data = make_data()
     if args.json:
         _emit_json(data)
         return EXIT_OK
-    meta = data["population"]
-    if meta is not None:
-        task = f", task {meta.get('task')}" if meta.get("task") else ""
-        print(f"workspace {ws.root}: {meta.get('num_policies')} members, objective {meta.get('objective')}{task}")
-    else:
-        print(f"workspace {ws.root}")
+    if data["population"] is None:
         print(f"async-pbt status: warning: {data['population_error']}", file=sys.stderr)
-    if not data["members"]:
-        print("no members yet")
-        return EXIT_OK
-    rows = [["member", "frames", "gen", "objective mean ± std", "n", "heartbeat", "status", "last decision"]]
-    problems = []
-    for m in data["members"]:
-        if m["state"] != "ok":
-            problems.append(f"{m['member']:03d}  {m['state']}: {m['error']}")
-            continue
-        if m["objective_mean"] is None:
-            obj = "-"
-        else:
-            obj = f"{m['objective_mean']:.4g} ± {m['objective_std']:.3g}"
-        if m["evidence_generation"] != m["generation"]:
-            obj += f" (gen {m['evidence_generation']})"
-        status = m["status"] + (" (stale?)" if m["stale"] else "")
-        rows.append([f"{m['member']:03d}", str(m["frame"]), str(m["generation"]), obj, str(m["episodes"]),
-                     _fmt_age(m["heartbeat_age_s"]), status, m["last_decision"] or "-"])
-    if len(rows) > 1:
-        print("\n".join(_table(rows)))
-    for line in problems:
-        print(line)
+    print("\n".join(render_status(data)))
     return EXIT_OK
 
 

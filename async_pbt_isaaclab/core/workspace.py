@@ -11,6 +11,7 @@ Layout (``docs/reliability.md`` explains the guarantees)::
           state.json             the member's private state: generation, RNG, lineage, hyperparameters
           audit.jsonl            append-only, hash-chained decision log
           best.json              this member's historical best checkpoints, best first
+          target.json            frame count at which the member's training stops (for status and ETA)
           checkpoints/           g0002_f000001234567.pth ... (written atomically, sha256 in record)
           pins/                  pins other members hold on this member's checkpoints during an exploit
 

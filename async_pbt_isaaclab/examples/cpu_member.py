@@ -10,6 +10,7 @@ the packaged Pendulum-v1 PPO config.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -32,7 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max_iterations", "--max-iterations", type=int, default=None, help="rl_games max_epochs")
     parser.add_argument("--num_envs", "--num-envs", type=int, default=None, help="parallel gymnasium envs")
     parser.add_argument("--checkpoint", default=None, help="warm-start checkpoint (ignored once the member has state)")
-    parser.add_argument("--train-dir", default="runs", help="rl_games train_dir (logs, nn/, summaries)")
+    parser.add_argument("--train-dir", default=None,
+                        help="rl_games train_dir (logs, nn/, TensorBoard summaries); default: WORKSPACE/runs for a "
+                             "population member, so each experiment's logs stay with its workspace, else ./runs")
+    parser.add_argument("--pbt-replay", default=None, metavar="SCHEDULE",
+                        help="train one run (no population) that follows a hyperparameter schedule written by "
+                             "`async-pbt replay WORKSPACE --member K --out SCHEDULE`")
     add_population_args(parser)
     return parser
 
@@ -77,9 +83,37 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.agent}: {exc}", file=sys.stderr)
         return 2
     task = register_gym_vecenv_for(agent_cfg)
+    if args.train_dir is not None:
+        train_dir = os.path.abspath(args.train_dir)
+    elif cfg.enabled:
+        # The workspace resolves where it always did (relative to ./runs); the logs go inside it, whatever the
+        # current folder, so two experiments never write into one TensorBoard run.
+        workspace = cfg.workspace_path(os.path.abspath("runs"))
+        cfg = dataclasses.replace(cfg, workspace=str(workspace))
+        train_dir = str(workspace / "runs")
+    else:
+        train_dir = os.path.abspath("runs")
+    extra: list = []
+    if args.pbt_replay:
+        from rl_games.common.algo_observer import IsaacAlgoObserver
+
+        from async_pbt_isaaclab.core.schedule import ScheduleError, load_schedule
+        from async_pbt_isaaclab.rl_games.schedule_replay import ScheduleReplayObserver, prepare_replay
+
+        try:
+            schedule = load_schedule(args.pbt_replay)
+            prepare_replay(agent_cfg, schedule, args.pbt_replay)
+        except ScheduleError as exc:
+            print(f"error: --pbt-replay: {exc}", file=sys.stderr)
+            return 2
+        # A replay is one plain run: no workspace, no selection; its own run folder beside the members'.
+        cfg = dataclasses.replace(cfg, enabled=False)
+        rl_cfg["train_dir"] = train_dir
+        rl_cfg["full_experiment_name"] = f"{rl_cfg['name']}_replay_{schedule.member:03d}"
+        extra = [IsaacAlgoObserver(), ScheduleReplayObserver(schedule)]
     try:
-        train_member(agent_cfg, cfg, train_dir=os.path.abspath(args.train_dir), task=task,
-                     checkpoint=args.checkpoint)
+        train_member(agent_cfg, cfg, train_dir=train_dir, task=task,
+                     checkpoint=args.checkpoint, extra_observers=extra)
     except (WorkspaceError, CheckpointError) as exc:
         # Problems the user must fix (claimed index, unwritable workspace, unloadable checkpoint):
         # one clear line and exit code 2, which the launcher does not retry.

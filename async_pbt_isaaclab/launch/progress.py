@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from async_pbt_isaaclab.core.member_progress import decision_in_words, last_decision_entry, read_target
 from async_pbt_isaaclab.core.workspace import Workspace, member_dirname
 
 LOG_TAIL_LINES = 12
@@ -90,16 +91,20 @@ def read_log_tail(path: str | os.PathLike, since_offset: int = 0, lines: int = L
 
 
 def progress_lines(workspace: str | os.PathLike, indices: Sequence[int],
-                   states: Mapping[int, str] | None = None, now: float | None = None) -> list[str]:
+                   states: Mapping[int, str] | None = None, now: float | None = None,
+                   target_frames: int | None = None) -> list[str]:
     """One progress line per member in ``indices``, from the records published in ``workspace``.
 
     ``states`` adds the launcher's view of each member (``running pid 123 gpu 0``). A missing record
-    reads "no record yet", an unreadable one names the problem; neither raises.
+    reads "no record yet", an unreadable one names the problem; neither raises. Frames read ``frames/target``
+    when the member published its target (``target.json``) or ``target_frames`` is given; the last decision is given in
+    words with the peers it left out and why (from the newest decision in the member's audit log).
     """
     now = time.time() if now is None else now
     states = states or {}
+    ws = Workspace(workspace)
     try:
-        records, errors = Workspace(workspace).read_records()
+        records, errors = ws.read_records()
     except Exception as exc:  # noqa: BLE001 - progress must never stop the launcher
         records, errors = {}, {i: f"cannot read the workspace: {exc}" for i in indices}
     lines = []
@@ -114,8 +119,10 @@ def progress_lines(workspace: str | os.PathLike, indices: Sequence[int],
             continue
         ev = rec.evidence
         objective = f"{ev.mean:.4g}" if ev.count else "-"
+        target = getattr(rec, "target_frames", None) or read_target(ws.member_dir(i)) or target_frames
+        frames = _fmt_frames(rec.frame) + (f"/{_fmt_frames(target)}" if target else "")
         parts = [
-            f"frames {_fmt_frames(rec.frame)}",
+            f"frames {frames}",
             f"gen {rec.generation}",
             f"{ev.objective or 'objective'} {objective} (n={ev.count})",
             f"pbt restarts {rec.restarts}",
@@ -123,8 +130,12 @@ def progress_lines(workspace: str | os.PathLike, indices: Sequence[int],
         ]
         if rec.status != "running":
             parts.append(f"status {rec.status}")
-        if rec.last_decision:
-            parts.append(f"last: {_shorten(rec.last_decision, 80)}")
+        try:
+            last = decision_in_words(last_decision_entry(ws.member_dir(i) / "audit.jsonl"), rec.last_decision)
+        except Exception:  # noqa: BLE001 - progress must never stop the launcher
+            last = rec.last_decision
+        if last:
+            parts.append(f"last: {_shorten(last, 200)}")
         lines.append(f"{head} " + " | ".join(parts))
     return lines
 

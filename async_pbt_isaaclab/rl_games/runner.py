@@ -40,6 +40,7 @@ def train_member(
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
     from async_pbt_isaaclab.rl_games.member import start_member
     from async_pbt_isaaclab.rl_games.observer import MultiObserver, PbtObserver
+    from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalarsObserver
 
     # Every training entry point goes through here: a yaml naming pbt_bounded_actor_critic just works.
     register_bounded_exploration()
@@ -63,7 +64,8 @@ def train_member(
         return None
     observer = PbtObserver(session, summary_source=summary_source)
     stop = _StopOnSignal()
-    runner = Runner(MultiObserver([observer, *observers]))
+    # pbt/* scalars in the member's TensorBoard run; after the PBT observer, which publishes the record it reads.
+    runner = Runner(MultiObserver([observer, PbtScalarsObserver(session), *observers]))
     runner.load(agent_cfg)
     runner.reset()
     status = "stopped"

@@ -1,0 +1,180 @@
+"""The history of a population, read back from what members wrote: the data behind ``report`` and ``replay``.
+
+Per member: the objective at every decision (each ``decision`` audit entry holds the member's own record at
+that moment) and now (its ``record.json``), its generation changes and hyperparameters over frames, every
+decision with its reasons and the peers it left out; for the population: the best checkpoints and held-out
+evaluations when any were recorded. Records are read through :meth:`Workspace.read_records` and audit logs
+through :func:`~async_pbt_isaaclab.core.audit.read_entries`; nothing here writes. Imports only the pure core.
+
+Held-out evaluations are optional: ``WORKSPACE/evaluations.jsonl``, one JSON object per line with at least a
+numeric ``objective`` and optionally ``member``, ``checkpoint``, ``frame``, ``episodes``, ``label``, ``time``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Mapping
+
+from async_pbt_isaaclab.commands.workspace_views import best_data, lineage_events
+from async_pbt_isaaclab.core.audit import read_entries
+from async_pbt_isaaclab.core.evidence import EvidenceError, EvidenceSummary
+from async_pbt_isaaclab.core.member_progress import decision_in_words
+from async_pbt_isaaclab.core.schedule import MemberLineage, member_lineage
+
+EVALUATIONS_FILE = "evaluations.jsonl"
+"""Held-out evaluation results, one JSON object per line, in the workspace root (optional)."""
+
+
+def _finite_number(v: Any) -> bool:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
+def _objective_point(me: Any, time: Any) -> dict[str, Any] | None:
+    """(frame, window mean, count, generation) of a record dict whose evidence belongs to its generation."""
+    if not isinstance(me, Mapping) or not isinstance(me.get("evidence"), Mapping):
+        return None
+    try:
+        ev = EvidenceSummary.from_dict(me["evidence"])
+    except (EvidenceError, TypeError, ValueError):
+        return None
+    frame, gen = me.get("frame"), me.get("generation")
+    if not ev.count or not isinstance(frame, int) or ev.generation != gen:
+        return None
+    return {"frame": frame, "mean": ev.mean, "std": ev.std, "count": ev.count, "generation": gen,
+            "time": time if _finite_number(time) else None}
+
+
+def _decision_row(member: int, entry: Mapping[str, Any]) -> dict[str, Any]:
+    decision = entry.get("decision") if isinstance(entry.get("decision"), Mapping) else {}
+    me = (entry.get("inputs") or {}).get("me") or {}
+    excluded = decision.get("excluded") if isinstance(decision.get("excluded"), Mapping) else {}
+    unreadable = (entry.get("inputs") or {}).get("unreadable_peers") or {}
+    return {
+        "member": member,
+        "seq": entry.get("seq"),
+        "time": entry.get("time"),
+        "frame": me.get("frame") if isinstance(me, Mapping) else None,
+        "generation": me.get("generation") if isinstance(me, Mapping) else None,
+        "outcome": decision.get("outcome"),
+        "donor": decision.get("donor"),
+        "rule": decision.get("rule"),
+        "reasons": [str(r) for r in decision.get("reasons") or []],
+        "compared": list(decision.get("compared") or []),
+        "excluded": {str(k): str(v) for k, v in excluded.items()},
+        "unreadable_peers": {str(k): str(v) for k, v in unreadable.items()} if isinstance(unreadable, Mapping) else {},
+        "changes": entry.get("changes") or [],
+    }
+
+
+def member_history(ws, index: int, record: Any = None) -> dict[str, Any]:
+    """Everything the report shows about member ``index`` (``record``: its parsed record, if readable)."""
+    path = ws.member_dir(index) / "audit.jsonl"
+    entries: list = []
+    problem = None
+    if path.exists():
+        try:
+            entries = list(read_entries(path))
+        except OSError as exc:
+            problem = f"cannot read {path}: {exc.strerror}"
+    else:
+        problem = f"no audit log ({path})"
+    objective: list[dict[str, Any]] = []
+    decisions: list[dict[str, Any]] = []
+    last_decision = None
+    for _line, entry, _err in entries:
+        if entry is None or entry.get("kind") != "decision":
+            continue
+        last_decision = entry
+        decisions.append(_decision_row(index, entry))
+        point = _objective_point((entry.get("inputs") or {}).get("me"), entry.get("time"))
+        if point is not None:
+            objective.append(point)
+    if record is not None:
+        point = _objective_point(record.to_dict(), record.heartbeat)
+        if point is not None and (not objective or point["frame"] > objective[-1]["frame"]):
+            objective.append(point)
+    lineage = lineage_events(index, entries)
+    lin: MemberLineage = member_lineage(index, entries)
+    hp_steps = [{"frame": lin.start_frame, "generation": 0, "values": dict(lin.start_hyperparameters)}]
+    hp_steps += [{"frame": c.frame, "generation": c.generation, "values": dict(c.hyperparameters)}
+                 for c in lin.changes]
+    if record is not None and record.frame > hp_steps[-1]["frame"]:
+        hp_steps.append({"frame": record.frame, "generation": record.generation,
+                         "values": dict(record.hyperparameters or hp_steps[-1]["values"])})
+    return {
+        "member": index,
+        "objective": objective,
+        "events": lineage["events"],
+        "start": lineage["start"],
+        "unreadable": lineage["unreadable"],
+        "hyperparameters": hp_steps,
+        "decisions": decisions,
+        "last_decision": decision_in_words(last_decision, record.last_decision if record is not None else ""),
+        "lineage": lin,
+        "problem": problem,
+    }
+
+
+def read_evaluations(ws) -> tuple[list[dict[str, Any]], list[str]]:
+    """Held-out evaluations (``evaluations.jsonl``) and the lines skipped; ``([], [])`` when there is none."""
+    path = ws.root / EVALUATIONS_FILE
+    out: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return out, skipped
+    except OSError as exc:
+        return out, [f"{path}: cannot read ({exc.strerror})"]
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            skipped.append(f"{path}:{n}: not valid JSON")
+            continue
+        if not isinstance(obj, dict) or not _finite_number(obj.get("objective")):
+            skipped.append(f"{path}:{n}: no finite numeric 'objective'")
+            continue
+        out.append(obj)
+    out.sort(key=lambda e: -float(e["objective"]))
+    return out, skipped
+
+
+def population_history(ws, now: float, top: int = 10) -> dict[str, Any]:
+    """Members' histories, the population's best checkpoints and evaluations, and a summary."""
+    from async_pbt_isaaclab.commands.common import _population_meta
+
+    meta, meta_error = _population_meta(ws)
+    records, errors = ws.read_records()
+    members = [member_history(ws, i, records.get(i)) for i in ws.member_indices()]
+    for m in members:
+        rec = records.get(m["member"])
+        m["record"] = rec
+        m["record_error"] = errors.get(m["member"])
+    evaluations, eval_skipped = read_evaluations(ws)
+    applied = [e for m in members for e in m["events"] if e.get("state") == "applied"]
+    best = best_data(ws, top)
+    summary = {
+        "population_size": meta.get("num_policies") if meta else None,
+        "members_with_folder": len(members),
+        "members_with_record": len(records),
+        "exploits": sum(1 for e in applied if e.get("outcome") == "exploit"),
+        "explores": sum(1 for e in applied if e.get("outcome") == "explore"),
+        "aborted": sum(1 for m in members for e in m["events"] if e.get("state") == "aborted"),
+        "decisions": sum(len(m["decisions"]) for m in members),
+        "best_training_objective": best[0] if best else None,
+        "best_evaluation": evaluations[0] if evaluations else None,
+        "objective": meta.get("objective") if meta else None,
+        "task": meta.get("task") if meta else None,
+    }
+    return {"workspace": str(ws.root), "now": now, "population": meta, "population_error": meta_error,
+            "members": members, "best": best, "evaluations": evaluations, "evaluation_problems": eval_skipped,
+            "summary": summary}
