@@ -7,7 +7,9 @@ Subcommands::
     async-pbt audit WORKSPACE [--member N] [--json]
     async-pbt best WORKSPACE [--top N] [--json]
     async-pbt lineage WORKSPACE [--member N] [--json]
-    async-pbt launch --members N --workspace DIR [...] -- COMMAND ...
+    async-pbt launch --members N --workspace DIR [--backend local|slurm|ray ...] -- COMMAND ...
+    async-pbt doctor WORKSPACE [--json]
+    async-pbt stop WORKSPACE
 
 Exit codes: 0 success; 1 the audit found a failing entry; 2 bad usage, an invalid config or a path
 that is not a population workspace.
@@ -64,6 +66,8 @@ from async_pbt_isaaclab.commands.workspace_views import (
     lineage_events,
     status_data,
 )
+from async_pbt_isaaclab.commands.cluster import add_stop_parser
+from async_pbt_isaaclab.commands.doctor import add_doctor_parser
 from async_pbt_isaaclab.launch.local import add_launch_parser  # stdlib + core only
 
 # ============================================================================ entry point
@@ -75,6 +79,8 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_best_parser,
     add_lineage_parser,
     add_launch_parser,
+    add_doctor_parser,
+    add_stop_parser,
 ]
 """Parser builders, one per subcommand, in ``--help`` order. Each sets ``func`` to its ``cmd_<name>``."""
 

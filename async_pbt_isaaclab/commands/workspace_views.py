@@ -82,6 +82,14 @@ def status_data(ws, now: float, stale_after: float) -> dict[str, Any]:
         else:
             members.append({"member": index, "state": "no_record",
                             "error": "no record.json yet (member not started or not yet published)"})
+    from async_pbt_isaaclab.commands.cluster import scheduler_states  # SLURM/Ray launches only
+
+    scheduler = scheduler_states(ws.root)
+    listed = {m["member"] for m in members}
+    members += [{"member": i, "state": "no_record", "error": "not started yet"} for i in sorted(scheduler)
+                if i not in listed]
+    for m in members:
+        m["scheduler"] = scheduler.get(m["member"])
     return {"workspace": str(ws.root), "population": meta, "population_error": meta_error, "now": now,
             "members": members}
 
@@ -104,9 +112,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     rows = [["member", "frames", "gen", "objective mean ± std", "n", "heartbeat", "status", "last decision"]]
     problems = []
+    scheduled = any(m.get("scheduler") for m in data["members"])
+    if scheduled:
+        rows[0].insert(7, "scheduler")
     for m in data["members"]:
         if m["state"] != "ok":
-            problems.append(f"{m['member']:03d}  {m['state']}: {m['error']}")
+            problems.append(f"{m['member']:03d}  {m['state']}: {m['error']}"
+                            + (f" [{m['scheduler']}]" if m.get("scheduler") else ""))
             continue
         if m["objective_mean"] is None:
             obj = "-"
@@ -117,6 +129,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         status = m["status"] + (" (stale?)" if m["stale"] else "")
         rows.append([f"{m['member']:03d}", str(m["frame"]), str(m["generation"]), obj, str(m["episodes"]),
                      _fmt_age(m["heartbeat_age_s"]), status, m["last_decision"] or "-"])
+        if scheduled:
+            rows[-1].insert(7, m.get("scheduler") or "-")
     if len(rows) > 1:
         print("\n".join(_table(rows)))
     for line in problems:
