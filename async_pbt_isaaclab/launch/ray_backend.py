@@ -78,6 +78,7 @@ def run_member(index: int, argv: Sequence[str], env: dict[str, str], cwd: str, w
                               "launch": env.get("ASYNC_PBT_LAUNCH_ID"), "started": time.time(),
                               "cuda_visible_devices": full_env.get("CUDA_VISIBLE_DEVICES")}
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    status_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         log.write(f"\n[async-pbt ray] member {index} attempt {attempt} on {status['host']}\n".encode())
         log.flush()
@@ -151,6 +152,8 @@ def launch_ray(args, command: list[str], workspace: Path, indices: list[int]) ->
     init: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
     if args.address:
         init["address"] = args.address
+    (workspace / STATUS_DIR).mkdir(parents=True, exist_ok=True)
+    logs.mkdir(parents=True, exist_ok=True)
     ray.init(**init)
     previous_term = signal.signal(signal.SIGTERM, _interrupt)
     try:
