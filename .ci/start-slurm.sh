@@ -46,7 +46,7 @@ mkdir -p /var/spool/slurmctld /var/spool/slurmd "$log_dir" /etc/slurm
 want=$(cat <<CONF
 # Written by .ci/start-slurm.sh: a one-node test cluster.
 ClusterName=asyncpbt
-SlurmctldHost=$host
+SlurmctldHost=$host(127.0.0.1)
 SlurmUser=root
 AuthType=auth/munge
 # A requeued job waits cred_expire + 1 s before it may start again (default 120 s); short for tests.
@@ -71,7 +71,7 @@ JobRequeue=1
 KillWait=10
 MinJobAge=600
 SlurmdTimeout=60
-NodeName=$host CPUs=$cpus State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
 )
@@ -82,11 +82,15 @@ else
     changed=0
 fi
 
-# A changed config needs a restart: `scontrol reconfigure` does not apply AuthInfo.
-if [ "$changed" = 1 ] && [ -s /run/slurmctld.pid ] && kill -0 "$(cat /run/slurmctld.pid)" 2>/dev/null; then
-    pid=$(cat /run/slurmctld.pid)
-    kill "$pid"
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+# A changed config needs a restart of both daemons: `scontrol reconfigure` does not apply AuthInfo.
+if [ "$changed" = 1 ]; then
+    for daemon in slurmctld slurmd; do
+        if [ -s "/run/$daemon.pid" ] && kill -0 "$(cat "/run/$daemon.pid")" 2>/dev/null; then
+            pid=$(cat "/run/$daemon.pid")
+            kill "$pid"
+            for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        fi
+    done
 fi
 pgrep -x slurmctld >/dev/null || /usr/sbin/slurmctld
 pgrep -x slurmd >/dev/null || /usr/sbin/slurmd

@@ -40,7 +40,7 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--mem", default=None, metavar="SIZE", help="sbatch --mem per member, e.g. 32G")
     s.add_argument("--job-name", default=None, help="sbatch --job-name (default async-pbt-<workspace name>)")
     s.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
-                   help="extra #SBATCH line, e.g. --sbatch-arg=--account=rl (repeatable)")
+                   help="extra #SBATCH line; use the = form: --sbatch-arg=--account=rl (repeatable)")
     s.add_argument("--setup", action="append", default=[], metavar="LINE",
                    help="shell line run in the batch script before the member, e.g. 'module load cuda' (repeatable)")
     s.add_argument("--python", default=None, metavar="CMD",

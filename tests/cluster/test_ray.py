@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("rl_games")
 pytest.importorskip("ray")
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
 def _free_port() -> int:

@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("rl_games")
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
 def _slurm_unavailable() -> str | None:
@@ -108,3 +108,29 @@ def test_population_runs_through_sbatch_survives_requeue_and_kill(tmp_path, cpu_
     assert any(e["event"] == "restart" and e["member"] == 1 and e["code"] == -signal.SIGKILL for e in journal)
     audit = _cli("audit", str(ws))
     assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_stop_cancels_the_population_jobs(tmp_path, cpu_population, cluster_env):
+    reason = _slurm_unavailable()
+    if reason:
+        pytest.skip(reason)
+    ws = tmp_path / "ws"
+    pop = cpu_population.Population(ws)
+    launch = _cli("launch", "--backend", "slurm", "--members", "2", "--workspace", str(ws), "--cpus-per-task", "1",
+                  "--job-name", f"test-stop-{os.getpid()}", "--", *cpu_population.command(ws, 100_000),
+                  env=cluster_env)
+    assert launch.returncode == 0, launch.stderr
+    job = json.loads((ws / "cluster" / "slurm_jobs.json").read_text())["jobs"][-1]["job_id"]
+    try:
+        pop.wait(lambda: _tasks(job) == {0: "RUNNING", 1: "RUNNING"}, 120, "both array tasks running")
+        status = _cli("status", str(ws))
+        assert status.returncode == 0, status.stderr
+        for m in (0, 1):
+            assert "slurm RUNNING on " in status.stdout and f"[job {job}_{m}]" in status.stdout, status.stdout
+        stop = _cli("stop", str(ws))
+        assert stop.returncode == 0 and f"cancelled SLURM job(s) {job}" in stop.stdout, stop.stderr
+        pop.wait(lambda: not _tasks(job), 120, "the cancelled tasks to leave the queue")
+        assert _states(job) == {0: "CANCELLED", 1: "CANCELLED"}
+    finally:
+        if _tasks(job):
+            subprocess.run(["scancel", job], timeout=30)
