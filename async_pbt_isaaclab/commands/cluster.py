@@ -3,8 +3,8 @@
 A workspace launched with ``--backend slurm`` records its job ids in ``cluster/slurm_jobs.json``; one launched
 with ``--backend ray`` keeps per-member attempt files in ``cluster/ray/`` and its driver in
 ``cluster/ray_driver.json``. :func:`scheduler_states` turns those into one line per member for ``async-pbt status``;
-``stop`` cancels the SLURM jobs (``scancel``: SIGTERM, members save and stop, resumable) or interrupts the Ray
-driver.
+``stop`` cancels the SLURM jobs (``scancel``: SIGTERM, members save and stop, resumable) or asks the Ray
+launch to stop (``cluster/ray_stop.json``, seen by every member task).
 
 Imports only the standard library and the pure core.
 """
@@ -34,11 +34,11 @@ def scheduler_states(root: Path) -> dict[int, str]:
 
 def add_stop_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "stop", help="cancel a population's SLURM jobs or interrupt its Ray driver",
+        "stop", help="cancel a population's SLURM jobs or stop its Ray launch",
         description="Stop the members a cluster launch started for WORKSPACE: `scancel` every SLURM job recorded in "
-                    "WORKSPACE/cluster/slurm_jobs.json, or SIGINT to the Ray driver recorded in "
-                    "WORKSPACE/cluster/ray_driver.json. Members get SIGTERM/SIGINT, save and stop; launching "
-                    "again with the same workspace resumes them.")
+                    "WORKSPACE/cluster/slurm_jobs.json, or ask the Ray launch recorded in "
+                    "WORKSPACE/cluster/ray_driver.json to stop (from any host). Members get SIGTERM/SIGINT, "
+                    "save and stop; launching again with the same workspace resumes them.")
     p.add_argument("workspace", help="population workspace folder")
     p.set_defaults(func=cmd_stop)
 

@@ -17,10 +17,12 @@ or ``HEAD:6379``) or, without ``--address``, starts a local one for the duration
   usage error) is not retried.
 * **Status.** Each attempt writes ``W/cluster/ray/member_NNN.json`` (attempt, node, pid, state), which
   ``async-pbt status`` shows next to the member; the driver writes ``W/cluster/ray_driver.json`` so that
-  ``async-pbt stop W`` can interrupt it.
+  ``async-pbt stop W`` knows which launch to stop.
 
-The driver (this process) prints the progress table like the local launcher. Ctrl-C cancels the tasks: each
-forwards SIGINT to its member, which saves and stops; the next launch resumes every member.
+The driver (this process) prints the progress table like the local launcher. Ctrl-C (or ``async-pbt stop W`` from
+any host) writes ``W/cluster/ray_stop.json``: each task sees it within a second and forwards SIGINT to its member,
+which saves and stops (SIGTERM after ``--stop-grace``); the next launch resumes every member. A second Ctrl-C
+cancels the tasks at once.
 
 ``ray`` is imported only when this backend runs (``pip install 'async-pbt-isaaclab[cluster]'``).
 """
@@ -44,7 +46,15 @@ from async_pbt_isaaclab.launch.supervisor import LaunchError, _member_preexec, m
 STATUS_DIR = "cluster/ray"
 """Per-member attempt files, relative to the workspace."""
 DRIVER_FILE = "cluster/ray_driver.json"
-"""The running driver (host, pid, address), relative to the workspace."""
+"""The running driver (host, pid, address, launch id), relative to the workspace."""
+STOP_FILE = "cluster/ray_stop.json"
+"""Written to stop a launch: every member task of that launch id stops its member. A file on the shared
+workspace reaches the tasks on every node, from any host (``async-pbt stop``), without Ray's task
+cancellation, which cannot interrupt a task blocked waiting for its child."""
+EXIT_STOPPED = 128 + signal.SIGINT
+"""What a member task returns when it stopped its member on request."""
+STOP_POLL_S = 1.0
+"""How often a member task looks for the stop file."""
 
 
 class MemberCrashed(RuntimeError):
@@ -72,6 +82,8 @@ def run_member(index: int, argv: Sequence[str], env: dict[str, str], cwd: str, w
     attempt = int(previous.get("attempt", 0)) + 1 if previous.get("launch") == env.get("ASYNC_PBT_LAUNCH_ID") else 1
     if attempt > 1 and backoff_s > 0:
         time.sleep(min(backoff_s * 2 ** (attempt - 2), 120.0))  # a crash loop must not spin
+    if _read_json(Path(workspace) / STOP_FILE).get("launch") == env.get("ASYNC_PBT_LAUNCH_ID"):
+        return EXIT_STOPPED  # a retry that came after the stop request
     full_env = dict(os.environ)
     full_env.update(env)
     status: dict[str, Any] = {"member": index, "attempt": attempt, "host": socket.gethostname(),
@@ -86,9 +98,19 @@ def run_member(index: int, argv: Sequence[str], env: dict[str, str], cwd: str, w
                                 cwd=cwd, env=full_env, start_new_session=True, preexec_fn=_member_preexec(True),
                                 close_fds=True)
     atomic_write_json(status_path, {**status, "state": "running", "pid": proc.pid})
+    stop_file = Path(workspace) / STOP_FILE
     try:
-        code = proc.wait()
-    except BaseException:  # ray.cancel raises KeyboardInterrupt here: stop the member gracefully
+        while True:
+            try:
+                code = proc.wait(timeout=STOP_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                if _read_json(stop_file).get("launch") == env.get("ASYNC_PBT_LAUNCH_ID"):
+                    code = _stop(proc, stop_grace_s)
+                    atomic_write_json(status_path, {**status, "state": "stopped", "pid": proc.pid, "code": code,
+                                                    "reason": "stopped on request", "ended": time.time()})
+                    return EXIT_STOPPED
+    except BaseException:  # ray.cancel(force=True) or the worker shutting down: do not leave the member behind
         code = _stop(proc, stop_grace_s)
         atomic_write_json(status_path, {**status, "state": "stopped", "pid": proc.pid, "code": code})
         raise
@@ -153,6 +175,10 @@ def launch_ray(args, command: list[str], workspace: Path, indices: list[int]) ->
     if args.address:
         init["address"] = args.address
     (workspace / STATUS_DIR).mkdir(parents=True, exist_ok=True)
+    try:
+        (workspace / STOP_FILE).unlink()  # a stop request of an earlier launch
+    except FileNotFoundError:
+        pass
     logs.mkdir(parents=True, exist_ok=True)
     ray.init(**init)
     previous_term = signal.signal(signal.SIGTERM, _interrupt)
@@ -172,7 +198,7 @@ def launch_ray(args, command: list[str], workspace: Path, indices: list[int]) ->
         print(f"[launch ray] {len(refs)} of {args.members} members as Ray tasks "
               f"({args.gpus_per_member:g} GPU, {args.cpus_per_member:g} CPU each, up to {args.max_retries} "
               f"retries); cluster {args.address or 'local'}; logs {logs}/member_NNN.log", flush=True)
-        return _wait(ray, refs, workspace, args.progress_interval)
+        return _wait(ray, refs, workspace, args.progress_interval, launch_id, args.stop_grace)
     finally:
         signal.signal(signal.SIGTERM, previous_term)
         ray.shutdown()
@@ -186,54 +212,62 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _wait(ray, refs: dict[Any, int], workspace: Path, interval: float) -> int:
+def _wait(ray, refs: dict[Any, int], workspace: Path, interval: float, launch_id: str, stop_grace_s: float) -> int:
     pending = list(refs)
     given_up: list[int] = []
-    try:
-        while pending:
+    stopped = False
+    while pending:
+        try:
             done, pending = ray.wait(pending, num_returns=1, timeout=interval)
-            for ref in done:
-                i = refs[ref]
-                try:
-                    code = ray.get(ref)
-                except Exception as exc:  # noqa: BLE001 - retries used up: a RayTaskError or a lost worker
-                    given_up.append(i)
-                    print(f"[launch ray] member {i:03d} GIVEN UP after Ray's retries: {str(exc).splitlines()[-1]}",
-                          flush=True)
-                    continue
-                if code == 0:
-                    print(f"[launch ray] member {i:03d} finished", flush=True)
-                else:
-                    given_up.append(i)
-                    print(f"[launch ray] member {i:03d} GIVEN UP: exit code {code} (a usage error, not retried); "
-                          f"see its log", flush=True)
-            if not done:
-                states = member_states(workspace) or {}
-                lines = progress_lines(workspace, sorted(refs.values()), states)
-                print("[launch ray] progress:\n" + "\n".join("  " + line for line in lines), flush=True)
-    except KeyboardInterrupt:
-        print("[launch ray] stopping: cancelling the member tasks (each member saves and stops)", flush=True)
-        for ref in pending:
-            ray.cancel(ref, force=False)
-        for ref in pending:
+        except KeyboardInterrupt:
+            if stopped:  # a second Ctrl-C: do not wait for the members to save
+                print("[launch ray] second interrupt: cancelling the member tasks now", flush=True)
+                for ref in pending:
+                    ray.cancel(ref, force=True)
+                return 128 + signal.SIGINT
+            stopped = True
+            request_stop(workspace, launch_id)
+            print(f"[launch ray] stopping: each member saves and stops (up to {stop_grace_s:g} s); "
+                  f"Ctrl-C again to cancel the tasks now", flush=True)
+            continue
+        for ref in done:
+            i = refs[ref]
             try:
-                ray.get(ref, timeout=120)
-            except Exception:  # noqa: BLE001 - cancelled tasks raise here
-                pass
-        return 128 + signal.SIGINT
-    return 1 if given_up else 0
+                code = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - retries used up: a RayTaskError or a lost worker
+                given_up.append(i)
+                print(f"[launch ray] member {i:03d} GIVEN UP after Ray's retries: {str(exc).splitlines()[-1]}",
+                      flush=True)
+                continue
+            if code == 0:
+                print(f"[launch ray] member {i:03d} finished", flush=True)
+            elif code == EXIT_STOPPED:
+                stopped = True
+                print(f"[launch ray] member {i:03d} stopped (resumes at the next launch)", flush=True)
+            else:
+                given_up.append(i)
+                print(f"[launch ray] member {i:03d} GIVEN UP: exit code {code} (a usage error, not retried); "
+                      f"see its log", flush=True)
+        if not done and not stopped:
+            states = member_states(workspace) or {}
+            lines = progress_lines(workspace, sorted(refs.values()), states)
+            print("[launch ray] progress:\n" + "\n".join("  " + line for line in lines), flush=True)
+    if given_up:
+        return 1
+    return 128 + signal.SIGINT if stopped else 0
+
+
+def request_stop(workspace: Path, launch_id: str) -> None:
+    """Ask every member task of ``launch_id`` to stop its member (see :data:`STOP_FILE`)."""
+    atomic_write_json(Path(workspace) / STOP_FILE, {"launch": launch_id, "time": time.time(),
+                                                    "host": socket.gethostname()})
 
 
 def stop_driver(workspace: Path) -> str | None:
-    """Interrupt this workspace's Ray driver if it runs on this host; a message, or ``None`` when there is none."""
+    """Ask the running Ray launch of ``workspace`` to stop (from any host); a message, or ``None`` when none runs."""
     data = _read_json(Path(workspace) / DRIVER_FILE)
-    if not data:
+    if not data or not data.get("launch"):
         return None
-    host, pid = data.get("host"), data.get("pid")
-    if host != socket.gethostname() or not isinstance(pid, int):
-        return (f"the Ray driver runs on {host} (pid {pid}): press Ctrl-C there or `kill -INT {pid}` on {host}")
-    try:
-        os.kill(pid, signal.SIGINT)
-    except ProcessLookupError:
-        return f"the Ray driver (pid {pid}) is no longer running"
-    return f"sent SIGINT to the Ray driver (pid {pid}); its members save and stop"
+    request_stop(workspace, str(data["launch"]))
+    return (f"asked the Ray launch {data['launch']} (driver pid {data.get('pid')} on {data.get('host')}) to stop: "
+            f"each member saves and stops, then the driver exits")

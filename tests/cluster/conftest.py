@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -93,8 +94,13 @@ class Population:
 
 
 @pytest.fixture
-def cluster_env() -> dict[str, str]:
-    return dict(os.environ, PYTHONUNBUFFERED="1")
+def cluster_env(tmp_path) -> dict[str, str]:
+    # Recent Ray turns token authentication on for the clusters it starts depending on whether a token file
+    # exists in ~/.ray; an explicit mode and a token of the test's own make the test head, the launcher and
+    # the clusters it starts agree, whatever earlier Ray runs left in the home folder.
+    token = tmp_path / "ray_auth_token"
+    token.write_text(secrets.token_hex(32))
+    return dict(os.environ, PYTHONUNBUFFERED="1", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
 
 
 @pytest.fixture
