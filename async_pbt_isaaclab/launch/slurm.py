@@ -152,7 +152,8 @@ def submit(script: str, workspace: Path, members: int, indices: Sequence[int]) -
     path.write_text(script)
     proc = subprocess.run([sbatch, "--parsable", str(path)], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
-        raise LaunchError(f"sbatch {path} failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+        why = proc.stderr.strip() or proc.stdout.strip()
+        raise LaunchError(f"sbatch {path} failed (exit {proc.returncode}): {why}")
     job_id = proc.stdout.strip().split(";")[0]  # --parsable: "ID" or "ID;cluster"
     if not re.fullmatch(r"\d+", job_id):
         raise LaunchError(f"sbatch printed {proc.stdout.strip()!r}, expected a job id")
