@@ -58,6 +58,15 @@ def test_doctor_reports_skew_between_nodes_from_member_records(tmp_path, make_re
     assert "FAIL  node-clocks:" in out and "max_clock_skew_s" in out and "1 check(s) failed" in out
 
 
+def test_old_records_are_not_taken_for_clock_skew(tmp_path, make_record):
+    # A stopped population, or a workspace copied without keeping mtimes: nothing says the clocks are off now.
+    now = time.time()
+    _write_record(tmp_path, make_record(0, [1.0], now=now - 86400), "node-a", 0.0)
+    _write_record(tmp_path, make_record(1, [1.0], now=now), "node-b", -86400.0)
+    check = {c.name: c for c in run_checks(tmp_path, now=now)}["node-clocks"]
+    assert check.status == "ok" and "nothing to compare" in check.detail
+
+
 def test_doctor_flags_a_heartbeat_from_the_future(tmp_path, make_record):
     now = time.time()
     _write_record(tmp_path, make_record(0, [1.0], now=now + 30, heartbeat_age=0), "fast-node", -30.0)

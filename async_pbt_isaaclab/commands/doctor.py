@@ -10,8 +10,8 @@ The workspace is only crash-safe and only shared correctly between nodes when th
   need the lock manager (NFSv3 ``lockd``/``statd``, or NFSv4); a mount with ``nolock`` or ``local_lock=all``
   only locks within one node, which this check cannot see from one node: the doctor says so for NFS;
 * **clocks that agree**: heartbeats are wall-clock times written by each member's node. The doctor compares
-  this node's clock with the file server's (the mtime of a file it just wrote) and, for every member
-  record, the heartbeat its node wrote with the record file's mtime, which on NFS and Lustre is set by the
+  this node's clock with the file server's (the mtime of a file it just wrote) and, for every running
+  member's recent record, the heartbeat its node wrote with the record file's mtime, which on NFS and Lustre is set by the
   server: the spread of those offsets is the skew between nodes.
 
 Each check ends ``ok``, ``warn`` (works, but worth knowing) or ``fail`` (the population would misbehave). Exit
@@ -48,6 +48,8 @@ SKEW_WARN_S = 5.0
 """Clock differences above this are reported (heartbeat ages shift by as much)."""
 SKEW_FAIL_S = PopulationConfig.max_clock_skew_s
 """Clock differences above this fail: peers' heartbeats would be refused as coming from the future."""
+LIVE_RECORD_S = PopulationConfig.max_heartbeat_age_s
+"""Only records of running members written within this many seconds are compared."""
 LOW_SPACE_BYTES = 2 << 30
 """Less free space than this is reported: a checkpoint copy that fails midway stalls an exploit."""
 
@@ -177,11 +179,16 @@ def check_node_clocks(root: Path, now: float) -> Check:
             mtime = record.stat().st_mtime
         except (OSError, ValueError, KeyError, TypeError):
             continue  # unreadable records are `async-pbt status`'s business
+        if data.get("status") != "running" or abs(now - mtime) > LIVE_RECORD_S:
+            # Only running members' recent records: an old or stopped record (or a workspace copied without its
+            # mtimes) says nothing about today's clocks.
+            continue
         offsets.setdefault(host, heartbeat - mtime)
         if heartbeat - now > SKEW_WARN_S:
             future.append(f"{host} ({record.parent.name}: heartbeat {heartbeat - now:.0f} s ahead of this node)")
     if not offsets:
-        return Check("node-clocks", "ok", "no member records yet: nothing to compare")
+        return Check("node-clocks", "ok", "no running member's record written in the last "
+                                          f"{LIVE_RECORD_S:g} s: nothing to compare")
     spread = max(offsets.values()) - min(offsets.values())
     hosts = ", ".join(f"{h} {o:+.1f} s" for h, o in sorted(offsets.items()))
     check = _skew_check("node-clocks", spread, f"{len(offsets)} node(s) against the file server: {hosts}")
