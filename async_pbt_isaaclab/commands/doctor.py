@@ -11,8 +11,8 @@ The workspace is only crash-safe and only shared correctly between nodes when th
   only locks within one node, which this check cannot see from one node: the doctor says so for NFS;
 * **clocks that agree**: heartbeats are wall-clock times written by each member's node. The doctor compares
   this node's clock with the file server's (the mtime of a file it just wrote) and, for every running
-  member's recent record, the heartbeat its node wrote with the record file's mtime, which on NFS and Lustre is set by the
-  server: the spread of those offsets is the skew between nodes.
+  member's recent record, the heartbeat its node wrote with the record file's mtime, which on NFS and
+  Lustre the server sets: the spread of those offsets is the skew between nodes.
 
 Each check ends ``ok``, ``warn`` (works, but worth knowing) or ``fail`` (the population would misbehave). Exit
 code 0 without failures, 1 with any failure, 2 for a path that cannot be a workspace. ``async-pbt launch`` runs
