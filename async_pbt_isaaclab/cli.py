@@ -9,7 +9,9 @@ Subcommands::
     async-pbt lineage WORKSPACE [--member N] [--json]
     async-pbt report WORKSPACE [--out FILE] [--png DIR] [--max-decisions N]
     async-pbt replay WORKSPACE --member K [--out schedule.yaml] [--frame F]
-    async-pbt launch --members N --workspace DIR [...] -- COMMAND ...
+    async-pbt launch --members N --workspace DIR [--backend local|slurm|ray ...] -- COMMAND ...
+    async-pbt doctor WORKSPACE [--json]
+    async-pbt stop WORKSPACE
 
 Exit codes: 0 success; 1 the audit found a failing entry; 2 bad usage, an invalid config or a path
 that is not a population workspace.
@@ -66,6 +68,8 @@ from async_pbt_isaaclab.commands.workspace_views import (
     lineage_events,
     status_data,
 )
+from async_pbt_isaaclab.commands.cluster import add_stop_parser
+from async_pbt_isaaclab.commands.doctor import add_doctor_parser
 from async_pbt_isaaclab.commands.replay import add_replay_parser
 from async_pbt_isaaclab.commands.report import add_report_parser  # matplotlib is imported when it runs
 from async_pbt_isaaclab.launch.local import add_launch_parser  # stdlib + core only
@@ -81,6 +85,8 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_report_parser,
     add_replay_parser,
     add_launch_parser,
+    add_doctor_parser,
+    add_stop_parser,
 ]
 """Parser builders, one per subcommand, in ``--help`` order. Each sets ``func`` to its ``cmd_<name>``."""
 

@@ -68,10 +68,15 @@ def render_status(data: dict[str, Any], width: int | None = None) -> list[str]:
         return out
     rows = [["member", "frames", "gen", "objective mean ± std", "n", "heartbeat", "status", "frames/s", "ETA",
              "last decision"]]
+    # SLURM/Ray launches: each member's job state next to its row (commands.cluster.scheduler_states).
+    scheduled = any(m.get("scheduler") for m in data["members"])
+    if scheduled:
+        rows[0].insert(7, "scheduler")
     problems = []
     for m in data["members"]:
         if m["state"] != "ok":
-            problems.append(f"{m['member']:03d}  {m['state']}: {m['error']}")
+            problems.append(f"{m['member']:03d}  {m['state']}: {m['error']}"
+                            + (f" [{m['scheduler']}]" if m.get("scheduler") else ""))
             continue
         obj = "-" if m["objective_mean"] is None else f"{m['objective_mean']:.4g} ± {m['objective_std']:.3g}"
         if m["evidence_generation"] != m["generation"]:
@@ -83,6 +88,8 @@ def render_status(data: dict[str, Any], width: int | None = None) -> list[str]:
                      obj, str(m["episodes"]), _fmt_age(m["heartbeat_age_s"]), status,
                      "-" if not rate else f"{rate:.4g}", "-" if eta is None else _fmt_age(eta),
                      m.get("decision") or m.get("last_decision") or "-"])
+        if scheduled:
+            rows[-1].insert(7, m.get("scheduler") or "-")
     if len(rows) > 1:
         lines = _table(rows)
         if width:

@@ -88,6 +88,14 @@ def status_data(ws, now: float, stale_after: float) -> dict[str, Any]:
         else:
             members.append({"member": index, "state": "no_record",
                             "error": "no record.json yet (member not started or not yet published)"})
+    from async_pbt_isaaclab.commands.cluster import scheduler_states  # SLURM/Ray launches only
+
+    scheduler = scheduler_states(ws.root)
+    listed = {m["member"] for m in members}
+    members += [{"member": i, "state": "no_record", "error": "not started yet"} for i in sorted(scheduler)
+                if i not in listed]
+    for m in members:
+        m["scheduler"] = scheduler.get(m["member"])
     return {"workspace": str(ws.root), "population": meta, "population_error": meta_error, "now": now,
             "members": members}
 

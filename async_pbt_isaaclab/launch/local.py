@@ -27,6 +27,7 @@ import sys
 from typing import Sequence
 
 from async_pbt_isaaclab.commands.common import OneLineParser
+from async_pbt_isaaclab.launch.backends import add_backend_arguments, run_backend
 from async_pbt_isaaclab.launch.progress import LOG_TAIL_LINES, describe_exit, progress_lines, read_log_tail
 from async_pbt_isaaclab.launch.supervisor import (
     EXIT_GAVE_UP,
@@ -104,6 +105,7 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--log-dir", default=None, metavar="DIR", help="folder for member_NNN.log (default WORKSPACE/logs)")
     p.add_argument("--env", type=_parse_env, action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment variable for every member (repeatable)")
+    add_backend_arguments(p)
     p.add_argument("member_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                    help="the training command, after '--'; the launcher appends --pbt-workspace, "
                         "--pbt-members and --pbt-index")
@@ -136,6 +138,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
         # Allowed (crash restarts of one run are still useful), but it is not a population.
         print("async-pbt launch: note: --members 1: a single member has no peer to compare with, so it never "
               "exploits or explores; it trains alone with crash restarts", file=sys.stderr)
+    code = run_backend(args, command)  # the filesystem doctor; SLURM and Ray backends
+    if code is not None:
+        return code
     try:
         result = launch_population(
             command, args.members, args.workspace, gpus=args.gpus, max_retries=args.max_retries,

@@ -1,0 +1,118 @@
+"""Where ``async-pbt launch`` places members: this machine (``local``), a SLURM job array, or Ray tasks.
+
+This module adds the backend options to the launch parser (:func:`add_backend_arguments`) and runs what every
+backend shares before members start (:func:`prepare_launch`: validate, run the filesystem doctor), then hands
+over to :mod:`~async_pbt_isaaclab.launch.slurm` or :mod:`~async_pbt_isaaclab.launch.ray_backend`. The local
+backend stays in :mod:`~async_pbt_isaaclab.launch.supervisor`.
+
+Imports only the standard library and the pure core; ``ray`` only when the Ray backend runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from async_pbt_isaaclab.commands.doctor import doctor_report
+from async_pbt_isaaclab.launch.supervisor import EXIT_USAGE, MEMBER_FLAGS, LaunchError, _MEMBER_OVERRIDES
+
+BACKENDS = ("local", "slurm", "ray")
+"""Values of ``--backend``."""
+
+EXIT_DOCTOR = 1
+"""The filesystem doctor found a failure: nothing was launched."""
+
+
+def add_backend_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``--backend`` and of the SLURM and Ray backends."""
+    p.add_argument("--backend", choices=BACKENDS, default="local",
+                   help="local: processes on this machine (default); slurm: one job array task per member; "
+                        "ray: one Ray task per member (see docs/cluster.md)")
+    p.add_argument("--no-doctor", action="store_true",
+                   help="skip the filesystem checks of `async-pbt doctor` before launching")
+    s = p.add_argument_group("SLURM backend (--backend slurm)")
+    s.add_argument("--partition", default=None, help="sbatch --partition")
+    s.add_argument("--gres", default=None, metavar="SPEC", help="sbatch --gres per member, e.g. gpu:1")
+    s.add_argument("--time", default=None, metavar="LIMIT", help="sbatch --time per member, e.g. 2-00:00:00")
+    s.add_argument("--cpus-per-task", type=int, default=None, metavar="N", help="sbatch --cpus-per-task")
+    s.add_argument("--mem", default=None, metavar="SIZE", help="sbatch --mem per member, e.g. 32G")
+    s.add_argument("--job-name", default=None, help="sbatch --job-name (default async-pbt-<workspace name>)")
+    s.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
+                   help="extra #SBATCH line; use the = form: --sbatch-arg=--account=rl (repeatable)")
+    s.add_argument("--setup", action="append", default=[], metavar="LINE",
+                   help="shell line run in the batch script before the member, e.g. 'module load cuda' (repeatable)")
+    s.add_argument("--python", default=None, metavar="CMD",
+                   help="interpreter that runs the per-member supervisor on the compute node "
+                        "(default: the Python running this launcher); must have this package installed")
+    s.add_argument("--dry-run", action="store_true", help="print the batch script instead of submitting it")
+    r = p.add_argument_group("Ray backend (--backend ray)")
+    r.add_argument("--address", default=None,
+                   help="Ray cluster to join: 'auto' (the cluster started on this node with `ray start`) or "
+                        "HOST:PORT; default: start a local Ray instance for this launch")
+    r.add_argument("--gpus-per-member", type=float, default=0.0, metavar="G",
+                   help="GPUs each member's Ray task requests; fractions share a GPU (0.5: two per GPU)")
+    r.add_argument("--cpus-per-member", type=float, default=1.0, metavar="C",
+                   help="CPUs each member's Ray task requests (default 1)")
+
+
+def _check_command(command: list[str]) -> None:
+    if not command:
+        raise LaunchError("no member command given; put it after '--', e.g. -- python scripts/train_pbt.py ...")
+    for token in command[1:]:
+        if token.split("=", 1)[0] in MEMBER_FLAGS or any(o in token for o in _MEMBER_OVERRIDES):
+            raise LaunchError(f"the member command contains {token!r}; the launcher sets --pbt-workspace, "
+                              f"--pbt-members and --pbt-index itself, remove it")
+
+
+def _indices(args: argparse.Namespace) -> list[int]:
+    if isinstance(args.members, bool) or args.members < 1:
+        raise LaunchError(f"--members must be a positive integer, got {args.members}")
+    chosen = list(range(args.members)) if args.indices is None else list(args.indices)
+    bad = [i for i in chosen if not 0 <= i < args.members]
+    if not chosen or bad or len(set(chosen)) != len(chosen):
+        raise LaunchError(f"--indices {chosen} must be distinct members within 0..{args.members - 1}")
+    return sorted(chosen)
+
+
+def run_doctor(workspace: str | os.PathLike) -> bool:
+    """Run the filesystem checks at launch; print any that is not ``ok``; ``False`` on a hard failure."""
+    lines, failed = doctor_report(workspace)
+    shown = [line for line in lines if not line.startswith("ok")]
+    if shown:
+        print("async-pbt launch: filesystem checks of the workspace:\n" + "\n".join("  " + x for x in shown),
+              file=sys.stderr)
+    if failed:
+        print(f"async-pbt launch: error: the workspace's filesystem fails {', '.join(c.name for c in failed)}; "
+              f"nothing launched (see `async-pbt doctor {workspace}`; --no-doctor skips the checks)",
+              file=sys.stderr)
+    return not failed
+
+
+def run_backend(args: argparse.Namespace, command: list[str]) -> int | None:
+    """Common launch steps; runs the SLURM or Ray backend and returns its exit code, or ``None`` for local
+    (after the doctor passed), which the caller then runs."""
+    backend = getattr(args, "backend", "local")
+    try:
+        _check_command(command)
+        indices = _indices(args)
+        if backend == "slurm" and args.dry_run:
+            from async_pbt_isaaclab.launch.slurm import launch_slurm
+
+            return launch_slurm(args, command, Path(os.path.expanduser(args.workspace)).absolute(), indices)
+        if not args.no_doctor and not run_doctor(args.workspace):
+            return EXIT_DOCTOR
+        workspace = Path(os.path.expanduser(args.workspace)).absolute()
+        if backend == "slurm":
+            from async_pbt_isaaclab.launch.slurm import launch_slurm
+
+            return launch_slurm(args, command, workspace, indices)
+        if backend == "ray":
+            from async_pbt_isaaclab.launch.ray_backend import launch_ray
+
+            return launch_ray(args, command, workspace, indices)
+    except LaunchError as exc:
+        print(f"async-pbt launch: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return None
