@@ -29,8 +29,10 @@ from async_pbt_isaaclab.core.mutation import (
 SELECTION_RULES = ("dexpbt", "isaaclab", "welch")
 """Selection rules a user may choose."""
 
-TEST_FIXTURE_RULES = ("fixture_forced_exploit",)
-"""Rules for end-to-end tests only. Refused unless ``ASYNC_PBT_TEST_FIXTURE`` names the rule."""
+TEST_FIXTURE_RULES = ("fixture_forced_exploit", "fixture_exploit_every_decision")
+"""Rules for end-to-end tests only. Refused unless ``ASYNC_PBT_TEST_FIXTURE`` names the rule.
+``fixture_forced_exploit``: one exploit per member above the lowest index; ``fixture_exploit_every_decision``:
+every decision exploits the best peer (the chaos harness, which needs exploit windows until its kills land)."""
 
 TEST_FIXTURE_ENV = "ASYNC_PBT_TEST_FIXTURE"
 """Environment variable that must equal a fixture rule's name for that rule to be accepted."""

@@ -156,6 +156,8 @@ def decide(
         return _welch(me, members, ranked, objectives, cfg, rng, common)
     if rule == "fixture_forced_exploit":
         return _fixture_forced(me, members, ranked, common)
+    if rule == "fixture_exploit_every_decision":
+        return _fixture_every_decision(me, members, ranked, common)
     raise ValueError(f"unknown selection rule {rule!r}")
 
 
@@ -272,3 +274,13 @@ def _fixture_forced(me, members, ranked, common) -> Decision:
         return _keep("fixture_forced_exploit", "fixture: only generation-0 members above the lowest index exploit", **common)
     return Decision(Outcome.EXPLOIT, "fixture_forced_exploit", donors[0],
                     (f"fixture: forced exploit of member {donors[0]}",), **common)
+
+
+def _fixture_every_decision(me, members, ranked, common) -> Decision:
+    """Test fixture: every decision exploits the best-ranked peer that has a checkpoint, whatever the gap.
+    Gives a reliability harness exploit windows at a steady rate that no objective value can change."""
+    donors = [m for m in ranked if m != me.member and _donor_ok(members[m])]
+    if not donors:
+        return _keep("fixture_exploit_every_decision", "fixture: no peer with a checkpoint to exploit", **common)
+    return Decision(Outcome.EXPLOIT, "fixture_exploit_every_decision", donors[0],
+                    (f"fixture: exploit at every decision, best peer {donors[0]}",), **common)
