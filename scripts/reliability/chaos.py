@@ -1,32 +1,43 @@
 #!/usr/bin/env python
-"""Chaos run: SIGKILL real CPU population members at random and in the dangerous windows, then audit.
+"""Chaos run: SIGKILL real CPU population members in the dangerous windows and at random, then audit.
 
 A population of real rl_games PPO members (``async_pbt_isaaclab.examples.cpu_member``, Pendulum-v1)
-runs under the local launcher (``python -m async_pbt_isaaclab.launch.local``, a separate process) with
-a selection rule tuned for frequent exploits: ``dexpbt`` with no required gap, no interval-best
-protection and no start grace, so the worst member copies the best at nearly every decision. While it
-trains, this driver SIGKILLs members' process groups (the pid comes from the launcher's journal
-``launcher.jsonl``, checked against ``/proc/PID/cmdline``), aiming at:
+runs under the local launcher (``python -m async_pbt_isaaclab.launch.local``, a separate process). By
+default the members use the test fixture rule ``fixture_exploit_every_decision`` (every decision exploits
+the best peer), so exploit windows keep coming at a steady rate whatever the returns; ``--rule dexpbt``
+runs the production rule with no required gap instead. This driver SIGKILLs members' process groups (the
+pid comes from the launcher's journal ``launcher.jsonl``, checked against ``/proc/PID/cmdline``), aiming at:
 
 * ``checkpoint_write``: a temp file (``fsio.TEMP_MARKER``) appears in ``members/NNN/checkpoints/``,
   ``best.json`` is replaced, or retention deletes an old checkpoint (a publish in progress: checkpoint,
   best list and retention done, ``state.json`` not yet saved);
 * ``donor_copy``: a file appears in ``members/NNN/incoming/`` (the verified copy of a donor checkpoint);
 * ``restart_decided``: an exploit ``decision`` is appended to ``audit.jsonl`` (write-ahead: nothing acted
-  on yet, ``state.json`` not yet saved with the RNG state after the decision);
+  on yet);
 * ``restart_pending``: ``state.json`` is replaced with ``pending_exploit`` set (the exploit restart is in
   flight: ``os.execv`` and the new image's start, until ``exploit_applied``); killed after a random
-  delay of up to ``--restart-delay`` seconds so every phase of the restart is hit;
+  delay of up to the restart time observed so far, so every phase of the restart is hit;
 * ``random``: at random moments.
 
-It watches the workspace with inotify (Linux; polling elsewhere), so it reacts within a millisecond
-of the file appearing. The launcher sees the SIGKILL as a crash and restarts the member (backoff
-0.2 s, retries within a 30 s sliding window), which resumes from its own last checkpoint.
+It watches the workspace with inotify (Linux; polling elsewhere), so it reacts within about a millisecond
+of the file event. After each SIGKILL it waits for the process to die and looks at the files it left: a
+kill counts for its window only when the window was still open at death (the temp file or donor copy is
+still there, ``state.json`` is older than the newest checkpoint, the exploit is still pending, ...);
+otherwise it is reported as missed and the driver waits for the next opportunity. A member is killed
+again only after it came back (a new launcher start) and published a record. The launcher sees the
+SIGKILL as a crash and restarts the member, which resumes from its own last checkpoint.
 
-A reader process meanwhile reads every record with ``Workspace.read_records``, every ``state.json``
-and ``best.json``, and the checkpoint each record points to (verifying it against the record's sha256).
+Event-driven, no timing decides the result: the chaos phase lasts until every window has received its
+quota of kills (members train with a large epoch cap, ``--iterations``, and the fixture rule keeps
+producing exploit windows); then the driver stops the launcher (Ctrl-C), waits until every temp file
+left by a kill is past ``--temp-grace``, and launches every member again on the same workspace (one
+launcher each, ``--indices``) with an epoch target ``--finish-iterations`` past where it stopped and no
+further exploit, so every member resumes and finishes. A
+reader process reads every record with ``Workspace.read_records``, every ``state.json`` and ``best.json``,
+and the checkpoint each record points to (verifying its sha256) for the whole run. ``--deadline`` is a
+safety limit only (stops a hung run); a slow machine just takes longer.
 
-Afterwards it checks, and prints:
+Afterwards ``chaos_checks.verify`` checks, and prints:
 
 1. no reader ever saw a partial or mismatched record, state or checkpoint (atomic replace: zero);
 2. every member came back after every kill and finished (record status ``finished``, frame >= target);
@@ -35,13 +46,14 @@ Afterwards it checks, and prints:
    ``exploit_applied`` per generation, donor checkpoint and sha as the decision saw them;
 4. every checkpoint a record, ``state.json`` (last, best) or ``best.json`` refers to exists and matches
    its sha256; lineage donor checkpoints either match or were removed later by the donor's retention;
-5. no temp file older than ``--temp-grace`` is left anywhere in the workspace;
+5. no temp file older than ``--temp-grace`` and no donor copy is left anywhere in the workspace;
 6. exploits: decided, applied (the member verified the recipient checkpoint's sha256 before loading),
-   aborted (with the reasons, and whether the donor file had been pinned), and lost;
+   aborted (with the reasons), and lost;
 7. the RNG stream continues across kills (each decision's ``rng_before`` is the previous ``rng_after``).
 
-    python scripts/benchmarks/chaos.py                       # 4 members, 40 kills, about 3-7 minutes
-    python scripts/benchmarks/chaos.py --members 3 --kills 4 --iterations 40    # CI size
+    python scripts/reliability/chaos.py                             # 4 members, 40 kills
+    python scripts/reliability/chaos.py --members 3 --kills 5       # CI size (tests/integration/test_chaos.py)
+    python scripts/reliability/chaos.py --rule dexpbt               # the production rule, no required gap
 
 Exit status 0 when every check passes, 1 otherwise. ``--json FILE`` writes the figures.
 """
@@ -57,41 +69,51 @@ import random
 import select
 import shutil
 import signal
+import statistics
 import struct
 import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.audit import read_entries, verify_log
+from async_pbt_isaaclab.core.audit import read_entries
+from async_pbt_isaaclab.core.config import TEST_FIXTURE_ENV
 from async_pbt_isaaclab.core.member_state import load_state
 from async_pbt_isaaclab.core.records import RecordError
 from async_pbt_isaaclab.core.workspace import Workspace, member_dirname, parse_member_dirname
 
-WINDOWS = ("checkpoint_write", "donor_copy", "restart_decided", "restart_pending", "random")
-"""Kill windows, in the order they are reported (the quota is split evenly, the rest goes to random)."""
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import chaos_checks  # noqa: E402  (the verification half, next to this script)
 
-FRAMES_PER_EPOCH = 8 * 64
-"""num_envs x horizon_length of the member command below."""
+WINDOWS = chaos_checks.WINDOWS
+FRAMES_PER_EPOCH = chaos_checks.FRAMES_PER_EPOCH
+FIXTURE_RULE = "fixture_exploit_every_decision"
+"""The test fixture rule the members use unless ``--rule dexpbt``."""
 
 
 # ============================================================================ member command
 
 
-def member_command(args: argparse.Namespace, workspace: Path) -> list[str]:
+def member_command(args: argparse.Namespace, workspace: Path, iterations: int, finishing: bool = False) -> list[str]:
     """The cpu_member command (the launcher appends --pbt-workspace/--pbt-members/--pbt-index)."""
+    if args.rule == "dexpbt":
+        # The worst member exploits at nearly every decision: no gap required, no protection.
+        rule = ["--pbt-rule", "dexpbt", "--pbt-gap-std-fraction", "0", "--pbt-gap-leader-fraction", "0",
+                "--pbt-protect-interval-best", "false"]
+    else:
+        rule = ["--pbt-rule", FIXTURE_RULE]
     return [
         sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member",
-        "--max_iterations", str(args.iterations), "--num_envs", "8", "--train-dir", str(workspace / "runs"),
-        "--pbt-rule", "dexpbt",
+        "--max_iterations", str(iterations), "--num_envs", "8", "--train-dir", str(workspace / "runs"),
+        *rule,
         "--pbt-interval-steps", str(args.interval),
-        # The worst member exploits at every decision: no gap required, no protection, no start grace.
-        "--pbt-gap-std-fraction", "0", "--pbt-gap-leader-fraction", "0", "--pbt-protect-interval-best", "false",
+        # The finishing launch starts no further exploit (each would cost a process start).
+        *(["--pbt-max-restarts", "0"] if finishing else []),
         "--pbt-start-grace-frames", "0", "--pbt-restart-grace-frames", str(args.interval // 2),
         "--pbt-min-episodes", "4", "--pbt-window", "16",
         # Kills make members progress at different rates: compare them anyway.
@@ -108,15 +130,19 @@ def member_command(args: argparse.Namespace, workspace: Path) -> list[str]:
     ]
 
 
-def launcher_command(args: argparse.Namespace, workspace: Path) -> list[str]:
+def launcher_command(args: argparse.Namespace, workspace: Path, iterations: int, member: int | None = None) -> list[str]:
+    """The launcher command: every member (the chaos phase), or only ``member`` (its finishing launch)."""
+    env = ["--env", f"{TEST_FIXTURE_ENV}={FIXTURE_RULE}"] if args.rule != "dexpbt" else []
+    finishing = member is not None
     return [
         sys.executable, "-m", "async_pbt_isaaclab.launch.local", "--members", str(args.members),
-        "--workspace", str(workspace), "--gpus", "none",
+        "--workspace", str(workspace), "--gpus", "none", *env, *(["--indices", str(member)] if finishing else []),
         # A SIGKILL from outside is a crash to the launcher: restart quickly, and never give up on a
-        # member killed a few times in a row (more than 20 crashes within 30 s would be a crash loop).
-        "--max-retries", "20", "--retry-window", "30", "--backoff", "0.2",
-        "--progress-interval", "30", "--stop-grace", "20", "--term-grace", "5",
-        "--", *member_command(args, workspace),
+        # member killed a few times in a row (the driver kills a member again only after it published).
+        # The stop graces are safety limits for a loaded machine: members stop on Ctrl-C long before.
+        "--max-retries", "1000", "--retry-window", "60", "--backoff", "0.2",
+        "--progress-interval", "30", "--stop-grace", "300", "--term-grace", "60",
+        "--", *member_command(args, workspace, iterations, finishing),
     ]
 
 
@@ -220,18 +246,27 @@ def reader_main(root: str, stop_file: str, out_path: str, checkpoint_every: int 
         time.sleep(0.01)
     Path(out_path).write_text(json.dumps({"counts": dict(c), "samples": samples[:20]}))
 
-
 # ============================================================================ driver
 
 
 @dataclass
 class Kill:
     time: float
+    """Wall time of the SIGKILL."""
     member: int
+    """The member whose process group was killed."""
     window: str
+    """The window aimed at (one of ``WINDOWS``)."""
     pid: int
+    """The member's process id (its process group)."""
     detail: str
+    """The event that opened the window."""
+    landed: bool = False
+    """The window was still open when the process died (only such kills count towards the quota)."""
+    phase: str = ""
+    """Where the kill landed, read from the files the process left (or why it missed)."""
     came_back: bool = False
+    """The launcher started the member again after the kill (filled in by the checks)."""
 
 
 @dataclass
@@ -239,15 +274,24 @@ class Driver:
     args: argparse.Namespace
     ws: Path
     rng: random.Random
+    quota: dict[str, int] = field(default_factory=dict)
+    """Landed kills still wanted per window."""
     pids: dict[int, int | None] = field(default_factory=dict)
-    started_at: dict[int, float] = field(default_factory=dict)
+    starts: dict[int, list[float]] = field(default_factory=dict)
+    """Wall times of the launcher's starts of each member (from its journal)."""
+    unexpected_exits: list[str] = field(default_factory=list)
+    """Exits the driver did not cause (a crash of its own, or a finish at the epoch cap)."""
     journal_pos: int = 0
     kills: list[Kill] = field(default_factory=list)
-    quota: dict[str, int] = field(default_factory=dict)
     opportunities: Counter = field(default_factory=Counter)
     last_kill: dict[int, float] = field(default_factory=dict)
-    delayed: list[tuple[float, int, str, str]] = field(default_factory=list)
+    delayed: list[tuple[float, int, str, str, Callable[[], str | None]]] = field(default_factory=list)
     random_times: list[float] = field(default_factory=list)
+    restart_durations: list[float] = field(default_factory=list)
+    """Seconds from ``pending_exploit`` seen to the exploit applied, as observed (bounds the delayed kills)."""
+
+    def mdir(self, member: int) -> Path:
+        return self.ws / "members" / member_dirname(member)
 
     def update_pids(self) -> None:
         path = self.ws / "launcher.jsonl"
@@ -265,11 +309,17 @@ class Driver:
             except ValueError:
                 continue
             m = e.get("member")
-            if e.get("event") == "start" and isinstance(m, int):
+            if not isinstance(m, int):
+                continue
+            if e.get("event") == "start":
                 self.pids[m] = int(e["pid"])
-                self.started_at[m] = time.monotonic()
-            elif e.get("event") in ("exit", "give_up") and isinstance(m, int):
+                self.starts.setdefault(m, []).append(float(e["time"]))
+            elif e.get("event") in ("exit", "give_up"):
                 self.pids[m] = None
+                ours = e.get("event") == "exit" and e.get("code") == -signal.SIGKILL and m in self.last_kill
+                if not ours:
+                    self.unexpected_exits.append(f"member {m}: {e.get('event')} code {e.get('code')} "
+                                                 f"({e.get('reason', '')})")
 
     def alive_pid(self, member: int) -> int | None:
         self.update_pids()
@@ -286,20 +336,31 @@ class Driver:
         return pid
 
     def eligible(self, member: int) -> bool:
-        now = time.monotonic()
-        # Let a restarted member get going again, and do not kill the same one back to back.
-        return (now - self.last_kill.get(member, -1e9) >= self.args.min_gap
-                and now - self.started_at.get(member, now) >= 0.0)
+        """Not killed yet, or came back since the last kill (a launcher start) and published a record since."""
+        killed = self.last_kill.get(member)
+        if killed is None:
+            return True
+        self.update_pids()
+        restarted = [t for t in self.starts.get(member, []) if t > killed]
+        if not restarted:
+            return False
+        try:
+            published = (self.mdir(member) / "record.json").stat().st_mtime
+        except FileNotFoundError:
+            return False
+        return published > restarted[0]
 
-    def try_kill(self, member: int, window: str, detail: str, aimed: bool = True) -> bool:
-        """Kill ``member``'s process group if the window's quota allows. ``aimed``: an event was just
-        seen (counted; killed with probability ``--aim-probability``); otherwise a scheduled kill."""
+    def try_kill(self, member: int, window: str, detail: str, landed: Callable[[], str | None],
+                 aimed: bool = True) -> bool:
+        """Kill ``member``'s process group if the window still wants a kill; ``landed()`` (called once the
+        process is dead) says where the kill landed, or ``None`` when the window had closed. ``aimed``: an
+        event was just seen (counted; killed with probability ``--aim-probability``)."""
         if aimed:
             self.opportunities[window] += 1
         if self.quota.get(window, 0) <= 0 or not self.eligible(member):
             return False
-        # Donor copies and restarts in flight are rare (one per exploit, and other windows kill many exploits
-        # before they get there): always aim at those; the frequent windows at --aim-probability.
+        # Donor copies and restarts in flight are rare (one per exploit): always aim at those; the frequent
+        # windows at --aim-probability.
         if aimed and window not in ("donor_copy", "restart_pending") and self.rng.random() > self.args.aim_probability:
             return False
         pid = self.alive_pid(member)
@@ -309,14 +370,43 @@ class Driver:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             return False
-        self.quota[window] -= 1
-        self.last_kill[member] = time.monotonic()
-        self.kills.append(Kill(time.time(), member, window, pid, detail))
-        print(f"[chaos] SIGKILL member {member:03d} pid {pid} in window {window}: {detail}", flush=True)
+        kill = Kill(time.time(), member, window, pid, detail)
+        self.last_kill[member] = kill.time
+        if _wait_dead(pid, self.args.deadline):
+            phase = landed()
+            kill.landed, kill.phase = phase is not None, phase or "window already closed at death"
+        else:
+            kill.phase = "process did not die within the deadline"
+        if kill.landed:
+            self.quota[window] -= 1
+        self.kills.append(kill)
+        print(f"[chaos] SIGKILL member {member:03d} pid {pid} aiming at {window}: {detail}; "
+              f"{'landed' if kill.landed else 'missed'}: {kill.phase}", flush=True)
         return True
 
     def done(self) -> bool:
-        return sum(self.quota.values()) <= 0 and not self.delayed
+        return sum(self.quota.values()) <= 0
+
+    def restart_delay_bound(self) -> float:
+        """Delayed kills aim inside the restart: up to its median observed duration (``--restart-delay`` before
+        any was observed)."""
+        if not self.restart_durations:
+            return self.args.restart_delay
+        return statistics.median(self.restart_durations)
+
+
+def _wait_dead(pid: int, deadline_s: float) -> bool:
+    """Wait until ``pid`` is a zombie or reaped (SIGKILL is asynchronous); False past the safety deadline."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return True
+        if stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):
+            return True
+        time.sleep(0.0005)
+    return False
 
 
 def _member_of(path: Path, ws: Path) -> int | None:
@@ -327,466 +417,369 @@ def _member_of(path: Path, ws: Path) -> int | None:
     return parse_member_dirname(rel.parts[0]) if rel.parts else None
 
 
+# ------------------------------------------------------------ where a kill landed (read after death)
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return 0
+
+
+def publish_in_progress(mdir: Path) -> str | None:
+    """A checkpoint being written, or published while ``state.json`` does not name it yet."""
+    try:
+        files = list((mdir / "checkpoints").iterdir())
+    except FileNotFoundError:
+        return None
+    if any(fsio.is_temp_file(p) for p in files):
+        return "checkpoint temp file being written"
+    newest = max((_mtime_ns(p) for p in files if p.suffix == ".pth"), default=0)
+    if newest and _mtime_ns(mdir / "state.json") < newest:
+        best_after = _mtime_ns(mdir / "best.json") >= newest
+        return ("checkpoint and best.json published, state.json not yet" if best_after
+                else "checkpoint published, state.json not yet")
+    return None
+
+
+def donor_copy_in_flight(mdir: Path) -> str | None:
+    names = [p.name for p in (mdir / "incoming").glob("*")] if (mdir / "incoming").is_dir() else []
+    return f"donor copy in incoming/: {names[0]}" if names else None
+
+
+def decision_not_acted_on(mdir: Path, seq: int, generation: int | None, rng_after: Any) -> str | None:
+    """The exploit decision ``seq`` (taken at ``generation``) is logged; no donor copy, pending exploit, abort
+    or any other audit entry has followed it."""
+    if donor_copy_in_flight(mdir):
+        return None
+    try:
+        state = load_state(mdir / "state.json")
+    except RecordError:
+        return None
+    if state is None or state.pending_exploit or (generation is not None and state.generation != generation):
+        return None
+    later = [e for _, e, _ in read_entries(mdir / "audit.jsonl") if e is not None and e.get("seq", -1) > seq]
+    if later:
+        return None
+    if state.rng_state != rng_after:
+        return "decision logged, state.json not yet saved after it"
+    if publish_in_progress(mdir):
+        return "decision logged, recipient checkpoint being written"
+    return "decision logged and state.json saved, donor not yet fetched"
+
+
+def restart_in_flight(mdir: Path, checkpoint: str, pid: int, execd: bool) -> str | None:
+    try:
+        state = load_state(mdir / "state.json")
+    except RecordError:
+        return None
+    if state is None or not state.pending_exploit or state.pending_exploit.get("checkpoint") != checkpoint:
+        return None
+    return ("restart in flight: " + ("new image after execv" if execd else
+                                     "process without --checkpoint (before execv, or a launcher restart)")
+            + ", exploit not yet applied")
+
+
+# ============================================================================ the run
+
+
+class Watcher:
+    """Turns workspace file events into aimed kills; runs for the whole first launch."""
+
+    def __init__(self, driver: Driver, rng: random.Random) -> None:
+        self.driver, self.ws, self.rng = driver, driver.ws, rng
+        try:
+            self.ino: Inotify | None = Inotify()
+        except (OSError, AttributeError):
+            self.ino = None
+        self.watched: dict[int, Path] = {}
+        self.audit_pos: dict[int, int] = {}
+        self.pending_seen: dict[int, tuple[str, float]] = {}
+        self.chaos_on = False
+        self._watch(self.ws / "members", Inotify.IN_CREATE)
+
+    def _watch(self, path: Path, mask: int) -> None:
+        if self.ino is None or path in self.watched.values() or not path.is_dir():
+            return
+        try:
+            self.watched[self.ino.add(path, mask)] = path
+        except OSError:
+            pass
+
+    def scan_dirs(self) -> None:
+        member_mask = Inotify.IN_CREATE | Inotify.IN_MOVED_TO | Inotify.IN_MODIFY
+        for mdir in (self.ws / "members").iterdir():
+            if parse_member_dirname(mdir.name) is None:
+                continue
+            self._watch(mdir, member_mask)
+            self._watch(mdir / "checkpoints", Inotify.IN_CREATE | Inotify.IN_DELETE)
+            self._watch(mdir / "incoming", Inotify.IN_CREATE)
+
+    def poll(self, timeout: float) -> None:
+        """Handle the file events of up to ``timeout`` seconds."""
+        if self.ino is None:  # polling fallback
+            for mdir in (self.ws / "members").iterdir():
+                for sub in ("checkpoints", "incoming"):
+                    try:
+                        for p in (mdir / sub).iterdir():
+                            self.on_file(p)
+                    except FileNotFoundError:
+                        pass
+                self.on_file(mdir / "state.json")
+                self.on_file(mdir / "audit.jsonl")
+            time.sleep(0.005)
+            return
+        for wd, mask, name in self.ino.read(timeout):
+            base = self.watched.get(wd)
+            if base is None or not name:
+                continue
+            if mask & Inotify.IN_ISDIR:
+                self.scan_dirs()
+                continue
+            self.on_file(base / name, deleted=bool(mask & Inotify.IN_DELETE))
+
+    def on_file(self, path: Path, deleted: bool = False) -> None:
+        member = _member_of(path, self.ws)
+        if member is None:
+            return
+        d, mdir, parent = self.driver, self.driver.mdir(member), path.parent.name
+        # The audit log and state.json are followed all along, so "new" means new since the last event.
+        if path.name == "audit.jsonl" and parent != "incoming":
+            self._on_audit(member, path)
+            return
+        if path.name == "state.json":
+            self._on_state(member, path)
+            return
+        if not self.chaos_on:
+            return
+        if parent == "checkpoints" and (deleted and not fsio.is_temp_file(path) or fsio.TEMP_MARKER in path.name):
+            what = f"{path.name} deleted by retention" if deleted else f"{path.name} being written"
+            d.try_kill(member, "checkpoint_write", what, lambda: publish_in_progress(mdir))
+        elif parent == "incoming" and not deleted:
+            d.try_kill(member, "donor_copy", f"incoming/{path.name} being copied", lambda: donor_copy_in_flight(mdir))
+        elif path.name == "best.json":
+            d.try_kill(member, "checkpoint_write", "best.json published", lambda: publish_in_progress(mdir))
+
+    def _on_audit(self, member: int, path: Path) -> None:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(self.audit_pos.get(member, 0))
+                data = fh.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n") + 1
+        self.audit_pos[member] = self.audit_pos.get(member, 0) + end
+        mdir = self.driver.mdir(member)
+        for line in data[:end].splitlines():
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if not self.chaos_on or e.get("kind") != "decision" or (e.get("decision") or {}).get("outcome") != "exploit":
+                continue
+            seq, rng_after = e.get("seq", -1), e.get("rng_after")
+            generation = ((e.get("inputs") or {}).get("me") or {}).get("generation")
+            self.driver.try_kill(member, "restart_decided", f"exploit decision seq {seq} logged",
+                                 lambda: decision_not_acted_on(mdir, seq, generation, rng_after))
+
+    def _on_state(self, member: int, path: Path) -> None:
+        try:
+            state = load_state(path)
+        except RecordError:
+            return
+        pending = state.pending_exploit if state else None
+        seen = self.pending_seen.get(member)
+        now = time.monotonic()
+        if seen is not None and (pending is None or pending.get("checkpoint") != seen[0]):
+            self.driver.restart_durations.append(now - seen[1])
+            del self.pending_seen[member]
+        if not pending or (seen is not None and seen[0] == pending.get("checkpoint")):
+            return
+        self.pending_seen[member] = (pending["checkpoint"], now)
+        d = self.driver
+        if not self.chaos_on:
+            return
+        d.opportunities["restart_pending"] += 1
+        if d.quota["restart_pending"] > len(d.delayed):
+            delay = self.rng.random() * d.restart_delay_bound()
+            checkpoint = pending["checkpoint"]
+            d.delayed.append((now + delay, member, "restart_pending",
+                              f"{delay:.2f} s after pending_exploit {checkpoint}", checkpoint))
+
+    def fire_due(self) -> None:
+        """Delayed (restart window) and random kills whose time has come."""
+        d, now = self.driver, time.monotonic()
+        for item in list(d.delayed):
+            when, member, window, detail, checkpoint = item
+            if now < when:
+                continue
+            d.delayed.remove(item)
+            pid = d.alive_pid(member)
+            try:
+                execd = pid is not None and b"--checkpoint=" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                execd = False
+            mdir = d.mdir(member)
+            d.try_kill(member, window, detail, lambda: restart_in_flight(mdir, checkpoint, pid, execd), aimed=False)
+        while d.random_times and now >= d.random_times[0] and d.quota.get("random", 0) > 0:
+            d.random_times.pop(0)
+            live = [m for m in range(self.driver.args.members) if d.alive_pid(m) is not None and d.eligible(m)]
+            if not live or not d.try_kill(self.rng.choice(live), "random", "random moment",
+                                          lambda: "random moment", aimed=False):
+                d.random_times.insert(0, now + 0.5)  # nobody to kill right now: try again shortly
+                break
+
+    def close(self) -> None:
+        if self.ino is not None:
+            self.ino.close()
+
+
+def _launch(args: argparse.Namespace, ws: Path, root: Path, iterations: int, member: int | None = None) -> subprocess.Popen:
+    log = open(root / ("launcher.log" if member is None else f"launcher_finish_{member:03d}.log"), "wb")
+    proc = subprocess.Popen(launcher_command(args, ws, iterations, member), stdout=log, stderr=subprocess.STDOUT,
+                            cwd=root, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    log.close()  # the child holds its own descriptor
+    return proc
+
+
+def _stop(launcher: subprocess.Popen, deadline: float) -> int:
+    """Ctrl-C to the launcher (it stops every member gracefully); wait for it up to the safety deadline."""
+    launcher.send_signal(signal.SIGINT)
+    try:
+        return launcher.wait(max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        launcher.kill()
+        return launcher.wait()
+
+
+def _all_published(ws: Path, members: int) -> bool:
+    return all((ws / "members" / member_dirname(m) / "record.json").exists() for m in range(members))
+
+
+def _wait_temp_files_past_grace(ws: Path, grace: float, deadline: float) -> None:
+    """Members remove a killed writer's temp file at start only once it is past the grace period: wait until
+    every temp file in the workspace is, so the second launch cleans them up whatever the timing."""
+    while time.monotonic() < deadline:
+        ages = []
+        for dirpath, _dirs, files in os.walk(ws):
+            for name in files:
+                p = Path(dirpath) / name
+                if fsio.is_temp_file(p):
+                    try:
+                        ages.append(time.time() - p.stat().st_mtime)
+                    except FileNotFoundError:
+                        pass
+        if not ages or min(ages) > grace:
+            return
+        time.sleep(grace - min(ages) + 0.05)
+
+
 def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(args.workdir or tempfile.mkdtemp(prefix="pbt-chaos-")).absolute()
     ws = root / "ws"
     if ws.exists():
         shutil.rmtree(ws)
-    ws.mkdir(parents=True)
-    (ws / "members").mkdir()
+    (ws / "members").mkdir(parents=True)
     rng = random.Random(args.seed)
     per_window = max(1, args.kills // len(WINDOWS))
     quota = {w: per_window for w in WINDOWS[:-1]}
-    quota["random"] = max(0, args.kills - per_window * (len(WINDOWS) - 1))
-    driver = Driver(args, ws, rng, quota=quota)
+    quota["random"] = max(1, args.kills - per_window * (len(WINDOWS) - 1))
+    driver = Driver(args, ws, rng, quota=dict(quota))
+    notes: list[str] = []
 
     reader_out, reader_stop = root / "reader.json", root / "reader.stop"
     reader_stop.unlink(missing_ok=True)
     reader = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--reader-process", str(ws),
                                str(reader_stop), str(reader_out)])
-
-    log = open(root / "launcher.log", "wb")
     t0 = time.monotonic()
-    launcher = subprocess.Popen(launcher_command(args, ws), stdout=log, stderr=subprocess.STDOUT,
-                                cwd=root, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    print(f"[chaos] workspace {ws}; launcher pid {launcher.pid}; kills planned {quota}", flush=True)
-    chaos_end = t0 + args.duration
-    # Random kills in the first half of the chaos window, so they happen before members finish.
-    driver.random_times = sorted(t0 + args.warmup + rng.random() * 0.5 * (args.duration - args.warmup)
-                                 for _ in range(quota["random"]))
-
-    try:
-        ino: Inotify | None = Inotify()
-    except (OSError, AttributeError):
-        ino = None
-    watched: dict[int, Path] = {}
-    watched_paths: set[Path] = set()
-
-    def watch(path: Path, mask: int) -> None:
-        if ino is None or path in watched_paths or not path.is_dir():
-            return
-        try:
-            watched[ino.add(path, mask)] = path
-            watched_paths.add(path)
-        except OSError:
-            pass
-
-    member_mask = Inotify.IN_CREATE | Inotify.IN_MOVED_TO | Inotify.IN_MODIFY
-    audit_pos: dict[int, int] = {}
-    watch(ws / "members", Inotify.IN_CREATE)
-    seen_pending: dict[int, str] = {}
-
-    def scan_dirs() -> None:
-        for mdir in (ws / "members").iterdir():
-            if parse_member_dirname(mdir.name) is None:
-                continue
-            watch(mdir, member_mask)
-            watch(mdir / "checkpoints", Inotify.IN_CREATE | Inotify.IN_DELETE)
-            watch(mdir / "incoming", Inotify.IN_CREATE)
-
-    def on_file(path: Path, deleted: bool = False) -> None:
-        member = _member_of(path, ws)
-        if member is None or time.monotonic() < t0 + args.warmup:
-            return
-        parent = path.parent.name
-        if deleted:
-            if parent == "checkpoints" and not fsio.is_temp_file(path):
-                driver.try_kill(member, "checkpoint_write", f"{path.name} deleted by retention, state.json not yet saved")
-            return
-        if parent == "checkpoints" and fsio.TEMP_MARKER in path.name:
-            driver.try_kill(member, "checkpoint_write", f"{path.name} being written")
-        elif parent == "incoming":
-            driver.try_kill(member, "donor_copy", f"incoming/{path.name} being copied")
-        elif path.name == "best.json":
-            driver.try_kill(member, "checkpoint_write", "best.json published, state.json not yet")
-        elif path.name == "audit.jsonl":
-            try:
-                with open(path, "rb") as fh:
-                    fh.seek(audit_pos.get(member, 0))
-                    data = fh.read()
-            except FileNotFoundError:
-                return
-            end = data.rfind(b"\n") + 1
-            audit_pos[member] = audit_pos.get(member, 0) + end
-            for line in data[:end].splitlines():
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue
-                fresh = isinstance(e.get("time"), (int, float)) and time.time() - e["time"] < 0.5
-                if fresh and e.get("kind") == "decision" and (e.get("decision") or {}).get("outcome") == "exploit":
-                    driver.try_kill(member, "restart_decided", f"exploit decision seq {e.get('seq')} just logged")
-        elif path.name == "state.json":
-            try:
-                state = load_state(path)
-            except RecordError:
-                return
-            pending = state.pending_exploit if state else None
-            if pending and seen_pending.get(member) != pending.get("checkpoint"):
-                seen_pending[member] = pending["checkpoint"]
-                driver.opportunities["restart_pending"] += 1
-                if driver.quota["restart_pending"] > len(driver.delayed):
-                    delay = rng.random() * args.restart_delay
-                    driver.delayed.append((time.monotonic() + delay, member, "restart_pending",
-                                           f"{delay:.2f} s after pending_exploit {pending['checkpoint']}"))
-
+    deadline = t0 + args.deadline
+    watcher = Watcher(driver, rng)
+    # -- first launch: chaos until every window has its kills
+    launcher = _launch(args, ws, root, args.iterations)
+    print(f"[chaos] workspace {ws}; launcher pid {launcher.pid}; landed kills wanted {quota}", flush=True)
     poll_last = 0.0
-    while launcher.poll() is None:
+    chaos_started = None
+    while launcher.poll() is None and not driver.done() and time.monotonic() < deadline:
         now = time.monotonic()
-        if now > chaos_end + args.finish_timeout:
-            print("[chaos] timeout: stopping the launcher", flush=True)
-            launcher.send_signal(signal.SIGINT)
-            launcher.wait(60)
-            break
-        chaos_on = now < chaos_end and not driver.done()
         if now - poll_last > 0.5:
             poll_last = now
-            scan_dirs()
+            watcher.scan_dirs()
             driver.update_pids()
-        if not chaos_on:
-            time.sleep(0.2)
-            continue
-        if ino is not None:
-            for wd, mask, name in ino.read(0.05):
-                base = watched.get(wd)
-                if base is None or not name:
-                    continue
-                path = base / name
-                if mask & Inotify.IN_ISDIR:
-                    scan_dirs()
-                    continue
-                on_file(path, deleted=bool(mask & Inotify.IN_DELETE))
-        else:  # polling fallback
-            for mdir in (ws / "members").iterdir():
-                for sub in ("checkpoints", "incoming"):
-                    try:
-                        for p in (mdir / sub).iterdir():
-                            on_file(p)
-                    except FileNotFoundError:
-                        pass
-                on_file(mdir / "state.json")
-            time.sleep(0.005)
-        # Delayed (restart window) and random kills.
-        for item in list(driver.delayed):
-            when, member, window, detail = item
-            if now >= when:
-                driver.delayed.remove(item)
-                state = None
-                try:
-                    state = load_state(ws.joinpath("members", member_dirname(member), "state.json"))
-                except RecordError:
-                    pass
-                phase = "exploit still pending" if state and state.pending_exploit else "exploit already applied"
-                pid = driver.alive_pid(member)
-                try:
-                    execd = pid is not None and b"--checkpoint=" in Path(f"/proc/{pid}/cmdline").read_bytes()
-                except OSError:
-                    execd = False
-                phase += ", new image after execv" if execd else ", before execv or a launcher restart"
-                driver.try_kill(member, window, f"{detail} ({phase})", aimed=False)
-        while driver.random_times and now >= driver.random_times[0]:
-            driver.random_times.pop(0)
-            live = [m for m in range(args.members) if driver.alive_pid(m) is not None and driver.eligible(m)]
-            if not live or not driver.try_kill(rng.choice(live), "random", "random moment", aimed=False):
-                driver.random_times.insert(0, now + 0.5)  # nobody to kill right now: try again shortly
+            if driver.unexpected_exits:
+                notes.append(f"stopped early: a member exited without being killed: {driver.unexpected_exits}")
                 break
-    code = launcher.wait()
-    elapsed = time.monotonic() - t0
-    log.close()
-    reader_stop.write_text("stop")
-    reader.wait(60)
-    if ino is not None:
-        ino.close()
+        if chaos_started is None and _all_published(ws, args.members):
+            # Kills start once every member is training (published a record).
+            chaos_started = now
+            watcher.chaos_on = True
+            driver.random_times = sorted(now + rng.random() * args.random_spread for _ in range(quota["random"]))
+            print(f"[chaos] every member published after {now - t0:.1f} s: kills start", flush=True)
+        watcher.poll(0.05)
+        watcher.fire_due()
+    watcher.chaos_on = False
+    chaos_s = time.monotonic() - t0
+    if not driver.done():
+        why = ("the safety deadline --deadline passed" if time.monotonic() >= deadline
+               else f"the population ended first (launcher exit {launcher.poll()}; --iterations {args.iterations})"
+               if launcher.poll() is not None else "a member exited without being killed")
+        notes.append(f"windows still wanting kills {driver.quota}: {why}")
+    first_code = launcher.poll()
+    if first_code is None:
+        print(f"[chaos] every window received its kills after {chaos_s:.1f} s: stopping the population", flush=True)
+        stop_at = time.monotonic()
+        first_code = _stop(launcher, deadline)
+        print(f"[chaos] population stopped in {time.monotonic() - stop_at:.1f} s", flush=True)
+    watcher.close()
     driver.update_pids()
-    figures = verify(ws, args, driver, reader_out, code, elapsed)
-    figures["workspace"] = str(ws)
+    # -- second launch: every member resumes and finishes a few epochs past where it stopped. One launcher per
+    # member, so a member that spent the chaos phase restarting need not catch up with the furthest one.
+    records, _errors = Workspace(ws).read_records()
+    targets = {m: (records[m].frame if m in records else 0) // FRAMES_PER_EPOCH + args.finish_iterations
+               for m in range(args.members)}
+    _wait_temp_files_past_grace(ws, args.temp_grace, deadline)
+    finishing = {m: _launch(args, ws, root, targets[m], member=m) for m in range(args.members)}
+    print(f"[chaos] finishing: members train to epochs {targets}", flush=True)
+    finish_codes: dict[int, int | None] = {}
+    for m, proc in finishing.items():
+        try:
+            finish_codes[m] = proc.wait(max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            notes.append(f"member {m}'s finishing launch passed the safety deadline --deadline")
+            finish_codes[m] = _stop(proc, time.monotonic() + 120)
+    print(f"[chaos] finished: launcher exits {finish_codes} after {time.monotonic() - t0:.1f} s", flush=True)
+    elapsed = time.monotonic() - t0
+    reader_stop.write_text("stop")
+    try:
+        reader.wait(120)
+    except subprocess.TimeoutExpired:
+        reader.kill()
+    driver.update_pids()
+    figures = chaos_checks.verify(ws, args, driver, reader_out, first_code, finish_codes, targets, notes)
+    figures.update(workspace=str(ws), elapsed_s=round(elapsed, 1), chaos_s=round(chaos_s, 1),
+                   kills_wanted=quota)
     return figures
-
-
-# ============================================================================ verification
-
-
-def _entries(path: Path) -> list[dict[str, Any]]:
-    return [e for _, e, _ in read_entries(path) if e is not None] if path.exists() else []
-
-
-def _sha_ok(ws: Workspace, rel: str, sha: str) -> str:
-    try:
-        path = ws.checkpoint_path(rel)
-        return "ok" if fsio.sha256_file(path) == sha else "mismatch"
-    except FileNotFoundError:
-        return "missing"
-    except Exception as exc:  # noqa: BLE001
-        return f"error {exc}"
-
-
-def verify(root: Path, args: argparse.Namespace, driver: Driver, reader_out: Path, launcher_code: int,
-           elapsed: float) -> dict[str, Any]:
-    ws = Workspace(root)
-    target = args.iterations * FRAMES_PER_EPOCH
-    failures: list[str] = []
-    f: dict[str, Any] = {"launcher_exit_code": launcher_code, "elapsed_s": round(elapsed, 1),
-                         "members": args.members, "frame_target": target}
-
-    # -- launcher journal: restarts after each kill
-    journal = [json.loads(line) for line in (root / "launcher.jsonl").read_text().splitlines() if line.strip()]
-    starts = defaultdict(list)
-    exits = defaultdict(list)
-    for e in journal:
-        if e.get("event") == "start":
-            starts[e["member"]].append(e)
-        elif e.get("event") == "exit":
-            exits[e["member"]].append(e)
-    for k in driver.kills:
-        k.came_back = any(s["time"] > k.time for s in starts[k.member])
-    f["kills"] = {w: sum(1 for k in driver.kills if k.window == w) for w in WINDOWS}
-    f["kills_survived"] = {w: sum(1 for k in driver.kills if k.window == w and k.came_back) for w in WINDOWS}
-    f["kill_opportunities_seen"] = dict(driver.opportunities)
-    phases: Counter = Counter()
-    for k in driver.kills:
-        if k.window == "restart_pending":
-            phases["restart in flight: " + ("new image after execv" if "after execv" in k.detail
-                                             else "process without --checkpoint (before execv, or a launcher restart)")
-                   + ", "
-                   + ("exploit not yet applied" if "still pending" in k.detail else "exploit applied")] += 1
-            continue
-        for marker, label in (("being written", "checkpoint temp file being written"),
-                              ("best.json", "best.json written, state.json not yet"),
-                              ("retention", "old checkpoint deleted, state.json not yet"),
-                              ("being copied", "donor copy in incoming/"),
-                              ("just logged", "exploit decision logged, nothing acted on"),
-                              ("random moment", "random")):
-            if marker in k.detail:
-                phases[label] += 1
-                break
-    f["kill_phases"] = dict(phases)
-    f["kills_total"] = len(driver.kills)
-    f["crash_exits_sigkill"] = sum(1 for es in exits.values() for e in es if e.get("code") == -9)
-    f["kill_log"] = [f"{k.member:03d} {k.window}: {k.detail}" for k in driver.kills]
-    if launcher_code != 0:
-        failures.append(f"launcher exited {launcher_code} (expected 0: every member finished)")
-    for k in driver.kills:
-        if not k.came_back:
-            failures.append(f"member {k.member} did not come back after the kill in {k.window}")
-    gave_up = [e for e in journal if e.get("event") == "give_up"]
-    if gave_up:
-        failures.append(f"launcher gave up members: {gave_up}")
-
-    # -- records: parse, finished, frame target
-    records, errors = ws.read_records()
-    if errors:
-        failures.append(f"unreadable records at the end: {errors}")
-    f["final_frames"] = {}
-    for m in range(args.members):
-        rec = records.get(m)
-        if rec is None:
-            failures.append(f"member {m}: no record")
-            continue
-        f["final_frames"][m] = rec.frame
-        if rec.status != "finished" or rec.frame < target:
-            failures.append(f"member {m}: status {rec.status}, frame {rec.frame} (target {target})")
-
-    # -- checkpoints referenced by records, states, best.json, lineage
-    refs = Counter()
-    exploits = Counter()
-    abort_reasons: Counter = Counter()
-    lost: list[str] = []
-    rng_breaks: list[str] = []
-    audit_problems: list[str] = []
-    lineage_problems: list[str] = []
-    starts_by_mode: Counter = Counter()
-    for m in range(args.members):
-        mdir = ws.member_dir(m)
-        rec = records.get(m)
-        if rec is not None and rec.checkpoint:
-            r = _sha_ok(ws, rec.checkpoint, rec.checkpoint_sha256)
-            refs[f"record {r}"] += 1
-            if r != "ok":
-                failures.append(f"member {m}: record checkpoint {rec.checkpoint} {r}")
-        state = load_state(mdir / "state.json")
-        if state is None:
-            failures.append(f"member {m}: no state.json")
-            continue
-        r = _sha_ok(ws, state.last_checkpoint, state.last_checkpoint_sha256)
-        refs[f"state.last {r}"] += 1
-        if r != "ok":
-            failures.append(f"member {m}: state.last_checkpoint {state.last_checkpoint} {r}")
-        if state.pending_exploit:
-            failures.append(f"member {m}: finished with an exploit still pending")
-        best_file = json.loads((mdir / "best.json").read_text()) if (mdir / "best.json").exists() else []
-        for src, entries in (("state.best", state.best), ("best.json", best_file)):
-            for e in entries:
-                r = _sha_ok(ws, e["checkpoint"], e["sha256"])
-                refs[f"{src} {r}"] += 1
-                if r != "ok":
-                    failures.append(f"member {m}: {src} entry {e['checkpoint']} {r}")
-        for e in state.lineage:
-            if e.get("outcome") != "exploit":
-                continue
-            r = _sha_ok(ws, e["donor_checkpoint"], e["donor_sha256"])
-            refs[f"lineage donor {r}"] += 1
-            if r == "mismatch":
-                failures.append(f"member {m}: lineage donor checkpoint {e['donor_checkpoint']} changed content")
-
-        # -- audit: chain + replay
-        count, problems = verify_log(mdir / "audit.jsonl")
-        audit_problems += [str(p) for p in problems]
-        entries = _entries(mdir / "audit.jsonl")
-        decisions = [e for e in entries if e.get("kind") == "decision"]
-        for prev, nxt in zip(decisions, decisions[1:]):
-            if nxt["rng_before"] != prev["rng_after"]:
-                rng_breaks.append(f"member {m}: decision seq {nxt['seq']} rng_before != rng_after of seq {prev['seq']}")
-        # -- exploits: decided / applied / aborted, and the lineage they produced
-        exploit_decisions = [e for e in decisions if e["decision"]["outcome"] == "exploit"]
-        applied = {}
-        for e in entries:
-            if e.get("kind") == "exploit_applied":
-                applied.setdefault(e["checkpoint"], e)  # a kill before pending was cleared re-applies it
-            elif e.get("kind") == "exploit_aborted":
-                reason = str(e.get("reason", ""))
-                key = ("donor file vanished" if "No such file" in reason or "does not exist" in reason
-                       else "checksum mismatch" if "does not match" in reason
-                       else "recipient checkpoint failed verification" if "recipient checkpoint" in reason
-                       else reason[:80])
-                abort_reasons[key] += 1
-        exploits["decided"] += len(exploit_decisions)
-        exploits["applied"] += len(applied)
-        exploits["applied_twice_after_kill"] += sum(1 for e in entries if e.get("kind") == "exploit_applied") - len(applied)
-        # Lineage = state.json generations; each must come from an exploit decision and be applied.
-        gens = [e["generation"] for e in state.lineage]
-        if gens != list(range(1, len(gens) + 1)) or state.generation != len(gens):
-            lineage_problems.append(f"member {m}: lineage generations {gens}, state generation {state.generation}")
-        applied_gens = sorted(e["generation"] for e in applied.values())
-        if applied_gens != gens:
-            lineage_problems.append(f"member {m}: applied generations {applied_gens} != lineage {gens}")
-        for e in state.lineage:
-            if e.get("outcome") != "exploit":
-                continue
-            match = [d for d in exploit_decisions if d["decision"]["donor"] == e["donor"]
-                     and d["inputs"]["me"]["frame"] == e["frame"]
-                     and any(p["member"] == e["donor"] and p["checkpoint"] == e["donor_checkpoint"]
-                             and p["checkpoint_sha256"] == e["donor_sha256"] for p in d["inputs"]["peers"])]
-            if not match:
-                lineage_problems.append(f"member {m}: lineage generation {e['generation']} has no matching decision")
-        # A restart after a kill resumes from the member's own last checkpoint: never from scratch, and
-        # never losing more than the interval in flight (a best-checkpoint fallback would).
-        last_decision_frame = 0
-        for i, e in enumerate(entries):
-            if e.get("kind") == "decision":
-                last_decision_frame = max(last_decision_frame, e["inputs"]["me"]["frame"])
-            elif e.get("kind") == "start" and i > 0:
-                # A kill before the first state.json with a checkpoint leaves nothing to resume from: a fresh
-                # start then, at frame 0, loses at most the interval in flight like any other kill.
-                restored = next((r for r in entries[i + 1:] if r.get("kind") in ("restored", "start")), None)
-                frame = restored["frame"] if restored is not None and restored["kind"] == "restored" else 0
-                if e.get("mode") == "fresh":
-                    frame = 0
-                if frame < last_decision_frame - args.interval:
-                    lost.append(f"member {m}: start seq {e['seq']} ({e.get('mode')}) resumed at frame {frame}, but it "
-                                f"had decided at frame {last_decision_frame}: more than one interval lost")
-                starts_by_mode[e.get("mode")] += 1
-        # Exploit decisions that were neither applied nor aborted: killed before the pending state was saved.
-        exploits["not_acted_killed"] += max(0, len(exploit_decisions) - len(applied)
-                                            - sum(1 for e in entries if e.get("kind") == "exploit_aborted"))
-    f["checkpoint_refs"] = dict(refs)
-    f["exploits"] = dict(exploits)
-    f["exploit_aborts"] = dict(abort_reasons)
-    f["rng_continuity_breaks"] = rng_breaks
-    f["audit_problems"] = audit_problems[:20]
-    f["lineage_problems"] = lineage_problems
-    if audit_problems:
-        failures.append(f"{len(audit_problems)} audit problems, e.g. {audit_problems[:3]}")
-    if lineage_problems:
-        failures.append(f"lineage problems: {lineage_problems[:5]}")
-    if rng_breaks:
-        failures.append(f"RNG continuity broken: {rng_breaks[:5]}")
-    if exploits["applied"] == 0:
-        failures.append("no exploit was completed: the run did not exercise the exploit path")
-
-    # -- temp files
-    now = time.time()
-    temps = []
-    for dirpath, _dirs, files in os.walk(ws.root):
-        for name in files:
-            p = Path(dirpath) / name
-            if fsio.is_temp_file(p):
-                try:
-                    age = now - p.stat().st_mtime
-                except FileNotFoundError:
-                    continue
-                temps.append((str(p.relative_to(ws.root)), round(age, 1)))
-    stale = [t for t in temps if t[1] > args.temp_grace]
-    f["temp_files_left"] = temps
-    if stale:
-        failures.append(f"temp files older than the {args.temp_grace} s grace left behind: {stale}")
-    leftovers = [str(p.relative_to(ws.root)) for p in ws.members_dir.glob("*/incoming/*")]
-    f["incoming_leftovers"] = leftovers
-    if leftovers:
-        failures.append(f"donor copies left in incoming/: {leftovers}")
-
-    # -- reader
-    try:
-        reader = json.loads(reader_out.read_text())
-    except (OSError, ValueError):
-        reader = {"counts": {}, "samples": ["reader produced no result"]}
-        failures.append("the reader process produced no result")
-    rc = reader["counts"]
-    f["reader"] = rc
-    f["reader_samples"] = reader["samples"]
-    for key in ("record_errors", "state_errors", "best_errors", "read_records_raised", "checkpoint_mismatch"):
-        if rc.get(key, 0):
-            failures.append(f"reader: {key} = {rc[key]}: {reader['samples'][:3]}")
-    if not rc.get("record_reads"):
-        failures.append("reader read no record")
-    f["restarts_by_mode"] = dict(starts_by_mode)
-    f["lost"] = lost
-    if lost:
-        failures.append(f"lost: {lost}")
-    f["failures"] = failures
-    return f
-
-
-def report(f: dict[str, Any]) -> list[str]:
-    lines = [
-        f"chaos run: {f['members']} members, {f['elapsed_s']} s, launcher exit {f['launcher_exit_code']}",
-        f"kills: {f['kills_total']} (SIGKILL exits seen by the launcher: {f['crash_exits_sigkill']})",
-    ]
-    for w in WINDOWS:
-        lines.append(f"  {w:<17} killed {f['kills'][w]:>3}, came back {f['kills_survived'][w]:>3} "
-                     f"(opportunities seen {f['kill_opportunities_seen'].get(w, 0)})")
-    lines.append(f"kill phases: {f['kill_phases']}")
-    lines.append(f"final frames {f['final_frames']} (target {f['frame_target']})")
-    lines.append(f"exploits: {f['exploits']}; aborted: {f['exploit_aborts'] or 'none'}")
-    lines.append(f"checkpoint references checked: {f['checkpoint_refs']}")
-    r = f["reader"]
-    lines.append(f"reader: {r.get('record_reads', 0)} records, {r.get('state_reads', 0)} states, "
-                 f"{r.get('best_reads', 0)} best.json read; errors: records {r.get('record_errors', 0)}, "
-                 f"states {r.get('state_errors', 0)}, best {r.get('best_errors', 0)}; checkpoints verified "
-                 f"{r.get('checkpoint_verified', 0)}, gone {r.get('checkpoint_gone', 0)}, "
-                 f"mismatched {r.get('checkpoint_mismatch', 0)}")
-    lines.append(f"audit problems: {len(f['audit_problems'])}; lineage problems: {len(f['lineage_problems'])}; "
-                 f"RNG continuity breaks: {len(f['rng_continuity_breaks'])}")
-    lines.append(f"temp files at the end: {f['temp_files_left'] or 'none'}; incoming leftovers: "
-                 f"{f['incoming_leftovers'] or 'none'}")
-    lines.append(f"process starts after the first, by mode: {f['restarts_by_mode']}")
-    lines.append(f"lost: {len(f['lost'])}")
-    lines.append("RESULT: " + ("PASS" if not f["failures"] else "FAIL"))
-    lines += [f"  - {x}" for x in f["failures"]]
-    return lines
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--members", type=int, default=4)
-    p.add_argument("--kills", type=int, default=40, help="SIGKILLs in total (a fifth per aimed window, rest random)")
-    p.add_argument("--iterations", type=int, default=200, help="rl_games epochs per member (512 frames each)")
+    p.add_argument("--kills", type=int, default=40,
+                   help="landed SIGKILLs wanted in total (a fifth per aimed window, the rest random)")
+    p.add_argument("--rule", choices=("fixture", "dexpbt"), default="fixture",
+                   help=f"selection rule of the members: the test fixture {FIXTURE_RULE} (default) or dexpbt")
+    p.add_argument("--iterations", type=int, default=2000,
+                   help="epoch cap of the first launch (512 frames each); the chaos phase normally ends long before")
+    p.add_argument("--finish-iterations", type=int, default=4,
+                   help="epochs past the furthest member that the second launch trains every member to")
     p.add_argument("--interval", type=int, default=2048, help="--pbt-interval-steps (frames between decisions)")
-    p.add_argument("--duration", type=float, default=240.0, help="seconds during which kills happen")
-    p.add_argument("--warmup", type=float, default=8.0, help="no kills during the first seconds")
-    p.add_argument("--finish-timeout", type=float, default=600.0, help="seconds after the chaos window to finish")
-    p.add_argument("--min-gap", type=float, default=4.0, help="seconds between two kills of the same member")
+    p.add_argument("--deadline", type=float, default=3600.0,
+                   help="safety limit in seconds for the whole run (a hung run fails instead of waiting forever)")
+    p.add_argument("--random-spread", type=float, default=30.0,
+                   help="random kills happen within this many seconds after every member has published")
     p.add_argument("--aim-probability", type=float, default=0.35, help="chance to kill at an aimed window event")
-    p.add_argument("--restart-delay", type=float, default=6.0, help="max delay of a restart-window kill")
+    p.add_argument("--restart-delay", type=float, default=6.0,
+                   help="bound of the delay of a restart-window kill until a restart has been observed")
     p.add_argument("--temp-grace", type=float, default=2.0, help="--pbt-temp-grace-s of the members")
     p.add_argument("--keep-last", type=int, default=2, help="--pbt-keep-last-checkpoints of the members")
     p.add_argument("--keep-best", type=int, default=2, help="--pbt-keep-best-checkpoints of the members")
@@ -803,7 +796,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args = build_parser().parse_args(argv)
     figures = run_chaos(args)
-    for line in report(figures):
+    for line in chaos_checks.report(figures):
         print(line)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1, default=str))

@@ -1,17 +1,24 @@
 """Chaos, CI size: SIGKILL real CPU members in the dangerous windows and check nothing was lost.
 
-Runs ``scripts/benchmarks/chaos.py`` (see its docstring) with 3 members and one kill in each window:
-a checkpoint write, the donor copy of an exploit, right after an exploit decision was logged, the
-exploit restart in flight, and a random moment. The driver watches the workspace with inotify and
-kills the member's process group within a millisecond of the window opening; the launcher restarts
-it. What is checked (by the script, listed in ``failures``):
+Runs ``scripts/reliability/chaos.py`` (see its docstring) with 3 members and one landed kill in each
+window: a checkpoint write, the donor copy of an exploit, right after an exploit decision was logged, the
+exploit restart in flight, and a random moment. The members use the test fixture rule that exploits at
+every decision, so exploit windows keep coming; the driver watches the workspace with inotify, kills the
+member's process group as a window opens, and counts the kill only if the files left at death show the
+window was still open. The chaos phase lasts until every window has its kill, whatever the machine's
+load; then the population is stopped with Ctrl-C and every member is launched again to finish a few
+epochs past where it stopped. What is checked (by the
+script, listed in ``failures``):
 
-* every killed member came back and every member finished its frame target;
+* every window received its landed kill; every killed member came back; the first launch stopped
+  cleanly and the finishing launches finished every member at its frame target;
 * a reader process running all along never saw a partial or mismatched record, state, best list or
   checkpoint;
 * every audit chain verifies, every lineage matches its audit log, the RNG stream continues across
   the kills, every referenced checkpoint matches its sha256, no temp file or donor copy is left behind,
   and at least one exploit completed.
+
+No assertion depends on timing: ``--deadline`` only stops a hung run.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ pytest.importorskip("rl_games")
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmarks" / "chaos.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reliability" / "chaos.py"
 
 
 def _load_chaos():
@@ -42,15 +49,14 @@ def _load_chaos():
 def test_population_survives_kills_in_every_dangerous_window(tmp_path):
     chaos = _load_chaos()
     args = chaos.build_parser().parse_args([
-        "--members", "3", "--kills", "5", "--iterations", "40", "--duration", "30", "--warmup", "6",
-        "--aim-probability", "1", "--min-gap", "3", "--finish-timeout", "150", "--seed", "1",
-        "--workdir", str(tmp_path),
+        "--members", "3", "--kills", "5", "--aim-probability", "1", "--random-spread", "10", "--seed", "1",
+        "--deadline", "1200", "--workdir", str(tmp_path),
     ])
     figures = chaos.run_chaos(args)
-    print("\n".join(chaos.report(figures)))
+    print("\n".join(chaos.chaos_checks.report(figures)))
     assert figures["failures"] == []
-    assert figures["kills_total"] >= 4, figures["kills"]
-    # Every window was hit at least once except possibly the random one (the run may end first).
-    for window in chaos.WINDOWS[:-1]:
-        assert figures["kills"][window] >= 1, f"no kill landed in {window}: {figures['kill_opportunities_seen']}"
+    for window in chaos.WINDOWS:
+        assert figures["kills"][window] >= 1, f"no kill landed in {window}: {figures['kill_log']}"
+        assert figures["kills_survived"][window] == figures["kills"][window] + figures["kills_missed"][window]
     assert figures["lost"] == [] and figures["exploits"]["applied"] >= 1
+    assert all(frame >= figures["frame_targets"][m] for m, frame in figures["final_frames"].items())
