@@ -23,7 +23,8 @@ It watches the workspace with inotify (Linux; polling elsewhere), so it reacts w
 of the file event. After each SIGKILL it waits for the process to die and looks at the files it left: a
 kill counts for its window only when the window was still open at death (the temp file or donor copy is
 still there, ``state.json`` is older than the newest checkpoint, the exploit is still pending, ...);
-otherwise it is reported as missed and the driver waits for the next opportunity. A member is killed
+otherwise it is reported as missed and the driver waits for the next opportunity (it also looks
+before killing, and does not kill when the window has already closed). A member is killed
 again only after it came back (a new launcher start) and published a record. The launcher sees the
 SIGKILL as a crash and restarts the member, which resumes from its own last checkpoint.
 
@@ -92,6 +93,8 @@ import chaos_checks  # noqa: E402  (the verification half, next to this script)
 
 WINDOWS = chaos_checks.WINDOWS
 FRAMES_PER_EPOCH = chaos_checks.FRAMES_PER_EPOCH
+FREQUENT_WINDOWS = ("checkpoint_write", "random")
+"""Windows that open at any time; the others need an exploit decision."""
 FIXTURE_RULE = "fixture_exploit_every_decision"
 """The test fixture rule the members use unless ``--rule dexpbt``."""
 
@@ -276,6 +279,8 @@ class Driver:
     rng: random.Random
     quota: dict[str, int] = field(default_factory=dict)
     """Landed kills still wanted per window."""
+    wanted: dict[str, int] = field(default_factory=dict)
+    """Landed kills wanted per window in all."""
     pids: dict[int, int | None] = field(default_factory=dict)
     starts: dict[int, list[float]] = field(default_factory=dict)
     """Wall times of the launcher's starts of each member (from its journal)."""
@@ -284,6 +289,8 @@ class Driver:
     journal_pos: int = 0
     kills: list[Kill] = field(default_factory=list)
     opportunities: Counter = field(default_factory=Counter)
+    closed_before_kill: Counter = field(default_factory=Counter)
+    """Opportunities whose window had closed by the time the driver could kill (nothing killed)."""
     last_kill: dict[int, float] = field(default_factory=dict)
     delayed: list[tuple[float, int, str, str, Callable[[], str | None]]] = field(default_factory=list)
     random_times: list[float] = field(default_factory=list)
@@ -357,7 +364,7 @@ class Driver:
         event was just seen (counted; killed with probability ``--aim-probability``)."""
         if aimed:
             self.opportunities[window] += 1
-        if self.quota.get(window, 0) <= 0 or not self.eligible(member):
+        if self.quota.get(window, 0) <= 0 or not self.frequent_window_due(window) or not self.eligible(member):
             return False
         # Donor copies and restarts in flight are rare (one per exploit): always aim at those; the frequent
         # windows at --aim-probability.
@@ -365,6 +372,11 @@ class Driver:
             return False
         pid = self.alive_pid(member)
         if pid is None:
+            return False
+        if landed() is None:
+            # Closed already (the driver was slow to wake up, e.g. on a loaded machine): a kill now would cost a
+            # restart without testing the window. Wait for the next opportunity instead.
+            self.closed_before_kill[window] += 1
             return False
         try:
             os.killpg(pid, signal.SIGKILL)
@@ -383,6 +395,20 @@ class Driver:
         print(f"[chaos] SIGKILL member {member:03d} pid {pid} aiming at {window}: {detail}; "
               f"{'landed' if kill.landed else 'missed'}: {kill.phase}", flush=True)
         return True
+
+    def frequent_window_due(self, window: str) -> bool:
+        """Windows that open all the time (a checkpoint write, a random moment) keep pace with the rare exploit
+        windows instead of running ahead: each kill there costs a member restart, and a restarting member
+        neither exploits nor serves as a donor, which would delay the rare windows (and the whole run)."""
+        if window not in FREQUENT_WINDOWS:
+            return True
+
+        def progress(windows: tuple[str, ...]) -> float:
+            wanted = sum(self.wanted[w] for w in windows)
+            return sum(self.wanted[w] - self.quota[w] for w in windows) / wanted if wanted else 1.0
+
+        rare = progress(tuple(w for w in WINDOWS if w not in FREQUENT_WINDOWS))
+        return rare >= 1.0 or progress(FREQUENT_WINDOWS) < rare
 
     def done(self) -> bool:
         return sum(self.quota.values()) <= 0
@@ -625,6 +651,8 @@ class Watcher:
         while d.random_times and now >= d.random_times[0] and d.quota.get("random", 0) > 0:
             d.random_times.pop(0)
             live = [m for m in range(self.driver.args.members) if d.alive_pid(m) is not None and d.eligible(m)]
+            if not d.frequent_window_due("random"):
+                live = []
             if not live or not d.try_kill(self.rng.choice(live), "random", "random moment",
                                           lambda: "random moment", aimed=False):
                 d.random_times.insert(0, now + 0.5)  # nobody to kill right now: try again shortly
@@ -685,7 +713,7 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
     per_window = max(1, args.kills // len(WINDOWS))
     quota = {w: per_window for w in WINDOWS[:-1]}
     quota["random"] = max(1, args.kills - per_window * (len(WINDOWS) - 1))
-    driver = Driver(args, ws, rng, quota=dict(quota))
+    driver = Driver(args, ws, rng, quota=dict(quota), wanted=dict(quota))
     notes: list[str] = []
 
     reader_out, reader_stop = root / "reader.json", root / "reader.stop"
@@ -755,9 +783,10 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
     except subprocess.TimeoutExpired:
         reader.kill()
     driver.update_pids()
+    checks_at = time.monotonic()
     figures = chaos_checks.verify(ws, args, driver, reader_out, first_code, finish_codes, targets, notes)
     figures.update(workspace=str(ws), elapsed_s=round(elapsed, 1), chaos_s=round(chaos_s, 1),
-                   kills_wanted=quota)
+                   checks_s=round(time.monotonic() - checks_at, 1), kills_wanted=quota)
     return figures
 
 

@@ -68,6 +68,7 @@ def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, 
     f["kills_missed"] = {w: sum(1 for k in driver.kills if k.window == w and not k.landed) for w in WINDOWS}
     f["kills_survived"] = {w: sum(1 for k in driver.kills if k.window == w and k.came_back) for w in WINDOWS}
     f["kill_opportunities_seen"] = dict(driver.opportunities)
+    f["windows_closed_before_kill"] = dict(driver.closed_before_kill)
     f["kill_phases"] = dict(Counter(k.phase for k in driver.kills if k.landed))
     f["kills_total"] = len(driver.kills)
     f["kills_landed"] = sum(f["kills"].values())
@@ -267,13 +268,15 @@ def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, 
 def report(f: dict[str, Any]) -> list[str]:
     lines = [
         f"chaos run: {f['members']} members, {f.get('elapsed_s')} s ({f.get('chaos_s')} s until every window had "
-        f"its kills), launcher exits {f['launcher_exit_code']} (chaos, stopped) and {f['finish_exit_codes']} (finish)",
+        f"its kills; checks {f.get('checks_s')} s), launcher exits {f['launcher_exit_code']} (chaos, stopped) and {f['finish_exit_codes']} (finish)",
         f"kills: {f['kills_total']}, {f['kills_landed']} landed in their window "
         f"(SIGKILL exits seen by the launcher: {f['crash_exits_sigkill']})",
     ]
     for w in WINDOWS:
         lines.append(f"  {w:<17} landed {f['kills'][w]:>3}, missed {f['kills_missed'][w]:>3}, came back "
                      f"{f['kills_survived'][w]:>3} (opportunities seen {f['kill_opportunities_seen'].get(w, 0)})")
+    lines.append(f"windows already closed when the driver could kill (not killed): "
+                 f"{f['windows_closed_before_kill'] or 'none'}")
     lines.append(f"kill phases: {f['kill_phases']}")
     lines.append(f"final frames {f['final_frames']} (targets {f['frame_targets']})")
     lines.append(f"exploits: {f['exploits']}; aborted: {f['exploit_aborts'] or 'none'}")

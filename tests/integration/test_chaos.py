@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,9 @@ def test_population_survives_kills_in_every_dangerous_window(tmp_path):
         "--members", "3", "--kills", "5", "--aim-probability", "1", "--random-spread", "10", "--seed", "1",
         "--deadline", "1200", "--workdir", str(tmp_path),
     ])
+    started = time.monotonic()
     figures = chaos.run_chaos(args)
+    print(f"run_chaos took {time.monotonic() - started:.1f} s")
     print("\n".join(chaos.chaos_checks.report(figures)))
     assert figures["failures"] == []
     for window in chaos.WINDOWS:
