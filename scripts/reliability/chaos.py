@@ -274,26 +274,38 @@ class Kill:
 
 @dataclass
 class Driver:
+    """Who may be killed, when, and what each kill hit."""
+
     args: argparse.Namespace
+    """The command line of the run."""
     ws: Path
+    """The population workspace."""
     rng: random.Random
+    """Draws kills at --aim-probability, delays and random moments (seeded: --seed)."""
     quota: dict[str, int] = field(default_factory=dict)
     """Landed kills still wanted per window."""
     wanted: dict[str, int] = field(default_factory=dict)
     """Landed kills wanted per window in all."""
     pids: dict[int, int | None] = field(default_factory=dict)
+    """Each member's current pid from the launcher's journal (None while not running)."""
     starts: dict[int, list[float]] = field(default_factory=dict)
     """Wall times of the launcher's starts of each member (from its journal)."""
     unexpected_exits: list[str] = field(default_factory=list)
     """Exits the driver did not cause (a crash of its own, or a finish at the epoch cap)."""
     journal_pos: int = 0
+    """Bytes of the launcher's journal read so far."""
     kills: list[Kill] = field(default_factory=list)
+    """Every SIGKILL sent, landed or missed."""
     opportunities: Counter = field(default_factory=Counter)
+    """Window events seen per window while the chaos phase was on."""
     closed_before_kill: Counter = field(default_factory=Counter)
     """Opportunities whose window had closed by the time the driver could kill (nothing killed)."""
     last_kill: dict[int, float] = field(default_factory=dict)
-    delayed: list[tuple[float, int, str, str, Callable[[], str | None]]] = field(default_factory=list)
+    """Wall time of each member's latest kill."""
+    delayed: list[tuple[float, int, str, str, str]] = field(default_factory=list)
+    """Restart-window kills to come: (monotonic time, member, window, detail, pending checkpoint)."""
     random_times: list[float] = field(default_factory=list)
+    """Monotonic times of the random kills to come."""
     restart_durations: list[float] = field(default_factory=list)
     """Seconds from ``pending_exploit`` seen to the exploit applied, as observed (bounds the delayed kills)."""
 
@@ -495,7 +507,8 @@ def decision_not_acted_on(mdir: Path, seq: int, generation: int | None, rng_afte
     return "decision logged and state.json saved, donor not yet fetched"
 
 
-def restart_in_flight(mdir: Path, checkpoint: str, pid: int, execd: bool) -> str | None:
+def restart_in_flight(mdir: Path, checkpoint: str, execd: bool) -> str | None:
+    """The exploit restart to ``checkpoint`` has not applied it yet (``execd``: the image after execv)."""
     try:
         state = load_state(mdir / "state.json")
     except RecordError:
@@ -647,7 +660,7 @@ class Watcher:
             except OSError:
                 execd = False
             mdir = d.mdir(member)
-            d.try_kill(member, window, detail, lambda: restart_in_flight(mdir, checkpoint, pid, execd), aimed=False)
+            d.try_kill(member, window, detail, lambda: restart_in_flight(mdir, checkpoint, execd), aimed=False)
         while d.random_times and now >= d.random_times[0] and d.quota.get("random", 0) > 0:
             d.random_times.pop(0)
             live = [m for m in range(self.driver.args.members) if d.alive_pid(m) is not None and d.eligible(m)]
