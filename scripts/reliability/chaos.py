@@ -767,7 +767,8 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
         notes.append(f"windows still wanting kills {driver.quota}: {why}")
     first_code = launcher.poll()
     if first_code is None:
-        print(f"[chaos] every window received its kills after {chaos_s:.1f} s: stopping the population", flush=True)
+        print(f"[chaos] {'every window received its kills' if driver.done() else 'chaos phase cut short'} after "
+              f"{chaos_s:.1f} s: stopping the population", flush=True)
         stop_at = time.monotonic()
         first_code = _stop(launcher, deadline)
         print(f"[chaos] population stopped in {time.monotonic() - stop_at:.1f} s", flush=True)

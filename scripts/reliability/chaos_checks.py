@@ -43,6 +43,24 @@ def _sha_ok(ws: Workspace, rel: str, sha: str) -> str:
         return f"error {exc}"
 
 
+def _decision_frame(entry: dict[str, Any]) -> int | None:
+    """The deciding member's frame in an audit ``decision`` entry."""
+    return ((entry.get("inputs") or {}).get("me") or {}).get("frame")
+
+
+def _mentions(inputs: Any, checkpoint: str, sha256: str) -> bool:
+    """Whether a decision's inputs hold ``checkpoint`` with ``sha256`` in one object (a peer's record or one
+    of its history entries): the decision saw exactly the donor checkpoint the lineage names."""
+    if isinstance(inputs, dict):
+        values = set(v for v in inputs.values() if isinstance(v, str))
+        if checkpoint in values and sha256 in values:
+            return True
+        return any(_mentions(v, checkpoint, sha256) for v in inputs.values())
+    if isinstance(inputs, list):
+        return any(_mentions(v, checkpoint, sha256) for v in inputs)
+    return False
+
+
 def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, first_code: int | None,
            finish_codes: dict[int, int | None], target_epochs: dict[int, int], notes: list[str]) -> dict[str, Any]:
     """Check a finished chaos run. ``driver`` is chaos.Driver (its kills, quota and opportunities);
@@ -181,10 +199,9 @@ def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, 
         for e in state.lineage:
             if e.get("outcome") != "exploit":
                 continue
-            match = [d for d in exploit_decisions if d["decision"]["donor"] == e["donor"]
-                     and d["inputs"]["me"]["frame"] == e["frame"]
-                     and any(p["member"] == e["donor"] and p["checkpoint"] == e["donor_checkpoint"]
-                             and p["checkpoint_sha256"] == e["donor_sha256"] for p in d["inputs"]["peers"])]
+            match = [d for d in exploit_decisions if d["decision"].get("donor") == e["donor"]
+                     and _decision_frame(d) == e["frame"]
+                     and _mentions(d.get("inputs"), e["donor_checkpoint"], e["donor_sha256"])]
             if not match:
                 lineage_problems.append(f"member {m}: lineage generation {e['generation']} has no matching decision")
         # A restart after a kill resumes from the member's own last checkpoint: never from scratch, and
@@ -192,7 +209,7 @@ def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, 
         last_decision_frame = 0
         for i, e in enumerate(entries):
             if e.get("kind") == "decision":
-                last_decision_frame = max(last_decision_frame, e["inputs"]["me"]["frame"])
+                last_decision_frame = max(last_decision_frame, _decision_frame(e) or 0)
             elif e.get("kind") == "start" and i > 0:
                 # A kill before the first state.json with a checkpoint leaves nothing to resume from: a fresh
                 # start then, at frame 0, loses at most the interval in flight like any other kill.
