@@ -28,3 +28,17 @@ def forced_exploit(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Dec
 
 
 register(RuleSpec("fixture_forced_exploit", forced_exploit, (), "test fixture: forced exploits", fixture=True))
+
+
+def exploit_every_decision(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
+    """Every decision exploits the best-ranked peer that may be a donor, whatever the gap: a reliability
+    harness gets exploit windows at a steady rate that no objective value can change."""
+    donors = donor_candidates(fld, fld.ranked)
+    if not donors:
+        return _keep("fixture_exploit_every_decision", "fixture: no peer with a checkpoint to exploit", **fld.common)
+    return exploit_decision("fixture_exploit_every_decision", fld, donors[0],
+                            [f"fixture: exploit at every decision, best peer {donors[0]}"], {})
+
+
+register(RuleSpec("fixture_exploit_every_decision", exploit_every_decision, (),
+                  "test fixture: every decision exploits the best peer (chaos harness)", fixture=True))

@@ -27,7 +27,7 @@ def member_command(ws: Path, iterations: int) -> list[str]:
         "--max_iterations", str(iterations), "--num_envs", "8", "--train-dir", str(ws / "runs"),
         "--pbt-interval-steps", "2048", "--pbt-start-grace-frames", "0", "--pbt-restart-grace-frames", "0",
         "--pbt-min-episodes", "4", "--pbt-min-members", "3", "--pbt-window", "16", "--pbt-heartbeat-interval-s", "1",
-        "--pbt-frame-tolerance", "100000000", "--pbt-max-frame-lag", "100000000",
+        "--pbt-max-frame-lag", "100000000",
         "agent.params.torch_threads=1", "agent.params.config.horizon_length=64",
         "agent.params.config.minibatch_size=256", "agent.params.config.mini_epochs=1",
     ]

@@ -253,6 +253,11 @@ def test_fixture_rule_needs_its_environment_variable(monkeypatch):
 
     monkeypatch.setenv(TEST_FIXTURE_ENV, "fixture_forced_exploit")
     assert population_config_from_dict({"rule": "fixture_forced_exploit"}).rule == "fixture_forced_exploit"
+    # Each fixture needs the variable set to its own name.
+    with pytest.raises(ConfigError):
+        population_config_from_dict({"rule": "fixture_exploit_every_decision"})
+    monkeypatch.setenv(TEST_FIXTURE_ENV, "fixture_exploit_every_decision")
+    assert population_config_from_dict({"rule": "fixture_exploit_every_decision"}).rule == "fixture_exploit_every_decision"
 
 
 def test_bad_yaml_files_are_refused_naming_the_file(tmp_path):

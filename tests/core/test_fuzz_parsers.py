@@ -1,4 +1,4 @@
-"""Fuzzing every parser of workspace files (CI size of ``scripts/benchmarks/fuzz_parsers.py``).
+"""Fuzzing every parser of workspace files (CI size of ``scripts/reliability/fuzz_parsers.py``).
 
 Each parser gets Hypothesis-generated inputs built from valid files written by the real code: structured
 edits of the JSON (values replaced by other types, NaN, 1e400, 10**400, keys deleted or added), byte-level
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmarks" / "fuzz_parsers.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reliability" / "fuzz_parsers.py"
 EXAMPLES = 120
 """Inputs per target here; the script runs 10,000 per target."""
 

@@ -453,3 +453,25 @@ def test_property_isaaclab_band_formula(make_record, means, k, abs_):
     assert d.thresholds["upper"] == pytest.approx(upper, rel=1e-9, abs=1e-9)
     assume(abs(means[0] - lower) > 1e-6)
     assert (d.outcome is Outcome.KEEP) == (means[0] >= lower)
+
+
+# ------------------------------------------------------------------ test fixture rules
+
+
+def test_fixture_exploit_every_decision_exploits_the_best_peer_at_every_decision(make_record, monkeypatch):
+    monkeypatch.setenv("ASYNC_PBT_TEST_FIXTURE", "fixture_exploit_every_decision")
+    cfg = cfg_(rule="fixture_exploit_every_decision")
+    best_no_ckpt = make_record(0, const(30.0), now=NOW, frame=FRAME, checkpoint=False)
+    best = make_record(1, const(20.0), now=NOW, frame=FRAME)
+    worse = make_record(2, const(10.0), now=NOW, frame=FRAME, generation=5, evidence_generation=5)
+    recs = [best_no_ckpt, best, worse]
+    # Whatever the gap, the generation or the rank: every member exploits the best peer with a checkpoint.
+    for me, donor in ((best_no_ckpt, 1), (best, 2), (worse, 1)):
+        d = decide(me, recs, cfg, MemberRng(0), NOW)
+        assert d.outcome is Outcome.EXPLOIT and d.donor == donor, (me.member, d)
+        assert d.rule == "fixture_exploit_every_decision"
+    # The general guards still apply: no exploit inside the start grace, none without a donor checkpoint.
+    early = replace(worse, frame=10)
+    assert decide(early, [early, best], cfg, MemberRng(0), NOW).outcome is Outcome.KEEP
+    d = decide(best, [best, best_no_ckpt], cfg, MemberRng(0), NOW)
+    assert d.outcome is Outcome.KEEP and "no peer with a checkpoint" in d.reasons[-1]

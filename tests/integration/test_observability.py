@@ -35,7 +35,7 @@ def population(tmp_path_factory):
         "--pbt-workspace", str(ws), "--pbt-members", "2", "--train-dir", str(root / "runs"),
         "--pbt-rule", "fixture_forced_exploit", "--pbt-interval-steps", "4096",
         "--pbt-start-grace-frames", "0", "--pbt-restart-grace-frames", "0", "--pbt-min-episodes", "8",
-        "--pbt-heartbeat-interval-s", "0.5", "--pbt-frame-tolerance", "10000000",
+        "--pbt-heartbeat-interval-s", "0.5",
         "--pbt-keep-last-checkpoints", "100", "--num_envs", "16",
         "agent.pbt.mutation_rate=1.0",
         "agent.pbt.mutation.learning_rate=mutate_float",

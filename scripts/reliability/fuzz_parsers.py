@@ -42,8 +42,8 @@ For torch checkpoints, the byte edits hit a real small rl_games checkpoint (a re
 agent after one epoch, saved by ``save_checkpoint``), and a fourth generator edits the pickle inside
 the zip (``data.pkl``) and re-zips it with correct CRCs, so the weights-only unpickler itself is fuzzed.
 
-    python scripts/benchmarks/fuzz_parsers.py --examples 10000           # >= 10,000 inputs per target
-    python scripts/benchmarks/fuzz_parsers.py --examples 500 --targets audit load_checkpoint
+    python scripts/reliability/fuzz_parsers.py --examples 10000           # >= 10,000 inputs per target
+    python scripts/reliability/fuzz_parsers.py --examples 500 --targets audit load_checkpoint
 
 Exit status 0 when no target raised an unexpected exception or broke an invariant, 1 otherwise.
 ``tests/core/test_fuzz_parsers.py`` runs the same targets with fewer examples.
