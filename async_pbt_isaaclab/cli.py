@@ -8,12 +8,14 @@ Subcommands::
     async-pbt best WORKSPACE [--top N] [--json]
     async-pbt lineage WORKSPACE [--member N] [--json]
     async-pbt launch --members N --workspace DIR [...] -- COMMAND ...
+    async-pbt evaluate CHECKPOINT [CHECKPOINT ...] [--task ID] [--agent-yaml YAML] [--episodes N] [--seed S] [--json]
 
 Exit codes: 0 success; 1 the audit found a failing entry; 2 bad usage, an invalid config or a path
 that is not a population workspace.
 
 This module is the entry point only (:data:`SUBCOMMANDS`, :func:`build_parser`, :func:`main`). The
-subcommands live in :mod:`async_pbt_isaaclab.commands`: ``check-config`` in
+subcommands live in :mod:`async_pbt_isaaclab.commands`: ``evaluate`` in
+:mod:`~async_pbt_isaaclab.commands.evaluate`, ``check-config`` in
 :mod:`~async_pbt_isaaclab.commands.check_config`, ``status``/``audit``/``best``/``lineage`` in
 :mod:`~async_pbt_isaaclab.commands.workspace_views`, their shared exit codes and :class:`CliError` in
 :mod:`~async_pbt_isaaclab.commands.common`; ``launch`` comes from :mod:`async_pbt_isaaclab.launch.local`.
@@ -48,6 +50,7 @@ from async_pbt_isaaclab.commands.check_config import (
     add_check_config_parser,
     cmd_check_config,
 )
+from async_pbt_isaaclab.commands.evaluate import add_evaluate_parser  # torch/rl_games imported lazily
 from async_pbt_isaaclab.commands.common import EXIT_AUDIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
 from async_pbt_isaaclab.commands.workspace_views import (
     add_audit_parser,
@@ -75,6 +78,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_best_parser,
     add_lineage_parser,
     add_launch_parser,
+    add_evaluate_parser,
 ]
 """Parser builders, one per subcommand, in ``--help`` order. Each sets ``func`` to its ``cmd_<name>``."""
 
