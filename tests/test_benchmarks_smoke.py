@@ -122,6 +122,17 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
     assert f"{run['final']['population']:.1f}" in printed
     assert "frames to target: per member (total in the arm = members x per member)" in printed
     assert re.search(r"^(PASS|FAIL): goal population <= 0.5 x median independent", printed, re.MULTILINE)
+    for t, cell in run["target_sweep"].items():
+        reached = [p for p, v in zip(points, run["curves"]["population"]) if v >= float(t)]
+        assert cell["population"] == (reached[0] if reached else None)
+
+    # --reanalyze: the same evaluated checkpoints against another target, no training.
+    assert study.main(["--out", str(out), "--reanalyze", "--target", "0", "--sweep", "-5000"]) == 0
+    printed = capsys.readouterr().out
+    assert "ratio population / median independent (frames per member): median n/a; per seed: n/a" in printed
+    assert re.search(r"target\s+-5000.0: population 4k \(8k total\)\s+independent median run 4k \(8k total\)\s+"
+                     r"ratio 1.00", printed), printed
+    assert (out / "population_vs_independent_target0.png").is_file()
 
 
 def test_population_vs_independent_refuses_a_used_folder(tmp_path, capsys):

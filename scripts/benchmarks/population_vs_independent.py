@@ -74,6 +74,8 @@ FULL = {"seeds": [0, 1, 2], "members": 4, "frames_per_member": 196_608, "interva
 SMOKE = {"seeds": [0], "members": 2, "frames_per_member": 12_288, "interval": 4096, "eval_every": 1,
          "eval_episodes": 4, "target": -1000.0}
 """``--smoke``: every step once, a minute or two."""
+SWEEP = (-500.0, -400.0, -300.0, -250.0)
+"""Targets also reported (a held-out return's first crossing depends on where the bar is; all are shown)."""
 ARMS = ("population", "independent")
 
 
@@ -100,6 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"held-out episodes per checkpoint, for selection and again for the report "
                         f"(default {FULL['eval_episodes']})")
     p.add_argument("--target", type=float, default=None, help=f"held-out return to reach (default {FULL['target']})")
+    p.add_argument("--sweep", type=float, nargs="*", default=None, metavar="RETURN",
+                   help=f"more targets to report from the same runs (default {list(SWEEP)})")
+    p.add_argument("--reanalyze", action="store_true",
+                   help="no training: recompute figures, table and plot from --out/results.json (e.g. other targets)")
     p.add_argument("--rule", default="dexpbt", help="selection rule of the population (default dexpbt)")
     p.add_argument("--mutation-rate", type=float, default=0.5,
                    help="probability that each mutated hyperparameter changes at an explore (default 0.5)")
@@ -115,6 +121,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     for key, value in preset.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    args.sweep = list(SWEEP) if args.sweep is None else args.sweep
     args.set_values = DEFAULT_SET if args.set_values is None else args.set_values
     args.mutate = DEFAULT_MUTATE if args.mutate is None else args.mutate
     for flag, value in (("--members", args.members), ("--frames-per-member", args.frames_per_member),
@@ -204,9 +211,33 @@ def finish_seed(args: argparse.Namespace, job: dict) -> dict:
     return {"wall_s": wall, "launcher_exit": job["codes"], "load_average": [min(load), max(load)]}
 
 
+def reanalyze(args: argparse.Namespace, out: Path) -> int:
+    """Figures from the evaluated checkpoints in ``out/results.json``, with this command's target and sweep."""
+    import json
+
+    try:
+        results = json.loads((out / "results.json").read_text())
+    except (OSError, ValueError) as exc:
+        print(f"error: --reanalyze needs {out / 'results.json'} from a finished study ({exc})", file=sys.stderr)
+        return 2
+    members = int(results["settings"]["members"])
+    for run in results["seeds"].values():
+        run.update(analysis.seed_summary(run, results["eval_points"], args.target, args.sweep))
+    results["summary"] = analysis.study_summary(results, args.target, members)
+    results["settings"].update(target=args.target, sweep=args.sweep)
+    plot = out / f"population_vs_independent_target{args.target:g}.png"
+    analysis.plot(results, args.target, members, plot)
+    for line in analysis.report(results, args.target, members):
+        print(line)
+    print(f"plot: {plot} (results.json left as it was)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = resolve(build_parser().parse_args(argv))
     out = Path(args.out)
+    if args.reanalyze:
+        return reanalyze(args, out)
     if out.exists() and any(out.iterdir()):
         print(f"error: --out {out} exists and is not empty; a study needs a new folder", file=sys.stderr)
         return 2
@@ -233,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         for arm in ARMS:
             run[arm] = analysis.evaluate_arm(evaluator, out / f"seed{seed}" / arm, args.members, points,
                                              args.eval_episodes)
-        run.update(analysis.seed_summary(run, points, args.target))
+        run.update(analysis.seed_summary(run, points, args.target, args.sweep))
         results["seeds"][str(seed)] = run
         analysis.write_json(out / "results.json", results)
         print(f"[study] seed {seed}: evaluated; population exploits {run['exploits']}", flush=True)

@@ -117,7 +117,9 @@ def ratio(num: float, den: float, budget: int) -> dict[str, Any]:
     return {"value": None, "relation": "n/a"}
 
 
-def seed_summary(run: dict[str, Any], points: list[int], target: float) -> dict[str, Any]:
+def seed_summary(run: dict[str, Any], points: list[int], target: float,
+                 sweep: tuple[float, ...] = ()) -> dict[str, Any]:
+    """Curves, frames to ``target`` (and to each ``sweep`` target), ratios and final returns of one seed."""
     pop, ind = run["population"], run["independent"]
     n = len(points)
     pop_curve = [_best_by_selection(pop, k) for k in range(n)]
@@ -138,6 +140,12 @@ def seed_summary(run: dict[str, Any], points: list[int], target: float) -> dict[
         "ratio_population_over_best_of_arm_independent": ratio(pop_ftt, best_ind_ftt, points[-1]),
         "final": {"population": pop_curve[-1], "independent_median": med_curve[-1],
                   "independent_runs": {m: c[-1] for m, c in runs.items()}, "independent_best_of_arm": best_ind_curve[-1]},
+        "target_sweep": {str(t): {"population": frames_to_target(pop_curve, points, t),
+                                  "independent_median": statistics.median(
+                                      frames_to_target(c, points, t) for c in runs.values()),
+                                  "ratio": ratio(frames_to_target(pop_curve, points, t), statistics.median(
+                                      frames_to_target(c, points, t) for c in runs.values()), points[-1])}
+                         for t in sweep},
         "exploits": sum((v.get("exploits") or 0) for v in pop["members"].values()),
         "exploits_without_change": sum((v.get("exploits_without_change") or 0) for v in pop["members"].values()),
     }
@@ -181,6 +189,11 @@ def _fmt_frames(v: float | None, members: int) -> str:
     return f"{v / 1000:.0f}k ({v * members / 1000:.0f}k total)"
 
 
+def _inf(v: float | None) -> float:
+    """Frames to target as read back from results.json, where null means never reached."""
+    return INF if v is None else float(v)
+
+
 def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
@@ -205,7 +218,20 @@ def report(results: dict[str, Any], target: float, members: int) -> list[str]:
                        ("independent_best_of_arm", "independent, best of arm")):
         sp = s["final_return"][key]
         lines.append(f"  {label:28s} {_fmt(sp['median'])} [{_fmt(sp['min'])}, {_fmt(sp['max'])}]")
-    lines.append(f"population exploits per seed: {s['exploits']}")
+    seeds = list(results["seeds"].values())
+    sweep = list(seeds[0].get("target_sweep", {})) if seeds else []
+    if sweep:
+        lines.append("other targets, same runs: frames per member to reach (median over seeds), ratio per seed")
+        for t in sweep:
+            cells = [x["target_sweep"][t] for x in seeds]
+            pop = statistics.median(_inf(c["population"]) for c in cells)
+            ind = statistics.median(_inf(c["independent_median"]) for c in cells)
+            ratios = ", ".join("n/a" if c["ratio"]["value"] is None else
+                               f"{c['ratio']['relation']}{c['ratio']['value']:.2f}".replace("=", "") for c in cells)
+            lines.append(f"  target {float(t):8.1f}: population {_fmt_frames(pop, members):24s} "
+                         f"independent median run {_fmt_frames(ind, members):24s} ratio {ratios}")
+    lines.append(f"population exploits per seed: {s['exploits']}; of them without any hyperparameter change: "
+                 f"{[x.get('exploits_without_change') for x in seeds]}")
     lines.append(f"{'PASS' if s['goal_met'] else 'FAIL'}: goal population <= 0.5 x median independent frames to target")
     return lines
 
