@@ -23,8 +23,11 @@ yaml. A discount that short sees about 5 steps ahead, too few for the swing-up, 
 slowly and stays clearly below a tuned one. Measured before choosing (one run each, seed 100, held-out return
 of the deterministic policy over 16 episodes at 32k / 98k / 196k / 294k frames): gamma 0.95: -244 / -311 /
 -284 / -214; gamma 0.9: -225 / -292 / -597 / -590; gamma 0.8: -771 / -637 / -536 / -473; gamma 0.7: -1197 /
--1194 / -1026 / -1050 (barely learns: a degenerate comparison). The default target -600 is one the mis-set
-independent runs do reach, at about 130-200k frames, and a tuned run reaches within 32k. The learning rate is
+-1194 / -1026 / -1050 (barely learns: a degenerate comparison). The default target is -400: a tuned run
+reaches it within about 32k frames, the mis-set independent runs hover around it late in their runs or not at
+all. (The first full study used -600, which the mis-set runs of seeds 0-2 reached after only 41-49k frames,
+so every arm crossed it within 2-3 evaluation points and the ratio measured little but that granularity;
+docs/validation.md has both.) The learning rate is
 left at its value: under the yaml's adaptive schedule rl_games corrects a mis-set learning rate within a few
 epochs, so mis-setting it tests nothing. The population mutates ``gamma`` on ``1 - gamma`` inside [0.5,
 0.995] (bounds that contain the mis-set value, so the population has to find a good discount by search, not
@@ -69,12 +72,12 @@ DEFAULT_MUTATE = ["gamma={kind: mutate_discount, low: 0.5, high: 0.995, change_r
                   "learning_rate=mutate_float"]
 """Mutation specs (``KEY=SPEC`` -> ``agent.pbt.mutation.KEY=SPEC``)."""
 FULL = {"seeds": [0, 1, 2], "members": 4, "frames_per_member": 196_608, "interval": 8192, "eval_every": 2,
-        "eval_episodes": 16, "target": -600.0}
+        "eval_episodes": 16, "target": -400.0}
 """Defaults: 3 seeds x 2 arms x 4 members x 196,608 frames (96 epochs of 2,048)."""
 SMOKE = {"seeds": [0], "members": 2, "frames_per_member": 12_288, "interval": 4096, "eval_every": 1,
          "eval_episodes": 4, "target": -1000.0}
 """``--smoke``: every step once, a minute or two."""
-SWEEP = (-500.0, -400.0, -300.0, -250.0)
+SWEEP = (-600.0, -500.0, -300.0, -250.0)
 """Targets also reported (a held-out return's first crossing depends on where the bar is; all are shown)."""
 ARMS = ("population", "independent")
 

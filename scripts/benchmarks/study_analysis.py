@@ -211,8 +211,12 @@ def report(results: dict[str, Any], target: float, members: int) -> list[str]:
     r = s["ratio_population_over_median_independent"]
     per_seed = ", ".join("n/a" if x["value"] is None else f"{x['relation']}{x['value']:.2f}".replace("=", "")
                          for x in r["per_seed"])
-    med = "n/a" if r["median"] is None else f"{r['median']:.2f}"
+    bound = "<=" if "<" in r["relations"] else ""  # a median over upper bounds is itself an upper bound
+    med = "n/a" if r["median"] is None else f"{bound}{r['median']:.2f}"
     lines.append(f"ratio population / median independent (frames per member): median {med}; per seed: {per_seed}")
+    best = [x["ratio_population_over_best_of_arm_independent"] for x in results["seeds"].values()]
+    lines.append("ratio population / best of the independent arm (same total frames): per seed: " + ", ".join(
+        "n/a" if x["value"] is None else f"{x['relation']}{x['value']:.2f}".replace("=", "") for x in best))
     lines.append("final held-out return: median [min, max] over seeds")
     for key, label in (("population", "population (best member)"), ("independent_median", "independent, median run"),
                        ("independent_best_of_arm", "independent, best of arm")):
