@@ -12,12 +12,14 @@ Subcommands::
     async-pbt launch --members N --workspace DIR [--backend local|slurm|ray ...] -- COMMAND ...
     async-pbt doctor WORKSPACE [--json]
     async-pbt stop WORKSPACE
+    async-pbt evaluate CHECKPOINT [CHECKPOINT ...] [--task ID] [--agent-yaml YAML] [--episodes N] [--seed S] [--json]
 
 Exit codes: 0 success; 1 the audit found a failing entry; 2 bad usage, an invalid config or a path
 that is not a population workspace.
 
 This module is the entry point only (:data:`SUBCOMMANDS`, :func:`build_parser`, :func:`main`). The
-subcommands live in :mod:`async_pbt_isaaclab.commands`: ``check-config`` in
+subcommands live in :mod:`async_pbt_isaaclab.commands`: ``evaluate`` in
+:mod:`~async_pbt_isaaclab.commands.evaluate`, ``check-config`` in
 :mod:`~async_pbt_isaaclab.commands.check_config`, ``status``/``audit``/``best``/``lineage`` in
 :mod:`~async_pbt_isaaclab.commands.workspace_views`, their shared exit codes and :class:`CliError` in
 :mod:`~async_pbt_isaaclab.commands.common`; ``launch`` comes from :mod:`async_pbt_isaaclab.launch.local`.
@@ -53,6 +55,7 @@ from async_pbt_isaaclab.commands.check_config import (
     cmd_check_config,
 )
 from async_pbt_isaaclab.commands.common import EXIT_AUDIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, OneLineParser
+from async_pbt_isaaclab.commands.evaluate import add_evaluate_parser  # torch/rl_games imported lazily
 from async_pbt_isaaclab.commands.workspace_views import (
     add_audit_parser,
     add_best_parser,
@@ -87,6 +90,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_launch_parser,
     add_doctor_parser,
     add_stop_parser,
+    add_evaluate_parser,
 ]
 """Parser builders, one per subcommand, in ``--help`` order. Each sets ``func`` to its ``cmd_<name>``."""
 

@@ -51,3 +51,92 @@ def test_e2e_benchmark_reports_both_frame_rates(capsys):
     # Same seed, and the emitter draws no random numbers: both variants train exactly the same policy.
     assert "training identical in both variants (same seed; final parameters and frames compared in every pair): yes" \
         in out, out
+
+
+# ------------------------------------------------------------------ population vs independent study
+STUDY = Path(__file__).resolve().parents[1] / "scripts" / "benchmarks" / "population_vs_independent.py"
+
+
+def _load_study():
+    name = "_async_pbt_bench_population_vs_independent"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, STUDY)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.mark.slow
+def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, capsys):
+    """``--smoke``: real members under the launcher in both arms, held-out evaluation, table, JSON, plot.
+
+    Checks that the outputs exist and agree with each other; the study's goal is not asserted (a smoke run
+    is far too short for any arm to learn).
+    """
+    import json
+    import math
+    import statistics
+
+    study = _load_study()
+    out = tmp_path / "study"
+    assert study.main(["--smoke", "--out", str(out), "--target", "-1300"]) == 0
+    printed = capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    assert (out / "population_vs_independent.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    points = results["eval_points"]
+    assert points == [4096, 8192, 12288] and results["frames_per_member"] == 12288
+    (run,) = results["seeds"].values()
+    assert run["launcher_exit"] == {"population": 0, "independent": 0}
+    for arm in ("population", "independent"):
+        assert sorted(run[arm]["members"]) == ["0", "1"]
+        for member in run[arm]["members"].values():
+            # Retention was off: every member has a checkpoint evaluated at every point.
+            assert [p["frame"] for p in member["points"]] == points
+            assert all(p["checkpoint"] and math.isfinite(p["report"]) and math.isfinite(p["selection"])
+                       for p in member["points"])
+            assert all(-16.3 * 200 <= p["report"] <= 0 for p in member["points"])
+    # Selection really was off in the independent arm, and only there.
+    assert all(m["exploits"] == 0 and m["generation"] == 0 for m in run["independent"]["members"].values())
+    # The population's curve is the report return of its member with the best selection return.
+    for k, value in enumerate(run["curves"]["population"]):
+        rows = [m["points"][k] for m in run["population"]["members"].values()]
+        assert value == max(rows, key=lambda r: r["selection"])["report"]
+    runs = run["curves"]["independent_runs"]
+    assert run["curves"]["independent_median"] == [statistics.median(c[k] for c in runs.values())
+                                                   for k in range(len(points))]
+    # Frames to target: the first point at or above the target, null when never reached.
+    target = results["settings"]["target"]
+    for curve, ftt in ((run["curves"]["population"], run["frames_to_target"]["population"]),
+                       *((runs[m], run["frames_to_target"]["independent_runs"][m]) for m in runs)):
+        reached = [p for p, v in zip(points, curve) if v >= target]
+        assert ftt == (reached[0] if reached else None)
+    pop, med = run["frames_to_target"]["population"], run["frames_to_target"]["independent_median"]
+    r = run["ratio_population_over_median_independent"]
+    if pop is not None and med is not None:
+        assert r == {"value": pytest.approx(pop / med), "relation": "="}
+    else:
+        assert r["relation"] in ("<", ">", "n/a")
+    assert run["final"]["population"] == run["curves"]["population"][-1]
+    assert results["summary"]["final_return"]["population"]["median"] == run["final"]["population"]
+    assert f"{run['final']['population']:.1f}" in printed
+    assert "frames to target: per member (total in the arm = members x per member)" in printed
+    assert re.search(r"^(PASS|FAIL): goal population <= 0.5 x median independent", printed, re.MULTILINE)
+    for t, cell in run["target_sweep"].items():
+        reached = [p for p, v in zip(points, run["curves"]["population"]) if v >= float(t)]
+        assert cell["population"] == (reached[0] if reached else None)
+
+    # --reanalyze: the same evaluated checkpoints against another target, no training.
+    assert study.main(["--out", str(out), "--reanalyze", "--target", "0", "--sweep", "-5000"]) == 0
+    printed = capsys.readouterr().out
+    assert "ratio population / median independent (frames per member): median n/a; per seed: n/a" in printed
+    assert re.search(r"target\s+-5000.0: population 4k \(8k total\)\s+independent median run 4k \(8k total\)\s+"
+                     r"ratio 1.00", printed), printed
+    assert (out / "population_vs_independent_target0.png").is_file()
+
+
+def test_population_vs_independent_refuses_a_used_folder(tmp_path, capsys):
+    study = _load_study()
+    (tmp_path / "old.txt").write_text("x")
+    assert study.main(["--smoke", "--out", str(tmp_path)]) == 2
+    assert "exists and is not empty" in capsys.readouterr().err

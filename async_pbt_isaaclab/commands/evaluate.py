@@ -1,0 +1,285 @@
+"""``async-pbt evaluate``: held-out episodes of any rl_games checkpoint on a gymnasium task.
+
+    async-pbt evaluate CHECKPOINT [CHECKPOINT ...] [--task Pendulum-v1] [--agent-yaml YAML]
+                       [--episodes 16] [--seed 100000] [--trusted] [--json]
+
+Works on a population member's checkpoint (with PBT metadata) and on a plain rl_games checkpoint alike.
+The policy is rebuilt from the agent yaml (default: the packaged Pendulum-v1 PPO yaml; network keys a
+member mutated, ``network.*``, are taken from the checkpoint's metadata so the network is rebuilt as it
+was trained), the weights and input normaliser are loaded through the safe loader
+(:func:`async_pbt_isaaclab.rl_games.checkpoint.load_checkpoint`), and the policy plays ``--episodes``
+episodes with the deterministic action (the Gaussian's mean), one gymnasium env per episode, env ``i``
+reset with seed ``S + i``. The default ``S`` (100000) lies far from the training seeds rl_games and the
+CPU member use (the yaml's ``params.seed`` plus the member index, then one seed per env), so the episodes
+are held out from training. The return is the undiscounted sum of the env's own rewards (no reward
+shaping).
+
+Only the command's parser lives at the top: torch, rl_games and gymnasium are imported inside
+:func:`evaluate_checkpoint`, so ``async-pbt --help`` stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import statistics
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from async_pbt_isaaclab.commands.common import CliError, _emit_json, _table
+
+DEFAULT_AGENT_YAML = Path(__file__).resolve().parents[1] / "examples" / "pendulum_ppo.yaml"
+"""The packaged Pendulum-v1 PPO agent yaml, used when ``--agent-yaml`` is not given."""
+DEFAULT_EVAL_SEED = 100_000
+"""First env seed of the held-out episodes: far above the training seeds (yaml seed + member index + env)."""
+
+
+@dataclass
+class Evaluation:
+    """Held-out returns of one checkpoint."""
+
+    checkpoint: str
+    """The checkpoint file evaluated."""
+    task: str
+    """The gymnasium task id it was played on."""
+    seed: int
+    """Seed of the first episode's env; episode ``i`` used ``seed + i``."""
+    returns: list[float] = field(default_factory=list)
+    """Undiscounted return of each episode, in seed order."""
+    lengths: list[int] = field(default_factory=list)
+    """Steps of each episode."""
+    pbt: dict[str, Any] = field(default_factory=dict)
+    """The checkpoint's PBT metadata (member, generation, frame); empty for a plain rl_games checkpoint."""
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.returns) if self.returns else math.nan
+
+    @property
+    def std(self) -> float:
+        return statistics.pstdev(self.returns) if len(self.returns) > 1 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(episodes=len(self.returns), mean=self.mean, std=self.std,
+                   min=min(self.returns) if self.returns else math.nan,
+                   max=max(self.returns) if self.returns else math.nan)
+        out["pbt"] = {k: self.pbt[k] for k in ("member", "generation", "frame", "epoch") if k in self.pbt}
+        return out
+
+
+class Evaluator:
+    """Builds the player once for a task and agent yaml, then evaluates checkpoints with it.
+
+    Raises :class:`CliError` for an unreadable yaml, an unknown task or a checkpoint that does not fit.
+    """
+
+    def __init__(self, task: str | None = None, agent_yaml: str | Path | None = None, trusted: bool = False):
+        from async_pbt_isaaclab.core.agent_config import load_yaml
+        from async_pbt_isaaclab.core.config import ConfigError
+
+        self.agent_yaml = Path(agent_yaml) if agent_yaml is not None else DEFAULT_AGENT_YAML
+        try:
+            cfg = load_yaml(self.agent_yaml)
+        except ConfigError as exc:
+            raise CliError(f"agent yaml {exc}") from None
+        params = cfg.get("params")
+        if not isinstance(params, dict) or not isinstance(params.get("config"), dict) \
+                or not isinstance(params.get("network"), dict):
+            raise CliError(f"agent yaml {self.agent_yaml}: not an rl_games agent config "
+                           f"(expected params.config and params.network)")
+        algo = (params.get("algo") or {}).get("name")
+        if algo not in ("a2c_continuous", "a2c_discrete"):
+            raise CliError(f"agent yaml {self.agent_yaml}: params.algo.name {algo!r} is not supported "
+                           f"(evaluate plays a2c_continuous and a2c_discrete PPO agents)")
+        self.task = task or params["config"].get("env_name")
+        if not self.task:
+            raise CliError(f"agent yaml {self.agent_yaml}: no params.config.env_name; pass --task")
+        self.cfg = cfg
+        self.trusted = trusted
+        self._player_cache: dict[str, Any] = {}
+        self._spaces = self._task_spaces()
+
+    def _make_env(self):
+        import gymnasium
+
+        kwargs = {k: v for k, v in (self.cfg["params"]["config"].get("env_config") or {}).items()
+                  if k not in ("seed", "pbt_condition", "pbt_terms")}
+        try:
+            return gymnasium.make(self.task, **kwargs)
+        except gymnasium.error.Error as exc:
+            raise CliError(f"task {self.task!r}: not a registered gymnasium env ({exc})") from None
+        except TypeError as exc:
+            raise CliError(f"task {self.task!r}: params.config.env_config of {self.agent_yaml} does not fit "
+                           f"it ({exc})") from None
+
+    def _task_spaces(self):
+        import gymnasium
+        import numpy as np
+
+        env = self._make_env()
+        obs_space, action_space = env.observation_space, env.action_space
+        env.close()
+        if not isinstance(obs_space, gymnasium.spaces.Box):
+            raise CliError(f"task {self.task!r}: observation space {obs_space} is not a Box")
+        # rl_games feeds observations as float32; report float64 Box spaces as float32 (as training does).
+        obs_space = gymnasium.spaces.Box(obs_space.low.astype(np.float32), obs_space.high.astype(np.float32),
+                                         dtype=np.float32)
+        return obs_space, action_space
+
+    def _player(self, network_overrides: dict[str, Any]):
+        """An rl_games player for the task, built with the checkpoint's mutated ``network.*`` keys."""
+        import copy
+        import json
+
+        key = json.dumps(network_overrides, sort_keys=True, default=str)
+        if key in self._player_cache:
+            return self._player_cache[key]
+        from rl_games.torch_runner import Runner
+
+        from async_pbt_isaaclab.core.agent_config import set_path
+        from async_pbt_isaaclab.core.mutation import agent_path
+        from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
+
+        register_bounded_exploration()
+        cfg = copy.deepcopy(self.cfg)
+        for name, value in network_overrides.items():
+            set_path(cfg, agent_path(name), value)
+        params, config = cfg["params"], cfg["params"]["config"]
+        params["load_checkpoint"] = False
+        config.update(env_name=self.task, device="cpu", device_name="cpu", torch_compile=False,
+                      multi_gpu=False, num_actors=1)
+        obs_space, action_space = self._spaces
+        # With env_info given, the player builds its model without creating an env of its own.
+        config["env_info"] = {"observation_space": obs_space, "action_space": action_space,
+                              "agents": 1, "value_size": 1}
+        try:
+            # rl_games prints progress chatter on stdout while building; keep stdout for our results (--json).
+            # Runner.load applies params.torch_threads process-wide, as training does: on a busy machine the
+            # default thread count makes a small MLP's forward pass spin (measured 10x slower under load).
+            with contextlib.redirect_stdout(sys.stderr):
+                runner = Runner()
+                runner.load(cfg)
+                player = runner.create_player()
+        except Exception as exc:  # rl_games raises plain Exceptions for config problems
+            raise CliError(f"agent yaml {self.agent_yaml}: rl_games cannot build a player "
+                           f"({type(exc).__name__}: {exc})") from None
+        player.has_batch_dimension = True
+        self._player_cache[key] = player
+        return player
+
+    def evaluate(self, checkpoint: str | Path, episodes: int, seed: int) -> Evaluation:
+        """Play ``episodes`` held-out episodes (env seeds ``seed, seed+1, ...``) with the deterministic policy."""
+        import numpy as np
+        import torch
+
+        from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError, load_checkpoint, read_pbt_metadata
+
+        if episodes < 1:
+            raise CliError(f"--episodes must be >= 1, got {episodes}")
+        path = Path(checkpoint)
+        try:
+            state = load_checkpoint(path, trusted=self.trusted, map_location="cpu")
+            meta = read_pbt_metadata(state) or {}
+        except CheckpointError as exc:
+            raise CliError(str(exc)) from None
+        network = {k: v for k, v in (meta.get("hyperparameters") or {}).items() if k.startswith("network.")}
+        player = self._player(network)
+        model_state = {(k[len("_orig_mod."):] if k.startswith("_orig_mod.") else k): v
+                       for k, v in state["model"].items()}
+        try:
+            player.model.load_state_dict(model_state)
+            if getattr(player, "normalize_input", False) and "running_mean_std" in state:
+                player.model.running_mean_std.load_state_dict(state["running_mean_std"])
+        except RuntimeError as exc:
+            first = " ".join(str(exc).split())[:400]
+            raise CliError(f"{path}: does not fit task {self.task!r} with the network of {self.agent_yaml} "
+                           f"({first})") from None
+        player.model.eval()
+        if player.is_rnn:
+            raise CliError(f"agent yaml {self.agent_yaml}: recurrent policies are not supported by evaluate")
+
+        envs = [self._make_env() for _ in range(episodes)]
+        obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]).astype(np.float32)
+        returns = np.zeros(episodes, dtype=np.float64)
+        lengths = np.zeros(episodes, dtype=np.int64)
+        active = np.ones(episodes, dtype=bool)
+        with torch.inference_mode():
+            while active.any():
+                idx = np.flatnonzero(active)
+                actions = player.get_action(torch.from_numpy(obs[idx]), is_deterministic=True).cpu().numpy()
+                for j, i in enumerate(idx):
+                    action = actions[j] if actions.ndim > 1 else actions[j].item()
+                    o, r, terminated, truncated, _ = envs[i].step(action)
+                    returns[i] += float(r)
+                    lengths[i] += 1
+                    obs[i] = o
+                    if terminated or truncated:
+                        active[i] = False
+        for env in envs:
+            env.close()
+        return Evaluation(checkpoint=str(path), task=self.task, seed=seed, returns=[float(r) for r in returns],
+                          lengths=[int(n) for n in lengths], pbt=meta)
+
+
+def evaluate_checkpoints(checkpoints: Sequence[str | Path], task: str | None = None,
+                         agent_yaml: str | Path | None = None, episodes: int = 16,
+                         seed: int = DEFAULT_EVAL_SEED, trusted: bool = False) -> list[Evaluation]:
+    """Evaluate each checkpoint on the same held-out episodes; what ``async-pbt evaluate`` prints."""
+    evaluator = Evaluator(task, agent_yaml, trusted=trusted)
+    return [evaluator.evaluate(c, episodes, seed) for c in checkpoints]
+
+
+# ============================================================================ command line
+
+
+def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "evaluate",
+        help="play held-out episodes of rl_games checkpoints with the deterministic policy",
+        description="Evaluate rl_games checkpoints (a member's or any plain one) on held-out gymnasium "
+        "episodes: deterministic policy (action = mean), one env per episode seeded SEED, SEED+1, ...; "
+        "prints mean, std, min and max of the undiscounted return.",
+    )
+    p.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT", help="rl_games checkpoint file(s)")
+    p.add_argument("--task", default=None,
+                   help="gymnasium task id (default: params.config.env_name of the agent yaml)")
+    p.add_argument("--agent-yaml", default=None,
+                   help=f"rl_games agent yaml the checkpoint was trained with (default: {DEFAULT_AGENT_YAML.name}, "
+                        f"the packaged Pendulum-v1 PPO config)")
+    p.add_argument("--episodes", type=int, default=16, help="episodes per checkpoint (default 16)")
+    p.add_argument("--seed", type=int, default=DEFAULT_EVAL_SEED,
+                   help=f"env seed of the first episode; episode i uses SEED+i (default {DEFAULT_EVAL_SEED}, "
+                        f"away from training seeds)")
+    p.add_argument("--trusted", action="store_true",
+                   help="load with full pickle (only for checkpoints whose writers you trust)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_evaluate)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    if args.episodes < 1:
+        raise CliError(f"--episodes must be >= 1, got {args.episodes}")
+    for c in args.checkpoints:
+        if not Path(c).is_file():
+            raise CliError(f"checkpoint {c} does not exist" if not Path(c).exists()
+                           else f"checkpoint {c} is not a file")
+    results = evaluate_checkpoints(args.checkpoints, args.task, args.agent_yaml, args.episodes, args.seed,
+                                   args.trusted)
+    if args.json:
+        _emit_json([r.as_dict() for r in results])
+        return 0
+    rows = [["checkpoint", "episodes", "mean", "std", "min", "max"]]
+    for r in results:
+        d = r.as_dict()
+        rows.append([r.checkpoint, str(d["episodes"]), f"{d['mean']:.2f}", f"{d['std']:.2f}", f"{d['min']:.2f}",
+                     f"{d['max']:.2f}"])
+    print(f"held-out return on {results[0].task}, deterministic policy, env seeds "
+          f"{args.seed}..{args.seed + args.episodes - 1}:")
+    for line in _table(rows, indent="  "):
+        print(line)
+    sys.stdout.flush()
+    return 0

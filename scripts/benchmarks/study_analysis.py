@@ -1,0 +1,273 @@
+"""Held-out evaluation and figures of ``population_vs_independent.py`` (kept apart so the driver stays short).
+
+Reads only the workspace files every member writes (``members/NNN/checkpoints/g*_f*.pth``, ``state.json``)
+and plays checkpoints through :class:`async_pbt_isaaclab.commands.evaluate.Evaluator`, the code of
+``async-pbt evaluate``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from async_pbt_isaaclab.commands.evaluate import DEFAULT_EVAL_SEED
+from async_pbt_isaaclab.core.workspace import list_checkpoints, member_dirname
+
+INF = math.inf
+
+
+def _finite(obj: Any) -> Any:
+    """JSON-safe copy: a non-finite float (a target never reached) becomes null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def write_json(path: Path, results: dict[str, Any]) -> None:
+    """``results.json``: every raw number; frames to target ``null`` means not reached within the run."""
+    path.write_text(json.dumps(_finite(results), indent=1, default=str))
+
+
+def eval_points(frames_per_member: int, every: int) -> list[int]:
+    """Frames per member at which both arms are evaluated: every ``every`` frames, and the end."""
+    points = list(range(every, frames_per_member + 1, every))
+    if not points or points[-1] != frames_per_member:
+        points.append(frames_per_member)
+    return points
+
+
+def _latest_at(checkpoints: list[tuple[int, int, Path]], frame: int) -> Path | None:
+    """The member's newest checkpoint at or before ``frame`` (after an exploit: the recipient's, same frame)."""
+    eligible = [c for c in checkpoints if c[1] <= frame]
+    return eligible[-1][2] if eligible else None
+
+
+def _member_facts(member_dir: Path) -> dict[str, Any]:
+    """Exploits and final hyperparameters from state.json (what the member did, for finding out why)."""
+    try:
+        state = json.loads((member_dir / "state.json").read_text())
+    except (OSError, ValueError):
+        return {"exploits": None}
+    lineage = [e for e in state.get("lineage", []) if isinstance(e, dict)]
+    exploits = [e for e in lineage if e.get("outcome") == "exploit"]
+    return {
+        "exploits": len(exploits),
+        "explores": sum(1 for e in lineage if e.get("outcome") == "explore"),
+        "exploits_without_change": sum(1 for e in exploits if not e.get("changes")),
+        "donors": [[e.get("donor"), e.get("donor_generation", e.get("donor_checkpoint"))] for e in exploits],
+        "final_hyperparameters": state.get("hyperparameters"),
+        "generation": state.get("generation"),
+    }
+
+
+def evaluate_arm(evaluator, workspace: Path, members: int, points: list[int], episodes: int) -> dict[str, Any]:
+    """Every member's latest checkpoint at every point, on selection and on report episodes."""
+    cache: dict[Path, tuple[float, float]] = {}
+    out: dict[str, Any] = {"members": {}}
+    for m in range(members):
+        member_dir = workspace / "members" / member_dirname(m)
+        checkpoints = list_checkpoints(member_dir / "checkpoints")
+        rows = []
+        for frame in points:
+            path = _latest_at(checkpoints, frame)
+            if path is None:
+                rows.append({"frame": frame, "checkpoint": None, "selection": None, "report": None})
+                continue
+            if path not in cache:
+                # One batch of 2N episodes: seeds S..S+N-1 select, S+N..S+2N-1 report.
+                returns = evaluator.evaluate(path, 2 * episodes, DEFAULT_EVAL_SEED).returns
+                cache[path] = (statistics.fmean(returns[:episodes]), statistics.fmean(returns[episodes:]))
+            selection, report = cache[path]
+            rows.append({"frame": frame, "checkpoint": str(path.relative_to(workspace)),
+                         "selection": selection, "report": report})
+        out["members"][str(m)] = {"points": rows, **_member_facts(member_dir)}
+    return out
+
+
+def _best_by_selection(arm: dict[str, Any], k: int) -> float | None:
+    """Report return, at point ``k``, of the member with the best selection return."""
+    rows = [m["points"][k] for m in arm["members"].values() if m["points"][k]["selection"] is not None]
+    if not rows:
+        return None
+    return max(rows, key=lambda r: r["selection"])["report"]
+
+
+def frames_to_target(curve: list[float | None], points: list[int], target: float) -> float:
+    for value, frame in zip(curve, points):
+        if value is not None and value >= target:
+            return float(frame)
+    return INF
+
+
+def ratio(num: float, den: float, budget: int) -> dict[str, Any]:
+    """``num / den`` with a bound where a side never reached the target within ``budget`` frames."""
+    if math.isfinite(num) and math.isfinite(den):
+        return {"value": num / den, "relation": "="}
+    if math.isfinite(num):
+        return {"value": num / budget, "relation": "<"}  # den > budget
+    if math.isfinite(den):
+        return {"value": budget / den, "relation": ">"}
+    return {"value": None, "relation": "n/a"}
+
+
+def seed_summary(run: dict[str, Any], points: list[int], target: float,
+                 sweep: tuple[float, ...] = ()) -> dict[str, Any]:
+    """Curves, frames to ``target`` (and to each ``sweep`` target), ratios and final returns of one seed."""
+    pop, ind = run["population"], run["independent"]
+    n = len(points)
+    pop_curve = [_best_by_selection(pop, k) for k in range(n)]
+    runs = {m: [p["report"] for p in v["points"]] for m, v in ind["members"].items()}
+    med_curve = [statistics.median([c[k] for c in runs.values() if c[k] is not None])
+                 if any(c[k] is not None for c in runs.values()) else None for k in range(n)]
+    best_ind_curve = [_best_by_selection(ind, k) for k in range(n)]
+    pop_ftt = frames_to_target(pop_curve, points, target)
+    ind_ftt = {m: frames_to_target(c, points, target) for m, c in runs.items()}
+    ind_median_ftt = statistics.median(ind_ftt.values())
+    best_ind_ftt = frames_to_target(best_ind_curve, points, target)
+    return {
+        "curves": {"population": pop_curve, "independent_median": med_curve, "independent_best_of_arm": best_ind_curve,
+                   "independent_runs": runs},
+        "frames_to_target": {"population": pop_ftt, "independent_runs": ind_ftt,
+                             "independent_median": ind_median_ftt, "independent_best_of_arm": best_ind_ftt},
+        "ratio_population_over_median_independent": ratio(pop_ftt, ind_median_ftt, points[-1]),
+        "ratio_population_over_best_of_arm_independent": ratio(pop_ftt, best_ind_ftt, points[-1]),
+        "final": {"population": pop_curve[-1], "independent_median": med_curve[-1],
+                  "independent_runs": {m: c[-1] for m, c in runs.items()}, "independent_best_of_arm": best_ind_curve[-1]},
+        "target_sweep": {str(t): {"population": frames_to_target(pop_curve, points, t),
+                                  "independent_median": statistics.median(
+                                      frames_to_target(c, points, t) for c in runs.values()),
+                                  "ratio": ratio(frames_to_target(pop_curve, points, t), statistics.median(
+                                      frames_to_target(c, points, t) for c in runs.values()), points[-1])}
+                         for t in sweep},
+        "exploits": sum((v.get("exploits") or 0) for v in pop["members"].values()),
+        "exploits_without_change": sum((v.get("exploits_without_change") or 0) for v in pop["members"].values()),
+    }
+
+
+def _spread(values: list[float]) -> dict[str, Any]:
+    finite = [v for v in values if v is not None]
+    if not finite:
+        return {"median": None, "min": None, "max": None, "values": values}
+    return {"median": statistics.median(finite), "min": min(finite), "max": max(finite), "values": values}
+
+
+def study_summary(results: dict[str, Any], target: float, members: int) -> dict[str, Any]:
+    seeds = list(results["seeds"].values())
+    ratios = [s["ratio_population_over_median_independent"] for s in seeds]
+    values = [r["value"] for r in ratios]
+    median_ratio = statistics.median(values) if values and None not in values else None
+    relations = {r["relation"] for r in ratios}
+    return {
+        "target": target, "members": members,
+        "frames_to_target_per_member": {
+            "population": _spread([s["frames_to_target"]["population"] for s in seeds]),
+            "independent_median": _spread([s["frames_to_target"]["independent_median"] for s in seeds]),
+            "independent_best_of_arm": _spread([s["frames_to_target"]["independent_best_of_arm"] for s in seeds]),
+        },
+        "ratio_population_over_median_independent": {"per_seed": ratios, "median": median_ratio,
+                                                      "relations": sorted(relations)},
+        "final_return": {
+            "population": _spread([s["final"]["population"] for s in seeds]),
+            "independent_median": _spread([s["final"]["independent_median"] for s in seeds]),
+            "independent_best_of_arm": _spread([s["final"]["independent_best_of_arm"] for s in seeds]),
+        },
+        "exploits": [s["exploits"] for s in seeds],
+        "goal_met": (median_ratio is not None and median_ratio <= 0.5 and relations <= {"=", "<"}),
+    }
+
+
+def _fmt_frames(v: float | None, members: int) -> str:
+    if v is None or not math.isfinite(v):
+        return "not reached"
+    return f"{v / 1000:.0f}k ({v * members / 1000:.0f}k total)"
+
+
+def _inf(v: float | None) -> float:
+    """Frames to target as read back from results.json, where null means never reached."""
+    return INF if v is None else float(v)
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def report(results: dict[str, Any], target: float, members: int) -> list[str]:
+    s = results["summary"]
+    lines = [f"population ({members} members) vs {members} independent runs, held-out return target {target}, "
+             f"{results['frames_per_member']} frames per member, seeds {list(results['seeds'])}",
+             "frames to target: per member (total in the arm = members x per member):"]
+    for key, label in (("population", "population (best member)"), ("independent_median", "independent, median run"),
+                       ("independent_best_of_arm", "independent, best of arm")):
+        sp = s["frames_to_target_per_member"][key]
+        per_seed = ", ".join(_fmt_frames(v, members) for v in sp["values"])
+        lines.append(f"  {label:28s} median {_fmt_frames(sp['median'], members):24s} per seed: {per_seed}")
+    r = s["ratio_population_over_median_independent"]
+    per_seed = ", ".join("n/a" if x["value"] is None else f"{x['relation']}{x['value']:.2f}".replace("=", "")
+                         for x in r["per_seed"])
+    bound = "<=" if "<" in r["relations"] else ""  # a median over upper bounds is itself an upper bound
+    med = "n/a" if r["median"] is None else f"{bound}{r['median']:.2f}"
+    lines.append(f"ratio population / median independent (frames per member): median {med}; per seed: {per_seed}")
+    best = [x["ratio_population_over_best_of_arm_independent"] for x in results["seeds"].values()]
+    lines.append("ratio population / best of the independent arm (same total frames): per seed: " + ", ".join(
+        "n/a" if x["value"] is None else f"{x['relation']}{x['value']:.2f}".replace("=", "") for x in best))
+    lines.append("final held-out return: median [min, max] over seeds")
+    for key, label in (("population", "population (best member)"), ("independent_median", "independent, median run"),
+                       ("independent_best_of_arm", "independent, best of arm")):
+        sp = s["final_return"][key]
+        lines.append(f"  {label:28s} {_fmt(sp['median'])} [{_fmt(sp['min'])}, {_fmt(sp['max'])}]")
+    seeds = list(results["seeds"].values())
+    sweep = list(seeds[0].get("target_sweep", {})) if seeds else []
+    if sweep:
+        lines.append("other targets, same runs: frames per member to reach (median over seeds), ratio per seed")
+        for t in sweep:
+            cells = [x["target_sweep"][t] for x in seeds]
+            pop = statistics.median(_inf(c["population"]) for c in cells)
+            ind = statistics.median(_inf(c["independent_median"]) for c in cells)
+            ratios = ", ".join("n/a" if c["ratio"]["value"] is None else
+                               f"{c['ratio']['relation']}{c['ratio']['value']:.2f}".replace("=", "") for c in cells)
+            lines.append(f"  target {float(t):8.1f}: population {_fmt_frames(pop, members):24s} "
+                         f"independent median run {_fmt_frames(ind, members):24s} ratio {ratios}")
+    lines.append(f"population exploits per seed: {s['exploits']}; of them without any hyperparameter change: "
+                 f"{[x.get('exploits_without_change') for x in seeds]}")
+    lines.append(f"{'PASS' if s['goal_met'] else 'FAIL'}: goal population <= 0.5 x median independent frames to target")
+    return lines
+
+
+def plot(results: dict[str, Any], target: float, members: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = results["eval_points"]
+    x = [p * members for p in points]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    styles = {"population": ("tab:blue", "-", "population: best member"),
+              "independent_median": ("tab:orange", "-", "independent: median run"),
+              "independent_best_of_arm": ("tab:orange", "--", "independent: best of arm")}
+    for key, (color, ls, label) in styles.items():
+        curves = [s["curves"][key] for s in results["seeds"].values()]
+        for c in curves:
+            ax.plot(x, [math.nan if v is None else v for v in c], color=color, ls=ls, alpha=0.25, lw=1)
+        med = [statistics.median([c[k] for c in curves if c[k] is not None])
+               if any(c[k] is not None for c in curves) else math.nan for k in range(len(points))]
+        ax.plot(x, med, color=color, ls=ls, lw=2.5, label=f"{label} (median over seeds)")
+    ax.axhline(target, color="gray", ls=":", label=f"target {target:g}")
+    ax.set_xlabel(f"total frames in the arm ({members} members / {members} runs)")
+    ax.set_ylabel("held-out return (deterministic policy)")
+    secondary = ax.secondary_xaxis("top", functions=(lambda v: v / members, lambda v: v * members))
+    secondary.set_xlabel("frames per member / per run")
+    ax.set_title(f"{results['settings']['task']}, start {', '.join(results['settings']['set_values'])}; "
+                 f"{len(results['seeds'])} seeds", fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
