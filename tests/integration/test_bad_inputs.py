@@ -93,8 +93,8 @@ def live(tmp_path_factory):
                                       env=dict(os.environ, PYTHONUNBUFFERED="1")))
     phases: dict[str, dict] = {}
     try:
-        template = _wait(lambda: _try_read(ws / "members/000/record.json"), 120, "member 0's first record")
-        real_ckpt = _wait(lambda: _published_checkpoint(ws), 120, "a published checkpoint")
+        template = _wait(lambda: _try_read(ws / "members/000/record.json"), 480, "member 0's first record")
+        real_ckpt = _wait(lambda: _published_checkpoint(ws), 480, "a published checkpoint")
         mdir = {i: ws / "members" / f"{i:03d}" for i in (2, 3, 4, 5, 7)}
         for d in mdir.values():
             d.mkdir(parents=True, exist_ok=True)
@@ -127,7 +127,7 @@ def live(tmp_path_factory):
                 new = _aborts(ws)[seen_before:]
                 return next((a for a in new if expect in a["reason"]), None)
 
-            phases[name] = _wait(refresh_and_check, 150, f"an exploit_aborted entry for phase {name}")
+            phases[name] = _wait(refresh_and_check, 600, f"an exploit_aborted entry for phase {name}")
         frames_after_phases = {i: read_record(ws / f"members/{i:03d}/record.json").frame for i in (0, 1)}
         # Healthy members keep training after every bad input.
         _wait(lambda: all(read_record(ws / f"members/{i:03d}/record.json").frame > frames_after_phases[i]
@@ -139,7 +139,7 @@ def live(tmp_path_factory):
                 p.send_signal(signal.SIGINT)
         for p in procs:
             try:
-                p.wait(timeout=60)
+                p.wait(timeout=240)
             except subprocess.TimeoutExpired:
                 p.kill()
         for log in logs:

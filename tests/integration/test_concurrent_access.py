@@ -200,7 +200,7 @@ def run(tmp_path_factory):
     stop_at = start + SECONDS
     readers = [_spawn(READER, ws, stop_at, root / f"reader{r}.json") for r in range(2)]
     for p in writers + readers:
-        assert p.wait(timeout=120) == 0
+        assert p.wait(timeout=480) == 0
     writer_out = [json.loads((root / f"writer{m}.json").read_text()) for m in range(WRITERS)]
     reader_out = [json.loads((root / f"reader{r}.json").read_text()) for r in range(2)]
     readers_started = start + READERS_FROM + 1.0  # interpreter start-up of the readers

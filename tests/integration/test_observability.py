@@ -49,7 +49,7 @@ def population(tmp_path_factory):
         procs.append((subprocess.Popen([*common, "--pbt-index", str(index), "--max_iterations", str(iters)],
                                        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT), log))
     for proc, log in procs:
-        proc.wait(timeout=420)
+        proc.wait(timeout=1500)
         log.close()
     for i, (proc, _) in enumerate(procs):
         assert proc.returncode == 0, f"member {i} failed:\n{(root / f'member{i}.log').read_text()[-4000:]}"
@@ -58,7 +58,7 @@ def population(tmp_path_factory):
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.cli", *args], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=1200)
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +180,7 @@ def test_member_logs_live_inside_the_workspace_by_default(tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", "--pbt-workspace", "ws",
                            "--pbt-members", "1", "--max_iterations", "1", "--num_envs", "4"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert list((tmp_path / "ws" / "runs" / "pendulum_ppo_pbt_000" / "summaries").glob("events.out.tfevents.*"))
     assert (tmp_path / "ws" / "members" / "000" / "record.json").exists()
@@ -210,7 +210,7 @@ def test_replayed_run_applies_every_change_at_the_recorded_frame(population, tmp
                            "--max_iterations", str(iterations), "--num_envs", "16", "--train-dir",
                            str(tmp_path / "runs"), "agent.params.config.horizon_length=128",
                            "agent.params.config.mini_epochs=2"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summaries = tmp_path / "runs" / "pendulum_ppo_replay_001" / "summaries"
     acc = EventAccumulator(str(summaries))
@@ -234,7 +234,7 @@ def test_replay_refuses_a_schedule_it_cannot_follow(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("format: async-pbt-schedule/1\nmember: 0\nsteps:\n- {frame: 0, values: {warp_factor: 9}}\n")
     proc = subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", "--pbt-replay", str(bad),
-                           "--max_iterations", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                           "--max_iterations", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 2
     assert "--pbt-replay" in proc.stderr and "warp_factor" in proc.stderr and str(bad) in proc.stderr
 

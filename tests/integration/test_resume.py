@@ -97,7 +97,7 @@ def _wait_until(proc: subprocess.Popen, predicate, timeout: float, what: str, ro
             return
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
-    proc.wait(60)
+    proc.wait(240)
     pytest.fail(f"timed out waiting for {what}:\n" + (root / f"launcher{run}.log").read_text()[-3000:])
 
 
@@ -137,23 +137,23 @@ def population(tmp_path_factory):
     _wait_until(proc, lambda: _decided_since(ws, {}) and any(_state(ws, m)["generation"] > 0 for m in range(MEMBERS)),
                 240, "a decision by every member and an exploit", root, 1)
     proc.send_signal(signal.SIGINT)
-    codes.append(proc.wait(120))
+    codes.append(proc.wait(480))
     snaps.append(_snapshot(ws))
 
     # Run 2: same command and workspace; until every member decided again; then SIGTERM.
     proc = _launch(ws, root, 2)
     last = {m: snaps[0][m]["entries"][-1]["seq"] for m in range(MEMBERS)}
-    _wait_until(proc, lambda: _decided_since(ws, last), 240, "a decision by every member after the resume", root, 2)
+    _wait_until(proc, lambda: _decided_since(ws, last), 960, "a decision by every member after the resume", root, 2)
     proc.send_signal(signal.SIGTERM)
-    codes.append(proc.wait(120))
+    codes.append(proc.wait(480))
     snaps.append(_snapshot(ws))
 
     # Run 3: until every member decided after the second resume; then Ctrl-C again.
     proc = _launch(ws, root, 3)
     last = {m: snaps[1][m]["entries"][-1]["seq"] for m in range(MEMBERS)}
-    _wait_until(proc, lambda: _decided_since(ws, last), 240, "a decision by every member after the 2nd resume", root, 3)
+    _wait_until(proc, lambda: _decided_since(ws, last), 960, "a decision by every member after the 2nd resume", root, 3)
     proc.send_signal(signal.SIGINT)
-    codes.append(proc.wait(120))
+    codes.append(proc.wait(480))
     final = _snapshot(ws)
     return {"ws": ws, "root": root, "codes": codes, "snaps": snaps, "final": final}
 

@@ -52,7 +52,7 @@ def _entries(path: Path) -> list[dict]:
 @pytest.mark.parametrize("script", ["train_pbt.py", "play_pbt.py"])
 def test_help_works_without_isaaclab(script):
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--help"], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT)
+                          timeout=480, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "--task" in proc.stdout and "AppLauncher" in proc.stdout
     if script == "train_pbt.py":
@@ -72,7 +72,7 @@ def test_training_without_isaaclab_explains_how_to_install():
     else:
         pytest.skip("Isaac Lab is installed")
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "train_pbt.py"), "--task", TASK],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+                          capture_output=True, text=True, timeout=480, cwd=ROOT)
     assert proc.returncode == 2
     assert "pip install async-pbt-isaaclab[isaaclab] inside an Isaac Lab python" in proc.stderr
 
@@ -153,7 +153,7 @@ def population(tmp_path_factory):
             _wait_for_checkpoint(ws / "members" / "000" / "record.json", procs[0][0])
     for proc, log in procs:
         try:
-            proc.wait(timeout=240)
+            proc.wait(timeout=960)
         finally:
             if proc.poll() is None:
                 proc.kill()
