@@ -485,8 +485,11 @@ def publish_in_progress(mdir: Path) -> str | None:
 
 
 def donor_copy_in_flight(mdir: Path) -> str | None:
-    names = [p.name for p in (mdir / "incoming").glob("*")] if (mdir / "incoming").is_dir() else []
-    return f"donor copy in incoming/: {names[0]}" if names else None
+    copies = list((mdir / "incoming").glob("*")) if (mdir / "incoming").is_dir() else []
+    if not copies:
+        return None
+    return ("donor copy in incoming/: being copied (temp file)" if any(fsio.is_temp_file(p) for p in copies)
+            else "donor copy in incoming/: verified, not yet loaded")
 
 
 def decision_not_acted_on(mdir: Path, seq: int, generation: int | None, rng_after: Any) -> str | None:

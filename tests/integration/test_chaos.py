@@ -104,7 +104,7 @@ def test_a_kill_counts_only_when_its_window_was_still_open(tmp_path):
     # donor_copy: open while a file is in incoming/
     assert chaos.donor_copy_in_flight(mdir) is None
     (mdir / "incoming" / "donor000_g0001.pth").write_bytes(b"copy")
-    assert "donor000_g0001.pth" in chaos.donor_copy_in_flight(mdir)
+    assert chaos.donor_copy_in_flight(mdir) == "donor copy in incoming/: verified, not yet loaded"
     # restart_decided: not while the donor copy is there ...
     audit = AuditLog.open(mdir / "audit.jsonl")
     decision = audit.append("decision", {"decision": {"outcome": "exploit", "donor": 0}, "rng_after": rng_after})
