@@ -57,6 +57,7 @@ EXPLOIT_LATENCY = Path(__file__).resolve().parents[1] / "scripts" / "benchmarks"
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # a donor run and two member runs: minutes on a busy 2-core machine
 def test_exploit_latency_smoke_measures_both_paths(tmp_path):
     """One in-process and one restart exploit of the same decision; the report is complete and consistent
     (no speed assertion: the goal is for the full benchmark on a quiet machine)."""
@@ -83,7 +84,7 @@ def test_exploit_latency_smoke_measures_both_paths(tmp_path):
     phases = ("act_to_exec_s", "exec_to_process_start_s", "process_start_to_agent_ready_s",
               "agent_ready_to_first_step_s")
     assert all(restart[k] > 0 for k in phases)
-    assert abs(sum(restart[k] for k in phases) - restart["act_to_first_step_s"]) < 1e-6
+    assert abs(sum(restart[k] for k in phases) - restart["act_to_first_step_s"]) < 1e-5
     ratio = result["ratios"]["decision_to_first_step_s"]
     assert ratio == pytest.approx(restart["decision_to_first_step_s"] / inproc["decision_to_first_step_s"])
     assert re.search(rf"^(PASS|FAIL): restart / in-process, decision -> first step, medians = {ratio:.1f}x", out,
