@@ -170,7 +170,10 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
         if _verified(path, pending["sha256"]):
             session.start_checkpoint, session.start_mode = path, "exploit_applied"
             session.start_sha256 = pending["sha256"]
-            audit.append("exploit_applied", dict(pending, pid=os.getpid(), process_starts=state.process_starts))
+            # Applied by this new process: through the restart path, whatever path was planned (a member killed
+            # in the middle of an in-process exploit ends up here too).
+            audit.append("exploit_applied", dict(pending, path="restart", planned_path=pending.get("path", "restart"),
+                                                 pid=os.getpid(), process_starts=state.process_starts))
         else:
             # The recipient checkpoint is damaged or gone: carry on from our own last weights rather than die.
             audit.append("exploit_aborted", {"reason": f"recipient checkpoint {path} missing or sha256 mismatch "
