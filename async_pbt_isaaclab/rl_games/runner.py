@@ -66,10 +66,12 @@ def train_member(
     stop = _StopOnSignal()
     # pbt/* scalars in the member's TensorBoard run; after the PBT observer, which publishes the record it reads.
     runner = Runner(MultiObserver([observer, PbtScalarsObserver(session), *observers]))
-    runner.load(agent_cfg)
-    runner.reset()
     status = "stopped"
     try:
+        # Building the agent is inside the try: a Ctrl-C while it builds (right after a start or an exec
+        # restart) is a stop like any other, and says where the member resumes.
+        runner.load(agent_cfg)
+        runner.reset()
         # No checkpoint for the Runner: the observer restores it in after_init through the safe loader.
         # rl_games applies "sigma" after that restore: on a resume or exploit (the restart argv keeps --sigma)
         # it would overwrite the sigma the checkpoint carries, so it is passed on a fresh or warm start only.
