@@ -421,3 +421,31 @@ def test_state_without_audit_head_still_loads(tmp_path):
     path.write_text(json.dumps(dict(data, audit_head={"seq": "4", "hash": "x"})))
     with pytest.raises(RecordError, match="audit_head"):
         load_state(path)
+
+
+def test_member_start_records_the_head_and_truncation_is_reported(tmp_path, capsys):
+    """Real member starts (claim, start entry, state.json saved): the head follows the log; cutting the last
+    start entry is what `async-pbt audit` then reports."""
+    from pathlib import Path
+
+    from async_pbt_isaaclab import cli
+    from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
+    from async_pbt_isaaclab.core.member_state import load_state
+    from async_pbt_isaaclab.rl_games.member import start_member
+
+    raw = load_yaml(Path(__file__).resolve().parents[2] / "async_pbt_isaaclab" / "examples" / "pendulum_ppo.yaml")
+    raw["pbt"] = {"enabled": True, "policy_idx": 1, "num_policies": 2, "workspace": str(tmp_path / "ws"),
+                  "interval_steps": 10 ** 9, "mutation": {"learning_rate": "mutate_float"}}
+    agent_cfg, cfg = load_population_config(raw)
+    for _ in range(2):
+        session, _ = start_member(agent_cfg, cfg, train_dir=str(tmp_path / "runs"), task="Pendulum-v1")
+        session.close()
+    log = session.dir / "audit.jsonl"
+    entries = _lines(log)
+    assert [e["kind"] for e in entries] == ["start", "start"]
+    assert load_state(session.dir / "state.json").audit_head == {"seq": 1, "hash": entries[-1]["hash"]}
+    assert cli.main(["audit", str(session.ws.root)]) == 0
+    log.write_text(log.read_text().splitlines(keepends=True)[0])
+    capsys.readouterr()
+    assert cli.main(["audit", str(session.ws.root)]) == 1
+    assert "log ends at seq 0 but state.json records seq 1" in capsys.readouterr().out
