@@ -24,6 +24,7 @@ from async_pbt_isaaclab.commands.common import (
     _population_meta,
     _table,
 )
+from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.records import MemberRecord
 
@@ -176,7 +177,7 @@ def audit_data(ws, member: int | None = None) -> dict[str, Any]:
                 f"member's last entry: the log was deleted")})
         if torn.exists():
             try:
-                item["torn_tails"] = sum(1 for line in torn.read_bytes().splitlines() if line.strip())
+                item["torn_tails"] = sum(1 for line in fsio.read_bytes_nofollow(torn).splitlines() if line.strip())
             except OSError:
                 item["torn_tails"] = -1
         if path.exists():

@@ -72,9 +72,10 @@ class AuditLog:
             data = fsio.read_bytes_nofollow(path)
             if data and not data.endswith(b"\n"):
                 cut = data.rfind(b"\n") + 1
-                with open(path.with_name(path.name + ".torn"), "ab") as torn:
-                    torn.write(data[cut:] + b"\n")
-                with open(path, "r+b") as fh:
+                torn = path.with_name(path.name + ".torn")
+                with os.fdopen(fsio.open_nofollow(torn, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as fh:
+                    fh.write(data[cut:] + b"\n")
+                with os.fdopen(fsio.open_nofollow(path, os.O_RDWR), "r+b") as fh:
                     fh.truncate(cut)
                     os.fsync(fh.fileno())
                 data = data[:cut]

@@ -241,3 +241,16 @@ def test_audit_command_names_a_symlinked_log(tmp_path, outside, capsys):
     assert cli.main(["audit", str(ws.root), "--member", "0"]) != 0
     out = capsys.readouterr().out
     assert f"refusing {log}" in out and "symbolic link" in out
+
+
+def test_torn_tail_is_not_appended_through_a_symlinked_torn_file(tmp_path, outside):
+    log_path = tmp_path / "audit.jsonl"
+    log = AuditLog.open(log_path)
+    log.append("stop", {"status": "stopped"})
+    with open(log_path, "ab") as fh:
+        fh.write(b'{"seq":1,"kind":"st')  # an interrupted append
+    log_path.with_name("audit.jsonl.torn").symlink_to(outside / "thesis.pdf")
+    before = _snapshot(outside)
+    with pytest.raises(fsio.UnsafePathError, match="audit.jsonl.torn"):
+        AuditLog.open(log_path)
+    assert _snapshot(outside) == before
