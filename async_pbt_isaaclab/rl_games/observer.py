@@ -391,7 +391,9 @@ class PbtObserver(AlgoObserver):
         self._write_record(self._record())
 
     def _save_checkpoint(self, state: dict[str, Any], generation: int) -> tuple[str, str]:
-        path = self.session.dir / "checkpoints" / checkpoint_name(generation, int(self.algo.frame))
+        # Checked at every save: a checkpoints/ replaced by a link while training would put our files elsewhere.
+        folder = self.session.ws.checked_member_dir(self.session.member, "checkpoints")
+        path = folder / checkpoint_name(generation, int(self.algo.frame))
         sha = save_checkpoint(path, state)
         return self.session.ws.relative(path), sha
 
