@@ -400,11 +400,13 @@ def test_audit_edited_entry_exit_1_naming_member_and_line(tmp_path, capsys):
     assert code == 1
     assert re.search(r"member 001 line 2 \(seq 1\): hash mismatch", out), out
     assert re.search(r"member 001 line 2 \(seq 1\): decision does not reproduce", out), out
+    assert re.search(r"member 001 line 3 \(seq 2\): applied exploit does not match its decision: donor:", out), out
     assert "FAILED for member(s) 001" in out
     code, out, _ = run_main(capsys, "audit", str(ws.root), "--json")
     data = json.loads(out)
     assert code == 1 and data["failed_members"] == [1]
-    assert {p["line"] for p in data["members"][1]["problems"]} == {2}
+    # The exploit applied at line 3 carried out the decision as written, so it no longer matches the edit.
+    assert {p["line"] for p in data["members"][1]["problems"]} == {2, 3}
 
 
 def test_audit_via_subprocess(tmp_path):

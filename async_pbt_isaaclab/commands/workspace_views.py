@@ -23,6 +23,7 @@ from async_pbt_isaaclab.commands.common import (
     _population_meta,
     _table,
 )
+from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.records import MemberRecord
 
@@ -158,6 +159,8 @@ def _member_list(ws, member: int | None) -> list[int]:
 
 def audit_data(ws, member: int | None = None) -> dict[str, Any]:
     from async_pbt_isaaclab.core.audit import verify_log
+    from async_pbt_isaaclab.core.member_state import load_state
+    from async_pbt_isaaclab.core.records import RecordError
 
     out = []
     for index in _member_list(ws, member):
@@ -165,19 +168,32 @@ def audit_data(ws, member: int | None = None) -> dict[str, Any]:
         torn = path.with_name(path.name + ".torn")
         item: dict[str, Any] = {"member": index, "path": str(path), "exists": path.exists(),
                                 "entries": 0, "problems": [], "torn_tails": 0}
+        # state.json before the log: a running member appends, then saves, so the head read first is never
+        # ahead of the log read after it.
+        head = None
+        try:
+            state = load_state(ws.member_dir(index) / "state.json")
+            head = state.audit_head if state is not None else None
+        except (OSError, RecordError) as exc:
+            item["problems"].append({"line": None, "seq": None,
+                                     "problem": f"cannot check the log's head against state.json: {exc}"})
+        if head is not None and not item["exists"]:
+            item["problems"].append({"line": None, "seq": head["seq"], "problem": (
+                f"log missing but {ws.member_dir(index) / 'state.json'} records seq {head['seq']} as the "
+                f"member's last entry: the log was deleted")})
         if torn.exists():
             try:
-                item["torn_tails"] = sum(1 for line in torn.read_bytes().splitlines() if line.strip())
+                item["torn_tails"] = sum(1 for line in fsio.read_bytes_nofollow(torn).splitlines() if line.strip())
             except OSError:
                 item["torn_tails"] = -1
         if path.exists():
             try:
-                count, problems = verify_log(path)
+                count, problems = verify_log(path, head)
             except OSError as exc:
                 item["problems"].append({"line": None, "seq": None, "problem": f"cannot read: {exc.strerror}"})
             else:
                 item["entries"] = count
-                item["problems"] = [{"line": p.line, "seq": p.seq, "problem": p.problem} for p in problems]
+                item["problems"] += [{"line": p.line, "seq": p.seq, "problem": p.problem} for p in problems]
         out.append(item)
     failed = [m["member"] for m in out if m["problems"]]
     return {"workspace": str(ws.root), "members": out, "ok": not failed, "failed_members": failed}
@@ -193,12 +209,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"{ws.root}: no members")
     for m in data["members"]:
         name = f"member {m['member']:03d}"
-        if not m["exists"]:
-            print(f"{name}: no audit log ({m['path']})")
-            continue
         n_prob = len(m["problems"])
         verdict = "ok" if not n_prob else f"{n_prob} problem(s)"
-        print(f"{name}: {m['entries']} entries checked, {verdict}  ({m['path']})")
+        if not m["exists"]:
+            print(f"{name}: no audit log ({m['path']})")
+        else:
+            print(f"{name}: {m['entries']} entries checked, {verdict}  ({m['path']})")
         for p in m["problems"]:
             where = f"line {p['line']}" if p["line"] is not None else "file"
             if p["seq"] is not None:

@@ -68,13 +68,14 @@ class AuditLog:
     def _tail(path: Path) -> tuple[int, str]:
         """(seq, hash) of the last complete entry, after moving a torn tail to ``.torn``."""
         last_seq, last_hash = -1, GENESIS
-        if path.exists():
-            data = path.read_bytes()
+        if path.exists() or path.is_symlink():
+            data = fsio.read_bytes_nofollow(path)
             if data and not data.endswith(b"\n"):
                 cut = data.rfind(b"\n") + 1
-                with open(path.with_name(path.name + ".torn"), "ab") as torn:
-                    torn.write(data[cut:] + b"\n")
-                with open(path, "r+b") as fh:
+                torn = path.with_name(path.name + ".torn")
+                with os.fdopen(fsio.open_nofollow(torn, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as fh:
+                    fh.write(data[cut:] + b"\n")
+                with os.fdopen(fsio.open_nofollow(path, os.O_RDWR), "r+b") as fh:
                     fh.truncate(cut)
                     os.fsync(fh.fileno())
                 data = data[:cut]
@@ -94,7 +95,7 @@ class AuditLog:
                  "prev_hash": self.last_hash, **body}
         entry["hash"] = entry_hash(self.last_hash, entry)
         line = json.dumps(entry, sort_keys=True, separators=(",", ":"), allow_nan=False).encode() + b"\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = fsio.open_nofollow(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             if os.write(fd, line) != len(line):
                 raise OSError(errno.ENOSPC, f"{self.path}: short write (disk full?)")
@@ -115,7 +116,7 @@ class AuditLog:
 
 def read_entries(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
     """(line number, entry or None, parse error or None) for each line."""
-    with open(path, "rb") as fh:
+    with os.fdopen(fsio.open_nofollow(path, os.O_RDONLY), "rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
             if not raw.endswith(b"\n"):
                 yield lineno, None, "torn line (no newline): a write was interrupted"
@@ -195,14 +196,45 @@ def recompute_initial_mutation(entry: dict[str, Any]) -> list[str]:
     return problems
 
 
-def verify_log(path: str | os.PathLike) -> tuple[int, list[VerifyProblem]]:
-    """Check the chain and replay every decision. Returns (entries checked, problems)."""
+def applied_exploit_mismatches(applied: dict[str, Any], decision: dict[str, Any] | None) -> list[str]:
+    """How an ``exploit_applied`` entry differs from what the ``decision`` entry before it decided (empty when
+    it carries out exactly that decision): the donor, the donor checkpoint and its sha256 (the decision's
+    ``donor_entry``; for an explore the member's own published checkpoint), the generation and the new
+    hyperparameters and changes."""
+    if decision is None:
+        return ["no exploit or explore decision precedes it (an exploit applied that no logged decision made)"]
+    try:
+        decided, me = decision["decision"], decision["inputs"]["me"]
+        if decided["outcome"] == "exploit":
+            source = decided["donor_entry"]
+            expected = {"donor": decided["donor"], "donor_checkpoint": source["checkpoint"],
+                        "donor_sha256": source["checkpoint_sha256"], "donor_generation": source["generation"]}
+        else:  # explore: the member's own weights, as published just before the decision
+            expected = {"donor": me["member"], "donor_checkpoint": me["checkpoint"],
+                        "donor_sha256": me["checkpoint_sha256"], "donor_generation": me["generation"]}
+        expected.update(generation=int(me["generation"]) + 1, hyperparameters=decision["new_hyperparameters"],
+                        changes=decision["changes"])
+    except (KeyError, TypeError, ValueError) as exc:
+        return [f"its decision (seq {decision.get('seq')!r}) cannot be read: {type(exc).__name__}: {exc}"]
+    return [f"{key}: applied {applied.get(key)!r:.200}, but the decision at seq {decision.get('seq')!r} decided "
+            f"{value!r:.200}" for key, value in expected.items() if applied.get(key) != value]
+
+
+def verify_log(path: str | os.PathLike, head: dict[str, Any] | None = None) -> tuple[int, list[VerifyProblem]]:
+    """Check the chain, replay every decision and check every applied exploit against its decision. Returns
+    (entries checked, problems).
+
+    ``head`` (``{seq, hash}``, what the member's ``state.json`` recorded as its last entry when it last saved)
+    catches what the chain alone cannot: whole entries cut from the end leave a valid, shorter chain."""
     path = Path(path)
     problems: list[VerifyProblem] = []
     prev_hash = GENESIS
     expected_seq = 0
     count = 0
     rng_stream: Any = None  # rng_after of the newest entry that drew from the member's RNG
+    acting: dict[str, Any] | None = None  # the newest exploit/explore decision not yet aborted or superseded
+    head_found = False
+    last_seq: Any = None
     for lineno, entry, err in read_entries(path):
         if entry is None:
             problems.append(VerifyProblem(str(path), lineno, None, err or "unreadable"))
@@ -225,9 +257,23 @@ def verify_log(path: str | os.PathLike) -> tuple[int, list[VerifyProblem]]:
         if kind == "decision":
             for p in recompute_decision(entry):
                 problems.append(VerifyProblem(str(path), lineno, seq, f"decision does not reproduce: {p}"))
+            outcome = entry.get("decision", {}).get("outcome") if isinstance(entry.get("decision"), dict) else None
+            acting = entry if outcome in ("exploit", "explore") else None
+        elif kind == "exploit_applied":
+            for p in applied_exploit_mismatches(entry, acting):
+                problems.append(VerifyProblem(str(path), lineno, seq, f"applied exploit does not match its decision: {p}"))
+        elif kind == "exploit_aborted":
+            acting = None
         elif kind == "initial_mutation":
             for p in recompute_initial_mutation(entry):
                 problems.append(VerifyProblem(str(path), lineno, seq, f"initial mutation does not reproduce: {p}"))
+        if head is not None and seq == head.get("seq"):
+            head_found = True
+            if entry.get("hash") != head.get("hash"):
+                problems.append(VerifyProblem(str(path), lineno, seq, (
+                    f"this entry's hash {str(entry.get('hash'))[:16]}... is not the {str(head.get('hash'))[:16]}... "
+                    f"state.json recorded for seq {seq}: the log was rewritten after the member saved its state")))
+        last_seq = seq
         rng_in = entry.get("rng_state") if kind == "start" else entry.get("rng_before")
         if kind in ("start", "decision", "initial_mutation") and rng_in is not None:
             if rng_stream is not None and rng_in != rng_stream:
@@ -237,4 +283,8 @@ def verify_log(path: str | os.PathLike) -> tuple[int, list[VerifyProblem]]:
             rng_stream = entry.get("rng_after", rng_in) if kind != "start" else rng_in
         prev_hash = str(entry.get("hash"))
         expected_seq = (seq if isinstance(seq, int) else expected_seq) + 1
+    if head is not None and not head_found:
+        problems.append(VerifyProblem(str(path), count + 1, head.get("seq"), (
+            f"log ends at seq {last_seq!r} but state.json records seq {head.get('seq')!r} as the member's last "
+            f"entry: entries were removed from the end of the log")))
     return count, problems

@@ -9,10 +9,12 @@ NFS gives the same guarantee for rename within a directory plus close-to-open co
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Any, Callable, BinaryIO
@@ -114,27 +116,112 @@ class ChecksumMismatch(RuntimeError):
 
 
 def is_temp_file(path: Path) -> bool:
-    return path.name.startswith(".") and TEMP_MARKER in path.name
+    return is_temp_name(path.name)
+
+
+def is_temp_name(name: str) -> bool:
+    """A name :func:`temp_name` produces."""
+    return name.startswith(".") and TEMP_MARKER in name
+
+
+# ------------------------------------------------------------ refusing planted links
+# Members share the workspace with every other process that can write it. A folder or file there replaced by a
+# symbolic link would make a member read, write or delete outside the workspace, so every file and folder a
+# member uses is opened without following links, and deletion only touches regular files with names we write.
+
+
+class UnsafePathError(OSError):
+    """A workspace file or folder is a symbolic link (or another kind of file than expected): refused."""
+
+    def __init__(self, path: Path | str, why: str):
+        super().__init__(errno.ELOOP, f"refusing {path}: {why} (files and folders in a workspace must not be "
+                                      f"symbolic links; remove it)", str(path))
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def check_no_links(root: Path, path: Path) -> None:
+    """Refuse ``path`` when a component of it below ``root`` (``path`` itself included) is a symbolic link, or
+    when it names ``..``. Components that do not exist yet are fine (they will be created as real folders)."""
+    try:
+        parts = Path(path).relative_to(root).parts
+    except ValueError:
+        raise UnsafePathError(path, f"it is not inside the workspace {root}") from None
+    current = Path(root)
+    for part in parts:
+        if part == "..":
+            raise UnsafePathError(path, "it contains '..'")
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafePathError(current, "it is a symbolic link")
+
+
+def open_nofollow(path: Path | str, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` that refuses a symbolic link or a non-regular file at ``path`` (a FIFO would block a reader)."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePathError(path, "it is a symbolic link") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafePathError(path, "it is not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_bytes_nofollow(path: Path | str) -> bytes:
+    """The content of the regular file ``path``; a symbolic link there raises :class:`UnsafePathError`."""
+    with os.fdopen(open_nofollow(path, os.O_RDONLY), "rb") as fh:
+        return fh.read()
+
+
+def remove_files(folder: Path, accept: Callable[[str], bool], older_than_s: float | None = None,
+                 now: float | None = None) -> list[Path]:
+    """Delete the regular files in ``folder`` whose name ``accept`` takes (and, with ``older_than_s``, that are
+    older than that). Links and sub-folders are never touched; a ``folder`` that is itself a symbolic link is
+    refused (:class:`UnsafePathError`), so nothing outside it can be deleted through it."""
+    now = time.time() if now is None else now
+    try:
+        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafePathError(folder, "it is a symbolic link or not a folder") from None
+        raise
+    removed = []
+    try:
+        for name in os.listdir(dfd):
+            if not accept(name):
+                continue
+            try:
+                st = os.lstat(name, dir_fd=dfd)
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                if older_than_s is not None and now - st.st_mtime <= older_than_s:
+                    continue
+                os.unlink(name, dir_fd=dfd)
+                removed.append(folder / name)
+            except FileNotFoundError:
+                continue
+    finally:
+        os.close(dfd)
+    return removed
 
 
 def remove_stale_temp_files(folder: Path, older_than_s: float, now: float | None = None) -> list[Path]:
     """Delete temp files in ``folder`` older than the grace period (left by killed writers)."""
-    now = time.time() if now is None else now
-    removed = []
-    try:
-        entries = list(folder.iterdir())
-    except FileNotFoundError:
-        return removed
-    for p in entries:
-        if not is_temp_file(p):
-            continue
-        try:
-            if now - p.stat().st_mtime > older_than_s:
-                p.unlink()
-                removed.append(p)
-        except FileNotFoundError:
-            continue
-    return removed
+    return remove_files(folder, is_temp_name, older_than_s, now)
 
 
 def folder_problem(folder: Path | str) -> str | None:

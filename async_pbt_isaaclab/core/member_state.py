@@ -66,6 +66,9 @@ class MemberState:
     finished: dict[str, Any] | None = None
     """``{frame, epoch}`` once the member reached its training limit; a later start with the same limit
     exits at once instead of training another epoch."""
+    audit_head: dict[str, Any] | None = None
+    """``{seq, hash}`` of the last audit entry when the state was saved (``None`` before the first): the
+    verifier reports a log that is shorter, or holds another entry at that seq (entries cut from its end)."""
     schema_version: int = STATE_SCHEMA_VERSION
     """Layout version."""
 
@@ -122,7 +125,8 @@ class MemberState:
 
 _FIELD_TYPES = {"rng_state": dict, "hyperparameters": dict, "lineage": list, "experiment_name": str,
                 "last_checkpoint": str, "last_checkpoint_sha256": str, "best": list, "history": list,
-                "origin_sha256": str, "evidence": (dict, type(None)), "finished": (dict, type(None))}
+                "origin_sha256": str, "evidence": (dict, type(None)), "finished": (dict, type(None)),
+                "audit_head": (dict, type(None))}
 
 
 def _check_types(state: MemberState, where: str) -> None:
@@ -136,6 +140,10 @@ def _check_types(state: MemberState, where: str) -> None:
     for i, e in enumerate(state.best):
         if not isinstance(e, dict) or not isinstance(e.get("checkpoint"), str):
             raise RecordError(f"{where}.best[{i}]: expected an object with a checkpoint path, got {e!r:.80}")
+    head = state.audit_head
+    if head is not None and not (set(head) == {"seq", "hash"} and type(head["seq"]) is int and head["seq"] >= 0
+                                 and isinstance(head["hash"], str)):
+        raise RecordError(f"{where}.audit_head: expected null or {{seq: int >= 0, hash: str}}, got {head!r:.80}")
     pending = state.pending_exploit
     if pending is not None and not (isinstance(pending, dict) and isinstance(pending.get("checkpoint"), str)
                                     and isinstance(pending.get("sha256"), str)):
@@ -169,7 +177,7 @@ def _check_types(state: MemberState, where: str) -> None:
 def load_state(path: Path) -> MemberState | None:
     """The member's state, ``None`` when it never ran. A corrupt file raises :class:`RecordError`."""
     try:
-        raw = path.read_bytes()
+        raw = fsio.read_bytes_nofollow(path)  # a symbolic link here is refused (UnsafePathError), not followed
     except FileNotFoundError:
         return None
     try:

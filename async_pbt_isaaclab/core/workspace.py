@@ -29,7 +29,9 @@ import math
 import os
 import re
 import socket
+import stat
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -45,6 +47,11 @@ PIN_TTL_S = 3600.0
 
 _MEMBER_DIR = re.compile(r"^\d{3,6}$")
 _CHECKPOINT_NAME = re.compile(r"^g(\d{4,})_f(\d{12,})\.pth$")
+
+MEMBER_SUBFOLDERS = ("checkpoints", "pins", "incoming")
+"""Folders inside a member folder (``incoming/``: donor copies of this member's exploits in flight)."""
+MEMBER_FILES = ("lock", "record.json", "state.json", "audit.jsonl", "audit.jsonl.torn", "best.json")
+"""Files a member writes in its folder."""
 
 
 class WorkspaceError(RuntimeError):
@@ -73,9 +80,16 @@ def checkpoint_frame(path: str) -> int | None:
 
 
 def resolve_inside(root: Path, relative: str) -> Path:
-    """``root / relative`` if it stays inside ``root``; a record pointing elsewhere is refused."""
-    if not relative or os.path.isabs(relative) or "\x00" in relative:
+    """``root / relative`` if it stays inside ``root``; a record pointing elsewhere (an absolute path, ``..``,
+    a symbolic link anywhere below ``root``) is refused."""
+    if not isinstance(relative, str) or not relative or os.path.isabs(relative) or "\x00" in relative:
         raise WorkspaceError(f"path {relative!r} must be relative to the workspace {root}")
+    if ".." in Path(relative).parts:
+        raise WorkspaceError(f"path {relative!r} must not contain '..' (workspace {root})")
+    try:
+        fsio.check_no_links(root, root / relative)
+    except fsio.UnsafePathError as exc:
+        raise WorkspaceError(f"path {relative!r} in workspace {root}: {exc}") from None
     full = (root / relative).resolve()
     if not full.is_relative_to(root.resolve()):
         raise WorkspaceError(f"path {relative!r} escapes the workspace {root}")
@@ -143,9 +157,11 @@ class Workspace:
     def population_meta(self) -> dict[str, Any]:
         path = self.root / "population.json"
         try:
-            meta = json.loads(path.read_text())
+            meta = json.loads(fsio.read_bytes_nofollow(path))
         except FileNotFoundError:
             raise WorkspaceError(f"{path}: missing; {self.root} is not a population workspace") from None
+        except fsio.UnsafePathError as exc:
+            raise WorkspaceError(str(exc)) from None
         except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, 4300+ digit ints
             # It holds only the population settings, which every member checks its own against: removing it
             # lets the next member recreate it from its config.
@@ -161,6 +177,43 @@ class Workspace:
     # ------------------------------------------------------------ members
     def member_dir(self, index: int) -> Path:
         return self.members_dir / member_dirname(index)
+
+    def checked_member_dir(self, index: int, subfolder: str = "", create: bool = False) -> Path:
+        """``members/NNN[/subfolder]``, refused (:class:`WorkspaceError` naming the path) when it or a folder
+        above it inside the workspace is a symbolic link or not a folder. ``create`` makes missing folders."""
+        path = self.member_dir(index) / subfolder if subfolder else self.member_dir(index)
+        if subfolder and subfolder not in MEMBER_SUBFOLDERS:
+            raise WorkspaceError(f"unknown member subfolder {subfolder!r}")
+        try:
+            fsio.check_no_links(self.root, path)
+            if create:
+                path.mkdir(parents=True, exist_ok=True)
+                fsio.check_no_links(self.root, path)  # made by someone else between the check and mkdir
+        except fsio.UnsafePathError as exc:
+            raise WorkspaceError(f"member {index}: {exc}") from None
+        except OSError as exc:
+            raise WorkspaceError(f"member {index}: cannot create {path}: {exc.strerror}") from None
+        for folder in (self.members_dir, self.member_dir(index), path):
+            try:
+                if not stat.S_ISDIR(os.lstat(folder).st_mode):
+                    raise WorkspaceError(f"member {index}: {folder} is not a folder")
+            except FileNotFoundError:
+                break
+        return path
+
+    def check_member(self, index: int) -> None:
+        """Before a member claims its folder: refuse it when the folder, a subfolder or one of its files is a
+        symbolic link (it would make the member read, write or delete outside the workspace)."""
+        for sub in ("", *MEMBER_SUBFOLDERS):
+            self.checked_member_dir(index, sub)
+        for name in MEMBER_FILES:
+            path = self.member_dir(index) / name
+            try:
+                if stat.S_ISLNK(os.lstat(path).st_mode):
+                    raise WorkspaceError(f"member {index}: refusing {path}: it is a symbolic link (files and "
+                                         f"folders in a workspace must not be symbolic links; remove it)")
+            except FileNotFoundError:
+                continue
 
     def member_indices(self) -> list[int]:
         try:
@@ -179,9 +232,14 @@ class Workspace:
         for index in self.member_indices():
             path = self.members_dir / member_dirname(index) / "record.json"
             try:
-                data = path.read_bytes()  # no exists() first: one system call less per member, and no race
+                if stat.S_ISLNK(os.lstat(path.parent).st_mode):
+                    raise fsio.UnsafePathError(path.parent, "it is a symbolic link")
+                data = fsio.read_bytes_nofollow(path)  # no exists() first: one system call less, and no race
             except FileNotFoundError:
                 continue  # a member folder before its first publish
+            except fsio.UnsafePathError as exc:
+                errors[index] = str(exc)
+                continue
             except OSError as exc:
                 errors[index] = f"{path}: cannot read ({exc.strerror})"
                 continue
@@ -228,7 +286,7 @@ class MemberLock:
     def acquire(self, member: int, wait_s: float = 0.0) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            st = os.stat(self.path)
+            st = os.lstat(self.path)
             held = (st.st_dev, st.st_ino) in _HELD_IN_PROCESS
         except FileNotFoundError:
             held = False
@@ -237,7 +295,10 @@ class MemberLock:
             raise WorkspaceError(
                 f"member {member} is already claimed by this process (pid {os.getpid()}); lock file {self.path}"
             )
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = fsio.open_nofollow(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except fsio.UnsafePathError as exc:
+            raise WorkspaceError(f"member {member}: {exc}") from None
         deadline = time.monotonic() + wait_s
         while True:
             try:
@@ -291,8 +352,7 @@ def _read_owner(fd: int) -> str:
 
 def pin_checkpoint(ws: Workspace, donor: int, checkpoint_rel: str, by_member: int) -> Path:
     """Tell the donor not to delete ``checkpoint_rel`` while ``by_member`` copies it."""
-    pins = ws.member_dir(donor) / "pins"
-    pins.mkdir(parents=True, exist_ok=True)
+    pins = ws.checked_member_dir(donor, "pins", create=True)
     pin = pins / f"{member_dirname(by_member)}.pin"
     fsio.atomic_write_json(pin, {"checkpoint": checkpoint_rel, "by": by_member, "time": time.time()})
     return pin
@@ -302,18 +362,25 @@ def active_pins(ws: Workspace, member: int, now: float | None = None) -> set[str
     """Checkpoints (workspace-relative) of ``member`` that some exploit in flight refers to."""
     now = time.time() if now is None else now
     out: set[str] = set()
-    pins = ws.member_dir(member) / "pins"
     try:
+        pins = ws.checked_member_dir(member, "pins")
         entries = list(pins.iterdir())
     except FileNotFoundError:
         return out
+    except WorkspaceError as exc:
+        # Its content is not ours to read: protect every checkpoint until the link is removed.
+        warnings.warn(f"{exc}; retention keeps every checkpoint meanwhile", stacklevel=2)
+        return {"*"}
     for p in entries:
         if not p.name.endswith(".pin") or fsio.is_temp_file(p):
             continue
         try:
-            data = json.loads(p.read_text())
+            data = json.loads(fsio.read_bytes_nofollow(p))
             if now - float(data["time"]) < PIN_TTL_S:
                 out.add(str(data["checkpoint"]))
+        except fsio.UnsafePathError as exc:
+            # Not a pin any member writes (those are regular files): ignored, so it cannot stop retention forever.
+            warnings.warn(f"pin ignored: {exc}", stacklevel=2)
         except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError):
             # An unreadable pin protects nothing specific; keep everything this round to be safe.
             out.add("*")
@@ -321,7 +388,8 @@ def active_pins(ws: Workspace, member: int, now: float | None = None) -> set[str
 
 
 def list_checkpoints(folder: Path) -> list[tuple[int, int, Path]]:
-    """(generation, frame, path) of the member checkpoints in ``folder``, oldest first."""
+    """(generation, frame, path) of the member checkpoints in ``folder``, oldest first: regular files with
+    the names members write (a symbolic link or a folder there is not a checkpoint)."""
     out = []
     try:
         entries = list(folder.iterdir())
@@ -329,7 +397,11 @@ def list_checkpoints(folder: Path) -> list[tuple[int, int, Path]]:
         return out
     for p in entries:
         m = _CHECKPOINT_NAME.match(p.name)
-        if m:
+        try:
+            regular = bool(m) and stat.S_ISREG(os.lstat(p).st_mode)
+        except FileNotFoundError:
+            continue
+        if m and regular:
             out.append((int(m.group(1)), int(m.group(2)), p))
     out.sort(key=lambda t: (t[1], t[0]))
     return out
@@ -339,7 +411,11 @@ def apply_retention(ws: Workspace, member: int, keep_last: int, keep: Iterable[s
                     now: float | None = None) -> list[Path]:
     """Delete old checkpoints of ``member``: keeps the newest ``keep_last``, everything in ``keep``
     (best checkpoints, the one the record points to) and everything pinned by an exploit in flight."""
-    folder = ws.member_dir(member) / "checkpoints"
+    try:
+        folder = ws.checked_member_dir(member, "checkpoints")
+    except WorkspaceError as exc:
+        warnings.warn(f"retention skipped: {exc}", stacklevel=2)
+        return []
     ckpts = list_checkpoints(folder)
     protected = set(keep)
     removed = []
@@ -351,11 +427,7 @@ def apply_retention(ws: Workspace, member: int, keep_last: int, keep: Iterable[s
         pins = active_pins(ws, member, now)
         if rel in pins or "*" in pins:
             continue
-        try:
-            path.unlink()
-            removed.append(path)
-        except FileNotFoundError:
-            pass
+        removed += fsio.remove_files(folder, lambda name, keep=path.name: name == keep)
     fsio.remove_stale_temp_files(folder, older_than_s=600.0, now=now)
     return removed
 
@@ -385,7 +457,12 @@ def population_best(ws: Workspace, top: int = 10) -> list[dict[str, Any]]:
     for index in ws.member_indices():
         path = ws.member_dir(index) / "best.json"
         try:
-            data = json.loads(path.read_text())
+            if stat.S_ISLNK(os.lstat(path.parent).st_mode):
+                raise fsio.UnsafePathError(path.parent, "it is a symbolic link")
+            data = json.loads(fsio.read_bytes_nofollow(path))
+        except fsio.UnsafePathError as exc:
+            warnings.warn(f"member {index} skipped: {exc}", stacklevel=2)
+            continue
         except (OSError, ValueError, RecursionError):  # missing, unreadable or corrupt: skip this member
             continue
         if not isinstance(data, list):

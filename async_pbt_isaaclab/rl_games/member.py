@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sys
 import warnings
@@ -84,6 +85,10 @@ class MemberSession:
         return self.ws.member_dir(self.member)
 
     def save(self) -> None:
+        """Write ``state.json``, with the audit log's head: saved after every append that matters, so cutting
+        entries from the end of the log is detected (``async-pbt audit``)."""
+        if self.audit.last_seq >= 0:
+            self.state.audit_head = {"seq": self.audit.last_seq, "hash": self.audit.last_hash}
         save_state(self.dir / "state.json", self.state)
 
     def close(self) -> None:
@@ -116,6 +121,8 @@ def start_member(
     ws = Workspace(cfg.workspace_path(train_dir))
     term = objective_term(cfg.objective)
     ws.ensure(cfg.num_policies, term, task)
+    # Before the lock file is opened: a planted link must not make this member write or delete outside.
+    ws.check_member(cfg.policy_idx)
     lock = MemberLock(ws.member_dir(cfg.policy_idx) / "lock")
     lock.acquire(cfg.policy_idx, wait_s=lock_wait_s)
     try:
@@ -129,7 +136,7 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
     import copy
 
     mdir = ws.member_dir(cfg.policy_idx)
-    (mdir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    ws.checked_member_dir(cfg.policy_idx, "checkpoints", create=True)
     fsio.remove_stale_temp_files(mdir, cfg.temp_grace_s)
     fsio.remove_stale_temp_files(mdir / "checkpoints", cfg.temp_grace_s)
     # pins/ is written by other members (a recipient killed while pinning leaves a temp file there).
@@ -234,14 +241,16 @@ def _initial_mutation(state: MemberState, cfg: PopulationConfig, audit: AuditLog
     state.rng_state = step.rng_after
 
 
+INCOMING_NAME = re.compile(r"^donor\d{3,6}_g\d{4,}\.pth$")
+"""Names of the donor copies the observer writes in ``incoming/`` (the only files start-up deletes there)."""
+
+
 def _clear_incoming(folder: Path) -> None:
-    try:
-        leftovers = list(folder.iterdir())
-    except FileNotFoundError:
-        return
-    for p in leftovers:
-        if p.is_file():
-            p.unlink(missing_ok=True)
+    def ours(name: str) -> bool:
+        return bool(INCOMING_NAME.match(name)) or (fsio.is_temp_name(name) and bool(
+            INCOMING_NAME.match(name[1:name.index(fsio.TEMP_MARKER)])))
+
+    fsio.remove_files(folder, ours)
 
 
 def _recover_after_crash(state: MemberState, mdir: Path) -> None:
@@ -268,7 +277,7 @@ def _recover_after_crash(state: MemberState, mdir: Path) -> None:
         state.rng_state = last["rng_after"]
     best_path = mdir / "best.json"
     try:
-        on_disk = json.loads(best_path.read_bytes())
+        on_disk = json.loads(fsio.read_bytes_nofollow(best_path))
     except FileNotFoundError:
         on_disk = None
     except ValueError:

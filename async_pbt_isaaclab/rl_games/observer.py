@@ -391,7 +391,9 @@ class PbtObserver(AlgoObserver):
         self._write_record(self._record())
 
     def _save_checkpoint(self, state: dict[str, Any], generation: int) -> tuple[str, str]:
-        path = self.session.dir / "checkpoints" / checkpoint_name(generation, int(self.algo.frame))
+        # Checked at every save: a checkpoints/ replaced by a link while training would put our files elsewhere.
+        folder = self.session.ws.checked_member_dir(self.session.member, "checkpoints")
+        path = folder / checkpoint_name(generation, int(self.algo.frame))
         sha = save_checkpoint(path, state)
         return self.session.ws.relative(path), sha
 
@@ -575,11 +577,12 @@ class PbtObserver(AlgoObserver):
         """Pin, copy, verify and fit-check the donor entry's checkpoint; ``None`` (logged, record rewritten,
         training goes on) when that is impossible."""
         session = self.session
-        incoming = session.dir / "incoming"
-        incoming.mkdir(exist_ok=True)
-        local = incoming / f"donor{donor:03d}_g{entry.generation:04d}.pth"
+        local = session.dir / "incoming" / f"donor{donor:03d}_g{entry.generation:04d}.pth"
         pin = None
+        incoming_checked = False
         try:
+            session.ws.checked_member_dir(session.member, "incoming", create=True)  # refuses a planted link
+            incoming_checked = True
             pin = pin_checkpoint(session.ws, donor, entry.checkpoint, session.member)
             src = session.ws.checkpoint_path(entry.checkpoint)
             fsio.atomic_copy_verified(src, local, entry.checkpoint_sha256)
@@ -598,7 +601,8 @@ class PbtObserver(AlgoObserver):
         finally:
             if pin is not None:
                 pin.unlink(missing_ok=True)
-            local.unlink(missing_ok=True)
+            if incoming_checked:
+                local.unlink(missing_ok=True)
 
     def _restart(self, checkpoint: Path, new_hp: dict[str, Any]) -> None:
         overrides = {isaaclab_key(k): v for k, v in new_hp.items()}

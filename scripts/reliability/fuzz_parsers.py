@@ -200,7 +200,12 @@ def build_audit_log(path: Path) -> bytes:
         result = pbt_step(view, cfg, rng.get_state())
         rng.set_state(result.rng_after)
         log.append("decision", result.audit_body(view, cfg), now=now)
-    log.append("exploit_applied", {"checkpoint": me.checkpoint, "sha256": me.checkpoint_sha256, "donor": 0,
+    source = result.decision.donor_entry  # the applied exploit carries out the last decision, as a member's does
+    log.append("exploit_applied", {"checkpoint": me.checkpoint, "sha256": me.checkpoint_sha256,
+                                   "donor": result.decision.donor, "donor_checkpoint": source.checkpoint,
+                                   "donor_sha256": source.checkpoint_sha256, "donor_generation": source.generation,
+                                   "hyperparameters": result.new_hyperparameters,
+                                   "changes": [c.to_dict() for c in result.changes],
                                    "generation": 1, "frame": me.frame, "pid": 1, "process_starts": 2}, now=NOW + 1)
     log.append("exploit_aborted", {"donor": 0, "reason": "vanished"}, now=NOW + 2)
     log.append("stop", {"status": "stopped", "frame": me.frame}, now=NOW + 3)

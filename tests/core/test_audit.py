@@ -42,13 +42,32 @@ def _population(make_record, means, now=NOW):
                         hyperparameters=hps[i]) for i, m in enumerate(means)]
 
 
-def _log_decision(log, me, recs, cfg, rng, now):
+def _log_step(log, me, recs, cfg, rng, now):
     """What a member does at a decision point: one PBT step, written ahead."""
     view = PopulationView(me, tuple(recs), now, {3: "bad json"})
     step = pbt_step(view, cfg, rng.get_state())
     rng.set_state(step.rng_after)
     log.append("decision", step.audit_body(view, cfg), now=now)
-    return step.decision
+    return step
+
+
+def _log_decision(log, me, recs, cfg, rng, now):
+    return _log_step(log, me, recs, cfg, rng, now).decision
+
+
+def _applied_body(step, me):
+    """The ``exploit_applied`` body a member writes when it carries out ``step`` (rl_games/observer.py)."""
+    d = step.decision
+    source = d.donor_entry if d.donor is not None else None
+    donor = {"donor": d.donor, "donor_generation": source.generation, "donor_checkpoint": source.checkpoint,
+             "donor_sha256": source.checkpoint_sha256, "donor_frame": source.frame} if source else {
+             "donor": me.member, "donor_generation": me.generation, "donor_checkpoint": me.checkpoint,
+             "donor_sha256": me.checkpoint_sha256, "donor_frame": me.frame}
+    return {"checkpoint": f"members/{me.member:03d}/checkpoints/g{me.generation + 1:04d}_f{me.frame:012d}.pth",
+            "sha256": "ab" * 32, "generation": me.generation + 1, "frame": me.frame,
+            "hyperparameters": dict(step.new_hyperparameters), "changes": [c.to_dict() for c in step.changes],
+            "last_lr": step.new_hyperparameters.get("learning_rate", 3e-4), "path": "restart",
+            "path_reason": "exploit_mode: restart", "pid": 4242, "process_starts": 2, **donor}
 
 
 @pytest.fixture
@@ -63,8 +82,9 @@ def chain(tmp_path, make_record):
     d_keep = _log_decision(log, recs[0], recs, _cfg(), rng, NOW)
 
     recs = _population(make_record, [0.0, 10.0, 30.0, 25.0], now=NOW + 60)
-    d_exploit = _log_decision(log, recs[0], recs, _cfg(), rng, NOW + 60)
-    log.append("exploit_applied", {"donor": d_exploit.donor, "generation": 1}, now=NOW + 61)
+    s_exploit = _log_step(log, recs[0], recs, _cfg(), rng, NOW + 60)
+    d_exploit = s_exploit.decision
+    log.append("exploit_applied", _applied_body(s_exploit, recs[0]), now=NOW + 61)
 
     recs = _population(make_record, [0.0, 10.0, 10.0, 10.0], now=NOW + 120)
     cfg_il = population_config_from_dict(dict(_cfg("isaaclab").selection_dict(), threshold_abs=3.0))
@@ -283,3 +303,149 @@ def test_initial_mutation_is_replayed(tmp_path):
     entries[0]["new_hyperparameters"]["gamma"] = 0.5
     _write(path, entries, rehash=True)
     assert any("initial mutation does not reproduce" in p.problem for p in verify_log(path)[1])
+
+
+# ----------------------------------------------------------------------------- applied exploits match decisions
+@pytest.mark.parametrize("field, forged", [
+    ("donor", 3),
+    ("donor_checkpoint", "members/003/checkpoints/g0000_f000000010000.pth"),
+    ("donor_sha256", "cd" * 32),
+    ("donor_generation", 7),
+    ("generation", 5),
+    ("hyperparameters", {"learning_rate": 1.0, "gamma": 0.9, "mini_epochs": 2}),
+])
+def test_applied_exploit_must_match_its_decision(chain, field, forged):
+    entries = _lines(chain)
+    applied = entries[3]
+    assert applied["kind"] == "exploit_applied" and applied[field] != forged
+    applied[field] = forged
+    _write(chain, entries, rehash=True)  # a consistent chain: only the match with the decision can catch it
+    _, problems = verify_log(chain)
+    texts = _problems_at(problems, 3)
+    assert len(problems) == 1 and texts[0].startswith(f"applied exploit does not match its decision: {field}:"), problems
+    assert "seq 2" in texts[0]
+
+
+def test_applied_explore_matches_and_applied_without_decision_is_caught(chain, make_record):
+    entries = _lines(chain)
+    explore = entries[4]
+    recs = _population(make_record, [0.0, 10.0, 10.0, 10.0], now=NOW + 120)
+    cfg_il = population_config_from_dict(dict(_cfg("isaaclab").selection_dict(), threshold_abs=3.0))
+    step = pbt_step(PopulationView(recs[0], tuple(recs), NOW + 120, {3: "bad json"}), cfg_il, explore["rng_before"])
+    assert step.rng_after == explore["rng_after"] and step.decision.outcome is Outcome.EXPLORE
+    log = AuditLog.open(chain)
+    body = _applied_body(step, recs[0])
+    assert body["donor"] == 0 and body["donor_checkpoint"] == recs[0].checkpoint  # its own weights
+    log.append("exploit_applied", body)
+    log.append("exploit_applied", body)  # killed before state.json was saved: applied again at the next start
+    assert verify_log(chain)[1] == []
+    log.append("exploit_aborted", {"donor": None, "reason": "training ends this epoch"})
+    log.append("exploit_applied", body)  # nothing decided it any more
+    _, problems = verify_log(chain)
+    assert [p.seq for p in problems] == [8] and "no exploit or explore decision precedes it" in problems[0].problem
+
+
+def test_applied_exploit_after_a_keep_is_caught(chain, make_record):
+    recs = _population(make_record, [20.0, 10.0, 30.0, 25.0], now=NOW + 200)
+    log = AuditLog.open(chain)
+    rng = MemberRng(0)
+    rng.set_state(_lines(chain)[-1]["rng_after"])
+    keep = _log_step(log, recs[0], recs, _cfg(), rng, NOW + 200)
+    assert keep.decision.outcome is Outcome.KEEP
+    applied = {k: v for k, v in _lines(chain)[3].items() if k not in ("seq", "time", "kind", "prev_hash", "hash")}
+    log.append("exploit_applied", applied)  # the earlier exploit's body, replayed after a keep
+    _, problems = verify_log(chain)
+    assert [p.seq for p in problems] == [6] and "no exploit or explore decision" in problems[0].problem
+
+
+# ----------------------------------------------------------------------------- chain head kept in state.json
+def _head(path):
+    log = AuditLog.open(path)
+    return {"seq": log.last_seq, "hash": log.last_hash}
+
+
+def test_entries_cut_from_the_end_are_caught_by_the_recorded_head(chain):
+    head = _head(chain)
+    assert verify_log(chain, head) == (5, [])
+    lines = chain.read_text().splitlines(keepends=True)
+    chain.write_text("".join(lines[:3]))  # the explore decision and the applied exploit... gone
+    count, problems = verify_log(chain)
+    assert count == 3 and problems == []  # the chain alone is intact: a shorter valid chain
+    _, problems = verify_log(chain, head)
+    assert len(problems) == 1 and "log ends at seq 2 but state.json records seq 4" in problems[0].problem
+    assert "removed from the end" in problems[0].problem
+
+
+def test_rewritten_tail_is_caught_by_the_recorded_head(chain):
+    head = _head(chain)
+    entries = _lines(chain)
+    entries[4]["time"] += 1.0  # the forger rehashes, so the chain is consistent again
+    _write(chain, entries, rehash=True)
+    assert verify_log(chain)[1] == []
+    _, problems = verify_log(chain, head)
+    assert [p.seq for p in problems] == [4] and "the log was rewritten" in problems[0].problem
+
+
+def test_audit_command_reports_truncation_against_state_json(tmp_path, chain, capsys):
+    from async_pbt_isaaclab import cli
+    from async_pbt_isaaclab.core.member_state import MemberState, load_state, save_state
+    from async_pbt_isaaclab.core.workspace import Workspace
+
+    ws = Workspace(tmp_path)
+    ws.ensure(4, "episode_return")
+    state_path = ws.member_dir(0) / "state.json"
+    save_state(state_path, MemberState(member=0, audit_head=_head(chain)))
+    assert load_state(state_path).audit_head["seq"] == 4
+    assert cli.main(["audit", str(ws.root)]) == 0
+    capsys.readouterr()
+    chain.write_text("".join(chain.read_text().splitlines(keepends=True)[:4]))
+    assert cli.main(["audit", str(ws.root)]) == 1
+    out = capsys.readouterr().out
+    assert "log ends at seq 3 but state.json records seq 4" in out and "FAILED for member(s) 000" in out
+    chain.unlink()
+    assert cli.main(["audit", str(ws.root)]) == 1
+    out = capsys.readouterr().out
+    assert "log missing" in out and "records seq 4" in out
+
+
+def test_state_without_audit_head_still_loads(tmp_path):
+    """A state.json written before the head was recorded (same schema version) loads, with no head."""
+    from async_pbt_isaaclab.core.member_state import MemberState, load_state
+    from async_pbt_isaaclab.core.records import RecordError
+
+    data = MemberState(member=2).to_dict()
+    del data["audit_head"]
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(data))
+    assert load_state(path).audit_head is None
+    path.write_text(json.dumps(dict(data, audit_head={"seq": "4", "hash": "x"})))
+    with pytest.raises(RecordError, match="audit_head"):
+        load_state(path)
+
+
+def test_member_start_records_the_head_and_truncation_is_reported(tmp_path, capsys):
+    """Real member starts (claim, start entry, state.json saved): the head follows the log; cutting the last
+    start entry is what `async-pbt audit` then reports."""
+    from pathlib import Path
+
+    from async_pbt_isaaclab import cli
+    from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
+    from async_pbt_isaaclab.core.member_state import load_state
+    from async_pbt_isaaclab.rl_games.member import start_member
+
+    raw = load_yaml(Path(__file__).resolve().parents[2] / "async_pbt_isaaclab" / "examples" / "pendulum_ppo.yaml")
+    raw["pbt"] = {"enabled": True, "policy_idx": 1, "num_policies": 2, "workspace": str(tmp_path / "ws"),
+                  "interval_steps": 10 ** 9, "mutation": {"learning_rate": "mutate_float"}}
+    agent_cfg, cfg = load_population_config(raw)
+    for _ in range(2):
+        session, _ = start_member(agent_cfg, cfg, train_dir=str(tmp_path / "runs"), task="Pendulum-v1")
+        session.close()
+    log = session.dir / "audit.jsonl"
+    entries = _lines(log)
+    assert [e["kind"] for e in entries] == ["start", "start"]
+    assert load_state(session.dir / "state.json").audit_head == {"seq": 1, "hash": entries[-1]["hash"]}
+    assert cli.main(["audit", str(session.ws.root)]) == 0
+    log.write_text(log.read_text().splitlines(keepends=True)[0])
+    capsys.readouterr()
+    assert cli.main(["audit", str(session.ws.root)]) == 1
+    assert "log ends at seq 0 but state.json records seq 1" in capsys.readouterr().out
