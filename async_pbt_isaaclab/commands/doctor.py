@@ -127,7 +127,7 @@ def check_lock(probe: Path, fs_type: str) -> Check:
         except OSError as exc:
             hint = " (on NFS: mount without 'nolock' and run the lock manager, or use NFSv4)" \
                 if exc.errno == errno.ENOLCK else ""
-            return Check("lock", "fail", f"fcntl.lockf is not available here: {exc.strerror}{hint}; "
+            return Check("lock", "fail", f"fcntl.lockf is not available on this filesystem: {exc.strerror}{hint}; "
                                          f"without it two processes could claim the same member")
         child = subprocess.run([sys.executable, "-c", _LOCK_CHILD, str(path)], capture_output=True, timeout=60)
         if child.returncode == 0:

@@ -15,6 +15,8 @@ import os
 import sys
 from pathlib import Path
 
+from async_pbt_isaaclab.core.fsio import folder_problem
+
 from async_pbt_isaaclab.commands.doctor import doctor_report
 from async_pbt_isaaclab.launch.supervisor import EXIT_USAGE, MEMBER_FLAGS, LaunchError, _MEMBER_OVERRIDES
 
@@ -101,6 +103,10 @@ def run_backend(args: argparse.Namespace, command: list[str]) -> int | None:
             from async_pbt_isaaclab.launch.slurm import launch_slurm
 
             return launch_slurm(args, command, Path(os.path.expanduser(args.workspace)).absolute(), indices)
+        # A workspace path that cannot be a folder is a usage error, said in one line before any check writes.
+        problem = folder_problem(Path(os.path.expanduser(args.workspace)).absolute())
+        if problem:
+            raise LaunchError(f"workspace {args.workspace} {problem}")
         if not args.no_doctor and not run_doctor(args.workspace):
             return EXIT_DOCTOR
         workspace = Path(os.path.expanduser(args.workspace)).absolute()

@@ -184,7 +184,7 @@ def task_states(workspace: Path) -> dict[int, str] | None:
     members = int(jobs[-1].get("members", 0) or 0)
     states: dict[int, str] = {}
     if squeue is None:
-        return {i: "squeue not available here" for i in range(members)}
+        return {i: "squeue not found on this machine" for i in range(members)}
     ids = ",".join(str(j["job_id"]) for j in jobs)
     try:
         proc = subprocess.run([squeue, "-h", "-r", "-j", ids, "-o", "%F|%K|%T|%N|%r"], capture_output=True,
