@@ -211,7 +211,8 @@ def _train(args: argparse.Namespace, session: Any, hooks: IsaacLabHooks) -> int:
     if cfg.enabled:
         run_name = member_experiment_name(rl_cfg, cfg, log_root)
     else:
-        run_name = rl_cfg.get("full_experiment_name") or datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        run_name = (rl_cfg.get("full_experiment_name") or getattr(args, "run_timestamp", None)
+                    or datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
     rl_cfg["train_dir"] = log_root
     rl_cfg["full_experiment_name"] = run_name
     log_dir = os.path.join(log_root, run_name)
@@ -246,6 +247,10 @@ def _train(args: argparse.Namespace, session: Any, hooks: IsaacLabHooks) -> int:
             raise ValueError("Weights and Biases entity must be specified for tracking.")
         observers.append(make_wandb_observer(args, env_cfg, agent_cfg, cfg, log_root))
 
+    if getattr(args, "deterministic", False):  # Isaac Lab 3.0's flag: deterministic torch kernels too
+        from isaaclab.utils.seed import configure_seed
+
+        configure_seed(seed, torch_deterministic=True)
     start = time.time()
     train_member(agent_cfg, cfg, train_dir=log_root, task=args.task, checkpoint=resume_path, sigma=train_sigma,
                  extra_observers=observers, reward_config=reward_config)

@@ -97,7 +97,10 @@ def _source_tree_version(package_dir: Path) -> str | None:
 def detect() -> IsaacLabRelease | None:
     """The installed Isaac Lab release, None when ``isaaclab`` is not importable; raises
     :class:`UnsupportedIsaacLab` for a release outside :data:`SUPPORTED`."""
-    spec = importlib.util.find_spec("isaaclab")
+    try:
+        spec = importlib.util.find_spec("isaaclab")
+    except (ImportError, ValueError):
+        return None
     if spec is None or not spec.submodule_search_locations:
         return None
     package_dir = Path(next(iter(spec.submodule_search_locations)))
