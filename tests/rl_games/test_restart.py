@@ -16,6 +16,8 @@ from async_pbt_isaaclab.core.agent_config import parse_override, yaml_load
 from async_pbt_isaaclab.core.mutation import isaaclab_key
 from async_pbt_isaaclab.rl_games.restart import exec_command, format_override_value, restart_argv
 
+pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)
+
 REPO = Path(__file__).resolve().parents[2]
 LR = "agent.params.config.learning_rate"
 GAMMA = "agent.params.config.gamma"
