@@ -174,10 +174,10 @@ def population(release, tmp_path_factory):
     ]
     per_member = {
         # Isaac Lab's own PBT overrides ...
-        0: ["--max_iterations", "30", "agent.pbt.enabled=True", "agent.pbt.num_policies=2",
+        0: ["--max_iterations", "12", "agent.pbt.enabled=True", "agent.pbt.num_policies=2",
             "agent.pbt.policy_idx=0", f"agent.pbt.workspace={ws}"],
         # ... and the population flags mean the same thing.
-        1: ["--max_iterations", "24", "--pbt-workspace", str(ws), "--pbt-members", "2", "--pbt-index", "1"],
+        1: ["--max_iterations", "12", "--pbt-workspace", str(ws), "--pbt-members", "2", "--pbt-index", "1"],
     }
     logs = {}
     # Member 0 first, to completion: it is the donor, and a finished donor's checkpoint stays valid. Running the two
@@ -196,6 +196,7 @@ def _entries(path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # two member processes run one after the other, each starting Isaac Lab
 def test_population_exploit_restart_on_the_real_release(release, population):
     from async_pbt_isaaclab.core.audit import verify_log
 
@@ -225,6 +226,7 @@ PLAYED = re.compile(r"\[INFO\] played (\S+) \((.+)\): (\d+) steps, (\d+) episode
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)
 def test_play_pbt_plays_the_recipient_and_the_best(release, population):
     root, ws, _ = population
     applied = [e for e in _entries(ws / "members/001/audit.jsonl") if e["kind"] == "exploit_applied"][0]
