@@ -117,6 +117,9 @@ class _StubLoader(importlib.abc.Loader):
         module.__path__ = []  # a package: submodules resolve through the finder too
         if spec.name == "isaacsim":
             module.__file__ = os.path.join(SIMULATOR_HOME, "__init__.py")
+            app = stub_class("isaacsim.SimulationApp")
+            app.is_running = lambda self: True  # a started app runs until closed (the play loop's condition)
+            module.SimulationApp = app
         return module
 
     def exec_module(self, module) -> None:
