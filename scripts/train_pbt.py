@@ -135,7 +135,7 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: IsaacLabHook
     if args.distributed and device is not None and "cpu" in str(device):
         print(f"error: --distributed needs GPUs, but --device is {device!r}; use --device cuda", file=sys.stderr)
         return 2
-    population_on = getattr(args, "pbt_members", None) is not None or getattr(args, "pbt_workspace", None) is not None
+    population_on = getattr(args, "pbt_num_policies", None) is not None or getattr(args, "pbt_workspace", None) is not None
     if args.distributed and population_on:  # refused before the simulator starts (3.0 binds GPUs at launch)
         print("error: --distributed spreads one run over several GPUs, but a population member is one process. "
               "Give each member its own GPU instead: async-pbt launch --members N --gpus 0,1,... -- <this command "
