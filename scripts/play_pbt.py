@@ -24,7 +24,7 @@ only with ``--trusted-workspace``), never with rl_games' full-pickle ``restore``
 
 The played episodes are summarised like PBT evidence (completed episodes: return, length, objective) and printed at
 the end, so ``--num_steps`` doubles as a quick evaluation. The simulator-facing calls go through
-:class:`~async_pbt_isaaclab.envs.isaaclab.IsaacLabHooks` (a CPU test plays the pure-torch task).
+:class:`~async_pbt_isaaclab.envs.isaaclab.IsaacLabHooks` (the tests run them against the real Isaac Lab packages).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks, parse_script_args, plain_config
+from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks, UnsupportedIsaacLab, parse_script_args, plain_config
 
 LAUNCHER_NOTE = (
     "Simulator flags (--headless, --device, --enable_cameras, ...) are added by Isaac Lab's AppLauncher and appear "
@@ -163,9 +163,12 @@ def restore_player(player: Any, state: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None, hooks: IsaacLabHooks | None = None) -> int:
     hooks = hooks or IsaacLabHooks()
     try:
-        args, hydra_args = parse_script_args(build_parser(), hooks, argv)  # --help works without Isaac Lab
+        args, hydra_args = parse_script_args(build_parser(), hooks, argv, script="play")  # --help: no Isaac Lab
     except ImportError as exc:
         print(f"error: scripts/play_pbt.py plays Isaac Lab tasks: {exc}", file=sys.stderr)
+        return 2
+    except UnsupportedIsaacLab as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
         result = run(args, hydra_args, hooks)
@@ -187,14 +190,12 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: IsaacLabHook
     print(f"[INFO]: Loading model checkpoint from: {path} ({source})")
     if args.video:
         args.enable_cameras = True
-    launcher = hooks.launch_app(args)
-    try:
-        return _play(args, list(hydra_args), hooks, launcher, path, source, state)
-    finally:
-        hooks.close_app(launcher)
+    args.video_kind = "play"
+    with hooks.open_session(args, args.task, args.agent, list(hydra_args)) as session:
+        return _play(args, session, hooks, path, source, state)
 
 
-def _play(args, hydra_args, hooks, launcher, path: Path, source: str, state: dict[str, Any]) -> PlayResult:
+def _play(args, session, hooks, path: Path, source: str, state: dict[str, Any]) -> PlayResult:
     import torch
     from rl_games.torch_runner import Runner
 
@@ -211,7 +212,9 @@ def _play(args, hydra_args, hooks, launcher, path: Path, source: str, state: dic
     from async_pbt_isaaclab.rl_games.checkpoint import read_pbt_metadata
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
 
-    env_cfg, agent_cfg = hooks.load_task_cfgs(args.task, args.agent, hydra_args)
+    from async_pbt_isaaclab.envs import isaaclab_api
+
+    env_cfg, agent_cfg = session.env_cfg, session.agent_cfg
     agent_cfg = plain_config(agent_cfg)
     meta = read_pbt_metadata(state) or {}
     # Rebuild the network the member trained: mutated network.* keys (e.g. bounded log-std) change its shape/limits.
@@ -220,20 +223,12 @@ def _play(args, hydra_args, hooks, launcher, path: Path, source: str, state: dic
             set_path(agent_cfg, agent_path(key), value)
     params, rl_cfg = agent_cfg["params"], agent_cfg["params"]["config"]
     params["load_checkpoint"] = False  # restored below through the safe loader
-    if args.num_envs is not None:
-        env_cfg.scene.num_envs = args.num_envs
-    if getattr(args, "device", None) is not None:
-        env_cfg.sim.device = args.device
+    isaaclab_api.apply_cli_overrides(session, args, env_cfg)
 
     raw_objective = meta.get("objective") or (agent_cfg.get("pbt") or {}).get("objective") or RETURN_OBJECTIVE
     objective = objective_term(str(raw_objective))
-    env = hooks.make_env(args.task, env_cfg, "rgb_array" if args.video else None)
-    if args.video:
-        import gymnasium
-
-        video_folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), "videos", "play")
-        env = gymnasium.wrappers.RecordVideo(env, video_folder=video_folder, step_trigger=lambda step: step == 0,
-                                             video_length=args.video_length, disable_logger=True)
+    run_dir = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    env = hooks.make_env(session, args.task, env_cfg, args, run_dir, lambda step: step == 0)
     try:
         env = attach_summary_source(env, SummaryCfg.from_agent_cfg(agent_cfg), objective=objective, task=args.task)
     except ValueError as exc:
@@ -262,7 +257,7 @@ def _play(args, hydra_args, hooks, launcher, path: Path, source: str, state: dic
     if player.is_rnn:
         player.init_rnn()
     steps = 0
-    while hooks.app_running(launcher) and (args.num_steps <= 0 or steps < args.num_steps):
+    while session.app_running() and (args.num_steps <= 0 or steps < args.num_steps):
         started = time.time()
         with torch.inference_mode():
             obs = player.obs_to_torch(obs)

@@ -28,8 +28,9 @@ What differs from Isaac Lab's script, and why:
 * ``--distributed`` (one member spread over several GPUs) is refused with the population enabled: a member is one
   process; use ``async-pbt launch --gpus`` to give each member its own GPU.
 
-The simulator-facing calls go through :class:`~async_pbt_isaaclab.envs.isaaclab.IsaacLabHooks`, so a test runs
-:func:`main` / :func:`run` with a fake app launcher and a pure-torch env (``tests/integration/fake_isaaclab_entry.py``).
+The simulator-facing calls go through :class:`~async_pbt_isaaclab.envs.isaaclab.IsaacLabHooks`; what differs between
+Isaac Lab 2.x and 3.0 (flags, launch order, config resolution) is in :mod:`async_pbt_isaaclab.envs.isaaclab_api`.
+On 3.0 there is no ``--headless`` (it runs headless by default): drop the flag there.
 """
 
 from __future__ import annotations
@@ -49,7 +50,12 @@ capture_argv()
 
 from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides  # noqa: E402
 # torch-free; Isaac Lab is imported lazily inside the hooks
-from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks, parse_script_args, plain_config  # noqa: E402
+from async_pbt_isaaclab.envs.isaaclab import (  # noqa: E402
+    IsaacLabHooks,
+    UnsupportedIsaacLab,
+    parse_script_args,
+    plain_config,
+)
 
 LAUNCHER_NOTE = (
     "Simulator flags (--headless, --device, --enable_cameras, --livestream, ...) are added by Isaac Lab's "
@@ -95,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--wandb-name", type=str, default=None, help="the name of wandb's run")
     parser.add_argument("--track", type=_str2bool, default=False, nargs="?", const=True,
                         help="if toggled, this experiment will be tracked with Weights and Biases")
+    parser.add_argument("--export_io_descriptors", action="store_true", default=False,
+                        help="Export the IO descriptors of a manager-based task.")
+    parser.add_argument("--ray-proc-id", "-rid", type=int, default=None,
+                        help="Automatically configured by Isaac Lab's Ray integration, otherwise None.")
     add_population_args(parser)
     return parser
 
@@ -104,11 +114,14 @@ def main(argv: Sequence[str] | None = None, hooks: IsaacLabHooks | None = None) 
     capture_argv()
     hooks = hooks or IsaacLabHooks()
     try:
-        args, hydra_args = parse_script_args(build_parser(), hooks, argv)  # --help works without Isaac Lab
+        args, hydra_args = parse_script_args(build_parser(), hooks, argv, script="train")  # --help: no Isaac Lab
     except ImportError as exc:
         print(f"error: scripts/train_pbt.py runs Isaac Lab tasks: {exc}\n"
               f"  (a CPU population without a simulator: python -m async_pbt_isaaclab.examples.cpu_member --help)",
               file=sys.stderr)
+        return 2
+    except UnsupportedIsaacLab as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     return run(args, hydra_args, hooks)
 
@@ -119,16 +132,23 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: IsaacLabHook
     if not args.task:
         print("error: --task is required (e.g. --task AsyncPbt-Cartpole-Direct-v0)", file=sys.stderr)
         return 2
-    if args.video:
+    device = getattr(args, "device", None)
+    if args.distributed and device is not None and "cpu" in str(device):
+        print(f"error: --distributed needs GPUs, but --device is {device!r}; use --device cuda", file=sys.stderr)
+        return 2
+    population_on = getattr(args, "pbt_num_policies", None) is not None or getattr(args, "pbt_workspace", None) is not None
+    if args.distributed and population_on:  # refused before the simulator starts (3.0 binds GPUs at launch)
+        print("error: --distributed spreads one run over several GPUs, but a population member is one process. "
+              "Give each member its own GPU instead: async-pbt launch --members N --gpus 0,1,... -- <this command "
+              "without --distributed>", file=sys.stderr)
+        return 2
+    if args.video or getattr(args, "capture_env_sensors", 0):
         args.enable_cameras = True  # always enable cameras to record video (AppLauncher flag)
-    launcher = hooks.launch_app(args)
-    try:
-        return _train(args, list(hydra_args), hooks, launcher)
-    finally:
-        hooks.close_app(launcher)
+    with hooks.open_session(args, args.task, args.agent, list(hydra_args)) as session:
+        return _train(args, session, hooks)
 
 
-def _train(args: argparse.Namespace, hydra_args: list[str], hooks: IsaacLabHooks, launcher: Any) -> int:
+def _train(args: argparse.Namespace, session: Any, hooks: IsaacLabHooks) -> int:
     # Everything heavy is imported after the simulator started, as Isaac Lab's scripts do.
     from rl_games.common.algo_observer import IsaacAlgoObserver
 
@@ -144,7 +164,9 @@ def _train(args: argparse.Namespace, hydra_args: list[str], hooks: IsaacLabHooks
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration, validate_exploration_config
     from async_pbt_isaaclab.rl_games.runner import train_member
 
-    env_cfg, agent_cfg = hooks.load_task_cfgs(args.task, args.agent, hydra_args)
+    from async_pbt_isaaclab.envs import isaaclab_api
+
+    env_cfg, agent_cfg = session.env_cfg, session.agent_cfg
     agent_cfg = plain_config(agent_cfg)
     try:
         agent_cfg, cfg = load_population_config(agent_cfg, population_overrides(args),
@@ -159,12 +181,8 @@ def _train(args: argparse.Namespace, hydra_args: list[str], hooks: IsaacLabHooks
     params = agent_cfg["params"]
     rl_cfg = params["config"]
 
-    # -- the CLI overrides Isaac Lab's script applies
-    if args.num_envs is not None:
-        env_cfg.scene.num_envs = args.num_envs
-    device = getattr(args, "device", None)
-    if device is not None:
-        env_cfg.sim.device = device
+    # -- the CLI overrides the installed release's own script applies
+    isaaclab_api.apply_cli_overrides(session, args, env_cfg)
     if args.seed == -1:
         args.seed = random.randint(0, 10000)
     seed = int(args.seed if args.seed is not None else params.get("seed", 42))
@@ -185,8 +203,8 @@ def _train(args: argparse.Namespace, hydra_args: list[str], hooks: IsaacLabHooks
                   "Give each member its own GPU instead: async-pbt launch --members N --gpus 0,1,... -- <this command "
                   "without --distributed>", file=sys.stderr)
             return 2
-        seed += int(getattr(launcher, "global_rank", 0))
-        local = f"cuda:{int(getattr(launcher, 'local_rank', 0))}"
+        rank, local = isaaclab_api.distributed_placement(session)
+        seed += rank
         rl_cfg["device"] = rl_cfg["device_name"] = local
         rl_cfg["multi_gpu"] = True
         env_cfg.sim.device = local
@@ -197,11 +215,15 @@ def _train(args: argparse.Namespace, hydra_args: list[str], hooks: IsaacLabHooks
 
     # -- log folders: logs/rl_games/<name>/<run>, the member's run kept across restarts
     config_name = rl_cfg["name"]
-    log_root = os.path.abspath(os.path.join("logs", "rl_games", config_name))
+    log_root = os.path.join("logs", "rl_games", config_name)
+    pbt_directory = str((agent_cfg.get("pbt") or {}).get("directory", "."))
+    # Isaac Lab's pbt.directory roots the log folders elsewhere (e.g. on a shared filesystem).
+    log_root = os.path.abspath(log_root if pbt_directory == "." else os.path.join(pbt_directory, log_root))
     if cfg.enabled:
         run_name = member_experiment_name(rl_cfg, cfg, log_root)
     else:
-        run_name = rl_cfg.get("full_experiment_name") or datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        run_name = (rl_cfg.get("full_experiment_name") or getattr(args, "run_timestamp", None)
+                    or datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
     rl_cfg["train_dir"] = log_root
     rl_cfg["full_experiment_name"] = run_name
     log_dir = os.path.join(log_root, run_name)
@@ -210,20 +232,12 @@ def _train(args: argparse.Namespace, hydra_args: list[str], hooks: IsaacLabHooks
         print(f"[INFO] PBT member {cfg.policy_idx}/{cfg.num_policies}, workspace {cfg.workspace_path(log_root)}, "
               f"objective {cfg.objective!r}, seed {seed}")
     _dump_configs(hooks, log_dir, env_cfg, agent_cfg)
+    if hasattr(env_cfg, "log_dir"):
+        env_cfg.log_dir = log_dir  # where the env writes its own files (Isaac Lab sets it too)
 
     # -- the env: Isaac Lab env [-> RecordVideo] [-> PbtIsaacLabEnv] -> RlGamesVecEnvWrapper
-    env = hooks.make_env(args.task, env_cfg, "rgb_array" if args.video else None)
-    if args.video:
-        import gymnasium
-
-        video_kwargs = {
-            "video_folder": os.path.join(log_dir, "videos", "train"),
-            "step_trigger": lambda step: step % args.video_interval == 0,
-            "video_length": args.video_length,
-            "disable_logger": True,
-        }
-        print(f"[INFO] Recording videos during training: {video_kwargs['video_folder']}")
-        env = gymnasium.wrappers.RecordVideo(env, **video_kwargs)
+    env = hooks.make_env(session, args.task, env_cfg, args, log_dir,
+                         lambda step: step % args.video_interval == 0)
     reward_config = reward_fingerprint(env_cfg)
     if cfg.enabled:
         try:
@@ -244,6 +258,10 @@ def _train(args: argparse.Namespace, hydra_args: list[str], hooks: IsaacLabHooks
             raise ValueError("Weights and Biases entity must be specified for tracking.")
         observers.append(make_wandb_observer(args, env_cfg, agent_cfg, cfg, log_root))
 
+    if getattr(args, "deterministic", False):  # Isaac Lab 3.0's flag: deterministic torch kernels too
+        from isaaclab.utils.seed import configure_seed
+
+        configure_seed(seed, torch_deterministic=True)
     start = time.time()
     train_member(agent_cfg, cfg, train_dir=log_root, task=args.task, checkpoint=resume_path, sigma=train_sigma,
                  extra_observers=observers, reward_config=reward_config)

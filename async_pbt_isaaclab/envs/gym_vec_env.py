@@ -60,6 +60,23 @@ except ImportError:  # pragma: no cover - gymnasium 0.29 resets in the same step
     _SAME_STEP = None
 
 
+def rl_games_space(space: Any) -> Any:
+    """``space`` as the ``gym`` space rl_games checks for: rl-games 1.6.1 (Isaac Lab 2.x's line) tests
+    ``type(space) is gym.spaces.Box`` with the old ``gym`` package and sizes no buffer for a gymnasium space."""
+    try:
+        from rl_games.common import experience
+    except ImportError:
+        return space
+    gym_module = getattr(experience, "gym", None)
+    if gym_module is None or gym_module.__name__ == "gymnasium" or isinstance(space, gym_module.spaces.Space):
+        return space
+    if isinstance(space, gymnasium.spaces.Box):
+        return gym_module.spaces.Box(space.low, space.high, space.shape, space.dtype)
+    if isinstance(space, gymnasium.spaces.Discrete):
+        return gym_module.spaces.Discrete(int(space.n))
+    return space
+
+
 def _float32_space(space: gymnasium.Space) -> gymnasium.Space:
     """rl_games feeds observations as float32 tensors; report float64 Box spaces as float32."""
     if isinstance(space, gymnasium.spaces.Box) and space.dtype == np.float64:
@@ -204,8 +221,8 @@ class GymVecEnv(IVecEnv):
 
     def get_env_info(self) -> dict[str, Any]:
         return {
-            "observation_space": self.observation_space,
-            "action_space": self.action_space,
+            "observation_space": rl_games_space(self.observation_space),
+            "action_space": rl_games_space(self.action_space),
             "agents": 1,
             "value_size": 1,
         }

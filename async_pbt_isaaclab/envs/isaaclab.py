@@ -5,7 +5,7 @@ does so lazily, inside the functions that need them (:class:`IsaacLabHooks`). Im
 Isaac Lab nor torch, so the scripts can build their command line before the simulator starts.
 
 What is here: :class:`IsaacLabHooks` (the points where ``scripts/train_pbt.py`` and ``scripts/play_pbt.py`` touch
-Isaac Lab: app launcher, Hydra task configs, ``gym.make``, the RL-Games vec-env wrapper, checkpoint paths),
+Isaac Lab: simulator flags, the simulator session with the task configs, ``gym.make``, the RL-Games vec-env wrapper, checkpoint paths),
 :func:`parse_script_args`, :func:`register_rl_games_env`, :func:`rl_games_wrapper_options`, :func:`plain_config`
 and :func:`require_isaaclab`.
 
@@ -21,13 +21,14 @@ import importlib
 import inspect
 import math
 import os
-import sys
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 import gymnasium
 
+from async_pbt_isaaclab.envs import isaaclab_api
+from async_pbt_isaaclab.envs.isaaclab_release import SUPPORTED, UnsupportedIsaacLab
 from async_pbt_isaaclab.envs.isaaclab_summaries import (
     SOURCE_KINDS,
     SUMMARY_SECTION,
@@ -43,9 +44,10 @@ from async_pbt_isaaclab.envs.isaaclab_summaries import (
 )
 
 ISAACLAB_INSTALL_HINT = (
-    "install Isaac Lab (https://isaac-sim.github.io/IsaacLab) and this package into its Python: "
-    "`./isaaclab.sh -p -m pip install -e /path/to/async-pbt-isaaclab` "
-    "(pip install async-pbt-isaaclab[isaaclab] inside an Isaac Lab python)"
+    "install Isaac Lab (https://isaac-sim.github.io/IsaacLab; supported: " + SUPPORTED + ") and this package into "
+    "its Python without touching Isaac Lab's own packages: `./isaaclab.sh -p -m pip install -e "
+    "/path/to/async-pbt-isaaclab` (source install) or `pip install -e /path/to/async-pbt-isaaclab` in the "
+    "environment of a pip/uv-installed Isaac Lab 3.0"
 )
 """How to get Isaac Lab, appended to every ImportError raised here."""
 
@@ -62,58 +64,11 @@ def require_isaaclab(what: str, module: str = "isaaclab") -> Any:
 # ============================================================================ hooks for the scripts
 
 
-def _default_add_launcher_args(parser) -> None:
-    app = require_isaaclab("the AppLauncher command-line flags", "isaaclab.app")
-    app.AppLauncher.add_app_launcher_args(parser)
-
-
-def _default_launch_app(args) -> Any:
-    app = require_isaaclab("launching the simulator", "isaaclab.app")
-    return app.AppLauncher(args)
-
-
-def _default_close_app(launcher: Any) -> None:
-    app = getattr(launcher, "app", None)
-    if app is not None:
-        app.close()
-
-
-def _default_app_running(launcher: Any) -> bool:
-    app = getattr(launcher, "app", None)
-    return bool(app.is_running()) if app is not None else True
-
-
-def _import_tasks() -> None:
-    """Register Isaac Lab's tasks and ours (needs the simulator to be up for Isaac Lab's)."""
-    require_isaaclab("loading Isaac Lab task configurations", "isaaclab_tasks")
-    importlib.import_module("async_pbt_isaaclab.tasks")
-
-
-def _default_load_task_cfgs(task: str, entry_point_key: str, hydra_args: Sequence[str]) -> tuple[Any, dict]:
-    """(env_cfg, agent_cfg) of ``task`` with Hydra overrides applied, through Isaac Lab's ``hydra_task_config``."""
-    _import_tasks()
-    hydra = require_isaaclab("Hydra overrides of the task configuration", "isaaclab_tasks.utils.hydra")
-    result: dict[str, Any] = {}
-
-    @hydra.hydra_task_config(task, entry_point_key)
-    def _capture(env_cfg, agent_cfg):
-        result["env_cfg"], result["agent_cfg"] = env_cfg, agent_cfg
-
-    # Hydra reads its overrides from sys.argv (Isaac Lab's scripts rewrite it the same way); the full command line
-    # was captured at start-up by async_pbt_isaaclab.rl_games.restart.capture_argv for exploit restarts.
-    saved = list(sys.argv)
-    sys.argv = [saved[0] if saved else "train_pbt.py", *hydra_args]
+def _default_add_launcher_args(parser, script: str = "train") -> None:
     try:
-        _capture()
-    finally:
-        sys.argv = saved
-    if "agent_cfg" not in result:
-        raise RuntimeError(f"Hydra did not produce a configuration for task {task!r}")
-    return result["env_cfg"], result["agent_cfg"]
-
-
-def _default_make_env(task: str, env_cfg: Any, render_mode: str | None) -> gymnasium.Env:
-    return gymnasium.make(task, cfg=env_cfg, render_mode=render_mode)
+        isaaclab_api.add_launcher_args(parser, script)
+    except ImportError as exc:
+        raise ImportError(f"Isaac Lab is needed for the simulator flags ({exc}); {ISAACLAB_INSTALL_HINT}") from exc
 
 
 def _default_vec_env_wrapper(env, rl_device, clip_obs, clip_actions, **kwargs):
@@ -150,23 +105,18 @@ def _default_dump_env_cfg(path: str, env_cfg: Any) -> None:
 class IsaacLabHooks:
     """The points where the scripts touch Isaac Lab, swappable so a CPU test drives the same code path.
 
-    The defaults import Isaac Lab lazily and do what Isaac Lab's own ``scripts/reinforcement_learning/rl_games``
-    scripts do. A test replaces them with a fake app launcher, a yaml config loader, a pure-torch env and a copy of
-    the wrapper's behaviour; everything else in ``scripts/train_pbt.py`` and ``scripts/play_pbt.py`` is shared.
+    The defaults import Isaac Lab lazily and do what the installed release's own RL-Games scripts do
+    (:mod:`async_pbt_isaaclab.envs.isaaclab_api` holds the calls that differ between 2.x and 3.0).
     """
 
     add_launcher_args: Callable[[Any], None] = _default_add_launcher_args
-    """Add the simulator flags (``AppLauncher.add_app_launcher_args``) to an argparse parser."""
-    launch_app: Callable[[Any], Any] = _default_launch_app
-    """Start the simulator from the parsed args; returns the launcher (``.app``, ``.local_rank``, ``.global_rank``)."""
-    close_app: Callable[[Any], None] = _default_close_app
-    """Close the simulator."""
-    app_running: Callable[[Any], bool] = _default_app_running
-    """Whether the simulator still runs (the play loop's condition)."""
-    load_task_cfgs: Callable[[str, str, Sequence[str]], tuple[Any, dict]] = _default_load_task_cfgs
-    """``(task, agent entry-point key, hydra overrides) -> (env_cfg, agent_cfg dict)``."""
-    make_env: Callable[[str, Any, str | None], gymnasium.Env] = _default_make_env
-    """``(task, env_cfg, render_mode) -> env`` (``gym.make``)."""
+    """Add the installed release's simulator flags to an argparse parser."""
+    open_session: Callable[..., ContextManager[isaaclab_api.Session]] = isaaclab_api.open_session
+    """``(args, task, agent entry-point key, hydra overrides) -> context of a Session`` (simulator running, env and
+    agent configs loaded, in the order the installed release needs; closed on exit)."""
+    make_env: Callable[..., gymnasium.Env] = isaaclab_api.make_env
+    """``(session, task, env_cfg, args, log_dir, video_trigger) -> env`` (``gym.make`` as the release's script does it:
+    multi-agent tasks converted to one agent, video recording)."""
     vec_env_wrapper: Callable[..., Any] = _default_vec_env_wrapper
     """``(env, rl_device, clip_obs, clip_actions, **opts) -> rl_games vec-env`` (``RlGamesVecEnvWrapper``)."""
     gpu_env: Callable[..., Any] = _default_gpu_env
@@ -177,22 +127,26 @@ class IsaacLabHooks:
     """Write the env config next to the run's logs (``isaaclab.utils.io.dump_yaml``)."""
 
 
-def parse_script_args(parser, hooks: IsaacLabHooks, argv: Sequence[str] | None = None) -> tuple[Any, list[str]]:
+def parse_script_args(parser, hooks: IsaacLabHooks, argv: Sequence[str] | None = None,
+                      script: str = "train") -> tuple[Any, list[str]]:
     """Add the simulator flags to ``parser`` and parse ``argv``: ``(args, Hydra overrides)``.
 
-    Without Isaac Lab, ``--help`` still prints the script's own flags (and exits); any other command line raises
-    the ImportError with the install hint. An unknown ``--flag`` is a usage error (exit 2), as Hydra would refuse
-    it later anyway.
+    Without Isaac Lab (or with an unsupported one), ``--help`` still prints the script's own flags (and exits); any
+    other command line raises the ImportError with the install hint (:class:`UnsupportedIsaacLab` naming the support
+    matrix). An unknown ``--flag`` is a usage error (exit 2), as Hydra would refuse it later anyway.
     """
-    missing: ImportError | None = None
+    missing: Exception | None = None
     try:
-        hooks.add_launcher_args(parser)
-    except ImportError as exc:
+        hooks.add_launcher_args(parser, script)
+    except (ImportError, UnsupportedIsaacLab) as exc:
         missing = exc
     args, hydra_args = parser.parse_known_args(argv)
     if missing is not None:
         raise missing
     flags = [a for a in hydra_args if a.startswith("-") and "=" not in a]
+    if "--headless" in flags:
+        parser.error("--headless: this Isaac Lab (3.0) has no such flag; it runs headless unless a viewer is asked "
+                     "for (--viz kit): drop --headless")
     if flags:
         parser.error(f"unrecognized arguments: {' '.join(flags)}")
     return args, list(hydra_args)
@@ -237,6 +191,7 @@ __all__ = [
     "SUMMARY_SECTION",
     "TERM_MODES",
     "SummaryCfg",
+    "UnsupportedIsaacLab",
     "TermSpec",
     "attach_summary_source",
     "format_stage",

@@ -88,6 +88,10 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=_parse_gpus, default=None, metavar="LIST",
                    help="comma-separated CUDA_VISIBLE_DEVICES values assigned round-robin (e.g. 0,1,2,3); "
                         "'none' for no assignment; default 'auto': CUDA_VISIBLE_DEVICES or nvidia-smi -L")
+    p.add_argument("--gpu-placement", choices=("auto", "device", "mask"), default="auto",
+                   help="how a member is put on its GPU: 'device' passes --device cuda:<i> (Isaac Lab 2.x: masking "
+                        "CUDA_VISIBLE_DEVICES breaks its renderer, upstream issue 2756), 'mask' sets "
+                        "CUDA_VISIBLE_DEVICES; default 'auto': device on Isaac Lab 2.x, else mask")
     p.add_argument("--indices", type=parse_indices, default=None, metavar="LIST",
                    help="run only these members (e.g. 0-3 on this node, 4-7 on the next); default all")
     p.add_argument("--max-retries", type=int, default=3, metavar="N",
@@ -116,7 +120,9 @@ _DESCRIPTION = ("Start N members of a training command on this machine: GPUs rou
                 "restarted from their last checkpoint (bounded retries), Ctrl-C forwarded to all, progress "
                 "every few seconds. See docs/launch.md.")
 _EPILOG = ("example:\n  async-pbt launch --members 4 --workspace /shared/pbt --gpus 0,1 -- \\\n"
-           "      ./isaaclab.sh -p scripts/train_pbt.py --task Isaac-Ant-v0 --headless")
+           "      ./isaaclab.sh -p scripts/train_pbt.py --task Isaac-Ant-v0 --headless   (Isaac Lab 2.x)\n"
+           "  async-pbt launch --members 4 --workspace /shared/pbt -- python scripts/train_pbt.py "
+           "--task Isaac-Ant   (3.0)")
 
 
 def add_launch_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -147,6 +153,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
             retry_window_s=args.retry_window if args.retry_window > 0 else None, restart_backoff_s=args.backoff,
             progress_interval_s=args.progress_interval, stop_grace_s=args.stop_grace,
             term_grace_s=args.term_grace, log_dir=args.log_dir, extra_env=dict(args.env), indices=args.indices,
+            gpu_placement=args.gpu_placement,
         )
     except LaunchError as exc:
         print(f"async-pbt launch: error: {exc}", file=sys.stderr)

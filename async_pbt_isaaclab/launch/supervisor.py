@@ -9,9 +9,10 @@ command line is in :mod:`async_pbt_isaaclab.launch.local`, which re-exports ever
 Process model
 -------------
 * **One process per member.** Member ``i`` runs ``COMMAND --pbt-workspace WS --pbt-members N
-  --pbt-index i``. When the machine has GPUs, ``CUDA_VISIBLE_DEVICES`` is set to ``gpus[i % len(gpus)]``
-  (round-robin, so members share GPUs when there are more members than GPUs); each member therefore
-  sees exactly one GPU, as ``cuda:0``. ``ASYNC_PBT_MEMBER_INDEX=i`` is exported for log prefixes only.
+  --pbt-index i``. When the machine has GPUs, member ``i`` gets ``gpus[i % len(gpus)]`` (round-robin,
+  so members share GPUs when there are more members than GPUs), by ``--device cuda:<gpu>`` on Isaac Lab 2.x
+  (masking breaks its renderer's GPU index, upstream issue 2756) or else by ``CUDA_VISIBLE_DEVICES``, so that the
+  member sees exactly one GPU as ``cuda:0`` (:data:`GPU_PLACEMENTS`). ``ASYNC_PBT_MEMBER_INDEX=i`` is exported for log prefixes only.
   stdin is ``/dev/null``; stdout and stderr are appended to ``WORKSPACE/logs/member_NNN.log``.
 * **Own process group.** Each member starts in a new session (``start_new_session=True``), so a
   Ctrl-C typed in the terminal reaches only the launcher and the launcher decides what the members
@@ -193,6 +194,37 @@ def detect_gpus(environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 # ============================================================================ member command
+
+
+GPU_PLACEMENTS = ("auto", "device", "mask")
+"""How members are put on their GPU: ``device`` passes ``--device cuda:<i>`` and leaves ``CUDA_VISIBLE_DEVICES``
+alone (needed on Isaac Lab 2.x, whose renderer indexes the unmasked GPU list: upstream issue isaac-sim/IsaacLab#2756);
+``mask`` sets ``CUDA_VISIBLE_DEVICES`` so each member sees one GPU as ``cuda:0`` (fine on 3.0 and for plain
+CUDA programs); ``auto`` picks ``device`` when the Isaac Lab importable here is 2.x, else ``mask``."""
+
+
+def resolve_gpu_placement(placement: str) -> str:
+    """``device`` or ``mask`` for ``placement`` (``auto`` looks at the Isaac Lab release importable here)."""
+    if placement not in GPU_PLACEMENTS:
+        raise LaunchError(f"gpu placement must be one of {', '.join(GPU_PLACEMENTS)}, got {placement!r}")
+    if placement != "auto":
+        return placement
+    from async_pbt_isaaclab.envs.isaaclab_release import SERIES_2, UnsupportedIsaacLab, detect
+
+    try:
+        release = detect()
+    except UnsupportedIsaacLab:
+        release = None
+    return "device" if release is not None and release.series == SERIES_2 else "mask"
+
+
+def device_index(gpu: str, gpu_ids: Sequence[str], environ: Mapping[str, str]) -> int:
+    """The ``cuda:<i>`` index of GPU ``gpu`` for a member that inherits the launcher's ``CUDA_VISIBLE_DEVICES``."""
+    if environ.get("CUDA_VISIBLE_DEVICES"):
+        return list(gpu_ids).index(gpu)  # positions within the visible list
+    if not gpu.isdigit():
+        raise LaunchError(f"GPU {gpu!r} has no cuda:<index>; use --gpu-placement mask for MIG or UUID devices")
+    return int(gpu)
 
 
 def member_command(command: Sequence[str], workspace: str, members: int, index: int) -> list[str]:
@@ -587,6 +619,7 @@ def launch_population(
     output: TextIO | None = None,
     stop_event: threading.Event | None = None,
     die_with_launcher: bool = True,
+    gpu_placement: str = "auto",
 ) -> LaunchResult:
     """Start members ``indices`` (default all ``members``) of ``command`` and supervise them until each
     has finished, been given up, or the launcher is stopped. Blocks; see the module docstring.
@@ -612,6 +645,7 @@ def launch_population(
         stop_event: setting it stops the population like SIGINT (for callers not on the main thread,
             where signal handlers cannot be installed).
         die_with_launcher: on Linux, members get SIGTERM if the launcher itself dies.
+        gpu_placement: ``auto``, ``device`` or ``mask`` (:data:`GPU_PLACEMENTS`).
 
     Raises:
         LaunchError: invalid arguments (empty command, population flags in the command, bad indices).
@@ -653,6 +687,10 @@ def launch_population(
     except OSError as exc:
         raise LaunchError(f"cannot create the workspace or log folder {exc.filename}: {exc.strerror}") from None
     gpu_ids = detect_gpus() if gpus is None else [str(g) for g in gpus]
+    placement_mode = resolve_gpu_placement(gpu_placement)
+    if gpu_ids and placement_mode == "device" and any(t == "--device" or t.startswith("--device=") for t in command):
+        raise LaunchError("the member command contains --device; the launcher passes --device cuda:<i> to each "
+                          "member itself, remove it")
     out = output if output is not None else sys.stdout
 
     base_env = dict(os.environ)
@@ -661,11 +699,14 @@ def launch_population(
     for i in sorted(chosen):
         env = dict(base_env)
         gpu = gpu_ids[i % len(gpu_ids)] if gpu_ids else None
-        if gpu is not None:
+        cmd = member_command(command, str(root), members, i)
+        if gpu is not None and placement_mode == "mask":
             env["CUDA_VISIBLE_DEVICES"] = gpu
+        elif gpu is not None:
+            cmd += ["--device", f"cuda:{device_index(gpu, gpu_ids, base_env)}"]
         env["ASYNC_PBT_MEMBER_INDEX"] = str(i)
         outcome = MemberOutcome(index=i, gpu=gpu, log_path=str(logs / f"member_{member_dirname(i)}.log"))
-        table[i] = _Member(outcome=outcome, command=member_command(command, str(root), members, i), env=env)
+        table[i] = _Member(outcome=outcome, command=cmd, env=env)
 
     sup = _Supervisor(
         table, workspace=root, num_members=members, max_retries=max_retries, retry_window_s=retry_window_s,
@@ -675,7 +716,8 @@ def launch_population(
     )
     if gpu_ids:
         placement = ", ".join(f"{i:03d}->{table[i].outcome.gpu}" for i in sorted(table))
-        gpu_text = f"GPUs {','.join(gpu_ids)} round-robin ({placement})"
+        how = "--device cuda:<i>" if placement_mode == "device" else "CUDA_VISIBLE_DEVICES"
+        gpu_text = f"GPUs {','.join(gpu_ids)} round-robin by {how} ({placement})"
         if len(table) > len(gpu_ids):
             gpu_text += "; members share GPUs"
     else:

@@ -105,14 +105,14 @@ BOUNDS_KEY = "log_std_bounds"
 LOW_PATH = f"agent.params.network.{BOUNDS_KEY}.low"
 HIGH_PATH = f"agent.params.network.{BOUNDS_KEY}.high"
 
-# rl_games model classes -> the yaml ``model.name`` that selects them, for error messages only.
+# rl_games model classes -> the yaml ``model.name`` that selects them, for error messages only. Looked up by name:
+# rl-games 1.6.1 (what Isaac Lab 2.x pins) has no ModelA2CContinuousTanh.
 _MODEL_NAMES = {
-    models.ModelA2C: "discrete_a2c",
-    models.ModelA2CMultiDiscrete: "multi_discrete_a2c",
-    models.ModelA2CContinuous: "continuous_a2c",
-    models.ModelA2CContinuousLogStd: "continuous_a2c_logstd",
-    models.ModelA2CContinuousTanh: "continuous_a2c_tanh",
-    models.ModelCentralValue: "central_value",
+    getattr(models, cls): name
+    for cls, name in (("ModelA2C", "discrete_a2c"), ("ModelA2CMultiDiscrete", "multi_discrete_a2c"),
+                      ("ModelA2CContinuous", "continuous_a2c"), ("ModelA2CContinuousLogStd", "continuous_a2c_logstd"),
+                      ("ModelA2CContinuousTanh", "continuous_a2c_tanh"), ("ModelCentralValue", "central_value"))
+    if hasattr(models, cls)
 }
 
 # Marker set on the registry entries we create, so a second registration is recognised as ours

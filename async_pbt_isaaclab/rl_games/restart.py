@@ -5,7 +5,9 @@ arguments included, untouched by argparse or Hydra rewriting ``sys.argv``). A re
 
 * the checkpoint flag (``--checkpoint=<recipient checkpoint>``; any earlier ``--checkpoint`` removed),
 * the Hydra overrides of the mutated hyperparameters (``agent.params.config.learning_rate=...``;
-  an earlier override of the same key removed).
+  an earlier override of the same key removed, its Hydra prefix kept: a key the user added with
+  ``+agent...`` or ``++agent...`` because the agent yaml lacks it is written back with that prefix, or Hydra
+  would refuse it as "not in struct").
 
 Device, env count, iteration limit, seeds and every other flag survive as typed. The environment is
 passed through unchanged (nothing is appended to it, so it cannot grow across restarts). The new image
@@ -53,6 +55,7 @@ def restart_argv(argv: Sequence[str], checkpoint: str, overrides: Mapping[str, A
     ``argv[0]`` is the interpreter as started; it is kept so the caller can see the whole command.
     """
     wanted = {k[len("agent."):] if k.startswith("agent.") else k: v for k, v in overrides.items()}
+    prefix: dict[str, str] = {}  # Hydra's add (+) / force-add (++) marker the user typed, per key
     out: list[str] = []
     skip_next = False
     for i, arg in enumerate(argv):
@@ -66,11 +69,12 @@ def restart_argv(argv: Sequence[str], checkpoint: str, overrides: Mapping[str, A
             continue
         key = _override_key(arg) if i > 0 else None
         if key is not None and key in wanted:
+            prefix[key] = arg[: len(arg) - len(arg.lstrip("+"))]
             continue
         out.append(arg)
     out.append(f"--checkpoint={checkpoint}")
     for key in sorted(wanted):
-        out.append(f"agent.{key}={format_override_value(wanted[key])}")
+        out.append(f"{prefix.get(key, '')}agent.{key}={format_override_value(wanted[key])}")
     return out
 
 

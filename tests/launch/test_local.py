@@ -198,6 +198,26 @@ def test_members_start_with_population_flags_gpu_round_robin_and_own_session(tmp
     assert "000->0, 001->1, 002->0" in text and "members share GPUs" in text
 
 
+def test_device_placement_passes_cuda_index_and_leaves_the_mask_alone(tmp_path, monkeypatch):
+    """Isaac Lab 2.x: --device cuda:<i>, no CUDA_VISIBLE_DEVICES (its renderer indexes the unmasked list)."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    result, text = _launch(tmp_path, {"default": "ok"}, members=3, gpus=["0", "1"], gpu_placement="device")
+    assert result.exit_code == 0 and "by --device cuda:<i>" in text
+    for i, index in zip(range(3), [0, 1, 0]):
+        info = _info(tmp_path, i)
+        assert info["argv"][-2:] == ["--device", f"cuda:{index}"] and info["cuda"] is None
+    # Under a launcher-wide mask, cuda:<i> counts within the visible GPUs.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    result, _ = _launch(tmp_path, {"default": "ok"}, members=2, gpus=["2", "3"], gpu_placement="device")
+    assert [_info(tmp_path, i)["argv"][-1] for i in (0, 1)] == ["cuda:0", "cuda:1"]
+    with pytest.raises(LaunchError, match="contains --device"):
+        launch_population([sys.executable, "x.py", "--device", "cuda:0"], 2, tmp_path / "ws3", gpus=["0"],
+                          gpu_placement="device", output=io.StringIO())
+    with pytest.raises(LaunchError, match="gpu placement"):
+        launch_population([sys.executable, "x.py"], 2, tmp_path / "ws3", gpus=["0"], gpu_placement="nope",
+                          output=io.StringIO())
+
+
 def test_without_gpus_the_environment_passes_through_and_indices_pick_a_subset(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
     result, _ = _launch(tmp_path, {"default": "ok"}, members=4, gpus=[], indices=[1, 3])

@@ -15,6 +15,8 @@ import pytest
 import torch
 import yaml
 
+pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)
+
 import async_pbt_isaaclab.examples as examples
 from async_pbt_isaaclab.core.fsio import is_temp_file, sha256_file
 from async_pbt_isaaclab.rl_games.checkpoint import (

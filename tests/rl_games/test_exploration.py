@@ -24,6 +24,8 @@ import pytest
 import torch
 import yaml
 
+pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)
+
 pytest.importorskip("rl_games")
 
 from rl_games.algos_torch import model_builder  # noqa: E402

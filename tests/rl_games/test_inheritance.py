@@ -19,6 +19,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("rl_games")
 
+pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)
+
 import async_pbt_isaaclab.examples as examples  # noqa: E402
 from async_pbt_isaaclab.core import fsio  # noqa: E402
 from async_pbt_isaaclab.core.config import ConfigError, population_config_from_dict  # noqa: E402

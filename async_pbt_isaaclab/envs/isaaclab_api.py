@@ -1,0 +1,202 @@
+"""The calls that differ between Isaac Lab 2.x and 3.0, behind one interface for the scripts.
+
+==========================  ===========================================  ============================================
+what                        Isaac Lab 2.0-2.3                            Isaac Lab 3.0
+==========================  ===========================================  ============================================
+simulator flags             ``AppLauncher.add_app_launcher_args``        ``isaaclab.app.add_launcher_args``
+                            (``--headless`` exists)                      (no ``--headless``: headless is the default)
+order                       launch the app, then load the configs        resolve the configs, then launch for them
+configs + Hydra overrides   ``isaaclab_tasks.utils.hydra``               ``isaaclab_tasks.utils.resolve_task_config``
+                            ``.hydra_task_config`` (reads ``sys.argv``)  (``overrides=``)
+launch                      ``AppLauncher(args)``; ``app.close()``       ``with launch_simulation(env_cfg, args)``
+==========================  ===========================================  ============================================
+
+Every import of Isaac Lab here is lazy (inside the functions), so importing this module is free.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+from async_pbt_isaaclab.envs.isaaclab_release import SERIES_2, IsaacLabRelease, require
+
+
+@dataclass
+class Session:
+    """A running simulator with the task's configuration loaded."""
+
+    release: IsaacLabRelease
+    """The Isaac Lab release in use."""
+    env_cfg: Any
+    """The task's env config (a ``configclass``), Hydra overrides applied."""
+    agent_cfg: Any
+    """The task's agent config (for rl_games a dict), Hydra overrides applied."""
+    launcher: Any = None
+    """2.x: the ``AppLauncher`` (``.app``, ``.local_rank``, ``.global_rank``); 3.0: None."""
+
+    def app_running(self) -> bool:
+        """Whether the simulator app still runs (2.x: the window was not closed; 3.0: always)."""
+        app = getattr(self.launcher, "app", None)
+        return bool(app.is_running()) if app is not None else True
+
+
+def add_launcher_args(parser, script: str = "train") -> None:
+    """Add the installed release's simulator flags to an argparse parser (ImportError without Isaac Lab).
+
+    On 3.0 also the flags its own RL-Games ``script`` (``"train"`` or ``"play"``) has and ``parser`` lacks, taken from
+    ``isaaclab_rl.entrypoints.common`` so that they are exactly the installed ones (their meaning is applied by
+    :func:`apply_cli_overrides` and :func:`make_env`, which call the same module).
+    """
+    release = require()
+    if release.series == SERIES_2:
+        # `from isaaclab.app import AppLauncher`: the form every 2.x layout supports.
+        from isaaclab.app import AppLauncher
+
+        AppLauncher.add_app_launcher_args(parser)
+        return
+    from isaaclab.app import add_launcher_args as add
+    from isaaclab_rl.entrypoints import common
+
+    upstream = argparse.ArgumentParser(add_help=False)
+    if script == "train":
+        common.add_common_train_args(upstream, agent_default="rl_games_cfg_entry_point", agent_help="agent")
+    else:
+        common.add_common_play_args(upstream, agent_default="rl_games_cfg_entry_point", agent_help="agent")
+    known = parser._option_string_actions
+    for action in upstream._actions:
+        shared = [known[o] for o in action.option_strings if o in known]
+        if not action.option_strings:
+            continue
+        if not shared:
+            parser._add_action(action)
+        elif shared[0].dest == action.dest and action.dest != "help":
+            shared[0].default = action.default  # same flag, the installed release's default (e.g. --video_length)
+    add(parser)
+
+
+def apply_cli_overrides(session: Session, args, env_cfg: Any) -> None:
+    """The command-line overrides of the env config that the release's own script applies."""
+    if session.release.series == SERIES_2:
+        if args.num_envs is not None:
+            env_cfg.scene.num_envs = args.num_envs
+        if getattr(args, "device", None) is not None:
+            env_cfg.sim.device = args.device
+        if getattr(args, "export_io_descriptors", False):
+            from isaaclab.envs import ManagerBasedRLEnvCfg
+
+            if isinstance(env_cfg, ManagerBasedRLEnvCfg):
+                env_cfg.export_io_descriptors = True
+            else:
+                print("[WARN] IO descriptors are exported for manager-based tasks only", file=sys.stderr)
+        return
+    from isaaclab_rl.entrypoints import common
+
+    common.apply_env_overrides(args, env_cfg)
+    common.validate_distributed_device(args)
+
+
+def distributed_placement(session: Session) -> tuple[int, str]:
+    """``(global rank, device)`` of this process in a ``--distributed`` run."""
+    if session.release.series == SERIES_2:
+        launcher = session.launcher
+        return int(getattr(launcher, "global_rank", 0)), f"cuda:{int(getattr(launcher, 'local_rank', 0))}"
+    # 3.0's launch_simulation already placed the sim on this rank's GPU.
+    return int(os.getenv("RANK", "0")), str(session.env_cfg.sim.device)
+
+
+def _import_task_packages() -> None:
+    importlib.import_module("isaaclab_tasks")
+    importlib.import_module("async_pbt_isaaclab.tasks")
+
+
+def _hydra_task_config_2x(task: str, agent_key: str, hydra_args: Sequence[str]) -> tuple[Any, Any]:
+    from isaaclab_tasks.utils.hydra import hydra_task_config
+
+    result: dict[str, Any] = {}
+
+    @hydra_task_config(task, agent_key)
+    def _capture(env_cfg, agent_cfg):
+        result["env_cfg"], result["agent_cfg"] = env_cfg, agent_cfg
+
+    # hydra_task_config reads its overrides from sys.argv, as Isaac Lab's scripts set it up. The full command line was
+    # captured at start-up (async_pbt_isaaclab.rl_games.restart.capture_argv) for exploit restarts.
+    saved = list(sys.argv)
+    sys.argv = [saved[0] if saved else "train_pbt.py", *hydra_args]
+    try:
+        _capture()
+    finally:
+        sys.argv = saved
+    if "agent_cfg" not in result:
+        raise RuntimeError(f"Hydra did not produce a configuration for task {task!r}")
+    return result["env_cfg"], result["agent_cfg"]
+
+
+@contextlib.contextmanager
+def open_session(args, task: str, agent_key: str, hydra_args: Sequence[str]) -> Iterator[Session]:
+    """Start the simulator and load ``task``'s configs with ``hydra_args``, in the order the release needs.
+
+    The app is closed when the block exits (also on errors).
+    """
+    release = require()
+    if release.series == SERIES_2:
+        from isaaclab.app import AppLauncher
+
+        launcher = AppLauncher(args)
+        try:
+            _import_task_packages()  # 2.x task modules need the running app
+            env_cfg, agent_cfg = _hydra_task_config_2x(task, agent_key, hydra_args)
+            yield Session(release, env_cfg, agent_cfg, launcher)
+        finally:
+            app = getattr(launcher, "app", None)
+            if app is not None:
+                app.close()
+        return
+    from isaaclab.app import launch_simulation
+    from isaaclab_tasks.utils import resolve_task_config
+
+    _import_task_packages()
+    env_cfg, agent_cfg = resolve_task_config(task, agent_key, overrides=list(hydra_args))
+    with launch_simulation(env_cfg, args):
+        yield Session(release, env_cfg, agent_cfg, None)
+
+
+def make_env(session: Session, task: str, env_cfg: Any, args, log_dir: str, video_trigger: Any = None) -> Any:
+    """Build the task's env as the release's own RL-Games scripts do: ``gym.make``, a multi-agent task converted to
+    one agent, videos (``--video``) under ``log_dir/videos/<train|play>``; on 3.0 also ``--frontend`` and
+    ``--capture_env_sensors``. ``video_trigger`` (2.x) says at which steps a clip starts."""
+    if session.release.series == SERIES_2:
+        import gymnasium
+
+        env = gymnasium.make(task, cfg=env_cfg, render_mode="rgb_array" if args.video else None)
+        env = convert_multi_agent(env)
+        if args.video:
+            folder = os.path.join(log_dir, "videos", getattr(args, "video_kind", "train"))
+            print(f"[INFO] Recording videos: {folder}")
+            env = gymnasium.wrappers.RecordVideo(env, video_folder=folder, step_trigger=video_trigger,
+                                                 video_length=args.video_length, disable_logger=True)
+        return env
+    from isaaclab_rl.entrypoints import common
+
+    kind = getattr(args, "video_kind", "train")
+    common.apply_video_recording(env_cfg, log_dir, args, **({} if kind == "train" else {"subdir": kind}))
+    env = common.create_isaaclab_env(task, env_cfg, args, convert_marl_to_single_agent=True)
+    return common.wrap_sensor_capture(env, log_dir, args) if hasattr(args, "capture_env_sensors") else env
+
+
+def convert_multi_agent(env: Any) -> Any:
+    """A ``DirectMARLEnv`` as one agent (``multi_agent_to_single_agent``), as Isaac Lab's RL-Games scripts do."""
+    from isaaclab.envs import DirectMARLEnv, multi_agent_to_single_agent
+
+    if isinstance(env.unwrapped, DirectMARLEnv):
+        return multi_agent_to_single_agent(env)
+    return env
+
+
+__all__ = ["Session", "add_launcher_args", "apply_cli_overrides", "convert_multi_agent", "distributed_placement",
+           "make_env", "open_session"]

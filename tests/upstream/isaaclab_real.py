@@ -1,0 +1,97 @@
+"""The real Isaac Lab releases for the tests: fetched from PyPI, cached, importable with only the simulator stubbed.
+
+``ensure(release)`` downloads the ``isaaclab`` wheel of a release (``pip download --no-deps``; 3.0.0 declares Python
+3.12, so it is fetched for 3.12 and unpacked here as it is, pure Python) into the cache and unpacks it once:
+
+* 2.3.2 (``isaaclab-2.3.2.post1``): the wheel carries Isaac Lab's source tree (``isaaclab/source/<package>/``); its
+  package folders go on ``sys.path`` as ``./isaaclab.sh --install`` would make them importable, so the release is
+  seen as a 2.x *source install* (extension version 0.54.2);
+* 3.0.0: the wheel's top-level packages (``isaaclab``, ``isaaclab_rl``, ``isaaclab_tasks``, ...) and its dist-info go
+  on ``sys.path`` as a pip install would.
+
+``activate(release)`` does that and installs the simulator stand-ins (:mod:`simulator_stub`). The cache is
+``$ASYNC_PBT_ISAACLAB_CACHE`` or ``~/.cache/async-pbt-isaaclab``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+RELEASES = {
+    "2.3.2": {"requirement": "isaaclab==2.3.2.post1", "python": None},
+    "3.0.0": {"requirement": "isaaclab==3.0.0", "python": "3.12"},
+}
+"""Isaac Lab releases the tests run against: the PyPI requirement and the Python the wheel is built for."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ASYNC_PBT_ISAACLAB_CACHE", Path.home() / ".cache" / "async-pbt-isaaclab"))
+
+
+class Unavailable(RuntimeError):
+    """The wheel could not be downloaded (no network to PyPI)."""
+
+
+def wheel_path(release: str) -> Path:
+    """The cached wheel of ``release``, downloading it first when missing."""
+    wheels = cache_dir() / "wheels"
+    name = RELEASES[release]["requirement"].replace("==", "-")
+    found = sorted(wheels.glob(f"{name}-*.whl")) if wheels.is_dir() else []
+    if found:
+        return found[0]
+    wheels.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
+           "-d", str(wheels), RELEASES[release]["requirement"]]
+    if RELEASES[release]["python"]:
+        cmd += ["--python-version", RELEASES[release]["python"], "--only-binary=:all:"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    found = sorted(wheels.glob(f"{name}-*.whl"))
+    if proc.returncode != 0 or not found:
+        raise Unavailable(f"could not download {RELEASES[release]['requirement']} from PyPI: "
+                          f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+    return found[0]
+
+
+def ensure(release: str) -> Path:
+    """The unpacked release (downloaded and unpacked once; concurrent callers are safe)."""
+    root = cache_dir() / f"isaaclab-{release}"
+    if (root / ".complete").exists():
+        return root
+    wheel = wheel_path(release)
+    staging = cache_dir() / f".isaaclab-{release}.{os.getpid()}"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(staging)
+    (staging / ".complete").write_text(wheel.name)
+    try:
+        os.replace(staging, root)
+    except OSError:  # another process finished first
+        import shutil
+
+        shutil.rmtree(staging, ignore_errors=True)
+    return root
+
+
+def import_paths(release: str) -> list[str]:
+    """The ``sys.path`` entries that make the release importable."""
+    root = ensure(release)
+    if release.startswith("2."):
+        source = root / "isaaclab" / "source"
+        return sorted(str(p) for p in source.iterdir() if (p / p.name).is_dir())
+    return [str(root)]
+
+
+def activate(release: str) -> None:
+    """Make the release importable in this process, the simulator modules stubbed."""
+    sys.path.insert(0, str(HERE))
+    import simulator_stub
+
+    simulator_stub.install()
+    for path in reversed(import_paths(release)):
+        if path not in sys.path:
+            sys.path.insert(1, path)

@@ -1,0 +1,206 @@
+"""Checks run inside a process where a real Isaac Lab release is importable (``run_isaaclab.py REL -m NAME ...``).
+
+Each probe prints one JSON line prefixed ``PROBE:`` with what it observed; the tests in ``test_real_isaaclab.py``
+assert on it. Nothing here is a stand-in: these are Isaac Lab's own functions and classes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+TRAIN_PY_2_3_2 = {
+    # The flags of Isaac Lab v2.3.2 scripts/reinforcement_learning/rl_games/train.py besides AppLauncher's (the 2.x
+    # wheel ships no scripts/, so they are recorded here from the v2.3.2 release sources).
+    "-h", "--help", "--video", "--video_length", "--video_interval", "--num_envs", "--task", "--agent", "--seed",
+    "--distributed", "--checkpoint", "--sigma", "--max_iterations", "--wandb-project-name", "--wandb-entity",
+    "--wandb-name", "--track", "--export_io_descriptors", "--ray-proc-id", "-rid",
+}
+"""Option strings of Isaac Lab 2.3.2's RL-Games train.py, without the AppLauncher flags."""
+
+
+def _emit(data: Any) -> None:
+    print("PROBE:" + json.dumps(data, default=str), flush=True)
+
+
+def release() -> None:
+    from async_pbt_isaaclab.envs.isaaclab_release import detect
+
+    found = detect()
+    _emit({"series": found.series, "version": found.version, "source_install": found.source_install,
+           "label": found.label})
+
+
+def configs(task: str, *hydra_args: str) -> None:
+    """Load ``task``'s configs through the release's own path (launch + Hydra), as train_pbt.py does."""
+    from async_pbt_isaaclab.envs import isaaclab_api
+
+    parser = argparse.ArgumentParser()
+    isaaclab_api.add_launcher_args(parser)
+    args = parser.parse_args(["--device", "cpu"])
+    with isaaclab_api.open_session(args, task, "rl_games_cfg_entry_point", list(hydra_args)) as session:
+        env_cfg, agent_cfg = session.env_cfg, session.agent_cfg
+        _emit({"env_cfg_type": type(env_cfg).__name__, "env_cfg_module": type(env_cfg).__module__,
+               "num_envs": env_cfg.scene.num_envs, "config": dict(agent_cfg["params"]["config"]),
+               "has_to_dict": hasattr(env_cfg, "to_dict")})
+
+
+def variants() -> None:
+    """Every PBT variant's env and agent config, loaded through Isaac Lab's registry loader."""
+    import gymnasium as gym
+
+    import isaaclab_tasks  # noqa: F401 - Isaac Lab's tasks
+    from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry
+
+    from async_pbt_isaaclab.tasks import TASK_IDS
+    from async_pbt_isaaclab.tasks.registry import TASKS, installed_series
+
+    series = installed_series()
+    out = {}
+    for task in TASKS:
+        task_id = task.id_for(series)
+        env_cfg = load_cfg_from_registry(task_id, "env_cfg_entry_point")
+        agent_cfg = load_cfg_from_registry(task_id, "rl_games_cfg_entry_point")
+        base_env_cfg = load_cfg_from_registry(task.base_for(series), "env_cfg_entry_point")
+        out[task_id] = {"env_cfg": type(env_cfg).__name__, "same_as_base": type(env_cfg) is type(base_env_cfg),
+                        "base": gym.spec(task_id).kwargs["base_task"], "agent_name": agent_cfg["params"]["config"]["name"],
+                        "has_pbt": "pbt" in agent_cfg}
+    _emit({"series": series, "ids": list(TASK_IDS), "variants": out})
+
+
+def restart_keeps_hydra_keys() -> None:
+    """A user's ``+agent...`` key, mutated by an exploit, loads through real Hydra after the restart rewrite."""
+    from async_pbt_isaaclab.rl_games.restart import restart_argv
+
+    typed = ["python", "train_pbt.py", "--task", "AsyncPbtTest-Reach-Direct-v0",
+             "+agent.params.config.pbt_probe_coef=0.5", "agent.params.config.learning_rate=0.001"]
+    after = restart_argv(typed, "/ws/c.pth", {"agent.params.config.pbt_probe_coef": 0.25,
+                                              "agent.params.config.learning_rate": 0.0005})
+    hydra_args = [a for a in after[2:] if not a.startswith("--") and "=" in a]
+    from async_pbt_isaaclab.envs import isaaclab_api
+
+    parser = argparse.ArgumentParser()
+    isaaclab_api.add_launcher_args(parser)
+    args = parser.parse_args(["--device", "cpu"])
+    with isaaclab_api.open_session(args, "AsyncPbtTest-Reach-Direct-v0", "rl_games_cfg_entry_point",
+                                   hydra_args) as session:
+        config = session.agent_cfg["params"]["config"]
+        _emit({"argv": after, "pbt_probe_coef": config["pbt_probe_coef"], "learning_rate": config["learning_rate"]})
+
+
+def wrapper_chain() -> None:
+    """Our evidence wrapper inside the real ``RlGamesVecEnvWrapper`` and ``RlGamesGpuEnv``."""
+    import gymnasium as gym
+    import torch
+    from rl_games.common import env_configurations
+
+    import reach_task
+    from async_pbt_isaaclab.envs.isaaclab import (
+        IsaacLabHooks,
+        SummaryCfg,
+        attach_summary_source,
+        register_rl_games_env,
+    )
+    from async_pbt_isaaclab.envs.summary_source import find_summary_source
+
+    cfg = reach_task.ReachDirectEnvCfg()
+    cfg.scene.num_envs = 16
+    env = gym.make(reach_task.TASK_ID, cfg=cfg)
+    import yaml
+    from pathlib import Path
+
+    agent = yaml.safe_load((Path(__file__).resolve().parents[2] / "tasks/agents/torch_reach_pbt.yaml").read_text())
+    summary = SummaryCfg.from_agent_cfg(agent)
+    wrapped = attach_summary_source(env, summary, objective="success", task=reach_task.TASK_ID)
+    hooks = IsaacLabHooks()
+    vec_env = hooks.vec_env_wrapper(wrapped, "cpu", 10.0, 1.0)
+    register_rl_games_env(vec_env, hooks)
+    gpu_env = hooks.gpu_env("rlgpu", 16)
+    source = find_summary_source(gpu_env)
+    obs = gpu_env.reset()
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(250):
+        obs, rew, dones, extras = gpu_env.step(torch.rand(16, 2, generator=gen) * 2 - 1)
+    batch = source.drain()
+    info = gpu_env.get_env_info()
+    _emit({"wrapper": type(vec_env).__module__ + "." + type(vec_env).__name__,
+           "gpu_env": type(gpu_env).__module__ + "." + type(gpu_env).__name__,
+           "source_is_ours": source is wrapped.pbt_summary_source, "episodes": len(batch),
+           "obs_space_module": type(info["observation_space"]).__module__,
+           "obs_shape": list(obs["obs"].shape), "extras": sorted(extras),
+           "registered": sorted(env_configurations.configurations)})
+
+
+def contracts() -> None:
+    """What our evidence wrapper relies on in Isaac Lab's own classes (read from their source)."""
+    import inspect
+
+    from isaaclab.envs import DirectRLEnv, ManagerBasedRLEnv
+    from isaaclab.managers import RewardManager
+    from isaaclab_rl.rl_games import RlGamesGpuEnv, RlGamesVecEnvWrapper
+
+    init_src = inspect.getsource(RlGamesVecEnvWrapper.__init__)
+    step_src = inspect.getsource(RlGamesVecEnvWrapper.step)
+    out = {"type_check_through_wrappers": "env.unwrapped" in init_src, "keeps_env": "self.env = env" in init_src,
+           "steps_env": "self.env.step(" in step_src, "renames_log": '"log"' in step_src,
+           "gpu_env_keeps_env": "self.env" in inspect.getsource(RlGamesGpuEnv.__init__),
+           "episode_sums": "self._episode_sums" in inspect.getsource(RewardManager)}
+    for cls, rewards in ((ManagerBasedRLEnv, "reward_manager.compute("), (DirectRLEnv, "_get_rewards(")):
+        src = inspect.getsource(cls.step)
+        out[f"{cls.__name__}_rewards_before_reset"] = 0 <= src.find(rewards) < src.find("self._reset_idx(")
+    _emit(out)
+
+
+def train_flags() -> None:
+    """Option strings of our train parser and of the installed release's own RL-Games train script."""
+    import importlib.util
+    from pathlib import Path
+
+    from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks, parse_script_args
+    from async_pbt_isaaclab.envs.isaaclab_release import SERIES_2, require
+
+    repo = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("_train_pbt_probe", repo / "scripts" / "train_pbt.py")
+    train_pbt = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = train_pbt
+    spec.loader.exec_module(train_pbt)
+    ours = train_pbt.build_parser()
+    parse_script_args(ours, IsaacLabHooks(), ["--task", "x"])
+    if require().series == SERIES_2:
+        from isaaclab.app import AppLauncher
+
+        upstream = argparse.ArgumentParser()
+        for flag in sorted(TRAIN_PY_2_3_2 - {"-h", "--help"}):
+            upstream.add_argument(flag, dest=flag.strip("-").replace("-", "_") + "_")
+        AppLauncher.add_app_launcher_args(upstream)
+        origin = "recorded v2.3.2 train.py flags + the wheel's AppLauncher"
+    else:
+        # The wheel's own parser: train_rl_games._parse_args builds it and hands it to setup_preset_cli.
+        from isaaclab_rl.entrypoints.backends import train_rl_games
+
+        captured = {}
+
+        def capture(parser, argv=None):
+            captured["parser"] = parser
+            raise SystemExit(0)
+
+        train_rl_games.setup_preset_cli = capture
+        try:
+            train_rl_games._parse_args([])
+        except SystemExit:
+            pass
+        upstream = captured["parser"]
+        origin = "isaaclab_rl.entrypoints.backends.train_rl_games of the wheel"
+    dests = {}
+    for action in upstream._actions:
+        for option in action.option_strings:
+            dests[option] = action.dest
+    ours_dests = {o: a.dest for a in ours._actions for o in a.option_strings}
+    _emit({"upstream": sorted(dests), "ours": sorted(ours_dests), "origin": origin,
+           "ours_dest": ours_dests, "upstream_dest": dests})
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]](*sys.argv[2:])
