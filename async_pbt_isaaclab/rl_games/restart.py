@@ -9,8 +9,10 @@ arguments included, untouched by argparse or Hydra rewriting ``sys.argv``). A re
   ``+agent...`` or ``++agent...`` because the agent yaml lacks it is written back with that prefix, or Hydra
   would refuse it as "not in struct").
 
-Device, env count, iteration limit, seeds and every other flag survive as typed. The environment is
-passed through unchanged (nothing is appended to it, so it cannot grow across restarts). The new image
+Device, env count, iteration limit, seeds and every other flag survive as typed. The environment is the one
+the process started with, captured with the argv: what libraries set in it while the member ran (rl-games
+1.6.1's imports add variables, a simulator adds its paths) is not carried into the new image, so the
+environment cannot grow across restarts. The new image
 is ``sys.executable`` itself (no hard-coded ``python.sh``), or a configured launcher prefix such as
 ``torchrun --nproc_per_node=1`` followed by the original script arguments.
 """
@@ -23,13 +25,16 @@ import sys
 from typing import Any, Mapping, Sequence
 
 _CAPTURED: list[str] | None = None
+_CAPTURED_ENV: dict[str, str] | None = None
 
 
 def capture_argv() -> list[str]:
-    """The command line this process was started with (first call wins; later calls return the same)."""
-    global _CAPTURED
+    """The command line this process was started with (first call wins; later calls return the same).
+    The environment is captured at the same moment, for :func:`replace_process`."""
+    global _CAPTURED, _CAPTURED_ENV
     if _CAPTURED is None:
         _CAPTURED = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
+        _CAPTURED_ENV = dict(os.environ)
     return list(_CAPTURED)
 
 
@@ -92,4 +97,4 @@ def replace_process(argv: Sequence[str], launcher_prefix: Sequence[str] = ()) ->
     print(f"[async-pbt] restarting: {' '.join(args)}", flush=True)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(program, args)
+    os.execve(program, args, _CAPTURED_ENV if _CAPTURED_ENV is not None else dict(os.environ))
