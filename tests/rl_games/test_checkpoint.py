@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import NUMPY_VERSION, PLAIN_RESTORE_REFUSES_NUMPY
 import torch
 import yaml
 
@@ -127,6 +128,8 @@ def test_real_checkpoint_round_trip_weights_only(agent, tmp_path):
     assert_states_equal(loaded, state)
 
 
+@pytest.mark.skipif(PLAIN_RESTORE_REFUSES_NUMPY, reason="rl-games 1.6.1's restore uses torch.load's default "
+                    "weights_only, which torch >= 2.6 sets: plain rl_games cannot restore any checkpoint on this pair")
 def test_save_is_loadable_by_plain_rl_games_restore(agent, tmp_path):
     state = agent.get_full_state_weights()
     path = tmp_path / "pbt.pth"
@@ -152,6 +155,8 @@ def test_rl_games_own_checkpoint_loads_safely(agent, tmp_path):
         assert is_raw_rl_games_checkpoint(load_checkpoint(pth))
 
 
+@pytest.mark.skipif(NUMPY_VERSION < (2,), reason="builds a numpy-2 checkpoint and renames numpy 2's module path "
+                    "(numpy._core) to numpy 1's; under numpy 1 every checkpoint of this run already names numpy.core")
 def test_numpy1_checkpoint_loads(agent, tmp_path):
     """Isaac Lab ships numpy 1.26: its checkpoints name numpy.core.multiarray.scalar."""
     src = tmp_path / "np2.pth"
@@ -176,6 +181,8 @@ def test_legacy_torch_format_loads(tmp_path):
     assert state["last_mean_rewards"] == -3.5
 
 
+@pytest.mark.skipif(NUMPY_VERSION < (2,), reason="builds a numpy-2 checkpoint and renames numpy 2's module path "
+                    "(numpy._core) to numpy 1's; under numpy 1 every checkpoint of this run already names numpy.core")
 def test_allowlist_is_exactly_the_numpy_scalar_machinery():
     entries = rl_games_safe_globals()
     objs = {e[0] if isinstance(e, tuple) else e for e in entries}

@@ -35,6 +35,7 @@ from rl_games.common.ivecenv import IVecEnv  # noqa: E402
 from rl_games.torch_runner import Runner, _override_sigma  # noqa: E402
 
 from async_pbt_isaaclab.rl_games import exploration as ex  # noqa: E402
+from async_pbt_isaaclab.envs.gym_vec_env import rl_games_space  # noqa: E402
 
 TOL = 1e-6
 
@@ -219,8 +220,9 @@ class _InProcessPendulum(IVecEnv):
     def get_env_info(self):
         env = self.envs[0]
         return {
-            "observation_space": env.observation_space,
-            "action_space": env.action_space,
+            # rl-games 1.6.1 sizes its buffers only for the old gym package's spaces (Isaac Lab 2.x's line).
+            "observation_space": rl_games_space(env.observation_space),
+            "action_space": rl_games_space(env.action_space),
             "agents": 1,
             "value_size": 1,
         }

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import PLAIN_RESTORE_REFUSES_NUMPY
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("rl_games")
@@ -205,6 +206,8 @@ def test_live_recipient_takes_the_donors_weights_and_keeps_its_frame(agents, bui
         assert torch.equal(live_opt[idx]["exp_avg_sq"], moments["exp_avg_sq"])
 
 
+@pytest.mark.skipif(PLAIN_RESTORE_REFUSES_NUMPY, reason="rl-games 1.6.1's restore uses torch.load's default "
+                    "weights_only, which torch >= 2.6 sets: plain rl_games cannot restore any checkpoint on this pair")
 def test_plain_rl_games_restore_accepts_the_saved_recipient_checkpoint(agents, built, tmp_path):
     _, _, recipient, donor_state, recipient_state = agents
     path = tmp_path / "recipient.pth"
