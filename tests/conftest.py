@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any, Callable
 
@@ -67,21 +66,3 @@ def make_record() -> Callable[..., MemberRecord]:
     """Factory for :class:`MemberRecord` (see :func:`build_record` for the keyword arguments)."""
     return build_record
 
-
-def _versions() -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    from importlib import metadata
-
-    def v(name: str) -> tuple[int, ...]:
-        try:
-            return tuple(int(x) for x in re.findall(r"\d+", metadata.version(name))[:3])
-        except metadata.PackageNotFoundError:
-            return ()
-    return v("rl-games"), v("torch"), v("numpy")
-
-
-RL_GAMES_VERSION, TORCH_VERSION, NUMPY_VERSION = _versions()
-"""Installed versions, for tests that only hold on one rl-games line (.ci/run also runs rl-games 1.6.1)."""
-
-PLAIN_RESTORE_REFUSES_NUMPY = RL_GAMES_VERSION[:2] == (1, 6) and RL_GAMES_VERSION < (1, 6, 5) and TORCH_VERSION >= (2, 6)
-"""rl-games 1.6.1's own restore calls ``torch.load`` with torch's default ``weights_only``, True from torch 2.6,
-which refuses the numpy scalar every rl_games checkpoint holds; Isaac Lab 2.x pairs 1.6.1 with an older torch."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import NUMPY_VERSION, PLAIN_RESTORE_REFUSES_NUMPY
+from rl_games_line import NUMPY_VERSION, PLAIN_RESTORE_REFUSES_NUMPY
 import torch
 import yaml
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PLAIN_RESTORE_REFUSES_NUMPY
+from rl_games_line import PLAIN_RESTORE_REFUSES_NUMPY
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("rl_games")
