@@ -29,7 +29,7 @@ pytest.importorskip("rl_games")
 from async_pbt_isaaclab.core import fsio  # noqa: E402
 from async_pbt_isaaclab.core.audit import verify_log  # noqa: E402
 from async_pbt_isaaclab.core.evidence import EvidenceSummary  # noqa: E402
-from async_pbt_isaaclab.core.records import MemberRecord, read_record  # noqa: E402
+from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord, read_record  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -76,8 +76,13 @@ def _fake_record(template: MemberRecord, member: int, *, checkpoint: str, sha: s
     rec.update(member=member, generation=0, generation_start_frame=0, restarts=0, heartbeat=heartbeat,
                checkpoint=checkpoint, checkpoint_sha256=sha, interval_best=None, pid=0, last_decision="",
                status="running")
-    # The best objective Pendulum allows: this peer is always the top of the population.
+    # The best objective Pendulum allows: this peer is always the top of the population. Peers are compared at
+    # their history entry at or before one's own frame, and an exploit copies that entry's checkpoint: the entry
+    # (at the template's frame, which every member has passed) carries the planted checkpoint.
     rec["evidence"] = EvidenceSummary("episode_return", 0, tuple([0.0] * 16), 16, 0).to_dict()
+    rec["history"] = [HistoryEntry(template.frame, 0, 0.0, 0.0, 16, template.condition, checkpoint, sha,
+                                   dict(template.hyperparameters)).to_dict()]
+    rec["origin_sha256"] = ""
     return rec
 
 

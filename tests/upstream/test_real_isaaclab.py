@@ -168,7 +168,7 @@ def population(release, tmp_path_factory):
         *headless(release), "--device", "cpu", "--num_envs", "32",
         "--pbt-rule", "fixture_forced_exploit", "--pbt-interval-steps", "4096",
         "--pbt-start-grace-frames", "0", "--pbt-restart-grace-frames", "0", "--pbt-min-episodes", "8",
-        "--pbt-heartbeat-interval-s", "0.5", "--pbt-frame-tolerance", "10000000",
+        "--pbt-heartbeat-interval-s", "0.5", "--pbt-exploit-mode", "restart",
         "--pbt-keep-last-checkpoints", "100",
         "agent.pbt.mutation_rate=1.0", "agent.params.config.mini_epochs=2",
     ]
