@@ -199,8 +199,10 @@ def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, 
         for e in state.lineage:
             if e.get("outcome") != "exploit":
                 continue
+            # The exploit is carried out after the update of the epoch it was decided in: the lineage frame is
+            # the decision's frame plus that epoch's frames.
             match = [d for d in exploit_decisions if d["decision"].get("donor") == e["donor"]
-                     and _decision_frame(d) == e["frame"]
+                     and 0 <= e["frame"] - _decision_frame(d) <= FRAMES_PER_EPOCH
                      and _mentions(d.get("inputs"), e["donor_checkpoint"], e["donor_sha256"])]
             if not match:
                 lineage_problems.append(f"member {m}: lineage generation {e['generation']} has no matching decision")

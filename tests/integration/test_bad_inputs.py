@@ -29,7 +29,7 @@ pytest.importorskip("rl_games")
 from async_pbt_isaaclab.core import fsio  # noqa: E402
 from async_pbt_isaaclab.core.audit import verify_log  # noqa: E402
 from async_pbt_isaaclab.core.evidence import EvidenceSummary  # noqa: E402
-from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord, read_record  # noqa: E402
+from async_pbt_isaaclab.core.records import SCHEMA_VERSION, HistoryEntry, MemberRecord, read_record  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -188,7 +188,7 @@ def test_truncated_record_is_skipped_with_reason(live):
 
 def test_unknown_schema_version_is_skipped_with_reason(live):
     reasons = [d["inputs"]["unreadable_peers"].get("3", "") for d in _decisions(live["ws"])]
-    assert any("schema_version 99 is not supported (this version reads 1)" in r for r in reasons)
+    assert any(f"schema_version 99 is not supported (this version reads {SCHEMA_VERSION})" in r for r in reasons)
 
 
 def test_member_index_out_of_range_is_not_read(live):
