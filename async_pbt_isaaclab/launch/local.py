@@ -90,7 +90,7 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "'none' for no assignment; default 'auto': CUDA_VISIBLE_DEVICES or nvidia-smi -L")
     p.add_argument("--gpu-placement", choices=("auto", "device", "mask"), default="auto",
                    help="how a member is put on its GPU: 'device' passes --device cuda:<i> (Isaac Lab 2.x: masking "
-                        "CUDA_VISIBLE_DEVICES breaks its renderer, upstream issue 2756), 'mask' sets "
+                        "CUDA_VISIBLE_DEVICES breaks its renderer, Isaac Lab issue #2756), 'mask' sets "
                         "CUDA_VISIBLE_DEVICES; default 'auto': device on Isaac Lab 2.x, else mask")
     p.add_argument("--indices", type=parse_indices, default=None, metavar="LIST",
                    help="run only these members (e.g. 0-3 on this node, 4-7 on the next); default all")
