@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from async_pbt_isaaclab.core.rules import RuleSpec, register
-from async_pbt_isaaclab.core.selection import Decision, Field, _keep, donor_candidates, exploit_decision
+from async_pbt_isaaclab.core.selection import Decision, Field, keep_decision, donor_candidates, exploit_decision
 
 if TYPE_CHECKING:
     from async_pbt_isaaclab.core.config import PopulationConfig
@@ -22,7 +22,7 @@ def forced_exploit(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Dec
     me = fld.me
     donors = sorted(donor_candidates(fld, fld.ranked))
     if me.generation > 0 or not donors or me.member < donors[0]:
-        return _keep("fixture_forced_exploit", "fixture: only generation-0 members above the lowest index exploit",
+        return keep_decision("fixture_forced_exploit", "fixture: only generation-0 members above the lowest index exploit",
                      **fld.common)
     return exploit_decision("fixture_forced_exploit", fld, donors[0], [f"fixture: forced exploit of member {donors[0]}"], {})
 
@@ -35,7 +35,7 @@ def exploit_every_decision(fld: Field, cfg: "PopulationConfig", rng: "MemberRng"
     harness gets exploit windows at a steady rate that no objective value can change."""
     donors = donor_candidates(fld, fld.ranked)
     if not donors:
-        return _keep("fixture_exploit_every_decision", "fixture: no peer with a checkpoint to exploit", **fld.common)
+        return keep_decision("fixture_exploit_every_decision", "fixture: no peer with a checkpoint to exploit", **fld.common)
     return exploit_decision("fixture_exploit_every_decision", fld, donors[0],
                             [f"fixture: exploit at every decision, best peer {donors[0]}"], {})
 

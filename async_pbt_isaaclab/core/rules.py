@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable
 from async_pbt_isaaclab.core.selection import (
     Decision,
     Field,
-    _keep,
+    keep_decision,
     donor_candidates,
     exploit_decision,
     explore_decision,
@@ -135,10 +135,10 @@ def dexpbt(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
     reasons = [f"rank {ranked.index(me) + 1}/{n}"]
     common = dict(fld.common)
     if me not in worst:
-        return _keep("dexpbt", f"not in the worst {k_worst} of {n}", thresholds=thresholds, reasons=reasons, **common)
+        return keep_decision("dexpbt", f"not in the worst {k_worst} of {n}", thresholds=thresholds, reasons=reasons, **common)
     best = fld.me.interval_best
     if cfg.protect_interval_best and best is not None and cfg.score(best) >= top_cutoff:
-        return _keep("dexpbt", f"protected: best window mean this interval {best:.6g} reaches the top group "
+        return keep_decision("dexpbt", f"protected: best window mean this interval {best:.6g} reaches the top group "
                                f"cut-off {cfg.score(top_cutoff):.6g}", thresholds=thresholds, reasons=reasons, **common)
     candidates = donor_candidates(fld, top)
     if not candidates:
@@ -172,7 +172,7 @@ def isaaclab(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
     common = dict(fld.common)
     mine = scores[me]
     if mine >= lower:
-        return _keep("isaaclab", f"objective {cfg.score(mine):.6g} within the lower cut {cfg.score(lower):.6g}",
+        return keep_decision("isaaclab", f"objective {cfg.score(mine):.6g} within the lower cut {cfg.score(lower):.6g}",
                      thresholds=thresholds, **common)
     # Sorted so the draw depends only on the set of leaders.
     leaders = sorted(donor_candidates(fld, [m for m in ranked if scores[m] > upper]))
@@ -185,7 +185,7 @@ def isaaclab(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
         return explore_decision("isaaclab", fld, [
             f"objective {cfg.score(mine):.6g} beyond the lower cut {cfg.score(lower):.6g} and no leader beyond "
             f"{cfg.score(upper):.6g}: explore from my own weights"], thresholds)
-    return _keep("isaaclab", f"underperformer but no leader beyond {cfg.score(upper):.6g}", thresholds=thresholds, **common)
+    return keep_decision("isaaclab", f"underperformer but no leader beyond {cfg.score(upper):.6g}", thresholds=thresholds, **common)
 
 
 def welch(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
@@ -195,16 +195,16 @@ def welch(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
     k_worst, k_top = group_size(cfg.worst_fraction, n), group_size(cfg.top_fraction, n)
     common = dict(fld.common)
     if me not in ranked[n - k_worst:]:
-        return _keep("welch", f"not in the worst {k_worst} of {n}", **common)
+        return keep_decision("welch", f"not in the worst {k_worst} of {n}", **common)
     candidates = donor_candidates(fld, ranked[:k_top])
     if not candidates:
-        return _keep("welch", "no member of the top group has a checkpoint I do not already hold", **common)
+        return keep_decision("welch", "no member of the top group has a checkpoint I do not already hold", **common)
     donor = candidates[rng.choice_index(len(candidates))]
     d, m = fld.standings[donor], fld.standings[me]
     p = welch_p_value((cfg.score(d.mean), d.std, d.count), (cfg.score(m.mean), m.std, m.count))
     thresholds = {"p_value": p, "alpha": cfg.welch_alpha}
     if not p < cfg.welch_alpha:
-        return _keep("welch", f"donor {donor} not significantly better: p={p:.4g} >= alpha={cfg.welch_alpha:g}",
+        return keep_decision("welch", f"donor {donor} not significantly better: p={p:.4g} >= alpha={cfg.welch_alpha:g}",
                      thresholds=thresholds, **common)
     return exploit_decision("welch", fld, donor, [
         f"in the worst {k_worst} of {n}; donor {donor} better with p={p:.4g} < alpha={cfg.welch_alpha:g}"], thresholds)

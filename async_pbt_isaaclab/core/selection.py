@@ -124,7 +124,7 @@ class Field:
     """Decision fields every outcome carries (compared, excluded, objectives, frames)."""
 
 
-def _keep(rule: str, reason: str, **kw: Any) -> Decision:
+def keep_decision(rule: str, reason: str, **kw: Any) -> Decision:
     return Decision(Outcome.KEEP, rule, None, tuple(kw.pop("reasons", ())) + (reason,), **kw)
 
 
@@ -226,11 +226,11 @@ def decide(
     rule = cfg.rule
     why = _my_ineligibility(me, cfg)
     if why is not None:
-        return _keep(rule, why)
+        return keep_decision(rule, why)
     fld = build_field(me, peers, cfg, now)
     if len(fld.standings) < cfg.min_members:
         n_ex = len(fld.common["excluded"])
-        return _keep(rule, f"{len(fld.standings)} compatible live members with evidence < min_members="
+        return keep_decision(rule, f"{len(fld.standings)} compatible live members with evidence < min_members="
                            f"{cfg.min_members}" + (f" ({n_ex} excluded: see excluded)" if n_ex else ""),
                      **fld.common)
     from async_pbt_isaaclab.core.rules import rule_spec
