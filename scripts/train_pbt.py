@@ -25,6 +25,9 @@ What differs from Isaac Lab's script, and why:
   (``logs/rl_games/<name>/<name>_pbt_<NNN>``);
 * ``--checkpoint`` warm-starts a member that never ran; afterwards the member resumes from its own checkpoints,
   loaded through the safe (``weights_only``) loader rather than rl_games' full-pickle ``restore``;
+* ``--pbt-replay SCHEDULE`` trains one plain run (no population) that follows a member's hyperparameter schedule
+  (``async-pbt replay WS --member K --out SCHEDULE``), in ``logs/rl_games/<name>/<name>_replay_<K>``, as the CPU
+  member's flag of the same name does;
 * ``--distributed`` (one member spread over several GPUs) is refused with the population enabled: a member is one
   process; use ``async-pbt launch --gpus`` to give each member its own GPU.
 
@@ -105,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Export the IO descriptors of a manager-based task.")
     parser.add_argument("--ray-proc-id", "-rid", type=int, default=None,
                         help="Automatically configured by Isaac Lab's Ray integration, otherwise None.")
+    parser.add_argument("--pbt-replay", type=str, default=None, metavar="SCHEDULE",
+                        help="Train one run (no population) that follows a hyperparameter schedule written by "
+                             "`async-pbt replay WORKSPACE --member K --out SCHEDULE`.")
     add_population_args(parser)
     return parser
 
@@ -142,6 +148,14 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: IsaacLabHook
               "Give each member its own GPU instead: async-pbt launch --members N --gpus 0,1,... -- <this command "
               "without --distributed>", file=sys.stderr)
         return 2
+    if getattr(args, "pbt_replay", None):
+        from async_pbt_isaaclab.core.schedule import ScheduleError, load_replay_schedule
+
+        try:  # a bad schedule is refused in a second, before the simulator starts
+            args.pbt_replay_schedule = load_replay_schedule(args.pbt_replay)
+        except ScheduleError as exc:
+            print(f"error: --pbt-replay: {exc}", file=sys.stderr)
+            return 2
     if args.video or getattr(args, "capture_env_sensors", 0):
         args.enable_cameras = True  # always enable cameras to record video (AppLauncher flag)
     with hooks.open_session(args, args.task, args.agent, list(hydra_args)) as session:
@@ -172,10 +186,20 @@ def _train(args: argparse.Namespace, session: Any, hooks: IsaacLabHooks) -> int:
         agent_cfg, cfg = load_population_config(agent_cfg, population_overrides(args),
                                                 source=f"{args.task} ({args.agent})",
                                                 origins=population_flag_origins(args))
+        replay = None
+        if getattr(args, "pbt_replay", None):
+            from dataclasses import replace
+
+            from async_pbt_isaaclab.rl_games.schedule_replay import start_replay
+
+            # A replay is one plain run that follows the schedule (no workspace, no selection), in its own run
+            # folder <name>_replay_<NNN>, as the CPU member's --pbt-replay.
+            cfg = replace(cfg, enabled=False)
+            replay = start_replay(agent_cfg, args.pbt_replay_schedule, args.pbt_replay)
         summary = SummaryCfg.from_agent_cfg(agent_cfg) if cfg.enabled else None
         register_bounded_exploration()
         validate_exploration_config(agent_cfg)  # a bad log_std_bounds is one line here, not a build traceback
-    except (ConfigError, ValueError) as exc:
+    except (ConfigError, ValueError) as exc:  # ScheduleError is a ValueError naming the schedule file
         print(f"error: {exc}", file=sys.stderr)
         return 2
     params = agent_cfg["params"]
@@ -252,7 +276,7 @@ def _train(args: argparse.Namespace, session: Any, hooks: IsaacLabHooks) -> int:
     register_rl_games_env(vec_env, hooks)
     rl_cfg["num_actors"] = vec_env.unwrapped.num_envs
 
-    observers: list[Any] = [IsaacAlgoObserver()]
+    observers: list[Any] = [IsaacAlgoObserver()] + ([replay] if replay is not None else [])
     if args.track and int(os.getenv("RANK", "0")) == 0:
         if args.wandb_entity is None:
             raise ValueError("Weights and Biases entity must be specified for tracking.")
@@ -293,10 +317,10 @@ def member_experiment_name(rl_cfg: dict, cfg: Any, train_dir: str) -> str:
 def make_wandb_observer(args: argparse.Namespace, env_cfg: Any, agent_cfg: dict, cfg: Any, train_dir: str) -> Any:
     """An rl_games observer that starts W&B before the agent creates its TensorBoard writer.
 
-    A member keeps one W&B run across exploit restarts: the run id is derived from the workspace and the member's
-    run name and resumed (``resume="allow"``), grouped by the workspace's folder name
-    (:func:`~async_pbt_isaaclab.rl_games.pbt_logging.wandb_init_kwargs`). Without the population every start is a
-    new run, as in Isaac Lab.
+    A member keeps one W&B run across exploit restarts and resumes: the run id given at its first start is read from
+    its ``state.json`` and resumed (``resume="allow"``), grouped by the workspace's folder name
+    (:func:`~async_pbt_isaaclab.rl_games.pbt_logging.member_wandb_init_kwargs`). Without the population every start
+    is a new run, as in Isaac Lab.
     """
     from rl_games.common.algo_observer import AlgoObserver
 
@@ -307,14 +331,15 @@ def make_wandb_observer(args: argparse.Namespace, env_cfg: Any, agent_cfg: dict,
         def before_init(self, base_name, config, experiment_name):
             import wandb
 
-            from async_pbt_isaaclab.rl_games.pbt_logging import wandb_init_kwargs
+            from async_pbt_isaaclab.rl_games.pbt_logging import member_wandb_init_kwargs
 
-            # A member: one run for the whole population run (id from the workspace and run name, resumed after
-            # every restart, grouped by workspace). Without the population: a new run per start, as in Isaac Lab.
-            run = (wandb_init_kwargs(None, workspace, experiment_name, name=args.wandb_name) if cfg.enabled
+            # A member: one run for the whole population run (the id kept in its state.json, resumed after every
+            # restart, grouped by workspace). Without the population: a new run per start, as in Isaac Lab.
+            run = (member_wandb_init_kwargs(workspace, cfg.policy_idx, name=args.wandb_name) if cfg.enabled
                    else {"name": args.wandb_name or experiment_name})
             wandb.init(project=project, entity=args.wandb_entity, sync_tensorboard=True, monitor_gym=True,
                        save_code=True, **run)
+            print(f"[async-pbt] W&B run {wandb.run.id} (group {wandb.run.group or '-'}, project {project})", flush=True)
             if not wandb.run.resumed:
                 if hasattr(env_cfg, "to_dict"):
                     wandb.config.update({"env_cfg": env_cfg.to_dict()})

@@ -66,6 +66,10 @@ class MemberState:
     finished: dict[str, Any] | None = None
     """``{frame, epoch}`` once the member reached its training limit; a later start with the same limit
     exits at once instead of training another epoch."""
+    wandb_run_id: str = ""
+    """The member's Weights & Biases run id, set at its first start and reused by every later process (exploit
+    restart, resume) so the member stays one W&B run; a recipient keeps its own, never the donor's ("" in a
+    state written before the id was kept: the next start sets it)."""
     audit_head: dict[str, Any] | None = None
     """``{seq, hash}`` of the last audit entry when the state was saved (``None`` before the first): the
     verifier reports a log that is shorter, or holds another entry at that seq (entries cut from its end)."""
@@ -125,7 +129,7 @@ class MemberState:
 
 _FIELD_TYPES = {"rng_state": dict, "hyperparameters": dict, "lineage": list, "experiment_name": str,
                 "last_checkpoint": str, "last_checkpoint_sha256": str, "best": list, "history": list,
-                "origin_sha256": str, "evidence": (dict, type(None)), "finished": (dict, type(None)),
+                "origin_sha256": str, "wandb_run_id": str, "evidence": (dict, type(None)), "finished": (dict, type(None)),
                 "audit_head": (dict, type(None))}
 
 

@@ -277,6 +277,25 @@ def replay_problems(schedule: Schedule) -> list[str]:
     return problems
 
 
+def check_replayable(schedule: Schedule, where: str = "schedule") -> Schedule:
+    """``schedule`` itself when one run can follow it, else :class:`ScheduleError` listing every problem."""
+    problems = replay_problems(schedule)
+    if problems:
+        raise ScheduleError(f"{where}: cannot be replayed in one run: " + "; ".join(problems))
+    return schedule
+
+
+def load_replay_schedule(path: str | Path) -> Schedule:
+    """Read a schedule for ``--pbt-replay`` and check one run can follow it (pure, so an entry point refuses a bad
+    file before it starts a simulator); :class:`ScheduleError` names the file and key."""
+    return check_replayable(load_schedule(path), str(path))
+
+
+def replay_experiment_name(base_name: str, schedule: Schedule) -> str:
+    """The run folder of a replayed run: ``<name>_replay_<NNN>``, beside the members' ``<name>_pbt_<NNN>``."""
+    return f"{base_name}_replay_{schedule.member:03d}"
+
+
 def initial_overrides(schedule: Schedule) -> dict[tuple[str, ...], Any]:
     """Agent-config paths (under the agent yaml's root, e.g. ``("params", "config", "gamma")``) and the values
     the replayed run starts with (the schedule's frame-0 step)."""

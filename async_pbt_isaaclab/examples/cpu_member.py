@@ -97,20 +97,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.pbt_replay:
         from rl_games.common.algo_observer import IsaacAlgoObserver
 
-        from async_pbt_isaaclab.core.schedule import ScheduleError, load_schedule
-        from async_pbt_isaaclab.rl_games.schedule_replay import ScheduleReplayObserver, prepare_replay
+        from async_pbt_isaaclab.core.schedule import ScheduleError, load_replay_schedule
+        from async_pbt_isaaclab.rl_games.schedule_replay import start_replay
 
         try:
-            schedule = load_schedule(args.pbt_replay)
-            prepare_replay(agent_cfg, schedule, args.pbt_replay)
+            replay = start_replay(agent_cfg, load_replay_schedule(args.pbt_replay), args.pbt_replay)
         except ScheduleError as exc:
             print(f"error: --pbt-replay: {exc}", file=sys.stderr)
             return 2
         # A replay is one plain run: no workspace, no selection; its own run folder beside the members'.
         cfg = dataclasses.replace(cfg, enabled=False)
         rl_cfg["train_dir"] = train_dir
-        rl_cfg["full_experiment_name"] = f"{rl_cfg['name']}_replay_{schedule.member:03d}"
-        extra = [IsaacAlgoObserver(), ScheduleReplayObserver(schedule)]
+        extra = [IsaacAlgoObserver(), replay]
     try:
         train_member(agent_cfg, cfg, train_dir=train_dir, task=task,
                      checkpoint=args.checkpoint, extra_observers=extra)

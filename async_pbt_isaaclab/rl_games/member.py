@@ -34,6 +34,7 @@ from async_pbt_isaaclab.core.evidence import ConditionLabel
 from async_pbt_isaaclab.core.member_state import MemberState, load_state, save_state
 from async_pbt_isaaclab.core.mutation import MemberRng, agent_path
 from async_pbt_isaaclab.core.workspace import MemberLock, Workspace
+from async_pbt_isaaclab.rl_games.pbt_logging import assign_wandb_run_id
 from async_pbt_isaaclab.rl_games.restart import capture_argv
 
 RAW_CHECKPOINT_GAPS = (
@@ -207,6 +208,8 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
     rl_cfg = agent_cfg["params"]["config"]
     rl_cfg["full_experiment_name"] = state.experiment_name
     rl_cfg["train_dir"] = train_dir
+    # One W&B run per member for good, as one log dir: the id is given once and kept in state.json.
+    assign_wandb_run_id(state, ws.root, fresh_member)
     audit.append("start", {
         "mode": session.start_mode, "pid": os.getpid(), "host": socket.gethostname(),
         "process_starts": state.process_starts, "generation": state.generation,

@@ -9,6 +9,10 @@ frame F governs the update of the epoch that starts at frame F, as it did in the
 Only hyperparameters rl_games reads live can change within a run
 (:data:`~async_pbt_isaaclab.core.schedule.AGENT_ATTRIBUTES`); :func:`prepare_replay` refuses a schedule that
 changes another one and puts the first step's values into the agent config before the agent is built.
+
+Both training entry points (the CPU member and ``scripts/train_pbt.py``) take ``--pbt-replay SCHEDULE`` the same way:
+:func:`~async_pbt_isaaclab.core.schedule.load_replay_schedule` reads and checks the file (before any simulator
+starts), then :func:`start_replay` prepares the agent config and returns the observer to train with.
 """
 
 from __future__ import annotations
@@ -20,22 +24,29 @@ from rl_games.common.algo_observer import AlgoObserver
 from async_pbt_isaaclab.core.agent_config import set_path
 from async_pbt_isaaclab.core.schedule import (
     Schedule,
-    ScheduleError,
     ScheduleFollower,
+    check_replayable,
     initial_overrides,
     live_assignments,
-    replay_problems,
+    replay_experiment_name,
 )
 from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalars
 
 
 def prepare_replay(agent_cfg: dict[str, Any], schedule: Schedule, where: str = "schedule") -> None:
     """Check ``schedule`` can be replayed and write its frame-0 values into ``agent_cfg`` (in place)."""
-    problems = replay_problems(schedule)
-    if problems:
-        raise ScheduleError(f"{where}: cannot be replayed in one run: " + "; ".join(problems))
+    check_replayable(schedule, where)
     for path, value in initial_overrides(schedule).items():
         set_path(agent_cfg, path, value)
+
+
+def start_replay(agent_cfg: dict[str, Any], schedule: Schedule, where: str = "schedule") -> "ScheduleReplayObserver":
+    """Make ``agent_cfg`` (in place) a plain run that follows ``schedule``: its frame-0 values, and the run folder
+    ``<name>_replay_<NNN>`` (``params.config.full_experiment_name``). Returns the observer to train with."""
+    prepare_replay(agent_cfg, schedule, where)
+    rl_cfg = agent_cfg["params"]["config"]
+    rl_cfg["full_experiment_name"] = replay_experiment_name(rl_cfg["name"], schedule)
+    return ScheduleReplayObserver(schedule)
 
 
 def _set_attr(obj: Any, dotted: str, value: Any) -> None:

@@ -172,3 +172,26 @@ def test_replay_needs_live_keys_and_starts_from_the_first_step():
     problems = replay_problems(bad)
     assert any("steps[2].values.network.log_std_bounds.low: changes at frame 200" in p for p in problems)
     assert any("steps[2].values.nonsense: not a hyperparameter" in p for p in problems)
+
+
+def test_load_replay_schedule_checks_the_file_before_any_run_starts(tmp_path):
+    from async_pbt_isaaclab.core.schedule import (
+        ScheduleError,
+        dump_schedule,
+        load_replay_schedule,
+        replay_experiment_name,
+    )
+
+    good = Schedule(7, (ScheduleStep(0, {"learning_rate": 1e-3}, 7, 0, 0, "start"),
+                        ScheduleStep(64, {"learning_rate": 5e-4}, 7, 64, 1, "explore")))
+    path = tmp_path / "schedule.yaml"
+    path.write_text(dump_schedule(good))
+    assert load_replay_schedule(path) == good
+    assert replay_experiment_name("torch_reach_pbt", good) == "torch_reach_pbt_replay_007"
+    bad = Schedule(7, good.steps + (ScheduleStep(128, {"warp_factor": 9}, 7, 128, 2, "explore"),))
+    path.write_text(dump_schedule(bad))
+    with pytest.raises(ScheduleError) as err:
+        load_replay_schedule(path)
+    assert str(err.value).startswith(f"{path}: cannot be replayed in one run: steps[2].values.warp_factor")
+    with pytest.raises(ScheduleError, match="cannot read"):
+        load_replay_schedule(tmp_path / "missing.yaml")

@@ -1,12 +1,13 @@
 """pbt/* TensorBoard scalars read back from real event files, across a restart that opens a second writer in the
-same run folder (as an exec restart does); and a W&B run id kept across restarts, checked offline."""
+same run folder (as an exec restart does); and the W&B run id a member keeps in its state. The W&B runs of real
+members through exploit restarts and a resume (offline) are checked in
+tests/upstream/test_train_pbt_observability.py, since train_pbt.py is the entry point with W&B tracking."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from dataclasses import dataclass
+import hashlib
+import json
+import re
 
 import pytest
 
@@ -16,7 +17,14 @@ pytest.importorskip("tensorboard")
 from torch.utils.tensorboard import SummaryWriter  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
-from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalars, wandb_init_kwargs, wandb_run_id  # noqa: E402
+from async_pbt_isaaclab.core.member_state import MemberState, load_state, save_state  # noqa: E402
+from async_pbt_isaaclab.core.records import RecordError  # noqa: E402
+from async_pbt_isaaclab.rl_games.pbt_logging import (  # noqa: E402
+    PbtScalars,
+    assign_wandb_run_id,
+    member_wandb_init_kwargs,
+    wandb_init_kwargs,
+)
 
 
 def _scalars(folder) -> dict[str, list[tuple[int, float]]]:
@@ -69,49 +77,45 @@ def test_no_writer_means_no_output():
     log.flush()
 
 
-@dataclass
-class _State:
-    member: int = 1
-    wandb_run_id: str = ""
-
-
-def test_run_id_is_stable_and_kept_in_the_state(tmp_path):
+def test_a_member_gets_its_wandb_run_id_once_and_keeps_it(tmp_path):
     ws = tmp_path / "pbt_ws"
-    state = _State()
-    first = wandb_run_id(state, ws, "pendulum_ppo_pbt_001")
-    assert state.wandb_run_id == first and len(first) == 16
-    assert wandb_run_id(None, ws, "pendulum_ppo_pbt_001") == first  # derivable without the state, too
-    assert wandb_run_id(None, ws, "pendulum_ppo_pbt_002") != first
-    moved = _State(wandb_run_id=first)
-    assert wandb_run_id(moved, tmp_path / "elsewhere", "pendulum_ppo_pbt_001") == first
+    state = MemberState(member=1, experiment_name="pendulum_ppo_pbt_001")
+    first = assign_wandb_run_id(state, ws, fresh=True)
+    assert state.wandb_run_id == first and re.fullmatch(r"[0-9a-f]{16}", first)
+    # Every later start keeps it (a restart, a resume; a moved workspace too) ...
+    assert assign_wandb_run_id(state, tmp_path / "moved", fresh=False) == first
+    # ... and a new member, even at the same workspace path and run name, gets another run.
+    assert assign_wandb_run_id(MemberState(member=1, experiment_name="pendulum_ppo_pbt_001"), ws, True) != first
+    save_state(tmp_path / "state.json", state)
+    assert load_state(tmp_path / "state.json").wandb_run_id == first
     kw = wandb_init_kwargs(state, ws, "pendulum_ppo_pbt_001")
     assert kw == {"id": first, "resume": "allow", "group": "pbt_ws", "name": "pendulum_ppo_pbt_001"}
 
 
-_MEMBER_PROCESS = """
-import sys, wandb
-from async_pbt_isaaclab.rl_games.pbt_logging import wandb_init_kwargs
-kw = wandb_init_kwargs(None, sys.argv[1], sys.argv[2])
-run = wandb.init(project="pbt-test", dir=sys.argv[3], **kw)
-run.log({"pbt/generation": int(sys.argv[4])})
-print("RUN", run.id, run.group)
-run.finish()
-"""
+def test_a_state_written_before_the_id_was_kept_loads_and_keeps_its_earlier_run(tmp_path):
+    ws = tmp_path / "pbt_ws"
+    old = MemberState(member=2, experiment_name="cart_pbt_002").to_dict()
+    del old["wandb_run_id"]
+    (tmp_path / "state.json").write_text(json.dumps(old))
+    state = load_state(tmp_path / "state.json")
+    assert state.wandb_run_id == ""
+    # Its earlier processes opened the run derived from the workspace and run name: it goes on there.
+    derived = hashlib.sha1(f"{ws.absolute()}|cart_pbt_002".encode()).hexdigest()[:16]
+    assert assign_wandb_run_id(state, ws, fresh=False) == derived == state.wandb_run_id
+    bad = dict(old, wandb_run_id=7)
+    (tmp_path / "state.json").write_text(json.dumps(bad))
+    with pytest.raises(RecordError, match=r"state\.json\.wandb_run_id: expected str"):
+        load_state(tmp_path / "state.json")
 
 
-@pytest.mark.slow
-def test_wandb_offline_run_is_resumed_by_each_process(tmp_path):
-    pytest.importorskip("wandb")
-    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DISABLE_GIT="true")
-    ws, wdir = tmp_path / "pop", tmp_path / "wandb"
-    wdir.mkdir()
-    ids = []
-    for generation in (0, 1):  # the member before and after an exploit restart: two processes
-        proc = subprocess.run([sys.executable, "-c", _MEMBER_PROCESS, str(ws), "cart_pbt_000", str(wdir),
-                               str(generation)], env=env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        line = [l for l in proc.stdout.splitlines() if l.startswith("RUN ")][-1]
-        ids.append(line.split()[1:])
-    assert ids[0] == ids[1] == [wandb_run_id(None, ws, "cart_pbt_000"), "pop"]
-    runs = sorted(p.name for p in (wdir / "wandb").glob("offline-run-*"))
-    assert len(runs) == 2 and all(r.endswith(ids[0][0]) for r in runs)
+def test_member_wandb_init_kwargs_reads_the_id_from_state_json(tmp_path):
+    from async_pbt_isaaclab.core.workspace import Workspace
+
+    ws = tmp_path / "pop"
+    mdir = Workspace(ws).member_dir(3)
+    mdir.mkdir(parents=True)
+    with pytest.raises(RuntimeError, match="no wandb_run_id"):
+        member_wandb_init_kwargs(ws, 3)  # not started yet: W&B must not invent an id of its own
+    save_state(mdir / "state.json", MemberState(member=3, experiment_name="cart_pbt_003", wandb_run_id="abc123"))
+    assert member_wandb_init_kwargs(ws, 3, name="shown") == {"id": "abc123", "resume": "allow", "group": "pop",
+                                                             "name": "shown"}
