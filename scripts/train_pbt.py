@@ -339,7 +339,8 @@ def make_wandb_observer(args: argparse.Namespace, env_cfg: Any, agent_cfg: dict,
                    else {"name": args.wandb_name or experiment_name})
             wandb.init(project=project, entity=args.wandb_entity, sync_tensorboard=True, monitor_gym=True,
                        save_code=True, **run)
-            print(f"[async-pbt] W&B run {wandb.run.id} (group {wandb.run.group or '-'}, project {project})", flush=True)
+            print(f"[async-pbt] W&B run {wandb.run.id} (group {wandb.run.group or '-'}, project {project})",
+                  flush=True)
             if not wandb.run.resumed:
                 if hasattr(env_cfg, "to_dict"):
                     wandb.config.update({"env_cfg": env_cfg.to_dict()})
