@@ -161,15 +161,19 @@ class Driver:
         if pid is None:
             return False
         frozen = window in FROZEN_WINDOWS and _signal_group(pid, signal.SIGSTOP)
-        if landed() is None:
-            # Closed already (the driver was slow to wake up, e.g. on a loaded machine): a kill now would cost a
-            # restart without testing the window. Wait for the next opportunity instead.
-            if frozen:
-                _signal_group(pid, signal.SIGCONT)
-            self.closed_before_kill[window] += 1
-            return False
-        if not _signal_group(pid, signal.SIGKILL):
-            return False
+        killed = False
+        try:
+            if landed() is None:
+                # Closed already (the driver was slow to wake up, e.g. on a loaded machine): a kill now would cost
+                # a restart without testing the window. Wait for the next opportunity instead.
+                self.closed_before_kill[window] += 1
+                return False
+            killed = _signal_group(pid, signal.SIGKILL)
+            if not killed:
+                return False
+        finally:
+            if frozen and not killed:
+                _signal_group(pid, signal.SIGCONT)  # never leave a member stopped
         kill = Kill(time.time(), member, window, pid, detail)
         self.last_kill[member] = kill.time
         if _wait_dead(pid, self.args.deadline):

@@ -55,7 +55,7 @@ def _load_chaos():
 # covered by the restart run (and keeping the second run to four kills keeps CI short).
 RUNS = {
     "restart": ["--exploit-mode", "restart"],
-    "inprocess": ["--exploit-mode", "inprocess",
+    "inprocess": ["--exploit-mode", "inprocess", "--kills", "4",
                   "--windows", "inprocess_pending,inprocess_applied,inprocess_saved,inprocess_done"],
 }
 

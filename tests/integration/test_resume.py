@@ -253,7 +253,6 @@ def test_the_population_exploited_and_every_audit_verifies(population):
 
 
 def test_exploits_ran_in_process_and_no_stop_left_one_half_done(population):
-    ws = population["ws"]
     for snap in [*population["snaps"], population["final"]]:
         for m, s in snap.items():
             assert s["state"]["pending_exploit"] is None, f"member {m} stopped with an exploit pending"
