@@ -34,6 +34,7 @@ from chaos_windows import (
     donor_copy_in_flight,
     inprocess_applied,
     inprocess_done,
+    inprocess_finished_last,
     inprocess_pending,
     inprocess_saved,
     publish_in_progress,
@@ -222,7 +223,8 @@ class Watcher:
             if seen[2] == "inprocess":
                 if pending is None and state.last_checkpoint == seen[0] and self.chaos_on:
                     checkpoint, generation = seen[0], state.generation
-                    self.inprocess_done[member] = (checkpoint, generation)
+                    if inprocess_finished_last(mdir, checkpoint, generation):  # not re-applied by a new process
+                        self.inprocess_done[member] = (checkpoint, generation)
                     d.try_kill(member, "inprocess_saved", f"state.json saved after the in-process exploit to {checkpoint}",
                                lambda: inprocess_saved(mdir, checkpoint, generation))
             else:

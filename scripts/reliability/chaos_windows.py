@@ -146,7 +146,7 @@ def inprocess_applied(mdir: Path, checkpoint: str) -> str | None:
             else "exploit_applied and restored logged, state.json still names the exploit pending")
 
 
-def _inprocess_finished_last(mdir: Path, checkpoint: str, generation: int) -> bool:
+def inprocess_finished_last(mdir: Path, checkpoint: str, generation: int) -> bool:
     """``state.json`` holds the in-process exploit to ``checkpoint`` as done, and the last audit entry is that
     exploit's ``restored`` (nothing since: not a new process, which would have logged its start)."""
     state = _state(mdir)
@@ -160,7 +160,7 @@ def _inprocess_finished_last(mdir: Path, checkpoint: str, generation: int) -> bo
 
 def inprocess_saved(mdir: Path, checkpoint: str, generation: int) -> str | None:
     """``state.json`` saved with the in-process exploit to ``checkpoint`` done; ``record.json`` not yet rewritten."""
-    if not _inprocess_finished_last(mdir, checkpoint, generation):
+    if not inprocess_finished_last(mdir, checkpoint, generation):
         return None
     if _mtime_ns(mdir / "record.json") >= _mtime_ns(mdir / "state.json"):
         return None
@@ -170,7 +170,7 @@ def inprocess_saved(mdir: Path, checkpoint: str, generation: int) -> str | None:
 def inprocess_done(mdir: Path, checkpoint: str, generation: int) -> str | None:
     """The in-process exploit to ``checkpoint`` is complete (record rewritten after ``state.json``) and the member
     trains the new generation; nothing has been logged since (no next decision)."""
-    if not _inprocess_finished_last(mdir, checkpoint, generation):
+    if not inprocess_finished_last(mdir, checkpoint, generation):
         return None
     if _mtime_ns(mdir / "record.json") < _mtime_ns(mdir / "state.json"):
         return None
