@@ -18,9 +18,7 @@ from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.audit import read_entries, verify_log
 from async_pbt_isaaclab.core.member_state import load_state
 from async_pbt_isaaclab.core.workspace import Workspace
-
-WINDOWS = ("checkpoint_write", "donor_copy", "restart_decided", "restart_pending", "random")
-"""Kill windows, in the order they are reported (the quota is split evenly, the rest goes to random)."""
+from chaos_exploit_checks import verify_exploits
 
 FRAMES_PER_EPOCH = 8 * 64
 """num_envs x horizon_length of the member command in chaos.py."""
@@ -67,8 +65,10 @@ def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, 
     ``finish_codes`` and ``target_epochs`` are per member, from the finishing launches."""
     ws = Workspace(root)
     targets = {m: e * FRAMES_PER_EPOCH for m, e in target_epochs.items()}
+    windows = tuple(driver.wanted)
     failures: list[str] = list(notes)
-    f: dict[str, Any] = {"launcher_exit_code": first_code, "finish_exit_codes": finish_codes,
+    f: dict[str, Any] = {"windows": windows, "exploit_mode": args.exploit_mode, "launcher_exit_code": first_code,
+                         "finish_exit_codes": finish_codes,
                          "members": args.members, "frame_targets": targets}
 
     # -- launcher journal: restarts after each kill
@@ -82,9 +82,9 @@ def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, 
             exits[e["member"]].append(e)
     for k in driver.kills:
         k.came_back = any(s["time"] > k.time for s in starts[k.member])
-    f["kills"] = {w: sum(1 for k in driver.kills if k.window == w and k.landed) for w in WINDOWS}
-    f["kills_missed"] = {w: sum(1 for k in driver.kills if k.window == w and not k.landed) for w in WINDOWS}
-    f["kills_survived"] = {w: sum(1 for k in driver.kills if k.window == w and k.came_back) for w in WINDOWS}
+    f["kills"] = {w: sum(1 for k in driver.kills if k.window == w and k.landed) for w in windows}
+    f["kills_missed"] = {w: sum(1 for k in driver.kills if k.window == w and not k.landed) for w in windows}
+    f["kills_survived"] = {w: sum(1 for k in driver.kills if k.window == w and k.came_back) for w in windows}
     f["kill_opportunities_seen"] = dict(driver.opportunities)
     f["windows_closed_before_kill"] = dict(driver.closed_before_kill)
     f["kill_phases"] = dict(Counter(k.phase for k in driver.kills if k.landed))
@@ -280,6 +280,10 @@ def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, 
     f["lost"] = lost
     if lost:
         failures.append(f"lost: {lost}")
+    exploit_figures, exploit_failures = verify_exploits(ws, args.members, args.exploit_mode,
+                                                        Counter(k.member for k in driver.kills))
+    f.update(exploit_figures)
+    failures += exploit_failures
     f["failures"] = failures
     return f
 
@@ -291,8 +295,8 @@ def report(f: dict[str, Any]) -> list[str]:
         f"kills: {f['kills_total']}, {f['kills_landed']} landed in their window "
         f"(SIGKILL exits seen by the launcher: {f['crash_exits_sigkill']})",
     ]
-    for w in WINDOWS:
-        lines.append(f"  {w:<17} landed {f['kills'][w]:>3}, missed {f['kills_missed'][w]:>3}, came back "
+    for w in f["windows"]:
+        lines.append(f"  {w:<18} landed {f['kills'][w]:>3}, missed {f['kills_missed'][w]:>3}, came back "
                      f"{f['kills_survived'][w]:>3} (opportunities seen {f['kill_opportunities_seen'].get(w, 0)})")
     lines.append(f"windows already closed when the driver could kill (not killed): "
                  f"{f['windows_closed_before_kill'] or 'none'}")
@@ -311,6 +315,9 @@ def report(f: dict[str, Any]) -> list[str]:
     lines.append(f"temp files at the end: {f['temp_files_left'] or 'none'}; incoming leftovers: "
                  f"{f['incoming_leftovers'] or 'none'}")
     lines.append(f"process starts after the first, by mode: {f['restarts_by_mode']}")
+    lines.append(f"exploits applied, by path: {f.get('exploits_by_path')}; checkpoints loaded more than once "
+                 f"(same agent each time): {f.get('checkpoints_loaded_more_than_once')}; async-pbt audit exit "
+                 f"{f.get('audit_command_exit')}")
     lines.append(f"lost: {len(f['lost'])}")
     lines.append("RESULT: " + ("PASS" if not f["failures"] else "FAIL"))
     lines += [f"  - {x}" for x in f["failures"]]

@@ -3,8 +3,12 @@
 Part 1 runs two real CPU members while a driver plants bad peers in the shared workspace (a corrupt
 record, an unknown schema version, a heartbeat from the future, an index outside the population) and
 a "best" peer whose checkpoint is, phase by phase: checksum-mismatched, not a checkpoint, a pickle with
-a disallowed global, and gone. The worst real member tries to exploit that peer each time, says what
-happened in its audit log and on stderr, and keeps training.
+a disallowed global, a real checkpoint of another network shape, and gone. The worst real member tries to
+exploit that peer each time, says what happened in its audit log and on stderr, and keeps training. The
+members exploit in-process (``--pbt-exploit-mode inprocess``): a bad donor must be refused before anything
+touches the running agent, and the member loses nothing (same process, same generation, no exploit left
+pending). The donor is fetched and checked by the same code before either path is taken, so this covers the
+restart path's refusals too.
 
 Part 2 covers the cases that stop a member before it trains (out-of-range index, a claimed index, a
 stale lock, an unwritable workspace, an unloadable warm-start checkpoint) with their exact messages.
@@ -30,6 +34,7 @@ from async_pbt_isaaclab.core import fsio  # noqa: E402
 from async_pbt_isaaclab.core.audit import verify_log  # noqa: E402
 from async_pbt_isaaclab.core.evidence import EvidenceSummary  # noqa: E402
 from async_pbt_isaaclab.core.records import SCHEMA_VERSION, HistoryEntry, MemberRecord, read_record  # noqa: E402
+from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -50,6 +55,7 @@ def _member_args(ws: Path, root: Path, index: int, members: int = 6) -> list[str
             "--pbt-min-episodes", "8", "--pbt-gap-std-fraction", "0", "--pbt-gap-donor-fraction", "0",
             "--pbt-protect-interval-best", "false",
             "--pbt-max-frame-lag", "1000000000", "--pbt-heartbeat-interval-s", "0.5",
+            "--pbt-exploit-mode", "inprocess",
             "agent.params.torch_threads=1", "agent.params.config.horizon_length=128",
             "agent.params.config.mini_epochs=1", "agent.pbt.mutation.learning_rate=mutate_float"]
 
@@ -111,10 +117,18 @@ def live(tmp_path_factory):
         (bad / "mismatch.pth").write_bytes(real_ckpt.read_bytes())
         (bad / "garbage.pth").write_bytes(b"this is not a torch checkpoint\n" * 10)
         torch.save({"model": {}, "epoch": 1, "frame": 1, "optimizer": {}, "evil": Evil()}, bad / "evil.pth")
+        # A genuine checkpoint (right sha256, loads safely) of a wider network: loading it into the running agent
+        # would fail half-way, so it must be refused before.
+        misfit = load_checkpoint(bad / "mismatch.pth")  # a byte copy of member 0's checkpoint
+        name = next(k for k, v in misfit["model"].items() if k.endswith("weight") and v.dim() == 2)
+        misfit["model"][name] = torch.zeros(misfit["model"][name].shape[0] + 3, misfit["model"][name].shape[1])
+        save_checkpoint(bad / "misfit.pth", misfit)
+        starts_before = {i: sum(1 for e in _audit(ws, i) if e["kind"] == "start") for i in (0, 1)}
         plan = [
             ("checksum", "mismatch.pth", "0" * 64, "does not match the published"),
             ("not_a_checkpoint", "garbage.pth", None, "garbage.pth"),
             ("disallowed_global", "evil.pth", None, "disallowed global(s) posix.system"),
+            ("misfit", "misfit.pth", None, "does not fit this member's model"),
             ("vanished", "gone.pth", "1" * 64, "gone.pth"),
         ]
         for name, fname, sha, expect in plan:
@@ -138,6 +152,9 @@ def live(tmp_path_factory):
         _wait(lambda: all(read_record(ws / f"members/{i:03d}/record.json").frame > frames_after_phases[i]
                           for i in (0, 1)), 120, "both members to advance after the last phase")
         alive = [p.poll() is None for p in procs]
+        kept = {i: {"state": json.loads((ws / f"members/{i:03d}/state.json").read_text()),
+                    "starts": sum(1 for e in _audit(ws, i) if e["kind"] == "start") - starts_before[i]}
+                for i in (0, 1)}
     finally:
         for p in procs:
             if p.poll() is None:
@@ -150,7 +167,8 @@ def live(tmp_path_factory):
         for log in logs:
             log.close()
     output = "".join((root / f"member{i}.log").read_text() for i in (0, 1))
-    return {"ws": ws, "phases": phases, "alive": alive, "codes": [p.returncode for p in procs], "output": output}
+    return {"ws": ws, "phases": phases, "alive": alive, "codes": [p.returncode for p in procs], "output": output,
+            "kept": kept}
 
 
 def _try_read(path: Path):
@@ -217,6 +235,27 @@ def test_pickle_with_disallowed_global_is_refused_and_never_runs(live):
     assert "donor 5 checkpoint members/005/checkpoints/evil.pth" in reason
     assert "refusing to unpickle disallowed global(s) posix.system" in reason
     assert not Path("/tmp/async_pbt_pwned").exists()
+
+
+def test_donor_of_another_network_shape_is_refused_before_touching_the_running_agent(live):
+    reason = live["phases"]["misfit"]["reason"]
+    assert "donor 5 checkpoint members/005/checkpoints/misfit.pth" in reason
+    assert "donor network does not fit this member's model" in reason and "donor (" in reason
+
+
+def test_a_refused_donor_costs_the_member_nothing(live):
+    """Every refusal above happened on the in-process path and left the member as it was: the same process
+    kept training (no new start), no exploit was applied from the bad peer or left pending, and every
+    generation the member has came from a real peer."""
+    ws = live["ws"]
+    for m, kept in live["kept"].items():
+        assert kept["starts"] == 0, f"member {m} was restarted by a refused exploit"
+        state = kept["state"]
+        assert state["pending_exploit"] is None
+        assert all(g["donor"] in (0, 1) for g in state["lineage"])
+        applied = [e for e in _audit(ws, m) if e["kind"] == "exploit_applied"]
+        assert all(e["path"] == "inprocess" and e["donor"] in (0, 1) for e in applied)
+        assert state["generation"] == len(applied)
 
 
 def test_donor_that_disappears_between_decision_and_copy_aborts_the_exploit(live):

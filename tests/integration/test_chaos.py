@@ -1,8 +1,11 @@
 """Chaos, CI size: SIGKILL real CPU members in the dangerous windows and check nothing was lost.
 
 Runs ``scripts/reliability/chaos.py`` (see its docstring) with 3 members and one landed kill in each
-window: a checkpoint write, the donor copy of an exploit, right after an exploit decision was logged, the
-exploit restart in flight, and a random moment. The members use the test fixture rule that exploits at
+window, once per exploit path. Exec restarts: a checkpoint write, the donor copy of an exploit, right after an
+exploit decision was logged, the exploit restart in flight, and a random moment. In-process exploits: with the
+recipient pending (record being rewritten, the donor being loaded into the live agent), after
+``exploit_applied`` was logged and before ``state.json`` cleared the pending exploit, after ``state.json`` was
+saved and before the record was rewritten, and after the record. The members use the test fixture rule that exploits at
 every decision, so exploit windows keep coming; the driver watches the workspace with inotify, kills the
 member's process group as a window opens, and counts the kill only if the files left at death show the
 window was still open. The chaos phase lasts until every window has its kill, whatever the machine's
@@ -16,7 +19,9 @@ script, listed in ``failures``):
   checkpoint;
 * every audit chain verifies, every lineage matches its audit log, the RNG stream continues across
   the kills, every referenced checkpoint matches its sha256, no temp file or donor copy is left behind,
-  and at least one exploit completed.
+  and at least one exploit completed; ``async-pbt audit`` passes; a recipient checkpoint loaded again after
+  a kill gives the same agent (model fingerprint) as the in-process load; an in-process exploit fell back
+  to the restart path only after a kill.
 
 No assertion depends on timing: ``--deadline`` only stops a hung run.
 """
@@ -45,26 +50,52 @@ def _load_chaos():
     return module
 
 
+# Each exploit path, with the windows it opens. The in-process run aims only at the in-process exploit's own
+# windows: the checkpoint write, donor copy, decision and random windows run the same code on both paths and are
+# covered by the restart run (and keeping the second run to four kills keeps CI short).
+RUNS = {
+    "restart": ["--exploit-mode", "restart"],
+    "inprocess": ["--exploit-mode", "inprocess", "--kills", "4",
+                  "--windows", "inprocess_pending,inprocess_applied,inprocess_saved,inprocess_done"],
+}
+
+
 @pytest.mark.slow
 # pytest-timeout above the run's own safety deadline (--deadline), so a hung run reports its figures.
 @pytest.mark.timeout(1200)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups, /proc and inotify (Linux)")
-def test_population_survives_kills_in_every_dangerous_window(tmp_path):
+@pytest.mark.parametrize("mode", sorted(RUNS))
+def test_population_survives_kills_in_every_dangerous_window(tmp_path, mode):
     chaos = _load_chaos()
     args = chaos.build_parser().parse_args([
         "--members", "3", "--kills", "5", "--aim-probability", "1", "--random-spread", "10", "--seed", "1",
-        "--deadline", "900", "--workdir", str(tmp_path),
+        "--deadline", "900", "--workdir", str(tmp_path), *RUNS[mode],
     ])
     started = time.monotonic()
     figures = chaos.run_chaos(args)
     print(f"run_chaos took {time.monotonic() - started:.1f} s")
     print("\n".join(chaos.chaos_checks.report(figures)))
     assert figures["failures"] == []
-    for window in chaos.WINDOWS:
+    assert set(figures["kills"]) == set(chaos.kill_quota(args))
+    for window in figures["kills"]:
         assert figures["kills"][window] >= 1, f"no kill landed in {window}: {figures['kill_log']}"
         assert figures["kills_survived"][window] == figures["kills"][window] + figures["kills_missed"][window]
     assert figures["lost"] == [] and figures["exploits"]["applied"] >= 1
+    assert figures["audit_command_exit"] == 0
     assert all(frame >= figures["frame_targets"][m] for m, frame in figures["final_frames"].items())
+    if mode == "inprocess":
+        # Exploits ran in the live process; the ones a kill interrupted were applied by the process that came back.
+        assert figures["exploits_by_path"].get("inprocess (planned inprocess)", 0) >= 1
+        assert set(figures["exploits_by_path"]) <= {"inprocess (planned inprocess)", "restart (planned inprocess)"}
+
+
+def test_the_window_list_is_checked_against_the_exploit_path(capsys):
+    chaos = _load_chaos()
+    with pytest.raises(SystemExit) as exit_info:
+        chaos.main(["--exploit-mode", "restart", "--windows", "inprocess_pending"])
+    assert exit_info.value.code == 2
+    assert "--windows 'inprocess_pending': inprocess_pending not among the windows of --exploit-mode restart" in \
+        capsys.readouterr().err
 
 
 def test_a_kill_counts_only_when_its_window_was_still_open(tmp_path):
@@ -134,3 +165,59 @@ def test_a_kill_counts_only_when_its_window_was_still_open(tmp_path):
     assert chaos.decision_not_acted_on(mdir, seq, 0, rng_after) is not None
     audit.append("exploit_aborted", {"donor": 0, "reason": "donor checkpoint vanished"})
     assert chaos.decision_not_acted_on(mdir, seq, 0, rng_after) is None
+
+
+def test_in_process_windows_open_and_close_with_each_write_of_the_exploit(tmp_path):
+    """The verdicts on the files a member killed inside an in-process exploit left, write by write."""
+    chaos = _load_chaos()
+    from async_pbt_isaaclab.core import fsio
+    from async_pbt_isaaclab.core.audit import AuditLog
+    from async_pbt_isaaclab.core.member_state import MemberState, save_state
+    from async_pbt_isaaclab.core.mutation import MemberRng
+
+    mdir = tmp_path / "members" / "002"
+    (mdir / "checkpoints").mkdir(parents=True)
+    recipient = "members/002/checkpoints/g0001_f000000004096.pth"
+    audit = AuditLog.open(mdir / "audit.jsonl")
+    audit.append("decision", {"decision": {"outcome": "exploit", "donor": 0}})
+    fsio.atomic_write_json(mdir / "record.json", {"generation": 0})
+
+    def stamp(name: str, ns: int) -> None:
+        os.utime(mdir / name, ns=(ns, ns))
+
+    # The recipient checkpoint and state.json with the pending in-process exploit, record not yet rewritten.
+    state = MemberState(member=2, rng_state=MemberRng(2).get_state())
+    state.begin_generation(frame=4096, hyperparameters={}, lineage_entry={"generation": 1}, checkpoint=recipient,
+                           sha256="a" * 64, origin_sha256="a" * 64,
+                           pending={"checkpoint": recipient, "sha256": "a" * 64, "generation": 1, "path": "inprocess"})
+    save_state(mdir / "state.json", state)
+    stamp("record.json", 10**18)
+    stamp("state.json", 2 * 10**18)
+    assert chaos.inprocess_pending(mdir, recipient) == \
+        "in-process exploit pending in state.json, record.json not yet rewritten"
+    stamp("record.json", 3 * 10**18)
+    assert chaos.inprocess_pending(mdir, recipient).startswith("in-process exploit pending, record.json rewritten")
+    assert chaos.inprocess_applied(mdir, recipient) is None and chaos.inprocess_saved(mdir, recipient, 1) is None
+    # exploit_applied by the live process: the pending window closes, the applied one opens.
+    audit.append("exploit_applied", {"checkpoint": recipient, "path": "inprocess"})
+    assert chaos.inprocess_pending(mdir, recipient) is None
+    assert chaos.inprocess_applied(mdir, recipient).startswith("live agent holds the donor")
+    audit.append("restored", {"mode": "exploit_inprocess", "checkpoint": str(tmp_path / recipient)})
+    assert chaos.inprocess_applied(mdir, recipient).startswith("exploit_applied and restored logged")
+    # state.json saved with the exploit done: applied closes; saved is open until the record is rewritten.
+    state.pending_exploit = None
+    save_state(mdir / "state.json", state)
+    stamp("state.json", 4 * 10**18)
+    assert chaos.inprocess_applied(mdir, recipient) is None and chaos.inprocess_done(mdir, recipient, 1) is None
+    assert chaos.inprocess_saved(mdir, recipient, 1) == "in-process exploit done in state.json, record.json not yet rewritten"
+    stamp("record.json", 5 * 10**18)
+    assert chaos.inprocess_saved(mdir, recipient, 1) is None
+    assert chaos.inprocess_done(mdir, recipient, 1).startswith("in-process exploit complete")
+    # Anything logged since (a new process's start, the next decision) closes the last window too.
+    audit.append("start", {"mode": "resume"})
+    assert chaos.inprocess_done(mdir, recipient, 1) is None and chaos.inprocess_saved(mdir, recipient, 1) is None
+    # An exploit applied by a new process after a kill (path restart) is not the live agent's window.
+    state.pending_exploit = {"checkpoint": recipient, "sha256": "a" * 64, "generation": 1, "path": "inprocess"}
+    save_state(mdir / "state.json", state)
+    audit.append("exploit_applied", {"checkpoint": recipient, "path": "restart", "planned_path": "inprocess"})
+    assert chaos.inprocess_applied(mdir, recipient) is None

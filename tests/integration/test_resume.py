@@ -3,7 +3,9 @@
 Two real CPU members (rl_games PPO on Pendulum-v1) run under the local launcher
 (``python -m async_pbt_isaaclab.launch.local``, a separate process) with a rule that makes the worse
 member exploit the better one at nearly every decision, so lineage, generations and the mutation RNG
-have moved before the population is stopped. The population is
+have moved before the population is stopped. The members exploit in-process (``--pbt-exploit-mode
+inprocess``; the exec restart's resume is covered by the chaos run's finishing launches and
+tests/integration/test_cpu_exploit.py). The population is
 
 1. started, and stopped with SIGINT to the launcher (Ctrl-C) once every member has decided and at
    least one has exploited;
@@ -24,6 +26,10 @@ audit log and the checkpoints the processes wrote):
 * the RNG continues: the first decision after the resume starts from the RNG state the last decision
   before the stop ended with (also what state.json held);
 * generation, restart count and lineage are unchanged by the resume (lineage only grows afterwards);
+* every exploit was applied by the running process, and a stop never left one half done: a stop landing
+  during an in-process exploit is delivered once the exploit is applied and saved, so no stopped member
+  has an exploit pending, and the next process resumes the new generation from the recipient's checkpoint
+  or a later one;
 * every audit chain verifies.
 """
 
@@ -62,7 +68,7 @@ def _command(ws: Path) -> list[str]:
         "--pbt-start-grace-frames", "0", "--pbt-restart-grace-frames", "1024",
         "--pbt-min-episodes", "4", "--pbt-window", "16",
         "--pbt-max-frame-lag", "100000000",
-        "--pbt-heartbeat-interval-s", "1",
+        "--pbt-heartbeat-interval-s", "1", "--pbt-exploit-mode", "inprocess",
         "agent.params.torch_threads=1", "agent.params.config.horizon_length=64",
         "agent.params.config.minibatch_size=256", "agent.params.config.mini_epochs=2",
         "agent.pbt.mutation_rate=1.0", "agent.pbt.mutation.learning_rate=mutate_float",
@@ -244,6 +250,29 @@ def test_the_population_exploited_and_every_audit_verifies(population):
         assert modes[0] == "fresh" and "resume" in modes, modes
         count, problems = verify_log(ws / "members" / f"{m:03d}" / "audit.jsonl")
         assert count > 0 and problems == []
+
+
+def test_exploits_ran_in_process_and_no_stop_left_one_half_done(population):
+    for snap in [*population["snaps"], population["final"]]:
+        for m, s in snap.items():
+            assert s["state"]["pending_exploit"] is None, f"member {m} stopped with an exploit pending"
+    applied = 0
+    for m, s in population["final"].items():
+        pid = None
+        for e in s["entries"]:
+            if e["kind"] == "start":
+                pid = e["pid"]
+            elif e["kind"] == "exploit_applied":
+                applied += 1
+                assert e["path"] == "inprocess" and e["pid"] == pid, f"member {m}: {e}"
+        # Each generation after the first began at an in-process exploit, and its checkpoint is where a resume in
+        # that generation may start from: no resume went back to an older generation's checkpoint.
+        for e in s["entries"]:
+            if e["kind"] == "restored" and e["mode"] == "resume":
+                generation = int(re.search(r"/g(\d+)_f\d+\.pth$", e["checkpoint"]).group(1))
+                start = next(x for x in reversed(s["entries"][: s["entries"].index(e)]) if x["kind"] == "start")
+                assert generation == start["generation"], f"member {m}: resumed {e['checkpoint']} in {start}"
+    assert applied >= 1
 
 
 def test_a_stop_during_a_members_step_is_delivered_after_the_step():

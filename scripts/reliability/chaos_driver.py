@@ -1,0 +1,237 @@
+"""The driver of a chaos run: who may be killed, when, and what each kill hit.
+
+A kill goes to the member's whole process group (the pid comes from the launcher's journal ``launcher.jsonl``,
+checked against ``/proc/PID/cmdline``, so a recycled pid is never killed). The window's test (``chaos_windows``)
+runs before the kill (a window already closed is not killed: that would cost a restart without testing it) and
+after the process died (the kill counts only if the window was still open at death).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from async_pbt_isaaclab.core.workspace import member_dirname
+from chaos_windows import EXPLOIT_WINDOWS, FROZEN_WINDOWS
+
+FREQUENT_WINDOWS = ("checkpoint_write", "random")
+"""Windows that open at any time; the others need an exploit decision."""
+
+
+
+@dataclass
+class Kill:
+    time: float
+    """Wall time of the SIGKILL."""
+    member: int
+    """The member whose process group was killed."""
+    window: str
+    """The window aimed at (one of ``chaos_windows.windows_for(mode)``)."""
+    pid: int
+    """The member's process id (its process group)."""
+    detail: str
+    """The event that opened the window."""
+    landed: bool = False
+    """The window was still open when the process died (only such kills count towards the quota)."""
+    phase: str = ""
+    """Where the kill landed, read from the files the process left (or why it missed)."""
+    came_back: bool = False
+    """The launcher started the member again after the kill (filled in by the checks)."""
+
+
+@dataclass
+class Driver:
+    """Who may be killed, when, and what each kill hit."""
+
+    args: argparse.Namespace
+    """The command line of the run."""
+    ws: Path
+    """The population workspace."""
+    rng: random.Random
+    """Draws kills at --aim-probability, delays and random moments (seeded: --seed)."""
+    quota: dict[str, int] = field(default_factory=dict)
+    """Landed kills still wanted per window."""
+    wanted: dict[str, int] = field(default_factory=dict)
+    """Landed kills wanted per window in all."""
+    pids: dict[int, int | None] = field(default_factory=dict)
+    """Each member's current pid from the launcher's journal (None while not running)."""
+    starts: dict[int, list[float]] = field(default_factory=dict)
+    """Wall times of the launcher's starts of each member (from its journal)."""
+    unexpected_exits: list[str] = field(default_factory=list)
+    """Exits the driver did not cause (a crash of its own, or a finish at the epoch cap)."""
+    journal_pos: int = 0
+    """Bytes of the launcher's journal read so far."""
+    kills: list[Kill] = field(default_factory=list)
+    """Every SIGKILL sent, landed or missed."""
+    opportunities: Counter = field(default_factory=Counter)
+    """Window events seen per window while the chaos phase was on."""
+    closed_before_kill: Counter = field(default_factory=Counter)
+    """Opportunities whose window had closed by the time the driver could kill (nothing killed)."""
+    last_kill: dict[int, float] = field(default_factory=dict)
+    """Wall time of each member's latest kill."""
+    delayed: list[tuple[float, int, str, str, str]] = field(default_factory=list)
+    """Restart-window kills to come: (monotonic time, member, window, detail, pending checkpoint)."""
+    random_times: list[float] = field(default_factory=list)
+    """Monotonic times of the random kills to come."""
+    restart_durations: list[float] = field(default_factory=list)
+    """Seconds from ``pending_exploit`` seen to the exploit applied, as observed (bounds the delayed kills)."""
+
+    def mdir(self, member: int) -> Path:
+        return self.ws / "members" / member_dirname(member)
+
+    def update_pids(self) -> None:
+        path = self.ws / "launcher.jsonl"
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(self.journal_pos)
+                data = fh.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n") + 1
+        self.journal_pos += end
+        for line in data[:end].splitlines():
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            m = e.get("member")
+            if not isinstance(m, int):
+                continue
+            if e.get("event") == "start":
+                self.pids[m] = int(e["pid"])
+                self.starts.setdefault(m, []).append(float(e["time"]))
+            elif e.get("event") in ("exit", "give_up"):
+                self.pids[m] = None
+                ours = e.get("event") == "exit" and e.get("code") == -signal.SIGKILL and m in self.last_kill
+                if not ours:
+                    self.unexpected_exits.append(f"member {m}: {e.get('event')} code {e.get('code')} "
+                                                 f"({e.get('reason', '')})")
+
+    def alive_pid(self, member: int) -> int | None:
+        self.update_pids()
+        pid = self.pids.get(member)
+        if pid is None:
+            return None
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return None
+        # Same process (exec restarts keep the pid), still this member: never kill a recycled pid.
+        if b"--pbt-index" not in cmd or cmd[cmd.index(b"--pbt-index") + 1] != str(member).encode():
+            return None
+        return pid
+
+    def eligible(self, member: int) -> bool:
+        """Not killed yet, or came back since the last kill (a launcher start) and published a record since."""
+        killed = self.last_kill.get(member)
+        if killed is None:
+            return True
+        self.update_pids()
+        restarted = [t for t in self.starts.get(member, []) if t > killed]
+        if not restarted:
+            return False
+        try:
+            published = (self.mdir(member) / "record.json").stat().st_mtime
+        except FileNotFoundError:
+            return False
+        return published > restarted[0]
+
+    def try_kill(self, member: int, window: str, detail: str, landed: Callable[[], str | None],
+                 aimed: bool = True) -> bool:
+        """Kill ``member``'s process group if the window still wants a kill; ``landed()`` (called once the
+        process is dead) says where the kill landed, or ``None`` when the window had closed. ``aimed``: an
+        event was just seen (counted; killed with probability ``--aim-probability``)."""
+        if aimed:
+            self.opportunities[window] += 1
+        if self.quota.get(window, 0) <= 0 or not self.frequent_window_due(window) or not self.eligible(member):
+            return False
+        # Exploit windows are rare (one per exploit): always aim at those; the frequent ones at --aim-probability.
+        if aimed and window not in EXPLOIT_WINDOWS and self.rng.random() > self.args.aim_probability:
+            return False
+        pid = self.alive_pid(member)
+        if pid is None:
+            return False
+        frozen = window in FROZEN_WINDOWS and _signal_group(pid, signal.SIGSTOP)
+        killed = False
+        try:
+            if landed() is None:
+                # Closed already (the driver was slow to wake up, e.g. on a loaded machine): a kill now would cost
+                # a restart without testing the window. Wait for the next opportunity instead.
+                self.closed_before_kill[window] += 1
+                return False
+            killed = _signal_group(pid, signal.SIGKILL)
+            if not killed:
+                return False
+        finally:
+            if frozen and not killed:
+                _signal_group(pid, signal.SIGCONT)  # never leave a member stopped
+        kill = Kill(time.time(), member, window, pid, detail)
+        self.last_kill[member] = kill.time
+        if _wait_dead(pid, self.args.deadline):
+            phase = landed()
+            kill.landed, kill.phase = phase is not None, phase or "window already closed at death"
+        else:
+            kill.phase = "process did not die within the deadline"
+        if kill.landed:
+            self.quota[window] -= 1
+        self.kills.append(kill)
+        print(f"[chaos] SIGKILL member {member:03d} pid {pid} aiming at {window}: {detail}; "
+              f"{'landed' if kill.landed else 'missed'}: {kill.phase}", flush=True)
+        return True
+
+    def frequent_window_due(self, window: str) -> bool:
+        """Windows that open all the time (a checkpoint write, a random moment) keep pace with the rare exploit
+        windows instead of running ahead: each kill there costs a member restart, and a restarting member
+        neither exploits nor serves as a donor, which would delay the rare windows (and the whole run)."""
+        if window not in FREQUENT_WINDOWS:
+            return True
+
+        def progress(windows: tuple[str, ...]) -> float:
+            wanted = sum(self.wanted.get(w, 0) for w in windows)
+            return sum(self.wanted.get(w, 0) - self.quota.get(w, 0) for w in windows) / wanted if wanted else 1.0
+
+        rare = progress(tuple(w for w in self.wanted if w not in FREQUENT_WINDOWS))
+        return rare >= 1.0 or progress(FREQUENT_WINDOWS) < rare
+
+    def done(self) -> bool:
+        return sum(self.quota.values()) <= 0
+
+    def restart_delay_bound(self) -> float:
+        """Delayed kills aim inside the restart: up to its median observed duration (``--restart-delay`` before
+        any was observed)."""
+        if not self.restart_durations:
+            return self.args.restart_delay
+        return statistics.median(self.restart_durations)
+
+
+def _signal_group(pid: int, sig: int) -> bool:
+    """Send ``sig`` to the member's process group (False when it is gone already)."""
+    try:
+        os.killpg(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _wait_dead(pid: int, deadline_s: float) -> bool:
+    """Wait until ``pid`` is a zombie or reaped (SIGKILL is asynchronous); False past the safety deadline."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return True
+        if stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):
+            return True
+        time.sleep(0.0005)
+    return False
+
