@@ -82,6 +82,11 @@ print("member %d attempt %d" % (i, n), flush=True)
 if mode == "ok":
     time.sleep(float(plan.get("sleep", 0)))
     sys.exit(0)
+if mode == "until_released":  # runs until the test creates out/release (an event, not a duration)
+    deadline = time.time() + 300  # a safety net only
+    while not os.path.exists(os.path.join(out, "release")) and time.time() < deadline:
+        time.sleep(0.02)
+    sys.exit(0)
 if mode == "crash_twice":
     if n <= 2:
         print("boom %d" % n, file=sys.stderr, flush=True)
@@ -455,8 +460,15 @@ def test_launcher_reports_progress_periodically(tmp_path, make_record):
     _write_records(tmp_path / "ws", make_record, time.time())
     reports: list[list[str]] = []
 
-    result, _ = _launch(tmp_path, {"default": "ok", "sleep": 0.6}, members=3, progress_interval_s=0.1,
-                        on_progress=reports.append)
+    def on_progress(lines: list[str]) -> None:
+        reports.append(lines)
+        # The members run until the launcher has reported them running (with member 0's evidence) three times.
+        running = [r for r in reports if "[running pid" in r[0] and "episode_return 2 (n=3)" in r[0]]
+        if len(running) >= 3:
+            (tmp_path / "out" / "release").touch()
+
+    result, _ = _launch(tmp_path, {"default": "until_released"}, members=3, progress_interval_s=0.1,
+                        on_progress=on_progress)
 
     assert result.exit_code == 0 and len(reports) >= 3
     assert any("[running pid" in r[0] and "episode_return 2 (n=3)" in r[0] for r in reports)
