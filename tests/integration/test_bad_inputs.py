@@ -100,9 +100,11 @@ def live(tmp_path_factory):
     for index in (0, 1):
         log = open(root / f"member{index}.log", "w")
         logs.append(log)
+        # SIGINT at its default in the member whatever the test process inherited: the teardown stops them with it.
         procs.append(subprocess.Popen(_member_args(ws, root, index), cwd=root, stdout=log, stderr=subprocess.STDOUT,
-                                      env=dict(os.environ, PYTHONUNBUFFERED="1")))
+                                      env=dict(os.environ, PYTHONUNBUFFERED="1"), preexec_fn=_default_sigint))
     phases: dict[str, dict] = {}
+    stuck: list[int] = []
     try:
         template = _wait(lambda: _try_read(ws / "members/000/record.json"), 480, "member 0's first record")
         real_ckpt = _wait(lambda: _published_checkpoint(ws), 480, "a published checkpoint")
@@ -164,11 +166,17 @@ def live(tmp_path_factory):
                 p.wait(timeout=240)
             except subprocess.TimeoutExpired:
                 p.kill()
+                p.wait()
+                stuck.append(p.pid)
         for log in logs:
             log.close()
     output = "".join((root / f"member{i}.log").read_text() for i in (0, 1))
     return {"ws": ws, "phases": phases, "alive": alive, "codes": [p.returncode for p in procs], "output": output,
-            "kept": kept}
+            "kept": kept, "stuck": stuck}
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _try_read(path: Path):
@@ -193,6 +201,7 @@ def _decisions(ws: Path) -> list[dict]:
 
 def test_members_stayed_alive_and_stop_cleanly(live):
     assert live["alive"] == [True, True], live["output"][-3000:]
+    assert not live["stuck"], f"members {live['stuck']} did not stop within 240 s of SIGINT: {live['output'][-3000:]}"
     assert live["codes"] == [0, 0]
     for m in (0, 1):
         rec = read_record(live["ws"] / f"members/{m:03d}/record.json")
