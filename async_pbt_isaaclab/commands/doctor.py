@@ -37,12 +37,10 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from async_pbt_isaaclab.commands.common import EXIT_OK, CliError, _emit_json
+from async_pbt_isaaclab.commands.common import CliError, _emit_json
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.fsio import fsync_dir
-
-EXIT_CHECK_FAILED = 1
-"""At least one check failed."""
+from async_pbt_isaaclab.exit_codes import EXIT_CHECK_FAILED, EXIT_OK
 
 SKEW_WARN_S = 5.0
 """Clock differences above this are reported (heartbeat ages shift by as much)."""
