@@ -20,9 +20,10 @@ that is not a population workspace.
 This module is the entry point only (:data:`SUBCOMMANDS`, :func:`build_parser`, :func:`main`). The
 subcommands live in :mod:`async_pbt_isaaclab.commands`: ``evaluate`` in
 :mod:`~async_pbt_isaaclab.commands.evaluate`, ``check-config`` in
-:mod:`~async_pbt_isaaclab.commands.check_config`, ``status``/``audit``/``best``/``lineage`` in
-:mod:`~async_pbt_isaaclab.commands.workspace_views`, their shared exit codes and :class:`CliError` in
-:mod:`~async_pbt_isaaclab.commands.common`; ``launch`` comes from :mod:`async_pbt_isaaclab.launch.local`.
+:mod:`~async_pbt_isaaclab.commands.check_config`, ``status``/``audit``/``best`` in
+:mod:`~async_pbt_isaaclab.commands.workspace_views`, ``lineage`` in :mod:`~async_pbt_isaaclab.commands.lineage_view`,
+:class:`CliError` in :mod:`~async_pbt_isaaclab.commands.common` and the exit codes in
+:mod:`async_pbt_isaaclab.exit_codes`; ``launch`` comes from :mod:`async_pbt_isaaclab.launch.local`.
 Their public names are re-exported here.
 
 It imports only the pure core (no torch, rl_games or Isaac Lab), so every subcommand here

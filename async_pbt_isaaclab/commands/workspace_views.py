@@ -239,7 +239,8 @@ def add_best_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def best_data(ws, top: int) -> list[dict[str, Any]]:
-    from async_pbt_isaaclab.core.workspace import WorkspaceError, population_best
+    from async_pbt_isaaclab.core.retention import population_best
+    from async_pbt_isaaclab.core.workspace import WorkspaceError
 
     out = []
     for rank, e in enumerate(population_best(ws, top), start=1):

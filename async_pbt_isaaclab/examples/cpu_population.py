@@ -30,7 +30,8 @@ from async_pbt_isaaclab.core.config import SELECTION_RULES, ConfigError
 from async_pbt_isaaclab.core.fsio import folder_problem
 from async_pbt_isaaclab.core.flags import add_population_args, population_overrides
 from async_pbt_isaaclab.core.member_state import load_state
-from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, population_best
+from async_pbt_isaaclab.core.retention import population_best
+from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
 from async_pbt_isaaclab.exit_codes import EXIT_USAGE
 
 PROG = "python -m async_pbt.examples.cpu_population"
