@@ -46,55 +46,8 @@ from async_pbt_isaaclab.envs.summary_source import find_summary_source
 from async_pbt_isaaclab.rl_games import exploit
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint, save_checkpoint
 from async_pbt_isaaclab.rl_games.held_stop import HeldStop
+from async_pbt_isaaclab.rl_games.inheritance import model_fingerprint
 from async_pbt_isaaclab.rl_games.member import MemberSession, print_notes
-
-
-def model_fingerprint(state_dict: dict[str, Any]) -> str:
-    """sha256 over a model state dict's names, dtypes, shapes and bytes (device independent)."""
-    import hashlib
-
-    import torch
-
-    h = hashlib.sha256()
-    for name in sorted(state_dict):
-        t = state_dict[name].detach().to("cpu").contiguous()
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        # Raw bytes through a uint8 view: works for every dtype, bfloat16 included.
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-class MultiObserver(AlgoObserver):
-    """Calls several observers in order, including ``after_clear_stats`` (missing from the 1.6.5 base)."""
-
-    def __init__(self, observers: list[AlgoObserver]):
-        super().__init__()
-        self.observers = list(observers)
-        """The observers, called in this order."""
-
-    def _call(self, name: str, *args: Any) -> None:
-        for obs in self.observers:
-            method = getattr(obs, name, None)
-            if method is not None:
-                method(*args)
-
-    def before_init(self, base_name, config, experiment_name):
-        self._call("before_init", base_name, config, experiment_name)
-
-    def after_init(self, algo):
-        self._call("after_init", algo)
-
-    def process_infos(self, infos, done_indices):
-        self._call("process_infos", infos, done_indices)
-
-    def after_steps(self):
-        self._call("after_steps")
-
-    def after_clear_stats(self):
-        self._call("after_clear_stats")
-
-    def after_print_stats(self, frame, epoch_num, total_time):
-        self._call("after_print_stats", frame, epoch_num, total_time)
 
 
 class PbtObserver(AlgoObserver):

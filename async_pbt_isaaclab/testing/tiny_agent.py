@@ -23,7 +23,7 @@ def train_agent(agent_cfg: Mapping[str, Any], observers: Sequence[Any] = (), *, 
     from rl_games.torch_runner import Runner
 
     from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
-    from async_pbt_isaaclab.rl_games.observer import MultiObserver
+    from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
 
     class Capture:
         algo: Any = None

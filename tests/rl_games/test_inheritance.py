@@ -34,7 +34,7 @@ from async_pbt_isaaclab.rl_games.inheritance import (  # noqa: E402
     RECIPIENT_KEYS,
     build_recipient_state,
 )
-from async_pbt_isaaclab.rl_games.observer import model_fingerprint  # noqa: E402
+from async_pbt_isaaclab.rl_games.inheritance import model_fingerprint  # noqa: E402
 from async_pbt_isaaclab.testing.tiny_agent import train_agent  # noqa: E402
 
 YAML = Path(examples.__file__).parent / "pendulum_ppo.yaml"

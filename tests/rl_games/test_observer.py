@@ -24,7 +24,8 @@ from async_pbt_isaaclab.core import fsio  # noqa: E402
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml  # noqa: E402
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EpisodeBatch  # noqa: E402
 from async_pbt_isaaclab.rl_games.checkpoint import save_checkpoint  # noqa: E402
-from async_pbt_isaaclab.rl_games.observer import MultiObserver, PbtObserver  # noqa: E402
+from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver  # noqa: E402
+from async_pbt_isaaclab.rl_games.observer import PbtObserver  # noqa: E402
 from async_pbt_isaaclab.testing.tiny_agent import train_agent  # noqa: E402
 
 YAML = Path(examples.__file__).parent / "pendulum_ppo.yaml"
