@@ -20,9 +20,10 @@ that is not a population workspace.
 This module is the entry point only (:data:`SUBCOMMANDS`, :func:`build_parser`, :func:`main`). The
 subcommands live in :mod:`async_pbt_isaaclab.commands`: ``evaluate`` in
 :mod:`~async_pbt_isaaclab.commands.evaluate`, ``check-config`` in
-:mod:`~async_pbt_isaaclab.commands.check_config`, ``status``/``audit``/``best``/``lineage`` in
-:mod:`~async_pbt_isaaclab.commands.workspace_views`, their shared exit codes and :class:`CliError` in
-:mod:`~async_pbt_isaaclab.commands.common`; ``launch`` comes from :mod:`async_pbt_isaaclab.launch.local`.
+:mod:`~async_pbt_isaaclab.commands.check_config`, ``status``/``audit``/``best`` in
+:mod:`~async_pbt_isaaclab.commands.workspace_views`, ``lineage`` in :mod:`~async_pbt_isaaclab.commands.lineage_view`,
+:class:`CliError` in :mod:`~async_pbt_isaaclab.commands.common` and the exit codes in
+:mod:`async_pbt_isaaclab.exit_codes`; ``launch`` comes from :mod:`async_pbt_isaaclab.launch.local`.
 Their public names are re-exported here.
 
 It imports only the pure core (no torch, rl_games or Isaac Lab), so every subcommand here
@@ -54,27 +55,25 @@ from async_pbt_isaaclab.commands.check_config import (
     add_check_config_parser,
     cmd_check_config,
 )
-from async_pbt_isaaclab.commands.common import EXIT_AUDIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, OneLineParser
+from async_pbt_isaaclab.commands.common import CliError, OneLineParser
 from async_pbt_isaaclab.commands.evaluate import add_evaluate_parser  # torch/rl_games imported lazily
+from async_pbt_isaaclab.commands.lineage_view import add_lineage_parser, cmd_lineage, lineage_data, lineage_events
 from async_pbt_isaaclab.commands.workspace_views import (
     add_audit_parser,
     add_best_parser,
-    add_lineage_parser,
     add_status_parser,
     audit_data,
     best_data,
     cmd_audit,
     cmd_best,
-    cmd_lineage,
     cmd_status,
-    lineage_data,
-    lineage_events,
     status_data,
 )
 from async_pbt_isaaclab.commands.cluster import add_stop_parser
 from async_pbt_isaaclab.commands.doctor import add_doctor_parser
 from async_pbt_isaaclab.commands.replay import add_replay_parser
 from async_pbt_isaaclab.commands.report import add_report_parser  # matplotlib is imported when it runs
+from async_pbt_isaaclab.exit_codes import EXIT_OK, EXIT_USAGE
 from async_pbt_isaaclab.launch.local import add_launch_parser  # stdlib + core only
 
 # ============================================================================ entry point
@@ -125,9 +124,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 __all__ = [
-    "EXIT_AUDIT_FAILED",
-    "EXIT_OK",
-    "EXIT_USAGE",
     "RL_GAMES_DEFAULT_TRAIN_DIR",
     "RULE_SPECIFIC_KEYS",
     "SUBCOMMANDS",

@@ -107,7 +107,8 @@ def select_checkpoint(args: argparse.Namespace) -> tuple[Path, str, str | None]:
     if not args.pbt_workspace:
         raise PlayError("--member and --best need --pbt-workspace DIR")
     from async_pbt_isaaclab.core.member_state import load_state
-    from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, population_best
+    from async_pbt_isaaclab.core.retention import population_best
+    from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
 
     ws = Workspace(args.pbt_workspace)
     try:

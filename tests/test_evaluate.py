@@ -6,7 +6,6 @@ publishes) and one written by plain rl_games (``agent.save``), which the command
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import statistics
@@ -24,34 +23,14 @@ from async_pbt_isaaclab.core.agent_config import load_yaml  # noqa: E402
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     """(ours with PBT metadata, plain rl_games) checkpoints of one agent after two epochs of real PPO."""
-    from rl_games.common.algo_observer import AlgoObserver
-    from rl_games.torch_runner import Runner
-
-    from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
     from async_pbt_isaaclab.rl_games.checkpoint import save_checkpoint, with_pbt_metadata
+    from async_pbt_isaaclab.testing.tiny_agent import train_agent
 
     tmp = tmp_path_factory.mktemp("evaluate")
     cfg = load_yaml(DEFAULT_AGENT_YAML)
     cfg["params"]["config"].update(max_epochs=2, train_dir=str(tmp / "runs"), full_experiment_name="eval",
                                    save_best_after=1000)
-    register_gym_vecenv_for(cfg)
-
-    class Capture(AlgoObserver):
-        def after_init(self, algo):
-            self.algo = algo
-
-        def after_clear_stats(self):
-            pass
-
-    capture = Capture()
-    threads = torch.get_num_threads()
-    try:
-        runner = Runner(capture)
-        runner.load(copy.deepcopy(cfg))
-        runner.run({"train": True, "play": False, "checkpoint": None, "sigma": None})
-    finally:
-        torch.set_num_threads(threads)
-    agent = capture.algo
+    agent = train_agent(cfg)
     ours = tmp / "member.pth"
     save_checkpoint(ours, with_pbt_metadata(agent.get_full_state_weights(),
                                             {"member": 3, "generation": 2, "frame": int(agent.frame)}))

@@ -12,10 +12,7 @@ What is shown here:
 from __future__ import annotations
 
 import ast
-import json
 import pkgutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -23,26 +20,15 @@ import pytest
 
 import async_pbt_isaaclab
 import async_pbt_isaaclab.core
+from blocked_imports import FORBIDDEN, run_blocked
 
-FORBIDDEN = ("torch", "rl_games", "isaaclab", "isaacsim", "omni", "pxr")
 CORE_DIR = Path(async_pbt_isaaclab.core.__file__).parent
 PACKAGE_DIR = Path(async_pbt_isaaclab.__file__).parent
 CORE_MODULES = sorted(f"async_pbt_isaaclab.core.{m.name}" for m in pkgutil.iter_modules([str(CORE_DIR)]))
 
-BLOCKER = textwrap.dedent(
+BLOCKED_BODY = textwrap.dedent(
     """
-    import importlib.abc, json, sys, time
-    FORBIDDEN = {forbidden!r}
-    attempts = []
-
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in FORBIDDEN:
-                attempts.append(name)
-                raise ImportError(f"{{name}} is blocked by the import-boundary test")
-            return None
-
-    sys.meta_path.insert(0, Block())
+    import time
     for name in FORBIDDEN:  # make sure nothing is pre-imported (e.g. by a .pth hook)
         assert name not in sys.modules, name
 
@@ -84,10 +70,7 @@ BLOCKER = textwrap.dedent(
 
 
 def _run_blocked(modules: list[str]) -> dict:
-    code = BLOCKER.format(forbidden=FORBIDDEN, modules=modules)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_blocked(BLOCKED_BODY.format(modules=modules))
 
 
 def test_core_modules_found():
@@ -113,10 +96,9 @@ def test_cli_imports_without_heavy_stacks():
 
 def test_the_blocker_really_blocks():
     # The same harness must fail loudly when something does import a forbidden package.
-    code = BLOCKER.format(forbidden=FORBIDDEN, modules=["json"]).replace(
+    body = BLOCKED_BODY.format(modules=["json"]).replace(
         "imported = []", "imported = []\ntry:\n    import torch.nn\nexcept ImportError:\n    pass")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_blocked(body, check=False)
     assert out["attempts"] == ["torch"] and out["loaded"] == []
 
 

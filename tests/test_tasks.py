@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import json
 import os
-import subprocess
-import sys
-import textwrap
 import warnings
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
 import yaml
+from blocked_imports import run_blocked
 
 import async_pbt_isaaclab.tasks as tasks_pkg
 from async_pbt_isaaclab.core.config import objective_term
@@ -69,26 +65,15 @@ def test_entry_point_group_lists_the_tasks_package():
 
 
 def test_loading_the_entry_point_registers_ids_without_heavy_imports():
-    code = textwrap.dedent(f"""
-        import importlib.abc, importlib.metadata, json, sys
-        BLOCK = {FORBIDDEN!r}
-        attempts = []
-        class Block(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in BLOCK:
-                    attempts.append(name)
-                    raise ImportError(f"{{name}} blocked")
-        sys.meta_path.insert(0, Block())
+    out = run_blocked("""
+        import importlib.metadata
         (ep,) = [e for e in importlib.metadata.entry_points(group="isaaclab.tasks") if e.name == "async_pbt"]
         ep.load()
         import gymnasium
         ids = sorted(i for i in gymnasium.registry if i.startswith("AsyncPbt-"))
-        print(json.dumps({{"ids": ids, "attempts": attempts,
-                          "loaded": sorted(m for m in sys.modules if m.split(".")[0] in BLOCK)}}))
-    """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(json.dumps({"ids": ids, "attempts": attempts,
+                          "loaded": sorted(m for m in sys.modules if m.split(".")[0] in FORBIDDEN)}))
+    """, forbidden=FORBIDDEN)
     assert out["ids"] == sorted(TASK_IDS)
     # Only the release detection looks isaaclab up (a find_spec reading metadata, no import).
     assert out["loaded"] == [] and set(out["attempts"]) <= {"isaaclab"}

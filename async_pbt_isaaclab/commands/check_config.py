@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from async_pbt_isaaclab.commands.common import EXIT_OK, EXIT_USAGE, _emit_json, _fmt_num, _table
+from async_pbt_isaaclab.commands.common import _emit_json, _fmt_num, _table
 from async_pbt_isaaclab.core.agent_config import current_hyperparameters, load_population_config, load_yaml, validate_agent_config
 from async_pbt_isaaclab.core import rules
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, objective_term
 from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS, isaaclab_key, within_bounds
+from async_pbt_isaaclab.exit_codes import EXIT_OK, EXIT_USAGE
 
 RULE_SPECIFIC_KEYS: dict[str, tuple[str, ...]] = rules.rule_specific_keys()
 """Keys that only some selection rules read (from the rule registry); check-config warns when a yaml

@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from async_pbt_isaaclab.commands.common import EXIT_OK, CliError, _open_workspace
+from async_pbt_isaaclab.commands.common import CliError, _open_workspace
+from async_pbt_isaaclab.exit_codes import EXIT_OK
 
 
 def scheduler_states(root: Path) -> dict[int, str]:
@@ -46,7 +47,7 @@ def add_stop_parser(subparsers: argparse._SubParsersAction) -> None:
 def cmd_stop(args: argparse.Namespace) -> int:
     from async_pbt_isaaclab.launch.ray_backend import stop_driver
     from async_pbt_isaaclab.launch.slurm import cancel
-    from async_pbt_isaaclab.launch.supervisor import LaunchError
+    from async_pbt_isaaclab.launch.arguments import LaunchError
 
     ws = _open_workspace(args.workspace)
     did = False

@@ -1,8 +1,8 @@
-"""What every ``async-pbt`` subcommand shares: exit codes, :class:`CliError`, output and workspace helpers.
+"""What every ``async-pbt`` subcommand shares: :class:`CliError`, the one-line parser, output and workspace helpers.
 
 Separate from the subcommand modules so that :mod:`async_pbt_isaaclab.cli` (which turns a :class:`CliError` into
-exit code 2) and each subcommand group use the same definitions without importing one another. Imports only the
-pure core.
+exit code 2) and each subcommand group use the same definitions without importing one another. The exit codes
+are :mod:`async_pbt_isaaclab.exit_codes`. Imports only the pure core.
 """
 
 from __future__ import annotations
@@ -14,12 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-EXIT_OK = 0
-"""Success."""
-EXIT_AUDIT_FAILED = 1
-"""``audit``: at least one entry failed verification."""
-EXIT_USAGE = 2
-"""Bad usage, invalid config, or not a population workspace (argparse also exits 2)."""
+from async_pbt_isaaclab.exit_codes import EXIT_USAGE
 
 
 class CliError(Exception):

@@ -16,7 +16,8 @@ import json
 import math
 from typing import Any, Mapping
 
-from async_pbt_isaaclab.commands.workspace_views import best_data, lineage_events
+from async_pbt_isaaclab.commands.lineage_view import lineage_events
+from async_pbt_isaaclab.commands.workspace_views import best_data
 from async_pbt_isaaclab.core.audit import read_entries
 from async_pbt_isaaclab.core.evidence import EvidenceError, EvidenceSummary
 from async_pbt_isaaclab.core.member_progress import decision_in_words

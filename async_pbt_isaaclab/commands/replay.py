@@ -11,7 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from async_pbt_isaaclab.commands.common import EXIT_OK, CliError, _emit_json, _fmt_num, _open_workspace, _table
+from async_pbt_isaaclab.commands.common import CliError, _emit_json, _fmt_num, _open_workspace, _table
+from async_pbt_isaaclab.exit_codes import EXIT_OK
 
 
 def add_replay_parser(subparsers: argparse._SubParsersAction) -> None:

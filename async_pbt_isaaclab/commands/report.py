@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from async_pbt_isaaclab.commands.common import EXIT_OK, CliError, _fmt_age, _fmt_num, _open_workspace
+from async_pbt_isaaclab.commands.common import CliError, _fmt_age, _fmt_num, _open_workspace
+from async_pbt_isaaclab.exit_codes import EXIT_OK
 
 DEFAULT_MAX_DECISIONS = 500
 """How many decisions (newest first) the decisions table lists by default."""
@@ -126,9 +127,9 @@ def _when(t: Any) -> str:
 
 
 def _changes(changes: Any) -> str:
-    from async_pbt_isaaclab.commands.workspace_views import _fmt_changes
+    from async_pbt_isaaclab.commands.lineage_view import format_changes
 
-    return _e(_fmt_changes(changes))
+    return _e(format_changes(changes))
 
 
 def _summary(data: dict[str, Any]) -> str:

@@ -1,9 +1,10 @@
-"""``async-pbt status``, ``audit``, ``best`` and ``lineage``: read-only views of a population workspace.
+"""``async-pbt status``, ``audit`` and ``best``: read-only views of a population workspace.
 
 Each subcommand has a ``*_data`` function that returns plain data (the ``--json`` output, also usable from
 Python) and a ``cmd_*`` function that prints it. They read only what members publish (records, audit logs,
 ``best.json``) and never write to the workspace; they are separate from
-:mod:`async_pbt_isaaclab.commands.check_config`, which reads an agent yaml instead. Imports only the pure core.
+:mod:`async_pbt_isaaclab.commands.check_config`, which reads an agent yaml instead. ``lineage`` is
+:mod:`async_pbt_isaaclab.commands.lineage_view`. Imports only the pure core.
 """
 
 from __future__ import annotations
@@ -11,21 +12,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-from async_pbt_isaaclab.commands.common import (
-    EXIT_AUDIT_FAILED,
-    EXIT_OK,
-    CliError,
-    _emit_json,
-    _fmt_num,
-    _open_workspace,
-    _population_meta,
-    _table,
-)
+from async_pbt_isaaclab.commands.common import CliError, _emit_json, _fmt_num, _open_workspace, _population_meta, _table
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.records import MemberRecord
+from async_pbt_isaaclab.exit_codes import EXIT_AUDIT_FAILED, EXIT_OK
 
 # ============================================================================ status
 
@@ -147,7 +140,7 @@ def add_audit_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_audit)
 
 
-def _member_list(ws, member: int | None) -> list[int]:
+def member_list(ws, member: int | None) -> list[int]:
     indices = ws.member_indices()
     if member is None:
         return indices
@@ -163,7 +156,7 @@ def audit_data(ws, member: int | None = None) -> dict[str, Any]:
     from async_pbt_isaaclab.core.records import RecordError
 
     out = []
-    for index in _member_list(ws, member):
+    for index in member_list(ws, member):
         path = ws.member_dir(index) / "audit.jsonl"
         torn = path.with_name(path.name + ".torn")
         item: dict[str, Any] = {"member": index, "path": str(path), "exists": path.exists(),
@@ -246,7 +239,8 @@ def add_best_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def best_data(ws, top: int) -> list[dict[str, Any]]:
-    from async_pbt_isaaclab.core.workspace import WorkspaceError, population_best
+    from async_pbt_isaaclab.core.retention import population_best
+    from async_pbt_isaaclab.core.workspace import WorkspaceError
 
     out = []
     for rank, e in enumerate(population_best(ws, top), start=1):
@@ -284,197 +278,4 @@ def cmd_best(args: argparse.Namespace) -> int:
         rows.append([str(e["rank"]), f"{e['member']:03d}", _fmt_num(float(e["objective"])),
                      _fmt_num(e.get("frame")), _fmt_num(e.get("generation")), path])
     print("\n".join(_table(rows)))
-    return EXIT_OK
-
-
-# ============================================================================ lineage
-
-
-def add_lineage_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "lineage",
-        help="per member, the chain of generations: who copied whom, when, what changed",
-        description="Read each member's audit log and list its generations: exploits (donor, donor "
-        "generation, frame) and explores, with the hyperparameter changes. Decisions that were never "
-        "applied are shown as such.",
-    )
-    p.add_argument("workspace", help="population workspace folder")
-    p.add_argument("--member", type=int, default=None, metavar="N", help="only this member")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=cmd_lineage)
-
-
-def _donor_generation(entry: Mapping[str, Any], donor: Any) -> Any:
-    try:
-        for p in entry["inputs"]["peers"]:
-            if p.get("member") == donor:
-                return p.get("generation")
-    except (KeyError, TypeError, AttributeError):
-        pass
-    return None
-
-
-def lineage_events(member: int, entries: Iterable[tuple[int, Mapping[str, Any] | None, str | None]]
-                   ) -> dict[str, Any]:
-    """Generations of one member from its audit entries ``(line, entry or None, error or None)``.
-
-    Each event: ``generation`` (the new one), ``frame``, ``outcome`` (exploit/explore), ``donor``,
-    ``donor_generation``, ``donor_checkpoint``, ``changes``, ``state`` (``applied``; ``aborted``;
-    ``not applied``: a later decision came first; ``pending``: decided, nothing after it yet),
-    ``seq`` and ``line`` of the entry it comes from.
-    """
-    events: list[dict[str, Any]] = []
-    unreadable: list[str] = []
-    start: dict[str, Any] | None = None
-    pending: dict[str, Any] | None = None
-
-    def close(state: str, **extra: Any) -> None:
-        nonlocal pending
-        if pending is not None:
-            pending.update(state=state, **extra)
-            events.append(pending)
-            pending = None
-
-    for line, entry, err in entries:
-        if entry is None:
-            unreadable.append(f"line {line}: {err}")
-            continue
-        kind = entry.get("kind")
-        if kind == "start" and start is None:
-            start = {"generation": entry.get("generation", 0), "frame": entry.get("frame"),
-                     "mode": entry.get("mode"), "checkpoint": entry.get("checkpoint"),
-                     "seq": entry.get("seq"), "line": line, "time": entry.get("time")}
-        elif kind == "decision":
-            decision = entry.get("decision") if isinstance(entry.get("decision"), Mapping) else {}
-            outcome = decision.get("outcome")
-            if outcome not in ("exploit", "explore"):
-                continue
-            close("not applied")
-            me = (entry.get("inputs") or {}).get("me") or {}
-            donor = decision.get("donor")
-            gen = me.get("generation")
-            pending = {
-                "generation": gen + 1 if isinstance(gen, int) else None,
-                "frame": me.get("frame"),
-                "outcome": outcome,
-                "donor": donor,
-                "donor_generation": _donor_generation(entry, donor) if donor is not None else None,
-                "donor_checkpoint": None,
-                "changes": entry.get("changes") or [],
-                "reason": (decision.get("reasons") or [""])[-1],
-                "seq": entry.get("seq"),
-                "line": line,
-                "time": entry.get("time"),
-            }
-        elif kind == "exploit_applied":
-            donor = entry.get("donor")
-            ev = dict(pending) if pending is not None else {
-                "outcome": "explore" if donor is None or donor == member else "exploit", "reason": ""}
-            pending = None
-            for key in ("generation", "frame", "donor", "donor_generation", "donor_checkpoint", "changes"):
-                if entry.get(key) is not None:
-                    ev[key] = entry[key]
-                else:
-                    ev.setdefault(key, None)
-            ev.update(state="applied", seq=entry.get("seq"), line=line, time=entry.get("time"))
-            if "hyperparameters" in entry:
-                ev["hyperparameters"] = entry["hyperparameters"]
-            events.append(ev)
-        elif kind == "exploit_aborted":
-            why = entry.get("reason") or entry.get("error") or ""
-            if pending is not None:
-                close("aborted", abort_reason=why, abort_seq=entry.get("seq"))
-            else:
-                events.append({"generation": entry.get("generation"), "frame": entry.get("frame"),
-                               "outcome": "exploit", "donor": entry.get("donor"),
-                               "donor_generation": entry.get("donor_generation"), "donor_checkpoint": None,
-                               "changes": entry.get("changes") or [], "reason": "", "state": "aborted",
-                               "abort_reason": why, "seq": entry.get("seq"), "line": line,
-                               "time": entry.get("time")})
-    close("pending")
-    return {"member": member, "start": start, "events": events, "unreadable": unreadable}
-
-
-def _fmt_changes(changes: Any) -> str:
-    if not changes:
-        return "no hyperparameter changed"
-    parts = []
-    if isinstance(changes, Mapping):
-        for k, v in sorted(changes.items()):
-            if isinstance(v, Mapping) and "new" in v:
-                parts.append(f"{k} {_fmt_num(v.get('old'))} -> {_fmt_num(v.get('new'))}")
-            else:
-                parts.append(f"{k} -> {_fmt_num(v)}")
-    elif isinstance(changes, list):
-        for c in changes:
-            if isinstance(c, Mapping) and "key" in c:
-                f = c.get("factor")
-                fs = f" (x{f:.3g})" if isinstance(f, (int, float)) and not isinstance(f, bool) else ""
-                parts.append(f"{c['key']} {_fmt_num(c.get('old'))} -> {_fmt_num(c.get('new'))}{fs}")
-            else:
-                parts.append(str(c))
-    else:
-        parts.append(str(changes))
-    return ", ".join(parts)
-
-
-def lineage_data(ws, member: int | None = None) -> list[dict[str, Any]]:
-    from async_pbt_isaaclab.core.audit import read_entries
-
-    out = []
-    for index in _member_list(ws, member):
-        path = ws.member_dir(index) / "audit.jsonl"
-        if not path.exists():
-            out.append({"member": index, "start": None, "events": [], "unreadable": [], "no_log": True})
-            continue
-        try:
-            item = lineage_events(index, read_entries(path))
-        except OSError as exc:
-            item = {"member": index, "start": None, "events": [],
-                    "unreadable": [f"cannot read {path}: {exc.strerror}"]}
-        item["no_log"] = False
-        out.append(item)
-    return out
-
-
-def cmd_lineage(args: argparse.Namespace) -> int:
-    ws = _open_workspace(args.workspace)
-    data = lineage_data(ws, args.member)
-    if args.json:
-        _emit_json({"workspace": str(ws.root), "members": data})
-        return EXIT_OK
-    if not data:
-        print(f"{ws.root}: no members")
-    for m in data:
-        name = f"member {m['member']:03d}"
-        if m["no_log"]:
-            print(f"{name}: no audit log")
-            continue
-        applied = sum(1 for e in m["events"] if e["state"] == "applied")
-        print(f"{name}: {applied} change(s) of generation")
-        rows = []
-        s = m["start"]
-        if s is None:
-            rows.append(["gen 0", "frame -", "start (no start entry)", ""])
-        else:
-            mode = s.get("mode") or ""
-            if mode == "warm_start" and s.get("checkpoint"):
-                mode += f" from {s['checkpoint']}"
-            first_gen = s.get("generation") if isinstance(s.get("generation"), int) else 0
-            rows.append([f"gen {first_gen}", f"frame {_fmt_num(s.get('frame'))}",
-                         f"start ({mode})" if mode else "start", f"[seq {s.get('seq')}]"])
-        for e in m["events"]:
-            if e["outcome"] == "exploit":
-                dg = f" gen {e['donor_generation']}" if e.get("donor_generation") is not None else ""
-                what = f"exploit <- member {_fmt_num(e.get('donor'))}{dg}"
-            else:
-                what = "explore (own weights)"
-            state = e["state"]
-            if state == "aborted" and e.get("abort_reason"):
-                state += f": {e['abort_reason']}"
-            rows.append([f"gen {_fmt_num(e.get('generation'))}", f"frame {_fmt_num(e.get('frame'))}", what,
-                         f"{_fmt_changes(e.get('changes'))}  [{state}, seq {e.get('seq')}]"])
-        print("\n".join(_table(rows, indent="  ")))
-        for u in m["unreadable"]:
-            print(f"  {name}: skipped unreadable audit entry at {u} (run `async-pbt audit`)")
     return EXIT_OK

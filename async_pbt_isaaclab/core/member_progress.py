@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.workspace import list_checkpoints
+from async_pbt_isaaclab.core.retention import list_checkpoints
 
 TARGET_FILE = "target.json"
 """In a member's folder: ``{"target_frames": N}``, where its training stops."""

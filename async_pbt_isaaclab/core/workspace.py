@@ -22,19 +22,13 @@ left by a killed process is released by the kernel and the next claim simply suc
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
-import math
 import os
 import re
-import socket
 import stat
 import time
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.records import MemberRecord, RecordError, parse_record_bytes
@@ -42,11 +36,9 @@ from async_pbt_isaaclab.core.records import MemberRecord, RecordError, parse_rec
 WORKSPACE_SCHEMA_VERSION = 1
 """Version of the workspace layout (``population.json``)."""
 
-PIN_TTL_S = 3600.0
-"""A pin older than this is ignored (its owner died mid-exploit); retention may then delete."""
-
 _MEMBER_DIR = re.compile(r"^\d{3,6}$")
-_CHECKPOINT_NAME = re.compile(r"^g(\d{4,})_f(\d{12,})\.pth$")
+CHECKPOINT_NAME = re.compile(r"^g(\d{4,})_f(\d{12,})\.pth$")
+"""A member checkpoint's file name (:func:`checkpoint_name`): groups generation and frame."""
 
 MEMBER_SUBFOLDERS = ("checkpoints", "pins", "incoming")
 """Folders inside a member folder (``incoming/``: donor copies of this member's exploits in flight)."""
@@ -75,7 +67,7 @@ def checkpoint_name(generation: int, frame: int) -> str:
 
 def checkpoint_frame(path: str) -> int | None:
     """The frame in a checkpoint's name (``.../g0001_f000000049152.pth`` -> 49152), else ``None``."""
-    match = _CHECKPOINT_NAME.match(os.path.basename(path))
+    match = CHECKPOINT_NAME.match(os.path.basename(path))
     return int(match.group(2)) if match else None
 
 
@@ -262,220 +254,3 @@ class Workspace:
 
     def relative(self, path: Path) -> str:
         return str(Path(path).absolute().relative_to(self.root))
-
-
-_HELD_IN_PROCESS: dict[tuple[int, int], int] = {}
-"""(st_dev, st_ino) of lock files this process holds -> member. POSIX record locks are per process, so
-a second claim from the same process would succeed silently (and closing either descriptor would drop
-both claims); this table refuses it instead."""
-
-
-@dataclass
-class MemberLock:
-    """Exclusive claim of one member folder by one process (``fcntl.lockf`` on ``lock``).
-
-    POSIX record locks are released by the kernel when the holder dies, so a killed member never
-    leaves a lock that blocks its restart; NFSv4 implements them through the server.
-    """
-
-    path: Path
-    """The lock file."""
-    fd: int = -1
-    """Open descriptor holding the lock, -1 when not held."""
-
-    def acquire(self, member: int, wait_s: float = 0.0) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            st = os.lstat(self.path)
-            held = (st.st_dev, st.st_ino) in _HELD_IN_PROCESS
-        except FileNotFoundError:
-            held = False
-        if held:
-            # Checked before opening: closing a second descriptor of the file would drop the holder's lock.
-            raise WorkspaceError(
-                f"member {member} is already claimed by this process (pid {os.getpid()}); lock file {self.path}"
-            )
-        try:
-            fd = fsio.open_nofollow(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except fsio.UnsafePathError as exc:
-            raise WorkspaceError(f"member {member}: {exc}") from None
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EACCES, errno.EAGAIN):
-                    os.close(fd)
-                    raise WorkspaceError(f"{self.path}: cannot lock ({exc.strerror})") from None
-                if time.monotonic() >= deadline:
-                    owner = _read_owner(fd)
-                    os.close(fd)
-                    raise WorkspaceError(
-                        f"member {member} is already claimed by a live process ({owner}); lock file {self.path}. "
-                        f"Each --pbt-index / policy_idx may run once: pick another index or stop that process"
-                    ) from None
-                time.sleep(0.1)
-        owner = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(owner).encode(), 0)
-        os.fsync(fd)
-        self.fd = fd
-        st = os.fstat(fd)
-        _HELD_IN_PROCESS[(st.st_dev, st.st_ino)] = member
-
-    def release(self) -> None:
-        if self.fd >= 0:
-            try:
-                st = os.fstat(self.fd)
-                _HELD_IN_PROCESS.pop((st.st_dev, st.st_ino), None)
-                fcntl.lockf(self.fd, fcntl.LOCK_UN)
-            finally:
-                os.close(self.fd)
-                self.fd = -1
-
-
-def _read_owner(fd: int) -> str:
-    try:
-        data = json.loads(os.pread(fd, 4096, 0) or b"{}")
-        if not isinstance(data, dict):
-            return "owner unknown"
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(data.get("since", 0)))
-        return f"pid {data.get('pid')} on host {data.get('host')} since {since}"
-    except (OSError, ValueError, TypeError, OverflowError, RecursionError):
-        # Only a diagnostic for the "already claimed" error: never let a garbled lock file replace that error.
-        return "owner unknown"
-
-
-# ------------------------------------------------------------ pins and retention
-
-
-def pin_checkpoint(ws: Workspace, donor: int, checkpoint_rel: str, by_member: int) -> Path:
-    """Tell the donor not to delete ``checkpoint_rel`` while ``by_member`` copies it."""
-    pins = ws.checked_member_dir(donor, "pins", create=True)
-    pin = pins / f"{member_dirname(by_member)}.pin"
-    fsio.atomic_write_json(pin, {"checkpoint": checkpoint_rel, "by": by_member, "time": time.time()})
-    return pin
-
-
-def active_pins(ws: Workspace, member: int, now: float | None = None) -> set[str]:
-    """Checkpoints (workspace-relative) of ``member`` that some exploit in flight refers to."""
-    now = time.time() if now is None else now
-    out: set[str] = set()
-    try:
-        pins = ws.checked_member_dir(member, "pins")
-        entries = list(pins.iterdir())
-    except FileNotFoundError:
-        return out
-    except WorkspaceError as exc:
-        # Its content is not ours to read: protect every checkpoint until the link is removed.
-        warnings.warn(f"{exc}; retention keeps every checkpoint meanwhile", stacklevel=2)
-        return {"*"}
-    for p in entries:
-        if not p.name.endswith(".pin") or fsio.is_temp_file(p):
-            continue
-        try:
-            data = json.loads(fsio.read_bytes_nofollow(p))
-            if now - float(data["time"]) < PIN_TTL_S:
-                out.add(str(data["checkpoint"]))
-        except fsio.UnsafePathError as exc:
-            # Not a pin any member writes (those are regular files): ignored, so it cannot stop retention forever.
-            warnings.warn(f"pin ignored: {exc}", stacklevel=2)
-        except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError):
-            # An unreadable pin protects nothing specific; keep everything this round to be safe.
-            out.add("*")
-    return out
-
-
-def list_checkpoints(folder: Path) -> list[tuple[int, int, Path]]:
-    """(generation, frame, path) of the member checkpoints in ``folder``, oldest first: regular files with
-    the names members write (a symbolic link or a folder there is not a checkpoint)."""
-    out = []
-    try:
-        entries = list(folder.iterdir())
-    except FileNotFoundError:
-        return out
-    for p in entries:
-        m = _CHECKPOINT_NAME.match(p.name)
-        try:
-            regular = bool(m) and stat.S_ISREG(os.lstat(p).st_mode)
-        except FileNotFoundError:
-            continue
-        if m and regular:
-            out.append((int(m.group(1)), int(m.group(2)), p))
-    out.sort(key=lambda t: (t[1], t[0]))
-    return out
-
-
-def apply_retention(ws: Workspace, member: int, keep_last: int, keep: Iterable[str] = (),
-                    now: float | None = None) -> list[Path]:
-    """Delete old checkpoints of ``member``: keeps the newest ``keep_last``, everything in ``keep``
-    (best checkpoints, the one the record points to) and everything pinned by an exploit in flight."""
-    try:
-        folder = ws.checked_member_dir(member, "checkpoints")
-    except WorkspaceError as exc:
-        warnings.warn(f"retention skipped: {exc}", stacklevel=2)
-        return []
-    ckpts = list_checkpoints(folder)
-    protected = set(keep)
-    removed = []
-    for _, _, path in ckpts[: max(0, len(ckpts) - keep_last)]:
-        rel = ws.relative(path)
-        if rel in protected:
-            continue
-        # Read pins right before deleting: a recipient may have pinned since we listed.
-        pins = active_pins(ws, member, now)
-        if rel in pins or "*" in pins:
-            continue
-        removed += fsio.remove_files(folder, lambda name, keep=path.name: name == keep)
-    fsio.remove_stale_temp_files(folder, older_than_s=600.0, now=now)
-    return removed
-
-
-# ------------------------------------------------------------ historical bests
-
-
-def update_best(best: list[dict[str, Any]], entry: dict[str, Any], keep: int) -> list[dict[str, Any]]:
-    """Insert ``entry`` (with numeric ``objective``) into a best-first list of at most ``keep`` entries.
-
-    Ranked numerically, so -3.0 beats -10.0 (a string or absolute-value sort would not); an entry with
-    ``"direction": "min"`` (``objective_direction: min``) ranks smaller objectives first.
-    """
-    merged = [e for e in best if e.get("checkpoint") != entry.get("checkpoint")] + [entry]
-    merged.sort(key=lambda e: (-_score(e), -int(e.get("frame", 0))))
-    return merged[:keep]
-
-
-def _score(entry: dict[str, Any]) -> float:
-    value = float(entry["objective"])
-    return -value if entry.get("direction") == "min" else value
-
-
-def population_best(ws: Workspace, top: int = 10) -> list[dict[str, Any]]:
-    """The best checkpoints across all members, best first (each entry carries its ``member``)."""
-    entries: list[dict[str, Any]] = []
-    for index in ws.member_indices():
-        path = ws.member_dir(index) / "best.json"
-        try:
-            if stat.S_ISLNK(os.lstat(path.parent).st_mode):
-                raise fsio.UnsafePathError(path.parent, "it is a symbolic link")
-            data = json.loads(fsio.read_bytes_nofollow(path))
-        except fsio.UnsafePathError as exc:
-            warnings.warn(f"member {index} skipped: {exc}", stacklevel=2)
-            continue
-        except (OSError, ValueError, RecursionError):  # missing, unreadable or corrupt: skip this member
-            continue
-        if not isinstance(data, list):
-            continue
-        for e in data:
-            objective = e.get("objective") if isinstance(e, dict) else None
-            if isinstance(objective, bool) or not isinstance(objective, (int, float)):
-                continue
-            try:
-                finite = math.isfinite(objective)
-            except OverflowError:
-                finite = False
-            if finite:  # NaN would make the ranking arbitrary
-                entries.append(dict(e, member=index))
-    entries.sort(key=lambda e: (-_score(e), e["member"]))
-    return entries[:top]

@@ -24,13 +24,15 @@ import sys
 import time
 from pathlib import Path
 
-from async_pbt_isaaclab.commands.common import EXIT_USAGE, OneLineParser
+from async_pbt_isaaclab.commands.common import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
 from async_pbt_isaaclab.core.config import SELECTION_RULES, ConfigError
 from async_pbt_isaaclab.core.fsio import folder_problem
 from async_pbt_isaaclab.core.flags import add_population_args, population_overrides
 from async_pbt_isaaclab.core.member_state import load_state
-from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, population_best
+from async_pbt_isaaclab.core.retention import population_best
+from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
+from async_pbt_isaaclab.exit_codes import EXIT_USAGE
 
 PROG = "python -m async_pbt.examples.cpu_population"
 """How users run the example (the name in its messages)."""
@@ -165,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from async_pbt_isaaclab.launch.local import LaunchError, launch_population
+    from async_pbt_isaaclab.launch.arguments import LaunchError
+    from async_pbt_isaaclab.launch.population import launch_population
 
     resumed = meta is not None
     if resumed:

@@ -3,7 +3,7 @@
 This module adds the backend options to the launch parser (:func:`add_backend_arguments`) and runs what every
 backend shares before members start (:func:`prepare_launch`: validate, run the filesystem doctor), then hands
 over to :mod:`~async_pbt_isaaclab.launch.slurm` or :mod:`~async_pbt_isaaclab.launch.ray_backend`. The local
-backend stays in :mod:`~async_pbt_isaaclab.launch.supervisor`.
+backend is :mod:`~async_pbt_isaaclab.launch.population`.
 
 Imports only the standard library and the pure core; ``ray`` only when the Ray backend runs.
 """
@@ -18,14 +18,11 @@ from pathlib import Path
 from async_pbt_isaaclab.core.fsio import folder_problem
 
 from async_pbt_isaaclab.commands.doctor import doctor_report
-from async_pbt_isaaclab.launch.supervisor import EXIT_USAGE, MEMBER_FLAGS, LaunchError, _MEMBER_OVERRIDES
+from async_pbt_isaaclab.exit_codes import EXIT_CHECK_FAILED, EXIT_USAGE
+from async_pbt_isaaclab.launch.arguments import LaunchError, check_indices, check_member_command
 
 BACKENDS = ("local", "slurm", "ray")
 """Values of ``--backend``."""
-
-EXIT_DOCTOR = 1
-"""The filesystem doctor found a failure: nothing was launched."""
-
 
 def add_backend_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``--backend`` and of the SLURM and Ray backends."""
@@ -59,25 +56,6 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
                    help="CPUs each member's Ray task requests (default 1)")
 
 
-def _check_command(command: list[str]) -> None:
-    if not command:
-        raise LaunchError("no member command given; put it after '--', e.g. -- python scripts/train_pbt.py ...")
-    for token in command[1:]:
-        if token.split("=", 1)[0] in MEMBER_FLAGS or any(o in token for o in _MEMBER_OVERRIDES):
-            raise LaunchError(f"the member command contains {token!r}; the launcher sets --pbt-workspace, "
-                              f"--pbt-members and --pbt-index itself, remove it")
-
-
-def _indices(args: argparse.Namespace) -> list[int]:
-    if isinstance(args.members, bool) or args.members < 1:
-        raise LaunchError(f"--members must be a positive integer, got {args.members}")
-    chosen = list(range(args.members)) if args.indices is None else list(args.indices)
-    bad = [i for i in chosen if not 0 <= i < args.members]
-    if not chosen or bad or len(set(chosen)) != len(chosen):
-        raise LaunchError(f"--indices {chosen} must be distinct members within 0..{args.members - 1}")
-    return sorted(chosen)
-
-
 def run_doctor(workspace: str | os.PathLike) -> bool:
     """Run the filesystem checks at launch; print any that is not ``ok``; ``False`` on a hard failure."""
     lines, failed = doctor_report(workspace)
@@ -97,8 +75,8 @@ def run_backend(args: argparse.Namespace, command: list[str]) -> int | None:
     (after the doctor passed), which the caller then runs."""
     backend = getattr(args, "backend", "local")
     try:
-        _check_command(command)
-        indices = _indices(args)
+        check_member_command(command)
+        indices = check_indices(args.members, args.indices, flag_prefix="--")
         if backend == "slurm" and args.dry_run:
             from async_pbt_isaaclab.launch.slurm import launch_slurm
 
@@ -108,7 +86,7 @@ def run_backend(args: argparse.Namespace, command: list[str]) -> int | None:
         if problem:
             raise LaunchError(f"workspace {args.workspace} {problem}")
         if not args.no_doctor and not run_doctor(args.workspace):
-            return EXIT_DOCTOR
+            return EXIT_CHECK_FAILED  # nothing was launched
         workspace = Path(os.path.expanduser(args.workspace)).absolute()
         if backend == "slurm":
             from async_pbt_isaaclab.launch.slurm import launch_slurm

@@ -9,10 +9,8 @@ One command starts ``N`` members of a training command::
 
 This module is the launcher's entry point: the argparse options shared by ``async-pbt launch`` and
 ``python -m async_pbt_isaaclab.launch.local`` (:func:`add_launch_parser`, :func:`cmd_launch`, :func:`main`).
-The supervisor itself (process model, crash restarts, stopping, :func:`launch_population`) is in
-:mod:`async_pbt_isaaclab.launch.supervisor`, and the progress lines, crash tails and journal in
-:mod:`async_pbt_isaaclab.launch.progress`; their public names are re-exported here, so
-``from async_pbt_isaaclab.launch.local import launch_population`` keeps working.
+The local backend it runs is :func:`async_pbt_isaaclab.launch.population.launch_population` (the process model,
+crash restarts and stopping are described in :mod:`async_pbt_isaaclab.launch.supervisor`).
 
 Exit code of the launcher: 0 when every member finished; 1 when any member was given up;
 ``128 + signal`` when stopped by a signal; 2 for bad usage.
@@ -27,22 +25,11 @@ import sys
 from typing import Sequence
 
 from async_pbt_isaaclab.commands.common import OneLineParser
+from async_pbt_isaaclab.exit_codes import EXIT_USAGE
+from async_pbt_isaaclab.launch.arguments import LaunchError
 from async_pbt_isaaclab.launch.backends import add_backend_arguments, run_backend
-from async_pbt_isaaclab.launch.progress import LOG_TAIL_LINES, describe_exit, progress_lines, read_log_tail
-from async_pbt_isaaclab.launch.supervisor import (
-    EXIT_GAVE_UP,
-    EXIT_OK,
-    EXIT_USAGE,
-    MEMBER_FLAGS,
-    NO_RETRY_EXIT_CODES,
-    LaunchError,
-    LaunchResult,
-    MemberOutcome,
-    detect_gpus,
-    launch_population,
-    member_command,
-    parse_nvidia_smi_list,
-)
+from async_pbt_isaaclab.launch.gpus import GPU_PLACEMENTS
+from async_pbt_isaaclab.launch.population import launch_population
 
 # ============================================================================ command line
 
@@ -88,7 +75,7 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=_parse_gpus, default=None, metavar="LIST",
                    help="comma-separated CUDA_VISIBLE_DEVICES values assigned round-robin (e.g. 0,1,2,3); "
                         "'none' for no assignment; default 'auto': CUDA_VISIBLE_DEVICES or nvidia-smi -L")
-    p.add_argument("--gpu-placement", choices=("auto", "device", "mask"), default="auto",
+    p.add_argument("--gpu-placement", choices=GPU_PLACEMENTS, default="auto",
                    help="how a member is put on its GPU: 'device' passes --device cuda:<i> (Isaac Lab 2.x: masking "
                         "CUDA_VISIBLE_DEVICES breaks its renderer, Isaac Lab issue #2756), 'mask' sets "
                         "CUDA_VISIBLE_DEVICES; default 'auto': device on Isaac Lab 2.x, else mask")
@@ -177,32 +164,6 @@ def main(argv: Sequence[str] | argparse.Namespace | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     return cmd_launch(args)
-
-
-__all__ = [
-    "EXIT_GAVE_UP",
-    "EXIT_OK",
-    "EXIT_USAGE",
-    "LOG_TAIL_LINES",
-    "MEMBER_FLAGS",
-    "NO_RETRY_EXIT_CODES",
-    "LaunchError",
-    "LaunchResult",
-    "MemberOutcome",
-    "add_launch_arguments",
-    "add_launch_parser",
-    "build_parser",
-    "cmd_launch",
-    "describe_exit",
-    "detect_gpus",
-    "launch_population",
-    "main",
-    "member_command",
-    "parse_indices",
-    "parse_nvidia_smi_list",
-    "progress_lines",
-    "read_log_tail",
-]
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 These are readers and formatters, kept apart from :mod:`async_pbt_isaaclab.launch.supervisor` (which starts,
 watches and stops member processes) because none of them controls a process: :func:`progress_lines` reads the
 records the members publish, :func:`read_log_tail` a member's log, :func:`describe_exit` turns an exit status into
-words, and ``_Journal`` appends ``WORKSPACE/launcher.jsonl``. Each one is safe to call at any time and never
+words, and ``Journal`` appends ``WORKSPACE/launcher.jsonl``. Each one is safe to call at any time and never
 raises over a missing or corrupt file. All public names are re-exported by :mod:`async_pbt_isaaclab.launch.local`.
 
 This module imports only the standard library and the pure core (no torch).
@@ -32,17 +32,17 @@ LOG_TAIL_LINES = 12
 def describe_exit(code: int) -> str:
     """``"exit code 1"``, ``"killed by signal SIGKILL (-9)"``; shell-style 128+N codes get a hint."""
     if code < 0:
-        text = f"killed by signal {_signal_name(-code)} ({code})"
+        text = f"killed by signal {signal_name(-code)} ({code})"
         if -code == signal.SIGKILL:
             text += "; if nobody killed it, check dmesg for the out-of-memory killer"
         return text
     text = f"exit code {code}"
     if 128 < code < 128 + 65:
-        text += f" (a shell reports death by {_signal_name(code - 128)} this way)"
+        text += f" (a shell reports death by {signal_name(code - 128)} this way)"
     return text
 
 
-def _signal_name(signum: int) -> str:
+def signal_name(signum: int) -> str:
     try:
         return signal.Signals(signum).name
     except ValueError:
@@ -68,7 +68,7 @@ def _fmt_age(seconds: float) -> str:
     return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
 
 
-def _shorten(text: str, width: int) -> str:
+def shorten(text: str, width: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 3] + "..."
 
@@ -114,7 +114,7 @@ def progress_lines(workspace: str | os.PathLike, indices: Sequence[int],
             head += f" [{states[i]}]"
         rec = records.get(i)
         if rec is None:
-            detail = f"record unreadable: {_shorten(errors[i], 160)}" if i in errors else "no record yet"
+            detail = f"record unreadable: {shorten(errors[i], 160)}" if i in errors else "no record yet"
             lines.append(f"{head} {detail}")
             continue
         ev = rec.evidence
@@ -135,7 +135,7 @@ def progress_lines(workspace: str | os.PathLike, indices: Sequence[int],
         except Exception:  # noqa: BLE001 - progress must never stop the launcher
             last = rec.last_decision
         if last:
-            parts.append(f"last: {_shorten(last, 200)}")
+            parts.append(f"last: {shorten(last, 200)}")
         lines.append(f"{head} " + " | ".join(parts))
     return lines
 
@@ -143,7 +143,7 @@ def progress_lines(workspace: str | os.PathLike, indices: Sequence[int],
 # ============================================================================ journal
 
 
-class _Journal:
+class Journal:
     """Append-only ``launcher.jsonl``. One ``write`` per line so concurrent launchers (one per node,
     different ``indices``) do not interleave within a line; a full disk is reported once, not fatal."""
 

@@ -41,7 +41,8 @@ from typing import Any, Sequence
 from async_pbt_isaaclab.core.fsio import atomic_write_json
 from async_pbt_isaaclab.core.workspace import member_dirname
 from async_pbt_isaaclab.launch.progress import describe_exit, progress_lines
-from async_pbt_isaaclab.launch.supervisor import LaunchError, _member_preexec, member_command
+from async_pbt_isaaclab.launch.arguments import LaunchError, member_command
+from async_pbt_isaaclab.launch.supervisor import member_preexec
 
 STATUS_DIR = "cluster/ray"
 """Per-member attempt files, relative to the workspace."""
@@ -95,7 +96,7 @@ def run_member(index: int, argv: Sequence[str], env: dict[str, str], cwd: str, w
         log.write(f"\n[async-pbt ray] member {index} attempt {attempt} on {status['host']}\n".encode())
         log.flush()
         proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                cwd=cwd, env=full_env, start_new_session=True, preexec_fn=_member_preexec(True),
+                                cwd=cwd, env=full_env, start_new_session=True, preexec_fn=member_preexec(True),
                                 close_fds=True)
     atomic_write_json(status_path, {**status, "state": "running", "pid": proc.pid})
     stop_file = Path(workspace) / STOP_FILE

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Sequence
 
 from async_pbt_isaaclab.core.fsio import atomic_write_json
-from async_pbt_isaaclab.launch.supervisor import LaunchError
+from async_pbt_isaaclab.launch.arguments import LaunchError
 
 JOBS_FILE = "cluster/slurm_jobs.json"
 """Submissions of this workspace, relative to it."""

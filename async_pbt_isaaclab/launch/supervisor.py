@@ -1,10 +1,11 @@
-"""The local launcher's supervisor: start the members of a population on this machine and keep them running.
+"""The local launcher's supervisor: keep the members of a population on this machine running, restart crashed
+ones, stop them all on request (:class:`Supervisor`, a single-threaded state machine).
 
-Holds the process model below (:func:`launch_population`, the supervision loop, crash restarts, stopping), the
-results it returns (:class:`LaunchResult`, :class:`MemberOutcome`, :class:`LaunchError`) and the GPU detection
-it places members with. The progress lines, crash tails and journal it writes are in
-:mod:`async_pbt_isaaclab.launch.progress`; the ``async-pbt launch`` / ``python -m async_pbt_isaaclab.launch.local``
-command line is in :mod:`async_pbt_isaaclab.launch.local`, which re-exports everything public from here.
+:func:`async_pbt_isaaclab.launch.population.launch_population` checks the arguments, places the members on GPUs
+(:mod:`~async_pbt_isaaclab.launch.gpus`) and hands them to the supervisor; the results are
+:mod:`~async_pbt_isaaclab.launch.results`; the progress lines, crash tails and journal it writes are in
+:mod:`~async_pbt_isaaclab.launch.progress`; the ``async-pbt launch`` / ``python -m
+async_pbt_isaaclab.launch.local`` command line is :mod:`~async_pbt_isaaclab.launch.local`.
 
 Process model
 -------------
@@ -12,7 +13,7 @@ Process model
   --pbt-index i``. When the machine has GPUs, member ``i`` gets ``gpus[i % len(gpus)]`` (round-robin,
   so members share GPUs when there are more members than GPUs), by ``--device cuda:<gpu>`` on Isaac Lab 2.x
   (masking breaks its renderer's GPU index, Isaac Lab issue #2756) or else by ``CUDA_VISIBLE_DEVICES``, so that the
-  member sees exactly one GPU as ``cuda:0`` (:data:`GPU_PLACEMENTS`). ``ASYNC_PBT_MEMBER_INDEX=i`` is exported for log prefixes only.
+  member sees exactly one GPU as ``cuda:0`` (:data:`~async_pbt_isaaclab.launch.gpus.GPU_PLACEMENTS`). ``ASYNC_PBT_MEMBER_INDEX=i`` is exported for log prefixes only.
   stdin is ``/dev/null``; stdout and stderr are appended to ``WORKSPACE/logs/member_NNN.log``.
 * **Own process group.** Each member starts in a new session (``start_new_session=True``), so a
   Ctrl-C typed in the terminal reaches only the launcher and the launcher decides what the members
@@ -54,7 +55,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -63,181 +63,37 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TextIO
+from typing import Any, Callable, TextIO
 
-from async_pbt_isaaclab.core.fsio import folder_problem
 from async_pbt_isaaclab.core.member_state import load_state
 from async_pbt_isaaclab.core.resume import describe_resume
 from async_pbt_isaaclab.core.records import read_record
 from async_pbt_isaaclab.core.workspace import member_dirname
+from async_pbt_isaaclab.exit_codes import (
+    EXIT_GAVE_UP,
+    EXIT_OK,
+    NO_RETRY_EXIT_CODES,
+    exit_code_for_signal,
+)
+from async_pbt_isaaclab.launch.results import LaunchResult, MemberOutcome
 from async_pbt_isaaclab.launch.progress import (
-    _Journal,
-    _shorten,
-    _signal_name,
+    Journal,
+    shorten,
+    signal_name,
     describe_exit,
     progress_lines,
     read_log_tail,
 )
 
-EXIT_OK = 0
-"""Every member finished (exited 0)."""
-EXIT_GAVE_UP = 1
-"""At least one member was given up after too many crashes."""
-EXIT_USAGE = 2
-"""Bad arguments."""
-
-MEMBER_FLAGS = ("--pbt-workspace", "--pbt-members", "--pbt-index")
-"""Flags the launcher appends to the member command; the user must not pass them too."""
-
-_MEMBER_OVERRIDES = ("pbt.workspace=", "pbt.num_policies=", "pbt.policy_idx=")
-"""Hydra-style overrides meaning the same as :data:`MEMBER_FLAGS` (refused in the command as well)."""
-
-NO_RETRY_EXIT_CODES = (2,)
-"""Exit codes that are given up at once: 2 is argparse's usage error, which a restart repeats."""
-
 _TERMINAL = ("finished", "given_up", "stopped")
-
-
-# ============================================================================ results
-
-
-@dataclass
-class MemberOutcome:
-    """What happened to one member during a launch."""
-
-    index: int
-    """Member index (``--pbt-index``)."""
-    status: str = "pending"
-    """``pending``, ``running``, ``backoff`` (waiting to restart), then one of ``finished`` (exited 0),
-    ``given_up`` (too many crashes, or it cannot start) or ``stopped`` (the launcher was stopped)."""
-    gpu: str | None = None
-    """The ``CUDA_VISIBLE_DEVICES`` value it ran with; ``None`` when no GPU was assigned."""
-    log_path: str = ""
-    """The file its stdout and stderr were appended to."""
-    starts: int = 0
-    """Processes started for it (first start included)."""
-    restarts: int = 0
-    """Crash restarts the launcher performed (exploit restarts by ``os.execv`` are not counted here)."""
-    exit_codes: list[int] = field(default_factory=list)
-    """Exit status of every process, in order; negative ``-N``: killed by signal ``N``."""
-    reasons: list[str] = field(default_factory=list)
-    """Why each non-zero exit happened, and why it was given up (human readable)."""
-    pid: int | None = None
-    """Pid of the current (or last) process."""
-
-
-@dataclass
-class LaunchResult:
-    """Outcome of :func:`launch_population`."""
-
-    exit_code: int
-    """What the launcher command exits with (see the module docstring)."""
-    members: dict[int, MemberOutcome]
-    """Outcome per member index."""
-    stopped_by: str | None = None
-    """Name of the signal that stopped the launcher (``"SIGINT"``), or ``None``."""
-
-    @property
-    def given_up(self) -> list[int]:
-        """Indices of members that were given up."""
-        return sorted(i for i, m in self.members.items() if m.status == "given_up")
-
-    @property
-    def finished(self) -> list[int]:
-        """Indices of members that exited 0."""
-        return sorted(i for i, m in self.members.items() if m.status == "finished")
-
-
-class LaunchError(ValueError):
-    """The launch cannot start as asked (bad command, indices, GPU list ...)."""
-
-
-# ============================================================================ GPUs
-
-
-def parse_nvidia_smi_list(text: str) -> list[str]:
-    """Device ids from ``nvidia-smi -L`` output, usable as ``CUDA_VISIBLE_DEVICES`` values.
-
-    A plain GPU is its index (``"0"``); a GPU split into MIG instances contributes one entry per
-    instance, its ``MIG-...`` UUID, because CUDA only addresses MIG slices by UUID.
-    """
-    gpus: list[tuple[str, list[str]]] = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("GPU ") and ":" in line:
-            gpus.append((line[4:line.index(":")].strip(), []))
-        elif line.startswith("MIG ") and gpus and "UUID:" in line:
-            gpus[-1][1].append(line.split("UUID:", 1)[1].strip().rstrip(")").strip())
-    out: list[str] = []
-    for index, migs in gpus:
-        out.extend(migs or [index])
-    return out
-
-
-def detect_gpus(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The GPUs to spread members over: ``CUDA_VISIBLE_DEVICES`` when set (empty or ``-1``: none),
-    else ``nvidia-smi -L`` when it is on the PATH, else none (CPU machine)."""
-    env = os.environ if environ is None else environ
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        # The user already chose (possibly "no GPU"); split their choice, never widen it.
-        ids = [v.strip() for v in visible.split(",") if v.strip()]
-        return [] if ids in ([], ["-1"]) else ids
-    exe = shutil.which("nvidia-smi", path=env.get("PATH"))
-    if not exe:
-        return []
-    try:
-        proc = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return parse_nvidia_smi_list(proc.stdout) if proc.returncode == 0 else []
-
-
-# ============================================================================ member command
-
-
-GPU_PLACEMENTS = ("auto", "device", "mask")
-"""How members are put on their GPU: ``device`` passes ``--device cuda:<i>`` and leaves ``CUDA_VISIBLE_DEVICES``
-alone (needed on Isaac Lab 2.x, whose renderer indexes the unmasked GPU list: upstream issue isaac-sim/IsaacLab#2756);
-``mask`` sets ``CUDA_VISIBLE_DEVICES`` so each member sees one GPU as ``cuda:0`` (fine on 3.0 and for plain
-CUDA programs); ``auto`` picks ``device`` when the Isaac Lab importable here is 2.x, else ``mask``."""
-
-
-def resolve_gpu_placement(placement: str) -> str:
-    """``device`` or ``mask`` for ``placement`` (``auto`` looks at the Isaac Lab release importable here)."""
-    if placement not in GPU_PLACEMENTS:
-        raise LaunchError(f"gpu placement must be one of {', '.join(GPU_PLACEMENTS)}, got {placement!r}")
-    if placement != "auto":
-        return placement
-    from async_pbt_isaaclab.envs.isaaclab_release import SERIES_2, UnsupportedIsaacLab, detect
-
-    try:
-        release = detect()
-    except UnsupportedIsaacLab:
-        release = None
-    return "device" if release is not None and release.series == SERIES_2 else "mask"
-
-
-def device_index(gpu: str, gpu_ids: Sequence[str], environ: Mapping[str, str]) -> int:
-    """The ``cuda:<i>`` index of GPU ``gpu`` for a member that inherits the launcher's ``CUDA_VISIBLE_DEVICES``."""
-    if environ.get("CUDA_VISIBLE_DEVICES"):
-        return list(gpu_ids).index(gpu)  # positions within the visible list
-    if not gpu.isdigit():
-        raise LaunchError(f"GPU {gpu!r} has no cuda:<index>; use --gpu-placement mask for MIG or UUID devices")
-    return int(gpu)
-
-
-def member_command(command: Sequence[str], workspace: str, members: int, index: int) -> list[str]:
-    """The command member ``index`` runs: ``command`` plus the three population flags."""
-    return [*command, "--pbt-workspace", workspace, "--pbt-members", str(members), "--pbt-index", str(index)]
 
 
 # ============================================================================ supervisor
 
 
 @dataclass
-class _Member:
-    """Launcher-side state of one member (not part of the API)."""
+class SupervisedMember:
+    """Launcher-side state of one member."""
 
     outcome: MemberOutcome
     """What is reported back for this member."""
@@ -255,7 +111,7 @@ class _Member:
     """``time.monotonic()`` at which a member in backoff is started again."""
 
 
-def _member_preexec(die_with_launcher: bool) -> Callable[[], None] | None:
+def member_preexec(die_with_launcher: bool) -> Callable[[], None] | None:
     """Runs in the child between fork and exec. Resets SIGINT/SIGTERM to their defaults (a launcher
     started in the background inherits SIGINT ignored, and the member would inherit that and never see
     the graceful stop) and, on Linux, asks for SIGTERM when the launcher dies."""
@@ -287,11 +143,11 @@ def _member_preexec(die_with_launcher: bool) -> Callable[[], None] | None:
     return preexec
 
 
-class _Supervisor:
+class Supervisor:
     """The launcher's single-threaded loop: poll members, restart crashed ones, report progress, and
     turn a recorded stop signal into the SIGINT -> SIGTERM -> SIGKILL sequence."""
 
-    def __init__(self, members: dict[int, _Member], *, workspace: Path, num_members: int, max_retries: int,
+    def __init__(self, members: dict[int, SupervisedMember], *, workspace: Path, num_members: int, max_retries: int,
                  retry_window_s: float | None, restart_backoff_s: float, max_backoff_s: float,
                  progress_interval_s: float, stop_grace_s: float, term_grace_s: float,
                  die_with_launcher: bool, output: TextIO, on_progress: Callable[[list[str]], None] | None,
@@ -310,8 +166,8 @@ class _Supervisor:
         self.output = output
         self.on_progress = on_progress
         self.stop_event = stop_event
-        self.preexec = _member_preexec(die_with_launcher)
-        self.journal = _Journal(workspace / "launcher.jsonl", self.say)
+        self.preexec = member_preexec(die_with_launcher)
+        self.journal = Journal(workspace / "launcher.jsonl", self.say)
         self.poll_s = 0.05
         # Signals are only recorded in the handler; the loop acts on them (a handler interrupting a
         # Popen call half-way would leave a member unsupervised).
@@ -331,7 +187,7 @@ class _Supervisor:
         self.signals.append(signum)
 
     # ---------------------------------------------------------------- members
-    def start(self, m: _Member) -> None:
+    def start(self, m: SupervisedMember) -> None:
         o = m.outcome
         o.starts += 1
         log = Path(o.log_path)
@@ -365,14 +221,14 @@ class _Supervisor:
         if o.starts > 1:
             self.say(f"member {o.index:03d} restarted (pid {o.pid}, start {o.starts})")
 
-    def give_up(self, m: _Member, reason: str) -> None:
+    def give_up(self, m: SupervisedMember, reason: str) -> None:
         o = m.outcome
         o.status = "given_up"
         o.reasons.append(reason)
         self.journal.write("give_up", o.index, reason=reason, restarts=o.restarts)
         self.say(f"member {o.index:03d} GIVEN UP: {reason}; the other members continue")
 
-    def _signal_group(self, m: _Member, signum: int) -> None:
+    def _signal_group(self, m: SupervisedMember, signum: int) -> None:
         if m.popen is None:
             return
         try:
@@ -380,12 +236,12 @@ class _Supervisor:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def _reap_leftovers(self, m: _Member) -> None:
+    def _reap_leftovers(self, m: SupervisedMember) -> None:
         # The member's leader has exited; anything still in its group (a python child of a wrapper
         # script) would hold the GPU and the member lock and make the restart fail as "claimed".
         self._signal_group(m, signal.SIGKILL)
 
-    def on_exit(self, m: _Member, code: int) -> None:
+    def on_exit(self, m: SupervisedMember, code: int) -> None:
         o = m.outcome
         o.exit_codes.append(code)
         self._reap_leftovers(m)
@@ -402,7 +258,7 @@ class _Supervisor:
         reason = describe_exit(code)
         tail = read_log_tail(o.log_path, m.log_offset)
         o.reasons.append(reason)
-        self.journal.write("exit", o.index, code=code, signal=_signal_name(-code) if code < 0 else None,
+        self.journal.write("exit", o.index, code=code, signal=signal_name(-code) if code < 0 else None,
                            reason=reason, pid=o.pid, log_tail=tail)
         shown = "\n".join(f"    | {line}" for line in tail) or "    | (no output)"
         self.say(f"member {o.index:03d} crashed: {reason}; last lines of {o.log_path}:\n{shown}")
@@ -441,7 +297,7 @@ class _Supervisor:
         try:
             state = load_state(self.workspace / "members" / member_dirname(index) / "state.json")
         except Exception as exc:  # noqa: BLE001
-            return f"its state.json is unreadable ({_shorten(str(exc), 120)})"
+            return f"its state.json is unreadable ({shorten(str(exc), 120)})"
         if state is None or not state.last_checkpoint:
             return "no checkpoint yet: it starts from scratch"
         return f"it resumes from its last checkpoint {state.last_checkpoint}"
@@ -456,7 +312,7 @@ class _Supervisor:
                     else:
                         self.on_stopped(m, code)
 
-    def on_stopped(self, m: _Member, code: int) -> None:
+    def on_stopped(self, m: SupervisedMember, code: int) -> None:
         o = m.outcome
         o.exit_codes.append(code)
         o.status = "stopped"
@@ -465,7 +321,7 @@ class _Supervisor:
                            pid=o.pid)
 
     # ---------------------------------------------------------------- progress
-    def state_text(self, m: _Member) -> str:
+    def state_text(self, m: SupervisedMember) -> str:
         o = m.outcome
         gpu = f" gpu {o.gpu}" if o.gpu is not None else ""
         if o.status == "running":
@@ -501,7 +357,7 @@ class _Supervisor:
         for m in pending:
             m.outcome.status = "stopped"
         running = [m for m in self.members.values() if m.outcome.status == "running"]
-        self.journal.write("stop", None, signal=_signal_name(signum), running=[m.outcome.index for m in running])
+        self.journal.write("stop", None, signal=signal_name(signum), running=[m.outcome.index for m in running])
         stages = [(signal.SIGINT, self.stop_grace_s), (signal.SIGTERM, self.term_grace_s), (signal.SIGKILL, 10.0)]
         for sig, wait_s in stages:
             alive = [m for m in self.members.values() if m.outcome.status == "running"]
@@ -579,9 +435,9 @@ class _Supervisor:
 
     def finish(self) -> LaunchResult:
         outcomes = {i: m.outcome for i, m in self.members.items()}
-        stopped_by = _signal_name(self.stopping) if self.stopping is not None else None
+        stopped_by = signal_name(self.stopping) if self.stopping is not None else None
         if self.stopping is not None:
-            code = 128 + int(self.stopping)
+            code = exit_code_for_signal(self.stopping)
         elif any(o.status == "given_up" for o in outcomes.values()):
             code = EXIT_GAVE_UP
         else:
@@ -597,132 +453,3 @@ class _Supervisor:
 
 
 # ============================================================================ API
-
-
-def launch_population(
-    command: Sequence[str],
-    members: int,
-    workspace: str | os.PathLike,
-    *,
-    gpus: Sequence[str] | None = None,
-    max_retries: int = 3,
-    retry_window_s: float | None = 3600.0,
-    restart_backoff_s: float = 5.0,
-    max_backoff_s: float = 120.0,
-    progress_interval_s: float = 10.0,
-    stop_grace_s: float = 30.0,
-    term_grace_s: float = 10.0,
-    log_dir: str | os.PathLike | None = None,
-    extra_env: Mapping[str, str] | None = None,
-    indices: Sequence[int] | None = None,
-    on_progress: Callable[[list[str]], None] | None = None,
-    output: TextIO | None = None,
-    stop_event: threading.Event | None = None,
-    die_with_launcher: bool = True,
-    gpu_placement: str = "auto",
-) -> LaunchResult:
-    """Start members ``indices`` (default all ``members``) of ``command`` and supervise them until each
-    has finished, been given up, or the launcher is stopped. Blocks; see the module docstring.
-
-    Args:
-        command: the training command, without the population flags (the launcher adds them).
-        members: population size (``--pbt-members``).
-        workspace: population workspace (``--pbt-workspace``); created if missing.
-        gpus: ``CUDA_VISIBLE_DEVICES`` values to assign round-robin by member index; ``None`` detects
-            them (:func:`detect_gpus`); ``[]`` assigns none (the environment passes through).
-        max_retries: crash restarts allowed per member within ``retry_window_s``.
-        retry_window_s: sliding window for ``max_retries``; ``None`` counts every crash of the run.
-        restart_backoff_s: wait before the first restart; doubles with each crash in the window.
-        max_backoff_s: upper bound of that wait.
-        progress_interval_s: seconds between progress reports.
-        stop_grace_s: after forwarding SIGINT, how long members may take to stop before SIGTERM.
-        term_grace_s: after SIGTERM, how long before SIGKILL.
-        log_dir: folder of the ``member_NNN.log`` files (default ``WORKSPACE/logs``).
-        extra_env: variables added to every member's environment (the GPU assignment wins).
-        indices: the subset of members this launcher runs (e.g. one launcher per node).
-        on_progress: receives the progress lines instead of them being printed.
-        output: where launcher messages go (default ``sys.stdout``).
-        stop_event: setting it stops the population like SIGINT (for callers not on the main thread,
-            where signal handlers cannot be installed).
-        die_with_launcher: on Linux, members get SIGTERM if the launcher itself dies.
-        gpu_placement: ``auto``, ``device`` or ``mask`` (:data:`GPU_PLACEMENTS`).
-
-    Raises:
-        LaunchError: invalid arguments (empty command, population flags in the command, bad indices).
-    """
-    command = [str(c) for c in command]
-    if not command:
-        raise LaunchError("no member command given; put it after '--', e.g. -- python scripts/train_pbt.py ...")
-    for token in command[1:]:
-        name = token.split("=", 1)[0]
-        if name in MEMBER_FLAGS or any(o in token for o in _MEMBER_OVERRIDES):
-            raise LaunchError(f"the member command contains {token!r}; the launcher sets --pbt-workspace, "
-                              f"--pbt-members and --pbt-index itself, remove it")
-    if isinstance(members, bool) or not isinstance(members, int) or members < 1:
-        raise LaunchError(f"members must be a positive integer, got {members!r}")
-    if max_retries < 0:
-        raise LaunchError(f"max_retries must be >= 0, got {max_retries}")
-    if retry_window_s is not None and retry_window_s <= 0:
-        raise LaunchError(f"retry_window_s must be positive or None, got {retry_window_s}")
-    if progress_interval_s <= 0:
-        raise LaunchError(f"progress_interval_s must be positive, got {progress_interval_s}")
-    chosen = list(range(members)) if indices is None else list(indices)
-    if not chosen:
-        raise LaunchError("no member indices to launch")
-    bad = [i for i in chosen if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < members]
-    if bad:
-        raise LaunchError(f"member indices {bad} are outside 0..{members - 1}")
-    if len(set(chosen)) != len(chosen):
-        raise LaunchError(f"member indices repeat: {chosen}")
-
-    root = Path(os.path.expanduser(os.fspath(workspace))).absolute()
-    logs = Path(os.path.expanduser(os.fspath(log_dir))).absolute() if log_dir is not None else root / "logs"
-    for folder, what in ((root, "workspace"), (logs, "log folder")):
-        problem = folder_problem(folder)
-        if problem:
-            raise LaunchError(f"{what} {folder} {problem}")
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        logs.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise LaunchError(f"cannot create the workspace or log folder {exc.filename}: {exc.strerror}") from None
-    gpu_ids = detect_gpus() if gpus is None else [str(g) for g in gpus]
-    placement_mode = resolve_gpu_placement(gpu_placement)
-    if gpu_ids and placement_mode == "device" and any(t == "--device" or t.startswith("--device=") for t in command):
-        raise LaunchError("the member command contains --device; the launcher passes --device cuda:<i> to each "
-                          "member itself, remove it")
-    out = output if output is not None else sys.stdout
-
-    base_env = dict(os.environ)
-    base_env.update({str(k): str(v) for k, v in (extra_env or {}).items()})
-    table: dict[int, _Member] = {}
-    for i in sorted(chosen):
-        env = dict(base_env)
-        gpu = gpu_ids[i % len(gpu_ids)] if gpu_ids else None
-        cmd = member_command(command, str(root), members, i)
-        if gpu is not None and placement_mode == "mask":
-            env["CUDA_VISIBLE_DEVICES"] = gpu
-        elif gpu is not None:
-            cmd += ["--device", f"cuda:{device_index(gpu, gpu_ids, base_env)}"]
-        env["ASYNC_PBT_MEMBER_INDEX"] = str(i)
-        outcome = MemberOutcome(index=i, gpu=gpu, log_path=str(logs / f"member_{member_dirname(i)}.log"))
-        table[i] = _Member(outcome=outcome, command=cmd, env=env)
-
-    sup = _Supervisor(
-        table, workspace=root, num_members=members, max_retries=max_retries, retry_window_s=retry_window_s,
-        restart_backoff_s=restart_backoff_s, max_backoff_s=max_backoff_s, progress_interval_s=progress_interval_s,
-        stop_grace_s=stop_grace_s, term_grace_s=term_grace_s, die_with_launcher=die_with_launcher,
-        output=out, on_progress=on_progress, stop_event=stop_event, base_command=command,
-    )
-    if gpu_ids:
-        placement = ", ".join(f"{i:03d}->{table[i].outcome.gpu}" for i in sorted(table))
-        how = "--device cuda:<i>" if placement_mode == "device" else "CUDA_VISIBLE_DEVICES"
-        gpu_text = f"GPUs {','.join(gpu_ids)} round-robin by {how} ({placement})"
-        if len(table) > len(gpu_ids):
-            gpu_text += "; members share GPUs"
-    else:
-        gpu_text = "no GPU assignment (CUDA_VISIBLE_DEVICES passed through)"
-    sup.say(f"launching {len(table)} of {members} members: {shlex.join(command)}\n"
-            f"workspace {root}; {gpu_text}\n"
-            f"logs {logs}/member_NNN.log; journal {root / 'launcher.jsonl'}; Ctrl-C stops all members")
-    return sup.run()

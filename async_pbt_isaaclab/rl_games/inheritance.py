@@ -105,3 +105,18 @@ def build_recipient_state(
         state["optimizer"] = optimizer
     state["pbt"] = copy.deepcopy(dict(pbt_metadata))
     return state
+
+
+def model_fingerprint(state_dict: dict[str, Any]) -> str:
+    """sha256 over a model state dict's names, dtypes, shapes and bytes (device independent)."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    for name in sorted(state_dict):
+        t = state_dict[name].detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        # Raw bytes through a uint8 view: works for every dtype, bfloat16 included.
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()

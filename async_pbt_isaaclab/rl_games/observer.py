@@ -13,7 +13,11 @@ Everything happens in ``after_steps``:
 * every ``heartbeat_interval_s`` wall seconds: drain completed episodes from the env's summary source
   (the only device-to-host copy), update the evidence window, rewrite the record (heartbeat);
 * when ``algo.frame`` crosses a multiple of ``interval_steps``: save a checkpoint, publish the record,
-  read the peers, decide, log the decision, and exploit or explore (restart) when told to.
+  read the peers, decide and log the decision.
+
+A decided exploit or explore is carried out in ``after_print_stats`` of the same epoch, once its update is
+done, by :func:`async_pbt_isaaclab.rl_games.exploit.act` (donor copy, recipient checkpoint, restart or
+in-process swap).
 
 Checkpoints are restored by the observer in ``after_init`` through the safe loader, never by the
 rl_games Runner's full-pickle ``restore``.
@@ -23,10 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
 import socket
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -35,107 +37,17 @@ from rl_games.common.algo_observer import AlgoObserver
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary, EvidenceWindow
-from async_pbt_isaaclab.core.mutation import isaaclab_key
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
-from async_pbt_isaaclab.core.selection import Decision, Outcome
+from async_pbt_isaaclab.core.selection import Decision
 from async_pbt_isaaclab.core.step import PopulationView, pbt_step
-from async_pbt_isaaclab.core.workspace import (
-    WorkspaceError,
-    apply_retention,
-    checkpoint_name,
-    pin_checkpoint,
-    update_best,
-)
+from async_pbt_isaaclab.core.retention import apply_retention, update_best
+from async_pbt_isaaclab.core.workspace import checkpoint_name
 from async_pbt_isaaclab.envs.summary_source import find_summary_source
-from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from async_pbt_isaaclab.rl_games.inheritance import (
-    DonorMisfit,
-    build_recipient_state,
-    check_donor_fits,
-    start_learning_rate,
-)
-from async_pbt_isaaclab.rl_games.live import apply_live_hyperparameters, blockers
+from async_pbt_isaaclab.rl_games import exploit
+from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint, save_checkpoint
+from async_pbt_isaaclab.rl_games.held_stop import HeldStop
+from async_pbt_isaaclab.rl_games.inheritance import model_fingerprint
 from async_pbt_isaaclab.rl_games.member import MemberSession, print_notes
-from async_pbt_isaaclab.rl_games.restart import replace_process, restart_argv
-
-
-def model_fingerprint(state_dict: dict[str, Any]) -> str:
-    """sha256 over a model state dict's names, dtypes, shapes and bytes (device independent)."""
-    import hashlib
-
-    import torch
-
-    h = hashlib.sha256()
-    for name in sorted(state_dict):
-        t = state_dict[name].detach().to("cpu").contiguous()
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        # Raw bytes through a uint8 view: works for every dtype, bfloat16 included.
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-class MultiObserver(AlgoObserver):
-    """Calls several observers in order, including ``after_clear_stats`` (missing from the 1.6.5 base)."""
-
-    def __init__(self, observers: list[AlgoObserver]):
-        super().__init__()
-        self.observers = list(observers)
-        """The observers, called in this order."""
-
-    def _call(self, name: str, *args: Any) -> None:
-        for obs in self.observers:
-            method = getattr(obs, name, None)
-            if method is not None:
-                method(*args)
-
-    def before_init(self, base_name, config, experiment_name):
-        self._call("before_init", base_name, config, experiment_name)
-
-    def after_init(self, algo):
-        self._call("after_init", algo)
-
-    def process_infos(self, infos, done_indices):
-        self._call("process_infos", infos, done_indices)
-
-    def after_steps(self):
-        self._call("after_steps")
-
-    def after_clear_stats(self):
-        self._call("after_clear_stats")
-
-    def after_print_stats(self, frame, epoch_num, total_time):
-        self._call("after_print_stats", frame, epoch_num, total_time)
-
-
-class _HeldStop:
-    """Holds SIGINT / SIGTERM while the member writes one step (checkpoint, best list, decision, state,
-    record, and an exploit's recipient checkpoint), then delivers it. A stop landing between two of those
-    writes would leave record.json advertising a checkpoint that state.json (the resume point) does not
-    name, or an in-memory state half updated. Main thread only (where Python runs signal handlers)."""
-
-    def __init__(self) -> None:
-        self.requested: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> "_HeldStop":
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous = signal.getsignal(sig)
-                if previous in (signal.SIG_IGN, None):
-                    continue
-                self._previous[sig] = previous
-                signal.signal(sig, self._hold)
-        return self
-
-    def _hold(self, signum: int, frame: Any) -> None:
-        self.requested = signum
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
-        if self.requested is not None and exc_type is None:
-            signal.raise_signal(self.requested)  # now, to the handler that was there (KeyboardInterrupt)
-        return False
 
 
 class PbtObserver(AlgoObserver):
@@ -174,7 +86,8 @@ class PbtObserver(AlgoObserver):
         self._warned: set[str] = set()
         self._pending_act: tuple[Decision, dict[str, Any], Any] | None = None
         self._in_epoch = False
-        self._held_stop: _HeldStop | None = None
+        self.held_stop: HeldStop | None = None
+        """Holds Ctrl-C / SIGTERM while a step is written; a restart asked for inside it stops instead."""
 
     def _objective(self) -> str:
         return self.session.condition.objective
@@ -241,11 +154,12 @@ class PbtObserver(AlgoObserver):
             # until the next one replaces it, or the records of a restarted or stopped member lose it.
             self.last_checkpoint = (mine.last_checkpoint, mine.last_checkpoint_sha256)
         self.algo = algo
-        self._audit_restored(self.session.start_mode, path)
+        self.audit_restored(self.session.start_mode, path)
         print(f"[async-pbt] member {self.session.member}: {self.session.start_mode} from {path} "
               f"(frame {algo.frame}, epoch {algo.epoch_num}, lr {algo.last_lr:g})", flush=True)
 
-    def _audit_restored(self, mode: str, path: Path) -> None:
+    def audit_restored(self, mode: str, path: Path) -> None:
+        """Log a ``restored`` entry: the live agent now trains from ``path`` (counters, rates, model hash)."""
         algo = self.algo
         self.session.audit.append("restored", {
             "mode": mode, "checkpoint": str(path), "frame": int(algo.frame), "epoch": int(algo.epoch_num),
@@ -265,9 +179,9 @@ class PbtObserver(AlgoObserver):
         t0 = time.perf_counter()
         pending, self._pending_act = self._pending_act, None
         try:
-            with _HeldStop() as self._held_stop:
-                self._act(*pending)
-            self._held_stop = None
+            with HeldStop() as self.held_stop:
+                exploit.act(self, *pending)
+            self.held_stop = None
         finally:
             self.hook_seconds += time.perf_counter() - t0
 
@@ -291,9 +205,9 @@ class PbtObserver(AlgoObserver):
             return
         if index > self.interval_index:
             self.interval_index = index
-            with _HeldStop() as self._held_stop:
+            with HeldStop() as self.held_stop:
                 self._publish_and_decide()
-            self._held_stop = None
+            self.held_stop = None
         elif time.time() - self.last_heartbeat >= self.cfg.heartbeat_interval_s:
             self._heartbeat()
 
@@ -342,12 +256,12 @@ class PbtObserver(AlgoObserver):
         except OSError:
             pass
 
-    def _completed_epochs(self) -> int:
+    def completed_epochs(self) -> int:
         """Epochs whose update finished. Inside ``after_steps`` the current epoch's update has not run,
         so a checkpoint taken there belongs to the previous epoch (its frames are not counted either)."""
         return int(self.algo.epoch_num) - (1 if self._in_epoch else 0)
 
-    def _record(self, last_decision: str = "", status: str = "running", next_generation: bool = False) -> MemberRecord:
+    def record(self, last_decision: str = "", status: str = "running", next_generation: bool = False) -> MemberRecord:
         """This member's record now. ``next_generation``: an exploit/explore was decided and is being carried
         out; the record already names the new generation, so no peer compares or copies the old one."""
         state = self.session.state
@@ -370,7 +284,7 @@ class PbtObserver(AlgoObserver):
             checkpoint_sha256=None if ckpt is None else ckpt[1],
             interval_best=self.interval_best,
             status=status,
-            epoch=self._completed_epochs(),
+            epoch=self.completed_epochs(),
             last_decision=last_decision or (self.decisions[-1].summary() if self.decisions else ""),
             host=socket.gethostname(),
             pid=os.getpid(),
@@ -378,7 +292,8 @@ class PbtObserver(AlgoObserver):
             origin_sha256=state.origin_sha256,
         )
 
-    def _write_record(self, record: MemberRecord) -> None:
+    def write_record(self, record: MemberRecord) -> None:
+        """Publish ``record`` as ``record.json`` (a failed write is warned about once; training goes on)."""
         try:
             fsio.atomic_write_json(self.session.dir / "record.json", record.to_dict())
             self.last_heartbeat = time.time()
@@ -388,19 +303,21 @@ class PbtObserver(AlgoObserver):
 
     def _heartbeat(self) -> None:
         self._collect()
-        self._write_record(self._record())
+        self.write_record(self.record())
 
-    def _save_checkpoint(self, state: dict[str, Any], generation: int) -> tuple[str, str]:
+    def write_checkpoint(self, state: dict[str, Any], generation: int) -> tuple[str, str]:
+        """Save ``state`` in this member's checkpoints/ at the current frame: (workspace-relative path, sha256)."""
         # Checked at every save: a checkpoints/ replaced by a link while training would put our files elsewhere.
         folder = self.session.ws.checked_member_dir(self.session.member, "checkpoints")
         path = folder / checkpoint_name(generation, int(self.algo.frame))
         sha = save_checkpoint(path, state)
         return self.session.ws.relative(path), sha
 
-    def _pbt_metadata(self, generation: int, hparams: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    def pbt_metadata(self, generation: int, hparams: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        """The ``pbt`` section of a checkpoint written now for ``generation`` with ``hparams``."""
         state = self.session.state
         return {"member": self.session.member, "generation": generation, "frame": int(self.algo.frame),
-                "epoch": self._completed_epochs(), "hyperparameters": dict(hparams),
+                "epoch": self.completed_epochs(), "hyperparameters": dict(hparams),
                 "rng_state": state.rng_state, "lineage": list(state.lineage), "last_lr": float(self.algo.last_lr),
                 "experiment_name": state.experiment_name, "objective": self._objective(), **extra}
 
@@ -423,12 +340,12 @@ class PbtObserver(AlgoObserver):
         self._sync_live_hyperparameters()
         state = self.session.state
         weights = self.algo.get_full_state_weights()
-        weights["epoch"] = self._completed_epochs()
-        weights["pbt"] = self._pbt_metadata(state.generation, state.hyperparameters)
+        weights["epoch"] = self.completed_epochs()
+        weights["pbt"] = self.pbt_metadata(state.generation, state.hyperparameters)
         # What state.json and record.json on disk name until they are saved again (after the decision when
         # persist is False): a crash before that resumes from it, so retention must not delete it yet.
         previous = state.last_checkpoint
-        rel, sha = self._save_checkpoint(weights, state.generation)
+        rel, sha = self.write_checkpoint(weights, state.generation)
         self.last_checkpoint = (rel, sha)
         state.published(rel, sha)
         summary = self.window.summary()
@@ -446,9 +363,9 @@ class PbtObserver(AlgoObserver):
                 if best != state.best:  # unchanged when this checkpoint did not make the list
                     state.best = best
                     fsio.atomic_write_json(self.session.dir / "best.json", state.best)
-        record = self._record()
+        record = self.record()
         if persist:
-            self._write_record(record)
+            self.write_record(record)
         # Peers behind us may copy any checkpoint our history offers: those stay until their entry leaves it.
         keep = {rel, *(b["checkpoint"] for b in state.best), *([previous] if previous else []),
                 *(e["checkpoint"] for e in state.history if e.get("checkpoint"))}
@@ -471,154 +388,12 @@ class PbtObserver(AlgoObserver):
         decision = step.decision
         self.decisions.append(decision)
         self.interval_best = None
-        self._write_record(self._record(decision.summary(), next_generation=step.acts))
+        self.write_record(self.record(decision.summary(), next_generation=step.acts))
         print(f"[async-pbt] member {me.member} frame {me.frame}: {decision.summary()}", flush=True)
         if step.acts:
             # Carried out in after_print_stats, once this epoch's update is done: the rollout just collected
             # belongs to the old policy, and both exploit paths then start from the same counters.
             self._pending_act = (decision, step.new_hyperparameters or {}, step.changes)
-
-    # ------------------------------------------------------------------ exploit / explore
-    def _act(self, decision: Decision, new_hp: dict[str, Any], changes) -> None:
-        session, state = self.session, self.session.state
-        ending = self._training_ends_now()
-        path, why = self._exploit_path(new_hp)
-        if ending or path == "abort":
-            reason = ending or f"exploit_mode: inprocess, but {why}"
-            session.audit.append("exploit_aborted", {"donor": decision.donor, "reason": reason})
-            self._write_record(self._record(f"{decision.outcome.value} not carried out: {reason}"[:300]))
-            return
-        if decision.outcome is Outcome.EXPLOIT:
-            entry = decision.donor_entry
-            assert decision.donor is not None and entry is not None and entry.checkpoint and entry.checkpoint_sha256
-            donor_state = self._fetch_donor(decision.donor, entry)
-            if donor_state is None:
-                return
-            donor_info = {"donor": decision.donor, "donor_generation": entry.generation,
-                          "donor_checkpoint": entry.checkpoint, "donor_sha256": entry.checkpoint_sha256,
-                          "donor_frame": entry.frame}
-            origin = entry.checkpoint_sha256
-        else:
-            donor_state = self.algo.get_full_state_weights()
-            donor_state["epoch"] = self._completed_epochs()
-            donor_info = {"donor": session.member, "donor_generation": state.generation,
-                          "donor_checkpoint": state.last_checkpoint, "donor_sha256": state.last_checkpoint_sha256,
-                          "donor_frame": int(self.algo.frame)}
-            origin = state.origin_sha256
-        lr = start_learning_rate(donor_state, new_hp, float(self.algo.last_lr))
-        generation = state.generation + 1
-        lineage_entry = {"generation": generation, "outcome": decision.outcome.value, "frame": int(self.algo.frame),
-                         "time": time.time(), "changes": [c.to_dict() for c in changes], **donor_info}
-        counters = {"epoch": self._completed_epochs(), "frame": int(self.algo.frame),
-                    "last_mean_rewards": float(self.algo.last_mean_rewards)}
-        meta = self._pbt_metadata(generation, new_hp, inherited_from=donor_info)
-        meta["lineage"] = [*state.lineage, lineage_entry]
-        meta["last_lr"] = lr
-        new_state = build_recipient_state(donor_state, counters, new_hp, meta, learning_rate=lr)
-        rel, sha = self._save_checkpoint(new_state, generation)
-        state.begin_generation(
-            frame=int(self.algo.frame), hyperparameters=new_hp, lineage_entry=lineage_entry, checkpoint=rel,
-            sha256=sha, origin_sha256=origin,
-            pending={"checkpoint": rel, "sha256": sha, "generation": generation, "frame": int(self.algo.frame),
-                     "hyperparameters": dict(new_hp), "changes": [c.to_dict() for c in changes],
-                     "last_lr": lr, "path": path, "path_reason": why, **donor_info})
-        session.save()
-        # Peers must not compare our old generation's evidence with anything from now on.
-        self.window.start_generation(generation)
-        self.last_checkpoint = (rel, sha)
-        self._write_record(self._record(decision.summary()))
-        if path == "restart":
-            self._restart(session.ws.checkpoint_path(rel), new_hp)
-        else:
-            self._apply_in_process(new_state, lr, new_hp)
-
-    def _exploit_path(self, new_hp: dict[str, Any]) -> tuple[str, str]:
-        """("inprocess" | "restart" | "abort", why)."""
-        mode = self.cfg.exploit_mode
-        if mode == "restart":
-            return "restart", "exploit_mode: restart"
-        blocked = blockers(self.algo, new_hp)
-        if not blocked:
-            return "inprocess", "every changed value can be set on the running agent"
-        return ("abort" if mode == "inprocess" else "restart"), "; ".join(blocked)
-
-    def _training_ends_now(self) -> str:
-        """Non-empty when rl_games stops after this epoch: a restart would train past the limit."""
-        algo = self.algo
-        max_epochs, max_frames = int(getattr(algo, "max_epochs", -1)), int(getattr(algo, "max_frames", -1))
-        if max_epochs != -1 and int(algo.epoch_num) >= max_epochs:
-            return f"training ends this epoch (max_epochs={max_epochs})"
-        if max_frames != -1 and int(algo.frame) >= max_frames:
-            return f"training ends this epoch (max_frames={max_frames})"
-        return ""
-
-    def _apply_in_process(self, new_state: dict[str, Any], lr: float, new_hp: dict[str, Any]) -> None:
-        """The exploit without a reboot: the recipient state goes into the running agent, the environment
-        keeps running. Same contract as the restart path (docs/checkpoint-restart.md); state.json still
-        names the pending exploit until this is done, so a kill anywhere in here resumes through it."""
-        session, state, algo = self.session, self.session.state, self.algo
-        algo.set_full_state_weights(new_state, set_epoch=True)
-        algo.last_lr = lr
-        algo.update_lr(lr)
-        apply_live_hyperparameters(algo, new_hp)
-        # Episodes in flight were begun by the old policy: dropped, and the new generation must settle.
-        self.summary_source.start_generation(state.generation)
-        self.interval_best = None
-        pending = dict(state.pending_exploit or {})
-        session.audit.append("exploit_applied", dict(pending, pid=os.getpid(), process_starts=state.process_starts))
-        self._audit_restored("exploit_inprocess", session.ws.checkpoint_path(pending["checkpoint"]))
-        state.pending_exploit = None
-        session.save()
-        self._write_record(self._record())
-        print(f"[async-pbt] member {session.member}: generation {state.generation} in-process from "
-              f"{pending.get('donor_checkpoint')} (lr {algo.last_lr:g})", flush=True)
-
-    def _fetch_donor(self, donor: int, entry: HistoryEntry) -> dict[str, Any] | None:
-        """Pin, copy, verify and fit-check the donor entry's checkpoint; ``None`` (logged, record rewritten,
-        training goes on) when that is impossible."""
-        session = self.session
-        local = session.dir / "incoming" / f"donor{donor:03d}_g{entry.generation:04d}.pth"
-        pin = None
-        incoming_checked = False
-        try:
-            session.ws.checked_member_dir(session.member, "incoming", create=True)  # refuses a planted link
-            incoming_checked = True
-            pin = pin_checkpoint(session.ws, donor, entry.checkpoint, session.member)
-            src = session.ws.checkpoint_path(entry.checkpoint)
-            fsio.atomic_copy_verified(src, local, entry.checkpoint_sha256)
-            state = load_checkpoint(local, trusted=self.cfg.trusted_workspace, map_location="cpu",
-                                    expected_sha256=entry.checkpoint_sha256)
-            check_donor_fits(self.algo, state)
-            return state
-        except (OSError, fsio.ChecksumMismatch, WorkspaceError, CheckpointError, DonorMisfit) as exc:
-            reason = f"donor {donor} checkpoint {entry.checkpoint}: {exc}"
-            session.audit.append("exploit_aborted", {"donor": donor, "reason": reason})
-            print(f"[async-pbt] member {session.member}: exploit aborted, keeps training: {reason}",
-                  file=sys.stderr, flush=True)
-            # Peers and `async-pbt status` must not read "exploit from N" for an exploit that did not happen.
-            self._write_record(self._record(f"exploit from {donor} aborted, kept training: {exc}"[:300]))
-            return None
-        finally:
-            if pin is not None:
-                pin.unlink(missing_ok=True)
-            if incoming_checked:
-                local.unlink(missing_ok=True)
-
-    def _restart(self, checkpoint: Path, new_hp: dict[str, Any]) -> None:
-        overrides = {isaaclab_key(k): v for k, v in new_hp.items()}
-        argv = restart_argv(self.session.argv, str(checkpoint), overrides)
-        if self._held_stop is not None and self._held_stop.requested is not None:
-            # Stopped (Ctrl-C / SIGTERM) during this step: stop instead of restarting. state.json holds the
-            # pending exploit, which the next start applies.
-            raise KeyboardInterrupt(f"signal {self._held_stop.requested} during an exploit restart")
-        writer = getattr(self.algo, "writer", None)
-        if writer is not None:
-            writer.flush()
-            writer.close()
-        if self.exit_on_restart:
-            raise SystemExit(f"restart requested: {argv}")
-        self.session.close()
-        replace_process(argv, self.cfg.launcher_prefix)
 
     # ------------------------------------------------------------------ end of training
     def finish(self, status: str = "finished") -> None:
@@ -635,6 +410,6 @@ class PbtObserver(AlgoObserver):
         else:
             # No checkpoint (see above), so the saved evidence stays the one of the last published checkpoint.
             self._collect()
-        self._write_record(self._record(status=status))
+        self.write_record(self.record(status=status))
         self.session.audit.append("stop", {"status": status, "frame": int(self.algo.frame)})
         self.session.close()

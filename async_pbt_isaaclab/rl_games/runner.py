@@ -39,7 +39,8 @@ def train_member(
 
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
     from async_pbt_isaaclab.rl_games.member import start_member
-    from async_pbt_isaaclab.rl_games.observer import MultiObserver, PbtObserver
+    from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
+    from async_pbt_isaaclab.rl_games.observer import PbtObserver
     from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalarsObserver
 
     # Every training entry point goes through here: a yaml naming pbt_bounded_actor_critic just works.

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from async_pbt_isaaclab.commands.evaluate import DEFAULT_EVAL_SEED
-from async_pbt_isaaclab.core.workspace import list_checkpoints, member_dirname
+from async_pbt_isaaclab.core.retention import list_checkpoints
+from async_pbt_isaaclab.core.workspace import member_dirname
 
 INF = math.inf
 

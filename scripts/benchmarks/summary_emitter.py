@@ -401,7 +401,7 @@ def e2e_run(variant: str, args: argparse.Namespace, epochs: int, profile: cProfi
         rl_games_wrapper_options,
     )
     from async_pbt_isaaclab.envs.torch_vec_env import TASK_ID, TorchReachEnvCfg, register_torch_envs
-    from async_pbt_isaaclab.rl_games.observer import MultiObserver
+    from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
 
     vec_wrapper_cls, gpu_env_cls = _load_isaaclab_stand_ins()
     register_torch_envs()

@@ -29,27 +29,29 @@ import pytest
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.records import SCHEMA_VERSION, MemberRecord, RecordError, read_record
-from async_pbt_isaaclab.core.workspace import (
+from async_pbt_isaaclab.core.member_lock import MemberLock
+from async_pbt_isaaclab.core.retention import (
     PIN_TTL_S,
-    MemberLock,
-    Workspace,
-    WorkspaceError,
     active_pins,
     apply_retention,
-    checkpoint_name,
     list_checkpoints,
-    member_dirname,
     pin_checkpoint,
     population_best,
-    resolve_inside,
     update_best,
+)
+from async_pbt_isaaclab.core.workspace import (
+    Workspace,
+    WorkspaceError,
+    checkpoint_name,
+    member_dirname,
+    resolve_inside,
 )
 
 CLAIMER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from async_pbt_isaaclab.core.workspace import MemberLock
+    from async_pbt_isaaclab.core.member_lock import MemberLock
     lock = MemberLock(Path(sys.argv[1]))
     try:
         lock.acquire(int(sys.argv[2]))

@@ -28,15 +28,8 @@ from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
 from async_pbt_isaaclab.core.audit import AuditLog, verify_log
 from async_pbt_isaaclab.core.member_state import load_state
-from async_pbt_isaaclab.core.workspace import (
-    Workspace,
-    WorkspaceError,
-    active_pins,
-    apply_retention,
-    checkpoint_name,
-    pin_checkpoint,
-    population_best,
-)
+from async_pbt_isaaclab.core.retention import active_pins, apply_retention, pin_checkpoint, population_best
+from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, checkpoint_name
 
 YAML = Path(__file__).resolve().parents[2] / "async_pbt_isaaclab" / "examples" / "pendulum_ppo.yaml"
 

@@ -293,7 +293,7 @@ def _run_member(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.
 def _hold_member_lock(ws: Path) -> subprocess.Popen:
     """A process that claims member 0 of ``ws`` and sleeps (returns once the lock is held)."""
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import time; from async_pbt_isaaclab.core.workspace import Workspace, MemberLock;"
+        "import time; from async_pbt_isaaclab.core.workspace import Workspace; from async_pbt_isaaclab.core.member_lock import MemberLock;"
         f"w=Workspace({str(ws)!r}); w.ensure(2,'episode_return','Pendulum-v1');"
         "l=MemberLock(w.member_dir(0)/'lock'); l.acquire(0); print('held', flush=True); time.sleep(120)")],
         stdout=subprocess.PIPE, text=True)

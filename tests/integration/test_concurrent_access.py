@@ -46,7 +46,9 @@ WRITER = textwrap.dedent(
     from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
     from async_pbt_isaaclab.core.member_state import MemberState, save_state
     from async_pbt_isaaclab.core.records import MemberRecord
-    from async_pbt_isaaclab.core.workspace import MemberLock, Workspace, apply_retention, checkpoint_name
+    from async_pbt_isaaclab.core.member_lock import MemberLock
+    from async_pbt_isaaclab.core.retention import apply_retention
+    from async_pbt_isaaclab.core.workspace import Workspace, checkpoint_name
 
     root, member, control, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
     ws = Workspace(root)

@@ -19,6 +19,7 @@ pytest.importorskip("rl_games")
 pytest.importorskip("matplotlib")
 
 from async_pbt_isaaclab.core.schedule import load_schedule, values_at  # noqa: E402
+from async_pbt_isaaclab.testing.forced_exploit import run_population  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -28,32 +29,9 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 @pytest.fixture(scope="module")
 def population(tmp_path_factory):
     root = tmp_path_factory.mktemp("observability")
-    ws = root / "ws"
-    env = dict(os.environ, ASYNC_PBT_TEST_FIXTURE="fixture_forced_exploit", PYTHONUNBUFFERED="1")
-    common = [
-        sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member",
-        "--pbt-workspace", str(ws), "--pbt-members", "2", "--train-dir", str(root / "runs"),
-        "--pbt-rule", "fixture_forced_exploit", "--pbt-interval-steps", "4096", "--pbt-exploit-mode", "restart",
-        "--pbt-start-grace-frames", "0", "--pbt-restart-grace-frames", "0", "--pbt-min-episodes", "8",
-        "--pbt-heartbeat-interval-s", "0.5",
-        "--pbt-keep-last-checkpoints", "100", "--num_envs", "16",
-        "agent.pbt.mutation_rate=1.0",
-        "agent.pbt.mutation.learning_rate=mutate_float",
-        "agent.pbt.mutation.entropy_coef=mutate_float",
-        "agent.params.config.horizon_length=128",
-        "agent.params.config.mini_epochs=2",
-    ]
-    procs = []
-    for index, iters in ((0, 14), (1, 10)):  # the donor trains longer so it is alive when member 1 decides
-        log = open(root / f"member{index}.log", "w")
-        procs.append((subprocess.Popen([*common, "--pbt-index", str(index), "--max_iterations", str(iters)],
-                                       cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT), log))
-    for proc, log in procs:
-        proc.wait(timeout=1500)
-        log.close()
-    for i, (proc, _) in enumerate(procs):
-        assert proc.returncode == 0, f"member {i} failed:\n{(root / f'member{i}.log').read_text()[-4000:]}"
-    return root, ws
+    run_population(root, "restart", ["agent.pbt.mutation.learning_rate=mutate_float",
+                                     "agent.pbt.mutation.entropy_coef=mutate_float"])
+    return root, root / "ws"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -278,7 +278,7 @@ def test_exploits_ran_in_process_and_no_stop_left_one_half_done(population):
 def test_a_stop_during_a_members_step_is_delivered_after_the_step():
     """Ctrl-C / SIGTERM landing between the writes of one publish-decide step is held until the step is
     written (so record.json never names a checkpoint that state.json, the resume point, does not)."""
-    from async_pbt_isaaclab.rl_games.observer import _HeldStop
+    from async_pbt_isaaclab.rl_games.held_stop import HeldStop
 
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt(f"signal {s}")))
@@ -286,7 +286,7 @@ def test_a_stop_during_a_members_step_is_delivered_after_the_step():
         for sig in (signal.SIGINT, signal.SIGTERM):
             steps = []
             with pytest.raises(KeyboardInterrupt):
-                with _HeldStop() as held:
+                with HeldStop() as held:
                     os.kill(os.getpid(), sig)
                     time.sleep(0.05)  # the handler has run by now: it only recorded the signal
                     steps.append("written")

@@ -37,18 +37,11 @@ import pytest
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.member_state import MemberState, save_state
-from async_pbt_isaaclab.launch.local import (
-    LaunchError,
-    add_launch_parser,
-    cmd_launch,
-    describe_exit,
-    detect_gpus,
-    launch_population,
-    main,
-    parse_indices,
-    parse_nvidia_smi_list,
-    progress_lines,
-)
+from async_pbt_isaaclab.launch.arguments import LaunchError
+from async_pbt_isaaclab.launch.gpus import detect_gpus, parse_nvidia_smi_list
+from async_pbt_isaaclab.launch.local import add_launch_parser, cmd_launch, main, parse_indices
+from async_pbt_isaaclab.launch.population import launch_population
+from async_pbt_isaaclab.launch.progress import describe_exit, progress_lines
 
 MEMBER_SCRIPT = r'''
 import json, os, signal, sys, time

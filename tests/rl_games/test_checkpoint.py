@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import io
 import os
@@ -14,11 +13,9 @@ import numpy as np
 import pytest
 from rl_games_line import NUMPY_VERSION, PLAIN_RESTORE_REFUSES_NUMPY
 import torch
-import yaml
 
 pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)
 
-import async_pbt_isaaclab.examples as examples
 from async_pbt_isaaclab.core.fsio import is_temp_file, sha256_file
 from async_pbt_isaaclab.rl_games.checkpoint import (
     PBT_KEY,
@@ -32,7 +29,6 @@ from async_pbt_isaaclab.rl_games.checkpoint import (
     with_pbt_metadata,
 )
 
-YAML = Path(examples.__file__).parent / "pendulum_ppo.yaml"
 
 
 class Marker:
@@ -55,34 +51,12 @@ class RunsCommand:
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory):
     """A real a2c_continuous agent after two epochs: input + value normalisation, adaptive LR, Adam state."""
-    from rl_games.common.algo_observer import AlgoObserver
-    from rl_games.torch_runner import Runner
+    from async_pbt_isaaclab.testing.tiny_agent import small_pendulum_agent_cfg, train_agent
 
-    from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
-
-    tmp = tmp_path_factory.mktemp("agent")
-    cfg = yaml.safe_load(YAML.read_text())
+    cfg = small_pendulum_agent_cfg(tmp_path_factory.mktemp("agent") / "runs", "ckpt", max_epochs=2, save_best_after=0)
     config = cfg["params"]["config"]
-    config.update(max_epochs=2, train_dir=str(tmp / "runs"), full_experiment_name="ckpt", save_best_after=0)
     assert config["normalize_input"] and config["normalize_value"] and config["lr_schedule"] == "adaptive"
-    register_gym_vecenv_for(cfg)
-
-    class Capture(AlgoObserver):
-        def after_init(self, algo):
-            self.algo = algo
-
-        def after_clear_stats(self):
-            pass
-
-    capture = Capture()
-    threads = torch.get_num_threads()
-    try:
-        runner = Runner(capture)
-        runner.load(copy.deepcopy(cfg))
-        runner.run({"train": True, "play": False, "checkpoint": None, "sigma": None})
-    finally:
-        torch.set_num_threads(threads)
-    return capture.algo
+    return train_agent(cfg)
 
 
 def assert_states_equal(a, b):

@@ -34,7 +34,8 @@ from async_pbt_isaaclab.rl_games.inheritance import (  # noqa: E402
     RECIPIENT_KEYS,
     build_recipient_state,
 )
-from async_pbt_isaaclab.rl_games.observer import model_fingerprint  # noqa: E402
+from async_pbt_isaaclab.rl_games.inheritance import model_fingerprint  # noqa: E402
+from async_pbt_isaaclab.testing.tiny_agent import train_agent  # noqa: E402
 
 YAML = Path(examples.__file__).parent / "pendulum_ppo.yaml"
 NEW_LR = 2.5e-4
@@ -52,30 +53,9 @@ def agent_yaml(tmp: Path, name: str, seed: int, epochs: int, **config) -> dict:
 
 def train(cfg: dict, observers=()) -> object:
     """Build an agent with the rl_games Runner, train ``max_epochs`` epochs; returns the live agent."""
-    from rl_games.common.algo_observer import IsaacAlgoObserver
-    from rl_games.torch_runner import Runner
-
-    from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
-    from async_pbt_isaaclab.rl_games.observer import MultiObserver
-
-    class Capture:
-        algo = None
-
-        def after_init(self, algo):
-            self.algo = algo
-
-    capture = Capture()
-    register_gym_vecenv_for(cfg)
-    threads = torch.get_num_threads()
-    try:
-        runner = Runner(MultiObserver([*observers, IsaacAlgoObserver(), capture]))
-        runner.load(copy.deepcopy(cfg))
-        runner.reset()
-        runner.run({"train": True, "play": False, "checkpoint": None, "sigma": None})
-    finally:
-        torch.set_num_threads(threads)
-    capture.algo.writer.flush()
-    return capture.algo
+    agent = train_agent(cfg, observers, isaac_stats=True)
+    agent.writer.flush()
+    return agent
 
 
 def snapshot(agent) -> dict:

@@ -6,7 +6,6 @@ asserted is read back from the agent, the audit log, stderr and the workspace fi
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from pathlib import Path
@@ -25,7 +24,9 @@ from async_pbt_isaaclab.core import fsio  # noqa: E402
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml  # noqa: E402
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EpisodeBatch  # noqa: E402
 from async_pbt_isaaclab.rl_games.checkpoint import save_checkpoint  # noqa: E402
-from async_pbt_isaaclab.rl_games.observer import MultiObserver, PbtObserver  # noqa: E402
+from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver  # noqa: E402
+from async_pbt_isaaclab.rl_games.observer import PbtObserver  # noqa: E402
+from async_pbt_isaaclab.testing.tiny_agent import train_agent  # noqa: E402
 
 YAML = Path(examples.__file__).parent / "pendulum_ppo.yaml"
 FRAMES_PER_EPOCH = 16 * 128
@@ -52,25 +53,7 @@ def start(tmp: Path, *, index: int = 1, epochs: int = 4, env_config: dict | None
 
 def train(agent_cfg: dict, observers: list) -> object:
     """rl_games Runner with ``MultiObserver([*observers, IsaacAlgoObserver()])``; returns the live agent."""
-    from rl_games.common.algo_observer import IsaacAlgoObserver
-    from rl_games.torch_runner import Runner
-
-    class Capture:
-        algo = None
-
-        def after_init(self, algo):
-            self.algo = algo
-
-    capture = Capture()
-    threads = torch.get_num_threads()
-    try:
-        runner = Runner(MultiObserver([*observers, IsaacAlgoObserver(), capture]))
-        runner.load(copy.deepcopy(agent_cfg))
-        runner.reset()
-        runner.run({"train": True, "play": False, "checkpoint": None, "sigma": None})
-    finally:
-        torch.set_num_threads(threads)
-    return capture.algo
+    return train_agent(agent_cfg, observers, isaac_stats=True)
 
 
 def audit(session) -> list[dict]:

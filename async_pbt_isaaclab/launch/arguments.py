@@ -1,0 +1,85 @@
+"""Checks of what a launch is asked to do, shared by every backend: the member command, the member indices,
+the supervision limits and the workspace and log folders. A bad value is a :class:`LaunchError` naming it
+(the command line turns it into one line and exit code 2).
+
+Imports only the standard library and the pure core.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from async_pbt_isaaclab.core.fsio import folder_problem
+
+MEMBER_FLAGS = ("--pbt-workspace", "--pbt-members", "--pbt-index")
+"""Flags the launcher appends to the member command; the user must not pass them too."""
+
+MEMBER_OVERRIDES = ("pbt.workspace=", "pbt.num_policies=", "pbt.policy_idx=")
+"""Hydra-style overrides meaning the same as :data:`MEMBER_FLAGS` (refused in the command as well)."""
+
+
+class LaunchError(ValueError):
+    """The launch cannot start as asked (bad command, indices, GPU list ...)."""
+
+
+def member_command(command: Sequence[str], workspace: str, members: int, index: int) -> list[str]:
+    """The command member ``index`` runs: ``command`` plus the three population flags."""
+    return [*command, "--pbt-workspace", workspace, "--pbt-members", str(members), "--pbt-index", str(index)]
+
+
+def check_member_command(command: Sequence[str]) -> list[str]:
+    """``command`` as strings; refuses an empty command and one that already holds a population flag."""
+    command = [str(c) for c in command]
+    if not command:
+        raise LaunchError("no member command given; put it after '--', e.g. -- python scripts/train_pbt.py ...")
+    for token in command[1:]:
+        name = token.split("=", 1)[0]
+        if name in MEMBER_FLAGS or any(o in token for o in MEMBER_OVERRIDES):
+            raise LaunchError(f"the member command contains {token!r}; the launcher sets --pbt-workspace, "
+                              f"--pbt-members and --pbt-index itself, remove it")
+    return command
+
+
+def check_indices(members: int, indices: Sequence[int] | None, *, flag_prefix: str = "") -> list[int]:
+    """The sorted member indices to launch (default all ``members``). ``flag_prefix="--"`` names the values
+    as the command line's flags (``--members``, ``--indices``) in the error."""
+    if isinstance(members, bool) or not isinstance(members, int) or members < 1:
+        raise LaunchError(f"{flag_prefix}members must be a positive integer, got {members!r}")
+    chosen = list(range(members)) if indices is None else list(indices)
+    if not chosen:
+        raise LaunchError(f"no member indices to launch ({flag_prefix}indices is empty)")
+    bad = [i for i in chosen if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < members]
+    if bad:
+        raise LaunchError(f"{flag_prefix}indices {bad} must be within 0..{members - 1}")
+    if len(set(chosen)) != len(chosen):
+        raise LaunchError(f"{flag_prefix}indices repeat: {chosen}")
+    return sorted(chosen)
+
+
+def check_supervision(max_retries: int, retry_window_s: float | None, progress_interval_s: float) -> None:
+    """Refuses negative retries and non-positive windows or progress intervals."""
+    if max_retries < 0:
+        raise LaunchError(f"max_retries must be >= 0, got {max_retries}")
+    if retry_window_s is not None and retry_window_s <= 0:
+        raise LaunchError(f"retry_window_s must be positive or None, got {retry_window_s}")
+    if progress_interval_s <= 0:
+        raise LaunchError(f"progress_interval_s must be positive, got {progress_interval_s}")
+
+
+def make_folders(workspace: str | os.PathLike, log_dir: str | os.PathLike | None) -> tuple[Path, Path]:
+    """Absolute workspace and log folders (default ``WORKSPACE/logs``), created; refuses a path that cannot be
+    a folder (a file, a dangling link) with the reason."""
+    root = Path(os.path.expanduser(os.fspath(workspace))).absolute()
+    logs = Path(os.path.expanduser(os.fspath(log_dir))).absolute() if log_dir is not None else root / "logs"
+    for folder, what in ((root, "workspace"), (logs, "log folder")):
+        problem = folder_problem(folder)
+        if problem:
+            raise LaunchError(f"{what} {folder} {problem}")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        logs.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LaunchError(f"cannot create the workspace or log folder {exc.filename}: {exc.strerror}") from None
+    return root, logs

@@ -1,0 +1,119 @@
+"""Starting a population on this machine: :func:`launch_population`.
+
+It checks the arguments (:mod:`~async_pbt_isaaclab.launch.arguments`), puts each member on its GPU
+(:mod:`~async_pbt_isaaclab.launch.gpus`), builds every member's command and environment once (identical at
+every restart) and hands them to the :class:`~async_pbt_isaaclab.launch.supervisor.Supervisor`, whose module
+docstring describes the process model: crash restarts, stopping, launcher death, progress and journal.
+
+Imports only the standard library and the pure core (no torch).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import threading
+from typing import Callable, Mapping, Sequence, TextIO
+
+from async_pbt_isaaclab.core.workspace import member_dirname
+from async_pbt_isaaclab.launch.arguments import (
+    check_indices,
+    check_member_command,
+    check_supervision,
+    make_folders,
+    member_command,
+)
+from async_pbt_isaaclab.launch.gpus import (
+    check_device_flag,
+    describe_placement,
+    detect_gpus,
+    place_member,
+    resolve_gpu_placement,
+)
+from async_pbt_isaaclab.launch.results import LaunchResult, MemberOutcome
+from async_pbt_isaaclab.launch.supervisor import SupervisedMember, Supervisor
+
+
+def launch_population(
+    command: Sequence[str],
+    members: int,
+    workspace: str | os.PathLike,
+    *,
+    gpus: Sequence[str] | None = None,
+    max_retries: int = 3,
+    retry_window_s: float | None = 3600.0,
+    restart_backoff_s: float = 5.0,
+    max_backoff_s: float = 120.0,
+    progress_interval_s: float = 10.0,
+    stop_grace_s: float = 30.0,
+    term_grace_s: float = 10.0,
+    log_dir: str | os.PathLike | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    indices: Sequence[int] | None = None,
+    on_progress: Callable[[list[str]], None] | None = None,
+    output: TextIO | None = None,
+    stop_event: threading.Event | None = None,
+    die_with_launcher: bool = True,
+    gpu_placement: str = "auto",
+) -> LaunchResult:
+    """Start members ``indices`` (default all ``members``) of ``command`` and supervise them until each
+    has finished, been given up, or the launcher is stopped. Blocks; see the module docstring.
+
+    Args:
+        command: the training command, without the population flags (the launcher adds them).
+        members: population size (``--pbt-members``).
+        workspace: population workspace (``--pbt-workspace``); created if missing.
+        gpus: ``CUDA_VISIBLE_DEVICES`` values to assign round-robin by member index; ``None`` detects
+            them (:func:`detect_gpus`); ``[]`` assigns none (the environment passes through).
+        max_retries: crash restarts allowed per member within ``retry_window_s``.
+        retry_window_s: sliding window for ``max_retries``; ``None`` counts every crash of the run.
+        restart_backoff_s: wait before the first restart; doubles with each crash in the window.
+        max_backoff_s: upper bound of that wait.
+        progress_interval_s: seconds between progress reports.
+        stop_grace_s: after forwarding SIGINT, how long members may take to stop before SIGTERM.
+        term_grace_s: after SIGTERM, how long before SIGKILL.
+        log_dir: folder of the ``member_NNN.log`` files (default ``WORKSPACE/logs``).
+        extra_env: variables added to every member's environment (the GPU assignment wins).
+        indices: the subset of members this launcher runs (e.g. one launcher per node).
+        on_progress: receives the progress lines instead of them being printed.
+        output: where launcher messages go (default ``sys.stdout``).
+        stop_event: setting it stops the population like SIGINT (for callers not on the main thread,
+            where signal handlers cannot be installed).
+        die_with_launcher: on Linux, members get SIGTERM if the launcher itself dies.
+        gpu_placement: ``auto``, ``device`` or ``mask`` (:data:`GPU_PLACEMENTS`).
+
+    Raises:
+        LaunchError: invalid arguments (empty command, population flags in the command, bad indices).
+    """
+    command = check_member_command(command)
+    chosen = check_indices(members, indices)
+    check_supervision(max_retries, retry_window_s, progress_interval_s)
+    root, logs = make_folders(workspace, log_dir)
+    gpu_ids = detect_gpus() if gpus is None else [str(g) for g in gpus]
+    placement = resolve_gpu_placement(gpu_placement)
+    check_device_flag(command, gpu_ids, placement)
+    out = output if output is not None else sys.stdout
+
+    base_env = dict(os.environ)
+    base_env.update({str(k): str(v) for k, v in (extra_env or {}).items()})
+    table: dict[int, SupervisedMember] = {}
+    for i in chosen:
+        env = dict(base_env)
+        cmd = member_command(command, str(root), members, i)
+        gpu = place_member(i, cmd, env, gpu_ids, placement, base_env)
+        env["ASYNC_PBT_MEMBER_INDEX"] = str(i)
+        outcome = MemberOutcome(index=i, gpu=gpu, log_path=str(logs / f"member_{member_dirname(i)}.log"))
+        table[i] = SupervisedMember(outcome=outcome, command=cmd, env=env)
+
+    sup = Supervisor(
+        table, workspace=root, num_members=members, max_retries=max_retries, retry_window_s=retry_window_s,
+        restart_backoff_s=restart_backoff_s, max_backoff_s=max_backoff_s, progress_interval_s=progress_interval_s,
+        stop_grace_s=stop_grace_s, term_grace_s=term_grace_s, die_with_launcher=die_with_launcher,
+        output=out, on_progress=on_progress, stop_event=stop_event, base_command=command,
+    )
+    gpu_text = describe_placement({i: m.outcome.gpu for i, m in table.items()}, gpu_ids, placement)
+    sup.say(f"launching {len(table)} of {members} members: {shlex.join(command)}\n"
+            f"workspace {root}; {gpu_text}\n"
+            f"logs {logs}/member_NNN.log; journal {root / 'launcher.jsonl'}; Ctrl-C stops all members")
+    return sup.run()
