@@ -41,6 +41,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -280,21 +281,30 @@ def test_a_stop_during_a_members_step_is_delivered_after_the_step():
     written (so record.json never names a checkpoint that state.json, the resume point, does not)."""
     from async_pbt_isaaclab.rl_games.held_stop import HeldStop
 
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    # The handlers a member runs with (Python's Ctrl-C handler; the runner's SIGTERM-as-Ctrl-C), whatever
+    # earlier tests in this process left installed.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt(f"signal {s}")))
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
             steps = []
             with pytest.raises(KeyboardInterrupt):
                 with HeldStop() as held:
-                    os.kill(os.getpid(), sig)
-                    time.sleep(0.05)  # the handler has run by now: it only recorded the signal
+                    # To the main thread itself, so its handler runs now (a process-directed signal may be
+                    # taken by another thread, and Python runs the handler only when the main thread looks).
+                    signal.pthread_kill(threading.main_thread().ident, sig)
+                    deadline = time.monotonic() + 60  # a safety net; the handler runs within microseconds
+                    while held.requested is None and time.monotonic() < deadline:
+                        time.sleep(0.001)
                     steps.append("written")
-                    assert held.requested == sig
+                    assert held.requested == sig  # held: recorded, not raised inside the step
             assert steps == ["written"]
             assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in zip((signal.SIGINT, signal.SIGTERM), previous, strict=True):
+            if handler is not None:  # None: installed outside Python, nothing to restore from here
+                signal.signal(sig, handler)
 
 
 def test_ctrl_c_right_after_an_audit_append_does_not_fork_the_chain(tmp_path, monkeypatch):
