@@ -97,12 +97,9 @@ def wrapper_chain() -> None:
     from rl_games.common import env_configurations
 
     import reach_task
-    from async_pbt_isaaclab.envs.isaaclab import (
-        IsaacLabHooks,
-        SummaryCfg,
-        attach_summary_source,
-        register_rl_games_env,
-    )
+    from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks, register_rl_games_env
+    from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
+    from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source
     from async_pbt_isaaclab.envs.summary_source import find_summary_source
 
     cfg = reach_task.ReachDirectEnvCfg()
