@@ -115,6 +115,41 @@ def test_the_evidence_wrapper_works_inside_the_real_rl_games_wrappers(release):
     assert set(found["extras"]) >= {"episode", "time_outs"} and "rlgpu" in found["registered"]
 
 
+MARL_TASK = "AsyncPbtTest-Reach-TwoAgent-Direct-v0"
+"""The multi-agent test task (``reach_marl_task.py``): a real ``DirectMARLEnv`` subclass, two agents, one per axis."""
+
+
+def test_a_multi_agent_task_is_converted_to_one_agent_as_isaac_lab_does(release):
+    found = probe(release, "multi_agent")
+    # The dispatch is on Isaac Lab's own classes: the multi-agent env goes through multi_agent_to_single_agent, a
+    # single-agent env is left alone.
+    assert found["marl_type_is_upstream"] and found["untouched_single_agent"]
+    assert found["converted_is_direct_rl_env"] and found["converted_wraps_task"]
+    # Two agents of 3 observations and 1 action each: one agent of 6 and 2 in the real RL-Games wrapper.
+    assert found["obs_space_shape"] == [6] and found["action_space_shape"] == [2] and found["obs_shape"] == [16, 6]
+    # The evidence is read from the task's multi-agent env (its terms, its resets), not from the conversion.
+    assert found["hook_on_task_env"]
+    assert found["episodes"] >= 16 and found["terms"] == ["out_of_bounds", "progress", "success"]
+    assert found["successes"] >= 1
+    assert set(found["extras"]) >= {"episode", "time_outs"}
+
+
+def test_train_pbt_trains_a_multi_agent_task_as_a_population_member(release, tmp_path):
+    ws = tmp_path / "ws"
+    proc = run_entry(release, str(ROOT / "scripts/train_pbt.py"), "--task", MARL_TASK, *headless(release),
+                     "--device", "cpu", "--num_envs", "32", "--max_iterations", "8", "--pbt-workspace", str(ws),
+                     "--pbt-members", "2", "--pbt-index", "0", "--pbt-interval-steps", "2048",
+                     "--pbt-min-episodes", "8", "--pbt-start-grace-frames", "0", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    record = json.loads((ws / "members/000/record.json").read_text())
+    assert record["status"] == "finished" and record["epoch"] == 8 and record["frame"] == 8 * 32 * 32
+    assert record["condition"]["task"] == MARL_TASK and record["condition"]["reward_config"].startswith("sha256:")
+    # Episodes of 100 steps in 256: the member published evidence from the converted env's episodes.
+    evidence = record["evidence"]
+    assert evidence["episodes_seen"] >= 32 and evidence["settled"]
+    assert set(evidence["values"]) <= {0.0, 1.0}
+
+
 def test_isaac_lab_keeps_the_contracts_the_evidence_wrapper_relies_on(release):
     found = probe(release, "contracts")
     assert all(found.values()), {k: v for k, v in found.items() if not v}
