@@ -21,8 +21,29 @@ TRAIN_PY_2_3_2 = {
 """Option strings of Isaac Lab 2.3.2's RL-Games train.py, without the AppLauncher flags."""
 
 
+_RUNNING: list[str] = []
+"""The probe :func:`batch` is running (its name tags the line :func:`_emit` prints)."""
+
+
 def _emit(data: Any) -> None:
-    print("PROBE:" + json.dumps(data, default=str), flush=True)
+    tag = f"[{_RUNNING[-1]}]" if _RUNNING else ""
+    print(f"PROBE{tag}:" + json.dumps(data, default=str), flush=True)
+
+
+def batch(calls: str) -> None:
+    """Run several probes in this one process (one Isaac Lab start-up for all): ``calls`` is a JSON list of
+    ``[name, *args]``. Each prints ``PROBE[name]:{...}``; one that raises prints its traceback as ``{"error": ...}``
+    and the others still run."""
+    import traceback
+
+    for name, *args in json.loads(calls):
+        _RUNNING.append(name)
+        try:
+            globals()[name](*args)
+        except BaseException:  # noqa: BLE001 - reported to the test that reads this probe
+            _emit({"error": traceback.format_exc()})
+        finally:
+            _RUNNING.pop()
 
 
 def release() -> None:
