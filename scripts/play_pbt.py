@@ -204,12 +204,9 @@ def _play(args, session, hooks, path: Path, source: str, state: dict[str, Any]) 
     from async_pbt_isaaclab.core.agent_config import set_path
     from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE
     from async_pbt_isaaclab.core.mutation import agent_path
-    from async_pbt_isaaclab.envs.isaaclab import (
-        SummaryCfg,
-        attach_summary_source,
-        register_rl_games_env,
-        rl_games_wrapper_options,
-    )
+    from async_pbt_isaaclab.envs.isaaclab import register_rl_games_env, rl_games_wrapper_options
+    from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
+    from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source
     from async_pbt_isaaclab.rl_games.checkpoint import read_pbt_metadata
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
 

@@ -19,7 +19,7 @@ What differs from Isaac Lab's script, and why:
 * the command line is captured before ``AppLauncher`` or Hydra rewrite ``sys.argv``, so an exploit restart
   (``os.execv`` of this same command with a new ``--checkpoint`` and the mutated ``agent.params.config.*``
   overrides appended) keeps every flag;
-* with the population enabled the env is wrapped in :class:`~async_pbt_isaaclab.envs.isaaclab.PbtIsaacLabEnv` inside
+* with the population enabled the env is wrapped in :class:`~async_pbt_isaaclab.envs.isaaclab_wrapper.PbtIsaacLabEnv` inside
   ``RlGamesVecEnvWrapper`` (per-episode evidence), the member's seed is ``seed + pbt_index`` (members must not be N
   copies of one run), and the run's log folder is the member's own, kept across restarts
   (``logs/rl_games/<name>/<name>_pbt_<NNN>``);
@@ -168,13 +168,10 @@ def _train(args: argparse.Namespace, session: Any, hooks: IsaacLabHooks) -> int:
 
     from async_pbt_isaaclab.core.config import ConfigError, objective_term
     from async_pbt_isaaclab.core.agent_config import load_population_config
-    from async_pbt_isaaclab.envs.isaaclab import (
-        SummaryCfg,
-        attach_summary_source,
-        register_rl_games_env,
-        reward_fingerprint,
-        rl_games_wrapper_options,
-    )
+    from async_pbt_isaaclab.envs.isaaclab import register_rl_games_env, rl_games_wrapper_options
+    from async_pbt_isaaclab.envs.isaaclab_condition import reward_fingerprint
+    from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
+    from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration, validate_exploration_config
     from async_pbt_isaaclab.rl_games.runner import train_member
 

@@ -31,7 +31,8 @@ from async_pbt_isaaclab.core.config import objective_term
 from async_pbt_isaaclab.core.agent_config import get_path, load_population_config
 from async_pbt_isaaclab.core.evidence import LENGTH_OBJECTIVE, RETURN_OBJECTIVE
 from async_pbt_isaaclab.core.mutation import agent_path
-from async_pbt_isaaclab.envs.isaaclab import ISAACLAB_INSTALL_HINT, SummaryCfg
+from async_pbt_isaaclab.envs.isaaclab import ISAACLAB_INSTALL_HINT
+from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
 from async_pbt_isaaclab.tasks.registry import (
     TASK_IDS,
     TASKS,

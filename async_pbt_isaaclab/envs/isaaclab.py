@@ -1,4 +1,4 @@
-"""The Isaac Lab layer: the hooks the scripts launch Isaac Lab with, and the PBT env wrapper's public names.
+"""The Isaac Lab layer: the hooks the scripts launch Isaac Lab with.
 
 This is the only module of the package that imports ``isaaclab``, ``isaaclab_rl`` or ``isaaclab_tasks``, and it
 does so lazily, inside the functions that need them (:class:`IsaacLabHooks`). Importing it pulls in neither
@@ -9,10 +9,11 @@ Isaac Lab: simulator flags, the simulator session with the task configs, ``gym.m
 :func:`parse_script_args`, :func:`register_rl_games_env`, :func:`rl_games_wrapper_options`, :func:`plain_config`
 and :func:`require_isaaclab`.
 
-The wrapper that turns the env's steps into per-episode evidence (:class:`PbtIsaacLabEnv`, :class:`SummaryCfg`,
-:class:`TermSpec`, :func:`attach_summary_source`, :func:`reward_fingerprint`, :func:`format_stage`, ...) lives in
-:mod:`async_pbt_isaaclab.envs.isaaclab_summaries`, with the env contract and the term sources in its docstring;
-those names are re-exported here, so ``from async_pbt_isaaclab.envs.isaaclab import PbtIsaacLabEnv`` keeps working.
+The wrapper that turns the env's steps into per-episode evidence lives in
+:mod:`async_pbt_isaaclab.envs.isaaclab_wrapper` (:class:`PbtIsaacLabEnv`, :func:`attach_summary_source`, with the env
+contract in its docstring), its ``pbt_summary:`` configuration and term sources in
+:mod:`async_pbt_isaaclab.envs.isaaclab_terms`, and the curriculum-stage and reward parts of the condition label in
+:mod:`async_pbt_isaaclab.envs.isaaclab_condition`.
 """
 
 from __future__ import annotations
@@ -29,19 +30,6 @@ import gymnasium
 
 from async_pbt_isaaclab.envs import isaaclab_api
 from async_pbt_isaaclab.envs.isaaclab_release import SUPPORTED, UnsupportedIsaacLab
-from async_pbt_isaaclab.envs.isaaclab_summaries import (
-    SOURCE_KINDS,
-    SUMMARY_SECTION,
-    TERM_MODES,
-    PbtIsaacLabEnv,
-    SummaryCfg,
-    TermSpec,
-    attach_summary_source,
-    format_stage,
-    make_term_reader,
-    parse_term_spec,
-    reward_fingerprint,
-)
 
 ISAACLAB_INSTALL_HINT = (
     "install Isaac Lab (https://isaac-sim.github.io/IsaacLab; supported: " + SUPPORTED + ") and this package into "
@@ -186,21 +174,10 @@ def rl_games_wrapper_options(agent_cfg: Mapping[str, Any]) -> tuple[str, float, 
 __all__ = [
     "ISAACLAB_INSTALL_HINT",
     "IsaacLabHooks",
-    "PbtIsaacLabEnv",
-    "SOURCE_KINDS",
-    "SUMMARY_SECTION",
-    "TERM_MODES",
-    "SummaryCfg",
     "UnsupportedIsaacLab",
-    "TermSpec",
-    "attach_summary_source",
-    "format_stage",
-    "make_term_reader",
     "parse_script_args",
-    "parse_term_spec",
     "plain_config",
     "register_rl_games_env",
     "require_isaaclab",
-    "reward_fingerprint",
     "rl_games_wrapper_options",
 ]

@@ -26,17 +26,10 @@ import gymnasium as gym
 import pytest
 import torch
 
-from async_pbt_isaaclab.envs.isaaclab import (
-    ISAACLAB_INSTALL_HINT,
-    IsaacLabHooks,
-    PbtIsaacLabEnv,
-    SummaryCfg,
-    TermSpec,
-    attach_summary_source,
-    format_stage,
-    parse_term_spec,
-    reward_fingerprint,
-)
+from async_pbt_isaaclab.envs.isaaclab import ISAACLAB_INSTALL_HINT, IsaacLabHooks
+from async_pbt_isaaclab.envs.isaaclab_condition import format_stage, reward_fingerprint
+from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg, TermSpec, parse_term_spec
+from async_pbt_isaaclab.envs.isaaclab_wrapper import PbtIsaacLabEnv, attach_summary_source
 from async_pbt_isaaclab.envs.torch_vec_env import REWARD_TERMS, TorchReachEnvCfg, register_torch_envs
 
 TASK = "AsyncPbt-TorchReach-v0"
@@ -272,6 +265,8 @@ def test_module_imports_neither_torch_nor_isaaclab():
                     raise ImportError(f"{name} blocked")
         sys.meta_path.insert(0, Block())
         import async_pbt_isaaclab.envs.isaaclab as m
+        import async_pbt_isaaclab.envs.isaaclab_condition, async_pbt_isaaclab.envs.isaaclab_terms
+        import async_pbt_isaaclab.envs.isaaclab_wrapper
         import argparse
         hint = m.ISAACLAB_INSTALL_HINT
         try:

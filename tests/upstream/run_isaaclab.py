@@ -4,8 +4,9 @@
     python tests/upstream/run_isaaclab.py 2.3.2 -m probe_name [args]      (a function of upstream_probes.py)
 
 The script runs as ``__main__`` with everything real (Isaac Lab's launcher, Hydra config loading, gymnasium
-registry, ``RlGamesVecEnvWrapper``/``RlGamesGpuEnv``, rl_games) except the simulator modules; the test task
-``AsyncPbtTest-Reach-Direct-v0`` (:mod:`reach_task`) is registered first, as an extension would register its tasks.
+registry, ``RlGamesVecEnvWrapper``/``RlGamesGpuEnv``, rl_games) except the simulator modules; the test tasks
+``AsyncPbtTest-Reach-Direct-v0`` (:mod:`reach_task`) and ``AsyncPbtTest-Reach-TwoAgent-Direct-v0`` (multi-agent,
+:mod:`reach_marl_task`) are registered first, as an extension would register its tasks.
 An exploit restart re-executes the captured command line, which starts with this file, so it runs here again.
 """
 
@@ -23,9 +24,11 @@ import isaaclab_real  # noqa: E402
 def main() -> None:
     release, target, *rest = sys.argv[1:]
     isaaclab_real.activate(release)
+    import reach_marl_task
     import reach_task
 
     reach_task.register()
+    reach_marl_task.register()
     if target == "-m":
         import upstream_probes
 

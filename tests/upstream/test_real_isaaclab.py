@@ -1,7 +1,8 @@
 """Our Isaac Lab layer against the real Isaac Lab releases 2.3.2 and 3.0.0, only the simulator stubbed.
 
-The ``isaaclab`` wheels are fetched from PyPI into a cache (``isaaclab_real.py``); each check runs in its own process
-(``run_isaaclab.py``), since the two releases cannot share one. What runs is Isaac Lab's own code: its launcher
+The ``isaaclab`` wheels are fetched from PyPI into a cache (``isaaclab_real.py``); the checks run in child processes
+(``run_isaaclab.py``), since the two releases cannot share one; the probes of one release share a process (the
+``probes`` fixture), so Isaac Lab starts once for all of them. What runs is Isaac Lab's own code: its launcher
 (``AppLauncher`` on 2.x, ``launch_simulation`` on 3.0), its config loading through Hydra (``hydra_task_config`` /
 ``resolve_task_config``), its task registry, ``RlGamesVecEnvWrapper`` and ``RlGamesGpuEnv``; and rl_games trains for
 real on a CPU. The env of the test task is a ``DirectRLEnv`` whose dynamics are the pure-torch reach task
@@ -25,6 +26,11 @@ ENTRY = HERE / "run_isaaclab.py"
 TASK = "AsyncPbtTest-Reach-Direct-v0"
 RELEASES = tuple(os.environ.get("ASYNC_PBT_TEST_RELEASES", "2.3.2,3.0.0").split(","))
 """Releases to run against (.ci/run's rl-games 1.6.1 job runs 2.3.2 only: that line is what 2.x pins)."""
+POPULATION_RELEASE = RELEASES[-1]
+"""The release the two-member population (the slowest check: three Isaac Lab starts, an exec restart, two plays)
+runs on: the newest one asked for. .ci/run's main job (2.3.2 and 3.0.0, rl-games 1.6.5) runs it on 3.0.0, its
+rl-games 1.6.1 job (2.3.2 only, what 2.x pins) on 2.3.2, so each release has its population run, with the rl-games
+its users have. Every lighter check, a real train_pbt.py run included, runs on every release."""
 
 pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)
 
@@ -34,13 +40,22 @@ import isaaclab_real  # noqa: E402
 pytest.importorskip("rl_games")
 
 
+def _fetched(release: str) -> str:
+    try:
+        isaaclab_real.ensure(release)
+    except isaaclab_real.Unavailable as exc:
+        pytest.skip(f"Isaac Lab {release} could not be fetched from PyPI: {exc}")
+    return release
+
+
 @pytest.fixture(scope="session", params=RELEASES)
 def release(request) -> str:
-    try:
-        isaaclab_real.ensure(request.param)
-    except isaaclab_real.Unavailable as exc:
-        pytest.skip(f"Isaac Lab {request.param} could not be fetched from PyPI: {exc}")
-    return request.param
+    return _fetched(request.param)
+
+
+@pytest.fixture(scope="session", params=[POPULATION_RELEASE])
+def population_release(request) -> str:
+    return _fetched(request.param)
 
 
 def _env() -> dict:
@@ -52,11 +67,33 @@ def run_entry(release: str, *args: str, cwd: Path | None = None, timeout: float 
                           timeout=timeout, cwd=cwd or ROOT, env=_env())
 
 
-def probe(release: str, name: str, *args: str) -> dict:
-    proc = run_entry(release, "-m", name, *args)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("PROBE:")]
-    assert proc.returncode == 0 and lines, f"probe {name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    return json.loads(lines[-1][len("PROBE:"):])
+def _probe_calls(release: str) -> list[list[str]]:
+    """The probes of this module, with their arguments, in the order one process runs them."""
+    cartpole = "AsyncPbt-Cartpole-Direct-v0" if release.startswith("2.") else "AsyncPbt-Cartpole-Direct"
+    return [["release"], ["contracts"], ["train_flags"], ["variants"], ["wrapper_chain"], ["multi_agent"],
+            ["configs", cartpole, "env.scene.num_envs=7", "agent.params.config.learning_rate=0.002",
+             "+agent.params.config.pbt_probe=3"],
+            ["restart_keeps_hydra_keys"]]
+
+
+@pytest.fixture(scope="session")
+def probes(release) -> dict[str, dict]:
+    """Every probe's findings on ``release``, from one child process: Isaac Lab is imported once, not per probe."""
+    proc = run_entry(release, "-m", "batch", json.dumps(_probe_calls(release)))
+    found = {}
+    for line in proc.stdout.splitlines():
+        match = re.match(r"PROBE\[(\w+)\]:(.*)", line)
+        if match:
+            found[match.group(1)] = json.loads(match.group(2))
+    return {"found": found, "output": proc.stdout[-3000:] + proc.stderr[-5000:], "rc": proc.returncode}
+
+
+def probe(probes: dict, name: str) -> dict:
+    """What probe ``name`` observed (the test fails with the child's output or the probe's traceback otherwise)."""
+    found = probes["found"].get(name)
+    assert found is not None, f"probe {name} printed nothing (exit {probes['rc']}):\n{probes['output']}"
+    assert "error" not in found, f"probe {name} raised:\n{found['error']}"
+    return found
 
 
 def headless(release: str) -> list[str]:
@@ -67,16 +104,16 @@ def headless(release: str) -> list[str]:
 # ------------------------------------------------------------------ the release, its configs and its wrapper
 
 
-def test_the_installed_release_is_detected(release):
-    found = probe(release, "release")
+def test_the_installed_release_is_detected(release, probes):
+    found = probe(probes, "release")
     if release.startswith("2."):
         assert found["series"] == "2" and found["source_install"] and found["version"] == "0.54.2"
     else:
         assert found["series"] == "3" and not found["source_install"] and found["version"] == "3.0.0"
 
 
-def test_every_variant_resolves_its_base_task_on_this_release(release):
-    found = probe(release, "variants")
+def test_every_variant_resolves_its_base_task_on_this_release(release, probes):
+    found = probe(probes, "variants")
     suffix = release.startswith("2.")
     assert all(task_id.endswith("-v0") == suffix for task_id in found["ids"]), found["ids"]
     bases = {v["base"] for v in found["variants"].values()}
@@ -90,24 +127,22 @@ def test_every_variant_resolves_its_base_task_on_this_release(release):
         assert variant["same_as_base"] and variant["has_pbt"], (task_id, variant)
 
 
-def test_hydra_overrides_load_through_the_releases_own_config_path(release):
-    task = "AsyncPbt-Cartpole-Direct-v0" if release.startswith("2.") else "AsyncPbt-Cartpole-Direct"
-    found = probe(release, "configs", task, "env.scene.num_envs=7", "agent.params.config.learning_rate=0.002",
-                  "+agent.params.config.pbt_probe=3")
+def test_hydra_overrides_load_through_the_releases_own_config_path(release, probes):
+    found = probe(probes, "configs")
     assert found["env_cfg_type"] == "CartpoleEnvCfg" and found["has_to_dict"]
     assert found["num_envs"] == 7
     assert found["config"]["learning_rate"] == 0.002 and found["config"]["pbt_probe"] == 3
 
 
-def test_a_restart_keeps_the_users_hydra_add_prefix(release):
-    found = probe(release, "restart_keeps_hydra_keys")
+def test_a_restart_keeps_the_users_hydra_add_prefix(release, probes):
+    found = probe(probes, "restart_keeps_hydra_keys")
     assert "+agent.params.config.pbt_probe_coef=0.25" in found["argv"]
     # Real Hydra accepted the rewritten command line and applied the mutated values.
     assert found["pbt_probe_coef"] == 0.25 and found["learning_rate"] == 0.0005
 
 
-def test_the_evidence_wrapper_works_inside_the_real_rl_games_wrappers(release):
-    found = probe(release, "wrapper_chain")
+def test_the_evidence_wrapper_works_inside_the_real_rl_games_wrappers(release, probes):
+    found = probe(probes, "wrapper_chain")
     assert found["wrapper"] == "isaaclab_rl.rl_games.rl_games.RlGamesVecEnvWrapper"
     assert found["gpu_env"] == "isaaclab_rl.rl_games.rl_games.RlGamesGpuEnv"
     assert found["source_is_ours"], "the observer finds our source through RlGamesGpuEnv -> RlGamesVecEnvWrapper"
@@ -115,13 +150,48 @@ def test_the_evidence_wrapper_works_inside_the_real_rl_games_wrappers(release):
     assert set(found["extras"]) >= {"episode", "time_outs"} and "rlgpu" in found["registered"]
 
 
-def test_isaac_lab_keeps_the_contracts_the_evidence_wrapper_relies_on(release):
-    found = probe(release, "contracts")
+MARL_TASK = "AsyncPbtTest-Reach-TwoAgent-Direct-v0"
+"""The multi-agent test task (``reach_marl_task.py``): a real ``DirectMARLEnv`` subclass, two agents, one per axis."""
+
+
+def test_a_multi_agent_task_is_converted_to_one_agent_as_isaac_lab_does(release, probes):
+    found = probe(probes, "multi_agent")
+    # The dispatch is on Isaac Lab's own classes: the multi-agent env goes through multi_agent_to_single_agent, a
+    # single-agent env is left alone.
+    assert found["marl_type_is_upstream"] and found["untouched_single_agent"]
+    assert found["converted_is_direct_rl_env"] and found["converted_wraps_task"]
+    # Two agents of 3 observations and 1 action each: one agent of 6 and 2 in the real RL-Games wrapper.
+    assert found["obs_space_shape"] == [6] and found["action_space_shape"] == [2] and found["obs_shape"] == [16, 6]
+    # The evidence is read from the task's multi-agent env (its terms, its resets), not from the conversion.
+    assert found["hook_on_task_env"]
+    assert found["episodes"] >= 16 and found["terms"] == ["out_of_bounds", "progress", "success"]
+    assert found["successes"] >= 1
+    assert set(found["extras"]) >= {"episode", "time_outs"}
+
+
+def test_train_pbt_trains_a_multi_agent_task_as_a_population_member(release, tmp_path):
+    ws = tmp_path / "ws"
+    proc = run_entry(release, str(ROOT / "scripts/train_pbt.py"), "--task", MARL_TASK, *headless(release),
+                     "--device", "cpu", "--num_envs", "32", "--max_iterations", "8", "--pbt-workspace", str(ws),
+                     "--pbt-members", "2", "--pbt-index", "0", "--pbt-interval-steps", "2048",
+                     "--pbt-min-episodes", "8", "--pbt-start-grace-frames", "0", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    record = json.loads((ws / "members/000/record.json").read_text())
+    assert record["status"] == "finished" and record["epoch"] == 8 and record["frame"] == 8 * 32 * 32
+    assert record["condition"]["task"] == MARL_TASK and record["condition"]["reward_config"].startswith("sha256:")
+    # Episodes of 100 steps in 256: the member published evidence from the converted env's episodes.
+    evidence = record["evidence"]
+    assert evidence["episodes_seen"] >= 32 and evidence["settled"]
+    assert set(evidence["values"]) <= {0.0, 1.0}
+
+
+def test_isaac_lab_keeps_the_contracts_the_evidence_wrapper_relies_on(release, probes):
+    found = probe(probes, "contracts")
     assert all(found.values()), {k: v for k, v in found.items() if not v}
 
 
-def test_train_pbt_accepts_every_flag_of_the_releases_train_script(release):
-    found = probe(release, "train_flags")
+def test_train_pbt_accepts_every_flag_of_the_releases_train_script(release, probes):
+    found = probe(probes, "train_flags")
     missing = sorted(set(found["upstream"]) - set(found["ours"]))
     assert not missing, f"train_pbt.py lacks {missing} ({found['origin']})"
     # Same meaning: each shared flag lands in the same argparse destination.
@@ -158,8 +228,9 @@ def test_configuration_errors_stop_with_a_clear_line(release, tmp_path):
 
 
 @pytest.fixture(scope="session")
-def population(release, tmp_path_factory):
+def population(population_release, tmp_path_factory):
     """Two members as separate processes; member 1 exploits member 0 once (test rule) and restarts with execv."""
+    release = population_release
     root = tmp_path_factory.mktemp(f"population_{release}")
     ws = root / "ws"
     env = dict(_env(), ASYNC_PBT_TEST_FIXTURE="fixture_forced_exploit")
@@ -197,7 +268,7 @@ def _entries(path: Path) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)  # two member processes run one after the other, each starting Isaac Lab
-def test_population_exploit_restart_on_the_real_release(release, population):
+def test_population_exploit_restart_on_the_real_release(population_release, population):
     from async_pbt_isaaclab.core.audit import verify_log
 
     root, ws, logs = population
@@ -227,7 +298,8 @@ PLAYED = re.compile(r"\[INFO\] played (\S+) \((.+)\): (\d+) steps, (\d+) episode
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_play_pbt_plays_the_recipient_and_the_best(release, population):
+def test_play_pbt_plays_the_recipient_and_the_best(population_release, population):
+    release = population_release
     root, ws, _ = population
     applied = [e for e in _entries(ws / "members/001/audit.jsonl") if e["kind"] == "exploit_applied"][0]
     common = [str(ROOT / "scripts/play_pbt.py"), "--task", TASK, *headless(release), "--device", "cpu",

@@ -21,8 +21,29 @@ TRAIN_PY_2_3_2 = {
 """Option strings of Isaac Lab 2.3.2's RL-Games train.py, without the AppLauncher flags."""
 
 
+_RUNNING: list[str] = []
+"""The probe :func:`batch` is running (its name tags the line :func:`_emit` prints)."""
+
+
 def _emit(data: Any) -> None:
-    print("PROBE:" + json.dumps(data, default=str), flush=True)
+    tag = f"[{_RUNNING[-1]}]" if _RUNNING else ""
+    print(f"PROBE{tag}:" + json.dumps(data, default=str), flush=True)
+
+
+def batch(calls: str) -> None:
+    """Run several probes in this one process (one Isaac Lab start-up for all): ``calls`` is a JSON list of
+    ``[name, *args]``. Each prints ``PROBE[name]:{...}``; one that raises prints its traceback as ``{"error": ...}``
+    and the others still run."""
+    import traceback
+
+    for name, *args in json.loads(calls):
+        _RUNNING.append(name)
+        try:
+            globals()[name](*args)
+        except BaseException:  # noqa: BLE001 - reported to the test that reads this probe
+            _emit({"error": traceback.format_exc()})
+        finally:
+            _RUNNING.pop()
 
 
 def release() -> None:
@@ -97,12 +118,9 @@ def wrapper_chain() -> None:
     from rl_games.common import env_configurations
 
     import reach_task
-    from async_pbt_isaaclab.envs.isaaclab import (
-        IsaacLabHooks,
-        SummaryCfg,
-        attach_summary_source,
-        register_rl_games_env,
-    )
+    from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks, register_rl_games_env
+    from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
+    from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source
     from async_pbt_isaaclab.envs.summary_source import find_summary_source
 
     cfg = reach_task.ReachDirectEnvCfg()
@@ -131,6 +149,55 @@ def wrapper_chain() -> None:
            "obs_space_module": type(info["observation_space"]).__module__,
            "obs_shape": list(obs["obs"].shape), "extras": sorted(extras),
            "registered": sorted(env_configurations.configurations)})
+
+
+def multi_agent() -> None:
+    """A ``DirectMARLEnv`` task through our env builder and evidence wrapper, inside the real rl_games wrappers."""
+    import gymnasium as gym
+    import torch
+    from isaaclab.envs import DirectMARLEnv, DirectRLEnv
+
+    import reach_marl_task
+    import reach_task
+    from async_pbt_isaaclab.envs import isaaclab_api
+    from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks
+    from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
+    from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source
+    from async_pbt_isaaclab.envs.summary_source import find_summary_source
+
+    single = gym.make(reach_task.TASK_ID, cfg=reach_task.ReachDirectEnvCfg())
+    untouched = isaaclab_api.convert_multi_agent(single) is single
+    cfg = reach_marl_task.ReachTwoAgentEnvCfg()
+    cfg.scene.num_envs = 16
+    marl = gym.make(reach_marl_task.TASK_ID, cfg=cfg)
+    converted = isaaclab_api.convert_multi_agent(marl)
+    import yaml
+    from pathlib import Path
+
+    agent = yaml.safe_load((Path(__file__).resolve().parents[2] / "tasks/agents/torch_reach_pbt.yaml").read_text())
+    wrapped = attach_summary_source(converted, SummaryCfg.from_agent_cfg(agent), objective="success",
+                                    task=reach_marl_task.TASK_ID)
+    hooks = IsaacLabHooks()
+    vec_env = hooks.vec_env_wrapper(wrapped, "cpu", 10.0, 1.0)
+    info = vec_env.get_env_info()
+    source = find_summary_source(vec_env)
+    obs = vec_env.reset()
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(250):
+        # Drive towards the goal (the observation is (dx, vx, px, dy, vy, py)): episodes end in success too.
+        o = obs["obs"] if isinstance(obs, dict) else obs
+        act = torch.stack([2.0 * o[:, 0] - o[:, 1], 2.0 * o[:, 3] - o[:, 4]], dim=-1)
+        obs, rew, dones, extras = vec_env.step(act + 0.3 * torch.randn(16, 2, generator=gen))
+    batch = source.drain()
+    _emit({"untouched_single_agent": untouched, "marl_type_is_upstream": isinstance(marl.unwrapped, DirectMARLEnv),
+           "converted_is_direct_rl_env": isinstance(converted, DirectRLEnv),
+           "converted_wraps_task": converted.env is marl.unwrapped,
+           "hook_on_task_env": "_reset_idx" in vars(marl.unwrapped),
+           "obs_space_shape": list(info["observation_space"].shape),
+           "action_space_shape": list(info["action_space"].shape),
+           "obs_shape": list((obs["obs"] if isinstance(obs, dict) else obs).shape),
+           "episodes": len(batch), "terms": sorted(batch.terms), "successes": sum(batch.terms["success"]),
+           "extras": sorted(extras)})
 
 
 def contracts() -> None:

@@ -1,12 +1,10 @@
 """The env wrapper that feeds the PBT evidence: per-episode summaries of an Isaac Lab env.
 
-Holds :class:`PbtIsaacLabEnv` (the gymnasium wrapper), its configuration (:class:`SummaryCfg`, the
-``pbt_summary:`` section of an agent yaml, and :class:`TermSpec`), the term-source readers, the curriculum-stage
-formatting (:func:`format_stage`) and :func:`reward_fingerprint`. It is separate from
-:mod:`async_pbt_isaaclab.envs.isaaclab` (the script-facing hooks that start the simulator and load tasks) because
-it only *reads* an env it is handed: it never imports ``isaaclab``, ``isaaclab_rl`` or ``isaaclab_tasks``, and
-torch only inside the wrapper's methods. Every public name here is re-exported by
-:mod:`async_pbt_isaaclab.envs.isaaclab`, where the scripts import them from.
+:class:`PbtIsaacLabEnv` is a gymnasium wrapper; :func:`attach_summary_source` builds it from the agent yaml's
+``pbt_summary:`` section (:class:`~async_pbt_isaaclab.envs.isaaclab_terms.SummaryCfg`, where the term sources are
+described). It is separate from :mod:`async_pbt_isaaclab.envs.isaaclab` (the script-facing hooks that start the
+simulator and load tasks) because it only *reads* an env it is handed: it never imports ``isaaclab``, ``isaaclab_rl``
+or ``isaaclab_tasks``, and torch only inside the wrapper's methods.
 
 Where the wrapper sits (the standard Isaac Lab RL-Games chain, one layer added)::
 
@@ -38,19 +36,11 @@ device, no host synchronisation) with the step's rewards, flags, per-env term va
 emitter is exposed as :attr:`PbtIsaacLabEnv.pbt_summary_source` (``drain() -> EpisodeBatch``,
 ``start_generation(g)``). Observations, rewards, flags and extras pass through unchanged.
 
-Per-episode terms (the candidates for the population objective) come from *sources*, written as strings so an
-agent yaml can name them (section ``pbt_summary:``, see :class:`SummaryCfg`):
 
-* ``accessor:<name>``: ``env.unwrapped.get_per_env_terms()[name]`` (the env's own per-env term accessor);
-* ``attr:<dotted.path>``: an attribute of ``env.unwrapped``, e.g. ``attr:successes`` (Allegro / Shadow hand
-  in-hand tasks count goals reached per env there);
-* ``reward:<term>``: the episodic sum of one reward term of a ``ManagerBasedRLEnv``
-  (``reward_manager._episode_sums[term]``, the number behind ``extras["log"]["Episode_Reward/<term>"]`` before
-  Isaac Lab averages it over envs and divides it by ``max_episode_length_s``);
-* ``log:<key>``: ``extras["log"][key]`` at the step the episode ended. Isaac Lab logs *batch means* over the envs
-  reset in that step, so every episode finishing in the same step gets the same value: exact only when one env
-  finishes per step, an approximation otherwise (use it when nothing per-env exists);
-* ``<module>:<function>``: any callable ``f(env_unwrapped) -> Tensor (num_envs,)``.
+A multi-agent task (``DirectMARLEnv``) reaches the wrapper converted to one agent by Isaac Lab's
+``multi_agent_to_single_agent`` (as its scripts do): ``env.unwrapped`` is then the conversion, a ``DirectRLEnv`` whose
+``.env`` is the task's multi-agent env. Term sources, the curriculum source and the ``_reset_idx`` hook go to that
+inner env (:func:`task_env`), where the task keeps its state and resets its finished envs.
 
 Values are taken at the end of each step and, for envs that finish, *just before the env resets them*: the
 wrapper hooks ``env.unwrapped._reset_idx`` to snapshot the sources there (Isaac Lab zeroes ``successes`` and the
@@ -65,240 +55,41 @@ condition at every reset. Reading a tensor-valued source synchronises with the h
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import importlib
-import inspect
-import json
-import math
-import re
 import warnings
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import gymnasium
 
 from async_pbt_isaaclab.core.evidence import LENGTH_OBJECTIVE, RETURN_OBJECTIVE, ConditionLabel
+from async_pbt_isaaclab.envs.isaaclab_condition import format_stage
+from async_pbt_isaaclab.envs.isaaclab_terms import (
+    SUMMARY_SECTION,
+    SummaryCfg,
+    TermSpec,
+    load_callable,
+    make_term_reader,
+    parse_term_spec,
+    resolve_attr,
+)
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
 
-SUMMARY_SECTION = "pbt_summary"
-"""Top-level key of an agent yaml that configures :class:`PbtIsaacLabEnv` (see :class:`SummaryCfg`)."""
-
-SOURCE_KINDS = ("accessor", "attr", "reward", "log")
-"""Source prefixes with a fixed meaning; any other ``a.b:c`` is a ``module:function`` callable."""
-
-TERM_MODES = ("sum", "last", "max", "log")
-"""Per-episode reductions (see :data:`async_pbt_isaaclab.envs.summary.TermMode`)."""
-
 _CALLABLE_PREFIX = "<terms callable>:"
 
 
-# ============================================================================ configuration
+def task_env(unwrapped: Any) -> Any:
+    """The env that holds the task's state: ``unwrapped`` itself, or the multi-agent env inside Isaac Lab's
+    ``multi_agent_to_single_agent`` conversion (a ``DirectRLEnv`` whose ``.env`` has ``possible_agents``).
 
-
-@dataclass(frozen=True)
-class TermSpec:
-    """One per-episode term: its name in the evidence, where its per-env values come from and how they reduce."""
-
-    name: str
-    """Name in the episode batch (what ``pbt.objective`` refers to)."""
-    source: str
-    """``accessor:<name>``, ``attr:<path>``, ``reward:<term>``, ``log:<key>`` or ``<module>:<function>``."""
-    mode: str = "last"
-    """``sum``, ``last``, ``max`` (over the episode's steps) or ``log`` (``extras["log"]`` at the final step)."""
-
-    @property
-    def kind(self) -> str:
-        prefix = self.source.split(":", 1)[0]
-        return prefix if prefix in SOURCE_KINDS else "callable"
-
-    @property
-    def target(self) -> str:
-        return self.source.split(":", 1)[1] if self.kind != "callable" else self.source
-
-
-def parse_term_spec(name: str, raw: Any, where: str = "terms") -> TermSpec:
-    """A :class:`TermSpec` from yaml: a source string, or ``{source: ..., mode: ...}``. Raises ValueError."""
-    if isinstance(raw, str):
-        raw = {"source": raw}
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"{where}.{name}: expected a source string or {{source: ..., mode: ...}}, got {raw!r}")
-    unknown = set(raw) - {"source", "mode"}
-    if unknown:
-        raise ValueError(f"{where}.{name}: unknown keys {sorted(unknown)}; accepted: source, mode")
-    source = raw.get("source")
-    if not isinstance(source, str) or ":" not in source or not source.split(":", 1)[1]:
-        raise ValueError(f"{where}.{name}.source: expected 'accessor:<name>', 'attr:<path>', 'reward:<term>', "
-                         f"'log:<key>' or '<module>:<function>', got {source!r}")
-    kind = source.split(":", 1)[0]
-    if kind == "log":
-        mode = raw.get("mode", "log")
-        if mode != "log":
-            raise ValueError(f"{where}.{name}: a log: source is read from extras['log'] at the final step; "
-                             f"its mode must be 'log', got {mode!r}")
-    elif kind == "reward":
-        mode = raw.get("mode", "last")
-        if mode != "last":
-            raise ValueError(f"{where}.{name}: a reward: source already is the episodic sum; its mode must be "
-                             f"'last', got {mode!r}")
-    else:
-        mode = raw.get("mode", "last")
-        if mode not in ("sum", "last", "max"):
-            raise ValueError(f"{where}.{name}.mode: {mode!r} is not accepted; accepted: sum, last, max")
-    return TermSpec(name=str(name), source=source, mode=mode)
-
-
-@dataclass(frozen=True)
-class SummaryCfg:
-    """The ``pbt_summary:`` section of an agent yaml: how :class:`PbtIsaacLabEnv` builds episode evidence.
-
-    Example (Allegro hand reorientation)::
-
-        pbt_summary:
-          terms:
-            successes: {source: "attr:successes", mode: last}
-          curriculum: null
+    The conversion steps the multi-agent env, which resets its own finished envs and keeps the task's buffers; the
+    conversion object has none of them.
     """
+    inner = getattr(unwrapped, "env", None)
+    if inner is not None and inner is not unwrapped and hasattr(inner, "possible_agents"):
+        return inner
+    return unwrapped
 
-    terms: tuple[TermSpec, ...] = ()
-    """Per-episode terms to record (the objective must be one of them, or episode_return / episode_length)."""
-    curriculum: str | None = None
-    """Curriculum-stage source (``log:<key>``, ``attr:<path>`` or ``<module>:<function>``); None: no curriculum."""
-    curriculum_bin: float | None = None
-    """Bin width for a numeric stage (``floor(v / bin) * bin``); None: the value as read."""
-    curriculum_poll_steps: int = 1
-    """Read the curriculum source every this many env steps."""
-    capacity: int | None = None
-    """Emitter ring-buffer size in episodes (None: ``max(4 * num_envs, 1024)``)."""
-
-    KEYS = ("terms", "curriculum", "curriculum_bin", "curriculum_poll_steps", "capacity")
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any] | None, where: str = SUMMARY_SECTION) -> "SummaryCfg":
-        """Parse and validate; every problem is reported at once in one ValueError."""
-        raw = dict(raw or {})
-        problems: list[str] = []
-        unknown = set(raw) - set(cls.KEYS)
-        if unknown:
-            problems.append(f"{where}: unknown keys {sorted(unknown)}; accepted: {', '.join(cls.KEYS)}")
-        terms: list[TermSpec] = []
-        raw_terms = raw.get("terms") or {}
-        if not isinstance(raw_terms, Mapping):
-            problems.append(f"{where}.terms: expected a mapping name -> source, got {raw_terms!r}")
-            raw_terms = {}
-        for name, spec in raw_terms.items():
-            try:
-                terms.append(parse_term_spec(str(name), spec, f"{where}.terms"))
-            except ValueError as exc:
-                problems.append(str(exc))
-        curriculum = raw.get("curriculum")
-        if curriculum is not None and (not isinstance(curriculum, str) or ":" not in curriculum
-                                       or curriculum.split(":", 1)[0] in ("accessor", "reward")):
-            problems.append(f"{where}.curriculum: expected 'log:<key>', 'attr:<path>' or '<module>:<function>', "
-                            f"got {curriculum!r}")
-        cbin = raw.get("curriculum_bin")
-        if cbin is not None and (isinstance(cbin, bool) or not isinstance(cbin, (int, float))
-                                 or not math.isfinite(cbin) or cbin <= 0):
-            problems.append(f"{where}.curriculum_bin: expected a positive number or null, got {cbin!r}")
-        poll = raw.get("curriculum_poll_steps", 1)
-        if isinstance(poll, bool) or not isinstance(poll, int) or poll < 1:
-            problems.append(f"{where}.curriculum_poll_steps: expected an integer >= 1, got {poll!r}")
-        capacity = raw.get("capacity")
-        if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
-            problems.append(f"{where}.capacity: expected an integer >= 1 or null, got {capacity!r}")
-        if problems:
-            raise ValueError("invalid episode-summary config:\n  - " + "\n  - ".join(problems))
-        return cls(terms=tuple(terms), curriculum=curriculum,
-                   curriculum_bin=None if cbin is None else float(cbin),
-                   curriculum_poll_steps=int(poll), capacity=capacity)
-
-    @classmethod
-    def from_agent_cfg(cls, agent_cfg: Mapping[str, Any]) -> "SummaryCfg":
-        """The ``pbt_summary:`` section of an rl_games agent config (an empty config when absent)."""
-        return cls.from_dict(agent_cfg.get(SUMMARY_SECTION))
-
-
-# ============================================================================ sources
-
-
-def _resolve_attr(obj: Any, path: str) -> Any:
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _load_callable(spec: str) -> Callable[[Any], Any]:
-    module_name, _, attr = spec.partition(":")
-    try:
-        fn = _resolve_attr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot load {spec!r}: {exc}") from None
-    if not callable(fn):
-        raise ValueError(f"{spec!r} is not callable")
-    return fn
-
-
-def make_term_reader(spec: TermSpec) -> Callable[[Any], "torch.Tensor"]:
-    """``reader(env_unwrapped) -> Tensor (num_envs,)`` for a non-``log`` term (no host synchronisation)."""
-    kind, target = spec.kind, spec.target
-    if kind == "accessor":
-        def read(env):
-            terms = env.get_per_env_terms()
-            if target not in terms:
-                raise KeyError(f"term {spec.name!r}: {type(env).__name__}.get_per_env_terms() has no {target!r}; "
-                               f"it has {sorted(terms)}")
-            return terms[target]
-    elif kind == "attr":
-        def read(env):
-            return _resolve_attr(env, target)
-    elif kind == "reward":
-        def read(env):
-            manager = getattr(env, "reward_manager", None)
-            sums = getattr(manager, "_episode_sums", None)
-            if sums is None:
-                raise TypeError(f"term {spec.name!r}: source reward:{target} needs a ManagerBasedRLEnv "
-                                f"(reward_manager._episode_sums); {type(env).__name__} has none")
-            if target not in sums:
-                raise KeyError(f"term {spec.name!r}: no reward term {target!r}; terms: {sorted(sums)}")
-            return sums[target]
-    elif kind == "callable":
-        fn = _load_callable(target)
-
-        def read(env):
-            return fn(env)
-    else:
-        raise ValueError(f"term {spec.name!r}: {kind}: sources are not read per env")
-    return read
-
-
-def _host_value(value: Any) -> Any:
-    """A curriculum value as a Python scalar or string (tensors are read back: a host synchronisation)."""
-    if hasattr(value, "detach") and hasattr(value, "numel"):
-        value = value.detach()
-        value = value.float().mean().item() if value.numel() != 1 else value.item()
-    return value
-
-
-def format_stage(value: Any, bin_width: float | None = None) -> str:
-    """The condition-label string of a curriculum value (numbers binned to ``floor(v / bin) * bin``)."""
-    value = _host_value(value)
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return str(int(value))
-    if isinstance(value, (int, float)):
-        v = float(value)
-        if not math.isfinite(v):
-            return str(v)
-        if bin_width:
-            v = math.floor(v / bin_width + 1e-9) * bin_width
-        return f"{v:g}"
-    return str(value)
-
-
-# ============================================================================ the wrapper
 
 
 class PbtIsaacLabEnv(gymnasium.Wrapper):
@@ -356,6 +147,9 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         from async_pbt_isaaclab.envs.summary import EpisodeSummaryEmitter
 
         base = env.unwrapped
+        task_state = task_env(base)
+        # Where terms, curriculum and resets are read (the multi-agent env of a converted multi-agent task).
+        self._task_env = task_state
         self.num_envs = int(base.num_envs)
         """Number of parallel environments."""
         self.device = str(base.device)
@@ -368,7 +162,7 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         """Objective the condition label names."""
 
         specs, self._callable_terms = self._term_specs(terms, term_modes)
-        specs = self._ensure_objective(specs, objective, base)
+        specs = self._ensure_objective(specs, objective, task_state)
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate term names in {names}")
@@ -390,9 +184,9 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         """Env steps taken through this wrapper (each advances all ``num_envs`` envs)."""
         self._stage = ""
         self._condition = self._make_label()
-        self._poll_curriculum(getattr(base, "extras", None), force=True)
+        self._poll_curriculum(getattr(task_state, "extras", None), force=True)
 
-        fresh = int(getattr(base, "common_step_counter", 0) or 0) == 0
+        fresh = int(getattr(task_state, "common_step_counter", 0) or 0) == 0
         self.pbt_summary_source: EpisodeSummaryEmitter = EpisodeSummaryEmitter(
             num_envs=self.num_envs,
             device=self.device,
@@ -412,7 +206,7 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         self._in_step = False
         self._hooked = None
         if self._per_env:
-            self._install_reset_hook(base)
+            self._install_reset_hook(task_state)
 
     # ------------------------------------------------------------------ construction helpers
 
@@ -462,8 +256,8 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         if kind == "log":
             return lambda env, extras: (extras or {}).get("log", {}).get(target) if isinstance(extras, Mapping) else None
         if kind == "attr":
-            return lambda env, extras: _resolve_attr(env, target)
-        fn = _load_callable(str(curriculum))
+            return lambda env, extras: resolve_attr(env, target)
+        fn = load_callable(str(curriculum))
         return lambda env, extras: fn(env)
 
     def _make_label(self) -> ConditionLabel:
@@ -475,7 +269,7 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
             return
         if not force and self.steps % self.curriculum_poll_steps:
             return
-        value = self._curriculum_read(self.env.unwrapped, extras)
+        value = self._curriculum_read(self._task_env, extras)
         if value is None:
             return  # key not logged yet (or this step): keep the stage we have
         stage = format_stage(value, self.curriculum_bin)
@@ -504,7 +298,7 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
     def _read_per_env(self) -> dict[str, "torch.Tensor"]:
         import torch
 
-        env = self.env.unwrapped
+        env = self._task_env
         out = {}
         called = self._callable_terms(env) if self._callable_terms is not None else None
         for name, read in self._per_env:
@@ -594,81 +388,4 @@ def attach_summary_source(env: gymnasium.Env, summary: SummaryCfg | None = None,
     return PbtIsaacLabEnv(env, **options)
 
 
-# ============================================================================ reward fingerprint
-
-_REWARD_FIELD = re.compile(r"reward|penalty|bonus|success", re.IGNORECASE)
-
-
-def _public_fields(obj: Any) -> list[tuple[str, Any]]:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return [(f.name, getattr(obj, f.name, None)) for f in dataclasses.fields(obj)]
-    try:
-        return [(k, v) for k, v in vars(obj).items() if not k.startswith("_")]
-    except TypeError:
-        return []
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (list, tuple)):
-        items = [_plain(v) for v in value]
-        return None if any(i is None for i in items) else items
-    if isinstance(value, Mapping):
-        items = {str(k): _plain(v) for k, v in value.items()}
-        return None if any(i is None for i in items.values()) else items
-    return None
-
-
-def _callable_name(fn: Any) -> str:
-    if fn is None:
-        return ""
-    target = fn if inspect.isfunction(fn) or inspect.isclass(fn) else type(fn)
-    return f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', repr(target))}"
-
-
-def reward_fingerprint(env_cfg: Any) -> str:
-    """A short, stable fingerprint of an env config's reward definition ("" when none is recognisable).
-
-    Two members whose fingerprints differ optimise different rewards (a reward weight overridden for one of them),
-    so their evidence is not compared. What goes in: each ``env_cfg.rewards.<term>`` of a ``ManagerBasedRLEnvCfg``
-    (weight and function), and every top-level number, string or container of numbers whose field name mentions
-    reward, penalty, bonus or success (``DirectRLEnvCfg`` tasks define their rewards this way, e.g. Allegro's
-    ``rot_reward_scale``, ``reach_goal_bonus`` and ``success_tolerance``, which also defines the success objective).
-    """
-    items: dict[str, Any] = {}
-    rewards = getattr(env_cfg, "rewards", None)
-    if rewards is not None and not isinstance(rewards, (int, float, str, Mapping)):
-        for name, term in _public_fields(rewards):
-            weight = getattr(term, "weight", None)
-            if isinstance(weight, (int, float)) and not isinstance(weight, bool):
-                items[f"rewards.{name}"] = [float(weight), _callable_name(getattr(term, "func", None))]
-    for name, value in _public_fields(env_cfg):
-        if name == "rewards" or not _REWARD_FIELD.search(name):
-            continue
-        plain = _plain(value)
-        if plain is not None:
-            items[name] = plain
-    if not items:
-        return ""
-    digest = hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()
-    return f"sha256:{digest[:16]}"
-
-
-__all__ = [
-    "PbtIsaacLabEnv",
-    "SOURCE_KINDS",
-    "SUMMARY_SECTION",
-    "SummaryCfg",
-    "TERM_MODES",
-    "TermSpec",
-    "attach_summary_source",
-    "format_stage",
-    "make_term_reader",
-    "parse_term_spec",
-    "reward_fingerprint",
-]
+__all__ = ["PbtIsaacLabEnv", "attach_summary_source", "task_env"]
