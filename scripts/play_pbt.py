@@ -199,10 +199,11 @@ def _play(args, session, hooks, path: Path, source: str, state: dict[str, Any]) 
     import torch
     from rl_games.torch_runner import Runner
 
-    from async_pbt_isaaclab.core.config import objective_term
     from async_pbt_isaaclab.core.agent_config import set_path
+    from async_pbt_isaaclab.core.config import objective_term
     from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE
     from async_pbt_isaaclab.core.mutation import agent_path
+    from async_pbt_isaaclab.envs import isaaclab_api
     from async_pbt_isaaclab.envs.isaaclab import (
         SummaryCfg,
         attach_summary_source,
@@ -211,8 +212,6 @@ def _play(args, session, hooks, path: Path, source: str, state: dict[str, Any]) 
     )
     from async_pbt_isaaclab.rl_games.checkpoint import read_pbt_metadata
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
-
-    from async_pbt_isaaclab.envs import isaaclab_api
 
     env_cfg, agent_cfg = session.env_cfg, session.agent_cfg
     agent_cfg = plain_config(agent_cfg)

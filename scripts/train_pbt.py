@@ -49,6 +49,7 @@ from async_pbt_isaaclab.rl_games.restart import capture_argv
 capture_argv()
 
 from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides  # noqa: E402
+
 # torch-free; Isaac Lab is imported lazily inside the hooks
 from async_pbt_isaaclab.envs.isaaclab import (  # noqa: E402
     IsaacLabHooks,
@@ -136,7 +137,9 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: IsaacLabHook
     if args.distributed and device is not None and "cpu" in str(device):
         print(f"error: --distributed needs GPUs, but --device is {device!r}; use --device cuda", file=sys.stderr)
         return 2
-    population_on = getattr(args, "pbt_num_policies", None) is not None or getattr(args, "pbt_workspace", None) is not None
+    population_on = (
+        getattr(args, "pbt_num_policies", None) is not None or getattr(args, "pbt_workspace", None) is not None
+    )
     if args.distributed and population_on:  # refused before the simulator starts (3.0 binds GPUs at launch)
         print("error: --distributed spreads one run over several GPUs, but a population member is one process. "
               "Give each member its own GPU instead: async-pbt launch --members N --gpus 0,1,... -- <this command "
@@ -152,8 +155,9 @@ def _train(args: argparse.Namespace, session: Any, hooks: IsaacLabHooks) -> int:
     # Everything heavy is imported after the simulator started, as Isaac Lab's scripts do.
     from rl_games.common.algo_observer import IsaacAlgoObserver
 
-    from async_pbt_isaaclab.core.config import ConfigError, objective_term
     from async_pbt_isaaclab.core.agent_config import load_population_config
+    from async_pbt_isaaclab.core.config import ConfigError, objective_term
+    from async_pbt_isaaclab.envs import isaaclab_api
     from async_pbt_isaaclab.envs.isaaclab import (
         SummaryCfg,
         attach_summary_source,
@@ -163,8 +167,6 @@ def _train(args: argparse.Namespace, session: Any, hooks: IsaacLabHooks) -> int:
     )
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration, validate_exploration_config
     from async_pbt_isaaclab.rl_games.runner import train_member
-
-    from async_pbt_isaaclab.envs import isaaclab_api
 
     env_cfg, agent_cfg = session.env_cfg, session.agent_cfg
     agent_cfg = plain_config(agent_cfg)
@@ -281,7 +283,7 @@ def member_experiment_name(rl_cfg: dict, cfg: Any, train_dir: str) -> str:
 
     try:
         state = load_state(Workspace(cfg.workspace_path(train_dir)).member_dir(cfg.policy_idx) / "state.json")
-    except Exception:  # a damaged state is reported by the member start itself
+    except Exception:  # noqa: BLE001 - a damaged state is reported by the member start itself
         state = None
     if state is not None and state.experiment_name:
         return state.experiment_name

@@ -36,8 +36,10 @@ def _median(out: str, label: str) -> float:
     return float(match.group(1))
 
 
-@pytest.mark.skip(reason="the e2e mode ran the emitter inside copies of Isaac Lab's rl_games wrappers, which are "
-                         "deleted; porting it to the real wheels of tests/upstream is open (the emitter mode still runs)")
+@pytest.mark.skip(
+    reason="the e2e mode ran the emitter inside copies of Isaac Lab's rl_games wrappers, which are "
+    "deleted; porting it to the real wheels of tests/upstream is open (the emitter mode still runs)"
+)
 def test_e2e_benchmark_reports_both_frame_rates(capsys):
     bench = _load_script()
     rc = bench.main(["e2e", "--num-envs", "64", "--horizon", "8", "--epochs", "3", "--pairs", "1",
@@ -111,7 +113,7 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
     target = results["settings"]["target"]
     for curve, ftt in ((run["curves"]["population"], run["frames_to_target"]["population"]),
                        *((runs[m], run["frames_to_target"]["independent_runs"][m]) for m in runs)):
-        reached = [p for p, v in zip(points, curve) if v >= target]
+        reached = [p for p, v in zip(points, curve, strict=True) if v >= target]
         assert ftt == (reached[0] if reached else None)
     pop, med = run["frames_to_target"]["population"], run["frames_to_target"]["independent_median"]
     r = run["ratio_population_over_median_independent"]
@@ -125,7 +127,7 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
     assert "frames to target: per member (total in the arm = members x per member)" in printed
     assert re.search(r"^(PASS|FAIL): goal population <= 0.5 x median independent", printed, re.MULTILINE)
     for t, cell in run["target_sweep"].items():
-        reached = [p for p, v in zip(points, run["curves"]["population"]) if v >= float(t)]
+        reached = [p for p, v in zip(points, run["curves"]["population"], strict=True) if v >= float(t)]
         assert cell["population"] == (reached[0] if reached else None)
 
     # --reanalyze: the same evaluated checkpoints against another target, no training.

@@ -24,15 +24,14 @@ import subprocess
 import sys
 import textwrap
 import warnings
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
 import yaml
 
 import async_pbt_isaaclab.tasks as tasks_pkg
-from async_pbt_isaaclab.core.config import objective_term
 from async_pbt_isaaclab.core.agent_config import get_path, load_population_config
+from async_pbt_isaaclab.core.config import objective_term
 from async_pbt_isaaclab.core.evidence import LENGTH_OBJECTIVE, RETURN_OBJECTIVE
 from async_pbt_isaaclab.core.mutation import agent_path
 from async_pbt_isaaclab.envs.isaaclab import ISAACLAB_INSTALL_HINT, SummaryCfg

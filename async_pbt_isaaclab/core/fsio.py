@@ -17,7 +17,7 @@ import socket
 import stat
 import time
 from pathlib import Path
-from typing import Any, Callable, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 #: Temp files carry this marker so cleanup can find the ones a killed writer left behind.
 TEMP_MARKER = ".tmp-"

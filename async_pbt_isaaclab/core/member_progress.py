@@ -84,7 +84,9 @@ def decision_in_words(entry: Mapping[str, Any] | None, fallback: str = "") -> st
     text = head + (": " + "; ".join(reasons) if reasons else "")
     excluded = d.get("excluded") if isinstance(d.get("excluded"), Mapping) else {}
     parts = [f"left out {_member(k)}: {v}" for k, v in sorted(excluded.items(), key=lambda kv: str(kv[0]))]
-    unreadable = (entry.get("inputs") or {}).get("unreadable_peers") if isinstance(entry.get("inputs"), Mapping) else None
+    unreadable = (
+        (entry.get("inputs") or {}).get("unreadable_peers") if isinstance(entry.get("inputs"), Mapping) else None
+    )
     if isinstance(unreadable, Mapping):
         parts += [f"unreadable {_member(k)}: {v}" for k, v in sorted(unreadable.items(), key=lambda kv: str(kv[0]))]
     return "; ".join([text, *parts])

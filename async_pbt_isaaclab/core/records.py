@@ -10,6 +10,7 @@ version raises :class:`RecordError` naming the file and the key, and the reader 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -206,7 +207,7 @@ class MemberRecord:
         hparams = _checked_hyperparameters(get("hyperparameters", dict), f"{where}.hyperparameters")
         raw_history = get("history", list)
         history = tuple(HistoryEntry.from_dict(e, f"{where}.history[{i}]") for i, e in enumerate(raw_history))
-        if any(a.frame > b.frame for a, b in zip(history, history[1:])):
+        if any(a.frame > b.frame for a, b in itertools.pairwise(history)):
             raise RecordError(f"{where}.history: entries are not in frame order")
         origin = get("origin_sha256", str)
         if origin and not _SHA256_HEX.fullmatch(origin):

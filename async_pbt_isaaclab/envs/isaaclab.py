@@ -5,7 +5,8 @@ does so lazily, inside the functions that need them (:class:`IsaacLabHooks`). Im
 Isaac Lab nor torch, so the scripts can build their command line before the simulator starts.
 
 What is here: :class:`IsaacLabHooks` (the points where ``scripts/train_pbt.py`` and ``scripts/play_pbt.py`` touch
-Isaac Lab: simulator flags, the simulator session with the task configs, ``gym.make``, the RL-Games vec-env wrapper, checkpoint paths),
+Isaac Lab: simulator flags, the simulator session with the task configs, ``gym.make``, the RL-Games vec-env wrapper,
+checkpoint paths),
 :func:`parse_script_args`, :func:`register_rl_games_env`, :func:`rl_games_wrapper_options`, :func:`plain_config`
 and :func:`require_isaaclab`.
 

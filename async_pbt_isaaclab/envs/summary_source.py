@@ -39,7 +39,7 @@ def find_summary_source(obj: Any) -> Any | None:
         for attr in ("vec_env", "env", "unwrapped"):
             try:
                 nxt = getattr(cur, attr, None)
-            except Exception:  # some wrappers raise on attribute access before reset
+            except Exception:  # noqa: BLE001 - some wrappers raise on attribute access before reset
                 nxt = None
             if nxt is not None and nxt is not cur:
                 todo.append(nxt)

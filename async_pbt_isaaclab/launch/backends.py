@@ -15,10 +15,9 @@ import os
 import sys
 from pathlib import Path
 
-from async_pbt_isaaclab.core.fsio import folder_problem
-
 from async_pbt_isaaclab.commands.doctor import doctor_report
-from async_pbt_isaaclab.launch.supervisor import EXIT_USAGE, MEMBER_FLAGS, LaunchError, _MEMBER_OVERRIDES
+from async_pbt_isaaclab.core.fsio import folder_problem
+from async_pbt_isaaclab.launch.supervisor import _MEMBER_OVERRIDES, EXIT_USAGE, MEMBER_FLAGS, LaunchError
 
 BACKENDS = ("local", "slurm", "ray")
 """Values of ``--backend``."""

@@ -67,8 +67,8 @@ from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from async_pbt_isaaclab.core.fsio import folder_problem
 from async_pbt_isaaclab.core.member_state import load_state
-from async_pbt_isaaclab.core.resume import describe_resume
 from async_pbt_isaaclab.core.records import read_record
+from async_pbt_isaaclab.core.resume import describe_resume
 from async_pbt_isaaclab.core.workspace import member_dirname
 from async_pbt_isaaclab.launch.progress import (
     _Journal,

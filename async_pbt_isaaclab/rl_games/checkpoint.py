@@ -239,7 +239,7 @@ def _disallowed_globals(data: bytes, fmt: str, message: str) -> list[str]:
                 # Inside the same allowlist as the load: only globals it does not cover are named.
                 with torch.serialization.safe_globals(rl_games_safe_globals()):
                     names = list(finder(io.BytesIO(data)))
-            except Exception:  # the scan is a diagnostic: fall back to torch's message
+            except Exception:  # noqa: BLE001 - the scan is a diagnostic: fall back to torch's message
                 names = []
     if not names:
         for pattern in _GLOBAL_PATTERNS:

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import hashlib
 import json
 import os
@@ -89,7 +90,7 @@ from async_pbt_isaaclab.core.records import RecordError
 from async_pbt_isaaclab.core.workspace import Workspace, member_dirname, parse_member_dirname
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import chaos_checks  # noqa: E402  (the verification half, next to this script)
+import chaos_checks
 
 WINDOWS = chaos_checks.WINDOWS
 FRAMES_PER_EPOCH = chaos_checks.FRAMES_PER_EPOCH
@@ -136,7 +137,9 @@ def member_command(args: argparse.Namespace, workspace: Path, iterations: int, f
     ]
 
 
-def launcher_command(args: argparse.Namespace, workspace: Path, iterations: int, member: int | None = None) -> list[str]:
+def launcher_command(
+    args: argparse.Namespace, workspace: Path, iterations: int, member: int | None = None
+) -> list[str]:
     """The launcher command: every member (the chaos phase), or only ``member`` (its finishing launch)."""
     env = ["--env", f"{TEST_FIXTURE_ENV}={FIXTURE_RULE}"] if args.rule != "dexpbt" else []
     finishing = member is not None
@@ -598,7 +601,7 @@ class Watcher:
             return
         if not self.chaos_on:
             return
-        if parent == "checkpoints" and (deleted and not fsio.is_temp_file(path) or fsio.TEMP_MARKER in path.name):
+        if parent == "checkpoints" and ((deleted and not fsio.is_temp_file(path)) or fsio.TEMP_MARKER in path.name):
             what = f"{path.name} deleted by retention" if deleted else f"{path.name} being written"
             d.try_kill(member, "checkpoint_write", what, lambda: publish_in_progress(mdir))
         elif parent == "incoming" and not deleted:
@@ -621,12 +624,16 @@ class Watcher:
                 e = json.loads(line)
             except ValueError:
                 continue
-            if not self.chaos_on or e.get("kind") != "decision" or (e.get("decision") or {}).get("outcome") != "exploit":
+            if (
+                not self.chaos_on
+                or e.get("kind") != "decision"
+                or (e.get("decision") or {}).get("outcome") != "exploit"
+            ):
                 continue
             seq, rng_after = e.get("seq", -1), e.get("rng_after")
             generation = ((e.get("inputs") or {}).get("me") or {}).get("generation")
             self.driver.try_kill(member, "restart_decided", f"exploit decision seq {seq} logged",
-                                 lambda: decision_not_acted_on(mdir, seq, generation, rng_after))
+                                 functools.partial(decision_not_acted_on, mdir, seq, generation, rng_after))
 
     def _on_state(self, member: int, path: Path) -> None:
         try:
@@ -666,7 +673,9 @@ class Watcher:
             except OSError:
                 execd = False
             mdir = d.mdir(member)
-            d.try_kill(member, window, detail, lambda: restart_in_flight(mdir, checkpoint, execd), aimed=False)
+            d.try_kill(
+                member, window, detail, functools.partial(restart_in_flight, mdir, checkpoint, execd), aimed=False
+            )
         while d.random_times and now >= d.random_times[0] and d.quota.get("random", 0) > 0:
             d.random_times.pop(0)
             live = [m for m in range(self.driver.args.members) if d.alive_pid(m) is not None and d.eligible(m)]
@@ -682,7 +691,9 @@ class Watcher:
             self.ino.close()
 
 
-def _launch(args: argparse.Namespace, ws: Path, root: Path, iterations: int, member: int | None = None) -> subprocess.Popen:
+def _launch(
+    args: argparse.Namespace, ws: Path, root: Path, iterations: int, member: int | None = None
+) -> subprocess.Popen:
     log = open(root / ("launcher.log" if member is None else f"launcher_finish_{member:03d}.log"), "wb")
     proc = subprocess.Popen(launcher_command(args, ws, iterations, member), stdout=log, stderr=subprocess.STDOUT,
                             cwd=root, env=dict(os.environ, PYTHONUNBUFFERED="1"))

@@ -75,13 +75,13 @@ from hypothesis import strategies as st
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.audit import AuditLog, read_entries, verify_log
-from async_pbt_isaaclab.core.step import PopulationView, pbt_step, start_hyperparameters
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, population_config_from_dict
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
 from async_pbt_isaaclab.core.member_state import MemberState, load_state
 from async_pbt_isaaclab.core.mutation import MemberRng, mutate
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord, RecordError, parse_record_bytes
 from async_pbt_isaaclab.core.selection import decide
+from async_pbt_isaaclab.core.step import PopulationView, pbt_step, start_hyperparameters
 from async_pbt_isaaclab.core.workspace import (
     Workspace,
     WorkspaceError,
@@ -215,8 +215,8 @@ def build_audit_log(path: Path) -> bytes:
 def build_real_checkpoint(folder: Path) -> bytes:
     """A real rl_games ``a2c_continuous`` checkpoint after one epoch (input/value normalisation, adaptive
     LR, Adam moments, numpy ``last_mean_rewards``) with PBT metadata, written by ``save_checkpoint``."""
-    import yaml
     import torch
+    import yaml
     from rl_games.common.algo_observer import AlgoObserver
     from rl_games.torch_runner import Runner
 

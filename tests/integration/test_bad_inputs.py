@@ -29,7 +29,13 @@ pytest.importorskip("rl_games")
 from async_pbt_isaaclab.core import fsio  # noqa: E402
 from async_pbt_isaaclab.core.audit import verify_log  # noqa: E402
 from async_pbt_isaaclab.core.evidence import EvidenceSummary  # noqa: E402
-from async_pbt_isaaclab.core.records import SCHEMA_VERSION, HistoryEntry, MemberRecord, read_record  # noqa: E402
+from async_pbt_isaaclab.core.records import (  # noqa: E402
+    SCHEMA_VERSION,
+    HistoryEntry,
+    MemberRecord,
+    RecordError,
+    read_record,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -122,7 +128,7 @@ def live(tmp_path_factory):
             sha = sha or fsio.sha256_file(path)
             seen_before = len(_aborts(ws))
 
-            def refresh_and_check():
+            def refresh_and_check(fname=fname, sha=sha, seen_before=seen_before, expect=expect):
                 now = time.time()
                 rec5 = _fake_record(template, 5, checkpoint=f"members/005/checkpoints/{fname}", sha=sha, heartbeat=now)
                 fsio.atomic_write_json(mdir[5] / "record.json", rec5)
@@ -156,7 +162,7 @@ def live(tmp_path_factory):
 def _try_read(path: Path):
     try:
         return read_record(path)
-    except Exception:
+    except RecordError:  # not written yet, or refused: the caller polls again
         return None
 
 

@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 pytest.importorskip("rl_games")
 pytest.importorskip("matplotlib")
 
-from async_pbt_isaaclab.core.schedule import load_schedule, values_at  # noqa: E402
+from async_pbt_isaaclab.core.schedule import load_schedule, values_at
 
 pytestmark = pytest.mark.slow
 

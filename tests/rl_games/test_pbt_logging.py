@@ -13,10 +13,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("tensorboard")
 
-from torch.utils.tensorboard import SummaryWriter  # noqa: E402
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch.utils.tensorboard import SummaryWriter
 
-from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalars, wandb_init_kwargs, wandb_run_id  # noqa: E402
+from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalars, wandb_init_kwargs, wandb_run_id
 
 
 def _scalars(folder) -> dict[str, list[tuple[int, float]]]:
