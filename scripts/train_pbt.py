@@ -28,7 +28,7 @@ What differs from Isaac Lab's script, and why:
 * ``--distributed`` (one member spread over several GPUs) is refused with the population enabled: a member is one
   process; use ``async-pbt launch --gpus`` to give each member its own GPU.
 
-The simulator-facing calls go through :class:`~async_pbt_isaaclab.envs.isaaclab.IsaacLabHooks`; what differs between
+The simulator-facing calls go through :class:`~async_pbt_isaaclab.envs.isaaclab.ScriptHooks`; what differs between
 Isaac Lab 2.x and 3.0 (flags, launch order, config resolution) is in :mod:`async_pbt_isaaclab.envs.isaaclab_api`.
 On 3.0 there is no ``--headless`` (it runs headless by default): drop the flag there.
 """
@@ -53,10 +53,12 @@ from async_pbt_isaaclab.core.flags import add_population_args, population_flag_o
 # torch-free; Isaac Lab is imported lazily inside the hooks
 from async_pbt_isaaclab.envs.isaaclab import (  # noqa: E402
     IsaacLabHooks,
+    ScriptHooks,
     UnsupportedIsaacLab,
     parse_script_args,
     plain_config,
 )
+from async_pbt_isaaclab.envs.isaaclab_api import Session  # noqa: E402
 
 LAUNCHER_NOTE = (
     "Simulator flags (--headless, --device, --enable_cameras, --livestream, ...) are added by Isaac Lab's "
@@ -110,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, hooks: IsaacLabHooks | None = None) -> int:
+def main(argv: Sequence[str] | None = None, hooks: ScriptHooks | None = None) -> int:
     """Parse the command line and train. Returns the process exit code (2: usage or configuration error)."""
     capture_argv()
     hooks = hooks or IsaacLabHooks()
@@ -127,7 +129,7 @@ def main(argv: Sequence[str] | None = None, hooks: IsaacLabHooks | None = None) 
     return run(args, hydra_args, hooks)
 
 
-def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: IsaacLabHooks | None = None) -> int:
+def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: ScriptHooks | None = None) -> int:
     """Launch the simulator, build the env and train (one member, or a plain run with the population disabled)."""
     hooks = hooks or IsaacLabHooks()
     if not args.task:
@@ -151,7 +153,7 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: IsaacLabHook
         return _train(args, session, hooks)
 
 
-def _train(args: argparse.Namespace, session: Any, hooks: IsaacLabHooks) -> int:
+def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> int:
     # Everything heavy is imported after the simulator started, as Isaac Lab's scripts do.
     from rl_games.common.algo_observer import IsaacAlgoObserver
 
@@ -315,9 +317,9 @@ def make_wandb_observer(args: argparse.Namespace, env_cfg: Any, agent_cfg: dict,
             # every restart, grouped by workspace). Without the population: a new run per start, as in Isaac Lab.
             run = (wandb_init_kwargs(None, workspace, experiment_name, name=args.wandb_name) if cfg.enabled
                    else {"name": args.wandb_name or experiment_name})
-            wandb.init(project=project, entity=args.wandb_entity, sync_tensorboard=True, monitor_gym=True,
-                       save_code=True, **run)
-            if not wandb.run.resumed:
+            wandb_run = wandb.init(project=project, entity=args.wandb_entity, sync_tensorboard=True,
+                                   monitor_gym=True, save_code=True, **run)
+            if not wandb_run.resumed:
                 if hasattr(env_cfg, "to_dict"):
                     wandb.config.update({"env_cfg": env_cfg.to_dict()})
                 wandb.config.update({"agent_cfg": agent_cfg})
@@ -325,7 +327,7 @@ def make_wandb_observer(args: argparse.Namespace, env_cfg: Any, agent_cfg: dict,
     return WandbObserver()
 
 
-def _dump_configs(hooks: IsaacLabHooks, log_dir: str, env_cfg: Any, agent_cfg: dict) -> None:
+def _dump_configs(hooks: ScriptHooks, log_dir: str, env_cfg: Any, agent_cfg: dict) -> None:
     """params/agent.yaml and params/env.yaml in the run folder (never fatal: they are records, not inputs)."""
     import yaml
 

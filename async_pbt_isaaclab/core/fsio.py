@@ -43,7 +43,7 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(final: Path | str, write: Callable[[BinaryIO], None]) -> None:
+def atomic_write(final: Path | str, write: Callable[[BinaryIO], object]) -> None:
     """Write a file atomically: ``write(fh)`` fills a temp file that then replaces ``final``.
 
     If ``write`` raises, the temp file is removed and ``final`` is untouched.

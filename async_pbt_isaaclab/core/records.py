@@ -74,13 +74,13 @@ class HistoryEntry:
                                "checkpoint_sha256", "hyperparameters"}
         if unknown:
             raise RecordError(f"{where}: unknown keys {sorted(unknown)}")
-        ints = {}
+        ints: dict[str, Any] = {}
         for key in ("frame", "generation", "count"):
             v = data.get(key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise RecordError(f"{where}.{key}: expected a non-negative integer, got {v!r:.40}")
             ints[key] = v
-        floats = {}
+        floats: dict[str, Any] = {}
         for key in ("mean", "std"):
             v = data.get(key)
             if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -215,7 +215,7 @@ class MemberRecord:
         sha = get("checkpoint_sha256", str, optional=True)
         if sha is not None and not _SHA256_HEX.fullmatch(sha):
             raise RecordError(f"{where}.checkpoint_sha256: not a sha256 hex digest: {sha!r}")
-        ints = {}
+        ints: dict[str, Any] = {}
         for key in ("member", "generation", "frame", "generation_start_frame", "restarts"):
             v = get(key, int)
             if v < 0:

@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     from async_pbt_isaaclab.launch.local import LaunchError, launch_population
 
     resumed = meta is not None
-    if resumed:
+    if meta is not None:
         print(f"[cpu-population] resuming the existing workspace {workspace} "
               f"(created {time.ctime(meta.get('created', 0))}): each member continues from its own last checkpoint. "
               f"Use a new --workspace for an independent experiment.", flush=True)

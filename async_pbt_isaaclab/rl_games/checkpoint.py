@@ -25,6 +25,7 @@ file's, ready to be published in the member record.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import io
 import pickle
 import re
@@ -79,7 +80,7 @@ def _numpy_scalar_reconstructor() -> Any:
     core = getattr(np, "_core", None)
     multiarray = getattr(core, "multiarray", None) if core is not None else None
     if multiarray is None or not hasattr(multiarray, "scalar"):
-        multiarray = np.core.multiarray  # numpy 1.x without the _core alias
+        multiarray = importlib.import_module("numpy.core.multiarray")  # numpy 1.x without the _core alias
     return multiarray.scalar
 
 

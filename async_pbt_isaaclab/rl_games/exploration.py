@@ -260,14 +260,14 @@ class _InwardStraightThroughClamp(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, low: float, high: float) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, x: torch.Tensor, low: float, high: float) -> torch.Tensor:
         ctx.save_for_backward(x)
         ctx.low = low
         ctx.high = high
         return x.clamp(low, high)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor):
         (x,) = ctx.saved_tensors
         inside = (x >= ctx.low) & (x <= ctx.high)
         inward = ((x > ctx.high) & (grad > 0)) | ((x < ctx.low) & (grad < 0))
