@@ -355,7 +355,7 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
 
         from async_pbt_isaaclab.envs.summary import EpisodeSummaryEmitter
 
-        base = env.unwrapped
+        base: Any = env.unwrapped  # an Isaac Lab env: num_envs, device (gymnasium.Env declares neither)
         self.num_envs = int(base.num_envs)
         """Number of parallel environments."""
         self.device = str(base.device)
@@ -405,12 +405,12 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
             fresh_start=fresh,
             compile=compile,
         )
-        """Completed-episode summaries: ``drain() -> EpisodeBatch``, ``start_generation(g)`` (the observer's contract)."""
+        """Completed-episode summaries (the observer's ``SummarySource``: ``drain()``, ``start_generation(g)``)."""
 
         # Snapshot of the per-env sources taken inside _reset_idx during a step (None: no reset this step).
         self._snapshot: dict[str, torch.Tensor] | None = None
         self._in_step = False
-        self._hooked = None
+        self._hooked: tuple[Any, Any] | None = None
         if self._per_env:
             self._install_reset_hook(base)
 
@@ -436,7 +436,11 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         return specs, None
 
     def _ensure_objective(self, specs: list[TermSpec], objective: str | None, base: Any) -> list[TermSpec]:
-        if not objective or objective in (RETURN_OBJECTIVE, LENGTH_OBJECTIVE) or any(s.name == objective for s in specs):
+        if (
+            not objective
+            or objective in (RETURN_OBJECTIVE, LENGTH_OBJECTIVE)
+            or any(s.name == objective for s in specs)
+        ):
             return specs
         if "/" in objective:
             # An Isaac Lab PbtCfg objective ("episode.Episode_Reward/success" -> "Episode_Reward/success").
@@ -460,7 +464,9 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
             return lambda env, extras: curriculum(env)
         kind, _, target = str(curriculum).partition(":")
         if kind == "log":
-            return lambda env, extras: (extras or {}).get("log", {}).get(target) if isinstance(extras, Mapping) else None
+            return lambda env, extras: (
+                (extras or {}).get("log", {}).get(target) if isinstance(extras, Mapping) else None
+            )
         if kind == "attr":
             return lambda env, extras: _resolve_attr(env, target)
         fn = _load_callable(str(curriculum))
@@ -506,7 +512,7 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
 
         env = self.env.unwrapped
         out = {}
-        called = self._callable_terms(env) if self._callable_terms is not None else None
+        called: Mapping[str, Any] = self._callable_terms(env) if self._callable_terms is not None else {}
         for name, read in self._per_env:
             if read is None:
                 if name not in called:
@@ -539,9 +545,11 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         self._snapshot = None
         self._in_step = True
         try:
-            obs, rew, terminated, truncated, extras = self.env.step(action)
+            # Isaac Lab returns tensors where gymnasium.Env.step declares Python scalars.
+            outputs: tuple[Any, Any, Any, Any, Any] = self.env.step(action)
         finally:
             self._in_step = False
+        obs, rew, terminated, truncated, extras = outputs
         self.steps += 1
         terms = None
         if self._per_env:
@@ -619,8 +627,8 @@ def _plain(value: Any) -> Any:
         items = [_plain(v) for v in value]
         return None if any(i is None for i in items) else items
     if isinstance(value, Mapping):
-        items = {str(k): _plain(v) for k, v in value.items()}
-        return None if any(i is None for i in items.values()) else items
+        fields = {str(k): _plain(v) for k, v in value.items()}
+        return None if any(i is None for i in fields.values()) else fields
     return None
 
 
