@@ -302,7 +302,8 @@ def test_save_refuses_bad_state_and_metadata(tmp_path):
 def test_failed_save_leaves_previous_file(tmp_path):
     path = tmp_path / "ckpt.pth"
     digest = save_checkpoint(path, {"model": {"w": torch.ones(3)}})
-    with pytest.raises(pickle.PicklingError):
+    # Pickling a local lambda raises AttributeError or PicklingError, depending on the Python version.
+    with pytest.raises((AttributeError, pickle.PicklingError)):
         save_checkpoint(path, {"model": {"w": torch.ones(3)}, "bad": lambda: None})  # not picklable
     assert sha256_file(path) == digest
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pth"]
