@@ -316,9 +316,9 @@ class MemberLock:
                         f"Each --pbt-index / policy_idx may run once: pick another index or stop that process"
                     ) from None
                 time.sleep(0.1)
-        claim = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+        owner = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(claim).encode(), 0)
+        os.pwrite(fd, json.dumps(owner).encode(), 0)
         os.fsync(fd)
         self.fd = fd
         st = os.fstat(fd)
@@ -390,7 +390,7 @@ def active_pins(ws: Workspace, member: int, now: float | None = None) -> set[str
 def list_checkpoints(folder: Path) -> list[tuple[int, int, Path]]:
     """(generation, frame, path) of the member checkpoints in ``folder``, oldest first: regular files with
     the names members write (a symbolic link or a folder there is not a checkpoint)."""
-    out: list[tuple[int, int, Path]] = []
+    out = []
     try:
         entries = list(folder.iterdir())
     except FileNotFoundError:
@@ -427,7 +427,7 @@ def apply_retention(ws: Workspace, member: int, keep_last: int, keep: Iterable[s
         pins = active_pins(ws, member, now)
         if rel in pins or "*" in pins:
             continue
-        removed += fsio.remove_files(folder, {path.name}.__contains__)
+        removed += fsio.remove_files(folder, lambda name, keep=path.name: name == keep)
     fsio.remove_stale_temp_files(folder, older_than_s=600.0, now=now)
     return removed
 

@@ -355,7 +355,7 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
 
         from async_pbt_isaaclab.envs.summary import EpisodeSummaryEmitter
 
-        base: Any = env.unwrapped  # an Isaac Lab env: num_envs, device (gymnasium.Env declares neither)
+        base = env.unwrapped
         self.num_envs = int(base.num_envs)
         """Number of parallel environments."""
         self.device = str(base.device)
@@ -405,12 +405,12 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
             fresh_start=fresh,
             compile=compile,
         )
-        """Completed-episode summaries (the observer's ``SummarySource``: ``drain()``, ``start_generation(g)``)."""
+        """Completed-episode summaries: ``drain() -> EpisodeBatch``, ``start_generation(g)`` (the observer's contract)."""
 
         # Snapshot of the per-env sources taken inside _reset_idx during a step (None: no reset this step).
         self._snapshot: dict[str, torch.Tensor] | None = None
         self._in_step = False
-        self._hooked: tuple[Any, Any] | None = None
+        self._hooked = None
         if self._per_env:
             self._install_reset_hook(base)
 
@@ -436,11 +436,7 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         return specs, None
 
     def _ensure_objective(self, specs: list[TermSpec], objective: str | None, base: Any) -> list[TermSpec]:
-        if (
-            not objective
-            or objective in (RETURN_OBJECTIVE, LENGTH_OBJECTIVE)
-            or any(s.name == objective for s in specs)
-        ):
+        if not objective or objective in (RETURN_OBJECTIVE, LENGTH_OBJECTIVE) or any(s.name == objective for s in specs):
             return specs
         if "/" in objective:
             # An Isaac Lab PbtCfg objective ("episode.Episode_Reward/success" -> "Episode_Reward/success").
@@ -464,9 +460,7 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
             return lambda env, extras: curriculum(env)
         kind, _, target = str(curriculum).partition(":")
         if kind == "log":
-            return lambda env, extras: (
-                (extras or {}).get("log", {}).get(target) if isinstance(extras, Mapping) else None
-            )
+            return lambda env, extras: (extras or {}).get("log", {}).get(target) if isinstance(extras, Mapping) else None
         if kind == "attr":
             return lambda env, extras: _resolve_attr(env, target)
         fn = _load_callable(str(curriculum))
@@ -512,7 +506,7 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
 
         env = self.env.unwrapped
         out = {}
-        called: Mapping[str, Any] = self._callable_terms(env) if self._callable_terms is not None else {}
+        called = self._callable_terms(env) if self._callable_terms is not None else None
         for name, read in self._per_env:
             if read is None:
                 if name not in called:
@@ -545,11 +539,9 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         self._snapshot = None
         self._in_step = True
         try:
-            # Isaac Lab returns tensors where gymnasium.Env.step declares Python scalars.
-            outputs: tuple[Any, Any, Any, Any, Any] = self.env.step(action)
+            obs, rew, terminated, truncated, extras = self.env.step(action)
         finally:
             self._in_step = False
-        obs, rew, terminated, truncated, extras = outputs
         self.steps += 1
         terms = None
         if self._per_env:
@@ -627,8 +619,8 @@ def _plain(value: Any) -> Any:
         items = [_plain(v) for v in value]
         return None if any(i is None for i in items) else items
     if isinstance(value, Mapping):
-        fields = {str(k): _plain(v) for k, v in value.items()}
-        return None if any(i is None for i in fields.values()) else fields
+        items = {str(k): _plain(v) for k, v in value.items()}
+        return None if any(i is None for i in items.values()) else items
     return None
 
 

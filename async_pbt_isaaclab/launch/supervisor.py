@@ -12,8 +12,7 @@ Process model
   --pbt-index i``. When the machine has GPUs, member ``i`` gets ``gpus[i % len(gpus)]`` (round-robin,
   so members share GPUs when there are more members than GPUs), by ``--device cuda:<gpu>`` on Isaac Lab 2.x
   (masking breaks its renderer's GPU index, Isaac Lab issue #2756) or else by ``CUDA_VISIBLE_DEVICES``, so that the
-  member sees exactly one GPU as ``cuda:0`` (:data:`GPU_PLACEMENTS`). ``ASYNC_PBT_MEMBER_INDEX=i`` is exported for
-  log prefixes only.
+  member sees exactly one GPU as ``cuda:0`` (:data:`GPU_PLACEMENTS`). ``ASYNC_PBT_MEMBER_INDEX=i`` is exported for log prefixes only.
   stdin is ``/dev/null``; stdout and stderr are appended to ``WORKSPACE/logs/member_NNN.log``.
 * **Own process group.** Each member starts in a new session (``start_new_session=True``), so a
   Ctrl-C typed in the terminal reaches only the launcher and the launcher decides what the members
@@ -532,7 +531,7 @@ class _Supervisor:
 
     # ---------------------------------------------------------------- main loop
     def run(self) -> LaunchResult:
-        handlers: dict[signal.Signals, Any] = {}
+        handlers: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 previous = signal.getsignal(sig)

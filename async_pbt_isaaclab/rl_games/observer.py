@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from rl_games.common.algo_observer import AlgoObserver
 
@@ -46,7 +46,7 @@ from async_pbt_isaaclab.core.workspace import (
     pin_checkpoint,
     update_best,
 )
-from async_pbt_isaaclab.envs.summary_source import SettlingSummarySource, SummarySource, find_summary_source
+from async_pbt_isaaclab.envs.summary_source import find_summary_source
 from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from async_pbt_isaaclab.rl_games.inheritance import (
     DonorMisfit,
@@ -130,7 +130,7 @@ class _HeldStop:
     def _hold(self, signum: int, frame: Any) -> None:
         self.requested = signum
 
-    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
+    def __exit__(self, exc_type, exc, tb) -> bool:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         if self.requested is not None and exc_type is None:
@@ -141,15 +141,14 @@ class _HeldStop:
 class PbtObserver(AlgoObserver):
     """One population member inside an rl_games training process."""
 
-    def __init__(self, session: MemberSession, summary_source: SummarySource | None = None,
-                 exit_on_restart: bool = False):
+    def __init__(self, session: MemberSession, summary_source: Any = None, exit_on_restart: bool = False):
         super().__init__()
         self.session = session
         """The claimed member (workspace, lock, state, audit)."""
         self.cfg = session.cfg
         """Population config."""
         self.summary_source = summary_source
-        """Where the completed-episode evidence comes from; found on the vec-env (``after_init``) if None."""
+        """Object with ``drain() -> EpisodeBatch`` and ``start_generation(g)``; found on the vec-env if None."""
         self.window = EvidenceWindow(self._objective(), self.cfg.window, session.state.generation)
         """Evidence of the current generation."""
         self.condition = session.condition
@@ -182,17 +181,17 @@ class PbtObserver(AlgoObserver):
 
     # ------------------------------------------------------------------ rl_games hooks
     def after_init(self, algo) -> None:
-        source = self.summary_source if self.summary_source is not None else find_summary_source(algo)
-        if source is None:
+        if self.summary_source is None:
+            self.summary_source = find_summary_source(algo)
+        if self.summary_source is None:
             raise RuntimeError(
                 "population member: the rl_games vec-env exposes no 'pbt_summary_source' (completed-episode "
                 "summaries). Use async_pbt_isaaclab's gym vec-env (CPU) or the Isaac Lab wrapper "
                 "(async_pbt_isaaclab.envs.isaaclab), or pass summary_source= to PbtObserver"
             )
-        self.summary_source = source
-        if isinstance(source, SettlingSummarySource):
-            source.set_settle_max_steps(self.cfg.settle_max_steps)
-        source.start_generation(self.session.state.generation)
+        if hasattr(self.summary_source, "set_settle_max_steps"):
+            self.summary_source.set_settle_max_steps(self.cfg.settle_max_steps)
+        self.summary_source.start_generation(self.session.state.generation)
         self._restore_start_checkpoint(algo)
         self._restore_evidence()
         # Set only once restored: a stop before that must not publish the agent's fresh counters (frame 0,
@@ -299,17 +298,13 @@ class PbtObserver(AlgoObserver):
             self._heartbeat()
 
     def _collect(self) -> None:
-        assert self.summary_source is not None  # set in after_init, before any epoch
         batch = self.summary_source.drain()
         if len(batch) == 0:
             self.window.add(batch)  # carries the settling gate's state even without episodes
             return
-        condition = dataclasses.replace(
-            batch.condition,
-            objective=self._objective(),
-            task=batch.condition.task or self.session.condition.task,
-            reward_config=batch.condition.reward_config or self.session.condition.reward_config,
-        )
+        condition = dataclasses.replace(batch.condition, objective=self._objective(),
+                                        task=batch.condition.task or self.session.condition.task,
+                                        reward_config=batch.condition.reward_config or self.session.condition.reward_config)
         if condition != self.condition:
             if self.window.episodes_seen:
                 self._warn_once(f"condition:{condition}", f"condition changed to {condition.to_dict()}; evidence "
@@ -326,11 +321,8 @@ class PbtObserver(AlgoObserver):
                                          f"values {available}; this member publishes no evidence until it is")
             return
         if self.window.rejected_non_finite > rejected_before:
-            self._warn_once(
-                "nonfinite",
-                f"objective {self._objective()!r} had NaN or infinite values "
-                f"({self.window.rejected_non_finite} so far); they are left out of the evidence",
-            )
+            self._warn_once("nonfinite", f"objective {self._objective()!r} had NaN or infinite values "
+                                         f"({self.window.rejected_non_finite} so far); they are left out of the evidence")
         if self._publishable():
             mean = self.window.summary().mean
             if self.interval_best is None or self.cfg.better(mean, self.interval_best):
@@ -570,7 +562,6 @@ class PbtObserver(AlgoObserver):
         algo.update_lr(lr)
         apply_live_hyperparameters(algo, new_hp)
         # Episodes in flight were begun by the old policy: dropped, and the new generation must settle.
-        assert self.summary_source is not None  # set in after_init, before any exploit
         self.summary_source.start_generation(state.generation)
         self.interval_best = None
         pending = dict(state.pending_exploit or {})
@@ -592,7 +583,6 @@ class PbtObserver(AlgoObserver):
         try:
             session.ws.checked_member_dir(session.member, "incoming", create=True)  # refuses a planted link
             incoming_checked = True
-            assert entry.checkpoint and entry.checkpoint_sha256  # donor_candidates offers only such entries
             pin = pin_checkpoint(session.ws, donor, entry.checkpoint, session.member)
             src = session.ws.checkpoint_path(entry.checkpoint)
             fsio.atomic_copy_verified(src, local, entry.checkpoint_sha256)

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import hashlib
 import io
 import json
@@ -136,23 +137,9 @@ def population_config_raw() -> dict[str, Any]:
 
 
 def seed_records() -> list[MemberRecord]:
-    return [
-        _record(
-            0,
-            [-200.0 + k for k in range(8)],
-            hparams={"learning_rate": 1e-3, "gamma": 0.99, "mini_epochs": 4, "entropy_coef": 1e-3},
-        ),
-        _record(
-            1,
-            [-900.0 - k for k in range(8)],
-            hparams={"learning_rate": 5e-4, "gamma": 0.98, "mini_epochs": 6, "entropy_coef": 1e-4},
-        ),
-        _record(
-            2,
-            [-1200.0 + 3 * k for k in range(8)],
-            hparams={"learning_rate": 2e-4, "gamma": 0.97, "mini_epochs": 2, "entropy_coef": 1e-5},
-        ),
-    ]
+    return [_record(0, [-200.0 + k for k in range(8)], hparams={"learning_rate": 1e-3, "gamma": 0.99, "mini_epochs": 4, "entropy_coef": 1e-3}),
+            _record(1, [-900.0 - k for k in range(8)], hparams={"learning_rate": 5e-4, "gamma": 0.98, "mini_epochs": 6, "entropy_coef": 1e-4}),
+            _record(2, [-1200.0 + 3 * k for k in range(8)], hparams={"learning_rate": 2e-4, "gamma": 0.97, "mini_epochs": 2, "entropy_coef": 1e-5})]
 
 
 def seed_state() -> dict[str, Any]:
@@ -737,11 +724,11 @@ def run_target(target: Target, examples: int, tmp_root: Path, raise_failures: bo
             stats.examples.setdefault("invariant: " + key, f"{exc}\ninput: {value!r:.600}")
             if raise_failures:
                 raise
-        except RecursionError as exc:
+        except RecursionError as exc:  # noqa: B014 - listed apart: a deep input must not crash the reader
             _record_unexpected(stats, exc, value)
             if raise_failures:
                 raise Unexpected(f"{target.name}: {type(exc).__name__}: {exc}") from exc
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - anything else is a bug in the parser
             _record_unexpected(stats, exc, value)
             if raise_failures:
                 raise Unexpected(f"{target.name}: {type(exc).__name__}: {exc}") from exc
@@ -761,10 +748,8 @@ def run_target(target: Target, examples: int, tmp_root: Path, raise_failures: bo
 
 def _record_unexpected(stats: Stats, exc: BaseException, value: Any) -> None:
     tb = traceback.extract_tb(exc.__traceback__)
-    where = next(
-        (f"{Path(f.filename).name}:{f.lineno}" for f in reversed(tb) if "async_pbt_isaaclab" in f.filename),
-        f"{Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else "?",
-    )
+    where = next((f"{Path(f.filename).name}:{f.lineno}" for f in reversed(tb)
+                  if "async_pbt_isaaclab" in f.filename), f"{Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else "?")
     key = f"{type(exc).__name__} at {where}"
     stats.unexpected[key] += 1
     stats.examples.setdefault(key, f"{type(exc).__name__}: {str(exc)[:300]}\ninput: {value!r:.600}")
