@@ -63,7 +63,8 @@ class _AliasLoader(importlib.abc.Loader):
     def get_code(self, fullname: str):
         # ``python -m async_pbt.x.y`` (runpy) runs the implementation's code as __main__.
         spec = importlib.util.find_spec(self.target)
-        return spec.loader.get_code(self.target) if spec is not None and spec.loader is not None else None
+        loader = spec.loader if spec is not None else None
+        return loader.get_code(self.target) if isinstance(loader, importlib.abc.InspectLoader) else None
 
     def is_package(self, fullname: str) -> bool:
         spec = importlib.util.find_spec(self.target)

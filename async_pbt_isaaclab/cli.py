@@ -78,7 +78,7 @@ from async_pbt_isaaclab.launch.local import add_launch_parser  # stdlib + core o
 
 # ============================================================================ entry point
 
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], object]] = [
     add_check_config_parser,
     add_status_parser,
     add_audit_parser,

@@ -24,7 +24,7 @@ only with ``--trusted-workspace``), never with rl_games' full-pickle ``restore``
 
 The played episodes are summarised like PBT evidence (completed episodes: return, length, objective) and printed at
 the end, so ``--num_steps`` doubles as a quick evaluation. The simulator-facing calls go through
-:class:`~async_pbt_isaaclab.envs.isaaclab.IsaacLabHooks` (the tests run them against the real Isaac Lab packages).
+:class:`~async_pbt_isaaclab.envs.isaaclab.ScriptHooks` (the tests run them against the real Isaac Lab packages).
 """
 
 from __future__ import annotations
@@ -38,7 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks, UnsupportedIsaacLab, parse_script_args, plain_config
+from async_pbt_isaaclab.envs.isaaclab import (
+    IsaacLabHooks,
+    ScriptHooks,
+    UnsupportedIsaacLab,
+    parse_script_args,
+    plain_config,
+)
+from async_pbt_isaaclab.envs.isaaclab_api import Session
 
 LAUNCHER_NOTE = (
     "Simulator flags (--headless, --device, --enable_cameras, ...) are added by Isaac Lab's AppLauncher and appear "
@@ -161,7 +168,7 @@ def restore_player(player: Any, state: dict[str, Any]) -> None:
         player.env.set_env_state(env_state)
 
 
-def main(argv: Sequence[str] | None = None, hooks: IsaacLabHooks | None = None) -> int:
+def main(argv: Sequence[str] | None = None, hooks: ScriptHooks | None = None) -> int:
     hooks = hooks or IsaacLabHooks()
     try:
         args, hydra_args = parse_script_args(build_parser(), hooks, argv, script="play")  # --help: no Isaac Lab
@@ -181,7 +188,7 @@ def main(argv: Sequence[str] | None = None, hooks: IsaacLabHooks | None = None) 
     return 0
 
 
-def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: IsaacLabHooks | None = None) -> PlayResult:
+def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: ScriptHooks | None = None) -> PlayResult:
     """Choose and load the checkpoint (before starting the simulator: fail fast), then play it."""
     hooks = hooks or IsaacLabHooks()
     if not args.task:
@@ -196,12 +203,13 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: IsaacLabHook
         return _play(args, session, hooks, path, source, state)
 
 
-def _play(args, session, hooks, path: Path, source: str, state: dict[str, Any]) -> PlayResult:
+def _play(args: argparse.Namespace, session: Session, hooks: ScriptHooks, path: Path, source: str,
+          state: dict[str, Any]) -> PlayResult:
     import torch
     from rl_games.torch_runner import Runner
 
-    from async_pbt_isaaclab.core.config import objective_term
     from async_pbt_isaaclab.core.agent_config import set_path
+    from async_pbt_isaaclab.core.config import objective_term
     from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE
     from async_pbt_isaaclab.core.mutation import agent_path
     from async_pbt_isaaclab.envs.isaaclab import register_rl_games_env, rl_games_wrapper_options
@@ -209,8 +217,6 @@ def _play(args, session, hooks, path: Path, source: str, state: dict[str, Any]) 
     from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source
     from async_pbt_isaaclab.rl_games.checkpoint import read_pbt_metadata
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
-
-    from async_pbt_isaaclab.envs import isaaclab_api
 
     env_cfg, agent_cfg = session.env_cfg, session.agent_cfg
     agent_cfg = plain_config(agent_cfg)

@@ -31,7 +31,7 @@ What differs from Isaac Lab's script, and why:
 * ``--distributed`` (one member spread over several GPUs) is refused with the population enabled: a member is one
   process; use ``async-pbt launch --gpus`` to give each member its own GPU.
 
-The simulator-facing calls go through :class:`~async_pbt_isaaclab.envs.isaaclab.IsaacLabHooks`; what differs between
+The simulator-facing calls go through :class:`~async_pbt_isaaclab.envs.isaaclab.ScriptHooks`; what differs between
 Isaac Lab 2.x and 3.0 (flags, launch order, config resolution) is in :mod:`async_pbt_isaaclab.envs.isaaclab_api`.
 On 3.0 there is no ``--headless`` (it runs headless by default): drop the flag there.
 """
@@ -52,13 +52,16 @@ from async_pbt_isaaclab.rl_games.restart import capture_argv
 capture_argv()
 
 from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides  # noqa: E402
+
 # torch-free; Isaac Lab is imported lazily inside the hooks
 from async_pbt_isaaclab.envs.isaaclab import (  # noqa: E402
     IsaacLabHooks,
+    ScriptHooks,
     UnsupportedIsaacLab,
     parse_script_args,
     plain_config,
 )
+from async_pbt_isaaclab.envs.isaaclab_api import Session  # noqa: E402
 
 LAUNCHER_NOTE = (
     "Simulator flags (--headless, --device, --enable_cameras, --livestream, ...) are added by Isaac Lab's "
@@ -115,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, hooks: IsaacLabHooks | None = None) -> int:
+def main(argv: Sequence[str] | None = None, hooks: ScriptHooks | None = None) -> int:
     """Parse the command line and train. Returns the process exit code (2: usage or configuration error)."""
     capture_argv()
     hooks = hooks or IsaacLabHooks()
@@ -132,7 +135,7 @@ def main(argv: Sequence[str] | None = None, hooks: IsaacLabHooks | None = None) 
     return run(args, hydra_args, hooks)
 
 
-def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: IsaacLabHooks | None = None) -> int:
+def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: ScriptHooks | None = None) -> int:
     """Launch the simulator, build the env and train (one member, or a plain run with the population disabled)."""
     hooks = hooks or IsaacLabHooks()
     if not args.task:
@@ -142,7 +145,9 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: IsaacLabHook
     if args.distributed and device is not None and "cpu" in str(device):
         print(f"error: --distributed needs GPUs, but --device is {device!r}; use --device cuda", file=sys.stderr)
         return 2
-    population_on = getattr(args, "pbt_num_policies", None) is not None or getattr(args, "pbt_workspace", None) is not None
+    population_on = (
+        getattr(args, "pbt_num_policies", None) is not None or getattr(args, "pbt_workspace", None) is not None
+    )
     if args.distributed and population_on:  # refused before the simulator starts (3.0 binds GPUs at launch)
         print("error: --distributed spreads one run over several GPUs, but a population member is one process. "
               "Give each member its own GPU instead: async-pbt launch --members N --gpus 0,1,... -- <this command "
@@ -162,11 +167,10 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: IsaacLabHook
         return _train(args, session, hooks)
 
 
-def _train(args: argparse.Namespace, session: Any, hooks: IsaacLabHooks) -> int:
+def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> int:
     # Everything heavy is imported after the simulator started, as Isaac Lab's scripts do.
     from rl_games.common.algo_observer import IsaacAlgoObserver
 
-    from async_pbt_isaaclab.core.config import ConfigError, objective_term
     from async_pbt_isaaclab.core.agent_config import load_population_config
     from async_pbt_isaaclab.envs.isaaclab import register_rl_games_env, rl_games_wrapper_options
     from async_pbt_isaaclab.envs.isaaclab_condition import reward_fingerprint
@@ -174,8 +178,6 @@ def _train(args: argparse.Namespace, session: Any, hooks: IsaacLabHooks) -> int:
     from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration, validate_exploration_config
     from async_pbt_isaaclab.rl_games.runner import train_member
-
-    from async_pbt_isaaclab.envs import isaaclab_api
 
     env_cfg, agent_cfg = session.env_cfg, session.agent_cfg
     agent_cfg = plain_config(agent_cfg)
@@ -302,7 +304,7 @@ def member_experiment_name(rl_cfg: dict, cfg: Any, train_dir: str) -> str:
 
     try:
         state = load_state(Workspace(cfg.workspace_path(train_dir)).member_dir(cfg.policy_idx) / "state.json")
-    except Exception:  # a damaged state is reported by the member start itself
+    except Exception:  # noqa: BLE001 - a damaged state is reported by the member start itself
         state = None
     if state is not None and state.experiment_name:
         return state.experiment_name
@@ -334,11 +336,11 @@ def make_wandb_observer(args: argparse.Namespace, env_cfg: Any, agent_cfg: dict,
             # restart, grouped by workspace). Without the population: a new run per start, as in Isaac Lab.
             run = (member_wandb_init_kwargs(workspace, cfg.policy_idx, name=args.wandb_name) if cfg.enabled
                    else {"name": args.wandb_name or experiment_name})
-            wandb.init(project=project, entity=args.wandb_entity, sync_tensorboard=True, monitor_gym=True,
-                       save_code=True, **run)
-            print(f"[async-pbt] W&B run {wandb.run.id} (group {wandb.run.group or '-'}, project {project})",
+            wandb_run = wandb.init(project=project, entity=args.wandb_entity, sync_tensorboard=True,
+                                   monitor_gym=True, save_code=True, **run)
+            print(f"[async-pbt] W&B run {wandb_run.id} (group {wandb_run.group or '-'}, project {project})",
                   flush=True)
-            if not wandb.run.resumed:
+            if not wandb_run.resumed:
                 if hasattr(env_cfg, "to_dict"):
                     wandb.config.update({"env_cfg": env_cfg.to_dict()})
                 wandb.config.update({"agent_cfg": agent_cfg})
@@ -346,7 +348,7 @@ def make_wandb_observer(args: argparse.Namespace, env_cfg: Any, agent_cfg: dict,
     return WandbObserver()
 
 
-def _dump_configs(hooks: IsaacLabHooks, log_dir: str, env_cfg: Any, agent_cfg: dict) -> None:
+def _dump_configs(hooks: ScriptHooks, log_dir: str, env_cfg: Any, agent_cfg: dict) -> None:
     """params/agent.yaml and params/env.yaml in the run folder (never fatal: they are records, not inputs)."""
     import yaml
 

@@ -113,7 +113,7 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
     target = results["settings"]["target"]
     for curve, ftt in ((run["curves"]["population"], run["frames_to_target"]["population"]),
                        *((runs[m], run["frames_to_target"]["independent_runs"][m]) for m in runs)):
-        reached = [p for p, v in zip(points, curve) if v >= target]
+        reached = [p for p, v in zip(points, curve, strict=True) if v >= target]
         assert ftt == (reached[0] if reached else None)
     pop, med = run["frames_to_target"]["population"], run["frames_to_target"]["independent_median"]
     r = run["ratio_population_over_median_independent"]
@@ -127,7 +127,7 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
     assert "frames to target: per member (total in the arm = members x per member)" in printed
     assert re.search(r"^(PASS|FAIL): goal population <= 0.5 x median independent", printed, re.MULTILINE)
     for t, cell in run["target_sweep"].items():
-        reached = [p for p, v in zip(points, run["curves"]["population"]) if v >= float(t)]
+        reached = [p for p, v in zip(points, run["curves"]["population"], strict=True) if v >= float(t)]
         assert cell["population"] == (reached[0] if reached else None)
 
     # --reanalyze: the same evaluated checkpoints against another target, no training.

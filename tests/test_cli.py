@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-
 import dataclasses
 import json
 import os
@@ -165,7 +164,9 @@ def test_check_config_valid_prints_effective_values(tmp_path, capsys):
     # resolved workspace path
     assert f"workspace: {tmp_path / 'logs' / 'pbt_workspace'}" in out
     # mutated hyperparameters with kind, bounds and the current value
-    assert re.search(r"learning_rate\s+log_float\s+1e-06\s+0\.01\s+x\[1\.1, 2\]\s+0\.001\s+agent\.params\.config\.learning_rate", out)
+    assert re.search(
+        r"learning_rate\s+log_float\s+1e-06\s+0\.01\s+x\[1\.1, 2\]\s+0\.001\s+agent\.params\.config\.learning_rate", out
+    )
     assert re.search(r"gamma\s+discount\s+0\.9\s+0\.9999\s+x\[1\.1, 1\.2\]\s+0\.95", out)
     assert re.search(r"mini_epochs\s+int\s+2\s+8\s+\+-1\.\.2\s+6", out)
 
@@ -212,10 +213,20 @@ def test_check_config_warns_out_of_bounds_start_value(tmp_path, capsys):
         ({"change_range": [0.5, 2.0]}, {}, [], "pbt.change_range"),
         ({"mutation_rate": 1.5}, {}, [], "pbt.mutation_rate"),
         ({"interval_steps": "often"}, {}, [], "pbt.interval_steps"),
-        ({"mutation": {"agent.params.config.minibatch_size": "mutate_float"}}, {}, [], "pbt.mutation.agent.params.config.minibatch_size"),
+        (
+            {"mutation": {"agent.params.config.minibatch_size": "mutate_float"}},
+            {},
+            [],
+            "pbt.mutation.agent.params.config.minibatch_size",
+        ),
         ({"mutation": {"horizon_length": "mutate_float"}}, {}, [], "pbt.mutation.horizon_length"),
         ({"mutation": {"learning_rate": "mutate_sideways"}}, {}, [], "pbt.mutation.learning_rate"),
-        ({"mutation": {"learning_rate": {"kind": "log_float", "low": 0.1, "high": 0.01}}}, {}, [], "pbt.mutation.learning_rate"),
+        (
+            {"mutation": {"learning_rate": {"kind": "log_float", "low": 0.1, "high": 0.01}}},
+            {},
+            [],
+            "pbt.mutation.learning_rate",
+        ),
         ({}, {"lr_schedule": "linear"}, [], "params.config.lr_schedule"),
         ({"mutation": {"kl_threshold": "mutate_float"}}, {"lr_schedule": "constant"}, [], "pbt.mutation.kl_threshold"),
         ({"mutation": {"tau": "mutate_discount"}}, {}, [], "params.config.tau"),
@@ -464,8 +475,15 @@ def test_lineage_from_audit_log(tmp_path, capsys):
     lines = out.splitlines()
     assert lines[0] == "member 001: 1 change(s) of generation"
     assert re.search(r"gen 0\s+frame -\s+start \(fresh\)", out), out
-    assert re.search(r"gen 1\s+frame 10000\s+exploit <- member 0 gen 0\s+gamma 0.95 -> .*, learning_rate 0.001 -> .*\[applied, seq 2\]", out), out
-    assert re.search(r"gen 2\s+frame 30000\s+explore \(own weights\)\s+gamma 0.95 -> 0.94 \(x1.2\)\s+\[aborted: checksum mismatch", out)
+    assert re.search(
+        r"gen 1\s+frame 10000\s+exploit <- member 0 gen 0\s+gamma 0.95 -> .*, "
+        r"learning_rate 0.001 -> .*\[applied, seq 2\]",
+        out,
+    ), out
+    assert re.search(
+        r"gen 2\s+frame 30000\s+explore \(own weights\)\s+gamma 0.95 -> 0.94 \(x1.2\)\s+\[aborted: checksum mismatch",
+        out,
+    )
     assert re.search(r"gen 2\s+frame 40000\s+exploit <- member 3 gen 2\s+no hyperparameter changed\s+\[pending", out)
     code, out, _ = run_main(capsys, "lineage", str(ws.root), "--json")
     data = {m["member"]: m for m in json.loads(out)["members"]}
@@ -503,9 +521,11 @@ def test_help_version_and_usage_errors(capsys):
 
 
 def test_cli_import_is_light():
-    code = ("import sys, async_pbt_isaaclab.cli as c; c.build_parser(); "
-            "heavy = [m for m in ('torch', 'rl_games', 'isaaclab', 'isaacsim', 'omni', 'gymnasium') if m in sys.modules]; "
-            "print(heavy); sys.exit(1 if heavy else 0)")
+    code = (
+        "import sys, async_pbt_isaaclab.cli as c; c.build_parser(); "
+        "heavy = [m for m in ('torch', 'rl_games', 'isaaclab', 'isaacsim', 'omni', 'gymnasium') if m in sys.modules]; "
+        "print(heavy); sys.exit(1 if heavy else 0)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -596,7 +616,9 @@ def test_lineage_explore_written_as_exploit_applied_from_self(tmp_path, capsys):
     log.append("start", {"mode": "exploit_applied", "generation": 1})
     code, out, _ = run_main(capsys, "lineage", str(ws.root), "--member", "3")
     assert code == 0
-    assert re.search(r"gen 1\s+frame 8000\s+explore \(own weights\)\s+gamma 0.95 -> 0.96 \(x0.8\)\s+\[applied, seq 2\]", out), out
+    assert re.search(
+        r"gen 1\s+frame 8000\s+explore \(own weights\)\s+gamma 0.95 -> 0.96 \(x0.8\)\s+\[applied, seq 2\]", out
+    ), out
     assert "start (fresh)" in out and out.count("gen ") == 2
 
 

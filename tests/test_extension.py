@@ -11,8 +11,9 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import os
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 import async_pbt_isaaclab
 

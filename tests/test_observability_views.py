@@ -144,7 +144,11 @@ def test_watch_refreshes_count_times_with_the_interval_between(ws):
     assert watch(ws, make_data, 2.5, 3, stream=out, sleep=calls.append) == 0
     assert calls == [2.5, 2.5] and len(built) == 3
     text = out.getvalue()
-    assert [l.split()[1] for l in text.splitlines() if l.startswith("000 ")] == ["1000/12000", "2000/12000", "3000/12000"]
+    assert [l.split()[1] for l in text.splitlines() if l.startswith("000 ")] == [
+        "1000/12000",
+        "2000/12000",
+        "3000/12000",
+    ]
     assert "refresh 3/3" in text and "\x1b[" not in text  # not a terminal: no screen clearing
 
 

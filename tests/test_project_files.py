@@ -40,7 +40,9 @@ def test_citation_cff_is_valid_and_names_this_version(tmp_path):
     assert yaml.safe_load((ROOT / "CITATION.cff").read_text())["version"] == async_pbt_isaaclab.__version__
     # The validator does reject a broken file (this check can fail).
     broken = tmp_path / "CITATION.cff"
-    broken.write_text((ROOT / "CITATION.cff").read_text().replace("cff-version: 1.2.0", "cff-version: 1.2.0\nauthors: 7"))
+    broken.write_text(
+        (ROOT / "CITATION.cff").read_text().replace("cff-version: 1.2.0", "cff-version: 1.2.0\nauthors: 7")
+    )
     proc = subprocess.run([_cffconvert(), "--validate", "-i", str(broken)], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
 

@@ -38,11 +38,13 @@ SCRIPT = textwrap.dedent(
     for i in range(4):
         ev = async_pbt.EvidenceSummary("episode_return", 0, tuple(float(i * 10 + (k % 3)) for k in range(16)), 16, 0)
         entry = async_pbt.HistoryEntry(10_000, 0, ev.mean, ev.std, 16, async_pbt.ConditionLabel(task="t"),
-                                       f"members/{{i:03d}}/checkpoints/x.pth", "%064x" % (i + 1), {{"learning_rate": 3e-4}})
+                                       f"members/{{i:03d}}/checkpoints/x.pth", "%064x" % (i + 1),
+                                       {{"learning_rate": 3e-4}})
         recs.append(async_pbt.MemberRecord(member=i, generation=0, frame=10_000, generation_start_frame=0, restarts=0,
                                            heartbeat=now, evidence=ev, condition=async_pbt.ConditionLabel(task="t"),
                                            hyperparameters={{"learning_rate": 3e-4}}, history=(entry,),
-                                           checkpoint=f"members/{{i:03d}}/checkpoints/x.pth", checkpoint_sha256="a" * 64))
+                                           checkpoint=f"members/{{i:03d}}/checkpoints/x.pth",
+                                           checkpoint_sha256="a" * 64))
     step = async_pbt.pbt_step(async_pbt.PopulationView(recs[0], tuple(recs[1:]), now), cfg,
                               async_pbt.MemberRng(0).get_state())
     decision, new, changes = step.decision, step.new_hyperparameters, step.changes

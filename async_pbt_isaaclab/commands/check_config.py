@@ -15,6 +15,12 @@ from typing import Any, Mapping
 from async_pbt_isaaclab.commands.common import _emit_json, _fmt_num, _table
 from async_pbt_isaaclab.core.agent_config import current_hyperparameters, load_population_config, load_yaml, validate_agent_config
 from async_pbt_isaaclab.core import rules
+from async_pbt_isaaclab.core.agent_config import (
+    current_hyperparameters,
+    load_population_config,
+    load_yaml,
+    validate_agent_config,
+)
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, objective_term
 from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS, isaaclab_key, within_bounds
 from async_pbt_isaaclab.exit_codes import EXIT_OK, EXIT_USAGE
@@ -56,7 +62,10 @@ def _resolved_values(cfg: PopulationConfig) -> dict[str, tuple[Any, str]]:
     if cfg.max_frame_lag < 0:
         out["max_frame_lag"] = (cfg.resolved_max_frame_lag(), f"10 x interval_steps={iv}")
     if cfg.settle_max_steps < 0:
-        out["settle_max_steps"] = ("no cap", "evidence counts once every env finished an episode begun in its generation")
+        out["settle_max_steps"] = (
+            "no cap",
+            "evidence counts once every env finished an episode begun in its generation",
+        )
     if cfg.start_grace_frames < 0:
         out["start_grace_frames"] = (cfg.resolved_start_grace(), f"2 x interval_steps={iv}")
     if cfg.restart_grace_frames < 0:
@@ -124,11 +133,11 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     if not cfg.mutation:
         warnings.append("pbt.mutation is empty: exploit copies weights only and explore changes nothing")
     raw_pbt = merged.get("pbt") or {}
-    for key, rules in RULE_SPECIFIC_KEYS.items():
-        if key in raw_pbt and cfg.rule not in rules:
-            warnings.append(f"{source}: pbt.{key} only acts under rule {' or '.join(rules)}, but pbt.rule is "
+    for key, key_rules in RULE_SPECIFIC_KEYS.items():
+        if key in raw_pbt and cfg.rule not in key_rules:
+            warnings.append(f"{source}: pbt.{key} only acts under rule {' or '.join(key_rules)}, but pbt.rule is "
                             f"{cfg.rule!r}; it is ignored" + (" (set pbt.rule=isaaclab for Isaac Lab's selection)"
-                                                             if rules == ("isaaclab",) else ""))
+                                                             if key_rules == ("isaaclab",) else ""))
     current = current_hyperparameters(merged, cfg)
     for key, spec in sorted(cfg.mutation.items()):
         if spec.kind != "choice" and not within_bounds(current[key], spec):

@@ -87,7 +87,11 @@ def _open_workspace(path: str):
         raise CliError(f"workspace {root} is not a directory")
     ws = Workspace(root)
     # cluster/: a SLURM or Ray launch whose members have not started yet.
-    if not (ws.root / "population.json").exists() and not ws.members_dir.is_dir() and not (ws.root / "cluster").is_dir():
+    if (
+        not (ws.root / "population.json").exists()
+        and not ws.members_dir.is_dir()
+        and not (ws.root / "cluster").is_dir()
+    ):
         raise CliError(
             f"{ws.root} is not a population workspace (neither population.json nor members/ is there); "
             f"pass the folder named by pbt.workspace (see `async-pbt check-config` for its resolved path)"

@@ -164,7 +164,7 @@ class Evaluator:
                 runner = Runner()
                 runner.load(cfg)
                 player = runner.create_player()
-        except Exception as exc:  # rl_games raises plain Exceptions for config problems
+        except Exception as exc:  # noqa: BLE001 - rl_games raises plain Exceptions for config problems
             raise CliError(f"agent yaml {self.agent_yaml}: rl_games cannot build a player "
                            f"({type(exc).__name__}: {exc})") from None
         player.has_batch_dimension = True

@@ -52,9 +52,11 @@ def _objective_point(me: Any, time: Any) -> dict[str, Any] | None:
 
 
 def _decision_row(member: int, entry: Mapping[str, Any]) -> dict[str, Any]:
-    decision = entry.get("decision") if isinstance(entry.get("decision"), Mapping) else {}
+    raw_decision = entry.get("decision")
+    decision = raw_decision if isinstance(raw_decision, Mapping) else {}
     me = (entry.get("inputs") or {}).get("me") or {}
-    excluded = decision.get("excluded") if isinstance(decision.get("excluded"), Mapping) else {}
+    raw_excluded = decision.get("excluded")
+    excluded = raw_excluded if isinstance(raw_excluded, Mapping) else {}
     unreadable = (entry.get("inputs") or {}).get("unreadable_peers") or {}
     return {
         "member": member,
@@ -102,7 +104,8 @@ def member_history(ws, index: int, record: Any = None) -> dict[str, Any]:
             objective.append(point)
     lineage = lineage_events(index, entries)
     lin: MemberLineage = member_lineage(index, entries)
-    hp_steps = [{"frame": lin.start_frame, "generation": 0, "values": dict(lin.start_hyperparameters)}]
+    hp_steps: list[dict[str, Any]] = [
+        {"frame": lin.start_frame, "generation": 0, "values": dict(lin.start_hyperparameters)}]
     hp_steps += [{"frame": c.frame, "generation": c.generation, "values": dict(c.hyperparameters)}
                  for c in lin.changes]
     if record is not None and record.frame > hp_steps[-1]["frame"]:

@@ -93,8 +93,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.out:
         rows = [["replay frame", "from", "member frame", "gen", "values"]]
         for s in schedule.steps:
-            values = ", ".join(f"{k}={_fmt_num(v)}" for k, v in sorted(s.values.items()))
+            shown = ", ".join(f"{k}={_fmt_num(v)}" for k, v in sorted(s.values.items()))
             rows.append([str(s.frame), f"{s.source} member {s.member:03d}", str(s.member_frame),
-                         str(s.generation), values])
+                         str(s.generation), shown])
         print("\n".join(_table(rows)))
     return EXIT_OK

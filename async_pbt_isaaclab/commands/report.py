@@ -229,10 +229,19 @@ def _decisions_table(data: dict[str, Any], limit: int) -> str:
             outcome += f" \u2190 {d['donor']}"
         excl = "; ".join(f"{k}: {v}" for k, v in sorted(d["excluded"].items()))
         unread = "; ".join(f"{k}: {v}" for k, v in sorted(d["unreadable_peers"].items()))
-        rows.append([_e(_when(d["time"])), _e(f"member {d['member']:03d}"), _e(d["frame"]), _e(d["generation"]),
-                     f'<span class="{_e(d["outcome"] or "")}">{_e(outcome)}</span>', _e("; ".join(d["reasons"])),
-                     _e(", ".join(str(c) for c in d["compared"])), _e(excl + (f" | unreadable: {unread}" if unread else "")),
-                     _changes(d["changes"]) if d["changes"] else ""])
+        rows.append(
+            [
+                _e(_when(d["time"])),
+                _e(f"member {d['member']:03d}"),
+                _e(d["frame"]),
+                _e(d["generation"]),
+                f'<span class="{_e(d["outcome"] or "")}">{_e(outcome)}</span>',
+                _e("; ".join(d["reasons"])),
+                _e(", ".join(str(c) for c in d["compared"])),
+                _e(excl + (f" | unreadable: {unread}" if unread else "")),
+                _changes(d["changes"]) if d["changes"] else "",
+            ]
+        )
     note = ""
     if len(decisions) > len(shown):
         note = (f'<p class="note">The {len(shown)} newest of {len(decisions)} decisions; '

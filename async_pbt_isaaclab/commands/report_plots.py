@@ -15,8 +15,8 @@ from typing import Any, Sequence
 import matplotlib
 
 matplotlib.use("Agg")  # never open a window; reports are built on headless nodes
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 _DASHES = ("-", "--", "-.", ":")
 
@@ -149,7 +149,9 @@ def _numeric_hparams(members: Sequence[dict[str, Any]]) -> list[str]:
     names: set[str] = set()
     for m in members:
         for step in m["hyperparameters"]:
-            names.update(k for k, v in step["values"].items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+            names.update(
+                k for k, v in step["values"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+            )
     return sorted(names)
 
 
@@ -164,7 +166,7 @@ def hyperparameter_figure(data: dict[str, Any]) -> Figure:
     if not names:
         flat[0].text(0.5, 0.5, "no mutated hyperparameters recorded", ha="center", va="center",
                      transform=flat[0].transAxes)
-    for ax, name in zip(flat, names):
+    for ax, name in zip(flat, names, strict=False):  # an odd count leaves one axis empty
         values_all = []
         for m in members:
             steps = [(s["frame"], s["values"][name]) for s in m["hyperparameters"]

@@ -25,6 +25,7 @@ from async_pbt_isaaclab.core.config import (
 )
 from async_pbt_isaaclab.core.mutation import agent_path
 
+
 class _YamlLoader(yaml.SafeLoader):
     """SafeLoader that also reads YAML 1.2 floats without a dot (``3e-4``, ``1e-3``) as numbers.
 

@@ -245,14 +245,22 @@ def verify_log(path: str | os.PathLike, head: dict[str, Any] | None = None) -> t
             problems.append(VerifyProblem(str(path), lineno, seq, f"sequence number {seq!r}, expected {expected_seq} "
                                                                  f"(entry missing, duplicated or reordered)"))
         if entry.get("prev_hash") != prev_hash:
-            problems.append(VerifyProblem(str(path), lineno, seq, "chain broken: prev_hash does not match the previous entry's hash"))
+            problems.append(
+                VerifyProblem(
+                    str(path), lineno, seq, "chain broken: prev_hash does not match the previous entry's hash"
+                )
+            )
         try:
             recomputed = entry_hash(str(entry.get("prev_hash")), entry)
         except ValueError:  # NaN / Infinity: no writer of this log produces them
             recomputed = None
-            problems.append(VerifyProblem(str(path), lineno, seq, "entry holds NaN or Infinity, which no member writes"))
+            problems.append(
+                VerifyProblem(str(path), lineno, seq, "entry holds NaN or Infinity, which no member writes")
+            )
         if recomputed is not None and entry.get("hash") != recomputed:
-            problems.append(VerifyProblem(str(path), lineno, seq, "hash mismatch: the entry was edited after it was written"))
+            problems.append(
+                VerifyProblem(str(path), lineno, seq, "hash mismatch: the entry was edited after it was written")
+            )
         kind = entry.get("kind")
         if kind == "decision":
             for p in recompute_decision(entry):
@@ -261,7 +269,9 @@ def verify_log(path: str | os.PathLike, head: dict[str, Any] | None = None) -> t
             acting = entry if outcome in ("exploit", "explore") else None
         elif kind == "exploit_applied":
             for p in applied_exploit_mismatches(entry, acting):
-                problems.append(VerifyProblem(str(path), lineno, seq, f"applied exploit does not match its decision: {p}"))
+                problems.append(
+                    VerifyProblem(str(path), lineno, seq, f"applied exploit does not match its decision: {p}")
+                )
         elif kind == "exploit_aborted":
             acting = None
         elif kind == "initial_mutation":

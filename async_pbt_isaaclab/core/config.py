@@ -302,11 +302,15 @@ def _parse_mutation(raw: Any, problems: list[str], where: str) -> dict[str, Muta
             continue
         unknown = set(raw_spec) - {"kind", "low", "high", "change_range", "step", "choices"}
         if unknown:
-            problems.append(f"{label}: unknown keys {sorted(unknown)}; accepted: kind, low, high, change_range, step, choices")
+            problems.append(
+                f"{label}: unknown keys {sorted(unknown)}; accepted: kind, low, high, change_range, step, choices"
+            )
             continue
         raw_kind = raw_spec.get("kind", default.kind)
         if not isinstance(raw_kind, str):
-            problems.append(f"{label}.kind: expected a kind name, got {raw_kind!r}; accepted: {', '.join(MUTATION_KINDS)}")
+            problems.append(
+                f"{label}.kind: expected a kind name, got {raw_kind!r}; accepted: {', '.join(MUTATION_KINDS)}"
+            )
             continue
         kind = ISAACLAB_KIND_NAMES.get(raw_kind, raw_kind)
         if kind not in MUTATION_KINDS:
@@ -459,15 +463,21 @@ def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool
             p.append(where + msg)
 
     need(cfg.num_policies >= 1, f"num_policies: must be >= 1, got {cfg.num_policies}")
-    need(0 <= cfg.policy_idx < max(cfg.num_policies, 1),
-         f"policy_idx: {cfg.policy_idx} is out of range; accepted: 0..{cfg.num_policies - 1} (num_policies={cfg.num_policies})")
+    need(
+        0 <= cfg.policy_idx < max(cfg.num_policies, 1),
+        f"policy_idx: {cfg.policy_idx} is out of range; accepted: 0..{cfg.num_policies - 1} "
+        f"(num_policies={cfg.num_policies})",
+    )
     need(cfg.interval_steps >= 1, f"interval_steps: must be >= 1, got {cfg.interval_steps}")
     for name in ("mutation_rate", "worst_fraction", "top_fraction"):
         v = getattr(cfg, name)
         need(0.0 <= v <= 1.0, f"{name}: {v} is outside [0, 1]")
     need(0.0 <= cfg.trim_fraction < 1.0, f"trim_fraction: {cfg.trim_fraction} is outside [0, 1)")
-    need(cfg.objective_direction in OBJECTIVE_DIRECTIONS,
-         f"objective_direction: {cfg.objective_direction!r} is not accepted; accepted: {', '.join(OBJECTIVE_DIRECTIONS)}")
+    need(
+        cfg.objective_direction in OBJECTIVE_DIRECTIONS,
+        f"objective_direction: {cfg.objective_direction!r} is not accepted; "
+        f"accepted: {', '.join(OBJECTIVE_DIRECTIONS)}",
+    )
     need(cfg.exploit_mode in EXPLOIT_MODES,
          f"exploit_mode: {cfg.exploit_mode!r} is not accepted; accepted: {', '.join(EXPLOIT_MODES)}")
     need(cfg.history_length >= 1, f"history_length: must be >= 1, got {cfg.history_length}")

@@ -68,7 +68,7 @@ class ConditionLabel:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "condition") -> "ConditionLabel":
+    def from_dict(cls, data: object, where: str = "condition") -> "ConditionLabel":
         if not isinstance(data, Mapping):
             raise EvidenceError(f"{where}: expected a mapping, got {type(data).__name__}")
         unknown = set(data) - {"task", "objective", "curriculum_stage", "reward_config"}
@@ -211,7 +211,7 @@ class EvidenceSummary:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "evidence") -> "EvidenceSummary":
+    def from_dict(cls, data: object, where: str = "evidence") -> "EvidenceSummary":
         if not isinstance(data, Mapping):
             raise EvidenceError(f"{where}: expected a mapping, got {type(data).__name__}")
         if "values" not in data:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from async_pbt_isaaclab.core.rules import RuleSpec, register
-from async_pbt_isaaclab.core.selection import Decision, Field, keep_decision, donor_candidates, exploit_decision
+from async_pbt_isaaclab.core.selection import Decision, Field, donor_candidates, exploit_decision, keep_decision
 
 if TYPE_CHECKING:
     from async_pbt_isaaclab.core.config import PopulationConfig
@@ -22,9 +22,12 @@ def forced_exploit(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Dec
     me = fld.me
     donors = sorted(donor_candidates(fld, fld.ranked))
     if me.generation > 0 or not donors or me.member < donors[0]:
-        return keep_decision("fixture_forced_exploit", "fixture: only generation-0 members above the lowest index exploit",
-                     **fld.common)
-    return exploit_decision("fixture_forced_exploit", fld, donors[0], [f"fixture: forced exploit of member {donors[0]}"], {})
+        return keep_decision(
+            "fixture_forced_exploit", "fixture: only generation-0 members above the lowest index exploit", **fld.common
+        )
+    return exploit_decision(
+        "fixture_forced_exploit", fld, donors[0], [f"fixture: forced exploit of member {donors[0]}"], {}
+    )
 
 
 register(RuleSpec("fixture_forced_exploit", forced_exploit, (), "test fixture: forced exploits", fixture=True))
@@ -35,7 +38,9 @@ def exploit_every_decision(fld: Field, cfg: "PopulationConfig", rng: "MemberRng"
     harness gets exploit windows at a steady rate that no objective value can change."""
     donors = donor_candidates(fld, fld.ranked)
     if not donors:
-        return keep_decision("fixture_exploit_every_decision", "fixture: no peer with a checkpoint to exploit", **fld.common)
+        return keep_decision(
+            "fixture_exploit_every_decision", "fixture: no peer with a checkpoint to exploit", **fld.common
+        )
     return exploit_decision("fixture_exploit_every_decision", fld, donors[0],
                             [f"fixture: exploit at every decision, best peer {donors[0]}"], {})
 

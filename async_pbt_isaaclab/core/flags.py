@@ -15,6 +15,7 @@ import ast
 import dataclasses
 import functools
 import inspect
+import itertools
 import os
 from typing import Any
 
@@ -35,7 +36,7 @@ def field_docs() -> dict[str, str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name == "PopulationConfig":
             body = node.body
-            for stmt, nxt in zip(body, body[1:]):
+            for stmt, nxt in itertools.pairwise(body):
                 if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
                         and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)):
                     docs[stmt.target.id] = " ".join(str(nxt.value.value).split())

@@ -17,7 +17,7 @@ import socket
 import stat
 import time
 from pathlib import Path
-from typing import Any, Callable, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 #: Temp files carry this marker so cleanup can find the ones a killed writer left behind.
 TEMP_MARKER = ".tmp-"
@@ -43,7 +43,7 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(final: Path | str, write: Callable[[BinaryIO], None]) -> None:
+def atomic_write(final: Path | str, write: Callable[[BinaryIO], object]) -> None:
     """Write a file atomically: ``write(fh)`` fills a temp file that then replaces ``final``.
 
     If ``write`` raises, the temp file is removed and ``final`` is untouched.

@@ -20,7 +20,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, SupportsInt, TypeGuard
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.retention import list_checkpoints
@@ -84,7 +84,9 @@ def decision_in_words(entry: Mapping[str, Any] | None, fallback: str = "") -> st
     text = head + (": " + "; ".join(reasons) if reasons else "")
     excluded = d.get("excluded") if isinstance(d.get("excluded"), Mapping) else {}
     parts = [f"left out {_member(k)}: {v}" for k, v in sorted(excluded.items(), key=lambda kv: str(kv[0]))]
-    unreadable = (entry.get("inputs") or {}).get("unreadable_peers") if isinstance(entry.get("inputs"), Mapping) else None
+    unreadable = (
+        (entry.get("inputs") or {}).get("unreadable_peers") if isinstance(entry.get("inputs"), Mapping) else None
+    )
     if isinstance(unreadable, Mapping):
         parts += [f"unreadable {_member(k)}: {v}" for k, v in sorted(unreadable.items(), key=lambda kv: str(kv[0]))]
     return "; ".join([text, *parts])
@@ -142,7 +144,8 @@ def target_frames(max_epochs: Any, max_frames: Any, frames_per_epoch: Any) -> in
     return min(limits) if limits else None
 
 
-def _positive_int(v: Any) -> bool:
+def _positive_int(v: Any) -> TypeGuard[SupportsInt]:
+    """Whether ``v`` is a whole number above zero (``3`` or ``3.0``; never a bool), so ``int(v)`` is exact."""
     try:
         return not isinstance(v, bool) and int(v) == v and int(v) > 0
     except (TypeError, ValueError, OverflowError):

@@ -127,10 +127,11 @@ class MemberState:
         return state
 
 
-_FIELD_TYPES = {"rng_state": dict, "hyperparameters": dict, "lineage": list, "experiment_name": str,
-                "last_checkpoint": str, "last_checkpoint_sha256": str, "best": list, "history": list,
-                "origin_sha256": str, "wandb_run_id": str, "evidence": (dict, type(None)),
-                "finished": (dict, type(None)), "audit_head": (dict, type(None))}
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "rng_state": dict, "hyperparameters": dict, "lineage": list, "experiment_name": str,
+    "last_checkpoint": str, "last_checkpoint_sha256": str, "best": list, "history": list,
+    "origin_sha256": str, "wandb_run_id": str, "evidence": (dict, type(None)), "finished": (dict, type(None)),
+    "audit_head": (dict, type(None))}
 
 
 def _check_types(state: MemberState, where: str) -> None:

@@ -136,7 +136,9 @@ def clip_int(value: int, low: float, high: float) -> int:
     return int(min(max(int(value), math.ceil(low)), math.floor(high)))
 
 
-def mutate_value(value: Any, spec: MutationSpec, change_range: tuple[float, float], rng: MemberRng) -> tuple[Any, float | None]:
+def mutate_value(
+    value: Any, spec: MutationSpec, change_range: tuple[float, float], rng: MemberRng
+) -> tuple[Any, float | None]:
     """Mutate one value according to its spec. Returns (new value, factor or None)."""
     if spec.kind in ("log_float", "discount", "log_shift"):
         lo, hi = spec.change_range or change_range

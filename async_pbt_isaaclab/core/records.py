@@ -10,6 +10,7 @@ version raises :class:`RecordError` naming the file and the key, and the reader 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -73,13 +74,13 @@ class HistoryEntry:
                                "checkpoint_sha256", "hyperparameters"}
         if unknown:
             raise RecordError(f"{where}: unknown keys {sorted(unknown)}")
-        ints = {}
+        ints: dict[str, Any] = {}
         for key in ("frame", "generation", "count"):
             v = data.get(key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise RecordError(f"{where}.{key}: expected a non-negative integer, got {v!r:.40}")
             ints[key] = v
-        floats = {}
+        floats: dict[str, Any] = {}
         for key in ("mean", "std"):
             v = data.get(key)
             if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -206,7 +207,7 @@ class MemberRecord:
         hparams = _checked_hyperparameters(get("hyperparameters", dict), f"{where}.hyperparameters")
         raw_history = get("history", list)
         history = tuple(HistoryEntry.from_dict(e, f"{where}.history[{i}]") for i, e in enumerate(raw_history))
-        if any(a.frame > b.frame for a, b in zip(history, history[1:])):
+        if any(a.frame > b.frame for a, b in itertools.pairwise(history)):
             raise RecordError(f"{where}.history: entries are not in frame order")
         origin = get("origin_sha256", str)
         if origin and not _SHA256_HEX.fullmatch(origin):
@@ -214,7 +215,7 @@ class MemberRecord:
         sha = get("checkpoint_sha256", str, optional=True)
         if sha is not None and not _SHA256_HEX.fullmatch(sha):
             raise RecordError(f"{where}.checkpoint_sha256: not a sha256 hex digest: {sha!r}")
-        ints = {}
+        ints: dict[str, Any] = {}
         for key in ("member", "generation", "frame", "generation_start_frame", "restarts"):
             v = get(key, int)
             if v < 0:

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Callable
 from async_pbt_isaaclab.core.selection import (
     Decision,
     Field,
-    keep_decision,
     donor_candidates,
     exploit_decision,
     explore_decision,
+    keep_decision,
 )
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def rule_specific_keys() -> dict[str, tuple[str, ...]]:
 # ------------------------------------------------------------------------------------------ helpers
 
 def group_size(fraction: float, n: int) -> int:
-    return max(1, int(math.floor(fraction * n)))
+    return max(1, math.floor(fraction * n))
 
 
 def low_trimmed_std(values: list[float], trim: float) -> float:
@@ -99,7 +99,7 @@ def low_trimmed_std(values: list[float], trim: float) -> float:
     inflate the spread that decides whether a gap is worth a copy, while a real leader still counts.
     """
     vals = sorted(values)
-    k = int(math.floor(trim * len(vals)))
+    k = math.floor(trim * len(vals))
     core = vals[k:] if len(vals) - k >= 2 else vals
     if len(core) < 2:
         return 0.0
@@ -135,7 +135,9 @@ def dexpbt(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
     reasons = [f"rank {ranked.index(me) + 1}/{n}"]
     common = dict(fld.common)
     if me not in worst:
-        return keep_decision("dexpbt", f"not in the worst {k_worst} of {n}", thresholds=thresholds, reasons=reasons, **common)
+        return keep_decision(
+            "dexpbt", f"not in the worst {k_worst} of {n}", thresholds=thresholds, reasons=reasons, **common
+        )
     best = fld.me.interval_best
     if cfg.protect_interval_best and best is not None and cfg.score(best) >= top_cutoff:
         return keep_decision("dexpbt", f"protected: best window mean this interval {best:.6g} reaches the top group "
@@ -185,7 +187,9 @@ def isaaclab(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
         return explore_decision("isaaclab", fld, [
             f"objective {cfg.score(mine):.6g} beyond the lower cut {cfg.score(lower):.6g} and no leader beyond "
             f"{cfg.score(upper):.6g}: explore from my own weights"], thresholds)
-    return keep_decision("isaaclab", f"underperformer but no leader beyond {cfg.score(upper):.6g}", thresholds=thresholds, **common)
+    return keep_decision(
+        "isaaclab", f"underperformer but no leader beyond {cfg.score(upper):.6g}", thresholds=thresholds, **common
+    )
 
 
 def welch(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:

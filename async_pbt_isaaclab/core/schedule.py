@@ -177,10 +177,12 @@ def lineage_schedule(member: int, lineages: Mapping[int, MemberLineage], end_fra
             raise ScheduleError(f"member {current} generation {ex.generation}: the lineage does not end "
                                 f"(a cycle of donors in the audit logs)")
         seen.add((current, ex.generation))
-        if ex.donor_frame is None or ex.donor_generation is None:
+        donor, donor_frame, donor_generation = ex.donor, ex.donor_frame, ex.donor_generation
+        assert donor is not None  # `last` picks a change that has a donor
+        if donor_frame is None or donor_generation is None:
             raise ScheduleError(f"member {current} generation {ex.generation}: the exploit entry names no donor "
                                 f"frame/generation, so the donor's history cannot be cut at its checkpoint")
-        current, upto = ex.donor, (ex.donor_generation, ex.donor_frame)
+        current, upto = donor, (donor_generation, donor_frame)
     # ... then forward again: each hop keeps the earlier history up to the copied checkpoint and continues.
     steps: list[ScheduleStep] = []
     offset = 0
@@ -192,6 +194,7 @@ def lineage_schedule(member: int, lineages: Mapping[int, MemberLineage], end_fra
             rest = changes
         else:
             ex = changes[last]
+            assert ex.donor_frame is not None  # checked on the walk back above
             at = ex.donor_frame + offset
             offset = at - ex.frame
             steps = [st for st in steps if st.frame <= at]
@@ -330,7 +333,7 @@ def schedule_from_dict(data: Any, where: str = "schedule") -> Schedule:
     raw = data.get("steps")
     if not isinstance(raw, list) or not raw:
         raise ScheduleError(f"{where}.steps: expected a non-empty list of steps")
-    steps = []
+    steps: list[ScheduleStep] = []
     for i, s in enumerate(raw):
         w = f"{where}.steps[{i}]"
         if not isinstance(s, Mapping):

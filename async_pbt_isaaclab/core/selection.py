@@ -22,11 +22,8 @@ checkpoint my current generation was copied from.
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Sequence
 
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
 
@@ -251,7 +248,9 @@ def donor_candidates(fld: Field, members: Sequence[int]) -> list[int]:
     return out
 
 
-def exploit_decision(rule: str, fld: Field, donor: int, reasons: Sequence[str], thresholds: dict[str, float]) -> Decision:
+def exploit_decision(
+    rule: str, fld: Field, donor: int, reasons: Sequence[str], thresholds: dict[str, float]
+) -> Decision:
     return Decision(Outcome.EXPLOIT, rule, donor, tuple(reasons), thresholds=thresholds,
                     donor_entry=fld.standings[donor].entry, **fld.common)
 

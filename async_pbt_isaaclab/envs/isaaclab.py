@@ -4,8 +4,9 @@ This is the only module of the package that imports ``isaaclab``, ``isaaclab_rl`
 does so lazily, inside the functions that need them (:class:`IsaacLabHooks`). Importing it pulls in neither
 Isaac Lab nor torch, so the scripts can build their command line before the simulator starts.
 
-What is here: :class:`IsaacLabHooks` (the points where ``scripts/train_pbt.py`` and ``scripts/play_pbt.py`` touch
-Isaac Lab: simulator flags, the simulator session with the task configs, ``gym.make``, the RL-Games vec-env wrapper, checkpoint paths),
+What is here: :class:`ScriptHooks`, the points where ``scripts/train_pbt.py`` and ``scripts/play_pbt.py`` touch Isaac
+Lab (simulator flags, the simulator session with the task configs, ``gym.make``, the RL-Games vec-env wrapper,
+checkpoint paths), and :class:`IsaacLabHooks`, their default implementation;
 :func:`parse_script_args`, :func:`register_rl_games_env`, :func:`rl_games_wrapper_options`, :func:`plain_config`
 and :func:`require_isaaclab`.
 
@@ -18,13 +19,14 @@ contract in its docstring), its ``pbt_summary:`` configuration and term sources 
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import inspect
 import math
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Mapping, Protocol, Sequence
 
 import gymnasium
 
@@ -52,14 +54,15 @@ def require_isaaclab(what: str, module: str = "isaaclab") -> Any:
 # ============================================================================ hooks for the scripts
 
 
-def _default_add_launcher_args(parser, script: str = "train") -> None:
+def _default_add_launcher_args(parser: argparse.ArgumentParser, script: str = "train") -> None:
     try:
         isaaclab_api.add_launcher_args(parser, script)
     except ImportError as exc:
         raise ImportError(f"Isaac Lab is needed for the simulator flags ({exc}); {ISAACLAB_INSTALL_HINT}") from exc
 
 
-def _default_vec_env_wrapper(env, rl_device, clip_obs, clip_actions, **kwargs):
+def _default_vec_env_wrapper(env: gymnasium.Env, rl_device: str, clip_obs: float, clip_actions: float,
+                             **kwargs: Any) -> Any:
     rl = require_isaaclab("the RL-Games vec-env wrapper", "isaaclab_rl.rl_games")
     wrapper_cls = rl.RlGamesVecEnvWrapper
     accepted = inspect.signature(wrapper_cls.__init__).parameters
@@ -72,7 +75,7 @@ def _default_vec_env_wrapper(env, rl_device, clip_obs, clip_actions, **kwargs):
     return wrapper_cls(env, rl_device, clip_obs, clip_actions, **extra)
 
 
-def _default_gpu_env(config_name: str, num_actors: int, **kwargs):
+def _default_gpu_env(config_name: str, num_actors: int, **kwargs: Any) -> Any:
     rl = require_isaaclab("the RL-Games vec-env", "isaaclab_rl.rl_games")
     return rl.RlGamesGpuEnv(config_name, num_actors, **kwargs)
 
@@ -89,17 +92,58 @@ def _default_dump_env_cfg(path: str, env_cfg: Any) -> None:
     io.dump_yaml(path, env_cfg)
 
 
+class ScriptHooks(Protocol):
+    """The points where ``scripts/train_pbt.py`` and ``scripts/play_pbt.py`` touch Isaac Lab.
+
+    :class:`IsaacLabHooks` is the implementation the scripts use; any object with these callables (a test's
+    stand-ins, a fork's own launcher) can be passed in its place.
+    """
+
+    def add_launcher_args(self, parser: argparse.ArgumentParser, script: str = "train") -> None:
+        """Add the installed release's simulator flags to ``parser`` (``script``: ``"train"`` or ``"play"``)."""
+        ...
+
+    def open_session(self, args: argparse.Namespace, task: str, agent_key: str,
+                     hydra_args: Sequence[str]) -> ContextManager[isaaclab_api.Session]:
+        """A context in which the simulator runs with ``task``'s env and agent configs loaded."""
+        ...
+
+    def make_env(self, session: isaaclab_api.Session, task: str, env_cfg: Any, args: argparse.Namespace,
+                 log_dir: str, video_trigger: Callable[[int], bool] | None = None) -> gymnasium.Env:
+        """The task's env, built as the release's own RL-Games script builds it."""
+        ...
+
+    def vec_env_wrapper(self, env: gymnasium.Env, rl_device: str, clip_obs: float, clip_actions: float,
+                        **options: Any) -> Any:
+        """The rl_games vec-env around ``env`` (``RlGamesVecEnvWrapper``)."""
+        ...
+
+    def gpu_env(self, config_name: str, num_actors: int, **kwargs: Any) -> Any:
+        """The ``IVecEnv`` rl_games builds for env type ``IsaacRlgWrapper`` (``RlGamesGpuEnv``)."""
+        ...
+
+    def resolve_checkpoint(self, path: str) -> str:
+        """A local path for a checkpoint argument."""
+        ...
+
+    def dump_env_cfg(self, path: str, env_cfg: Any) -> None:
+        """Write the env config to ``path``."""
+        ...
+
+
 @dataclass
 class IsaacLabHooks:
-    """The points where the scripts touch Isaac Lab, swappable so a CPU test drives the same code path.
+    """The :class:`ScriptHooks` the scripts use, one swappable callable each, so a CPU test drives the same code path.
 
     The defaults import Isaac Lab lazily and do what the installed release's own RL-Games scripts do
     (:mod:`async_pbt_isaaclab.envs.isaaclab_api` holds the calls that differ between 2.x and 3.0).
     """
 
-    add_launcher_args: Callable[[Any], None] = _default_add_launcher_args
-    """Add the installed release's simulator flags to an argparse parser."""
-    open_session: Callable[..., ContextManager[isaaclab_api.Session]] = isaaclab_api.open_session
+    # Callable[..., X] where a default or **kwargs cannot be spelled as a Callable; ScriptHooks has the signatures.
+    add_launcher_args: Callable[..., None] = _default_add_launcher_args
+    """``(parser, script="train")``: add the installed release's simulator flags to an argparse parser."""
+    open_session: Callable[[argparse.Namespace, str, str, Sequence[str]], ContextManager[isaaclab_api.Session]] = (
+        isaaclab_api.open_session)
     """``(args, task, agent entry-point key, hydra overrides) -> context of a Session`` (simulator running, env and
     agent configs loaded, in the order the installed release needs; closed on exit)."""
     make_env: Callable[..., gymnasium.Env] = isaaclab_api.make_env
@@ -115,8 +159,8 @@ class IsaacLabHooks:
     """Write the env config next to the run's logs (``isaaclab.utils.io.dump_yaml``)."""
 
 
-def parse_script_args(parser, hooks: IsaacLabHooks, argv: Sequence[str] | None = None,
-                      script: str = "train") -> tuple[Any, list[str]]:
+def parse_script_args(parser: argparse.ArgumentParser, hooks: ScriptHooks, argv: Sequence[str] | None = None,
+                      script: str = "train") -> tuple[argparse.Namespace, list[str]]:
     """Add the simulator flags to ``parser`` and parse ``argv``: ``(args, Hydra overrides)``.
 
     Without Isaac Lab (or with an unsupported one), ``--help`` still prints the script's own flags (and exits); any
@@ -149,7 +193,7 @@ def plain_config(obj: Any) -> Any:
     return obj
 
 
-def register_rl_games_env(vec_env: Any, hooks: IsaacLabHooks) -> None:
+def register_rl_games_env(vec_env: Any, hooks: ScriptHooks) -> None:
     """Register ``vec_env`` with rl_games as env ``rlgpu`` of type ``IsaacRlgWrapper`` (as Isaac Lab's scripts do)."""
     from rl_games.common import env_configurations, vecenv
 
@@ -174,6 +218,7 @@ def rl_games_wrapper_options(agent_cfg: Mapping[str, Any]) -> tuple[str, float, 
 __all__ = [
     "ISAACLAB_INSTALL_HINT",
     "IsaacLabHooks",
+    "ScriptHooks",
     "UnsupportedIsaacLab",
     "parse_script_args",
     "plain_config",

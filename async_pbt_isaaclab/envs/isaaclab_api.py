@@ -22,7 +22,7 @@ import importlib
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from async_pbt_isaaclab.envs.isaaclab_release import SERIES_2, IsaacLabRelease, require
 
@@ -46,7 +46,7 @@ class Session:
         return bool(app.is_running()) if app is not None else True
 
 
-def add_launcher_args(parser, script: str = "train") -> None:
+def add_launcher_args(parser: argparse.ArgumentParser, script: str = "train") -> None:
     """Add the installed release's simulator flags to an argparse parser (ImportError without Isaac Lab).
 
     On 3.0 also the flags its own RL-Games ``script`` (``"train"`` or ``"play"``) has and ``parser`` lacks, taken from
@@ -80,7 +80,7 @@ def add_launcher_args(parser, script: str = "train") -> None:
     add(parser)
 
 
-def apply_cli_overrides(session: Session, args, env_cfg: Any) -> None:
+def apply_cli_overrides(session: Session, args: argparse.Namespace, env_cfg: Any) -> None:
     """The command-line overrides of the env config that the release's own script applies."""
     if session.release.series == SERIES_2:
         if args.num_envs is not None:
@@ -138,7 +138,7 @@ def _hydra_task_config_2x(task: str, agent_key: str, hydra_args: Sequence[str]) 
 
 
 @contextlib.contextmanager
-def open_session(args, task: str, agent_key: str, hydra_args: Sequence[str]) -> Iterator[Session]:
+def open_session(args: argparse.Namespace, task: str, agent_key: str, hydra_args: Sequence[str]) -> Iterator[Session]:
     """Start the simulator and load ``task``'s configs with ``hydra_args``, in the order the release needs.
 
     The app is closed when the block exits (also on errors).
@@ -166,7 +166,8 @@ def open_session(args, task: str, agent_key: str, hydra_args: Sequence[str]) -> 
         yield Session(release, env_cfg, agent_cfg, None)
 
 
-def make_env(session: Session, task: str, env_cfg: Any, args, log_dir: str, video_trigger: Any = None) -> Any:
+def make_env(session: Session, task: str, env_cfg: Any, args: argparse.Namespace, log_dir: str,
+             video_trigger: Callable[[int], bool] | None = None) -> Any:
     """Build the task's env as the release's own RL-Games scripts do: ``gym.make``, a multi-agent task converted to
     one agent, videos (``--video``) under ``log_dir/videos/<train|play>``; on 3.0 also ``--frontend`` and
     ``--capture_env_sensors``. ``video_trigger`` (2.x) says at which steps a clip starts."""

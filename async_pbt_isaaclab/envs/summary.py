@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Literal, Mapping, Sequence, Union
+from typing import Any, Callable, Literal, Mapping, Sequence, Union
 
 import torch
 
@@ -200,7 +200,7 @@ class EpisodeSummaryEmitter:
 
         if callable(condition) and not isinstance(condition, ConditionLabel):
             self._condition_fn: Callable[[], ConditionLabel] | None = condition
-            self.condition = self._read_condition()
+            self.condition = self._read_condition(condition)
             """Condition label of the current segment (last value polled from the callable)."""
         else:
             self._condition_fn = None
@@ -260,7 +260,7 @@ class EpisodeSummaryEmitter:
         terminated: torch.Tensor,
         truncated: torch.Tensor,
         terms: Mapping[str, torch.Tensor] | None = None,
-        log: Mapping[str, object] | None = None,
+        log: Mapping[str, Any] | None = None,
     ) -> None:
         """Account one env step; record the episodes that finished in it. No host synchronisation.
 
@@ -282,7 +282,7 @@ class EpisodeSummaryEmitter:
         self._core(terminated.reshape(n), truncated.reshape(n), sum_cols, max_cols, last_cols)
         if self._condition_fn is not None:
             # Polled after the update: envs reset inside this env step start their episodes under the new label.
-            label = self._read_condition()
+            label = self._read_condition(self._condition_fn)
             if label != self.condition:
                 self.condition = label
                 self._new_segment()
@@ -321,7 +321,7 @@ class EpisodeSummaryEmitter:
         # Finished envs were reset by the env: start their next episode from the initial values.
         torch.where(done, self._init, acc, out=acc)
 
-    def _load_log(self, log: Mapping[str, object] | None) -> None:
+    def _load_log(self, log: Mapping[str, Any] | None) -> None:
         """Copy this step's ``extras["log"]`` values of the ``"log"`` terms into the device buffer."""
         for i, name in enumerate(self._log_terms):
             value = None if log is None else log.get(name)
@@ -383,8 +383,9 @@ class EpisodeSummaryEmitter:
         self._acc[self._len_row] = math.nan
         self._acc[self._seg_row] = -1.0
 
-    def _read_condition(self) -> ConditionLabel:
-        label = self._condition_fn()
+    @staticmethod
+    def _read_condition(condition_fn: Callable[[], ConditionLabel]) -> ConditionLabel:
+        label = condition_fn()
         if not isinstance(label, ConditionLabel):
             raise TypeError(f"condition callable returned {type(label).__name__}, expected ConditionLabel")
         return label

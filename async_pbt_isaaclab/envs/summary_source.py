@@ -2,10 +2,14 @@
 
 An rl_games vec-env (the CPU gymnasium one, or Isaac Lab's ``RlGamesVecEnvWrapper`` around our
 ``PbtIsaacLabEnv``) carries, somewhere along its wrapper chain, an attribute ``pbt_summary_source``
-with
+that is a :class:`SummarySource`:
 
 * ``drain() -> EpisodeBatch``: the episodes completed since the last drain, then forgets them;
 * ``start_generation(g)``: episodes completing from now on are labelled generation ``g``.
+
+A source that also has ``set_settle_max_steps`` (a :class:`SettlingSummarySource`, as
+:class:`~async_pbt_isaaclab.envs.summary.EpisodeSummaryEmitter` is) gets the population's
+``settle_max_steps`` from the observer.
 
 The observer finds it with :func:`find_summary_source` and never needs to know which env layer it
 runs on. This module imports nothing heavy so both env layers and the observer can share it.
@@ -13,13 +17,40 @@ runs on. This module imports nothing heavy so both env layers and the observer c
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from async_pbt_isaaclab.core.evidence import EpisodeBatch
 
 SUMMARY_SOURCE_ATTR = "pbt_summary_source"
 """Attribute of a vec-env or wrapper that holds its episode-summary source."""
 
 
-def find_summary_source(obj: Any) -> Any | None:
+@runtime_checkable
+class SummarySource(Protocol):
+    """What the PBT observer needs from an env's completed-episode evidence."""
+
+    def drain(self) -> EpisodeBatch:
+        """The episodes completed since the last drain (then forgotten), with their condition label."""
+        ...
+
+    def start_generation(self, generation: int) -> None:
+        """Label episodes completing from now on with ``generation``; episodes in flight were begun by the
+        previous policy and are not counted for it."""
+        ...
+
+
+@runtime_checkable
+class SettlingSummarySource(SummarySource, Protocol):
+    """A summary source whose settling gate (episodes begun before a change do not count) has a step cap."""
+
+    def set_settle_max_steps(self, steps: int | None) -> None:
+        """Cap the settling gate: a new generation's episodes count after ``steps`` env steps even if some env
+        has not finished an episode begun in it (``None`` or negative: no cap)."""
+        ...
+
+
+def find_summary_source(obj: Any) -> SummarySource | None:
     """The episode-summary source reachable from ``obj``, or None.
 
     ``obj`` may be an rl_games agent (looks at ``obj.vec_env``), a vec-env, or a wrapper; wrappers are
@@ -39,7 +70,7 @@ def find_summary_source(obj: Any) -> Any | None:
         for attr in ("vec_env", "env", "unwrapped"):
             try:
                 nxt = getattr(cur, attr, None)
-            except Exception:  # some wrappers raise on attribute access before reset
+            except Exception:  # noqa: BLE001 - some wrappers raise on attribute access before reset
                 nxt = None
             if nxt is not None and nxt is not cur:
                 todo.append(nxt)

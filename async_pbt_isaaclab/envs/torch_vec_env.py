@@ -133,7 +133,7 @@ class TorchReachEnv(gym.Env):
 
     is_vector_env: ClassVar[bool] = True
     """Whether the environment is vectorized (as in Isaac Lab)."""
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": [None]}
+    metadata: dict[str, Any] = {"render_modes": [None]}  # noqa: RUF012 - gymnasium.Env declares it without ClassVar
     """Gymnasium metadata (no rendering)."""
 
     def __init__(

@@ -27,8 +27,8 @@ from pathlib import Path
 from async_pbt_isaaclab.commands.common import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
 from async_pbt_isaaclab.core.config import SELECTION_RULES, ConfigError
-from async_pbt_isaaclab.core.fsio import folder_problem
 from async_pbt_isaaclab.core.flags import add_population_args, population_overrides
+from async_pbt_isaaclab.core.fsio import folder_problem
 from async_pbt_isaaclab.core.member_state import load_state
 from async_pbt_isaaclab.core.retention import population_best
 from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     from async_pbt_isaaclab.launch.population import launch_population
 
     resumed = meta is not None
-    if resumed:
+    if meta is not None:
         print(f"[cpu-population] resuming the existing workspace {workspace} "
               f"(created {time.ctime(meta.get('created', 0))}): each member continues from its own last checkpoint. "
               f"Use a new --workspace for an independent experiment.", flush=True)

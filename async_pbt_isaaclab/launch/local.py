@@ -71,7 +71,9 @@ def _parse_env(text: str) -> tuple[str, str]:
 def add_launch_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the launcher's options and the trailing member command to ``p``."""
     p.add_argument("--members", "-n", type=int, required=True, metavar="N", help="population size (--pbt-members)")
-    p.add_argument("--workspace", "-w", required=True, metavar="DIR", help="population workspace folder (--pbt-workspace)")
+    p.add_argument(
+        "--workspace", "-w", required=True, metavar="DIR", help="population workspace folder (--pbt-workspace)"
+    )
     p.add_argument("--gpus", type=_parse_gpus, default=None, metavar="LIST",
                    help="comma-separated CUDA_VISIBLE_DEVICES values assigned round-robin (e.g. 0,1,2,3); "
                         "'none' for no assignment; default 'auto': CUDA_VISIBLE_DEVICES or nvidia-smi -L")

@@ -83,7 +83,7 @@ def array_spec(indices: Sequence[int]) -> str:
     parts: list[str] = []
     ordered = sorted(indices)
     start = prev = ordered[0]
-    for i in ordered[1:] + [None]:  # type: ignore[list-item]
+    for i in [*ordered[1:], None]:
         if i is not None and i == prev + 1:
             prev = i
             continue

@@ -66,8 +66,8 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from async_pbt_isaaclab.core.member_state import load_state
-from async_pbt_isaaclab.core.resume import describe_resume
 from async_pbt_isaaclab.core.records import read_record
+from async_pbt_isaaclab.core.resume import describe_resume
 from async_pbt_isaaclab.core.workspace import member_dirname
 from async_pbt_isaaclab.exit_codes import (
     EXIT_GAVE_UP,

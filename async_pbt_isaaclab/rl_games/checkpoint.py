@@ -25,6 +25,7 @@ file's, ready to be published in the member record.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import io
 import pickle
 import re
@@ -79,7 +80,7 @@ def _numpy_scalar_reconstructor() -> Any:
     core = getattr(np, "_core", None)
     multiarray = getattr(core, "multiarray", None) if core is not None else None
     if multiarray is None or not hasattr(multiarray, "scalar"):
-        multiarray = np.core.multiarray  # numpy 1.x without the _core alias
+        multiarray = importlib.import_module("numpy.core.multiarray")  # numpy 1.x without the _core alias
     return multiarray.scalar
 
 
@@ -239,7 +240,7 @@ def _disallowed_globals(data: bytes, fmt: str, message: str) -> list[str]:
                 # Inside the same allowlist as the load: only globals it does not cover are named.
                 with torch.serialization.safe_globals(rl_games_safe_globals()):
                     names = list(finder(io.BytesIO(data)))
-            except Exception:  # the scan is a diagnostic: fall back to torch's message
+            except Exception:  # noqa: BLE001 - the scan is a diagnostic: fall back to torch's message
                 names = []
     if not names:
         for pattern in _GLOBAL_PATTERNS:

@@ -24,7 +24,8 @@ Use it from an rl_games agent yaml (``params`` section)::
       mlp: {units: [256, 128, 64], activation: elu, initializer: {name: default}}
 
 and call :func:`register_bounded_exploration` before the rl_games ``Runner`` builds the agent (every
-entry point of the package does: train_pbt.py, play_pbt.py, the CPU member and ``runner.train_member``). PBT mutates the bounds through the Isaac Lab dotted paths
+entry point of the package does: train_pbt.py, play_pbt.py, the CPU member and ``runner.train_member``). PBT
+mutates the bounds through the Isaac Lab dotted paths
 :data:`LOW_PATH` and :data:`HIGH_PATH`; a restart rebuilds the network from the mutated yaml.
 :func:`set_log_std_bounds` changes them on a live agent.
 
@@ -72,10 +73,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import nn
-
 from rl_games.algos_torch import model_builder, models
 from rl_games.algos_torch.network_builder import A2CBuilder
+from torch import nn
 
 __all__ = [
     "NETWORK_NAME",
@@ -260,14 +260,14 @@ class _InwardStraightThroughClamp(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, low: float, high: float) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, x: torch.Tensor, low: float, high: float) -> torch.Tensor:
         ctx.save_for_backward(x)
         ctx.low = low
         ctx.high = high
         return x.clamp(low, high)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor):
         (x,) = ctx.saved_tensors
         inside = (x >= ctx.low) & (x <= ctx.high)
         inward = ((x > ctx.high) & (grad > 0)) | ((x < ctx.low) & (grad < 0))

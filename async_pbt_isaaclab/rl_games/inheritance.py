@@ -56,7 +56,9 @@ def check_donor_fits(algo: Any, donor_state: Mapping[str, Any]) -> None:
               for k in sorted(set(mine) & set(model))
               if tuple(getattr(model[k], "shape", ())) != tuple(mine[k].shape)]
     if missing or unexpected or shapes:
-        parts = ([f"missing {missing[:4]}"] if missing else []) + ([f"unexpected {unexpected[:4]}"] if unexpected else [])
+        parts = ([f"missing {missing[:4]}"] if missing else []) + (
+            [f"unexpected {unexpected[:4]}"] if unexpected else []
+        )
         raise DonorMisfit("donor network does not fit this member's model: " + "; ".join(parts + shapes[:4]))
     optimizer = donor_state.get("optimizer")
     if isinstance(optimizer, Mapping):

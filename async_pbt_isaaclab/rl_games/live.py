@@ -46,7 +46,7 @@ def _attr(name: str, cast: Callable[[Any], Any] = float) -> Setter:
 
 def _kl_threshold(algo: Any, value: Any) -> None:
     algo.kl_threshold = float(value)
-    scheduler = getattr(algo, "scheduler", None)
+    scheduler: Any = getattr(algo, "scheduler", None)
     if hasattr(scheduler, "kl_threshold"):
         scheduler.kl_threshold = float(value)
 

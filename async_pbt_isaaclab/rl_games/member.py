@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from async_pbt_isaaclab.core import fsio
+from async_pbt_isaaclab.core.agent_config import current_hyperparameters, set_path
 from async_pbt_isaaclab.core.audit import AuditLog
 from async_pbt_isaaclab.core.config import PopulationConfig, objective_term
-from async_pbt_isaaclab.core.agent_config import current_hyperparameters, set_path
 from async_pbt_isaaclab.core.evidence import ConditionLabel
 from async_pbt_isaaclab.core.member_state import MemberState, load_state, save_state
 from async_pbt_isaaclab.core.mutation import MemberRng, agent_path
@@ -185,9 +185,14 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
                                                  pid=os.getpid(), process_starts=state.process_starts))
         else:
             # The recipient checkpoint is damaged or gone: carry on from our own last weights rather than die.
-            audit.append("exploit_aborted", {"reason": f"recipient checkpoint {path} missing or sha256 mismatch "
-                                                        f"after restart; resuming from {state.last_checkpoint or 'fresh weights'}",
-                                             "pending": pending})
+            audit.append(
+                "exploit_aborted",
+                {
+                    "reason": f"recipient checkpoint {path} missing or sha256 mismatch "
+                    f"after restart; resuming from {state.last_checkpoint or 'fresh weights'}",
+                    "pending": pending,
+                },
+            )
             session.notes.append(f"exploit checkpoint {path} failed verification; resumed from own last checkpoint")
             _resume_from_last(session)
         state.pending_exploit = None

@@ -79,8 +79,8 @@ class PbtScalars:
         """Mark a change of generation at ``frame``: the donor's index, ``-1`` for an explore of own weights."""
         if self.writer is None:
             return
-        own = donor is None or (member is not None and donor == member)
-        self._scalar("exploit", -1.0 if own else float(donor), frame)
+        # An explore of own weights: no donor, or the member itself (member None matches no donor index).
+        self._scalar("exploit", -1.0 if donor is None or donor == member else float(donor), frame)
 
     def flush(self) -> None:
         if self.writer is not None and hasattr(self.writer, "flush"):
@@ -127,7 +127,8 @@ class PbtScalarsObserver:
             self._log_change(lineage[-1], int(getattr(algo, "frame", 0)))
 
     def _log_change(self, entry: Mapping[str, Any], default_frame: int) -> None:
-        frame = entry.get("frame") if isinstance(entry.get("frame"), int) else default_frame
+        logged = entry.get("frame")
+        frame = logged if isinstance(logged, int) else default_frame
         self.scalars.exploit(frame, entry.get("donor"), self.session.member)
 
     def process_infos(self, infos, done_indices) -> None:

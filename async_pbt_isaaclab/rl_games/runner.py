@@ -12,10 +12,14 @@ Read top to bottom, one training run is::
 from __future__ import annotations
 
 import signal
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.resume import describe_resume
+from async_pbt_isaaclab.envs.summary_source import SummarySource
+
+if TYPE_CHECKING:
+    from async_pbt_isaaclab.rl_games.observer import PbtObserver
 
 
 def train_member(
@@ -27,9 +31,9 @@ def train_member(
     checkpoint: str | None = None,
     sigma: float | None = None,
     extra_observers: Sequence[Any] = (),
-    summary_source: Any = None,
+    summary_source: SummarySource | None = None,
     reward_config: str = "",
-) -> Any:
+) -> PbtObserver | None:
     """Train ``agent_cfg`` as population member ``cfg.policy_idx`` (or alone when ``cfg.enabled`` is False).
 
     Returns the PbtObserver (``None`` when the population is disabled or the member had already finished).

@@ -289,7 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     interval = args.interval_epochs
     # Epoch k (1-based) publishes when the frame crosses a multiple of interval_steps: k = interval+1, 2*interval+1...
     publish_calls = [t for r in obs for k, t in enumerate(r["after_steps_s"], 1) if k > 1 and (k - 1) % interval == 0]
-    other_calls = [t for r in obs for k, t in enumerate(r["after_steps_s"], 1) if not (k > 1 and (k - 1) % interval == 0)]
+    other_calls = [
+        t for r in obs for k, t in enumerate(r["after_steps_s"], 1) if not (k > 1 and (k - 1) % interval == 0)
+    ]
     split: dict[str, float] = {}
     for r in obs:
         for k, v in r["hook_split"].items():
@@ -334,9 +336,12 @@ def main(argv: list[str] | None = None) -> int:
     fs_calls = sum(r["fsync_calls"] for r in obs)
     fs_s = sum(r["fsync_s"] for r in obs)
     hooks_s = sum(r["all_hooks_s"] for r in obs)
-    print(f"fsync inside the observer runs: {fs_calls} calls, {1e3 * fs_s:.0f} ms = {100 * fs_s / hooks_s:.0f} % of "
-          f"the hook time ({1e3 * fs_s / max(fs_calls, 1):.2f} ms per fsync on {args.workdir or tempfile.gettempdir()}); "
-          f"hook time without fsync / wall: {_fmt_pct(statistics.median((r['all_hooks_s'] - r['fsync_s']) / r['wall_s'] for r in obs))}")
+    print(
+        f"fsync inside the observer runs: {fs_calls} calls, {1e3 * fs_s:.0f} ms = {100 * fs_s / hooks_s:.0f} % of "
+        f"the hook time ({1e3 * fs_s / max(fs_calls, 1):.2f} ms per fsync on {args.workdir or tempfile.gettempdir()}); "
+        "hook time without fsync / wall: "
+        + _fmt_pct(statistics.median((r["all_hooks_s"] - r["fsync_s"]) / r["wall_s"] for r in obs))
+    )
     print(f"steady-state estimate: publish+decide every {interval} epochs of {epoch_med:.3f} s, heartbeat "
           f"{1e3 * statistics.median(heartbeat_calls):.2f} ms every {args.heartbeat_s:g} s, "
           f"{1e3 * (statistics.median(other_calls) + noop_per_epoch):.3f} ms on other epochs -> {_fmt_pct(steady)}")

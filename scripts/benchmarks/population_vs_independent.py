@@ -148,8 +148,8 @@ def agent_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def frames_per_epoch(args: argparse.Namespace) -> int:
-    from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
     from async_pbt_isaaclab.commands.evaluate import DEFAULT_AGENT_YAML
+    from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
 
     cfg = apply_overrides(load_yaml(args.agent_yaml or DEFAULT_AGENT_YAML),
                           [o for o in agent_overrides(args) if ".pbt." not in o])

@@ -130,7 +130,11 @@ def run(sizes: list[int], repeats: int, keep: Path | None) -> int:
                     "window": WINDOW, "min_episodes": 32, "top_fraction": 0.25, "worst_fraction": 0.25})
                 state = MemberRng(7).get_state()
                 decide_times, decide_cpu, d = timed(
-                    lambda: decide(me, peers, cfg, MemberRng.from_state(state), now), repeats * 2)
+                    lambda me=me, peers=peers, cfg=cfg, state=state: decide(
+                        me, peers, cfg, MemberRng.from_state(state), now
+                    ),
+                    repeats * 2,
+                )
                 row[rule] = (statistics.median(decide_times), spread(decide_times), d.outcome.value,
                              len(d.compared), len(d.excluded), statistics.median(decide_cpu))
                 if n == max(sizes):
@@ -166,12 +170,17 @@ def run(sizes: list[int], repeats: int, keep: Path | None) -> int:
     for rule in ("dexpbt", "isaaclab", "welch"):
         passed = at_largest[rule] <= DECIDE_TARGET_MS
         ok &= passed
-        print(f"  decide ({rule:8s}) {at_largest[rule]:8.2f} ms <= {DECIDE_TARGET_MS:.0f} ms   {'PASS' if passed else 'FAIL'}")
+        print(
+            f"  decide ({rule:8s}) {at_largest[rule]:8.2f} ms <= {DECIDE_TARGET_MS:.0f} ms   "
+            f"{'PASS' if passed else 'FAIL'}"
+        )
     for rule in ("dexpbt", "isaaclab", "welch"):
         total = at_largest["read"] + at_largest[rule]
         passed = total <= TOTAL_TARGET_MS
         ok &= passed
-        print(f"  read + decide ({rule:8s}) {total:8.2f} ms <= {TOTAL_TARGET_MS:.0f} ms   {'PASS' if passed else 'FAIL'}")
+        print(
+            f"  read + decide ({rule:8s}) {total:8.2f} ms <= {TOTAL_TARGET_MS:.0f} ms   {'PASS' if passed else 'FAIL'}"
+        )
     return 0 if ok else 1
 
 

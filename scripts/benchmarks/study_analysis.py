@@ -101,7 +101,7 @@ def _best_by_selection(arm: dict[str, Any], k: int) -> float | None:
 
 
 def frames_to_target(curve: list[float | None], points: list[int], target: float) -> float:
-    for value, frame in zip(curve, points):
+    for value, frame in zip(curve, points, strict=True):
         if value is not None and value >= target:
             return float(frame)
     return INF
@@ -133,20 +133,38 @@ def seed_summary(run: dict[str, Any], points: list[int], target: float,
     ind_median_ftt = statistics.median(ind_ftt.values())
     best_ind_ftt = frames_to_target(best_ind_curve, points, target)
     return {
-        "curves": {"population": pop_curve, "independent_median": med_curve, "independent_best_of_arm": best_ind_curve,
-                   "independent_runs": runs},
-        "frames_to_target": {"population": pop_ftt, "independent_runs": ind_ftt,
-                             "independent_median": ind_median_ftt, "independent_best_of_arm": best_ind_ftt},
+        "curves": {
+            "population": pop_curve,
+            "independent_median": med_curve,
+            "independent_best_of_arm": best_ind_curve,
+            "independent_runs": runs,
+        },
+        "frames_to_target": {
+            "population": pop_ftt,
+            "independent_runs": ind_ftt,
+            "independent_median": ind_median_ftt,
+            "independent_best_of_arm": best_ind_ftt,
+        },
         "ratio_population_over_median_independent": ratio(pop_ftt, ind_median_ftt, points[-1]),
         "ratio_population_over_best_of_arm_independent": ratio(pop_ftt, best_ind_ftt, points[-1]),
-        "final": {"population": pop_curve[-1], "independent_median": med_curve[-1],
-                  "independent_runs": {m: c[-1] for m, c in runs.items()}, "independent_best_of_arm": best_ind_curve[-1]},
-        "target_sweep": {str(t): {"population": frames_to_target(pop_curve, points, t),
-                                  "independent_median": statistics.median(
-                                      frames_to_target(c, points, t) for c in runs.values()),
-                                  "ratio": ratio(frames_to_target(pop_curve, points, t), statistics.median(
-                                      frames_to_target(c, points, t) for c in runs.values()), points[-1])}
-                         for t in sweep},
+        "final": {
+            "population": pop_curve[-1],
+            "independent_median": med_curve[-1],
+            "independent_runs": {m: c[-1] for m, c in runs.items()},
+            "independent_best_of_arm": best_ind_curve[-1],
+        },
+        "target_sweep": {
+            str(t): {
+                "population": frames_to_target(pop_curve, points, t),
+                "independent_median": statistics.median(frames_to_target(c, points, t) for c in runs.values()),
+                "ratio": ratio(
+                    frames_to_target(pop_curve, points, t),
+                    statistics.median(frames_to_target(c, points, t) for c in runs.values()),
+                    points[-1],
+                ),
+            }
+            for t in sweep
+        },
         "exploits": sum((v.get("exploits") or 0) for v in pop["members"].values()),
         "exploits_without_change": sum((v.get("exploits_without_change") or 0) for v in pop["members"].values()),
     }

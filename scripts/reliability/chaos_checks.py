@@ -7,6 +7,7 @@ workspace. Every failed check is one line in ``failures``; :func:`report` prints
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import time
@@ -95,7 +96,9 @@ def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, 
                      for k in driver.kills]
     short = {w: n for w, n in driver.quota.items() if n > 0}
     if short:
-        failures.append(f"windows without their landed kills: {short} (opportunities seen {dict(driver.opportunities)})")
+        failures.append(
+            f"windows without their landed kills: {short} (opportunities seen {dict(driver.opportunities)})"
+        )
     if first_code != STOPPED_BY_CTRL_C:
         failures.append(f"first launch exited {first_code} (expected {STOPPED_BY_CTRL_C}: stopped by Ctrl-C "
                         f"after the chaos phase)")
@@ -166,11 +169,11 @@ def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, 
                 failures.append(f"member {m}: lineage donor checkpoint {e['donor_checkpoint']} changed content")
 
         # -- audit: chain + replay
-        count, problems = verify_log(mdir / "audit.jsonl")
+        _count, problems = verify_log(mdir / "audit.jsonl")
         audit_problems += [str(p) for p in problems]
         entries = _entries(mdir / "audit.jsonl")
         decisions = [e for e in entries if e.get("kind") == "decision"]
-        for prev, nxt in zip(decisions, decisions[1:]):
+        for prev, nxt in itertools.pairwise(decisions):
             if nxt["rng_before"] != prev["rng_after"]:
                 rng_breaks.append(f"member {m}: decision seq {nxt['seq']} rng_before != rng_after of seq {prev['seq']}")
         # -- exploits: decided / applied / aborted, and the lineage they produced
@@ -188,7 +191,9 @@ def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, 
                 abort_reasons[key] += 1
         exploits["decided"] += len(exploit_decisions)
         exploits["applied"] += len(applied)
-        exploits["applied_twice_after_kill"] += sum(1 for e in entries if e.get("kind") == "exploit_applied") - len(applied)
+        exploits["applied_twice_after_kill"] += sum(1 for e in entries if e.get("kind") == "exploit_applied") - len(
+            applied
+        )
         # Lineage = state.json generations; each must come from an exploit decision and be applied.
         gens = [e["generation"] for e in state.lineage]
         if gens != list(range(1, len(gens) + 1)) or state.generation != len(gens):
@@ -291,7 +296,8 @@ def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, 
 def report(f: dict[str, Any]) -> list[str]:
     lines = [
         f"chaos run: {f['members']} members, {f.get('elapsed_s')} s ({f.get('chaos_s')} s until every window had "
-        f"its kills; checks {f.get('checks_s')} s), launcher exits {f['launcher_exit_code']} (chaos, stopped) and {f['finish_exit_codes']} (finish)",
+        f"its kills; checks {f.get('checks_s')} s), launcher exits {f['launcher_exit_code']} (chaos, stopped) and "
+        f"{f['finish_exit_codes']} (finish)",
         f"kills: {f['kills_total']}, {f['kills_landed']} landed in their window "
         f"(SIGKILL exits seen by the launcher: {f['crash_exits_sigkill']})",
     ]

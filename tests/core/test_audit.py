@@ -37,7 +37,9 @@ def _cfg(rule="dexpbt", policy_idx=0):
 
 
 def _population(make_record, means, now=NOW):
-    hps = [{"learning_rate": 3e-4 * (i + 1), "gamma": 0.99 - 0.001 * i, "mini_epochs": 4 + i} for i in range(len(means))]
+    hps = [
+        {"learning_rate": 3e-4 * (i + 1), "gamma": 0.99 - 0.001 * i, "mini_epochs": 4 + i} for i in range(len(means))
+    ]
     return [make_record(i, [m + (0.5 if k % 2 else -0.5) for k in range(16)], now=now, frame=10_000,
                         hyperparameters=hps[i]) for i, m in enumerate(means)]
 
@@ -322,7 +324,9 @@ def test_applied_exploit_must_match_its_decision(chain, field, forged):
     _write(chain, entries, rehash=True)  # a consistent chain: only the match with the decision can catch it
     _, problems = verify_log(chain)
     texts = _problems_at(problems, 3)
-    assert len(problems) == 1 and texts[0].startswith(f"applied exploit does not match its decision: {field}:"), problems
+    assert len(problems) == 1 and texts[0].startswith(f"applied exploit does not match its decision: {field}:"), (
+        problems
+    )
     assert "seq 2" in texts[0]
 
 

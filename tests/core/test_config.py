@@ -15,8 +15,19 @@ import textwrap
 
 import pytest
 
-from async_pbt_isaaclab.core.config import TEST_FIXTURE_ENV, ConfigError, PopulationConfig, objective_term, population_config_from_dict
-from async_pbt_isaaclab.core.agent_config import apply_overrides, current_hyperparameters, load_population_config, load_yaml
+from async_pbt_isaaclab.core.agent_config import (
+    apply_overrides,
+    current_hyperparameters,
+    load_population_config,
+    load_yaml,
+)
+from async_pbt_isaaclab.core.config import (
+    TEST_FIXTURE_ENV,
+    ConfigError,
+    PopulationConfig,
+    objective_term,
+    population_config_from_dict,
+)
 from async_pbt_isaaclab.core.mutation import MutationSpec
 
 # An Isaac Lab rl_games agent yaml as shipped with a PBT section (field names of isaaclab_rl's PbtCfg).
@@ -153,13 +164,13 @@ def test_isaaclab_pbt_yaml_loads_unchanged_and_means_the_same(isaaclab_yaml):
 def test_numeric_strings_from_a_yaml11_reader_become_numbers():
     # Isaac Lab reads agent yamls with yaml.full_load, which gives learning_rate: 5e-4 as the string "5e-4".
     agent = _agent(learning_rate="5e-4")
-    merged, cfg = load_population_config(agent)
+    merged, _cfg = load_population_config(agent)
     assert merged["params"]["config"]["learning_rate"] == pytest.approx(5e-4)
     assert agent["params"]["config"]["learning_rate"] == "5e-4", "the input dict must not be modified"
 
 
 def test_disabled_section_and_missing_section_give_defaults():
-    merged, cfg = load_population_config({"params": {"config": {"lr_schedule": "linear"}}})
+    _merged, cfg = load_population_config({"params": {"config": {"lr_schedule": "linear"}}})
     assert cfg == PopulationConfig()
     assert cfg.enabled is False  # a plain agent yaml trains alone; linear schedule is then fine
 
@@ -257,7 +268,9 @@ def test_fixture_rule_needs_its_environment_variable(monkeypatch):
     with pytest.raises(ConfigError):
         population_config_from_dict({"rule": "fixture_exploit_every_decision"})
     monkeypatch.setenv(TEST_FIXTURE_ENV, "fixture_exploit_every_decision")
-    assert population_config_from_dict({"rule": "fixture_exploit_every_decision"}).rule == "fixture_exploit_every_decision"
+    assert (
+        population_config_from_dict({"rule": "fixture_exploit_every_decision"}).rule == "fixture_exploit_every_decision"
+    )
 
 
 def test_bad_yaml_files_are_refused_naming_the_file(tmp_path):

@@ -13,7 +13,6 @@ What is shown here:
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import math
 

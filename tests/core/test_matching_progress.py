@@ -90,7 +90,10 @@ def test_no_freeze_after_every_member_exploited_once_at_isaaclab_default_interva
     cfg = cfg_()
     frames = [12 * INTERVAL, 9 * INTERVAL + 40_000, 7 * INTERVAL + 5_000, 10 * INTERVAL + 70_000]
     since = [6 * INTERVAL, 5 * INTERVAL, 4 * INTERVAL, 8 * INTERVAL]
-    pop = [record(m, f, learning(1.0 + 0.3 * m), generation=1, since=s) for m, (f, s) in enumerate(zip(frames, since))]
+    pop = [
+        record(m, f, learning(1.0 + 0.3 * m), generation=1, since=s)
+        for m, (f, s) in enumerate(zip(frames, since, strict=True))
+    ]
     for me in pop:
         d = decide(me, pop, cfg, MemberRng(0), NOW)
         assert d.excluded == {}, (me.member, d.excluded)

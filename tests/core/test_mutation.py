@@ -71,7 +71,7 @@ def int_specs(draw):
        seed=st.integers(0, 2**63))
 def test_float_kinds_always_inside_bounds(spec, value, rate, cr, seed):
     rng = MemberRng(seed)
-    new, changes = mutate({"x": value}, {"x": spec}, rate, cr, rng)
+    new, _changes = mutate({"x": value}, {"x": spec}, rate, cr, rng)
     assert spec.low <= new["x"] <= spec.high, (spec, value, new)
     # Direct mutation as well (rate 1 path), for any value.
     mutated, factor = mutate_value(value, spec, cr, MemberRng(seed))

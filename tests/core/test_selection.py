@@ -138,7 +138,9 @@ def test_condition_label_difference_is_explained(make_record):
     me = make_record(0, const(0.0), now=NOW, frame=FRAME)
     peer = make_record(1, const(10.0), now=NOW, frame=FRAME)
     stage3 = ConditionLabel(task="t", curriculum_stage="3")
-    peer = replace(peer, condition=stage3, history=tuple(dataclasses.replace(e, condition=stage3) for e in peer.history))
+    peer = replace(
+        peer, condition=stage3, history=tuple(dataclasses.replace(e, condition=stage3) for e in peer.history)
+    )
     d = decide(me, [me, peer], cfg_(), MemberRng(0), NOW)
     assert d.outcome is Outcome.KEEP and "min_members" in d.reasons[-1]
     assert "curriculum_stage '3'" in d.excluded[1]

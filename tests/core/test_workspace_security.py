@@ -219,7 +219,7 @@ def test_symlinked_state_audit_best_and_population_files_are_refused(tmp_path, o
         assert population_best(ws) == []
     (ws.root / "population.json").unlink()
     (ws.root / "population.json").symlink_to(outside / "thesis.pdf")
-    with pytest.raises(WorkspaceError, match="population.json.*symbolic link"):
+    with pytest.raises(WorkspaceError, match=r"population\.json.*symbolic link"):
         ws.population_meta()
     assert _snapshot(outside)["thesis.pdf"] == b"precious thesis.pdf"
 
@@ -244,6 +244,6 @@ def test_torn_tail_is_not_appended_through_a_symlinked_torn_file(tmp_path, outsi
         fh.write(b'{"seq":1,"kind":"st')  # an interrupted append
     log_path.with_name("audit.jsonl.torn").symlink_to(outside / "thesis.pdf")
     before = _snapshot(outside)
-    with pytest.raises(fsio.UnsafePathError, match="audit.jsonl.torn"):
+    with pytest.raises(fsio.UnsafePathError, match=r"audit\.jsonl\.torn"):
         AuditLog.open(log_path)
     assert _snapshot(outside) == before

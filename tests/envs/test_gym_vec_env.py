@@ -336,7 +336,7 @@ def test_rl_games_runner_trains_in_process(tmp_path, capsys):
     later = [b for b in obs.batches if b.generation == 1]
     assert all(b.generation == 0 for b in obs.batches[:4])
     assert later and all(b.generation == 1 for b in later)
-    drained = [(r, n) for b in obs.batches for r, n in zip(b.returns, b.lengths)]
+    drained = [(r, n) for b in obs.batches for r, n in zip(b.returns, b.lengths, strict=True)]
     assert all(n == 200 for _, n in drained)
     # Every episode rl_games finished was emitted, in order, with the exactly accumulated return —
     # except those straddling start_generation(1) (dropped by design) and the few still in flight.

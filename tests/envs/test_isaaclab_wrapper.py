@@ -62,7 +62,7 @@ def _rollout(wrapper: PbtIsaacLabEnv, steps: int, seed: int = 0):
     sums = {k: [0.0] * n for k in REWARD_TERMS}
     episodes = []
     for _ in range(steps):
-        obs, rew, term, trunc, extras = wrapper.step(_actions(obs, gen, n))
+        obs, rew, term, trunc, _extras = wrapper.step(_actions(obs, gen, n))
         terms = {k: v.tolist() for k, v in base.get_per_env_terms().items()}
         r, te, tr = rew.tolist(), term.tolist(), trunc.tolist()
         for i in range(n):
@@ -130,8 +130,11 @@ def test_values_cleared_by_the_reset_are_read_before_it():
 
 def test_callable_terms_and_module_function_sources():
     env = _env(5)
-    wrapper = PbtIsaacLabEnv(env, terms=lambda e: {"steps": e.episode_length_buf, "ok": e.get_per_env_terms()["success"]},
-                             term_modes={"steps": "last", "ok": "last"})
+    wrapper = PbtIsaacLabEnv(
+        env,
+        terms=lambda e: {"steps": e.episode_length_buf, "ok": e.get_per_env_terms()["success"]},
+        term_modes={"steps": "last", "ok": "last"},
+    )
     wrapper.pbt_summary_source.set_settle_max_steps(0)  # every episode, as the reference has them
     ref = _rollout(wrapper, 210, seed=1)
     batch = wrapper.pbt_summary_source.drain()
@@ -168,7 +171,7 @@ def test_isaaclab_style_objective_reads_extras_log_with_a_warning():
 def test_objective_from_the_env_accessor_and_missing_objective():
     wrapper = PbtIsaacLabEnv(_env(2), objective="success")
     assert [(s.name, s.source) for s in wrapper.term_specs] == [("success", "accessor:success")]
-    with pytest.raises(ValueError, match="no per-episode source.*pbt_summary"):
+    with pytest.raises(ValueError, match=r"no per-episode source.*pbt_summary"):
         PbtIsaacLabEnv(_env(2), objective="consecutive_successes")
     assert PbtIsaacLabEnv(_env(2), objective="episode_return").term_specs == ()
 
@@ -208,9 +211,20 @@ def test_summary_cfg_parses_and_reports_every_problem():
                                                              ("l", "log", "log")]
     assert cfg.curriculum_bin == 1.0 and cfg.curriculum_poll_steps == 24
     with pytest.raises(ValueError) as err:
-        SummaryCfg.from_dict({"terms": {"a": "nocolon", "b": {"source": "log:x", "mode": "sum"},
-                                        "c": {"source": "reward:x", "mode": "max"}, "d": {"source": "attr:x", "bad": 1}},
-                              "curriculum": "reward:x", "curriculum_bin": -1, "curriculum_poll_steps": 0, "extra": 1})
+        SummaryCfg.from_dict(
+            {
+                "terms": {
+                    "a": "nocolon",
+                    "b": {"source": "log:x", "mode": "sum"},
+                    "c": {"source": "reward:x", "mode": "max"},
+                    "d": {"source": "attr:x", "bad": 1},
+                },
+                "curriculum": "reward:x",
+                "curriculum_bin": -1,
+                "curriculum_poll_steps": 0,
+                "extra": 1,
+            }
+        )
     text = str(err.value)
     for needle in ("unknown keys ['extra']", "terms.a.source", "terms.b", "terms.c", "terms.d: unknown keys",
                    "curriculum:", "curriculum_bin", "curriculum_poll_steps"):

@@ -113,7 +113,7 @@ class ReferenceEmitter:
 
 
 def _same_floats(a, b):
-    return len(a) == len(b) and all((x == y) or (math.isnan(x) and math.isnan(y)) for x, y in zip(a, b))
+    return len(a) == len(b) and all((x == y) or (math.isnan(x) and math.isnan(y)) for x, y in zip(a, b, strict=True))
 
 
 def assert_batches_equal(got: EpisodeBatch, want: EpisodeBatch):

@@ -106,11 +106,11 @@ def test_time_out_auto_reset_and_stale_log():
     log_after_reset = extras["log"]
     actions = torch.full((4, 2), 0.3)
     for t in range(1, env.max_episode_length):
-        obs, rew, term, trunc, extras = env.step(actions)
+        obs, _rew, term, trunc, extras = env.step(actions)
         assert not (term | trunc).any()
         assert extras["log"] is log_after_reset  # stale: rebuilt only when some env resets
         assert (env.episode_length_buf == t).all()
-    obs, rew, term, trunc, extras = env.step(actions)
+    obs, _rew, term, trunc, extras = env.step(actions)
     assert trunc.all() and not term.any()
     assert extras["log"] is not log_after_reset
     assert extras["log"]["Episode_Termination/time_out"] == 4
@@ -118,7 +118,7 @@ def test_time_out_auto_reset_and_stale_log():
     assert (env.episode_length_buf == 0).all()
     # auto-reset: the returned observation is the first one of the next episode (zero velocity)
     assert torch.equal(obs["policy"][:, 2:4], torch.zeros(4, 2))
-    obs, rew, term, trunc, extras = env.step(actions)
+    obs, _rew, term, trunc, extras = env.step(actions)
     assert not trunc.any() and (env.episode_length_buf == 1).all()
 
 
@@ -130,7 +130,7 @@ def test_log_values_follow_isaac_lab_reward_manager():
     sums = torch.zeros(len(REWARD_TERMS), n, dtype=torch.float64)
     resets_checked = 0
     for _ in range(400):
-        obs, rew, term, trunc, extras = env.step(_pd_actions(obs, gen))
+        obs, _rew, term, trunc, extras = env.step(_pd_actions(obs, gen))
         terms = env.get_per_env_terms()
         sums += torch.stack([terms[k] for k in REWARD_TERMS]).double()
         done = term | trunc
@@ -184,7 +184,7 @@ def test_pd_controller_solves_the_task():
     successes = episodes = 0
     for _ in range(300):
         p = obs["policy"]
-        obs, rew, term, trunc, extras = env.step(2.0 * p[:, :2] - 1.0 * p[:, 2:4])
+        obs, _rew, term, trunc, _extras = env.step(2.0 * p[:, :2] - 1.0 * p[:, 2:4])
         episodes += int((term | trunc).sum())
         successes += int(env.get_per_env_terms()["success"].sum())
     assert episodes > 100 and successes == episodes

@@ -138,7 +138,7 @@ def live(tmp_path_factory):
             sha = sha or fsio.sha256_file(path)
             seen_before = len(_aborts(ws))
 
-            def refresh_and_check():
+            def refresh_and_check(fname=fname, sha=sha, seen_before=seen_before, expect=expect):
                 now = time.time()
                 rec5 = _fake_record(template, 5, checkpoint=f"members/005/checkpoints/{fname}", sha=sha, heartbeat=now)
                 fsio.atomic_write_json(mdir[5] / "record.json", rec5)
@@ -182,7 +182,7 @@ def _default_sigint() -> None:
 def _try_read(path: Path):
     try:
         return read_record(path)
-    except Exception:
+    except RecordError:  # not written yet, or refused: the caller polls again
         return None
 
 

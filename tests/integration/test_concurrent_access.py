@@ -24,7 +24,6 @@ What is shown here:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap

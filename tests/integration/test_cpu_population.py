@@ -138,9 +138,26 @@ def test_ctrl_c_exits_130_and_says_what_is_lost_and_where_each_member_resumes(tm
     ws = tmp_path / "ws"
     out = open(tmp_path / "out.log", "w")
     # Long enough that it is still training when stopped; one publish every 4 epochs (--smoke preset).
-    proc = subprocess.Popen([sys.executable, "-m", MODULE, "--members", "2", "--smoke", "--iterations", "2000",
-                             "--workspace", str(ws), "--progress-interval", "600"],
-                            cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            MODULE,
+            "--members",
+            "2",
+            "--smoke",
+            "--iterations",
+            "2000",
+            "--workspace",
+            str(ws),
+            "--progress-interval",
+            "600",
+        ],
+        cwd=tmp_path,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
     try:
         deadline = time.monotonic() + 1200
         while not _progress_since_checkpoint(ws, 0) and time.monotonic() < deadline and proc.poll() is None:

@@ -238,7 +238,10 @@ def test_rng_generation_and_lineage_continue_across_the_resume(population, stop)
         assert me["generation"] == state["generation"] and me["restarts"] == state["restarts"]
         assert me["frame"] > decisions[-1]["inputs"]["me"]["frame"]
         # Nothing but the resume happened between the stop and that decision: lineage unchanged.
-        assert not [e for e in new if e["kind"] == "exploit_applied" and e["seq"] < first["seq"]] or state["pending_exploit"]
+        assert (
+            not [e for e in new if e["kind"] == "exploit_applied" and e["seq"] < first["seq"]]
+            or state["pending_exploit"]
+        )
         final_lineage = population["final"][m]["state"]["lineage"]
         assert final_lineage[: len(state["lineage"])] == state["lineage"]
 

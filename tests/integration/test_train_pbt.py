@@ -73,7 +73,7 @@ def test_play_refuses_ambiguous_choices_and_damaged_files(tmp_path):
     with pytest.raises(play.PlayError, match="--pbt-workspace"):
         play.select_checkpoint(ns)
     ns.pbt_workspace = str(tmp_path / "nothing")
-    with pytest.raises(play.PlayError, match="population.json"):
+    with pytest.raises(play.PlayError, match=r"population\.json"):
         play.select_checkpoint(ns)
     bad = tmp_path / "x.pth"
     bad.write_bytes(b"not a checkpoint")

@@ -178,7 +178,7 @@ def test_members_start_with_population_flags_gpu_round_robin_and_own_session(tmp
 
     assert result.exit_code == 0 and result.finished == [0, 1, 2] and result.given_up == []
     ws = str((tmp_path / "ws").absolute())
-    for i, gpu in zip(range(3), ["0", "1", "0"]):
+    for i, gpu in zip(range(3), ["0", "1", "0"], strict=True):
         info = _info(tmp_path, i)
         assert info["argv"][-6:] == ["--pbt-workspace", ws, "--pbt-members", "3", "--pbt-index", str(i)]
         assert info["cuda"] == gpu and result.members[i].gpu == gpu
@@ -201,7 +201,7 @@ def test_device_placement_passes_cuda_index_and_leaves_the_mask_alone(tmp_path, 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     result, text = _launch(tmp_path, {"default": "ok"}, members=3, gpus=["0", "1"], gpu_placement="device")
     assert result.exit_code == 0 and "by --device cuda:<i>" in text
-    for i, index in zip(range(3), [0, 1, 0]):
+    for i, index in zip(range(3), [0, 1, 0], strict=True):
         info = _info(tmp_path, i)
         assert info["argv"][-2:] == ["--device", f"cuda:{index}"] and info["cuda"] is None
     # Under a launcher-wide mask, cuda:<i> counts within the visible GPUs.

@@ -20,6 +20,8 @@ def _versions() -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
 RL_GAMES_VERSION, TORCH_VERSION, NUMPY_VERSION = _versions()
 """Installed versions, for tests that only hold on one rl-games line (.ci/run also runs rl-games 1.6.1)."""
 
-PLAIN_RESTORE_REFUSES_NUMPY = RL_GAMES_VERSION[:2] == (1, 6) and RL_GAMES_VERSION < (1, 6, 5) and TORCH_VERSION >= (2, 6)
+PLAIN_RESTORE_REFUSES_NUMPY = (
+    RL_GAMES_VERSION[:2] == (1, 6) and RL_GAMES_VERSION < (1, 6, 5) and TORCH_VERSION >= (2, 6)
+)
 """rl-games 1.6.1's own restore calls ``torch.load`` with torch's default ``weights_only``, True from torch 2.6,
 which refuses the numpy scalar every rl_games checkpoint holds; Isaac Lab 2.x pairs 1.6.1 with an older torch."""

@@ -34,8 +34,8 @@ from rl_games.common import env_configurations, vecenv  # noqa: E402
 from rl_games.common.ivecenv import IVecEnv  # noqa: E402
 from rl_games.torch_runner import Runner, _override_sigma  # noqa: E402
 
-from async_pbt_isaaclab.rl_games import exploration as ex  # noqa: E402
 from async_pbt_isaaclab.envs.gym_vec_env import rl_games_space  # noqa: E402
+from async_pbt_isaaclab.rl_games import exploration as ex  # noqa: E402
 
 TOL = 1e-6
 
@@ -208,7 +208,7 @@ class _InProcessPendulum(IVecEnv):
 
     def step(self, actions):
         obs, rew, done = [], [], []
-        for env, action in zip(self.envs, np.asarray(actions)):
+        for env, action in zip(self.envs, np.asarray(actions), strict=True):
             o, r, term, trunc, _ = env.step(action)
             if term or trunc:
                 o, _ = env.reset()
@@ -451,7 +451,7 @@ def test_validate_ignores_other_networks_and_registration_is_idempotent():
     ex.register_bounded_exploration("async_pbt_test_alias")
     net = network_section()
     net["name"] = "async_pbt_test_alias"
-    with pytest.raises(ValueError, match="params.model.name"):
+    with pytest.raises(ValueError, match=r"params\.model\.name"):
         ex.validate_exploration_config({"model": {"name": "continuous_a2c"}, "network": net})
 
 

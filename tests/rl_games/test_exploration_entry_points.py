@@ -63,7 +63,10 @@ def test_an_exploit_mutates_the_bounds_and_the_recipient_trains_and_plays_inside
     assert entry["outcome"] == "exploit" and entry["donor"] == 0
     changed = {c["key"] for c in entry["changes"]}
     assert {"network.log_std_bounds.low", "network.log_std_bounds.high"} <= changed
-    low, high = state["hyperparameters"]["network.log_std_bounds.low"], state["hyperparameters"]["network.log_std_bounds.high"]
+    low, high = (
+        state["hyperparameters"]["network.log_std_bounds.low"],
+        state["hyperparameters"]["network.log_std_bounds.high"],
+    )
     assert -3.0 <= low <= -1.0 and -0.5 <= high <= 1.0 and (low, high) != (-2.0, 0.5)
     final = tmp_path / "ws" / state["last_checkpoint"]
     sigma = load_checkpoint(final)["model"]["a2c_network.sigma"]

@@ -24,8 +24,8 @@ pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6
 
 import async_pbt_isaaclab.examples as examples  # noqa: E402
 from async_pbt_isaaclab.core import fsio  # noqa: E402
-from async_pbt_isaaclab.core.config import ConfigError, population_config_from_dict  # noqa: E402
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml, validate_agent_config  # noqa: E402
+from async_pbt_isaaclab.core.config import ConfigError, population_config_from_dict  # noqa: E402
 from async_pbt_isaaclab.core.member_state import MemberState, save_state  # noqa: E402
 from async_pbt_isaaclab.core.workspace import Workspace  # noqa: E402
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
@@ -118,7 +118,7 @@ def test_optimizer_moments_come_from_the_donor_with_the_new_learning_rate(agents
         for name in ("exp_avg", "exp_avg_sq", "step"):
             assert torch.equal(moments[name], donor_opt["state"][idx][name]), (idx, name)
     assert len(opt["param_groups"]) == len(donor_opt["param_groups"])
-    for group, donor_group in zip(opt["param_groups"], donor_opt["param_groups"]):
+    for group, donor_group in zip(opt["param_groups"], donor_opt["param_groups"], strict=True):
         assert group["lr"] == NEW_LR
         assert {k: v for k, v in group.items() if k != "lr"} == {k: v for k, v in donor_group.items() if k != "lr"}
     # The donor's dict is not modified in place.
@@ -172,7 +172,7 @@ def test_refuses_incomplete_inputs(agents):
 
 
 def test_live_recipient_takes_the_donors_weights_and_keeps_its_frame(agents, built):
-    _, donor, recipient, donor_state, recipient_state = agents
+    _, _donor, recipient, donor_state, recipient_state = agents
     recipient.set_full_state_weights(built, set_epoch=True)
     live = recipient.model.state_dict()
     for key, value in donor_state["model"].items():

@@ -328,7 +328,7 @@ def test_donor_checkpoint_with_wrong_bytes_aborts_with_the_checksum_named(tmp_pa
 def test_donor_whose_network_does_not_fit_aborts_before_anything_is_written(tmp_path, make_record):
     """A donor of another architecture passes the weights-only load; the strict dry run catches it, so the
     recipient keeps training instead of crash-looping after a restart."""
-    aborted, donor = run_with_donor(tmp_path, make_record, spoil=lambda p: None)
+    aborted, _donor = run_with_donor(tmp_path, make_record, spoil=lambda p: None)
     assert "does not fit this member's model" in aborted["reason"]
     assert "unexpected ['w']" in aborted["reason"] and "missing" in aborted["reason"]
 

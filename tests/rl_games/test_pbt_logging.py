@@ -14,8 +14,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("tensorboard")
 
-from torch.utils.tensorboard import SummaryWriter  # noqa: E402
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch.utils.tensorboard import SummaryWriter
 
 from async_pbt_isaaclab.core.member_state import MemberState, load_state, save_state  # noqa: E402
 from async_pbt_isaaclab.core.records import RecordError  # noqa: E402

@@ -43,7 +43,8 @@ class ReachDirectEnvCfg(DirectRLEnvCfg):
     curriculum_stage: int = 0
     success_radius: float = 0.1
     success_max_speed: float = 0.25
-    reward_weights: dict = {"progress": 1.0, "effort": -0.01, "success_bonus": 20.0, "out_of_bounds": -40.0}
+    reward_weights: dict = {  # noqa: RUF012 - @configclass gives each instance its own copy
+        "progress": 1.0, "effort": -0.01, "success_bonus": 20.0, "out_of_bounds": -40.0}
 
 
 class ReachDirectEnv(TorchReachEnv, DirectRLEnv):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import isaaclab_real  # noqa: E402
+import isaaclab_real
 
 
 def main() -> None:

@@ -71,7 +71,6 @@ def configs(task: str, *hydra_args: str) -> None:
 def variants() -> None:
     """Every PBT variant's env and agent config, loaded through Isaac Lab's registry loader."""
     import gymnasium as gym
-
     import isaaclab_tasks  # noqa: F401 - Isaac Lab's tasks
     from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry
 
@@ -85,9 +84,13 @@ def variants() -> None:
         env_cfg = load_cfg_from_registry(task_id, "env_cfg_entry_point")
         agent_cfg = load_cfg_from_registry(task_id, "rl_games_cfg_entry_point")
         base_env_cfg = load_cfg_from_registry(task.base_for(series), "env_cfg_entry_point")
-        out[task_id] = {"env_cfg": type(env_cfg).__name__, "same_as_base": type(env_cfg) is type(base_env_cfg),
-                        "base": gym.spec(task_id).kwargs["base_task"], "agent_name": agent_cfg["params"]["config"]["name"],
-                        "has_pbt": "pbt" in agent_cfg}
+        out[task_id] = {
+            "env_cfg": type(env_cfg).__name__,
+            "same_as_base": type(env_cfg) is type(base_env_cfg),
+            "base": gym.spec(task_id).kwargs["base_task"],
+            "agent_name": agent_cfg["params"]["config"]["name"],
+            "has_pbt": "pbt" in agent_cfg,
+        }
     _emit({"series": series, "ids": list(TASK_IDS), "variants": out})
 
 
@@ -114,6 +117,7 @@ def restart_keeps_hydra_keys() -> None:
 def wrapper_chain() -> None:
     """Our evidence wrapper inside the real ``RlGamesVecEnvWrapper`` and ``RlGamesGpuEnv``."""
     import gymnasium as gym
+    import reach_task
     import torch
     from rl_games.common import env_configurations
 
@@ -126,8 +130,9 @@ def wrapper_chain() -> None:
     cfg = reach_task.ReachDirectEnvCfg()
     cfg.scene.num_envs = 16
     env = gym.make(reach_task.TASK_ID, cfg=cfg)
-    import yaml
     from pathlib import Path
+
+    import yaml
 
     agent = yaml.safe_load((Path(__file__).resolve().parents[2] / "tasks/agents/torch_reach_pbt.yaml").read_text())
     summary = SummaryCfg.from_agent_cfg(agent)
@@ -140,7 +145,7 @@ def wrapper_chain() -> None:
     obs = gpu_env.reset()
     gen = torch.Generator().manual_seed(0)
     for _ in range(250):
-        obs, rew, dones, extras = gpu_env.step(torch.rand(16, 2, generator=gen) * 2 - 1)
+        obs, _rew, _dones, extras = gpu_env.step(torch.rand(16, 2, generator=gen) * 2 - 1)
     batch = source.drain()
     info = gpu_env.get_env_info()
     _emit({"wrapper": type(vec_env).__module__ + "." + type(vec_env).__name__,
