@@ -33,9 +33,9 @@ from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, popula
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EpisodeBatch, EvidenceSummary, EvidenceWindow
 from async_pbt_isaaclab.core.mutation import MemberRng, MutationSpec, mutate
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
+from async_pbt_isaaclab.core.retention import population_best
 from async_pbt_isaaclab.core.selection import Decision, Outcome, decide
 from async_pbt_isaaclab.core.step import PopulationView, StepResult, pbt_step
-from async_pbt_isaaclab.core.retention import population_best
 from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
 
 _IMPLEMENTATION = "async_pbt_isaaclab"

@@ -55,9 +55,13 @@ from async_pbt_isaaclab.commands.check_config import (
     add_check_config_parser,
     cmd_check_config,
 )
+from async_pbt_isaaclab.commands.cluster import add_stop_parser
 from async_pbt_isaaclab.commands.common import CliError, OneLineParser
+from async_pbt_isaaclab.commands.doctor import add_doctor_parser
 from async_pbt_isaaclab.commands.evaluate import add_evaluate_parser  # torch/rl_games imported lazily
 from async_pbt_isaaclab.commands.lineage_view import add_lineage_parser, cmd_lineage, lineage_data, lineage_events
+from async_pbt_isaaclab.commands.replay import add_replay_parser
+from async_pbt_isaaclab.commands.report import add_report_parser  # matplotlib is imported when it runs
 from async_pbt_isaaclab.commands.workspace_views import (
     add_audit_parser,
     add_best_parser,
@@ -69,10 +73,6 @@ from async_pbt_isaaclab.commands.workspace_views import (
     cmd_status,
     status_data,
 )
-from async_pbt_isaaclab.commands.cluster import add_stop_parser
-from async_pbt_isaaclab.commands.doctor import add_doctor_parser
-from async_pbt_isaaclab.commands.replay import add_replay_parser
-from async_pbt_isaaclab.commands.report import add_report_parser  # matplotlib is imported when it runs
 from async_pbt_isaaclab.exit_codes import EXIT_OK, EXIT_USAGE
 from async_pbt_isaaclab.launch.local import add_launch_parser  # stdlib + core only
 

@@ -212,6 +212,7 @@ def _play(args: argparse.Namespace, session: Session, hooks: ScriptHooks, path: 
     from async_pbt_isaaclab.core.config import objective_term
     from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE
     from async_pbt_isaaclab.core.mutation import agent_path
+    from async_pbt_isaaclab.envs import isaaclab_api
     from async_pbt_isaaclab.envs.isaaclab import register_rl_games_env, rl_games_wrapper_options
     from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
     from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source

@@ -172,6 +172,8 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
     from rl_games.common.algo_observer import IsaacAlgoObserver
 
     from async_pbt_isaaclab.core.agent_config import load_population_config
+    from async_pbt_isaaclab.core.config import ConfigError, objective_term
+    from async_pbt_isaaclab.envs import isaaclab_api
     from async_pbt_isaaclab.envs.isaaclab import register_rl_games_env, rl_games_wrapper_options
     from async_pbt_isaaclab.envs.isaaclab_condition import reward_fingerprint
     from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg

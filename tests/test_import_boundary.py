@@ -17,10 +17,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from blocked_imports import FORBIDDEN, run_blocked
 
 import async_pbt_isaaclab
 import async_pbt_isaaclab.core
-from blocked_imports import FORBIDDEN, run_blocked
 
 CORE_DIR = Path(async_pbt_isaaclab.core.__file__).parent
 PACKAGE_DIR = Path(async_pbt_isaaclab.__file__).parent

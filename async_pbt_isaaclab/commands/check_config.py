@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from async_pbt_isaaclab.commands.common import _emit_json, _fmt_num, _table
-from async_pbt_isaaclab.core.agent_config import current_hyperparameters, load_population_config, load_yaml, validate_agent_config
 from async_pbt_isaaclab.core import rules
 from async_pbt_isaaclab.core.agent_config import (
     current_hyperparameters,

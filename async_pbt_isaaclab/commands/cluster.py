@@ -45,9 +45,9 @@ def add_stop_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
+    from async_pbt_isaaclab.launch.arguments import LaunchError
     from async_pbt_isaaclab.launch.ray_backend import stop_driver
     from async_pbt_isaaclab.launch.slurm import cancel
-    from async_pbt_isaaclab.launch.arguments import LaunchError
 
     ws = _open_workspace(args.workspace)
     did = False

@@ -18,6 +18,7 @@ import math
 import re
 from typing import Any, Mapping
 
+
 def _host_value(value: Any) -> Any:
     """A curriculum value as a Python scalar or string (tensors are read back: a host synchronisation)."""
     if hasattr(value, "detach") and hasattr(value, "numel"):

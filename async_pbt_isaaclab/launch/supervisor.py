@@ -75,15 +75,15 @@ from async_pbt_isaaclab.exit_codes import (
     NO_RETRY_EXIT_CODES,
     exit_code_for_signal,
 )
-from async_pbt_isaaclab.launch.results import LaunchResult, MemberOutcome
 from async_pbt_isaaclab.launch.progress import (
     Journal,
-    shorten,
-    signal_name,
     describe_exit,
     progress_lines,
     read_log_tail,
+    shorten,
+    signal_name,
 )
+from async_pbt_isaaclab.launch.results import LaunchResult, MemberOutcome
 
 _TERMINAL = ("finished", "given_up", "stopped")
 

@@ -38,9 +38,9 @@ from rl_games.common.algo_observer import AlgoObserver
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary, EvidenceWindow
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
+from async_pbt_isaaclab.core.retention import apply_retention, update_best
 from async_pbt_isaaclab.core.selection import Decision
 from async_pbt_isaaclab.core.step import PopulationView, pbt_step
-from async_pbt_isaaclab.core.retention import apply_retention, update_best
 from async_pbt_isaaclab.core.workspace import checkpoint_name
 from async_pbt_isaaclab.envs.summary_source import find_summary_source
 from async_pbt_isaaclab.rl_games import exploit

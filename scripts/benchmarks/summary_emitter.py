@@ -38,7 +38,7 @@ import torch
 from async_pbt_isaaclab.envs.summary import EpisodeSummaryEmitter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the e2e mode's module, next to this file
-import summary_emitter_e2e as e2e  # noqa: E402
+import summary_emitter_e2e as e2e
 
 # ------------------------------------------------------------------------------------------- emitter (part a)
 

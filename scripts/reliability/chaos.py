@@ -60,11 +60,11 @@ from async_pbt_isaaclab.core.workspace import Workspace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The harness's modules, next to this script.
-import chaos_checks  # noqa: E402
-from chaos_driver import Driver  # noqa: E402
-from chaos_members import FIXTURE_RULE, all_published, launch, stop, wait_temp_files_past_grace  # noqa: E402
-from chaos_watch import Watcher  # noqa: E402
-from chaos_windows import (  # noqa: E402,F401  (the window tests, re-exported for tests/integration/test_chaos.py)
+import chaos_checks
+from chaos_driver import Driver
+from chaos_members import FIXTURE_RULE, all_published, launch, stop, wait_temp_files_past_grace
+from chaos_watch import Watcher
+from chaos_windows import (  # noqa: F401  (the window tests, re-exported for tests/integration/test_chaos.py)
     decision_not_acted_on,
     donor_copy_in_flight,
     inprocess_applied,

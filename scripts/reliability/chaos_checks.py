@@ -15,11 +15,12 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from chaos_exploit_checks import verify_exploits
+
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.audit import read_entries, verify_log
 from async_pbt_isaaclab.core.member_state import load_state
 from async_pbt_isaaclab.core.workspace import Workspace
-from chaos_exploit_checks import verify_exploits
 
 FRAMES_PER_EPOCH = 8 * 64
 """num_envs x horizon_length of the member command in chaos.py."""

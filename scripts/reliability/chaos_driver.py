@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from async_pbt_isaaclab.core.workspace import member_dirname
 from chaos_windows import EXPLOIT_WINDOWS, FROZEN_WINDOWS
+
+from async_pbt_isaaclab.core.workspace import member_dirname
 
 FREQUENT_WINDOWS = ("checkpoint_write", "random")
 """Windows that open at any time; the others need an exploit decision."""

@@ -16,6 +16,7 @@ Each event that opens a window calls ``Driver.try_kill`` with that window's test
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import random
@@ -24,10 +25,6 @@ import struct
 import time
 from pathlib import Path
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.member_state import load_state
-from async_pbt_isaaclab.core.records import RecordError
-from async_pbt_isaaclab.core.workspace import parse_member_dirname
 from chaos_driver import Driver
 from chaos_windows import (
     decision_not_acted_on,
@@ -41,6 +38,10 @@ from chaos_windows import (
     restart_in_flight,
 )
 
+from async_pbt_isaaclab.core import fsio
+from async_pbt_isaaclab.core.member_state import load_state
+from async_pbt_isaaclab.core.records import RecordError
+from async_pbt_isaaclab.core.workspace import parse_member_dirname
 
 
 class Inotify:
@@ -172,7 +173,7 @@ class Watcher:
             d.try_kill(member, "inprocess_done", f"record.json rewritten after the in-process exploit to {checkpoint}",
                        lambda: inprocess_done(mdir, checkpoint, generation))
             return
-        if parent == "checkpoints" and (deleted and not fsio.is_temp_file(path) or fsio.TEMP_MARKER in path.name):
+        if parent == "checkpoints" and ((deleted and not fsio.is_temp_file(path)) or fsio.TEMP_MARKER in path.name):
             what = f"{path.name} deleted by retention" if deleted else f"{path.name} being written"
             d.try_kill(member, "checkpoint_write", what, lambda: publish_in_progress(mdir))
         elif parent == "incoming" and not deleted:
@@ -200,14 +201,14 @@ class Watcher:
             if e.get("kind") == "exploit_applied" and e.get("path") == "inprocess":
                 checkpoint = e.get("checkpoint")
                 self.driver.try_kill(member, "inprocess_applied", f"exploit_applied (inprocess) seq {e.get('seq')}",
-                                     lambda: inprocess_applied(mdir, checkpoint))
+                                     functools.partial(inprocess_applied, mdir, checkpoint))
                 continue
             if e.get("kind") != "decision" or (e.get("decision") or {}).get("outcome") != "exploit":
                 continue
             seq, rng_after = e.get("seq", -1), e.get("rng_after")
             generation = ((e.get("inputs") or {}).get("me") or {}).get("generation")
             self.driver.try_kill(member, "exploit_decided", f"exploit decision seq {seq} logged",
-                                 lambda: decision_not_acted_on(mdir, seq, generation, rng_after))
+                                 functools.partial(decision_not_acted_on, mdir, seq, generation, rng_after))
 
     def _on_state(self, member: int, path: Path) -> None:
         try:
@@ -259,7 +260,8 @@ class Watcher:
             except OSError:
                 execd = False
             mdir = d.mdir(member)
-            d.try_kill(member, window, detail, lambda: restart_in_flight(mdir, checkpoint, execd), aimed=False)
+            d.try_kill(member, window, detail, functools.partial(restart_in_flight, mdir, checkpoint, execd),
+                       aimed=False)
         while d.random_times and now >= d.random_times[0] and d.quota.get("random", 0) > 0:
             d.random_times.pop(0)
             live = [m for m in range(self.driver.args.members) if d.alive_pid(m) is not None and d.eligible(m)]

@@ -15,7 +15,6 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-
 HUGE_INT = 10 ** 400
 INTERESTING: list[Any] = [
     None, True, False, 0, -1, 1, 2 ** 31, 2 ** 63, 2 ** 64, -(2 ** 63), 2 ** 128 + 1, HUGE_INT, -HUGE_INT,

@@ -66,8 +66,8 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the other parts of the fuzzer, next to this file
-from fuzz_seeds import build_audit_log, build_real_checkpoint  # noqa: E402
-from fuzz_targets import InvariantError, Stats, Target, build_targets  # noqa: E402
+from fuzz_seeds import build_audit_log, build_real_checkpoint
+from fuzz_targets import InvariantError, Stats, Target, build_targets
 
 
 class Unexpected(Exception):
@@ -98,11 +98,11 @@ def run_target(target: Target, examples: int, tmp_root: Path, raise_failures: bo
             stats.examples.setdefault("invariant: " + key, f"{exc}\ninput: {value!r:.600}")
             if raise_failures:
                 raise
-        except RecursionError as exc:  # noqa: B014 - listed apart: a deep input must not crash the reader
+        except RecursionError as exc:
             _record_unexpected(stats, exc, value)
             if raise_failures:
                 raise Unexpected(f"{target.name}: {type(exc).__name__}: {exc}") from exc
-        except Exception as exc:  # noqa: BLE001 - anything else is a bug in the parser
+        except Exception as exc:
             _record_unexpected(stats, exc, value)
             if raise_failures:
                 raise Unexpected(f"{target.name}: {type(exc).__name__}: {exc}") from exc

@@ -19,18 +19,18 @@ from hypothesis import strategies as st
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.audit import AuditLog, read_entries, verify_log
-from async_pbt_isaaclab.core.step import start_hyperparameters
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, population_config_from_dict
+from async_pbt_isaaclab.core.member_lock import read_lock_owner
 from async_pbt_isaaclab.core.member_state import MemberState, load_state
 from async_pbt_isaaclab.core.mutation import MemberRng, mutate
 from async_pbt_isaaclab.core.records import MemberRecord, RecordError, parse_record_bytes
-from async_pbt_isaaclab.core.selection import decide
-from async_pbt_isaaclab.core.member_lock import read_lock_owner
 from async_pbt_isaaclab.core.retention import active_pins, population_best
+from async_pbt_isaaclab.core.selection import decide
+from async_pbt_isaaclab.core.step import start_hyperparameters
 from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the other parts of the fuzzer, next to this file
-from fuzz_inputs import (  # noqa: E402
+from fuzz_inputs import (
     SPECIAL_FILES,
     dumps_loose,
     json_file_inputs,
@@ -39,7 +39,7 @@ from fuzz_inputs import (  # noqa: E402
     mutated_json,
     pickle_mutated_checkpoint,
 )
-from fuzz_seeds import (  # noqa: E402
+from fuzz_seeds import (
     NOW,
     population_config_raw,
     seed_best,
@@ -49,6 +49,7 @@ from fuzz_seeds import (  # noqa: E402
     seed_records,
     seed_state,
 )
+
 
 class InvariantError(AssertionError):
     """A parser accepted an input but returned something unusable."""

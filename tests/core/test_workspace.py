@@ -28,8 +28,8 @@ import time
 import pytest
 
 from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.records import SCHEMA_VERSION, MemberRecord, RecordError, read_record
 from async_pbt_isaaclab.core.member_lock import MemberLock
+from async_pbt_isaaclab.core.records import SCHEMA_VERSION, MemberRecord, RecordError, read_record
 from async_pbt_isaaclab.core.retention import (
     PIN_TTL_S,
     active_pins,

@@ -33,7 +33,13 @@ pytest.importorskip("rl_games")
 from async_pbt_isaaclab.core import fsio  # noqa: E402
 from async_pbt_isaaclab.core.audit import verify_log  # noqa: E402
 from async_pbt_isaaclab.core.evidence import EvidenceSummary  # noqa: E402
-from async_pbt_isaaclab.core.records import SCHEMA_VERSION, HistoryEntry, MemberRecord, read_record  # noqa: E402
+from async_pbt_isaaclab.core.records import (  # noqa: E402
+    SCHEMA_VERSION,
+    HistoryEntry,
+    MemberRecord,
+    RecordError,
+    read_record,
+)
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -18,8 +18,8 @@ pytest.importorskip("torch")
 pytest.importorskip("rl_games")
 pytest.importorskip("matplotlib")
 
-from async_pbt_isaaclab.core.schedule import load_schedule, values_at  # noqa: E402
-from async_pbt_isaaclab.testing.forced_exploit import run_population  # noqa: E402
+from async_pbt_isaaclab.core.schedule import load_schedule, values_at
+from async_pbt_isaaclab.testing.forced_exploit import run_population
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)
+from rl_games_line import NUMPY_VERSION, PLAIN_RESTORE_REFUSES_NUMPY
 
 from async_pbt_isaaclab.core.fsio import is_temp_file, sha256_file
 from async_pbt_isaaclab.rl_games.checkpoint import (
@@ -28,6 +27,7 @@ from async_pbt_isaaclab.rl_games.checkpoint import (
     with_pbt_metadata,
 )
 
+pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)
 
 
 class Marker:

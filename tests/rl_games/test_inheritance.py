@@ -33,8 +33,8 @@ from async_pbt_isaaclab.rl_games.inheritance import (  # noqa: E402
     DONOR_KEYS,
     RECIPIENT_KEYS,
     build_recipient_state,
+    model_fingerprint,
 )
-from async_pbt_isaaclab.rl_games.inheritance import model_fingerprint  # noqa: E402
 from async_pbt_isaaclab.testing.tiny_agent import train_agent  # noqa: E402
 
 YAML = Path(examples.__file__).parent / "pendulum_ppo.yaml"

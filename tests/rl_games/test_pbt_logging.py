@@ -17,9 +17,9 @@ pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
-from async_pbt_isaaclab.core.member_state import MemberState, load_state, save_state  # noqa: E402
-from async_pbt_isaaclab.core.records import RecordError  # noqa: E402
-from async_pbt_isaaclab.rl_games.pbt_logging import (  # noqa: E402
+from async_pbt_isaaclab.core.member_state import MemberState, load_state, save_state
+from async_pbt_isaaclab.core.records import RecordError
+from async_pbt_isaaclab.rl_games.pbt_logging import (
     PbtScalars,
     assign_wandb_run_id,
     member_wandb_init_kwargs,

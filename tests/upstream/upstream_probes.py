@@ -121,7 +121,6 @@ def wrapper_chain() -> None:
     import torch
     from rl_games.common import env_configurations
 
-    import reach_task
     from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks, register_rl_games_env
     from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
     from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source
@@ -159,11 +158,11 @@ def wrapper_chain() -> None:
 def multi_agent() -> None:
     """A ``DirectMARLEnv`` task through our env builder and evidence wrapper, inside the real rl_games wrappers."""
     import gymnasium as gym
+    import reach_marl_task
+    import reach_task
     import torch
     from isaaclab.envs import DirectMARLEnv, DirectRLEnv
 
-    import reach_marl_task
-    import reach_task
     from async_pbt_isaaclab.envs import isaaclab_api
     from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks
     from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
@@ -176,8 +175,9 @@ def multi_agent() -> None:
     cfg.scene.num_envs = 16
     marl = gym.make(reach_marl_task.TASK_ID, cfg=cfg)
     converted = isaaclab_api.convert_multi_agent(marl)
-    import yaml
     from pathlib import Path
+
+    import yaml
 
     agent = yaml.safe_load((Path(__file__).resolve().parents[2] / "tasks/agents/torch_reach_pbt.yaml").read_text())
     wrapped = attach_summary_source(converted, SummaryCfg.from_agent_cfg(agent), objective="success",
