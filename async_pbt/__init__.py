@@ -77,12 +77,16 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if not fullname.startswith(__name__ + "."):
             return None
-        real = _IMPLEMENTATION + fullname[len(__name__):]
+        real = _IMPLEMENTATION + fullname[len(__name__) :]
         real_spec = importlib.util.find_spec(real)
         if real_spec is None:
             return None
-        spec = importlib.machinery.ModuleSpec(fullname, _AliasLoader(real), origin=real_spec.origin,
-                                              is_package=real_spec.submodule_search_locations is not None)
+        spec = importlib.machinery.ModuleSpec(
+            fullname,
+            _AliasLoader(real),
+            origin=real_spec.origin,
+            is_package=real_spec.submodule_search_locations is not None,
+        )
         if real_spec.submodule_search_locations is not None:
             spec.submodule_search_locations = list(real_spec.submodule_search_locations)
         return spec

@@ -80,26 +80,43 @@ class PlayResult:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description="Play a checkpoint of a PBT population member with RL-Games.",
-                                     epilog=LAUNCHER_NOTE)
+    parser = argparse.ArgumentParser(
+        description="Play a checkpoint of a PBT population member with RL-Games.", epilog=LAUNCHER_NOTE
+    )
     parser.add_argument("--video", action="store_true", default=False, help="Record a video of the play.")
     parser.add_argument("--video_length", type=int, default=200, help="Length of the recorded video (in steps).")
     parser.add_argument("--num_envs", "--num-envs", type=int, default=None, help="Number of environments to simulate.")
     parser.add_argument("--task", type=str, default=None, help="Name of the task.")
-    parser.add_argument("--agent", type=str, default="rl_games_cfg_entry_point",
-                        help="Name of the RL agent configuration entry point.")
+    parser.add_argument(
+        "--agent", type=str, default="rl_games_cfg_entry_point", help="Name of the RL agent configuration entry point."
+    )
     parser.add_argument("--real-time", action="store_true", default=False, help="Run in real-time, if possible.")
-    parser.add_argument("--num_steps", "--num-steps", type=int, default=0,
-                        help="Stop after this many env steps (0: until the simulator is closed).")
+    parser.add_argument(
+        "--num_steps",
+        "--num-steps",
+        type=int,
+        default=0,
+        help="Stop after this many env steps (0: until the simulator is closed).",
+    )
     which = parser.add_argument_group("checkpoint (one of)")
     which.add_argument("--checkpoint", type=str, default=None, help="Path to an rl_games checkpoint.")
-    which.add_argument("--pbt-workspace", dest="pbt_workspace", default=None, metavar="DIR",
-                       help="Population workspace to take the checkpoint from (with --member or --best).")
+    which.add_argument(
+        "--pbt-workspace",
+        dest="pbt_workspace",
+        default=None,
+        metavar="DIR",
+        help="Population workspace to take the checkpoint from (with --member or --best).",
+    )
     which.add_argument("--member", type=int, default=None, metavar="N", help="Play member N's newest checkpoint.")
-    which.add_argument("--best", action="store_true", default=False,
-                       help="Play the best checkpoint recorded by any member.")
-    parser.add_argument("--trusted-workspace", action="store_true", default=False,
-                        help="Load with full pickle (only for checkpoints whose writers you trust).")
+    which.add_argument(
+        "--best", action="store_true", default=False, help="Play the best checkpoint recorded by any member."
+    )
+    parser.add_argument(
+        "--trusted-workspace",
+        action="store_true",
+        default=False,
+        help="Load with full pickle (only for checkpoints whose writers you trust).",
+    )
     return parser
 
 
@@ -107,8 +124,9 @@ def select_checkpoint(args: argparse.Namespace) -> tuple[Path, str, str | None]:
     """``(path, how it was chosen, expected sha256 or None)`` from the command line. Raises :class:`PlayError`."""
     chosen = sum([args.checkpoint is not None, args.member is not None, bool(args.best)])
     if chosen != 1:
-        raise PlayError("choose exactly one of --checkpoint PATH, --pbt-workspace W --member N, "
-                        "--pbt-workspace W --best")
+        raise PlayError(
+            "choose exactly one of --checkpoint PATH, --pbt-workspace W --member N, --pbt-workspace W --best"
+        )
     if args.checkpoint is not None:
         return Path(args.checkpoint), "--checkpoint", None
     if not args.pbt_workspace:
@@ -125,18 +143,26 @@ def select_checkpoint(args: argparse.Namespace) -> tuple[Path, str, str | None]:
     if args.best:
         best = population_best(ws, top=1)
         if not best:
-            raise PlayError(f"{ws.root}: no member has recorded a best checkpoint yet (best.json needs at least "
-                            f"min_episodes of evidence at a publish)")
+            raise PlayError(
+                f"{ws.root}: no member has recorded a best checkpoint yet (best.json needs at least "
+                f"min_episodes of evidence at a publish)"
+            )
         entry = best[0]
-        return (ws.checkpoint_path(entry["checkpoint"]),
-                f"best (member {entry.get('member')}, objective {float(entry['objective']):.6g}, "
-                f"frame {entry.get('frame')})", entry.get("sha256"))
+        return (
+            ws.checkpoint_path(entry["checkpoint"]),
+            f"best (member {entry.get('member')}, objective {float(entry['objective']):.6g}, "
+            f"frame {entry.get('frame')})",
+            entry.get("sha256"),
+        )
     member_dir = ws.member_dir(args.member)
     state = load_state(member_dir / "state.json")
     if state is None or not state.last_checkpoint:
         raise PlayError(f"{member_dir}: member {args.member} has not published a checkpoint yet")
-    return ws.checkpoint_path(state.last_checkpoint), f"member {args.member} (generation {state.generation})", \
-        state.last_checkpoint_sha256 or None
+    return (
+        ws.checkpoint_path(state.last_checkpoint),
+        f"member {args.member} (generation {state.generation})",
+        state.last_checkpoint_sha256 or None,
+    )
 
 
 def load_verified(path: Path, sha256: str | None, trusted: bool) -> dict[str, Any]:
@@ -159,7 +185,7 @@ def load_verified(path: Path, sha256: str | None, trusted: bool) -> dict[str, An
 
 def restore_player(player: Any, state: dict[str, Any]) -> None:
     """Load a checkpoint dict into an rl_games player (what ``PpoPlayerContinuous.restore`` does after its load)."""
-    model_state = {(k[len("_orig_mod."):] if k.startswith("_orig_mod.") else k): v for k, v in state["model"].items()}
+    model_state = {(k[len("_orig_mod.") :] if k.startswith("_orig_mod.") else k): v for k, v in state["model"].items()}
     player.model.load_state_dict(model_state)
     if getattr(player, "normalize_input", False) and "running_mean_std" in state:
         player.model.running_mean_std.load_state_dict(state["running_mean_std"])
@@ -183,8 +209,10 @@ def main(argv: Sequence[str] | None = None, hooks: ScriptHooks | None = None) ->
     except PlayError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"[INFO] played {result.checkpoint} ({result.source}): {result.steps} steps, {result.episodes} episodes, "
-          f"mean return {result.mean_return:.6g}, mean {result.objective} {result.mean_objective:.6g}")
+    print(
+        f"[INFO] played {result.checkpoint} ({result.source}): {result.steps} steps, {result.episodes} episodes, "
+        f"mean return {result.mean_return:.6g}, mean {result.objective} {result.mean_objective:.6g}"
+    )
     return 0
 
 
@@ -203,8 +231,9 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: ScriptHooks 
         return _play(args, session, hooks, path, source, state)
 
 
-def _play(args: argparse.Namespace, session: Session, hooks: ScriptHooks, path: Path, source: str,
-          state: dict[str, Any]) -> PlayResult:
+def _play(
+    args: argparse.Namespace, session: Session, hooks: ScriptHooks, path: Path, source: str, state: dict[str, Any]
+) -> PlayResult:
     import torch
     from rl_games.torch_runner import Runner
 
@@ -237,8 +266,7 @@ def _play(args: argparse.Namespace, session: Session, hooks: ScriptHooks, path: 
     try:
         env = attach_summary_source(env, SummaryCfg.from_agent_cfg(agent_cfg), objective=objective, task=args.task)
     except ValueError as exc:
-        print(f"[WARN] no per-episode {objective!r} while playing ({exc}); reporting the return only",
-              file=sys.stderr)
+        print(f"[WARN] no per-episode {objective!r} while playing ({exc}); reporting the return only", file=sys.stderr)
         objective = RETURN_OBJECTIVE
         env = attach_summary_source(env, SummaryCfg(), task=args.task)
     rl_device, clip_obs, clip_actions, extra = rl_games_wrapper_options(agent_cfg)
@@ -281,7 +309,10 @@ def _play(args: argparse.Namespace, session: Session, hooks: ScriptHooks, path: 
     batch = env.pbt_summary_source.drain()
     values = batch.objective_values(objective) if len(batch) else []
     result = PlayResult(
-        checkpoint=str(path), source=source, steps=steps, episodes=len(batch),
+        checkpoint=str(path),
+        source=source,
+        steps=steps,
+        episodes=len(batch),
         mean_return=math.fsum(batch.returns) / len(batch) if len(batch) else math.nan,
         objective=objective,
         mean_objective=math.fsum(values) / len(values) if values else math.nan,

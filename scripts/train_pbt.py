@@ -19,7 +19,8 @@ What differs from Isaac Lab's script, and why:
 * the command line is captured before ``AppLauncher`` or Hydra rewrite ``sys.argv``, so an exploit restart
   (``os.execv`` of this same command with a new ``--checkpoint`` and the mutated ``agent.params.config.*``
   overrides appended) keeps every flag;
-* with the population enabled the env is wrapped in :class:`~async_pbt_isaaclab.envs.isaaclab_wrapper.PbtIsaacLabEnv` inside
+* with the population enabled the env is wrapped in
+  :class:`~async_pbt_isaaclab.envs.isaaclab_wrapper.PbtIsaacLabEnv` inside
   ``RlGamesVecEnvWrapper`` (per-episode evidence), the member's seed is ``seed + pbt_index`` (members must not be N
   copies of one run), and the run's log folder is the member's own, kept across restarts
   (``logs/rl_games/<name>/<name>_pbt_<NNN>``);
@@ -87,33 +88,68 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--video", action="store_true", default=False, help="Record videos during training.")
     parser.add_argument("--video_length", type=int, default=200, help="Length of the recorded video (in steps).")
-    parser.add_argument("--video_interval", type=int, default=2000,
-                        help="Interval between video recordings (in steps).")
+    parser.add_argument(
+        "--video_interval", type=int, default=2000, help="Interval between video recordings (in steps)."
+    )
     parser.add_argument("--num_envs", "--num-envs", type=int, default=None, help="Number of environments to simulate.")
     parser.add_argument("--task", type=str, default=None, help="Name of the task.")
-    parser.add_argument("--agent", type=str, default="rl_games_cfg_entry_point",
-                        help="Name of the RL agent configuration entry point.")
-    parser.add_argument("--seed", type=int, default=None,
-                        help="Seed used for the environment (-1: random); members add their --pbt-index.")
-    parser.add_argument("--distributed", action="store_true", default=False,
-                        help="Run training with multiple GPUs or nodes (not with the population enabled).")
-    parser.add_argument("--checkpoint", type=str, default=None,
-                        help="Path to model checkpoint (a member that already ran resumes from its own instead).")
+    parser.add_argument(
+        "--agent", type=str, default="rl_games_cfg_entry_point", help="Name of the RL agent configuration entry point."
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="Seed used for the environment (-1: random); members add their --pbt-index.",
+    )
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        default=False,
+        help="Run training with multiple GPUs or nodes (not with the population enabled).",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        type=str,
+        default=None,
+        help="Path to model checkpoint (a member that already ran resumes from its own instead).",
+    )
     parser.add_argument("--sigma", type=str, default=None, help="The policy's initial standard deviation.")
-    parser.add_argument("--max_iterations", "--max-iterations", type=int, default=None,
-                        help="RL Policy training iterations.")
+    parser.add_argument(
+        "--max_iterations", "--max-iterations", type=int, default=None, help="RL Policy training iterations."
+    )
     parser.add_argument("--wandb-project-name", type=str, default=None, help="the wandb's project name")
     parser.add_argument("--wandb-entity", type=str, default=None, help="the entity (team) of wandb's project")
     parser.add_argument("--wandb-name", type=str, default=None, help="the name of wandb's run")
-    parser.add_argument("--track", type=_str2bool, default=False, nargs="?", const=True,
-                        help="if toggled, this experiment will be tracked with Weights and Biases")
-    parser.add_argument("--export_io_descriptors", action="store_true", default=False,
-                        help="Export the IO descriptors of a manager-based task.")
-    parser.add_argument("--ray-proc-id", "-rid", type=int, default=None,
-                        help="Automatically configured by Isaac Lab's Ray integration, otherwise None.")
-    parser.add_argument("--pbt-replay", type=str, default=None, metavar="SCHEDULE",
-                        help="Train one run (no population) that follows a hyperparameter schedule written by "
-                             "`async-pbt replay WORKSPACE --member K --out SCHEDULE`.")
+    parser.add_argument(
+        "--track",
+        type=_str2bool,
+        default=False,
+        nargs="?",
+        const=True,
+        help="if toggled, this experiment will be tracked with Weights and Biases",
+    )
+    parser.add_argument(
+        "--export_io_descriptors",
+        action="store_true",
+        default=False,
+        help="Export the IO descriptors of a manager-based task.",
+    )
+    parser.add_argument(
+        "--ray-proc-id",
+        "-rid",
+        type=int,
+        default=None,
+        help="Automatically configured by Isaac Lab's Ray integration, otherwise None.",
+    )
+    parser.add_argument(
+        "--pbt-replay",
+        type=str,
+        default=None,
+        metavar="SCHEDULE",
+        help="Train one run (no population) that follows a hyperparameter schedule written by "
+        "`async-pbt replay WORKSPACE --member K --out SCHEDULE`.",
+    )
     add_population_args(parser)
     return parser
 
@@ -125,9 +161,11 @@ def main(argv: Sequence[str] | None = None, hooks: ScriptHooks | None = None) ->
     try:
         args, hydra_args = parse_script_args(build_parser(), hooks, argv, script="train")  # --help: no Isaac Lab
     except ImportError as exc:
-        print(f"error: scripts/train_pbt.py runs Isaac Lab tasks: {exc}\n"
-              f"  (a CPU population without a simulator: python -m async_pbt_isaaclab.examples.cpu_member --help)",
-              file=sys.stderr)
+        print(
+            f"error: scripts/train_pbt.py runs Isaac Lab tasks: {exc}\n"
+            f"  (a CPU population without a simulator: python -m async_pbt_isaaclab.examples.cpu_member --help)",
+            file=sys.stderr,
+        )
         return 2
     except UnsupportedIsaacLab as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -149,9 +187,12 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: ScriptHooks 
         getattr(args, "pbt_num_policies", None) is not None or getattr(args, "pbt_workspace", None) is not None
     )
     if args.distributed and population_on:  # refused before the simulator starts (3.0 binds GPUs at launch)
-        print("error: --distributed spreads one run over several GPUs, but a population member is one process. "
-              "Give each member its own GPU instead: async-pbt launch --members N --gpus 0,1,... -- <this command "
-              "without --distributed>", file=sys.stderr)
+        print(
+            "error: --distributed spreads one run over several GPUs, but a population member is one process. "
+            "Give each member its own GPU instead: async-pbt launch --members N --gpus 0,1,... -- <this command "
+            "without --distributed>",
+            file=sys.stderr,
+        )
         return 2
     if getattr(args, "pbt_replay", None):
         from async_pbt_isaaclab.core.schedule import ScheduleError, load_replay_schedule
@@ -184,9 +225,12 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
     env_cfg, agent_cfg = session.env_cfg, session.agent_cfg
     agent_cfg = plain_config(agent_cfg)
     try:
-        agent_cfg, cfg = load_population_config(agent_cfg, population_overrides(args),
-                                                source=f"{args.task} ({args.agent})",
-                                                origins=population_flag_origins(args))
+        agent_cfg, cfg = load_population_config(
+            agent_cfg,
+            population_overrides(args),
+            source=f"{args.task} ({args.agent})",
+            origins=population_flag_origins(args),
+        )
         replay = None
         if getattr(args, "pbt_replay", None):
             from dataclasses import replace
@@ -224,9 +268,12 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
     train_sigma = float(args.sigma) if args.sigma is not None else None
     if args.distributed:
         if cfg.enabled:
-            print("error: --distributed spreads one run over several GPUs, but a population member is one process. "
-                  "Give each member its own GPU instead: async-pbt launch --members N --gpus 0,1,... -- <this command "
-                  "without --distributed>", file=sys.stderr)
+            print(
+                "error: --distributed spreads one run over several GPUs, but a population member is one process. "
+                "Give each member its own GPU instead: async-pbt launch --members N --gpus 0,1,... -- <this command "
+                "without --distributed>",
+                file=sys.stderr,
+            )
             return 2
         rank, local = isaaclab_api.distributed_placement(session)
         seed += rank
@@ -247,27 +294,32 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
     if cfg.enabled:
         run_name = member_experiment_name(rl_cfg, cfg, log_root)
     else:
-        run_name = (rl_cfg.get("full_experiment_name") or getattr(args, "run_timestamp", None)
-                    or datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
+        run_name = (
+            rl_cfg.get("full_experiment_name")
+            or getattr(args, "run_timestamp", None)
+            or datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        )
     rl_cfg["train_dir"] = log_root
     rl_cfg["full_experiment_name"] = run_name
     log_dir = os.path.join(log_root, run_name)
     print(f"[INFO] Logging experiment in directory: {log_root}")
     if cfg.enabled:
-        print(f"[INFO] PBT member {cfg.policy_idx}/{cfg.num_policies}, workspace {cfg.workspace_path(log_root)}, "
-              f"objective {cfg.objective!r}, seed {seed}")
+        print(
+            f"[INFO] PBT member {cfg.policy_idx}/{cfg.num_policies}, workspace {cfg.workspace_path(log_root)}, "
+            f"objective {cfg.objective!r}, seed {seed}"
+        )
     _dump_configs(hooks, log_dir, env_cfg, agent_cfg)
     if hasattr(env_cfg, "log_dir"):
         env_cfg.log_dir = log_dir  # where the env writes its own files (Isaac Lab sets it too)
 
     # -- the env: Isaac Lab env [-> RecordVideo] [-> PbtIsaacLabEnv] -> RlGamesVecEnvWrapper
-    env = hooks.make_env(session, args.task, env_cfg, args, log_dir,
-                         lambda step: step % args.video_interval == 0)
+    env = hooks.make_env(session, args.task, env_cfg, args, log_dir, lambda step: step % args.video_interval == 0)
     reward_config = reward_fingerprint(env_cfg)
     if cfg.enabled:
         try:
-            env = attach_summary_source(env, summary, objective=objective_term(cfg.objective), task=args.task,
-                                        reward_config=reward_config)
+            env = attach_summary_source(
+                env, summary, objective=objective_term(cfg.objective), task=args.task, reward_config=reward_config
+            )
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             env.close()
@@ -288,8 +340,16 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
 
         configure_seed(seed, torch_deterministic=True)
     start = time.time()
-    train_member(agent_cfg, cfg, train_dir=log_root, task=args.task, checkpoint=resume_path, sigma=train_sigma,
-                 extra_observers=observers, reward_config=reward_config)
+    train_member(
+        agent_cfg,
+        cfg,
+        train_dir=log_root,
+        task=args.task,
+        checkpoint=resume_path,
+        sigma=train_sigma,
+        extra_observers=observers,
+        reward_config=reward_config,
+    )
     print(f"Training time: {round(time.time() - start, 2)} seconds")
     vec_env.close()
     return 0
@@ -336,12 +396,20 @@ def make_wandb_observer(args: argparse.Namespace, env_cfg: Any, agent_cfg: dict,
 
             # A member: one run for the whole population run (the id kept in its state.json, resumed after every
             # restart, grouped by workspace). Without the population: a new run per start, as in Isaac Lab.
-            run = (member_wandb_init_kwargs(workspace, cfg.policy_idx, name=args.wandb_name) if cfg.enabled
-                   else {"name": args.wandb_name or experiment_name})
-            wandb_run = wandb.init(project=project, entity=args.wandb_entity, sync_tensorboard=True,
-                                   monitor_gym=True, save_code=True, **run)
-            print(f"[async-pbt] W&B run {wandb_run.id} (group {wandb_run.group or '-'}, project {project})",
-                  flush=True)
+            run = (
+                member_wandb_init_kwargs(workspace, cfg.policy_idx, name=args.wandb_name)
+                if cfg.enabled
+                else {"name": args.wandb_name or experiment_name}
+            )
+            wandb_run = wandb.init(
+                project=project,
+                entity=args.wandb_entity,
+                sync_tensorboard=True,
+                monitor_gym=True,
+                save_code=True,
+                **run,
+            )
+            print(f"[async-pbt] W&B run {wandb_run.id} (group {wandb_run.group or '-'}, project {project})", flush=True)
             if not wandb_run.resumed:
                 if hasattr(env_cfg, "to_dict"):
                     wandb.config.update({"env_cfg": env_cfg.to_dict()})

@@ -121,12 +121,15 @@ def upstream_spec(base_task: str) -> gym.envs.registration.EnvSpec:
         except ImportError as exc:
             from async_pbt_isaaclab.envs.isaaclab import ISAACLAB_INSTALL_HINT
 
-            raise ImportError(f"task {base_task!r} comes from Isaac Lab's isaaclab_tasks, which is not importable "
-                              f"here ({exc}); {ISAACLAB_INSTALL_HINT}") from exc
+            raise ImportError(
+                f"task {base_task!r} comes from Isaac Lab's isaaclab_tasks, which is not importable "
+                f"here ({exc}); {ISAACLAB_INSTALL_HINT}"
+            ) from exc
     if base_task not in gym.registry:
         raise gym.error.UnregisteredEnv(
             f"upstream task {base_task!r} is not registered by this Isaac Lab version; register the PBT variant "
-            f"yourself with the task id your Isaac Lab provides (see async_pbt_isaaclab.tasks.registry)")
+            f"yourself with the task id your Isaac Lab provides (see async_pbt_isaaclab.tasks.registry)"
+        )
     return gym.spec(base_task)
 
 
@@ -180,7 +183,7 @@ TASKS: tuple[PbtTask, ...] = (
         base_task_3="IsaacContrib-Velocity-Rough-AnymalC",
         agent_yaml="anymal_c_rough_pbt.yaml",
         description="ANYmal-C velocity tracking on rough terrain (ManagerBasedRLEnv); objective: episode return, "
-                    "compared per terrain level",
+        "compared per terrain level",
     ),
     PbtTask(
         id="AsyncPbt-Cartpole-Direct-v0",
@@ -211,9 +214,11 @@ TASK_IDS: tuple[str, ...] = tuple(t.id_for(installed_series()) for t in TASKS)
 def registration_kwargs(task: PbtTask, series: str | None = None) -> tuple[str, dict[str, str]]:
     """``(entry_point, kwargs)`` of a task's ``gym.register`` call (all strings) on release ``series``."""
     base = task.base_for(series or installed_series())
-    kwargs = {"rl_games_cfg_entry_point": agent_entry_point(task.agent_yaml),
-              "env_cfg_entry_point": f"{__name__}:{_CFG_NAMES[task.id]}",
-              UPSTREAM_KEY: base}
+    kwargs = {
+        "rl_games_cfg_entry_point": agent_entry_point(task.agent_yaml),
+        "env_cfg_entry_point": f"{__name__}:{_CFG_NAMES[task.id]}",
+        UPSTREAM_KEY: base,
+    }
     return f"{__name__}:make_upstream_env", kwargs
 
 

@@ -50,8 +50,11 @@ def build_record(
     hparams = dict(hyperparameters or {"learning_rate": 3e-4, "gamma": 0.99})
     condition = ConditionLabel(task=task, objective=objective)
     if history is None:
-        history = ((HistoryEntry(frame, ev_gen, evidence.mean, evidence.std, evidence.count, condition, ckpt, sha,
-                                 hparams),) if values and ev_gen == generation else ())
+        history = (
+            (HistoryEntry(frame, ev_gen, evidence.mean, evidence.std, evidence.count, condition, ckpt, sha, hparams),)
+            if values and ev_gen == generation
+            else ()
+        )
     return MemberRecord(
         member=member,
         generation=generation,
@@ -73,4 +76,3 @@ def build_record(
 def make_record() -> Callable[..., MemberRecord]:
     """Factory for :class:`MemberRecord` (see :func:`build_record` for the keyword arguments)."""
     return build_record
-

@@ -40,9 +40,29 @@ def test_e2e_benchmark_reports_both_frame_rates():
         isaaclab_real.ensure("3.0.0")
     except isaaclab_real.Unavailable as exc:
         pytest.skip(f"Isaac Lab 3.0.0 could not be fetched from PyPI: {exc}")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "e2e", "--num-envs", "64", "--horizon", "8", "--epochs", "3",
-                           "--pairs", "1", "--warmup-epochs", "0", "--isaaclab", "3.0.0"],
-                          capture_output=True, text=True, timeout=800, cwd=ROOT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "e2e",
+            "--num-envs",
+            "64",
+            "--horizon",
+            "8",
+            "--epochs",
+            "3",
+            "--pairs",
+            "1",
+            "--warmup-epochs",
+            "0",
+            "--isaaclab",
+            "3.0.0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=800,
+        cwd=ROOT,
+    )
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
     assert "vec-env wrapper isaaclab_rl.rl_games.rl_games.RlGamesVecEnvWrapper of Isaac Lab 3.0.0" in out, out[:2000]
@@ -53,8 +73,10 @@ def test_e2e_benchmark_reports_both_frame_rates():
     assert re.search(r"^(PASS|FAIL): direct measure 1 - added/epoch", out, re.MULTILINE), out
     assert re.search(r"^(PASS|FAIL): median A/B frames/s ratio", out, re.MULTILINE), out
     # Same seed, and the emitter draws no random numbers: both variants train exactly the same policy.
-    assert "training identical in both variants (same seed; final parameters and frames compared in every pair): yes" \
-        in out, out
+    assert (
+        "training identical in both variants (same seed; final parameters and frames compared in every pair): yes"
+        in out
+    ), out
 
 
 # ------------------------------------------------------------------ population vs independent study
@@ -97,8 +119,10 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
         for member in run[arm]["members"].values():
             # Retention was off: every member has a checkpoint evaluated at every point.
             assert [p["frame"] for p in member["points"]] == points
-            assert all(p["checkpoint"] and math.isfinite(p["report"]) and math.isfinite(p["selection"])
-                       for p in member["points"])
+            assert all(
+                p["checkpoint"] and math.isfinite(p["report"]) and math.isfinite(p["selection"])
+                for p in member["points"]
+            )
             assert all(-16.3 * 200 <= p["report"] <= 0 for p in member["points"])
     # Selection really was off in the independent arm, and only there.
     assert all(m["exploits"] == 0 and m["generation"] == 0 for m in run["independent"]["members"].values())
@@ -107,12 +131,15 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
         rows = [m["points"][k] for m in run["population"]["members"].values()]
         assert value == max(rows, key=lambda r: r["selection"])["report"]
     runs = run["curves"]["independent_runs"]
-    assert run["curves"]["independent_median"] == [statistics.median(c[k] for c in runs.values())
-                                                   for k in range(len(points))]
+    assert run["curves"]["independent_median"] == [
+        statistics.median(c[k] for c in runs.values()) for k in range(len(points))
+    ]
     # Frames to target: the first point at or above the target, null when never reached.
     target = results["settings"]["target"]
-    for curve, ftt in ((run["curves"]["population"], run["frames_to_target"]["population"]),
-                       *((runs[m], run["frames_to_target"]["independent_runs"][m]) for m in runs)):
+    for curve, ftt in (
+        (run["curves"]["population"], run["frames_to_target"]["population"]),
+        *((runs[m], run["frames_to_target"]["independent_runs"][m]) for m in runs),
+    ):
         reached = [p for p, v in zip(points, curve, strict=True) if v >= target]
         assert ftt == (reached[0] if reached else None)
     pop, med = run["frames_to_target"]["population"], run["frames_to_target"]["independent_median"]
@@ -134,8 +161,11 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
     assert study.main(["--out", str(out), "--reanalyze", "--target", "0", "--sweep", "-5000"]) == 0
     printed = capsys.readouterr().out
     assert "ratio population / median independent (frames per member): median n/a; per seed: n/a" in printed
-    assert re.search(r"target\s+-5000.0: population 4k \(8k total\)\s+independent median run 4k \(8k total\)\s+"
-                     r"ratio 1.00", printed), printed
+    assert re.search(
+        r"target\s+-5000.0: population 4k \(8k total\)\s+independent median run 4k \(8k total\)\s+"
+        r"ratio 1.00",
+        printed,
+    ), printed
     assert (out / "population_vs_independent_target0.png").is_file()
 
 
@@ -144,6 +174,7 @@ def test_population_vs_independent_refuses_a_used_folder(tmp_path, capsys):
     (tmp_path / "old.txt").write_text("x")
     assert study.main(["--smoke", "--out", str(tmp_path)]) == 2
     assert "exists and is not empty" in capsys.readouterr().err
+
 
 EXPLOIT_LATENCY = Path(__file__).resolve().parents[1] / "scripts" / "benchmarks" / "exploit_latency.py"
 
@@ -157,8 +188,13 @@ def test_exploit_latency_smoke_measures_both_paths(tmp_path):
     import subprocess
 
     out_json = tmp_path / "latency.json"
-    proc = subprocess.run([sys.executable, str(EXPLOIT_LATENCY), "--smoke", "--json", str(out_json)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(EXPLOIT_LATENCY), "--smoke", "--json", str(out_json)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     result = json.loads(out_json.read_text())
@@ -173,14 +209,19 @@ def test_exploit_latency_smoke_measures_both_paths(tmp_path):
         assert 0 < row["act_to_first_step_s"] < row["decision_to_first_step_s"]
     inproc, restart = result["repeats"]
     assert 0 < inproc["apply_seconds"] < inproc["act_seconds"] < inproc["act_to_first_step_s"]
-    phases = ("act_to_exec_s", "exec_to_process_start_s", "process_start_to_agent_ready_s",
-              "agent_ready_to_first_step_s")
+    phases = (
+        "act_to_exec_s",
+        "exec_to_process_start_s",
+        "process_start_to_agent_ready_s",
+        "agent_ready_to_first_step_s",
+    )
     assert all(restart[k] > 0 for k in phases)
     assert abs(sum(restart[k] for k in phases) - restart["act_to_first_step_s"]) < 1e-5
     ratio = result["ratios"]["decision_to_first_step_s"]
     assert ratio == pytest.approx(restart["decision_to_first_step_s"] / inproc["decision_to_first_step_s"])
-    assert re.search(rf"^(PASS|FAIL): restart / in-process, decision -> first step, medians = {ratio:.1f}x", out,
-                     re.MULTILINE), out
+    assert re.search(
+        rf"^(PASS|FAIL): restart / in-process, decision -> first step, medians = {ratio:.1f}x", out, re.MULTILINE
+    ), out
     shares = result["compute_share"]
     assert len(shares) == 5 and all(0 < s[k] < 1 for s in shares for k in ("inprocess_share", "restart_share"))
     # The assumed Isaac Sim start-up is added to the restart's cost only.

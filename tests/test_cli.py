@@ -42,8 +42,14 @@ def run_main(capsys, *argv: str) -> tuple[int, str, str]:
 def run_module(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("ASYNC_PBT_TEST_FIXTURE", None)
-    return subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.cli", *argv], capture_output=True,
-                          text=True, cwd=cwd or REPO, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "async_pbt_isaaclab.cli", *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd or REPO,
+        env=env,
+        timeout=120,
+    )
 
 
 def agent_cfg(**pbt) -> dict:
@@ -81,14 +87,26 @@ def write_yaml(path: Path, data: dict) -> Path:
     return path
 
 
-def record(member: int, mean: float, *, generation: int = 0, frame: int = 10_000, heartbeat: float | None = None,
-           n: int = 8, last_decision: str = "", gen_start: int = 0) -> MemberRecord:
+def record(
+    member: int,
+    mean: float,
+    *,
+    generation: int = 0,
+    frame: int = 10_000,
+    heartbeat: float | None = None,
+    n: int = 8,
+    last_decision: str = "",
+    gen_start: int = 0,
+) -> MemberRecord:
     values = tuple(mean + d for d in ([-1.0, 1.0] * (n // 2)))
     evidence = EvidenceSummary("episode_return", generation, values, n, 0)
     hparams = {"learning_rate": 1e-3 * (member + 1), "gamma": 0.95}
     ckpt = f"members/{member:03d}/checkpoints/{checkpoint_name(generation, frame)}"
-    history = (HistoryEntry(frame, generation, evidence.mean, evidence.std, n, ConditionLabel(task="Pendulum-v1"),
-                            ckpt, SHA, hparams),)
+    history = (
+        HistoryEntry(
+            frame, generation, evidence.mean, evidence.std, n, ConditionLabel(task="Pendulum-v1"), ckpt, SHA, hparams
+        ),
+    )
     return MemberRecord(
         member=member,
         generation=generation,
@@ -116,11 +134,18 @@ def make_workspace(root: Path, means=(-200.0, -900.0, -300.0, -250.0)) -> Worksp
 
 
 def selection_cfg() -> PopulationConfig:
-    return population_config_from_dict({
-        "enabled": True, "policy_idx": 1, "num_policies": 4, "interval_steps": 1000, "window": 8,
-        "min_episodes": 4, "mutation_rate": 1.0,
-        "mutation": {"learning_rate": "mutate_float", "gamma": "mutate_discount"},
-    })
+    return population_config_from_dict(
+        {
+            "enabled": True,
+            "policy_idx": 1,
+            "num_policies": 4,
+            "interval_steps": 1000,
+            "window": 8,
+            "min_episodes": 4,
+            "mutation_rate": 1.0,
+            "mutation": {"learning_rate": "mutate_float", "gamma": "mutate_discount"},
+        }
+    )
 
 
 def write_audit_chain(ws: Workspace, member: int = 1) -> Path:
@@ -138,11 +163,20 @@ def write_audit_chain(ws: Workspace, member: int = 1) -> Path:
     log = AuditLog.open(path)
     log.append("start", {"mode": "fresh", "generation": 0, "pid": 1, "argv": ["train.py"]}, now=now - 100)
     log.append("decision", step.audit_body(view, cfg), now=now)
-    log.append("exploit_applied", {
-        "generation": 1, "donor": decision.donor, "donor_generation": 0,
-        "donor_checkpoint": peers[decision.donor].checkpoint, "donor_sha256": SHA, "frame": me.frame,
-        "hyperparameters": new, "changes": [c.to_dict() for c in changes],
-    }, now=now + 1)
+    log.append(
+        "exploit_applied",
+        {
+            "generation": 1,
+            "donor": decision.donor,
+            "donor_generation": 0,
+            "donor_checkpoint": peers[decision.donor].checkpoint,
+            "donor_sha256": SHA,
+            "frame": me.frame,
+            "hyperparameters": new,
+            "changes": [c.to_dict() for c in changes],
+        },
+        now=now + 1,
+    )
     return path
 
 
@@ -173,9 +207,16 @@ def test_check_config_valid_prints_effective_values(tmp_path, capsys):
 
 def test_check_config_overrides_and_json(tmp_path, capsys):
     path = write_yaml(tmp_path / "agent.yaml", agent_cfg())
-    code, out, err = run_main(capsys, "check-config", str(path), "agent.pbt.policy_idx=3",
-                              "pbt.workspace=/abs/ws", "agent.params.config.learning_rate=3e-4",
-                              "pbt.objective=episode.Episode_Reward/success", "--json")
+    code, out, err = run_main(
+        capsys,
+        "check-config",
+        str(path),
+        "agent.pbt.policy_idx=3",
+        "pbt.workspace=/abs/ws",
+        "agent.params.config.learning_rate=3e-4",
+        "pbt.objective=episode.Episode_Reward/success",
+        "--json",
+    )
     assert code == 0, err
     data = json.loads(out)
     assert data["valid"] and data["config"]["policy_idx"] == 3
@@ -235,8 +276,9 @@ def test_check_config_warns_out_of_bounds_start_value(tmp_path, capsys):
         ({}, {}, ["pbt.window=0"], "pbt.window"),
     ],
 )
-def test_check_config_invalid_exits_2_naming_file_and_key(tmp_path, capsys, monkeypatch, pbt_changes,
-                                                          agent_changes, overrides, key):
+def test_check_config_invalid_exits_2_naming_file_and_key(
+    tmp_path, capsys, monkeypatch, pbt_changes, agent_changes, overrides, key
+):
     monkeypatch.delenv("ASYNC_PBT_TEST_FIXTURE", raising=False)
     cfg = agent_cfg(**pbt_changes)
     cfg["params"]["config"].update(agent_changes)
@@ -276,11 +318,13 @@ def test_a_flag_is_blamed_by_its_own_name():
     add_population_args(parser)
     args = parser.parse_args(["--pbt-rule", "foo", "--pbt-members", "2"])
     with pytest.raises(ConfigError) as excinfo:
-        load_population_config(agent_cfg(), population_overrides(args), source="agent.yaml",
-                               origins=population_flag_origins(args))
+        load_population_config(
+            agent_cfg(), population_overrides(args), source="agent.yaml", origins=population_flag_origins(args)
+        )
     assert excinfo.value.source == "the command line"
     assert excinfo.value.problems == [
-        "pbt.rule: 'foo' is not accepted; accepted: dexpbt, isaaclab, welch (from flag --pbt-rule foo)"]
+        "pbt.rule: 'foo' is not accepted; accepted: dexpbt, isaaclab, welch (from flag --pbt-rule foo)"
+    ]
 
 
 def test_check_config_reports_every_problem_at_once(tmp_path, capsys):
@@ -312,8 +356,14 @@ def test_check_config_disabled_is_checked_as_if_enabled(tmp_path, capsys):
 
 def test_check_config_example_yaml_with_overrides(capsys):
     example = REPO / "async_pbt_isaaclab" / "examples" / "pendulum_ppo.yaml"
-    code, out, err = run_main(capsys, "check-config", str(example), "pbt.enabled=true", "pbt.num_policies=4",
-                              "pbt.mutation={learning_rate: mutate_float, entropy_coef: mutate_float}")
+    code, out, err = run_main(
+        capsys,
+        "check-config",
+        str(example),
+        "pbt.enabled=true",
+        "pbt.num_policies=4",
+        "pbt.mutation={learning_rate: mutate_float, entropy_coef: mutate_float}",
+    )
     assert code == 0, err
     assert "entropy_coef" in out and "learning_rate" in out
 
@@ -443,9 +493,16 @@ def test_audit_unknown_member_exit_2(tmp_path, capsys):
 def test_best_lists_population_best(tmp_path, capsys):
     ws = make_workspace(tmp_path / "ws")
     for i, objs in {0: [-150.0, -180.0], 2: [-120.0]}.items():
-        entries = [{"objective": o, "frame": 1000 * (k + 1), "generation": 0,
-                    "checkpoint": f"members/{i:03d}/checkpoints/{checkpoint_name(0, 1000 * (k + 1))}",
-                    "sha256": SHA} for k, o in enumerate(objs)]
+        entries = [
+            {
+                "objective": o,
+                "frame": 1000 * (k + 1),
+                "generation": 0,
+                "checkpoint": f"members/{i:03d}/checkpoints/{checkpoint_name(0, 1000 * (k + 1))}",
+                "sha256": SHA,
+            }
+            for k, o in enumerate(objs)
+        ]
         fsio.atomic_write_json(ws.member_dir(i) / "best.json", entries)
     (ws.member_dir(3) / "best.json").write_text("{corrupt")
     code, out, err = run_main(capsys, "best", str(ws.root), "--top", "2")
@@ -463,13 +520,23 @@ def test_lineage_from_audit_log(tmp_path, capsys):
     write_audit_chain(ws, member=1)
     log = AuditLog.open(ws.member_dir(1) / "audit.jsonl")
     # a later explore decided but aborted, then one still pending (synthetic, not replayable: lineage only)
-    log.append("decision", {"inputs": {"me": {"generation": 1, "frame": 30000}, "peers": []},
-                            "decision": {"outcome": "explore", "donor": None, "reasons": ["no leader"]},
-                            "changes": [{"key": "gamma", "old": 0.95, "new": 0.94, "factor": 1.2}]})
+    log.append(
+        "decision",
+        {
+            "inputs": {"me": {"generation": 1, "frame": 30000}, "peers": []},
+            "decision": {"outcome": "explore", "donor": None, "reasons": ["no leader"]},
+            "changes": [{"key": "gamma", "old": 0.95, "new": 0.94, "factor": 1.2}],
+        },
+    )
     log.append("exploit_aborted", {"reason": "checksum mismatch"})
-    log.append("decision", {"inputs": {"me": {"generation": 1, "frame": 40000},
-                                       "peers": [{"member": 3, "generation": 2}]},
-                            "decision": {"outcome": "exploit", "donor": 3, "reasons": ["gap"]}, "changes": []})
+    log.append(
+        "decision",
+        {
+            "inputs": {"me": {"generation": 1, "frame": 40000}, "peers": [{"member": 3, "generation": 2}]},
+            "decision": {"outcome": "exploit", "donor": 3, "reasons": ["gap"]},
+            "changes": [],
+        },
+    )
     code, out, err = run_main(capsys, "lineage", str(ws.root), "--member", "1")
     assert code == 0, err
     lines = out.splitlines()
@@ -496,9 +563,19 @@ def test_lineage_exploit_applied_without_decision_and_corrupt_line(tmp_path, cap
     ws = make_workspace(tmp_path / "ws")
     path = ws.member_dir(2) / "audit.jsonl"
     log = AuditLog.open(path)
-    log.append("exploit_applied", {"generation": 1, "donor": 0, "donor_generation": 3, "donor_checkpoint": "x",
-                                   "donor_sha256": SHA, "frame": 500, "hyperparameters": {},
-                                   "changes": [{"key": "learning_rate", "old": 0.001, "new": 0.002, "factor": 2.0}]})
+    log.append(
+        "exploit_applied",
+        {
+            "generation": 1,
+            "donor": 0,
+            "donor_generation": 3,
+            "donor_checkpoint": "x",
+            "donor_sha256": SHA,
+            "frame": 500,
+            "hyperparameters": {},
+            "changes": [{"key": "learning_rate", "old": 0.001, "new": 0.002, "factor": 2.0}],
+        },
+    )
     with open(path, "ab") as fh:
         fh.write(b"not json\n")
     code, out, _ = run_main(capsys, "lineage", str(ws.root), "--member", "2")
@@ -564,7 +641,8 @@ def test_configuration_doc_lists_every_field_with_its_default():
             default = list(default)
         documented = rows[f.name][0].strip("`")
         assert yaml.safe_load(documented) == default, (
-            f"docs/configuration.md: default of {f.name} is {documented!r}, the dataclass says {default!r}")
+            f"docs/configuration.md: default of {f.name} is {documented!r}, the dataclass says {default!r}"
+        )
 
 
 def test_configuration_doc_lists_every_supported_hyperparameter():
@@ -580,6 +658,7 @@ def test_configuration_doc_lists_every_supported_hyperparameter():
 def test_selection_doc_mentions_every_rule_and_parameter():
     text = (REPO / "docs" / "selection.md").read_text()
     from async_pbt_isaaclab.core.config import SELECTION_RULES
+
     for rule in SELECTION_RULES:
         assert f"`{rule}`" in text
     for key in PopulationConfig().selection_dict():
@@ -607,12 +686,27 @@ def test_lineage_explore_written_as_exploit_applied_from_self(tmp_path, capsys):
     ws = make_workspace(tmp_path / "ws")
     log = AuditLog.open(ws.member_dir(3) / "audit.jsonl")
     log.append("start", {"mode": "fresh", "generation": 0})
-    log.append("decision", {"inputs": {"me": {"generation": 0, "frame": 8000}, "peers": []},
-                            "decision": {"outcome": "explore", "donor": None, "reasons": ["no leader"]},
-                            "changes": [{"key": "gamma", "old": 0.95, "new": 0.96, "factor": 0.8}]})
-    log.append("exploit_applied", {"generation": 1, "donor": 3, "donor_generation": 0, "donor_checkpoint": "c",
-                                   "donor_sha256": SHA, "frame": 8000, "hyperparameters": {"gamma": 0.96},
-                                   "changes": [{"key": "gamma", "old": 0.95, "new": 0.96, "factor": 0.8}]})
+    log.append(
+        "decision",
+        {
+            "inputs": {"me": {"generation": 0, "frame": 8000}, "peers": []},
+            "decision": {"outcome": "explore", "donor": None, "reasons": ["no leader"]},
+            "changes": [{"key": "gamma", "old": 0.95, "new": 0.96, "factor": 0.8}],
+        },
+    )
+    log.append(
+        "exploit_applied",
+        {
+            "generation": 1,
+            "donor": 3,
+            "donor_generation": 0,
+            "donor_checkpoint": "c",
+            "donor_sha256": SHA,
+            "frame": 8000,
+            "hyperparameters": {"gamma": 0.96},
+            "changes": [{"key": "gamma", "old": 0.95, "new": 0.96, "factor": 0.8}],
+        },
+    )
     log.append("start", {"mode": "exploit_applied", "generation": 1})
     code, out, _ = run_main(capsys, "lineage", str(ws.root), "--member", "3")
     assert code == 0
@@ -670,6 +764,18 @@ def test_launch_usage_errors_are_one_line_and_write_nothing(tmp_path, capsys):
 
 
 def test_launch_of_one_member_says_it_is_not_a_population(tmp_path, capsys):
-    code, _, err = run_main(capsys, "launch", "-n", "1", "-w", str(tmp_path / "ws"), "--progress-interval", "60",
-                            "--", sys.executable, "-c", "pass")
+    code, _, err = run_main(
+        capsys,
+        "launch",
+        "-n",
+        "1",
+        "-w",
+        str(tmp_path / "ws"),
+        "--progress-interval",
+        "60",
+        "--",
+        sys.executable,
+        "-c",
+        "pass",
+    )
     assert code == 0 and "--members 1: a single member has no peer" in err

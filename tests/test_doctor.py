@@ -85,15 +85,28 @@ def test_launch_refuses_on_a_failing_check_and_no_doctor_overrides(tmp_path, mak
     _write_record(ws, make_record(0, [1.0], now=now), "node-a", 0.0)
     _write_record(ws, make_record(1, [1.0], now=now), "node-b", -(SKEW_FAIL_S + 60))
     member = [sys.executable, "-c", "import sys; open(sys.argv[-1] + '.ran', 'w')"]
-    base = [sys.executable, "-m", "async_pbt_isaaclab.cli", "launch", "--members", "1", "--workspace", str(ws),
-            "--gpus", "none", "--progress-interval", "60"]
+    base = [
+        sys.executable,
+        "-m",
+        "async_pbt_isaaclab.cli",
+        "launch",
+        "--members",
+        "1",
+        "--workspace",
+        str(ws),
+        "--gpus",
+        "none",
+        "--progress-interval",
+        "60",
+    ]
     refused = subprocess.run([*base, "--", *member], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert refused.returncode == 1, refused.stderr
     assert "fails node-clocks; nothing launched" in refused.stderr
     assert not (ws / "logs").exists() and not list(tmp_path.glob("*.ran"))
 
-    forced = subprocess.run([*base, "--no-doctor", "--", *member], capture_output=True, text=True, timeout=120,
-                            cwd=tmp_path)
+    forced = subprocess.run(
+        [*base, "--no-doctor", "--", *member], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert forced.returncode == 0, forced.stdout + forced.stderr
     assert (tmp_path / "0.ran").exists()
 

@@ -28,12 +28,15 @@ def checkpoints(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("evaluate")
     cfg = load_yaml(DEFAULT_AGENT_YAML)
-    cfg["params"]["config"].update(max_epochs=2, train_dir=str(tmp / "runs"), full_experiment_name="eval",
-                                   save_best_after=1000)
+    cfg["params"]["config"].update(
+        max_epochs=2, train_dir=str(tmp / "runs"), full_experiment_name="eval", save_best_after=1000
+    )
     agent = train_agent(cfg)
     ours = tmp / "member.pth"
-    save_checkpoint(ours, with_pbt_metadata(agent.get_full_state_weights(),
-                                            {"member": 3, "generation": 2, "frame": int(agent.frame)}))
+    save_checkpoint(
+        ours,
+        with_pbt_metadata(agent.get_full_state_weights(), {"member": 3, "generation": 2, "frame": int(agent.frame)}),
+    )
     agent.save(str(tmp / "plain"))  # rl_games appends .pth
     plain = tmp / "plain.pth"
     assert plain.is_file()
@@ -114,14 +117,17 @@ def test_an_explicit_agent_yaml(checkpoints, capsys, tmp_path):
     assert json.loads(out)[0]["returns"] == json.loads(ref)[0]["returns"]
 
 
-@pytest.mark.parametrize("make_args, expected", [
-    (lambda d, c: [d / "missing.pth"], "missing.pth does not exist"),
-    (lambda d, c: [d], "is not a file"),
-    (lambda d, c: [c, "--task", "MountainCarContinuous-v0"], "does not fit task 'MountainCarContinuous-v0'"),
-    (lambda d, c: [c, "--task", "NoSuchTask-v9"], "'NoSuchTask-v9': not a registered gymnasium env"),
-    (lambda d, c: [c, "--agent-yaml", d / "nope.yaml"], "nope.yaml"),
-    (lambda d, c: [c, "--episodes", "0"], "--episodes must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "make_args, expected",
+    [
+        (lambda d, c: [d / "missing.pth"], "missing.pth does not exist"),
+        (lambda d, c: [d], "is not a file"),
+        (lambda d, c: [c, "--task", "MountainCarContinuous-v0"], "does not fit task 'MountainCarContinuous-v0'"),
+        (lambda d, c: [c, "--task", "NoSuchTask-v9"], "'NoSuchTask-v9': not a registered gymnasium env"),
+        (lambda d, c: [c, "--agent-yaml", d / "nope.yaml"], "nope.yaml"),
+        (lambda d, c: [c, "--episodes", "0"], "--episodes must be >= 1"),
+    ],
+)
 def test_bad_input_is_one_clear_line_and_exit_2(checkpoints, capsys, tmp_path, make_args, expected):
     ours, _ = checkpoints
     code, _, err = run_cli(capsys, *make_args(tmp_path, ours))

@@ -75,8 +75,13 @@ def _run_blocked(modules: list[str]) -> dict:
 
 def test_core_modules_found():
     # Guard against a vacuous pass: the list must hold the modules the core is made of.
-    assert {"async_pbt_isaaclab.core.config", "async_pbt_isaaclab.core.selection", "async_pbt_isaaclab.core.audit",
-            "async_pbt_isaaclab.core.workspace", "async_pbt_isaaclab.core.mutation"} <= set(CORE_MODULES)
+    assert {
+        "async_pbt_isaaclab.core.config",
+        "async_pbt_isaaclab.core.selection",
+        "async_pbt_isaaclab.core.audit",
+        "async_pbt_isaaclab.core.workspace",
+        "async_pbt_isaaclab.core.mutation",
+    } <= set(CORE_MODULES)
 
 
 def test_package_and_core_import_without_heavy_stacks():
@@ -97,7 +102,8 @@ def test_cli_imports_without_heavy_stacks():
 def test_the_blocker_really_blocks():
     # The same harness must fail loudly when something does import a forbidden package.
     body = BLOCKED_BODY.format(modules=["json"]).replace(
-        "imported = []", "imported = []\ntry:\n    import torch.nn\nexcept ImportError:\n    pass")
+        "imported = []", "imported = []\ntry:\n    import torch.nn\nexcept ImportError:\n    pass"
+    )
     out = run_blocked(body, check=False)
     assert out["attempts"] == ["torch"] and out["loaded"] == []
 
@@ -122,13 +128,19 @@ def _imported_names(path: Path) -> list[tuple[int, str]]:
 def test_no_core_file_imports_heavy_stacks_statically():
     files = sorted(CORE_DIR.glob("*.py"))
     assert len(files) >= 8
-    offenders = [f"{path.name}:{line}: {name}" for path in files for line, name in _imported_names(path)
-                 if name.split(".")[0] in FORBIDDEN]
+    offenders = [
+        f"{path.name}:{line}: {name}"
+        for path in files
+        for line, name in _imported_names(path)
+        if name.split(".")[0] in FORBIDDEN
+    ]
     assert offenders == []
 
 
 def test_static_check_would_catch_an_import(tmp_path):
     sample = tmp_path / "bad.py"
-    sample.write_text("def f():\n    import torch.nn as nn\n    from isaaclab.envs import X\n"
-                      "    importlib.import_module('omni.kit')\n")
+    sample.write_text(
+        "def f():\n    import torch.nn as nn\n    from isaaclab.envs import X\n"
+        "    importlib.import_module('omni.kit')\n"
+    )
     assert [n for _, n in _imported_names(sample)] == ["torch.nn", "isaaclab.envs", "omni.kit"]

@@ -21,21 +21,41 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "upstream"))
 import isaaclab_real  # noqa: E402
 
-COMMON = {"torch": None, "gymnasium": None, "numpy": None, "pyyaml": "6.0.2", "tensorboard": "2.20.0",
-          "hydra-core": "1.3.2", "omegaconf": "2.3.0"}
+COMMON = {
+    "torch": None,
+    "gymnasium": None,
+    "numpy": None,
+    "pyyaml": "6.0.2",
+    "tensorboard": "2.20.0",
+    "hydra-core": "1.3.2",
+    "omegaconf": "2.3.0",
+}
 
 ISAACLAB_2_3_2_SOURCE = {
     **COMMON,
     # ./isaaclab.sh --install: the extensions as editable installs, at their extension versions.
-    "isaaclab": "0.54.2", "isaaclab_rl": "0.4.7", "isaaclab_tasks": "0.11.12", "isaaclab_assets": "0.2.4",
-    "isaaclab_mimic": "1.0.16", "isaaclab_contrib": "0.0.2",
-    "torch": "2.7.0", "gymnasium": "1.2.0", "numpy": "1.26.0", "rl-games": "1.6.1", "gym": "0.23.1",
+    "isaaclab": "0.54.2",
+    "isaaclab_rl": "0.4.7",
+    "isaaclab_tasks": "0.11.12",
+    "isaaclab_assets": "0.2.4",
+    "isaaclab_mimic": "1.0.16",
+    "isaaclab_contrib": "0.0.2",
+    "torch": "2.7.0",
+    "gymnasium": "1.2.0",
+    "numpy": "1.26.0",
+    "rl-games": "1.6.1",
+    "gym": "0.23.1",
 }
 ISAACLAB_3_0_0_PIP = {
     **COMMON,
     # isaaclab itself is the real wheel (installed below); these are what it pins or what users add for rl_games.
-    "torch": "2.11.0", "torchvision": "0.26.0", "gymnasium": "1.2.1", "numpy": "2.3.4", "scipy": "1.16.2",
-    "rl-games": "1.6.5", "warp-lang": "1.17.0",
+    "torch": "2.11.0",
+    "torchvision": "0.26.0",
+    "gymnasium": "1.2.1",
+    "numpy": "2.3.4",
+    "scipy": "1.16.2",
+    "rl-games": "1.6.5",
+    "warp-lang": "1.17.0",
 }
 
 
@@ -60,17 +80,48 @@ def _environment(tmp_path: Path, dists: dict[str, str], real_wheel: Path | None 
     for name, version in dists.items():
         _fake_dist(site, name, version)
     if real_wheel is not None:
-        subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q",
-                        "--ignore-requires-python", "--disable-pip-version-check", str(real_wheel)],
-                       check=True, timeout=600, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "--python",
+                str(python),
+                "install",
+                "--no-deps",
+                "-q",
+                "--ignore-requires-python",
+                "--disable-pip-version-check",
+                str(real_wheel),
+            ],
+            check=True,
+            timeout=600,
+            capture_output=True,
+        )
     return python
 
 
 def _would_install(python: Path, requirement: str, tmp_path: Path) -> list[tuple[str, str]]:
     report = tmp_path / "report.json"
-    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--dry-run", "-q",
-                           "--disable-pip-version-check", "--report", str(report),
-                           requirement], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--dry-run",
+            "-q",
+            "--disable-pip-version-check",
+            "--report",
+            str(report),
+            requirement,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     items = json.loads(report.read_text())["install"]
     return [(i["metadata"]["name"].lower().replace("_", "-"), i["metadata"]["version"]) for i in items]
@@ -80,7 +131,7 @@ def _check(installed: dict[str, str], plan: list[tuple[str, str]]) -> None:
     names = {n.lower().replace("_", "-") for n in installed}
     touched = sorted((n, v) for n, v in plan if n in names)
     assert not touched, f"the install would change distributions of the Isaac Lab environment: {touched}"
-    assert ("async-pbt-isaaclab" in {n for n, _ in plan})
+    assert "async-pbt-isaaclab" in {n for n, _ in plan}
 
 
 @pytest.mark.parametrize("extra", ["", "[isaaclab]"])

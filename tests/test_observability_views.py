@@ -28,12 +28,30 @@ from async_pbt_isaaclab.core.workspace import Workspace, checkpoint_name
 from async_pbt_isaaclab.launch.progress import progress_lines
 
 
-def _decision(outcome="keep", donor=None, reasons=("1 compatible live members with evidence < min_members=2",),
-              excluded=None, me=None, unreadable=None, **extra):
-    return {"inputs": {"me": me or {}, "peers": [], "now": 0.0, "unreadable_peers": unreadable or {}},
-            "decision": {"outcome": outcome, "donor": donor, "reasons": list(reasons), "excluded": excluded or {},
-                         "compared": [0], "rule": "dexpbt", "thresholds": {}, "objectives": {}},
-            "changes": [], **extra}
+def _decision(
+    outcome="keep",
+    donor=None,
+    reasons=("1 compatible live members with evidence < min_members=2",),
+    excluded=None,
+    me=None,
+    unreadable=None,
+    **extra,
+):
+    return {
+        "inputs": {"me": me or {}, "peers": [], "now": 0.0, "unreadable_peers": unreadable or {}},
+        "decision": {
+            "outcome": outcome,
+            "donor": donor,
+            "reasons": list(reasons),
+            "excluded": excluded or {},
+            "compared": [0],
+            "rule": "dexpbt",
+            "thresholds": {},
+            "objectives": {},
+        },
+        "changes": [],
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -43,13 +61,25 @@ def ws(tmp_path, make_record):
     now = time.time()
     for i in (0, 1):
         ws.member_dir(i).mkdir(parents=True, exist_ok=True)
-        rec = make_record(i, [-100.0 - i, -110.0 - i, -90.0 - i], now=now, frame=3000, heartbeat_age=0.0,
-                          task="Pendulum-v1", last_decision="keep: 1 compatible live members")
+        rec = make_record(
+            i,
+            [-100.0 - i, -110.0 - i, -90.0 - i],
+            now=now,
+            frame=3000,
+            heartbeat_age=0.0,
+            task="Pendulum-v1",
+            last_decision="keep: 1 compatible live members",
+        )
         fsio.atomic_write_json(ws.member_dir(i) / "record.json", rec.to_dict())
     log = AuditLog.open(ws.member_dir(0) / "audit.jsonl")
     log.append("start", {"mode": "fresh", "generation": 0, "frame": 0, "hyperparameters": {"learning_rate": 3e-4}})
-    log.append("decision", _decision(excluded={"1": "window has 0 episodes < min_episodes=8"},
-                                     me=make_record(0, [-100.0] * 8, frame=2000).to_dict()))
+    log.append(
+        "decision",
+        _decision(
+            excluded={"1": "window has 0 episodes < min_episodes=8"},
+            me=make_record(0, [-100.0] * 8, frame=2000).to_dict(),
+        ),
+    )
     return ws
 
 
@@ -67,11 +97,17 @@ def test_last_decision_entry_scans_back_over_big_entries_and_a_torn_tail(tmp_pat
 
 
 def test_decision_in_words_names_left_out_and_unreadable_peers():
-    words = decision_in_words(_decision(excluded={"2": "stale heartbeat 900s", "10": "window has 0 episodes"},
-                                        unreadable={"3": "record.json: not valid JSON"}))
-    assert words == ("keep: 1 compatible live members with evidence < min_members=2; "
-                     "left out 010: window has 0 episodes; left out 002: stale heartbeat 900s; "
-                     "unreadable 003: record.json: not valid JSON")
+    words = decision_in_words(
+        _decision(
+            excluded={"2": "stale heartbeat 900s", "10": "window has 0 episodes"},
+            unreadable={"3": "record.json: not valid JSON"},
+        )
+    )
+    assert words == (
+        "keep: 1 compatible live members with evidence < min_members=2; "
+        "left out 010: window has 0 episodes; left out 002: stale heartbeat 900s; "
+        "unreadable 003: record.json: not valid JSON"
+    )
     assert decision_in_words(_decision("exploit", donor=4, reasons=("bottom 25%",))) == "exploit <- 004: bottom 25%"
     assert decision_in_words(None, "keep: warm-up") == "keep: warm-up"
 
@@ -107,19 +143,38 @@ def test_target_is_where_rl_games_stops_and_round_trips(tmp_path):
 
 
 def _member(**kw):
-    m = {"member": 0, "state": "ok", "frame": 3000, "generation": 1, "objective_mean": -100.0, "objective_std": 8.2,
-         "episodes": 3, "evidence_generation": 1, "heartbeat_age_s": 4.0, "status": "running", "stale": False,
-         "last_decision": "keep: x", "target_frames": 12000, "frames_per_s": 150.0, "eta_s": 60.0,
-         "decision": "keep: x; left out 001: window has 0 episodes"}
+    m = {
+        "member": 0,
+        "state": "ok",
+        "frame": 3000,
+        "generation": 1,
+        "objective_mean": -100.0,
+        "objective_std": 8.2,
+        "episodes": 3,
+        "evidence_generation": 1,
+        "heartbeat_age_s": 4.0,
+        "status": "running",
+        "stale": False,
+        "last_decision": "keep: x",
+        "target_frames": 12000,
+        "frames_per_s": 150.0,
+        "eta_s": 60.0,
+        "decision": "keep: x; left out 001: window has 0 episodes",
+    }
     m.update(kw)
     return m
 
 
 def test_render_status_is_a_pure_table_with_target_rate_eta_and_reasons():
-    data = {"workspace": "/ws", "population": {"num_policies": 2, "objective": "episode_return", "task": "T"},
-            "members": [_member(), _member(member=1, target_frames=None, frames_per_s=None, eta_s=None,
-                                           status="finished", decision=""),
-                        {"member": 2, "state": "unreadable", "error": "record.json: not valid JSON"}]}
+    data = {
+        "workspace": "/ws",
+        "population": {"num_policies": 2, "objective": "episode_return", "task": "T"},
+        "members": [
+            _member(),
+            _member(member=1, target_frames=None, frames_per_s=None, eta_s=None, status="finished", decision=""),
+            {"member": 2, "state": "unreadable", "error": "record.json: not valid JSON"},
+        ],
+    }
     lines = render_status(data)
     assert lines[0] == "workspace /ws: 2 members, objective episode_return, task T"
     assert lines[1].split()[:2] == ["member", "frames"] and "ETA" in lines[1] and "frames/s" in lines[1]
@@ -137,8 +192,12 @@ def test_watch_refreshes_count_times_with_the_interval_between(ws):
 
     def make_data():
         built.append(1)
-        return {"workspace": str(ws.root), "population": None, "now": 1000.0 + len(built),
-                "members": [_member(frame=1000 * len(built))]}
+        return {
+            "workspace": str(ws.root),
+            "population": None,
+            "now": 1000.0 + len(built),
+            "members": [_member(frame=1000 * len(built))],
+        }
 
     out = io.StringIO()
     assert watch(ws, make_data, 2.5, 3, stream=out, sleep=calls.append) == 0
@@ -167,13 +226,16 @@ def test_status_watch_cli_reads_the_workspace_each_refresh(ws, capsys):
     assert data["members"][0]["decision"].startswith("keep: 1 compatible") and data["members"][1]["eta_s"] is None
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--watch", "--count", "0"], "--count must be >= 1"),
-    (["--count", "2"], "only apply with --watch"),
-    (["--watch", "--interval", "-1"], "--interval must be >= 0"),
-    (["--watch", "--json"], "do not combine"),
-    (["--target-frames", "0"], "--target-frames must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--watch", "--count", "0"], "--count must be >= 1"),
+        (["--count", "2"], "only apply with --watch"),
+        (["--watch", "--interval", "-1"], "--interval must be >= 0"),
+        (["--watch", "--json"], "do not combine"),
+        (["--target-frames", "0"], "--target-frames must be >= 1"),
+    ],
+)
 def test_status_watch_bad_options_exit_2(ws, capsys, argv, message):
     assert cli.main(["status", str(ws.root), *argv]) == 2
     assert message in capsys.readouterr().err
@@ -200,14 +262,18 @@ def test_report_escapes_every_workspace_text(tmp_path, make_record, capsys):
     rec = make_record(0, [-1.0, -2.0], hyperparameters={"lr<b>$x$": 1e-3})
     fsio.atomic_write_json(ws.member_dir(0) / "record.json", rec.to_dict())
     ws.member_dir(1).mkdir(parents=True)  # no audit log: the report shows the record's own last decision
-    fsio.atomic_write_json(ws.member_dir(1) / "record.json", make_record(
-        1, [-3.0], last_decision='keep: <img src=x onerror="alert(2)">').to_dict())
+    fsio.atomic_write_json(
+        ws.member_dir(1) / "record.json",
+        make_record(1, [-3.0], last_decision='keep: <img src=x onerror="alert(2)">').to_dict(),
+    )
     log = AuditLog.open(ws.member_dir(0) / "audit.jsonl")
     log.append("start", {"mode": "fresh", "generation": 0, "frame": 0, "hyperparameters": {"lr<b>$x$": 1e-3}})
-    log.append("decision", _decision(reasons=("</td><script>alert(3)</script>",), excluded={"1": "<b>&"},
-                                     me=rec.to_dict()))
-    (ws.root / "evaluations.jsonl").write_text(json.dumps({"objective": 5.5, "member": 0, "checkpoint": evil})
-                                               + "\nnot json\n")
+    log.append(
+        "decision", _decision(reasons=("</td><script>alert(3)</script>",), excluded={"1": "<b>&"}, me=rec.to_dict())
+    )
+    (ws.root / "evaluations.jsonl").write_text(
+        json.dumps({"objective": 5.5, "member": 0, "checkpoint": evil}) + "\nnot json\n"
+    )
     out = tmp_path / "r.html"
     assert cli.main(["report", str(ws.root), "--out", str(out)]) == 0
     err = capsys.readouterr().err

@@ -20,8 +20,9 @@ TEXT_SUFFIXES = {".md", ".py", ".yaml", ".toml", ".cff"}
 
 
 def _project_files() -> list[Path]:
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True
+    )
     if out.returncode != 0:
         pytest.skip("not a git checkout")
     return [ROOT / p for p in out.stdout.splitlines() if Path(p).suffix in TEXT_SUFFIXES and (ROOT / p).is_file()]
@@ -34,8 +35,9 @@ def _cffconvert() -> str:
 
 
 def test_citation_cff_is_valid_and_names_this_version(tmp_path):
-    proc = subprocess.run([_cffconvert(), "--validate", "-i", str(ROOT / "CITATION.cff")], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [_cffconvert(), "--validate", "-i", str(ROOT / "CITATION.cff")], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert yaml.safe_load((ROOT / "CITATION.cff").read_text())["version"] == async_pbt_isaaclab.__version__
     # The validator does reject a broken file (this check can fail).
@@ -49,8 +51,12 @@ def test_citation_cff_is_valid_and_names_this_version(tmp_path):
 
 def test_every_file_derived_from_isaac_lab_is_listed_with_its_license():
     notices = (ROOT / "THIRD_PARTY_NOTICES.md").read_text()
-    derived = [p for p in _project_files() if p.name != "THIRD_PARTY_NOTICES.md"
-               and "The Isaac Lab Project Developers" in p.read_text(errors="replace")[:600]]
+    derived = [
+        p
+        for p in _project_files()
+        if p.name != "THIRD_PARTY_NOTICES.md"
+        and "The Isaac Lab Project Developers" in p.read_text(errors="replace")[:600]
+    ]
     assert len(derived) >= 6, derived  # four task yamls and the two scripts
     for path in derived:
         assert f"`{path.relative_to(ROOT)}`" in notices, f"{path} carries Isaac Lab's notice but is not listed"
@@ -62,14 +68,28 @@ def test_every_file_derived_from_isaac_lab_is_listed_with_its_license():
         assert source in notices
 
 
-@pytest.mark.parametrize("name, must_mention", [
-    ("CONTRIBUTING.md", ["pip install", "python -m pytest", "async-pbt audit", "reproduc"]),
-    ("CHANGELOG.md", ["## Unreleased", "## 0.1.0"]),
-    ("docs/provenance.md", ["DexPBT", "IsaacGymEnvs", "Isaac Lab", "rl_games"]),
-    ("docs/limitations.md", ["entropy", "gradient-norm", "KL", "mutation RNG", "Simulator state is not restored",
-                             "not bitwise deterministic", "not held-out evaluations", "not independent replications",
-                             "Not claimed"]),
-])
+@pytest.mark.parametrize(
+    "name, must_mention",
+    [
+        ("CONTRIBUTING.md", ["pip install", "python -m pytest", "async-pbt audit", "reproduc"]),
+        ("CHANGELOG.md", ["## Unreleased", "## 0.1.0"]),
+        ("docs/provenance.md", ["DexPBT", "IsaacGymEnvs", "Isaac Lab", "rl_games"]),
+        (
+            "docs/limitations.md",
+            [
+                "entropy",
+                "gradient-norm",
+                "KL",
+                "mutation RNG",
+                "Simulator state is not restored",
+                "not bitwise deterministic",
+                "not held-out evaluations",
+                "not independent replications",
+                "Not claimed",
+            ],
+        ),
+    ],
+)
 def test_project_documents_exist_and_cover_their_subject(name, must_mention):
     text = (ROOT / name).read_text()
     for phrase in must_mention:
@@ -83,8 +103,8 @@ def test_relative_links_in_the_readme_and_docs_resolve():
 
 
 PROCESS_TALK = re.compile(
-    r"\(issue \d+|\bissue \d+\b|tracker|session that|this session|available here|wrote this|the lead\b",
-    re.IGNORECASE)
+    r"\(issue \d+|\bissue \d+\b|tracker|session that|this session|available here|wrote this|the lead\b", re.IGNORECASE
+)
 
 
 def test_project_text_speaks_of_the_project_and_its_users():

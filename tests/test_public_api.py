@@ -87,8 +87,9 @@ def test_public_api_works_without_torch_and_is_the_implementation():
 
 
 def test_unknown_module_under_the_public_name_is_a_plain_import_error():
-    proc = subprocess.run([sys.executable, "-c", "import async_pbt.no_such_module"], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import async_pbt.no_such_module"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 1 and "ModuleNotFoundError: No module named 'async_pbt.no_such_module'" in proc.stderr
 
 
@@ -96,7 +97,19 @@ def test_readme_command_runs_the_example_module(tmp_path):
     readme = (ROOT / "README.md").read_text()
     assert "python -m async_pbt.examples.cpu_population --members 2 --smoke --workspace ./runs/cpu-smoke" in readme
     # The module path resolves and runs the example's own argument checks (the run itself: test_cpu_population).
-    proc = subprocess.run([sys.executable, "-m", "async_pbt.examples.cpu_population", "--members", "1",
-                           "--workspace", str(tmp_path / "ws")], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "async_pbt.examples.cpu_population",
+            "--members",
+            "1",
+            "--workspace",
+            str(tmp_path / "ws"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "--members 1" in proc.stderr, proc.stderr
     assert not (tmp_path / "ws").exists()

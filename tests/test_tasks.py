@@ -66,7 +66,8 @@ def test_entry_point_group_lists_the_tasks_package():
 
 
 def test_loading_the_entry_point_registers_ids_without_heavy_imports():
-    out = run_blocked("""
+    out = run_blocked(
+        """
         import importlib.metadata
         (ep,) = [e for e in importlib.metadata.entry_points(group="isaaclab.tasks") if e.name == "async_pbt"]
         ep.load()
@@ -74,7 +75,9 @@ def test_loading_the_entry_point_registers_ids_without_heavy_imports():
         ids = sorted(i for i in gymnasium.registry if i.startswith("AsyncPbt-"))
         print(json.dumps({"ids": ids, "attempts": attempts,
                           "loaded": sorted(m for m in sys.modules if m.split(".")[0] in FORBIDDEN)}))
-    """, forbidden=FORBIDDEN)
+    """,
+        forbidden=FORBIDDEN,
+    )
     assert out["ids"] == sorted(TASK_IDS)
     # Only the release detection looks isaaclab up (a find_spec reading metadata, no import).
     assert out["loaded"] == [] and set(out["attempts"]) <= {"isaaclab"}
@@ -105,11 +108,18 @@ def test_a_variant_builds_the_upstream_envs_own_class():
     """Delegation through the upstream id's registration (here a stand-in upstream: the pure-torch env)."""
     from async_pbt_isaaclab.envs.torch_vec_env import TorchReachEnv, TorchReachEnvCfg
 
-    gym.register(id="Isaac-StandInUpstream-v0", entry_point="async_pbt_isaaclab.envs.torch_vec_env:TorchReachEnv",
-                 disable_env_checker=True, kwargs={"env_cfg_entry_point": "unused:Cfg"})
-    gym.register(id="AsyncPbt-StandInUpstream-v0", entry_point="async_pbt_isaaclab.tasks.registry:make_upstream_env",
-                 disable_env_checker=True, kwargs={"base_task": "Isaac-StandInUpstream-v0",
-                                                   "rl_games_cfg_entry_point": "x:agents/y.yaml"})
+    gym.register(
+        id="Isaac-StandInUpstream-v0",
+        entry_point="async_pbt_isaaclab.envs.torch_vec_env:TorchReachEnv",
+        disable_env_checker=True,
+        kwargs={"env_cfg_entry_point": "unused:Cfg"},
+    )
+    gym.register(
+        id="AsyncPbt-StandInUpstream-v0",
+        entry_point="async_pbt_isaaclab.tasks.registry:make_upstream_env",
+        disable_env_checker=True,
+        kwargs={"base_task": "Isaac-StandInUpstream-v0", "rl_games_cfg_entry_point": "x:agents/y.yaml"},
+    )
     try:
         cfg = TorchReachEnvCfg()
         cfg.scene.num_envs = 3
@@ -172,6 +182,7 @@ def test_mutation_bounds_contain_the_starting_values(task):
 
 def test_upstream_ppo_settings_are_kept():
     """Spot checks against Isaac Lab's agent yamls these variants are based on."""
+
     def agent(task_id):
         return _isaaclab_yaml(gym.spec(task_id).kwargs["rl_games_cfg_entry_point"])[1]["params"]
 
@@ -235,10 +246,17 @@ def test_ids_follow_the_installed_release_convention():
 def test_isaaclab_pbt_overrides_apply_to_our_yamls():
     """Isaac Lab's documented PBT flags (agent.pbt.*) work unchanged on a packaged yaml."""
     _, agent = _isaaclab_yaml(gym.spec(ID["AsyncPbt-Cartpole-Direct-v0"]).kwargs["rl_games_cfg_entry_point"])
-    _, cfg = load_population_config(agent, [
-        "agent.pbt.enabled=True", "agent.pbt.num_policies=8", "agent.pbt.policy_idx=3",
-        "agent.pbt.workspace=cartpole_pbt", "agent.pbt.directory=/shared",
-        "agent.pbt.objective=episode.episode_return"])
+    _, cfg = load_population_config(
+        agent,
+        [
+            "agent.pbt.enabled=True",
+            "agent.pbt.num_policies=8",
+            "agent.pbt.policy_idx=3",
+            "agent.pbt.workspace=cartpole_pbt",
+            "agent.pbt.directory=/shared",
+            "agent.pbt.objective=episode.episode_return",
+        ],
+    )
     assert (cfg.enabled, cfg.num_policies, cfg.policy_idx) == (True, 8, 3)
     assert str(cfg.workspace_path("logs")) == "/shared/cartpole_pbt"
     assert objective_term(cfg.objective) == "episode_return"

@@ -2,7 +2,8 @@
 
 * :mod:`~async_pbt_isaaclab.commands.check_config`: ``check-config`` (an agent yaml's ``pbt:`` section);
 * :mod:`~async_pbt_isaaclab.commands.workspace_views`: ``status``, ``audit``, ``best`` (a population workspace,
-  read-only), :mod:`~async_pbt_isaaclab.commands.lineage_view`: ``lineage``; :mod:`~async_pbt_isaaclab.commands.status_view` renders the status table and ``--watch``;
+  read-only), :mod:`~async_pbt_isaaclab.commands.lineage_view`: ``lineage``;
+  :mod:`~async_pbt_isaaclab.commands.status_view` renders the status table and ``--watch``;
 * :mod:`~async_pbt_isaaclab.commands.report`: ``report`` (one HTML file; plots in
   :mod:`~async_pbt_isaaclab.commands.report_plots`, which needs matplotlib, data from
   :mod:`~async_pbt_isaaclab.commands.population_history`);

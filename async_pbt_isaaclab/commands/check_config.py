@@ -44,12 +44,19 @@ def add_check_config_parser(subparsers: argparse._SubParsersAction) -> None:
         "reasons on stderr when it is invalid.",
     )
     p.add_argument("agent_yaml", help="rl_games agent yaml with a pbt: section")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="Hydra-style overrides, e.g. agent.pbt.num_policies=4 pbt.policy_idx=2 "
-                        "agent.params.config.learning_rate=3e-4")
-    p.add_argument("--train-dir", default=None,
-                   help="train dir a relative workspace resolves against when pbt.directory is empty "
-                        "(default: params.config.train_dir, else rl_games' 'runs')")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="Hydra-style overrides, e.g. agent.pbt.num_policies=4 pbt.policy_idx=2 "
+        "agent.params.config.learning_rate=3e-4",
+    )
+    p.add_argument(
+        "--train-dir",
+        default=None,
+        help="train dir a relative workspace resolves against when pbt.directory is empty "
+        "(default: params.config.train_dir, else rl_games' 'runs')",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_check_config)
 
@@ -126,22 +133,26 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     if not cfg.enabled:
         # A note, not a warning: a task yaml ships disabled on purpose so that it also trains alone, and
         # train_pbt.py's --pbt-workspace / --pbt-members turn the population on.
-        notes.append("pbt.enabled is false: this member trains alone and publishes nothing until "
-                     "--pbt-workspace / --pbt-members (or pbt.enabled=true) turn the population on; "
-                     "values below are checked as if it were true")
+        notes.append(
+            "pbt.enabled is false: this member trains alone and publishes nothing until "
+            "--pbt-workspace / --pbt-members (or pbt.enabled=true) turn the population on; "
+            "values below are checked as if it were true"
+        )
     if not cfg.mutation:
         warnings.append("pbt.mutation is empty: exploit copies weights only and explore changes nothing")
     raw_pbt = merged.get("pbt") or {}
     for key, key_rules in RULE_SPECIFIC_KEYS.items():
         if key in raw_pbt and cfg.rule not in key_rules:
-            warnings.append(f"{source}: pbt.{key} only acts under rule {' or '.join(key_rules)}, but pbt.rule is "
-                            f"{cfg.rule!r}; it is ignored" + (" (set pbt.rule=isaaclab for Isaac Lab's selection)"
-                                                             if key_rules == ("isaaclab",) else ""))
+            warnings.append(
+                f"{source}: pbt.{key} only acts under rule {' or '.join(key_rules)}, but pbt.rule is "
+                f"{cfg.rule!r}; it is ignored"
+                + (" (set pbt.rule=isaaclab for Isaac Lab's selection)" if key_rules == ("isaaclab",) else "")
+            )
     current = current_hyperparameters(merged, cfg)
     for key, spec in sorted(cfg.mutation.items()):
         if spec.kind != "choice" and not within_bounds(current[key], spec):
             warnings.append(
-                f"{source}: {isaaclab_key(key)[len('agent.'):]}={current[key]!r} is outside pbt.mutation.{key} "
+                f"{source}: {isaaclab_key(key)[len('agent.') :]}={current[key]!r} is outside pbt.mutation.{key} "
                 f"[{spec.low:g}, {spec.high:g}]; the first exploit/explore clips it into the bounds"
             )
         elif spec.kind == "choice" and current[key] not in spec.choices:
@@ -154,37 +165,43 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     elif cfg.directory:
         ws_how = f"pbt.workspace relative to pbt.directory {cfg.directory!r}"
     else:
-        ws_how = (f"pbt.workspace relative to the train dir {train_dir!r} ({train_dir_from}; Isaac Lab's "
-                  f"train script sets it to logs/rl_games/<name>, pass --train-dir to match)")
+        ws_how = (
+            f"pbt.workspace relative to the train dir {train_dir!r} ({train_dir_from}; Isaac Lab's "
+            f"train script sets it to logs/rl_games/<name>, pass --train-dir to match)"
+        )
     resolved = _resolved_values(cfg)
     hparams = []
     for key, spec in sorted(cfg.mutation.items()):
         cr = spec.change_range or cfg.change_range
-        hparams.append({
-            "name": key,
-            "kind": spec.kind,
-            "low": spec.low,
-            "high": spec.high,
-            "change_range": list(cr) if spec.kind in ("log_float", "discount", "log_shift") else None,
-            "step": spec.step if spec.kind == "int" else None,
-            "choices": list(spec.choices) if spec.kind == "choice" else None,
-            "current": current[key],
-            "agent_key": isaaclab_key(key),
-            "live": SUPPORTED_HYPERPARAMETERS[key].live,
-        })
+        hparams.append(
+            {
+                "name": key,
+                "kind": spec.kind,
+                "low": spec.low,
+                "high": spec.high,
+                "change_range": list(cr) if spec.kind in ("log_float", "discount", "log_shift") else None,
+                "step": spec.step if spec.kind == "int" else None,
+                "choices": list(spec.choices) if spec.kind == "choice" else None,
+                "current": current[key],
+                "agent_key": isaaclab_key(key),
+                "live": SUPPORTED_HYPERPARAMETERS[key].live,
+            }
+        )
 
     if args.json:
-        _emit_json({
-            "source": source,
-            "overrides": list(args.overrides),
-            "valid": True,
-            "config": cfg.to_dict(),
-            "resolved": {k: {"value": v, "why": why} for k, (v, why) in resolved.items()},
-            "workspace": str(ws_path),
-            "hyperparameters": hparams,
-            "warnings": warnings,
-            "notes": notes,
-        })
+        _emit_json(
+            {
+                "source": source,
+                "overrides": list(args.overrides),
+                "valid": True,
+                "config": cfg.to_dict(),
+                "resolved": {k: {"value": v, "why": why} for k, (v, why) in resolved.items()},
+                "workspace": str(ws_path),
+                "hyperparameters": hparams,
+                "warnings": warnings,
+                "notes": notes,
+            }
+        )
     else:
         ov = f" with {len(args.overrides)} override(s)" if args.overrides else ""
         print(f"{source}{ov}: population config is valid")
@@ -212,8 +229,17 @@ def cmd_check_config(args: argparse.Namespace) -> int:
                     change = f"+-1..{h['step']}"
                 else:
                     change = "of " + _fmt_value(h["choices"])
-                rows.append([h["name"], h["kind"], _fmt_num(h["low"]), _fmt_num(h["high"]), change,
-                             _fmt_value(h["current"]), h["agent_key"] + ("" if h["live"] else "  (restart)")])
+                rows.append(
+                    [
+                        h["name"],
+                        h["kind"],
+                        _fmt_num(h["low"]),
+                        _fmt_num(h["high"]),
+                        change,
+                        _fmt_value(h["current"]),
+                        h["agent_key"] + ("" if h["live"] else "  (restart)"),
+                    ]
+                )
             print("\n".join(_table(rows, indent="  ")))
     for w in warnings:
         print(f"async-pbt check-config: warning: {w}", file=sys.stderr)

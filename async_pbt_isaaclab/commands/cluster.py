@@ -35,11 +35,13 @@ def scheduler_states(root: Path) -> dict[int, str]:
 
 def add_stop_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "stop", help="cancel a population's SLURM jobs or stop its Ray launch",
+        "stop",
+        help="cancel a population's SLURM jobs or stop its Ray launch",
         description="Stop the members a cluster launch started for WORKSPACE: `scancel` every SLURM job recorded in "
-                    "WORKSPACE/cluster/slurm_jobs.json, or ask the Ray launch recorded in "
-                    "WORKSPACE/cluster/ray_driver.json to stop (from any host). Members get SIGTERM/SIGINT, "
-                    "save and stop; launching again with the same workspace resumes them.")
+        "WORKSPACE/cluster/slurm_jobs.json, or ask the Ray launch recorded in "
+        "WORKSPACE/cluster/ray_driver.json to stop (from any host). Members get SIGTERM/SIGINT, "
+        "save and stop; launching again with the same workspace resumes them.",
+    )
     p.add_argument("workspace", help="population workspace folder")
     p.set_defaults(func=cmd_stop)
 
@@ -63,6 +65,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
         did = True
         print(message)
     if not did:
-        raise CliError(f"no SLURM job or Ray driver is recorded in {ws.root}/cluster/; a local launcher "
-                       f"is stopped with Ctrl-C (or SIGINT to its pid)")
+        raise CliError(
+            f"no SLURM job or Ray driver is recorded in {ws.root}/cluster/; a local launcher "
+            f"is stopped with Ctrl-C (or SIGINT to its pid)"
+        )
     return EXIT_OK

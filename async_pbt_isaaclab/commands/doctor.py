@@ -51,8 +51,20 @@ LIVE_RECORD_S = PopulationConfig.max_heartbeat_age_s
 LOW_SPACE_BYTES = 2 << 30
 """Less free space than this is reported: a checkpoint copy that fails midway stalls an exploit."""
 
-NETWORK_FILESYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "ceph", "fuse.sshfs",
-                       "glusterfs", "fuse.glusterfs", "wekafs")
+NETWORK_FILESYSTEMS = (
+    "nfs",
+    "nfs4",
+    "lustre",
+    "gpfs",
+    "beegfs",
+    "cifs",
+    "smb3",
+    "ceph",
+    "fuse.sshfs",
+    "glusterfs",
+    "fuse.glusterfs",
+    "wekafs",
+)
 
 
 @dataclass
@@ -96,9 +108,14 @@ def check_atomic_replace(probe: Path) -> list[Check]:
         return out
     seen = target.read_bytes()
     if seen != payload or tmp.exists():
-        out.append(Check("atomic-replace", "fail",
-                         f"after os.replace the file reads {seen[:60]!r}, expected the new content; records and "
-                         f"checkpoints may be read half-written here"))
+        out.append(
+            Check(
+                "atomic-replace",
+                "fail",
+                f"after os.replace the file reads {seen[:60]!r}, expected the new content; records and "
+                f"checkpoints may be read half-written here",
+            )
+        )
     else:
         out.append(Check("atomic-replace", "ok", "os.replace over an existing file is seen whole at once"))
     return out
@@ -123,23 +140,42 @@ def check_lock(probe: Path, fs_type: str) -> Check:
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
-            hint = " (on NFS: mount without 'nolock' and run the lock manager, or use NFSv4)" \
-                if exc.errno == errno.ENOLCK else ""
-            return Check("lock", "fail", f"fcntl.lockf is not available on this filesystem: {exc.strerror}{hint}; "
-                                         f"without it two processes could claim the same member")
+            hint = (
+                " (on NFS: mount without 'nolock' and run the lock manager, or use NFSv4)"
+                if exc.errno == errno.ENOLCK
+                else ""
+            )
+            return Check(
+                "lock",
+                "fail",
+                f"fcntl.lockf is not available on this filesystem: {exc.strerror}{hint}; "
+                f"without it two processes could claim the same member",
+            )
         child = subprocess.run([sys.executable, "-c", _LOCK_CHILD, str(path)], capture_output=True, timeout=60)
         if child.returncode == 0:
-            return Check("lock", "fail", "a second process got the lock while this one held it: locks are not "
-                                         "enforced here, so two processes could claim the same member")
+            return Check(
+                "lock",
+                "fail",
+                "a second process got the lock while this one held it: locks are not "
+                "enforced here, so two processes could claim the same member",
+            )
         if child.returncode != 3:
-            return Check("lock", "fail", f"a second process could not even try the lock (exit {child.returncode}): "
-                                         f"{child.stderr.decode(errors='replace').strip()[-300:]}")
+            return Check(
+                "lock",
+                "fail",
+                f"a second process could not even try the lock (exit {child.returncode}): "
+                f"{child.stderr.decode(errors='replace').strip()[-300:]}",
+            )
     finally:
         os.close(fd)
     if fs_type.startswith("nfs"):
-        return Check("lock", "ok", "lockf is enforced between processes of this node; on NFS it is enforced "
-                                   "between nodes only through the lock manager: do not mount with 'nolock' "
-                                   "or 'local_lock=all'")
+        return Check(
+            "lock",
+            "ok",
+            "lockf is enforced between processes of this node; on NFS it is enforced "
+            "between nodes only through the lock manager: do not mount with 'nolock' "
+            "or 'local_lock=all'",
+        )
     return Check("lock", "ok", "lockf is enforced between processes (one writer per member)")
 
 
@@ -158,8 +194,12 @@ def check_clock(probe: Path) -> Check:
 
 def _skew_check(name: str, skew: float, what: str) -> Check:
     if skew > SKEW_FAIL_S:
-        return Check(name, "fail", f"{what}: more than max_clock_skew_s={SKEW_FAIL_S:g} s, so peers' heartbeats "
-                                   f"are refused or judged stale; synchronise the clocks (chrony/NTP)")
+        return Check(
+            name,
+            "fail",
+            f"{what}: more than max_clock_skew_s={SKEW_FAIL_S:g} s, so peers' heartbeats "
+            f"are refused or judged stale; synchronise the clocks (chrony/NTP)",
+        )
     if skew > SKEW_WARN_S:
         return Check(name, "warn", f"{what}: heartbeat ages are off by as much; synchronise the clocks (chrony/NTP)")
     return Check(name, "ok", what)
@@ -185,8 +225,11 @@ def check_node_clocks(root: Path, now: float) -> Check:
         if heartbeat - now > SKEW_WARN_S:
             future.append(f"{host} ({record.parent.name}: heartbeat {heartbeat - now:.0f} s ahead of this node)")
     if not offsets:
-        return Check("node-clocks", "ok", "no running member's record written in the last "
-                                          f"{LIVE_RECORD_S:g} s: nothing to compare")
+        return Check(
+            "node-clocks",
+            "ok",
+            f"no running member's record written in the last {LIVE_RECORD_S:g} s: nothing to compare",
+        )
     spread = max(offsets.values()) - min(offsets.values())
     hosts = ", ".join(f"{h} {o:+.1f} s" for h, o in sorted(offsets.items()))
     check = _skew_check("node-clocks", spread, f"{len(offsets)} node(s) against the file server: {hosts}")
@@ -221,9 +264,18 @@ def run_checks(workspace: str | os.PathLike, create: bool = False, now: float | 
     if not root.is_dir():
         raise CliError(f"workspace {root} does not exist or is not a directory")
     mount, fs_type = _mount_of(root)
-    checks = [Check("mount", "ok", f"{root} is on {fs_type or 'an unknown filesystem'} mounted at {mount or '?'}"
-                    + ("; shared between nodes" if fs_type in NETWORK_FILESYSTEMS else
-                       "; local to this node: only members on this node can share it"))]
+    checks = [
+        Check(
+            "mount",
+            "ok",
+            f"{root} is on {fs_type or 'an unknown filesystem'} mounted at {mount or '?'}"
+            + (
+                "; shared between nodes"
+                if fs_type in NETWORK_FILESYSTEMS
+                else "; local to this node: only members on this node can share it"
+            ),
+        )
+    ]
     try:
         probe = _probe_dir(root)
     except OSError as exc:
@@ -242,9 +294,13 @@ def run_checks(workspace: str | os.PathLike, create: bool = False, now: float | 
             pass
     checks.append(check_node_clocks(root, time.time() if now is None else now))
     free = shutil.disk_usage(root).free
-    checks.append(Check("free-space", "warn" if free < LOW_SPACE_BYTES else "ok",
-                        f"{free / 2**30:.1f} GiB free" + (" (checkpoints and copies need room)"
-                                                          if free < LOW_SPACE_BYTES else "")))
+    checks.append(
+        Check(
+            "free-space",
+            "warn" if free < LOW_SPACE_BYTES else "ok",
+            f"{free / 2**30:.1f} GiB free" + (" (checkpoints and copies need room)" if free < LOW_SPACE_BYTES else ""),
+        )
+    )
     return checks
 
 
@@ -261,10 +317,12 @@ def format_checks(checks: list[Check]) -> list[str]:
 
 def add_doctor_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "doctor", help="check that a workspace's filesystem supports atomic replace, fsync, locks and synced clocks",
+        "doctor",
+        help="check that a workspace's filesystem supports atomic replace, fsync, locks and synced clocks",
         description="Check what the workspace needs from its filesystem: atomic os.replace, fsync, POSIX locks "
-                    "enforced between processes, and clocks that agree (this node against the file server, "
-                    "and every node that wrote a member record). Exit 1 when a check fails.")
+        "enforced between processes, and clocks that agree (this node against the file server, "
+        "and every node that wrote a member record). Exit 1 when a check fails.",
+    )
     p.add_argument("workspace", help="population workspace folder (an existing folder; run it on each node)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_doctor)
@@ -273,8 +331,14 @@ def add_doctor_parser(subparsers: argparse._SubParsersAction) -> None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     checks = run_checks(args.workspace)
     if args.json:
-        _emit_json({"workspace": str(Path(args.workspace).absolute()), "host": socket.gethostname(),
-                    "checks": [asdict(c) for c in checks], "failed": [c.name for c in failures(checks)]})
+        _emit_json(
+            {
+                "workspace": str(Path(args.workspace).absolute()),
+                "host": socket.gethostname(),
+                "checks": [asdict(c) for c in checks],
+                "failed": [c.name for c in failures(checks)],
+            }
+        )
     else:
         print(f"filesystem checks for {Path(args.workspace).absolute()} from {socket.gethostname()}:")
         print("\n".join("  " + line for line in format_checks(checks)))

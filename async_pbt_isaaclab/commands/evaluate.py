@@ -64,9 +64,13 @@ class Evaluation:
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out.update(episodes=len(self.returns), mean=self.mean, std=self.std,
-                   min=min(self.returns) if self.returns else math.nan,
-                   max=max(self.returns) if self.returns else math.nan)
+        out.update(
+            episodes=len(self.returns),
+            mean=self.mean,
+            std=self.std,
+            min=min(self.returns) if self.returns else math.nan,
+            max=max(self.returns) if self.returns else math.nan,
+        )
         out["pbt"] = {k: self.pbt[k] for k in ("member", "generation", "frame", "epoch") if k in self.pbt}
         return out
 
@@ -87,14 +91,21 @@ class Evaluator:
         except ConfigError as exc:
             raise CliError(f"agent yaml {exc}") from None
         params = cfg.get("params")
-        if not isinstance(params, dict) or not isinstance(params.get("config"), dict) \
-                or not isinstance(params.get("network"), dict):
-            raise CliError(f"agent yaml {self.agent_yaml}: not an rl_games agent config "
-                           f"(expected params.config and params.network)")
+        if (
+            not isinstance(params, dict)
+            or not isinstance(params.get("config"), dict)
+            or not isinstance(params.get("network"), dict)
+        ):
+            raise CliError(
+                f"agent yaml {self.agent_yaml}: not an rl_games agent config "
+                f"(expected params.config and params.network)"
+            )
         algo = (params.get("algo") or {}).get("name")
         if algo not in ("a2c_continuous", "a2c_discrete"):
-            raise CliError(f"agent yaml {self.agent_yaml}: params.algo.name {algo!r} is not supported "
-                           f"(evaluate plays a2c_continuous and a2c_discrete PPO agents)")
+            raise CliError(
+                f"agent yaml {self.agent_yaml}: params.algo.name {algo!r} is not supported "
+                f"(evaluate plays a2c_continuous and a2c_discrete PPO agents)"
+            )
         self.task = task or params["config"].get("env_name")
         if not self.task:
             raise CliError(f"agent yaml {self.agent_yaml}: no params.config.env_name; pass --task")
@@ -106,15 +117,19 @@ class Evaluator:
     def _make_env(self):
         import gymnasium
 
-        kwargs = {k: v for k, v in (self.cfg["params"]["config"].get("env_config") or {}).items()
-                  if k not in ("seed", "pbt_condition", "pbt_terms")}
+        kwargs = {
+            k: v
+            for k, v in (self.cfg["params"]["config"].get("env_config") or {}).items()
+            if k not in ("seed", "pbt_condition", "pbt_terms")
+        }
         try:
             return gymnasium.make(self.task, **kwargs)
         except gymnasium.error.Error as exc:
             raise CliError(f"task {self.task!r}: not a registered gymnasium env ({exc})") from None
         except TypeError as exc:
-            raise CliError(f"task {self.task!r}: params.config.env_config of {self.agent_yaml} does not fit "
-                           f"it ({exc})") from None
+            raise CliError(
+                f"task {self.task!r}: params.config.env_config of {self.agent_yaml} does not fit it ({exc})"
+            ) from None
 
     def _task_spaces(self):
         import gymnasium
@@ -126,8 +141,9 @@ class Evaluator:
         if not isinstance(obs_space, gymnasium.spaces.Box):
             raise CliError(f"task {self.task!r}: observation space {obs_space} is not a Box")
         # rl_games feeds observations as float32; report float64 Box spaces as float32 (as training does).
-        obs_space = gymnasium.spaces.Box(obs_space.low.astype(np.float32), obs_space.high.astype(np.float32),
-                                         dtype=np.float32)
+        obs_space = gymnasium.spaces.Box(
+            obs_space.low.astype(np.float32), obs_space.high.astype(np.float32), dtype=np.float32
+        )
         return obs_space, action_space
 
     def _player(self, network_overrides: dict[str, Any]):
@@ -150,12 +166,17 @@ class Evaluator:
             set_path(cfg, agent_path(name), value)
         params, config = cfg["params"], cfg["params"]["config"]
         params["load_checkpoint"] = False
-        config.update(env_name=self.task, device="cpu", device_name="cpu", torch_compile=False,
-                      multi_gpu=False, num_actors=1)
+        config.update(
+            env_name=self.task, device="cpu", device_name="cpu", torch_compile=False, multi_gpu=False, num_actors=1
+        )
         obs_space, action_space = self._spaces
         # With env_info given, the player builds its model without creating an env of its own.
-        config["env_info"] = {"observation_space": obs_space, "action_space": action_space,
-                              "agents": 1, "value_size": 1}
+        config["env_info"] = {
+            "observation_space": obs_space,
+            "action_space": action_space,
+            "agents": 1,
+            "value_size": 1,
+        }
         try:
             # rl_games prints progress chatter on stdout while building; keep stdout for our results (--json).
             # Runner.load applies params.torch_threads process-wide, as training does: on a busy machine the
@@ -165,8 +186,9 @@ class Evaluator:
                 runner.load(cfg)
                 player = runner.create_player()
         except Exception as exc:  # noqa: BLE001 - rl_games raises plain Exceptions for config problems
-            raise CliError(f"agent yaml {self.agent_yaml}: rl_games cannot build a player "
-                           f"({type(exc).__name__}: {exc})") from None
+            raise CliError(
+                f"agent yaml {self.agent_yaml}: rl_games cannot build a player ({type(exc).__name__}: {exc})"
+            ) from None
         player.has_batch_dimension = True
         self._player_cache[key] = player
         return player
@@ -188,16 +210,18 @@ class Evaluator:
             raise CliError(str(exc)) from None
         network = {k: v for k, v in (meta.get("hyperparameters") or {}).items() if k.startswith("network.")}
         player = self._player(network)
-        model_state = {(k[len("_orig_mod."):] if k.startswith("_orig_mod.") else k): v
-                       for k, v in state["model"].items()}
+        model_state = {
+            (k[len("_orig_mod.") :] if k.startswith("_orig_mod.") else k): v for k, v in state["model"].items()
+        }
         try:
             player.model.load_state_dict(model_state)
             if getattr(player, "normalize_input", False) and "running_mean_std" in state:
                 player.model.running_mean_std.load_state_dict(state["running_mean_std"])
         except RuntimeError as exc:
             first = " ".join(str(exc).split())[:400]
-            raise CliError(f"{path}: does not fit task {self.task!r} with the network of {self.agent_yaml} "
-                           f"({first})") from None
+            raise CliError(
+                f"{path}: does not fit task {self.task!r} with the network of {self.agent_yaml} ({first})"
+            ) from None
         player.model.eval()
         if player.is_rnn:
             raise CliError(f"agent yaml {self.agent_yaml}: recurrent policies are not supported by evaluate")
@@ -221,13 +245,24 @@ class Evaluator:
                         active[i] = False
         for env in envs:
             env.close()
-        return Evaluation(checkpoint=str(path), task=self.task, seed=seed, returns=[float(r) for r in returns],
-                          lengths=[int(n) for n in lengths], pbt=meta)
+        return Evaluation(
+            checkpoint=str(path),
+            task=self.task,
+            seed=seed,
+            returns=[float(r) for r in returns],
+            lengths=[int(n) for n in lengths],
+            pbt=meta,
+        )
 
 
-def evaluate_checkpoints(checkpoints: Sequence[str | Path], task: str | None = None,
-                         agent_yaml: str | Path | None = None, episodes: int = 16,
-                         seed: int = DEFAULT_EVAL_SEED, trusted: bool = False) -> list[Evaluation]:
+def evaluate_checkpoints(
+    checkpoints: Sequence[str | Path],
+    task: str | None = None,
+    agent_yaml: str | Path | None = None,
+    episodes: int = 16,
+    seed: int = DEFAULT_EVAL_SEED,
+    trusted: bool = False,
+) -> list[Evaluation]:
     """Evaluate each checkpoint on the same held-out episodes; what ``async-pbt evaluate`` prints."""
     evaluator = Evaluator(task, agent_yaml, trusted=trusted)
     return [evaluator.evaluate(c, episodes, seed) for c in checkpoints]
@@ -245,17 +280,24 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
         "prints mean, std, min and max of the undiscounted return.",
     )
     p.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT", help="rl_games checkpoint file(s)")
-    p.add_argument("--task", default=None,
-                   help="gymnasium task id (default: params.config.env_name of the agent yaml)")
-    p.add_argument("--agent-yaml", default=None,
-                   help=f"rl_games agent yaml the checkpoint was trained with (default: {DEFAULT_AGENT_YAML.name}, "
-                        f"the packaged Pendulum-v1 PPO config)")
+    p.add_argument("--task", default=None, help="gymnasium task id (default: params.config.env_name of the agent yaml)")
+    p.add_argument(
+        "--agent-yaml",
+        default=None,
+        help=f"rl_games agent yaml the checkpoint was trained with (default: {DEFAULT_AGENT_YAML.name}, "
+        f"the packaged Pendulum-v1 PPO config)",
+    )
     p.add_argument("--episodes", type=int, default=16, help="episodes per checkpoint (default 16)")
-    p.add_argument("--seed", type=int, default=DEFAULT_EVAL_SEED,
-                   help=f"env seed of the first episode; episode i uses SEED+i (default {DEFAULT_EVAL_SEED}, "
-                        f"away from training seeds)")
-    p.add_argument("--trusted", action="store_true",
-                   help="load with full pickle (only for checkpoints whose writers you trust)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=DEFAULT_EVAL_SEED,
+        help=f"env seed of the first episode; episode i uses SEED+i (default {DEFAULT_EVAL_SEED}, "
+        f"away from training seeds)",
+    )
+    p.add_argument(
+        "--trusted", action="store_true", help="load with full pickle (only for checkpoints whose writers you trust)"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_evaluate)
 
@@ -265,20 +307,30 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise CliError(f"--episodes must be >= 1, got {args.episodes}")
     for c in args.checkpoints:
         if not Path(c).is_file():
-            raise CliError(f"checkpoint {c} does not exist" if not Path(c).exists()
-                           else f"checkpoint {c} is not a file")
-    results = evaluate_checkpoints(args.checkpoints, args.task, args.agent_yaml, args.episodes, args.seed,
-                                   args.trusted)
+            raise CliError(
+                f"checkpoint {c} does not exist" if not Path(c).exists() else f"checkpoint {c} is not a file"
+            )
+    results = evaluate_checkpoints(args.checkpoints, args.task, args.agent_yaml, args.episodes, args.seed, args.trusted)
     if args.json:
         _emit_json([r.as_dict() for r in results])
         return 0
     rows = [["checkpoint", "episodes", "mean", "std", "min", "max"]]
     for r in results:
         d = r.as_dict()
-        rows.append([r.checkpoint, str(d["episodes"]), f"{d['mean']:.2f}", f"{d['std']:.2f}", f"{d['min']:.2f}",
-                     f"{d['max']:.2f}"])
-    print(f"held-out return on {results[0].task}, deterministic policy, env seeds "
-          f"{args.seed}..{args.seed + args.episodes - 1}:")
+        rows.append(
+            [
+                r.checkpoint,
+                str(d["episodes"]),
+                f"{d['mean']:.2f}",
+                f"{d['std']:.2f}",
+                f"{d['min']:.2f}",
+                f"{d['max']:.2f}",
+            ]
+        )
+    print(
+        f"held-out return on {results[0].task}, deterministic policy, env seeds "
+        f"{args.seed}..{args.seed + args.episodes - 1}:"
+    )
     for line in _table(rows, indent="  "):
         print(line)
     sys.stdout.flush()

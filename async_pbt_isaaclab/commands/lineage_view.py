@@ -40,8 +40,7 @@ def _donor_generation(entry: Mapping[str, Any], donor: Any) -> Any:
     return None
 
 
-def lineage_events(member: int, entries: Iterable[tuple[int, Mapping[str, Any] | None, str | None]]
-                   ) -> dict[str, Any]:
+def lineage_events(member: int, entries: Iterable[tuple[int, Mapping[str, Any] | None, str | None]]) -> dict[str, Any]:
     """Generations of one member from its audit entries ``(line, entry or None, error or None)``.
 
     Each event: ``generation`` (the new one), ``frame``, ``outcome`` (exploit/explore), ``donor``,
@@ -67,9 +66,15 @@ def lineage_events(member: int, entries: Iterable[tuple[int, Mapping[str, Any] |
             continue
         kind = entry.get("kind")
         if kind == "start" and start is None:
-            start = {"generation": entry.get("generation", 0), "frame": entry.get("frame"),
-                     "mode": entry.get("mode"), "checkpoint": entry.get("checkpoint"),
-                     "seq": entry.get("seq"), "line": line, "time": entry.get("time")}
+            start = {
+                "generation": entry.get("generation", 0),
+                "frame": entry.get("frame"),
+                "mode": entry.get("mode"),
+                "checkpoint": entry.get("checkpoint"),
+                "seq": entry.get("seq"),
+                "line": line,
+                "time": entry.get("time"),
+            }
         elif kind == "decision":
             decision = entry.get("decision") if isinstance(entry.get("decision"), Mapping) else {}
             outcome = decision.get("outcome")
@@ -94,8 +99,11 @@ def lineage_events(member: int, entries: Iterable[tuple[int, Mapping[str, Any] |
             }
         elif kind == "exploit_applied":
             donor = entry.get("donor")
-            ev = dict(pending) if pending is not None else {
-                "outcome": "explore" if donor is None or donor == member else "exploit", "reason": ""}
+            ev = (
+                dict(pending)
+                if pending is not None
+                else {"outcome": "explore" if donor is None or donor == member else "exploit", "reason": ""}
+            )
             pending = None
             for key in ("generation", "frame", "donor", "donor_generation", "donor_checkpoint", "changes"):
                 if entry.get(key) is not None:
@@ -111,12 +119,23 @@ def lineage_events(member: int, entries: Iterable[tuple[int, Mapping[str, Any] |
             if pending is not None:
                 close("aborted", abort_reason=why, abort_seq=entry.get("seq"))
             else:
-                events.append({"generation": entry.get("generation"), "frame": entry.get("frame"),
-                               "outcome": "exploit", "donor": entry.get("donor"),
-                               "donor_generation": entry.get("donor_generation"), "donor_checkpoint": None,
-                               "changes": entry.get("changes") or [], "reason": "", "state": "aborted",
-                               "abort_reason": why, "seq": entry.get("seq"), "line": line,
-                               "time": entry.get("time")})
+                events.append(
+                    {
+                        "generation": entry.get("generation"),
+                        "frame": entry.get("frame"),
+                        "outcome": "exploit",
+                        "donor": entry.get("donor"),
+                        "donor_generation": entry.get("donor_generation"),
+                        "donor_checkpoint": None,
+                        "changes": entry.get("changes") or [],
+                        "reason": "",
+                        "state": "aborted",
+                        "abort_reason": why,
+                        "seq": entry.get("seq"),
+                        "line": line,
+                        "time": entry.get("time"),
+                    }
+                )
     close("pending")
     return {"member": member, "start": start, "events": events, "unreadable": unreadable}
 
@@ -157,8 +176,7 @@ def lineage_data(ws, member: int | None = None) -> list[dict[str, Any]]:
         try:
             item = lineage_events(index, read_entries(path))
         except OSError as exc:
-            item = {"member": index, "start": None, "events": [],
-                    "unreadable": [f"cannot read {path}: {exc.strerror}"]}
+            item = {"member": index, "start": None, "events": [], "unreadable": [f"cannot read {path}: {exc.strerror}"]}
         item["no_log"] = False
         out.append(item)
     return out
@@ -188,8 +206,14 @@ def cmd_lineage(args: argparse.Namespace) -> int:
             if mode == "warm_start" and s.get("checkpoint"):
                 mode += f" from {s['checkpoint']}"
             first_gen = s.get("generation") if isinstance(s.get("generation"), int) else 0
-            rows.append([f"gen {first_gen}", f"frame {_fmt_num(s.get('frame'))}",
-                         f"start ({mode})" if mode else "start", f"[seq {s.get('seq')}]"])
+            rows.append(
+                [
+                    f"gen {first_gen}",
+                    f"frame {_fmt_num(s.get('frame'))}",
+                    f"start ({mode})" if mode else "start",
+                    f"[seq {s.get('seq')}]",
+                ]
+            )
         for e in m["events"]:
             if e["outcome"] == "exploit":
                 dg = f" gen {e['donor_generation']}" if e.get("donor_generation") is not None else ""
@@ -199,8 +223,14 @@ def cmd_lineage(args: argparse.Namespace) -> int:
             state = e["state"]
             if state == "aborted" and e.get("abort_reason"):
                 state += f": {e['abort_reason']}"
-            rows.append([f"gen {_fmt_num(e.get('generation'))}", f"frame {_fmt_num(e.get('frame'))}", what,
-                         f"{format_changes(e.get('changes'))}  [{state}, seq {e.get('seq')}]"])
+            rows.append(
+                [
+                    f"gen {_fmt_num(e.get('generation'))}",
+                    f"frame {_fmt_num(e.get('frame'))}",
+                    what,
+                    f"{format_changes(e.get('changes'))}  [{state}, seq {e.get('seq')}]",
+                ]
+            )
         print("\n".join(_table(rows, indent="  ")))
         for u in m["unreadable"]:
             print(f"  {name}: skipped unreadable audit entry at {u} (run `async-pbt audit`)")

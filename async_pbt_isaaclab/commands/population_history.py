@@ -47,8 +47,14 @@ def _objective_point(me: Any, time: Any) -> dict[str, Any] | None:
     frame, gen = me.get("frame"), me.get("generation")
     if not ev.count or not isinstance(frame, int) or ev.generation != gen:
         return None
-    return {"frame": frame, "mean": ev.mean, "std": ev.std, "count": ev.count, "generation": gen,
-            "time": time if _finite_number(time) else None}
+    return {
+        "frame": frame,
+        "mean": ev.mean,
+        "std": ev.std,
+        "count": ev.count,
+        "generation": gen,
+        "time": time if _finite_number(time) else None,
+    }
 
 
 def _decision_row(member: int, entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -105,12 +111,17 @@ def member_history(ws, index: int, record: Any = None) -> dict[str, Any]:
     lineage = lineage_events(index, entries)
     lin: MemberLineage = member_lineage(index, entries)
     hp_steps: list[dict[str, Any]] = [
-        {"frame": lin.start_frame, "generation": 0, "values": dict(lin.start_hyperparameters)}]
-    hp_steps += [{"frame": c.frame, "generation": c.generation, "values": dict(c.hyperparameters)}
-                 for c in lin.changes]
+        {"frame": lin.start_frame, "generation": 0, "values": dict(lin.start_hyperparameters)}
+    ]
+    hp_steps += [{"frame": c.frame, "generation": c.generation, "values": dict(c.hyperparameters)} for c in lin.changes]
     if record is not None and record.frame > hp_steps[-1]["frame"]:
-        hp_steps.append({"frame": record.frame, "generation": record.generation,
-                         "values": dict(record.hyperparameters or hp_steps[-1]["values"])})
+        hp_steps.append(
+            {
+                "frame": record.frame,
+                "generation": record.generation,
+                "values": dict(record.hyperparameters or hp_steps[-1]["values"]),
+            }
+        )
     return {
         "member": index,
         "objective": objective,
@@ -179,6 +190,14 @@ def population_history(ws, now: float, top: int = 10) -> dict[str, Any]:
         "objective": meta.get("objective") if meta else None,
         "task": meta.get("task") if meta else None,
     }
-    return {"workspace": str(ws.root), "now": now, "population": meta, "population_error": meta_error,
-            "members": members, "best": best, "evaluations": evaluations, "evaluation_problems": eval_skipped,
-            "summary": summary}
+    return {
+        "workspace": str(ws.root),
+        "now": now,
+        "population": meta,
+        "population_error": meta_error,
+        "members": members,
+        "best": best,
+        "evaluations": evaluations,
+        "evaluation_problems": eval_skipped,
+        "summary": summary,
+    }

@@ -25,8 +25,9 @@ def add_replay_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("workspace", help="population workspace folder")
     p.add_argument("--member", type=int, required=True, metavar="K", help="member whose lineage to export")
     p.add_argument("--out", default=None, metavar="FILE", help="write the schedule yaml here (default: print it)")
-    p.add_argument("--frame", type=int, default=None, metavar="F",
-                   help="print only the values in force at replay frame F")
+    p.add_argument(
+        "--frame", type=int, default=None, metavar="F", help="print only the values in force at replay frame F"
+    )
     p.add_argument("--json", action="store_true", help="print the schedule as JSON")
     p.set_defaults(func=cmd_replay)
 
@@ -38,8 +39,10 @@ def schedule_for(ws, member: int):
 
     indices = ws.member_indices()
     if member not in indices:
-        raise CliError(f"member {member} has no folder in {ws.members_dir} (members: "
-                       f"{', '.join(str(i) for i in indices) or 'none'})")
+        raise CliError(
+            f"member {member} has no folder in {ws.members_dir} (members: "
+            f"{', '.join(str(i) for i in indices) or 'none'})"
+        )
     lineages: dict[int, MemberLineage] = {}
     for index in indices:
         path = ws.member_dir(index) / "audit.jsonl"
@@ -83,8 +86,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
             out.write_text(dump_schedule(schedule))
         except OSError as exc:
             raise CliError(f"cannot write {out}: {exc.strerror}") from None
-        print(f"replay: wrote {len(schedule.steps)} step(s) of member {args.member:03d}'s lineage to {out}",
-              file=sys.stderr)
+        print(
+            f"replay: wrote {len(schedule.steps)} step(s) of member {args.member:03d}'s lineage to {out}",
+            file=sys.stderr,
+        )
     elif args.json:
         _emit_json(schedule.to_dict())
         return EXIT_OK
@@ -94,7 +99,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         rows = [["replay frame", "from", "member frame", "gen", "values"]]
         for s in schedule.steps:
             shown = ", ".join(f"{k}={_fmt_num(v)}" for k, v in sorted(s.values.items()))
-            rows.append([str(s.frame), f"{s.source} member {s.member:03d}", str(s.member_frame),
-                         str(s.generation), shown])
+            rows.append(
+                [str(s.frame), f"{s.source} member {s.member:03d}", str(s.member_frame), str(s.generation), shown]
+            )
         print("\n".join(_table(rows)))
     return EXIT_OK

@@ -32,11 +32,15 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> None:
         "Needs matplotlib (pip install 'async-pbt-isaaclab[report]').",
     )
     p.add_argument("workspace", help="population workspace folder")
-    p.add_argument("--out", default=None, metavar="FILE",
-                   help="HTML file to write (default: WORKSPACE/report.html)")
+    p.add_argument("--out", default=None, metavar="FILE", help="HTML file to write (default: WORKSPACE/report.html)")
     p.add_argument("--png", default=None, metavar="DIR", help="also write each plot as DIR/<name>.png")
-    p.add_argument("--max-decisions", type=int, default=DEFAULT_MAX_DECISIONS, metavar="N",
-                   help="list at most the N newest decisions (default: %(default)s)")
+    p.add_argument(
+        "--max-decisions",
+        type=int,
+        default=DEFAULT_MAX_DECISIONS,
+        metavar="N",
+        help="list at most the N newest decisions (default: %(default)s)",
+    )
     p.set_defaults(func=cmd_report)
 
 
@@ -44,8 +48,9 @@ def _plots():
     try:
         from async_pbt_isaaclab.commands import report_plots
     except ImportError as exc:
-        raise CliError(f"the report needs matplotlib ({exc}); install it with "
-                       f"pip install 'async-pbt-isaaclab[report]'") from None
+        raise CliError(
+            f"the report needs matplotlib ({exc}); install it with pip install 'async-pbt-isaaclab[report]'"
+        ) from None
     return report_plots
 
 
@@ -105,8 +110,9 @@ def _e(v: Any) -> str:
     return html.escape(v if isinstance(v, str) else _fmt_num(v), quote=True)
 
 
-def _table(head: Sequence[str] | None, rows: Iterable[Sequence[str]], cls: str = "",
-           row_ids: Sequence[str] = ()) -> str:
+def _table(
+    head: Sequence[str] | None, rows: Iterable[Sequence[str]], cls: str = "", row_ids: Sequence[str] = ()
+) -> str:
     """``rows`` cells are already-escaped HTML; ``head`` is plain text (``None``: no header row)."""
     ids = list(row_ids)
     body = []
@@ -137,8 +143,10 @@ def _summary(data: dict[str, Any]) -> str:
     best = s["best_training_objective"]
     best_txt = "none recorded yet"
     if best:
-        best_txt = (f"{_e(best['objective'])} by member {_e(best['member'])} at frame {_e(best.get('frame'))} "
-                    f"(generation {_e(best.get('generation'))})")
+        best_txt = (
+            f"{_e(best['objective'])} by member {_e(best['member'])} at frame {_e(best.get('frame'))} "
+            f"(generation {_e(best.get('generation'))})"
+        )
     ev = s["best_evaluation"]
     if ev:
         who = f" member {_e(ev.get('member'))}" if ev.get("member") is not None else ""
@@ -172,10 +180,24 @@ def _members_table(data: dict[str, Any]) -> str:
             continue
         ev = rec.evidence
         obj = f"{ev.mean:.6g} \u00b1 {ev.std:.3g} (n={ev.count})" if ev.count else "-"
-        rows.append([_e(name), _e(rec.status), _e(rec.frame), _e(rec.generation), _e(obj), _e(rec.restarts),
-                     _e(_fmt_age(data["now"] - rec.heartbeat)), _e(m.get("last_decision") or "-")])
-    return _table(["member", "status", "frames", "generation", "objective", "restarts", "heartbeat age",
-                   "last decision"], rows, "members", ids)
+        rows.append(
+            [
+                _e(name),
+                _e(rec.status),
+                _e(rec.frame),
+                _e(rec.generation),
+                _e(obj),
+                _e(rec.restarts),
+                _e(_fmt_age(data["now"] - rec.heartbeat)),
+                _e(m.get("last_decision") or "-"),
+            ]
+        )
+    return _table(
+        ["member", "status", "frames", "generation", "objective", "restarts", "heartbeat age", "last decision"],
+        rows,
+        "members",
+        ids,
+    )
 
 
 def _exploits_table(data: dict[str, Any]) -> str:
@@ -187,8 +209,17 @@ def _exploits_table(data: dict[str, Any]) -> str:
             state = e.get("state") or "-"
             if state == "aborted" and e.get("abort_reason"):
                 state += f": {e['abort_reason']}"
-            rows.append([_e(f"member {m['member']:03d}"), f'<span class="{_e(kind)}">{_e(kind)}</span>', donor,
-                         _e(e.get("frame")), _e(e.get("generation")), _changes(e.get("changes")), _e(state)])
+            rows.append(
+                [
+                    _e(f"member {m['member']:03d}"),
+                    f'<span class="{_e(kind)}">{_e(kind)}</span>',
+                    donor,
+                    _e(e.get("frame")),
+                    _e(e.get("generation")),
+                    _changes(e.get("changes")),
+                    _e(state),
+                ]
+            )
     if not rows:
         return '<p class="note">No exploit or explore yet.</p>'
     return _table(["recipient", "kind", "donor", "frame", "new generation", "changes", "state"], rows)
@@ -202,25 +233,47 @@ def _best_table(data: dict[str, Any]) -> str:
         path = b.get("checkpoint") or "-"
         if b.get("path") and not b.get("exists"):
             path += " (missing)"
-        rows.append([_e(b["rank"]), _e(f"member {b['member']:03d}"), _e(float(b["objective"])), _e(b.get("frame")),
-                     _e(b.get("generation")), _e(b.get("episodes")), _e(path)])
+        rows.append(
+            [
+                _e(b["rank"]),
+                _e(f"member {b['member']:03d}"),
+                _e(float(b["objective"])),
+                _e(b.get("frame")),
+                _e(b.get("generation")),
+                _e(b.get("episodes")),
+                _e(path),
+            ]
+        )
     return _table(["rank", "member", "objective", "frame", "generation", "episodes", "checkpoint"], rows)
 
 
 def _evaluations_table(data: dict[str, Any]) -> str:
     if not data["evaluations"]:
-        return ('<p class="note">No held-out evaluations recorded. Append JSON lines with an <code>objective</code> '
-                '(and <code>member</code>, <code>checkpoint</code>, <code>episodes</code>) to '
-                '<code>WORKSPACE/evaluations.jsonl</code> to list them here.</p>')
-    rows = [[_e(e.get("label", "")), _e(e.get("member")), _e(e.get("checkpoint")), _e(e["objective"]),
-             _e(e.get("episodes")), _e(_when(e.get("time")))] for e in data["evaluations"]]
+        return (
+            '<p class="note">No held-out evaluations recorded. Append JSON lines with an <code>objective</code> '
+            "(and <code>member</code>, <code>checkpoint</code>, <code>episodes</code>) to "
+            "<code>WORKSPACE/evaluations.jsonl</code> to list them here.</p>"
+        )
+    rows = [
+        [
+            _e(e.get("label", "")),
+            _e(e.get("member")),
+            _e(e.get("checkpoint")),
+            _e(e["objective"]),
+            _e(e.get("episodes")),
+            _e(_when(e.get("time"))),
+        ]
+        for e in data["evaluations"]
+    ]
     return _table(["label", "member", "checkpoint", "objective", "episodes", "time"], rows)
 
 
 def _decisions_table(data: dict[str, Any], limit: int) -> str:
-    decisions = sorted((d for m in data["members"] for d in m["decisions"]),
-                       key=lambda d: (d["time"] if isinstance(d["time"], (int, float)) else 0, d["member"]),
-                       reverse=True)
+    decisions = sorted(
+        (d for m in data["members"] for d in m["decisions"]),
+        key=lambda d: (d["time"] if isinstance(d["time"], (int, float)) else 0, d["member"]),
+        reverse=True,
+    )
     shown = decisions[:limit]
     rows = []
     for d in shown:
@@ -244,12 +297,17 @@ def _decisions_table(data: dict[str, Any], limit: int) -> str:
         )
     note = ""
     if len(decisions) > len(shown):
-        note = (f'<p class="note">The {len(shown)} newest of {len(decisions)} decisions; '
-                f'<code>--max-decisions</code> lists more, <code>async-pbt audit</code> verifies all.</p>')
+        note = (
+            f'<p class="note">The {len(shown)} newest of {len(decisions)} decisions; '
+            f"<code>--max-decisions</code> lists more, <code>async-pbt audit</code> verifies all.</p>"
+        )
     if not decisions:
         return '<p class="note">No decisions yet.</p>'
-    return note + _table(["time", "member", "frame", "gen", "outcome", "reasons", "compared", "excluded peers (why)",
-                          "changes"], rows, "decisions")
+    return note + _table(
+        ["time", "member", "frame", "gen", "outcome", "reasons", "compared", "excluded peers (why)", "changes"],
+        rows,
+        "decisions",
+    )
 
 
 def render_html(data: dict[str, Any], svgs: dict[str, str], max_decisions: int = DEFAULT_MAX_DECISIONS) -> str:
@@ -262,8 +320,11 @@ def render_html(data: dict[str, Any], svgs: dict[str, str], max_decisions: int =
     if data.get("population_error"):
         warn += f'<p class="note">Warning: {_e(data["population_error"])}</p>'
     if problems:
-        warn += ('<p class="note">Unreadable audit entries were skipped (run <code>async-pbt audit</code>): '
-                 + _e("; ".join(problems[:20])) + "</p>")
+        warn += (
+            '<p class="note">Unreadable audit entries were skipped (run <code>async-pbt audit</code>): '
+            + _e("; ".join(problems[:20]))
+            + "</p>"
+        )
     sections = [
         ("Summary", _summary(data) + warn),
         ("Members", _members_table(data)),
@@ -274,12 +335,14 @@ def render_html(data: dict[str, Any], svgs: dict[str, str], max_decisions: int =
         ("Held-out evaluations", _evaluations_table(data)),
         ("Decisions", _decisions_table(data, max_decisions)),
     ]
-    body = "".join(f'<section id="{_e(name.lower().replace(" ", "-"))}"><h2>{_e(name)}</h2>{content}</section>'
-                   for name, content in sections)
+    body = "".join(
+        f'<section id="{_e(name.lower().replace(" ", "-"))}"><h2>{_e(name)}</h2>{content}</section>'
+        for name, content in sections
+    )
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
-        f"<h1>Population report</h1><p class=\"meta\">{_e(data['workspace'])} \u00b7 generated {_e(_when(data['now']))}"
+        f'<h1>Population report</h1><p class="meta">{_e(data["workspace"])} \u00b7 generated {_e(_when(data["now"]))}'
         f" \u00b7 async-pbt-isaaclab {_e(__version__)}</p>{body}</body></html>\n"
     )

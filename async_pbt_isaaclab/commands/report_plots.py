@@ -57,10 +57,21 @@ def objective_figure(data: dict[str, Any]) -> Figure:
         if not pts:
             continue
         drew = True
-        ax.plot([p["frame"] for p in pts], [p["mean"] for p in pts], marker="o", markersize=3, linewidth=1.4,
-                color=member_color(m["member"], n), label=_label(m["member"]))
-    exploits = [(m["member"], e) for m in members for e in m["events"]
-                if e.get("state") == "applied" and e.get("outcome") == "exploit"]
+        ax.plot(
+            [p["frame"] for p in pts],
+            [p["mean"] for p in pts],
+            marker="o",
+            markersize=3,
+            linewidth=1.4,
+            color=member_color(m["member"], n),
+            label=_label(m["member"]),
+        )
+    exploits = [
+        (m["member"], e)
+        for m in members
+        for e in m["events"]
+        if e.get("state") == "applied" and e.get("outcome") == "exploit"
+    ]
     for recipient, e in exploits:
         y = _objective_at(by_member[recipient]["objective"], e.get("frame"))
         if y is None:
@@ -72,16 +83,22 @@ def objective_figure(data: dict[str, Any]) -> Figure:
         if donor in by_member and donor_frame is not None:
             dy = _objective_at(by_member[donor]["objective"], donor_frame)
             if dy is not None:
-                ax.annotate("", xy=(e["frame"], y), xytext=(donor_frame, dy),
-                            arrowprops={"arrowstyle": "->", "linestyle": "--", "color": "0.35", "lw": 1})
+                ax.annotate(
+                    "",
+                    xy=(e["frame"], y),
+                    xytext=(donor_frame, dy),
+                    arrowprops={"arrowstyle": "->", "linestyle": "--", "color": "0.35", "lw": 1},
+                )
         if len(exploits) <= MAX_LABELLED_EXPLOITS:
-            ax.annotate(f"{donor}\u2192{recipient}", (e["frame"], y), textcoords="offset points", xytext=(4, 8),
-                        fontsize=8)
+            ax.annotate(
+                f"{donor}\u2192{recipient}", (e["frame"], y), textcoords="offset points", xytext=(4, 8), fontsize=8
+            )
     if exploits:
         ax.scatter([], [], marker="v", s=60, color="white", edgecolors="black", label="exploit (donor\u2192recipient)")
     if not drew:
-        ax.text(0.5, 0.5, "no completed-episode evidence recorded yet", ha="center", va="center",
-                transform=ax.transAxes)
+        ax.text(
+            0.5, 0.5, "no completed-episode evidence recorded yet", ha="center", va="center", transform=ax.transAxes
+        )
     objective = (data.get("summary") or {}).get("objective") or "objective"
     ax.set_xlabel("frames (each member's own counter)")
     ax.set_ylabel(_plain(f"{objective} (window mean)"))
@@ -112,8 +129,9 @@ def lineage_figure(data: dict[str, Any]) -> Figure:
     max_gen = 0
     for m in members:
         idx = m["member"]
-        gens = [0] + [e["generation"] for e in m["events"]
-                      if e.get("state") == "applied" and isinstance(e.get("generation"), int)]
+        gens = [0] + [
+            e["generation"] for e in m["events"] if e.get("state") == "applied" and isinstance(e.get("generation"), int)
+        ]
         max_gen = max(max_gen, *gens)
         color = member_color(idx, n)
         ax.scatter(gens, [idx] * len(gens), s=80, color=color, edgecolors="black", zorder=3)
@@ -125,14 +143,33 @@ def lineage_figure(data: dict[str, Any]) -> Figure:
             donor = e.get("donor")
             if e.get("outcome") == "exploit" and isinstance(donor, int):
                 dg = e.get("donor_generation") if isinstance(e.get("donor_generation"), int) else g - 1
-                ax.annotate("", xy=(g, idx), xytext=(dg, donor),
-                            arrowprops={"arrowstyle": "-|>", "color": member_color(donor, n), "lw": 1.6,
-                                        "shrinkA": 6, "shrinkB": 6})
-                ax.annotate(f"f {e.get('frame')}", (g, idx), textcoords="offset points", xytext=(6, -12),
-                            fontsize=7, color="0.3")
+                ax.annotate(
+                    "",
+                    xy=(g, idx),
+                    xytext=(dg, donor),
+                    arrowprops={
+                        "arrowstyle": "-|>",
+                        "color": member_color(donor, n),
+                        "lw": 1.6,
+                        "shrinkA": 6,
+                        "shrinkB": 6,
+                    },
+                )
+                ax.annotate(
+                    f"f {e.get('frame')}",
+                    (g, idx),
+                    textcoords="offset points",
+                    xytext=(6, -12),
+                    fontsize=7,
+                    color="0.3",
+                )
             else:
-                ax.annotate("", xy=(g, idx), xytext=(prev, idx),
-                            arrowprops={"arrowstyle": "-|>", "color": "0.5", "lw": 1, "shrinkA": 6, "shrinkB": 6})
+                ax.annotate(
+                    "",
+                    xy=(g, idx),
+                    xytext=(prev, idx),
+                    arrowprops={"arrowstyle": "-|>", "color": "0.5", "lw": 1, "shrinkA": 6, "shrinkB": 6},
+                )
             prev = g
     ax.set_yticks([m["member"] for m in members], [_label(m["member"]) for m in members])
     ax.set_xticks(range(0, max_gen + 1))
@@ -160,32 +197,46 @@ def hyperparameter_figure(data: dict[str, Any]) -> Figure:
     names = _numeric_hparams(members)
     n = max([m["member"] for m in members], default=0) + 1
     rows = max(1, math.ceil(len(names) / 2))
-    fig, axes = plt.subplots(rows, 2 if len(names) > 1 else 1, figsize=(10, 2.8 * rows + 0.6),
-                             layout="constrained", squeeze=False)
+    fig, axes = plt.subplots(
+        rows, 2 if len(names) > 1 else 1, figsize=(10, 2.8 * rows + 0.6), layout="constrained", squeeze=False
+    )
     flat = [a for row in axes for a in row]
     if not names:
-        flat[0].text(0.5, 0.5, "no mutated hyperparameters recorded", ha="center", va="center",
-                     transform=flat[0].transAxes)
+        flat[0].text(
+            0.5, 0.5, "no mutated hyperparameters recorded", ha="center", va="center", transform=flat[0].transAxes
+        )
     for ax, name in zip(flat, names, strict=False):  # an odd count leaves one axis empty
         values_all = []
         for m in members:
-            steps = [(s["frame"], s["values"][name]) for s in m["hyperparameters"]
-                     if isinstance(s["values"].get(name), (int, float)) and not isinstance(s["values"].get(name), bool)]
+            steps = [
+                (s["frame"], s["values"][name])
+                for s in m["hyperparameters"]
+                if isinstance(s["values"].get(name), (int, float)) and not isinstance(s["values"].get(name), bool)
+            ]
             if not steps:
                 continue
             xs = [f for f, _ in steps]
             ys = [float(v) for _, v in steps]
             values_all += ys
             # Members often share a value: distinct dash patterns keep the lines underneath visible.
-            ax.step(xs, ys, where="post", color=member_color(m["member"], n), label=_label(m["member"]),
-                    marker=".", linewidth=1.6, alpha=0.85, linestyle=_DASHES[m["member"] % len(_DASHES)])
+            ax.step(
+                xs,
+                ys,
+                where="post",
+                color=member_color(m["member"], n),
+                label=_label(m["member"]),
+                marker=".",
+                linewidth=1.6,
+                alpha=0.85,
+                linestyle=_DASHES[m["member"] % len(_DASHES)],
+            )
         positive = [v for v in values_all if v > 0]
         if positive and len(positive) == len(values_all) and max(positive) / min(positive) > 20:
             ax.set_yscale("log")
         ax.set_title(_plain(name), fontsize=10)
         ax.set_xlabel("frames")
         ax.grid(alpha=0.3)
-    for ax in flat[len(names):] if names else flat[1:]:
+    for ax in flat[len(names) :] if names else flat[1:]:
         ax.set_visible(False)
     if names:
         flat[0].legend(fontsize=7, loc="best")
@@ -201,7 +252,7 @@ def figure_svg(fig: Figure) -> str:
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     plt.close(fig)
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]
 
 
 def figure_png(fig: Figure, path: Any, dpi: int = 130) -> None:

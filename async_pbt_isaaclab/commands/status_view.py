@@ -66,8 +66,20 @@ def render_status(data: dict[str, Any], width: int | None = None) -> list[str]:
     if not data["members"]:
         out.append("no members yet")
         return out
-    rows = [["member", "frames", "gen", "objective mean ± std", "n", "heartbeat", "status", "frames/s", "ETA",
-             "last decision"]]
+    rows = [
+        [
+            "member",
+            "frames",
+            "gen",
+            "objective mean ± std",
+            "n",
+            "heartbeat",
+            "status",
+            "frames/s",
+            "ETA",
+            "last decision",
+        ]
+    ]
     # SLURM/Ray launches: each member's job state next to its row (commands.cluster.scheduler_states).
     scheduled = any(m.get("scheduler") for m in data["members"])
     if scheduled:
@@ -75,8 +87,10 @@ def render_status(data: dict[str, Any], width: int | None = None) -> list[str]:
     problems = []
     for m in data["members"]:
         if m["state"] != "ok":
-            problems.append(f"{m['member']:03d}  {m['state']}: {m['error']}"
-                            + (f" [{m['scheduler']}]" if m.get("scheduler") else ""))
+            problems.append(
+                f"{m['member']:03d}  {m['state']}: {m['error']}"
+                + (f" [{m['scheduler']}]" if m.get("scheduler") else "")
+            )
             continue
         obj = "-" if m["objective_mean"] is None else f"{m['objective_mean']:.4g} ± {m['objective_std']:.3g}"
         if m["evidence_generation"] != m["generation"]:
@@ -84,10 +98,20 @@ def render_status(data: dict[str, Any], width: int | None = None) -> list[str]:
         status = m["status"] + (" (stale?)" if m["stale"] else "")
         rate = m.get("frames_per_s")
         eta = m.get("eta_s")
-        rows.append([f"{m['member']:03d}", _fmt_frames(m["frame"], m.get("target_frames")), str(m["generation"]),
-                     obj, str(m["episodes"]), _fmt_age(m["heartbeat_age_s"]), status,
-                     "-" if not rate else f"{rate:.4g}", "-" if eta is None else _fmt_age(eta),
-                     m.get("decision") or m.get("last_decision") or "-"])
+        rows.append(
+            [
+                f"{m['member']:03d}",
+                _fmt_frames(m["frame"], m.get("target_frames")),
+                str(m["generation"]),
+                obj,
+                str(m["episodes"]),
+                _fmt_age(m["heartbeat_age_s"]),
+                status,
+                "-" if not rate else f"{rate:.4g}",
+                "-" if eta is None else _fmt_age(eta),
+                m.get("decision") or m.get("last_decision") or "-",
+            ]
+        )
         if scheduled:
             rows[-1].insert(7, m.get("scheduler") or "-")
     if len(rows) > 1:
@@ -99,8 +123,14 @@ def render_status(data: dict[str, Any], width: int | None = None) -> list[str]:
     return out
 
 
-def watch(ws, make_data: Callable[[], dict[str, Any]], interval: float, count: int | None,
-          stream: TextIO | None = None, sleep: Callable[[float], None] = time.sleep) -> int:
+def watch(
+    ws,
+    make_data: Callable[[], dict[str, Any]],
+    interval: float,
+    count: int | None,
+    stream: TextIO | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     """Print the table ``count`` times (forever when ``None``), ``interval`` seconds apart. Ctrl-C ends it."""
     stream = sys.stdout if stream is None else stream
     tty = stream.isatty()

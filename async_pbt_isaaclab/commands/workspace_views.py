@@ -31,14 +31,29 @@ def add_status_parser(subparsers: argparse._SubParsersAction) -> None:
         "the reason; they never stop the listing.",
     )
     p.add_argument("workspace", help="population workspace folder")
-    p.add_argument("--stale-after", type=float, default=PopulationConfig.max_heartbeat_age_s, metavar="S",
-                   help="flag running members whose heartbeat is older than S seconds "
-                        "(default: %(default)g, pbt.max_heartbeat_age_s's default)")
-    p.add_argument("--target-frames", type=int, default=None, metavar="N",
-                   help="frame target for the frames/target and ETA columns, for members whose record has none")
+    p.add_argument(
+        "--stale-after",
+        type=float,
+        default=PopulationConfig.max_heartbeat_age_s,
+        metavar="S",
+        help="flag running members whose heartbeat is older than S seconds "
+        "(default: %(default)g, pbt.max_heartbeat_age_s's default)",
+    )
+    p.add_argument(
+        "--target-frames",
+        type=int,
+        default=None,
+        metavar="N",
+        help="frame target for the frames/target and ETA columns, for members whose record has none",
+    )
     p.add_argument("--watch", action="store_true", help="refresh the table every --interval seconds (Ctrl-C stops)")
-    p.add_argument("--interval", type=float, default=5.0, metavar="S",
-                   help="seconds between refreshes with --watch (default: %(default)g)")
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds between refreshes with --watch (default: %(default)g)",
+    )
     p.add_argument("--count", type=int, default=None, metavar="N", help="with --watch, stop after N refreshes")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_status)
@@ -54,44 +69,57 @@ def status_data(ws, now: float, stale_after: float) -> dict[str, Any]:
             rec: MemberRecord = records[index]
             ev = rec.evidence
             age = now - rec.heartbeat
-            members.append({
-                "member": index,
-                "state": "ok",
-                "frame": rec.frame,
-                "epoch": rec.epoch,
-                "generation": rec.generation,
-                "restarts": rec.restarts,
-                "objective": ev.objective,
-                "objective_mean": ev.mean if ev.count else None,
-                "objective_std": ev.std if ev.count else None,
-                "episodes": ev.count,
-                "evidence_generation": ev.generation,
-                "heartbeat": rec.heartbeat,
-                "heartbeat_age_s": age,
-                "stale": rec.status == "running" and age > stale_after,
-                "status": rec.status,
-                "last_decision": rec.last_decision,
-                "checkpoint": rec.checkpoint,
-                "host": rec.host,
-                "pid": rec.pid,
-                "hyperparameters": rec.hyperparameters,
-                "target_frames": getattr(rec, "target_frames", None),
-            })
+            members.append(
+                {
+                    "member": index,
+                    "state": "ok",
+                    "frame": rec.frame,
+                    "epoch": rec.epoch,
+                    "generation": rec.generation,
+                    "restarts": rec.restarts,
+                    "objective": ev.objective,
+                    "objective_mean": ev.mean if ev.count else None,
+                    "objective_std": ev.std if ev.count else None,
+                    "episodes": ev.count,
+                    "evidence_generation": ev.generation,
+                    "heartbeat": rec.heartbeat,
+                    "heartbeat_age_s": age,
+                    "stale": rec.status == "running" and age > stale_after,
+                    "status": rec.status,
+                    "last_decision": rec.last_decision,
+                    "checkpoint": rec.checkpoint,
+                    "host": rec.host,
+                    "pid": rec.pid,
+                    "hyperparameters": rec.hyperparameters,
+                    "target_frames": getattr(rec, "target_frames", None),
+                }
+            )
         elif index in errors:
             members.append({"member": index, "state": "unreadable", "error": errors[index]})
         else:
-            members.append({"member": index, "state": "no_record",
-                            "error": "no record.json yet (member not started or not yet published)"})
+            members.append(
+                {
+                    "member": index,
+                    "state": "no_record",
+                    "error": "no record.json yet (member not started or not yet published)",
+                }
+            )
     from async_pbt_isaaclab.commands.cluster import scheduler_states  # SLURM/Ray launches only
 
     scheduler = scheduler_states(ws.root)
     listed = {m["member"] for m in members}
-    members += [{"member": i, "state": "no_record", "error": "not started yet"} for i in sorted(scheduler)
-                if i not in listed]
+    members += [
+        {"member": i, "state": "no_record", "error": "not started yet"} for i in sorted(scheduler) if i not in listed
+    ]
     for m in members:
         m["scheduler"] = scheduler.get(m["member"])
-    return {"workspace": str(ws.root), "population": meta, "population_error": meta_error, "now": now,
-            "members": members}
+    return {
+        "workspace": str(ws.root),
+        "population": meta,
+        "population_error": meta_error,
+        "now": now,
+        "members": members,
+    }
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -145,8 +173,10 @@ def member_list(ws, member: int | None) -> list[int]:
     if member is None:
         return indices
     if member not in indices:
-        raise CliError(f"member {member} has no folder in {ws.members_dir} (members: "
-                       f"{', '.join(str(i) for i in indices) or 'none'})")
+        raise CliError(
+            f"member {member} has no folder in {ws.members_dir} (members: "
+            f"{', '.join(str(i) for i in indices) or 'none'})"
+        )
     return [member]
 
 
@@ -159,8 +189,14 @@ def audit_data(ws, member: int | None = None) -> dict[str, Any]:
     for index in member_list(ws, member):
         path = ws.member_dir(index) / "audit.jsonl"
         torn = path.with_name(path.name + ".torn")
-        item: dict[str, Any] = {"member": index, "path": str(path), "exists": path.exists(),
-                                "entries": 0, "problems": [], "torn_tails": 0}
+        item: dict[str, Any] = {
+            "member": index,
+            "path": str(path),
+            "exists": path.exists(),
+            "entries": 0,
+            "problems": [],
+            "torn_tails": 0,
+        }
         # state.json before the log: a running member appends, then saves, so the head read first is never
         # ahead of the log read after it.
         head = None
@@ -168,12 +204,20 @@ def audit_data(ws, member: int | None = None) -> dict[str, Any]:
             state = load_state(ws.member_dir(index) / "state.json")
             head = state.audit_head if state is not None else None
         except (OSError, RecordError) as exc:
-            item["problems"].append({"line": None, "seq": None,
-                                     "problem": f"cannot check the log's head against state.json: {exc}"})
+            item["problems"].append(
+                {"line": None, "seq": None, "problem": f"cannot check the log's head against state.json: {exc}"}
+            )
         if head is not None and not item["exists"]:
-            item["problems"].append({"line": None, "seq": head["seq"], "problem": (
-                f"log missing but {ws.member_dir(index) / 'state.json'} records seq {head['seq']} as the "
-                f"member's last entry: the log was deleted")})
+            item["problems"].append(
+                {
+                    "line": None,
+                    "seq": head["seq"],
+                    "problem": (
+                        f"log missing but {ws.member_dir(index) / 'state.json'} records seq {head['seq']} as the "
+                        f"member's last entry: the log was deleted"
+                    ),
+                }
+            )
         if torn.exists():
             try:
                 item["torn_tails"] = sum(1 for line in fsio.read_bytes_nofollow(torn).splitlines() if line.strip())
@@ -214,8 +258,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
                 where += f" (seq {p['seq']})"
             print(f"  {name} {where}: {p['problem']}")
         if m["torn_tails"]:
-            print(f"  {name}: note: {m['path']}.torn keeps {m['torn_tails']} torn tail(s) of interrupted appends "
-                  f"(incomplete entries, never acted on)")
+            print(
+                f"  {name}: note: {m['path']}.torn keeps {m['torn_tails']} torn tail(s) of interrupted appends "
+                f"(incomplete entries, never acted on)"
+            )
     if data["ok"]:
         print("audit: all entries verified")
         return EXIT_OK
@@ -275,7 +321,15 @@ def cmd_best(args: argparse.Namespace) -> int:
         path = e["path"] or e.get("path_error") or "-"
         if e["path"] and not e["exists"]:
             path += "  (missing)"
-        rows.append([str(e["rank"]), f"{e['member']:03d}", _fmt_num(float(e["objective"])),
-                     _fmt_num(e.get("frame")), _fmt_num(e.get("generation")), path])
+        rows.append(
+            [
+                str(e["rank"]),
+                f"{e['member']:03d}",
+                _fmt_num(float(e["objective"])),
+                _fmt_num(e.get("frame")),
+                _fmt_num(e.get("generation")),
+                path,
+            ]
+        )
     print("\n".join(_table(rows)))
     return EXIT_OK

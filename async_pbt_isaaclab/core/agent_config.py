@@ -225,7 +225,9 @@ def _agent_problems(agent_cfg: Mapping[str, Any], cfg: PopulationConfig) -> list
 
 
 def load_population_config(
-    agent_cfg: Mapping[str, Any], overrides: Iterable[str] = (), source: str = "",
+    agent_cfg: Mapping[str, Any],
+    overrides: Iterable[str] = (),
+    source: str = "",
     origins: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], PopulationConfig]:
     """Apply overrides to an agent config and read + validate its ``pbt:`` section.
@@ -272,7 +274,7 @@ def _blame(problems: list[str], overrides: list[str], origins: Mapping[str, str]
     keyed: list[tuple[str, str]] = []
     for text in overrides:
         key = text.split("=", 1)[0].strip().lstrip("+")
-        key = key[len("agent."):] if key.startswith("agent.") else key
+        key = key[len("agent.") :] if key.startswith("agent.") else key
         keyed.append((key, (origins or {}).get(text, f"override {text}")))
     labelled: list[str] = []
     from_file = False

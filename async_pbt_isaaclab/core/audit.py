@@ -34,8 +34,16 @@ from async_pbt_isaaclab.core.step import PopulationView, initial_step, pbt_step,
 GENESIS = "0" * 64
 """``prev_hash`` of the first entry."""
 
-ENTRY_KINDS = ("start", "initial_mutation", "restored", "decision", "exploit_applied", "exploit_aborted", "stop",
-               "warning")
+ENTRY_KINDS = (
+    "start",
+    "initial_mutation",
+    "restored",
+    "decision",
+    "exploit_applied",
+    "exploit_aborted",
+    "stop",
+    "warning",
+)
 """``decision`` and ``initial_mutation`` entries are recomputed by the verifier; the others are chained facts.
 The verifier also follows the member's RNG stream: every recomputed entry's ``rng_before`` must be the
 previous one's ``rng_after`` (and a ``start`` entry's ``rng_state`` the same), so a member whose state.json was
@@ -91,8 +99,13 @@ class AuditLog:
     def append(self, kind: str, body: dict[str, Any], now: float | None = None) -> dict[str, Any]:
         if kind not in ENTRY_KINDS:
             raise ValueError(f"unknown audit entry kind {kind!r}")
-        entry = {"seq": self.last_seq + 1, "time": time.time() if now is None else now, "kind": kind,
-                 "prev_hash": self.last_hash, **body}
+        entry = {
+            "seq": self.last_seq + 1,
+            "time": time.time() if now is None else now,
+            "kind": kind,
+            "prev_hash": self.last_hash,
+            **body,
+        }
         entry["hash"] = entry_hash(self.last_hash, entry)
         line = json.dumps(entry, sort_keys=True, separators=(",", ":"), allow_nan=False).encode() + b"\n"
         fd = fsio.open_nofollow(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -189,8 +202,10 @@ def recompute_initial_mutation(entry: dict[str, Any]) -> list[str]:
         return [f"entry cannot be replayed: {exc}"]
     problems = []
     if step.new_hyperparameters != entry.get("new_hyperparameters"):
-        problems.append(f"new_hyperparameters: recorded {entry.get('new_hyperparameters')!r}, "
-                        f"recomputed {step.new_hyperparameters!r}")
+        problems.append(
+            f"new_hyperparameters: recorded {entry.get('new_hyperparameters')!r}, "
+            f"recomputed {step.new_hyperparameters!r}"
+        )
     if step.rng_after != entry.get("rng_after"):
         problems.append("rng_after: recorded RNG state does not match the state after replay")
     return problems
@@ -207,17 +222,32 @@ def applied_exploit_mismatches(applied: dict[str, Any], decision: dict[str, Any]
         decided, me = decision["decision"], decision["inputs"]["me"]
         if decided["outcome"] == "exploit":
             source = decided["donor_entry"]
-            expected = {"donor": decided["donor"], "donor_checkpoint": source["checkpoint"],
-                        "donor_sha256": source["checkpoint_sha256"], "donor_generation": source["generation"]}
+            expected = {
+                "donor": decided["donor"],
+                "donor_checkpoint": source["checkpoint"],
+                "donor_sha256": source["checkpoint_sha256"],
+                "donor_generation": source["generation"],
+            }
         else:  # explore: the member's own weights, as published just before the decision
-            expected = {"donor": me["member"], "donor_checkpoint": me["checkpoint"],
-                        "donor_sha256": me["checkpoint_sha256"], "donor_generation": me["generation"]}
-        expected.update(generation=int(me["generation"]) + 1, hyperparameters=decision["new_hyperparameters"],
-                        changes=decision["changes"])
+            expected = {
+                "donor": me["member"],
+                "donor_checkpoint": me["checkpoint"],
+                "donor_sha256": me["checkpoint_sha256"],
+                "donor_generation": me["generation"],
+            }
+        expected.update(
+            generation=int(me["generation"]) + 1,
+            hyperparameters=decision["new_hyperparameters"],
+            changes=decision["changes"],
+        )
     except (KeyError, TypeError, ValueError) as exc:
         return [f"its decision (seq {decision.get('seq')!r}) cannot be read: {type(exc).__name__}: {exc}"]
-    return [f"{key}: applied {applied.get(key)!r:.200}, but the decision at seq {decision.get('seq')!r} decided "
-            f"{value!r:.200}" for key, value in expected.items() if applied.get(key) != value]
+    return [
+        f"{key}: applied {applied.get(key)!r:.200}, but the decision at seq {decision.get('seq')!r} decided "
+        f"{value!r:.200}"
+        for key, value in expected.items()
+        if applied.get(key) != value
+    ]
 
 
 def verify_log(path: str | os.PathLike, head: dict[str, Any] | None = None) -> tuple[int, list[VerifyProblem]]:
@@ -242,8 +272,14 @@ def verify_log(path: str | os.PathLike, head: dict[str, Any] | None = None) -> t
         count += 1
         seq = entry.get("seq")
         if seq != expected_seq:
-            problems.append(VerifyProblem(str(path), lineno, seq, f"sequence number {seq!r}, expected {expected_seq} "
-                                                                 f"(entry missing, duplicated or reordered)"))
+            problems.append(
+                VerifyProblem(
+                    str(path),
+                    lineno,
+                    seq,
+                    f"sequence number {seq!r}, expected {expected_seq} (entry missing, duplicated or reordered)",
+                )
+            )
         if entry.get("prev_hash") != prev_hash:
             problems.append(
                 VerifyProblem(
@@ -280,21 +316,46 @@ def verify_log(path: str | os.PathLike, head: dict[str, Any] | None = None) -> t
         if head is not None and seq == head.get("seq"):
             head_found = True
             if entry.get("hash") != head.get("hash"):
-                problems.append(VerifyProblem(str(path), lineno, seq, (
-                    f"this entry's hash {str(entry.get('hash'))[:16]}... is not the {str(head.get('hash'))[:16]}... "
-                    f"state.json recorded for seq {seq}: the log was rewritten after the member saved its state")))
+                problems.append(
+                    VerifyProblem(
+                        str(path),
+                        lineno,
+                        seq,
+                        (
+                            f"this entry's hash {str(entry.get('hash'))[:16]}... is not the "
+                            f"{str(head.get('hash'))[:16]}... "
+                            f"state.json recorded for seq {seq}: the log was rewritten after the member saved its state"
+                        ),
+                    )
+                )
         last_seq = seq
         rng_in = entry.get("rng_state") if kind == "start" else entry.get("rng_before")
         if kind in ("start", "decision", "initial_mutation") and rng_in is not None:
             if rng_stream is not None and rng_in != rng_stream:
-                problems.append(VerifyProblem(str(path), lineno, seq, (
-                    "RNG stream broken: this entry's RNG state does not continue the previous decision's "
-                    "rng_after (was the member's state.json replaced or deleted?)")))
+                problems.append(
+                    VerifyProblem(
+                        str(path),
+                        lineno,
+                        seq,
+                        (
+                            "RNG stream broken: this entry's RNG state does not continue the previous decision's "
+                            "rng_after (was the member's state.json replaced or deleted?)"
+                        ),
+                    )
+                )
             rng_stream = entry.get("rng_after", rng_in) if kind != "start" else rng_in
         prev_hash = str(entry.get("hash"))
         expected_seq = (seq if isinstance(seq, int) else expected_seq) + 1
     if head is not None and not head_found:
-        problems.append(VerifyProblem(str(path), count + 1, head.get("seq"), (
-            f"log ends at seq {last_seq!r} but state.json records seq {head.get('seq')!r} as the member's last "
-            f"entry: entries were removed from the end of the log")))
+        problems.append(
+            VerifyProblem(
+                str(path),
+                count + 1,
+                head.get("seq"),
+                (
+                    f"log ends at seq {last_seq!r} but state.json records seq {head.get('seq')!r} as the member's last "
+                    f"entry: entries were removed from the end of the log"
+                ),
+            )
+        )
     return count, problems

@@ -48,7 +48,7 @@ OBJECTIVE_DIRECTIONS = ("max", "min")
 
 RETIRED_KEYS = {
     "frame_tolerance": "removed: a peer ahead of you is compared at its history entry at or before your frame, "
-                       "never excluded for being ahead (see history_length and max_frame_lag)",
+    "never excluded for being ahead (see history_length and max_frame_lag)",
     "gap_leader_fraction": "renamed to gap_donor_fraction: the required gap is relative to the donor's objective",
 }
 """Keys earlier versions accepted, with what replaced them (a clearer error than 'unknown key')."""
@@ -314,8 +314,10 @@ def _parse_mutation(raw: Any, problems: list[str], where: str) -> dict[str, Muta
             continue
         kind = ISAACLAB_KIND_NAMES.get(raw_kind, raw_kind)
         if kind not in MUTATION_KINDS:
-            problems.append(f"{label}.kind: unknown kind {raw_kind!r}; accepted: "
-                            f"{', '.join(list(ISAACLAB_KIND_NAMES) + list(MUTATION_KINDS))}")
+            problems.append(
+                f"{label}.kind: unknown kind {raw_kind!r}; accepted: "
+                f"{', '.join(list(ISAACLAB_KIND_NAMES) + list(MUTATION_KINDS))}"
+            )
             continue
         # The same key/kind check as the short form: mutate_float on mini_epochs is an int step, never a float.
         base, why = _spec_for_kind(key, default, kind, raw_kind)
@@ -357,8 +359,8 @@ def _parse_mutation(raw: Any, problems: list[str], where: str) -> dict[str, Muta
             continue
         choices = raw_spec.get("choices", default.choices)
         if not isinstance(choices, (list, tuple)) or not all(
-                c is None or isinstance(c, (str, bool, int)) or (isinstance(c, float) and math.isfinite(c))
-                for c in choices):
+            c is None or isinstance(c, (str, bool, int)) or (isinstance(c, float) and math.isfinite(c)) for c in choices
+        ):
             problems.append(f"{label}.choices: expected a list of strings, numbers or booleans, got {choices!r}")
             continue
         choices = tuple(choices)
@@ -380,8 +382,10 @@ def _spec_for_kind(key: str, default: MutationSpec, kind: str, raw: str) -> tupl
     if raw == "mutate_float" and default.kind in ("int", "log_shift", "discount"):
         return default, ""
     if kind == "discount" and not (0 <= default.low and default.high < 1):
-        return None, (f"{raw!r} mutates 1-x and suits values in [0, 1) such as gamma and tau; {key} has bounds "
-                      f"[{default.low}, {default.high}]; accepted here: mutate_float or {default.kind}")
+        return None, (
+            f"{raw!r} mutates 1-x and suits values in [0, 1) such as gamma and tau; {key} has bounds "
+            f"[{default.low}, {default.high}]; accepted here: mutate_float or {default.kind}"
+        )
     if default.kind == "int" or kind in ("int", "choice", "log_shift"):
         return None, f"kind {kind!r} does not fit {key} (a {default.kind} hyperparameter); accepted: {default.kind}"
     if kind == "log_float" and default.low <= 0:
@@ -405,10 +409,10 @@ def normalise_hparam_key(key: str) -> str:
     """``agent.params.config.learning_rate`` / ``params.config.learning_rate`` -> ``learning_rate``."""
     for prefix in ("agent.params.config.", "params.config.", "config."):
         if key.startswith(prefix):
-            return key[len(prefix):]
+            return key[len(prefix) :]
     for prefix in ("agent.params.", "params."):
         if key.startswith(prefix):
-            return key[len(prefix):]
+            return key[len(prefix) :]
     return key
 
 
@@ -478,36 +482,57 @@ def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool
         f"objective_direction: {cfg.objective_direction!r} is not accepted; "
         f"accepted: {', '.join(OBJECTIVE_DIRECTIONS)}",
     )
-    need(cfg.exploit_mode in EXPLOIT_MODES,
-         f"exploit_mode: {cfg.exploit_mode!r} is not accepted; accepted: {', '.join(EXPLOIT_MODES)}")
+    need(
+        cfg.exploit_mode in EXPLOIT_MODES,
+        f"exploit_mode: {cfg.exploit_mode!r} is not accepted; accepted: {', '.join(EXPLOIT_MODES)}",
+    )
     need(cfg.history_length >= 1, f"history_length: must be >= 1, got {cfg.history_length}")
     need(0.0 < cfg.welch_alpha < 1.0, f"welch_alpha: {cfg.welch_alpha} is outside (0, 1)")
-    for name in ("threshold_std", "threshold_abs", "gap_std_fraction", "gap_donor_fraction",
-                 "max_heartbeat_age_s", "max_clock_skew_s", "temp_grace_s", "heartbeat_interval_s"):
+    for name in (
+        "threshold_std",
+        "threshold_abs",
+        "gap_std_fraction",
+        "gap_donor_fraction",
+        "max_heartbeat_age_s",
+        "max_clock_skew_s",
+        "temp_grace_s",
+        "heartbeat_interval_s",
+    ):
         v = getattr(cfg, name)
         need(v >= 0, f"{name}: must be >= 0, got {v}")
     need(cfg.window >= 1, f"window: must be >= 1, got {cfg.window}")
-    need(1 <= cfg.min_episodes <= cfg.window,
-         f"min_episodes: {cfg.min_episodes} must be in [1, window={cfg.window}]")
+    need(1 <= cfg.min_episodes <= cfg.window, f"min_episodes: {cfg.min_episodes} must be in [1, window={cfg.window}]")
     need(cfg.min_members >= 2, f"min_members: must be >= 2 (a member needs a peer), got {cfg.min_members}")
-    for name in ("max_frame_lag", "start_grace_frames", "restart_grace_frames", "settle_max_steps",
-                 "mutation_seed", "max_restarts"):
+    for name in (
+        "max_frame_lag",
+        "start_grace_frames",
+        "restart_grace_frames",
+        "settle_max_steps",
+        "mutation_seed",
+        "max_restarts",
+    ):
         v = getattr(cfg, name)
         need(v >= -1, f"{name}: must be >= 0, or -1 for the default, got {v}")
     need(cfg.keep_last_checkpoints >= 1, f"keep_last_checkpoints: must be >= 1, got {cfg.keep_last_checkpoints}")
     need(cfg.keep_best_checkpoints >= 0, f"keep_best_checkpoints: must be >= 0, got {cfg.keep_best_checkpoints}")
-    need(cfg.hparams_from in HPARAM_SOURCES,
-         f"hparams_from: {cfg.hparams_from!r} is not accepted; accepted: {', '.join(HPARAM_SOURCES)}")
+    need(
+        cfg.hparams_from in HPARAM_SOURCES,
+        f"hparams_from: {cfg.hparams_from!r} is not accepted; accepted: {', '.join(HPARAM_SOURCES)}",
+    )
     need(bool(cfg.objective.strip()), "objective: must name a per-episode quantity, e.g. episode_return or success")
     low_b, high_b = cfg.mutation.get("network.log_std_bounds.low"), cfg.mutation.get("network.log_std_bounds.high")
     if low_b is not None and high_b is not None and low_b.high >= high_b.low:
-        p.append(f"{where}mutation: network.log_std_bounds.low may reach {low_b.high} but "
-                 f"network.log_std_bounds.high may fall to {high_b.low}; the ranges must not overlap "
-                 f"(low's high < high's low), or a mutation could produce low >= high")
+        p.append(
+            f"{where}mutation: network.log_std_bounds.low may reach {low_b.high} but "
+            f"network.log_std_bounds.high may fall to {high_b.low}; the ranges must not overlap "
+            f"(low's high < high's low), or a mutation could produce low >= high"
+        )
     if cfg.rule in TEST_FIXTURE_RULES:
-        need(allow_test_fixture or os.environ.get(TEST_FIXTURE_ENV) == cfg.rule,
-             f"rule: {cfg.rule!r} is a test fixture that forces exploits; it is refused unless the environment "
-             f"variable {TEST_FIXTURE_ENV}={cfg.rule} is set (never in a real run)")
+        need(
+            allow_test_fixture or os.environ.get(TEST_FIXTURE_ENV) == cfg.rule,
+            f"rule: {cfg.rule!r} is a test fixture that forces exploits; it is refused unless the environment "
+            f"variable {TEST_FIXTURE_ENV}={cfg.rule} is set (never in a real run)",
+        )
     else:
         need(cfg.rule in SELECTION_RULES, f"rule: {cfg.rule!r} is not accepted; accepted: {', '.join(SELECTION_RULES)}")
     return p
@@ -515,4 +540,4 @@ def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool
 
 def objective_term(objective: str) -> str:
     """Isaac Lab objectives address ``infos`` (``episode.Episode_Reward/success``); ours name the term."""
-    return objective[len("episode."):] if objective.startswith("episode.") else objective
+    return objective[len("episode.") :] if objective.startswith("episode.") else objective

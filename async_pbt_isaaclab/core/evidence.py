@@ -241,8 +241,9 @@ class EvidenceSummary:
         except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: an int too large for a float
             raise EvidenceError(f"{where}: {exc}") from None
         if not all(map(_usable, values)):
-            raise EvidenceError(f"{where}.values: contains NaN, infinite or out-of-range (|v| > "
-                                f"{MAX_ABS_OBJECTIVE:g}) values")
+            raise EvidenceError(
+                f"{where}.values: contains NaN, infinite or out-of-range (|v| > {MAX_ABS_OBJECTIVE:g}) values"
+            )
         return summary
 
 

@@ -41,9 +41,21 @@ def exploit_every_decision(fld: Field, cfg: "PopulationConfig", rng: "MemberRng"
         return keep_decision(
             "fixture_exploit_every_decision", "fixture: no peer with a checkpoint to exploit", **fld.common
         )
-    return exploit_decision("fixture_exploit_every_decision", fld, donors[0],
-                            [f"fixture: exploit at every decision, best peer {donors[0]}"], {})
+    return exploit_decision(
+        "fixture_exploit_every_decision",
+        fld,
+        donors[0],
+        [f"fixture: exploit at every decision, best peer {donors[0]}"],
+        {},
+    )
 
 
-register(RuleSpec("fixture_exploit_every_decision", exploit_every_decision, (),
-                  "test fixture: every decision exploits the best peer (chaos harness)", fixture=True))
+register(
+    RuleSpec(
+        "fixture_exploit_every_decision",
+        exploit_every_decision,
+        (),
+        "test fixture: every decision exploits the best peer (chaos harness)",
+        fixture=True,
+    )
+)

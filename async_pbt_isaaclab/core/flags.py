@@ -37,8 +37,12 @@ def field_docs() -> dict[str, str]:
         if isinstance(node, ast.ClassDef) and node.name == "PopulationConfig":
             body = node.body
             for stmt, nxt in itertools.pairwise(body):
-                if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-                        and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)):
+                if (
+                    isinstance(stmt, ast.AnnAssign)
+                    and isinstance(stmt.target, ast.Name)
+                    and isinstance(nxt, ast.Expr)
+                    and isinstance(nxt.value, ast.Constant)
+                ):
                     docs[stmt.target.id] = " ".join(str(nxt.value.value).split())
     return docs
 
@@ -63,15 +67,26 @@ def add_population_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGr
         help_text = f"{docs.get(f.name, '')} (yaml key pbt.{f.name}; default {default!r})"
         dest = "pbt_" + f.name
         if isinstance(default, bool):
-            group.add_argument(flag_name(f.name), dest=dest, default=None,
-                               type=_parse_bool, nargs="?", const=True, help=help_text, metavar="BOOL")
+            group.add_argument(
+                flag_name(f.name),
+                dest=dest,
+                default=None,
+                type=_parse_bool,
+                nargs="?",
+                const=True,
+                help=help_text,
+                metavar="BOOL",
+            )
         elif isinstance(default, (list, tuple)):
             group.add_argument(flag_name(f.name), dest=dest, default=None, nargs="+", help=help_text)
         else:
-            group.add_argument(flag_name(f.name), dest=dest, default=None,
-                               type=type(default), help=help_text)
-    group.add_argument("--pbt-disable", action="store_true", default=False,
-                       help="Train without the population even if the yaml enables it.")
+            group.add_argument(flag_name(f.name), dest=dest, default=None, type=type(default), help=help_text)
+    group.add_argument(
+        "--pbt-disable",
+        action="store_true",
+        default=False,
+        help="Train without the population even if the yaml enables it.",
+    )
     return group
 
 

@@ -103,8 +103,7 @@ def atomic_copy_verified(src: Path | str, dst: Path | str, expected_sha256: str)
                 fh.write(block)
         if h.hexdigest() != expected_sha256:
             raise ChecksumMismatch(
-                f"{src}: sha256 {h.hexdigest()} does not match the published {expected_sha256}; "
-                f"not copied to {dst}"
+                f"{src}: sha256 {h.hexdigest()} does not match the published {expected_sha256}; not copied to {dst}"
             )
 
     atomic_write(dst, write)
@@ -134,8 +133,11 @@ class UnsafePathError(OSError):
     """A workspace file or folder is a symbolic link (or another kind of file than expected): refused."""
 
     def __init__(self, path: Path | str, why: str):
-        super().__init__(errno.ELOOP, f"refusing {path}: {why} (files and folders in a workspace must not be "
-                                      f"symbolic links; remove it)", str(path))
+        super().__init__(
+            errno.ELOOP,
+            f"refusing {path}: {why} (files and folders in a workspace must not be symbolic links; remove it)",
+            str(path),
+        )
 
     def __str__(self) -> str:
         return str(self.strerror)
@@ -185,8 +187,9 @@ def read_bytes_nofollow(path: Path | str) -> bytes:
         return fh.read()
 
 
-def remove_files(folder: Path, accept: Callable[[str], bool], older_than_s: float | None = None,
-                 now: float | None = None) -> list[Path]:
+def remove_files(
+    folder: Path, accept: Callable[[str], bool], older_than_s: float | None = None, now: float | None = None
+) -> list[Path]:
     """Delete the regular files in ``folder`` whose name ``accept`` takes (and, with ``older_than_s``, that are
     older than that). Links and sub-folders are never touched; a ``folder`` that is itself a symbolic link is
     refused (:class:`UnsafePathError`), so nothing outside it can be deleted through it."""

@@ -99,8 +99,9 @@ def _member(v: Any) -> str:
         return str(v)
 
 
-def recent_frame_rate(member_dir: Path, frame: int | None = None, heartbeat: float | None = None,
-                      points: int = RATE_POINTS) -> float | None:
+def recent_frame_rate(
+    member_dir: Path, frame: int | None = None, heartbeat: float | None = None, points: int = RATE_POINTS
+) -> float | None:
     """Frames per second over the newest ``points`` checkpoints (plus the record's ``frame``/``heartbeat``).
 
     ``None`` when fewer than two points are available or no time passed between them.

@@ -88,8 +88,17 @@ class MemberState:
         """Append an interval entry, keeping the newest ``limit``."""
         self.history = [*self.history, entry][-limit:]
 
-    def begin_generation(self, *, frame: int, hyperparameters: dict[str, Any], lineage_entry: dict[str, Any],
-                         checkpoint: str, sha256: str, origin_sha256: str, pending: dict[str, Any]) -> int:
+    def begin_generation(
+        self,
+        *,
+        frame: int,
+        hyperparameters: dict[str, Any],
+        lineage_entry: dict[str, Any],
+        checkpoint: str,
+        sha256: str,
+        origin_sha256: str,
+        pending: dict[str, Any],
+    ) -> int:
         """Exploit or explore decided and its recipient checkpoint written: the next generation starts at
         ``frame`` from ``checkpoint``. ``pending`` is what the next start must verify and apply. Returns the
         new generation."""
@@ -109,8 +118,10 @@ class MemberState:
         if not isinstance(data, dict):
             raise RecordError(f"{where}: expected a JSON object")
         if data.get("schema_version") != STATE_SCHEMA_VERSION or isinstance(data.get("schema_version"), bool):
-            raise RecordError(f"{where}: schema_version {data.get('schema_version')!r} is not supported "
-                              f"(expected {STATE_SCHEMA_VERSION})")
+            raise RecordError(
+                f"{where}: schema_version {data.get('schema_version')!r} is not supported "
+                f"(expected {STATE_SCHEMA_VERSION})"
+            )
         known = set(cls.__dataclass_fields__)
         unknown = set(data) - known
         if unknown:
@@ -128,10 +139,20 @@ class MemberState:
 
 
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
-    "rng_state": dict, "hyperparameters": dict, "lineage": list, "experiment_name": str,
-    "last_checkpoint": str, "last_checkpoint_sha256": str, "best": list, "history": list,
-    "origin_sha256": str, "wandb_run_id": str, "evidence": (dict, type(None)), "finished": (dict, type(None)),
-    "audit_head": (dict, type(None))}
+    "rng_state": dict,
+    "hyperparameters": dict,
+    "lineage": list,
+    "experiment_name": str,
+    "last_checkpoint": str,
+    "last_checkpoint_sha256": str,
+    "best": list,
+    "history": list,
+    "origin_sha256": str,
+    "wandb_run_id": str,
+    "evidence": (dict, type(None)),
+    "finished": (dict, type(None)),
+    "audit_head": (dict, type(None)),
+}
 
 
 def _check_types(state: MemberState, where: str) -> None:
@@ -146,14 +167,19 @@ def _check_types(state: MemberState, where: str) -> None:
         if not isinstance(e, dict) or not isinstance(e.get("checkpoint"), str):
             raise RecordError(f"{where}.best[{i}]: expected an object with a checkpoint path, got {e!r:.80}")
     head = state.audit_head
-    if head is not None and not (set(head) == {"seq", "hash"} and type(head["seq"]) is int and head["seq"] >= 0
-                                 and isinstance(head["hash"], str)):
+    if head is not None and not (
+        set(head) == {"seq", "hash"} and type(head["seq"]) is int and head["seq"] >= 0 and isinstance(head["hash"], str)
+    ):
         raise RecordError(f"{where}.audit_head: expected null or {{seq: int >= 0, hash: str}}, got {head!r:.80}")
     pending = state.pending_exploit
-    if pending is not None and not (isinstance(pending, dict) and isinstance(pending.get("checkpoint"), str)
-                                    and isinstance(pending.get("sha256"), str)):
-        raise RecordError(f"{where}.pending_exploit: expected null or an object with checkpoint and sha256, "
-                          f"got {pending!r:.80}")
+    if pending is not None and not (
+        isinstance(pending, dict)
+        and isinstance(pending.get("checkpoint"), str)
+        and isinstance(pending.get("sha256"), str)
+    ):
+        raise RecordError(
+            f"{where}.pending_exploit: expected null or an object with checkpoint and sha256, got {pending!r:.80}"
+        )
     from async_pbt_isaaclab.core.records import HistoryEntry
 
     for i, e in enumerate(state.history):
@@ -188,8 +214,9 @@ def load_state(path: Path) -> MemberState | None:
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # ValueError covers UnicodeDecodeError
-        raise RecordError(f"{path}: corrupt member state ({exc}); restore it from a backup or start a new "
-                          f"workspace") from None
+        raise RecordError(
+            f"{path}: corrupt member state ({exc}); restore it from a backup or start a new workspace"
+        ) from None
     return MemberState.from_dict(data, str(path))
 
 

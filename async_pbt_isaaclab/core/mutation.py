@@ -234,14 +234,19 @@ SUPPORTED_HYPERPARAMETERS: dict[str, _Default] = {
     "grad_norm": _Default(_lf(0.1, 10.0), True, "gradient-norm clip"),
     "mini_epochs": _Default(MutationSpec(kind="int", low=1, high=16, step=2), True, "PPO epochs per update"),
     "network.log_std_bounds.low": _Default(
-        MutationSpec(kind="log_shift", low=-8.0, high=-1.0), False,
-        "lower log-std bound of the bounded exploration network (a restart rebuilds the network)"),
+        MutationSpec(kind="log_shift", low=-8.0, high=-1.0),
+        False,
+        "lower log-std bound of the bounded exploration network (a restart rebuilds the network)",
+    ),
     "network.log_std_bounds.high": _Default(
-        MutationSpec(kind="log_shift", low=-0.9, high=2.0), False,
-        "upper log-std bound of the bounded exploration network (a restart rebuilds the network)"),
+        MutationSpec(kind="log_shift", low=-0.9, high=2.0),
+        False,
+        "upper log-std bound of the bounded exploration network (a restart rebuilds the network)",
+    ),
 }
 """Hyperparameters that may be mutated, with default bounds. Short names are ``params.config.<name>``;
 dotted names starting with ``network.`` are ``params.network.<...>``."""
+
 
 def default_spec(key: str) -> MutationSpec:
     return SUPPORTED_HYPERPARAMETERS[key].spec

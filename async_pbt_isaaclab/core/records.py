@@ -62,16 +62,33 @@ class HistoryEntry:
     """Hyperparameters at this entry; ``learning_rate`` is the live rate (adaptive schedule included)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"frame": self.frame, "generation": self.generation, "mean": self.mean, "std": self.std,
-                "count": self.count, "condition": self.condition.to_dict(), "checkpoint": self.checkpoint,
-                "checkpoint_sha256": self.checkpoint_sha256, "hyperparameters": dict(self.hyperparameters)}
+        return {
+            "frame": self.frame,
+            "generation": self.generation,
+            "mean": self.mean,
+            "std": self.std,
+            "count": self.count,
+            "condition": self.condition.to_dict(),
+            "checkpoint": self.checkpoint,
+            "checkpoint_sha256": self.checkpoint_sha256,
+            "hyperparameters": dict(self.hyperparameters),
+        }
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "HistoryEntry":
         if not isinstance(data, Mapping):
             raise RecordError(f"{where}: expected a JSON object, got {type(data).__name__}")
-        unknown = set(data) - {"frame", "generation", "mean", "std", "count", "condition", "checkpoint",
-                               "checkpoint_sha256", "hyperparameters"}
+        unknown = set(data) - {
+            "frame",
+            "generation",
+            "mean",
+            "std",
+            "count",
+            "condition",
+            "checkpoint",
+            "checkpoint_sha256",
+            "hyperparameters",
+        }
         if unknown:
             raise RecordError(f"{where}: unknown keys {sorted(unknown)}")
         ints: dict[str, Any] = {}
@@ -98,8 +115,9 @@ class HistoryEntry:
             condition = ConditionLabel.from_dict(data.get("condition", {}), f"{where}.condition")
         except EvidenceError as exc:
             raise RecordError(str(exc)) from None
-        return cls(**ints, **floats, condition=condition, checkpoint=ckpt, checkpoint_sha256=sha,
-                   hyperparameters=hparams)
+        return cls(
+            **ints, **floats, condition=condition, checkpoint=ckpt, checkpoint_sha256=sha, hyperparameters=hparams
+        )
 
 
 @dataclass(frozen=True)

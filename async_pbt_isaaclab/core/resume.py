@@ -40,8 +40,11 @@ def describe_resume(workspace: str | Path, index: int) -> str:
         return f"member {index:03d}: cannot tell where it resumes ({exc})"
     at = f"stopped at frame {stopped:,}" if stopped is not None else "stopped before its first publish"
     if not checkpoint:
-        return (f"member {index:03d} {at} with no checkpoint yet: its next start begins again from frame 0"
-                + (f" ({stopped:,} frames lost)" if stopped else ""))
+        return f"member {index:03d} {at} with no checkpoint yet: its next start begins again from frame 0" + (
+            f" ({stopped:,} frames lost)" if stopped else ""
+        )
     lost = max(0, stopped - resume) if stopped is not None else 0
-    return (f"member {index:03d} {at}; {lost:,} frames since its last checkpoint are lost: its next start "
-            f"resumes from frame {resume:,} ({checkpoint})")
+    return (
+        f"member {index:03d} {at}; {lost:,} frames since its last checkpoint are lost: its next start "
+        f"resumes from frame {resume:,} ({checkpoint})"
+    )

@@ -22,6 +22,7 @@ from async_pbt_isaaclab.core.workspace import CHECKPOINT_NAME, Workspace, Worksp
 PIN_TTL_S = 3600.0
 """A pin older than this is ignored (its owner died mid-exploit); retention may then delete."""
 
+
 def pin_checkpoint(ws: Workspace, donor: int, checkpoint_rel: str, by_member: int) -> Path:
     """Tell the donor not to delete ``checkpoint_rel`` while ``by_member`` copies it."""
     pins = ws.checked_member_dir(donor, "pins", create=True)
@@ -79,8 +80,9 @@ def list_checkpoints(folder: Path) -> list[tuple[int, int, Path]]:
     return out
 
 
-def apply_retention(ws: Workspace, member: int, keep_last: int, keep: Iterable[str] = (),
-                    now: float | None = None) -> list[Path]:
+def apply_retention(
+    ws: Workspace, member: int, keep_last: int, keep: Iterable[str] = (), now: float | None = None
+) -> list[Path]:
     """Delete old checkpoints of ``member``: keeps the newest ``keep_last``, everything in ``keep``
     (best checkpoints, the one the record points to) and everything pinned by an exploit in flight."""
     try:

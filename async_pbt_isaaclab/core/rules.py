@@ -88,6 +88,7 @@ def rule_specific_keys() -> dict[str, tuple[str, ...]]:
 
 # ------------------------------------------------------------------------------------------ helpers
 
+
 def group_size(fraction: float, n: int) -> int:
     return max(1, math.floor(fraction * n))
 
@@ -115,11 +116,11 @@ def welch_p_value(donor: tuple[float, float, int], mine: tuple[float, float, int
     if n1 < 2 or n2 < 2 or (s1 == 0 and s2 == 0):
         # Degenerate windows (e.g. all-success): the test is undefined; decide on the means alone.
         return 0.0 if m1 > m2 else 1.0
-    return float(stats.ttest_ind_from_stats(m1, s1, n1, m2, s2, n2, equal_var=False,
-                                            alternative="greater").pvalue)
+    return float(stats.ttest_ind_from_stats(m1, s1, n1, m2, s2, n2, equal_var=False, alternative="greater").pvalue)
 
 
 # ------------------------------------------------------------------------------------------ rules
+
 
 def dexpbt(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
     """DexPBT: the worst group copies a random member of the top group, or explores in place when the gap
@@ -127,11 +128,15 @@ def dexpbt(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
     me, ranked, scores = fld.me.member, fld.ranked, fld.scores
     n = len(ranked)
     k_worst, k_top = group_size(cfg.worst_fraction, n), group_size(cfg.top_fraction, n)
-    top, worst = ranked[:k_top], ranked[n - k_worst:]
+    top, worst = ranked[:k_top], ranked[n - k_worst :]
     top_cutoff = scores[top[-1]]
     t_std = low_trimmed_std(list(scores.values()), cfg.trim_fraction)
-    thresholds = {"top_cutoff": cfg.score(top_cutoff), "trimmed_std": t_std, "k_top": float(k_top),
-                  "k_worst": float(k_worst)}
+    thresholds = {
+        "top_cutoff": cfg.score(top_cutoff),
+        "trimmed_std": t_std,
+        "k_top": float(k_top),
+        "k_worst": float(k_worst),
+    }
     reasons = [f"rank {ranked.index(me) + 1}/{n}"]
     common = dict(fld.common)
     if me not in worst:
@@ -140,12 +145,20 @@ def dexpbt(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
         )
     best = fld.me.interval_best
     if cfg.protect_interval_best and best is not None and cfg.score(best) >= top_cutoff:
-        return keep_decision("dexpbt", f"protected: best window mean this interval {best:.6g} reaches the top group "
-                               f"cut-off {cfg.score(top_cutoff):.6g}", thresholds=thresholds, reasons=reasons, **common)
+        return keep_decision(
+            "dexpbt",
+            f"protected: best window mean this interval {best:.6g} reaches the top group "
+            f"cut-off {cfg.score(top_cutoff):.6g}",
+            thresholds=thresholds,
+            reasons=reasons,
+            **common,
+        )
     candidates = donor_candidates(fld, top)
     if not candidates:
-        reasons.append(f"in the worst {k_worst} of {n}, and no member of the top {k_top} has a checkpoint I do "
-                       f"not already hold: explore in place")
+        reasons.append(
+            f"in the worst {k_worst} of {n}, and no member of the top {k_top} has a checkpoint I do "
+            f"not already hold: explore in place"
+        )
         return explore_decision("dexpbt", fld, reasons, thresholds)
     donor = candidates[rng.choice_index(len(candidates))]
     donor_mean = fld.standings[donor].mean
@@ -153,12 +166,16 @@ def dexpbt(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
     gap = scores[donor] - scores[me]
     thresholds.update(required_gap=required_gap, gap=gap)
     if gap <= required_gap:
-        reasons.append(f"in the worst {k_worst} of {n}; gap to donor {donor} is {gap:.6g} <= required "
-                       f"{required_gap:.6g} (max(gap_std_fraction*trimmed_std, gap_donor_fraction*|donor|)): "
-                       f"explore in place")
+        reasons.append(
+            f"in the worst {k_worst} of {n}; gap to donor {donor} is {gap:.6g} <= required "
+            f"{required_gap:.6g} (max(gap_std_fraction*trimmed_std, gap_donor_fraction*|donor|)): "
+            f"explore in place"
+        )
         return explore_decision("dexpbt", fld, reasons, thresholds)
-    reasons.append(f"in the worst {k_worst} of {n}; donor {donor} (at frame {fld.standings[donor].frame}) drawn "
-                   f"from the top {k_top}; gap {gap:.6g} > required {required_gap:.6g}")
+    reasons.append(
+        f"in the worst {k_worst} of {n}; donor {donor} (at frame {fld.standings[donor].frame}) drawn "
+        f"from the top {k_top}; gap {gap:.6g} > required {required_gap:.6g}"
+    )
     return exploit_decision("dexpbt", fld, donor, reasons, thresholds)
 
 
@@ -174,19 +191,36 @@ def isaaclab(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
     common = dict(fld.common)
     mine = scores[me]
     if mine >= lower:
-        return keep_decision("isaaclab", f"objective {cfg.score(mine):.6g} within the lower cut {cfg.score(lower):.6g}",
-                     thresholds=thresholds, **common)
+        return keep_decision(
+            "isaaclab",
+            f"objective {cfg.score(mine):.6g} within the lower cut {cfg.score(lower):.6g}",
+            thresholds=thresholds,
+            **common,
+        )
     # Sorted so the draw depends only on the set of leaders.
     leaders = sorted(donor_candidates(fld, [m for m in ranked if scores[m] > upper]))
     if leaders:
         donor = leaders[rng.choice_index(len(leaders))]
-        return exploit_decision("isaaclab", fld, donor, [
-            f"objective {cfg.score(mine):.6g} beyond the lower cut {cfg.score(lower):.6g}; donor {donor} drawn "
-            f"from leaders {leaders} beyond {cfg.score(upper):.6g}"], thresholds)
+        return exploit_decision(
+            "isaaclab",
+            fld,
+            donor,
+            [
+                f"objective {cfg.score(mine):.6g} beyond the lower cut {cfg.score(lower):.6g}; donor {donor} drawn "
+                f"from leaders {leaders} beyond {cfg.score(upper):.6g}"
+            ],
+            thresholds,
+        )
     if cfg.explore_without_donor:
-        return explore_decision("isaaclab", fld, [
-            f"objective {cfg.score(mine):.6g} beyond the lower cut {cfg.score(lower):.6g} and no leader beyond "
-            f"{cfg.score(upper):.6g}: explore from my own weights"], thresholds)
+        return explore_decision(
+            "isaaclab",
+            fld,
+            [
+                f"objective {cfg.score(mine):.6g} beyond the lower cut {cfg.score(lower):.6g} and no leader beyond "
+                f"{cfg.score(upper):.6g}: explore from my own weights"
+            ],
+            thresholds,
+        )
     return keep_decision(
         "isaaclab", f"underperformer but no leader beyond {cfg.score(upper):.6g}", thresholds=thresholds, **common
     )
@@ -198,7 +232,7 @@ def welch(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
     n = len(ranked)
     k_worst, k_top = group_size(cfg.worst_fraction, n), group_size(cfg.top_fraction, n)
     common = dict(fld.common)
-    if me not in ranked[n - k_worst:]:
+    if me not in ranked[n - k_worst :]:
         return keep_decision("welch", f"not in the worst {k_worst} of {n}", **common)
     candidates = donor_candidates(fld, ranked[:k_top])
     if not candidates:
@@ -208,18 +242,51 @@ def welch(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
     p = welch_p_value((cfg.score(d.mean), d.std, d.count), (cfg.score(m.mean), m.std, m.count))
     thresholds = {"p_value": p, "alpha": cfg.welch_alpha}
     if not p < cfg.welch_alpha:
-        return keep_decision("welch", f"donor {donor} not significantly better: p={p:.4g} >= alpha={cfg.welch_alpha:g}",
-                     thresholds=thresholds, **common)
-    return exploit_decision("welch", fld, donor, [
-        f"in the worst {k_worst} of {n}; donor {donor} better with p={p:.4g} < alpha={cfg.welch_alpha:g}"], thresholds)
+        return keep_decision(
+            "welch",
+            f"donor {donor} not significantly better: p={p:.4g} >= alpha={cfg.welch_alpha:g}",
+            thresholds=thresholds,
+            **common,
+        )
+    return exploit_decision(
+        "welch",
+        fld,
+        donor,
+        [f"in the worst {k_worst} of {n}; donor {donor} better with p={p:.4g} < alpha={cfg.welch_alpha:g}"],
+        thresholds,
+    )
 
 
-register(RuleSpec("dexpbt", dexpbt, ("worst_fraction", "top_fraction", "gap_std_fraction", "gap_donor_fraction",
-                                     "trim_fraction", "protect_interval_best"),
-                  "worst group copies a top-group donor, or explores in place when the gap is small"))
-register(RuleSpec("isaaclab", isaaclab, ("threshold_std", "threshold_abs", "explore_without_donor"),
-                  "Isaac Lab's mean +- max(k*std, abs) bands"))
-register(RuleSpec("welch", welch, ("worst_fraction", "top_fraction", "welch_alpha"),
-                  "worst group copies a donor that Welch's t-test finds better"))
+register(
+    RuleSpec(
+        "dexpbt",
+        dexpbt,
+        (
+            "worst_fraction",
+            "top_fraction",
+            "gap_std_fraction",
+            "gap_donor_fraction",
+            "trim_fraction",
+            "protect_interval_best",
+        ),
+        "worst group copies a top-group donor, or explores in place when the gap is small",
+    )
+)
+register(
+    RuleSpec(
+        "isaaclab",
+        isaaclab,
+        ("threshold_std", "threshold_abs", "explore_without_donor"),
+        "Isaac Lab's mean +- max(k*std, abs) bands",
+    )
+)
+register(
+    RuleSpec(
+        "welch",
+        welch,
+        ("worst_fraction", "top_fraction", "welch_alpha"),
+        "worst group copies a donor that Welch's t-test finds better",
+    )
+)
 
 from async_pbt_isaaclab.core import fixtures  # noqa: E402,F401  (registers the test fixtures)

@@ -100,9 +100,17 @@ class Schedule:
             "member": self.member,
             "workspace": self.workspace,
             "end_frame": self.end_frame,
-            "steps": [{"frame": s.frame, "values": dict(s.values), "member": s.member,
-                       "member_frame": s.member_frame, "generation": s.generation, "source": s.source}
-                      for s in self.steps],
+            "steps": [
+                {
+                    "frame": s.frame,
+                    "values": dict(s.values),
+                    "member": s.member,
+                    "member_frame": s.member_frame,
+                    "generation": s.generation,
+                    "source": s.source,
+                }
+                for s in self.steps
+            ],
         }
 
 
@@ -113,8 +121,7 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
-def member_lineage(member: int, entries: Iterable[tuple[int, Mapping[str, Any] | None, str | None]]
-                   ) -> MemberLineage:
+def member_lineage(member: int, entries: Iterable[tuple[int, Mapping[str, Any] | None, str | None]]) -> MemberLineage:
     """Read ``start`` and ``exploit_applied`` entries (``(line, entry, error)`` as ``read_entries`` yields)."""
     start_hp: dict[str, Any] | None = None
     start_frame = 0
@@ -142,8 +149,9 @@ def member_lineage(member: int, entries: Iterable[tuple[int, Mapping[str, Any] |
             if donor_frame is None and isinstance(entry.get("donor_checkpoint"), str):
                 m = _CKPT_FRAME.search(entry["donor_checkpoint"])
                 donor_frame = int(m.group(2)) if m else None
-            changes.append(GenerationChange(gen, frame, dict(hp), donor, _int(entry.get("donor_generation")),
-                                            donor_frame))
+            changes.append(
+                GenerationChange(gen, frame, dict(hp), donor, _int(entry.get("donor_generation")), donor_frame)
+            )
     changes.sort(key=lambda c: c.generation)
     return MemberLineage(member, start_hp or {}, start_frame, tuple(changes))
 
@@ -151,8 +159,9 @@ def member_lineage(member: int, entries: Iterable[tuple[int, Mapping[str, Any] |
 # ============================================================================ chaining lineages
 
 
-def lineage_schedule(member: int, lineages: Mapping[int, MemberLineage], end_frame: int | None = None,
-                     workspace: str = "") -> Schedule:
+def lineage_schedule(
+    member: int, lineages: Mapping[int, MemberLineage], end_frame: int | None = None, workspace: str = ""
+) -> Schedule:
     """The schedule of ``member``'s lineage, following each exploit back to the donor checkpoint it copied.
 
     ``end_frame`` is the member's current frame counter (its record's ``frame``); it only sets
@@ -174,14 +183,18 @@ def lineage_schedule(member: int, lineages: Mapping[int, MemberLineage], end_fra
         ex = changes[last]
         if (current, ex.generation) in seen:
             # Each exploit goes back to an earlier checkpoint; no real run visits a generation twice.
-            raise ScheduleError(f"member {current} generation {ex.generation}: the lineage does not end "
-                                f"(a cycle of donors in the audit logs)")
+            raise ScheduleError(
+                f"member {current} generation {ex.generation}: the lineage does not end "
+                f"(a cycle of donors in the audit logs)"
+            )
         seen.add((current, ex.generation))
         donor, donor_frame, donor_generation = ex.donor, ex.donor_frame, ex.donor_generation
         assert donor is not None  # `last` picks a change that has a donor
         if donor_frame is None or donor_generation is None:
-            raise ScheduleError(f"member {current} generation {ex.generation}: the exploit entry names no donor "
-                                f"frame/generation, so the donor's history cannot be cut at its checkpoint")
+            raise ScheduleError(
+                f"member {current} generation {ex.generation}: the exploit entry names no donor "
+                f"frame/generation, so the donor's history cannot be cut at its checkpoint"
+            )
         current, upto = donor, (donor_generation, donor_frame)
     # ... then forward again: each hop keeps the earlier history up to the copied checkpoint and continues.
     steps: list[ScheduleStep] = []
@@ -199,9 +212,11 @@ def lineage_schedule(member: int, lineages: Mapping[int, MemberLineage], end_fra
             offset = at - ex.frame
             steps = [st for st in steps if st.frame <= at]
             steps.append(ScheduleStep(at, dict(ex.hyperparameters), current, ex.frame, ex.generation, "exploit"))
-            rest = changes[last + 1:]
-        steps += [ScheduleStep(max(0, c.frame + offset), dict(c.hyperparameters), current, c.frame, c.generation,
-                               "explore") for c in rest]
+            rest = changes[last + 1 :]
+        steps += [
+            ScheduleStep(max(0, c.frame + offset), dict(c.hyperparameters), current, c.frame, c.generation, "explore")
+            for c in rest
+        ]
     # Two steps at one frame: the later one is what trained from there on.
     merged: dict[int, ScheduleStep] = {}
     for st in steps:
@@ -275,8 +290,10 @@ def replay_problems(schedule: Schedule) -> list[str]:
             if spec is None:
                 problems.append(f"steps[{i}].values.{key}: not a hyperparameter this version mutates")
             elif i and not spec.live and value != first.get(key):
-                problems.append(f"steps[{i}].values.{key}: changes at frame {step.frame}, but {key} is fixed once "
-                                f"the network is built; replay cannot change it within one run")
+                problems.append(
+                    f"steps[{i}].values.{key}: changes at frame {step.frame}, but {key} is fixed once "
+                    f"the network is built; replay cannot change it within one run"
+                )
     return problems
 
 
@@ -349,8 +366,16 @@ def schedule_from_dict(data: Any, where: str = "schedule") -> Schedule:
                 raise ScheduleError(f"{w}.values.{k}: not finite: {v!r}")
         if steps and frame < steps[-1].frame:
             raise ScheduleError(f"{w}.frame: {frame} comes before the previous step's {steps[-1].frame}")
-        steps.append(ScheduleStep(frame, dict(values), _int(s.get("member")) or 0, _int(s.get("member_frame")) or 0,
-                                  _int(s.get("generation")) or 0, str(s.get("source") or "")))
+        steps.append(
+            ScheduleStep(
+                frame,
+                dict(values),
+                _int(s.get("member")) or 0,
+                _int(s.get("member_frame")) or 0,
+                _int(s.get("generation")) or 0,
+                str(s.get("source") or ""),
+            )
+        )
     if steps[0].frame != 0:
         raise ScheduleError(f"{where}.steps[0].frame: the first step must be at frame 0, got {steps[0].frame}")
     end = data.get("end_frame")

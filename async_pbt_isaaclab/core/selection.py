@@ -133,8 +133,9 @@ def entry_at_or_before(history: Sequence[HistoryEntry], frame: int) -> HistoryEn
     return None
 
 
-def peer_entry(me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig,
-               now: float) -> tuple[HistoryEntry | None, str | None]:
+def peer_entry(
+    me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float
+) -> tuple[HistoryEntry | None, str | None]:
     """``(entry, None)``: compare ``peer`` at ``entry``; ``(None, why)``: ``peer`` is excluded."""
     if peer.member == me.member:
         return None, "is me"
@@ -146,20 +147,25 @@ def peer_entry(me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig,
     if peer.evidence.objective != me.evidence.objective:
         return None, f"objective {peer.evidence.objective!r} != mine {me.evidence.objective!r}"
     if not peer.history:
-        return None, (f"no settled evidence yet: window has {peer.evidence.count} episodes of generation "
-                      f"{peer.evidence.generation}, member is at generation {peer.generation}")
+        return None, (
+            f"no settled evidence yet: window has {peer.evidence.count} episodes of generation "
+            f"{peer.evidence.generation}, member is at generation {peer.generation}"
+        )
     newest = peer.history[-1]
     if newest.generation < peer.generation:
         # It decided to exploit/explore: its old generation must not be offered, its new one has not settled.
-        return None, (f"new generation {peer.generation} (from frame {peer.generation_start_frame}) has not "
-                      f"settled yet")
+        return None, (
+            f"new generation {peer.generation} (from frame {peer.generation_start_frame}) has not settled yet"
+        )
     lag = me.frame - newest.frame
     if lag > cfg.resolved_max_frame_lag():
         return None, f"stale: newest entry lags by {lag} frames > max_frame_lag={cfg.resolved_max_frame_lag()}"
     entry = entry_at_or_before(peer.history, me.frame)
     if entry is None:
-        return None, (f"no history entry at or before my frame {me.frame} (oldest at frame "
-                      f"{peer.history[0].frame}; history_length={cfg.history_length} too short for the spread)")
+        return None, (
+            f"no history entry at or before my frame {me.frame} (oldest at frame "
+            f"{peer.history[0].frame}; history_length={cfg.history_length} too short for the spread)"
+        )
     if entry.count < cfg.min_episodes:
         return None, f"entry at frame {entry.frame} has {entry.count} episodes < min_episodes={cfg.min_episodes}"
     diffs = me.condition.differences(entry.condition)
@@ -176,17 +182,20 @@ def peer_exclusion(me: MemberRecord, peer: MemberRecord, cfg: "PopulationConfig"
 def _my_ineligibility(me: MemberRecord, cfg: PopulationConfig) -> str | None:
     ev = me.evidence
     if ev.generation != me.generation or ev.count < cfg.min_episodes:
-        return (f"my window has {ev.count} episodes of generation {ev.generation} "
-                f"(< min_episodes={cfg.min_episodes} of generation {me.generation})")
+        return (
+            f"my window has {ev.count} episodes of generation {ev.generation} "
+            f"(< min_episodes={cfg.min_episodes} of generation {me.generation})"
+        )
     if not ev.settled:
-        return (f"my generation {me.generation} has not settled (not every env has finished an episode begun "
-                f"in it)")
+        return f"my generation {me.generation} has not settled (not every env has finished an episode begun in it)"
     if me.frame < cfg.resolved_start_grace():
         return f"start grace: frame {me.frame} < start_grace_frames={cfg.resolved_start_grace()}"
     in_generation = me.frame - me.generation_start_frame
     if me.generation > 0 and in_generation < cfg.resolved_restart_grace():
-        return (f"restart grace: {in_generation} frames in generation {me.generation} "
-                f"< restart_grace_frames={cfg.resolved_restart_grace()}")
+        return (
+            f"restart grace: {in_generation} frames in generation {me.generation} "
+            f"< restart_grace_frames={cfg.resolved_restart_grace()}"
+        )
     if cfg.max_restarts >= 0 and me.restarts >= cfg.max_restarts:
         return f"max_restarts={cfg.max_restarts} reached"
     return None
@@ -207,8 +216,12 @@ def build_field(me: MemberRecord, peers: Sequence[MemberRecord], cfg: Population
             excluded[peer.member] = why or "excluded"
     scores = {m: cfg.score(s.mean) for m, s in standings.items()}
     ranked = tuple(sorted(scores, key=lambda m: (-scores[m], m)))
-    common = dict(excluded=excluded, compared=ranked, objectives={m: s.mean for m, s in standings.items()},
-                  compared_frames={m: s.frame for m, s in standings.items()})
+    common = dict(
+        excluded=excluded,
+        compared=ranked,
+        objectives={m: s.mean for m, s in standings.items()},
+        compared_frames={m: s.frame for m, s in standings.items()},
+    )
     return Field(me, standings, ranked, scores, common)
 
 
@@ -227,9 +240,12 @@ def decide(
     fld = build_field(me, peers, cfg, now)
     if len(fld.standings) < cfg.min_members:
         n_ex = len(fld.common["excluded"])
-        return keep_decision(rule, f"{len(fld.standings)} compatible live members with evidence < min_members="
-                           f"{cfg.min_members}" + (f" ({n_ex} excluded: see excluded)" if n_ex else ""),
-                     **fld.common)
+        return keep_decision(
+            rule,
+            f"{len(fld.standings)} compatible live members with evidence < min_members="
+            f"{cfg.min_members}" + (f" ({n_ex} excluded: see excluded)" if n_ex else ""),
+            **fld.common,
+        )
     from async_pbt_isaaclab.core.rules import rule_spec
 
     return rule_spec(rule).decide(fld, cfg, rng)
@@ -251,8 +267,15 @@ def donor_candidates(fld: Field, members: Sequence[int]) -> list[int]:
 def exploit_decision(
     rule: str, fld: Field, donor: int, reasons: Sequence[str], thresholds: dict[str, float]
 ) -> Decision:
-    return Decision(Outcome.EXPLOIT, rule, donor, tuple(reasons), thresholds=thresholds,
-                    donor_entry=fld.standings[donor].entry, **fld.common)
+    return Decision(
+        Outcome.EXPLOIT,
+        rule,
+        donor,
+        tuple(reasons),
+        thresholds=thresholds,
+        donor_entry=fld.standings[donor].entry,
+        **fld.common,
+    )
 
 
 def explore_decision(rule: str, fld: Field, reasons: Sequence[str], thresholds: dict[str, float]) -> Decision:

@@ -99,8 +99,9 @@ def start_hyperparameters(me: MemberRecord, donor: HistoryEntry | None, cfg: Pop
     adaptive schedule the recipient continues from the rate the donor had reached."""
     start = dict(me.hyperparameters)
     if donor is not None and cfg.hparams_from == "donor":
-        start.update({k: v for k, v in donor.hyperparameters.items()
-                      if k in cfg.mutation and _mutable_value(v, cfg.mutation[k])})
+        start.update(
+            {k: v for k, v in donor.hyperparameters.items() if k in cfg.mutation and _mutable_value(v, cfg.mutation[k])}
+        )
     return start
 
 
@@ -134,14 +135,20 @@ class InitialMutation:
     """Member RNG state after."""
 
     def audit_body(self, member: int, cfg: PopulationConfig) -> dict[str, Any]:
-        return {"member": member, "config": cfg.selection_dict(), "rng_before": self.rng_before,
-                "start_hyperparameters": self.start_hyperparameters,
-                "new_hyperparameters": self.new_hyperparameters,
-                "changes": [c.to_dict() for c in self.changes], "rng_after": self.rng_after}
+        return {
+            "member": member,
+            "config": cfg.selection_dict(),
+            "rng_before": self.rng_before,
+            "start_hyperparameters": self.start_hyperparameters,
+            "new_hyperparameters": self.new_hyperparameters,
+            "changes": [c.to_dict() for c in self.changes],
+            "rng_after": self.rng_after,
+        }
 
 
-def initial_step(member: int, hyperparameters: Mapping[str, Any], cfg: PopulationConfig,
-                 rng_state: Mapping[str, Any]) -> InitialMutation:
+def initial_step(
+    member: int, hyperparameters: Mapping[str, Any], cfg: PopulationConfig, rng_state: Mapping[str, Any]
+) -> InitialMutation:
     """Member 0 keeps the yaml's values (the population always holds the configuration you wrote); every
     other member mutates each key with probability 1, inside the bounds. Pure."""
     rng = MemberRng.from_state(rng_state)

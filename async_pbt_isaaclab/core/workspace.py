@@ -107,8 +107,12 @@ class Workspace:
         if not os.access(self.members_dir, os.W_OK | os.X_OK):
             raise WorkspaceError(f"workspace {self.root} is not writable by this user (uid {os.getuid()})")
         meta_path = self.root / "population.json"
-        wanted = {"schema_version": WORKSPACE_SCHEMA_VERSION, "num_policies": num_policies,
-                  "objective": objective, "task": task}
+        wanted = {
+            "schema_version": WORKSPACE_SCHEMA_VERSION,
+            "num_policies": num_policies,
+            "objective": objective,
+            "task": task,
+        }
         if not meta_path.exists():
             self._create_population_meta(meta_path, dict(wanted, created=time.time()))
         meta = self.population_meta()
@@ -157,8 +161,10 @@ class Workspace:
         except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, 4300+ digit ints
             # It holds only the population settings, which every member checks its own against: removing it
             # lets the next member recreate it from its config.
-            raise WorkspaceError(f"{path}: corrupt ({exc}); if the file was damaged, remove it (rm {path}) and "
-                                 f"start the members again: the first one recreates it") from None
+            raise WorkspaceError(
+                f"{path}: corrupt ({exc}); if the file was damaged, remove it (rm {path}) and "
+                f"start the members again: the first one recreates it"
+            ) from None
         if not isinstance(meta, dict) or meta.get("schema_version") != WORKSPACE_SCHEMA_VERSION:
             raise WorkspaceError(
                 f"{path}: schema_version {meta.get('schema_version') if isinstance(meta, dict) else None!r} "
@@ -202,8 +208,10 @@ class Workspace:
             path = self.member_dir(index) / name
             try:
                 if stat.S_ISLNK(os.lstat(path).st_mode):
-                    raise WorkspaceError(f"member {index}: refusing {path}: it is a symbolic link (files and "
-                                         f"folders in a workspace must not be symbolic links; remove it)")
+                    raise WorkspaceError(
+                        f"member {index}: refusing {path}: it is a symbolic link (files and "
+                        f"folders in a workspace must not be symbolic links; remove it)"
+                    )
             except FileNotFoundError:
                 continue
 

@@ -251,9 +251,7 @@ class GymVecEnv(IVecEnv):
             return
         other = env_state.get("env_id")
         if other is not None and other != self.env_id:
-            warnings.warn(
-                f"checkpoint env_state comes from {other!r}, this env is {self.env_id!r}", stacklevel=2
-            )
+            warnings.warn(f"checkpoint env_state comes from {other!r}, this env is {self.env_id!r}", stacklevel=2)
 
     def close(self) -> None:
         self.envs.close()
@@ -285,7 +283,6 @@ class GymVecEnv(IVecEnv):
                     col[mask] = vals[mask]
             out[name] = torch.from_numpy(col)
         return out
-
 
 
 # --------------------------------------------------------------------------- registration

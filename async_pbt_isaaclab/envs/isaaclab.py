@@ -47,8 +47,10 @@ def require_isaaclab(what: str, module: str = "isaaclab") -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(f"Isaac Lab is needed for {what}: the Python package {module!r} is not importable "
-                          f"here ({exc}); {ISAACLAB_INSTALL_HINT}") from exc
+        raise ImportError(
+            f"Isaac Lab is needed for {what}: the Python package {module!r} is not importable "
+            f"here ({exc}); {ISAACLAB_INSTALL_HINT}"
+        ) from exc
 
 
 # ============================================================================ hooks for the scripts
@@ -61,8 +63,9 @@ def _default_add_launcher_args(parser: argparse.ArgumentParser, script: str = "t
         raise ImportError(f"Isaac Lab is needed for the simulator flags ({exc}); {ISAACLAB_INSTALL_HINT}") from exc
 
 
-def _default_vec_env_wrapper(env: gymnasium.Env, rl_device: str, clip_obs: float, clip_actions: float,
-                             **kwargs: Any) -> Any:
+def _default_vec_env_wrapper(
+    env: gymnasium.Env, rl_device: str, clip_obs: float, clip_actions: float, **kwargs: Any
+) -> Any:
     rl = require_isaaclab("the RL-Games vec-env wrapper", "isaaclab_rl.rl_games")
     wrapper_cls = rl.RlGamesVecEnvWrapper
     accepted = inspect.signature(wrapper_cls.__init__).parameters
@@ -103,18 +106,27 @@ class ScriptHooks(Protocol):
         """Add the installed release's simulator flags to ``parser`` (``script``: ``"train"`` or ``"play"``)."""
         ...
 
-    def open_session(self, args: argparse.Namespace, task: str, agent_key: str,
-                     hydra_args: Sequence[str]) -> ContextManager[isaaclab_api.Session]:
+    def open_session(
+        self, args: argparse.Namespace, task: str, agent_key: str, hydra_args: Sequence[str]
+    ) -> ContextManager[isaaclab_api.Session]:
         """A context in which the simulator runs with ``task``'s env and agent configs loaded."""
         ...
 
-    def make_env(self, session: isaaclab_api.Session, task: str, env_cfg: Any, args: argparse.Namespace,
-                 log_dir: str, video_trigger: Callable[[int], bool] | None = None) -> gymnasium.Env:
+    def make_env(
+        self,
+        session: isaaclab_api.Session,
+        task: str,
+        env_cfg: Any,
+        args: argparse.Namespace,
+        log_dir: str,
+        video_trigger: Callable[[int], bool] | None = None,
+    ) -> gymnasium.Env:
         """The task's env, built as the release's own RL-Games script builds it."""
         ...
 
-    def vec_env_wrapper(self, env: gymnasium.Env, rl_device: str, clip_obs: float, clip_actions: float,
-                        **options: Any) -> Any:
+    def vec_env_wrapper(
+        self, env: gymnasium.Env, rl_device: str, clip_obs: float, clip_actions: float, **options: Any
+    ) -> Any:
         """The rl_games vec-env around ``env`` (``RlGamesVecEnvWrapper``)."""
         ...
 
@@ -143,7 +155,8 @@ class IsaacLabHooks:
     add_launcher_args: Callable[..., None] = _default_add_launcher_args
     """``(parser, script="train")``: add the installed release's simulator flags to an argparse parser."""
     open_session: Callable[[argparse.Namespace, str, str, Sequence[str]], ContextManager[isaaclab_api.Session]] = (
-        isaaclab_api.open_session)
+        isaaclab_api.open_session
+    )
     """``(args, task, agent entry-point key, hydra overrides) -> context of a Session`` (simulator running, env and
     agent configs loaded, in the order the installed release needs; closed on exit)."""
     make_env: Callable[..., gymnasium.Env] = isaaclab_api.make_env
@@ -159,8 +172,9 @@ class IsaacLabHooks:
     """Write the env config next to the run's logs (``isaaclab.utils.io.dump_yaml``)."""
 
 
-def parse_script_args(parser: argparse.ArgumentParser, hooks: ScriptHooks, argv: Sequence[str] | None = None,
-                      script: str = "train") -> tuple[argparse.Namespace, list[str]]:
+def parse_script_args(
+    parser: argparse.ArgumentParser, hooks: ScriptHooks, argv: Sequence[str] | None = None, script: str = "train"
+) -> tuple[argparse.Namespace, list[str]]:
     """Add the simulator flags to ``parser`` and parse ``argv``: ``(args, Hydra overrides)``.
 
     Without Isaac Lab (or with an unsupported one), ``--help`` still prints the script's own flags (and exits); any
@@ -177,8 +191,10 @@ def parse_script_args(parser: argparse.ArgumentParser, hooks: ScriptHooks, argv:
         raise missing
     flags = [a for a in hydra_args if a.startswith("-") and "=" not in a]
     if "--headless" in flags:
-        parser.error("--headless: this Isaac Lab (3.0) has no such flag; it runs headless unless a viewer is asked "
-                     "for (--viz kit): drop --headless")
+        parser.error(
+            "--headless: this Isaac Lab (3.0) has no such flag; it runs headless unless a viewer is asked "
+            "for (--viz kit): drop --headless"
+        )
     if flags:
         parser.error(f"unrecognized arguments: {' '.join(flags)}")
     return args, list(hydra_args)
@@ -197,8 +213,9 @@ def register_rl_games_env(vec_env: Any, hooks: ScriptHooks) -> None:
     """Register ``vec_env`` with rl_games as env ``rlgpu`` of type ``IsaacRlgWrapper`` (as Isaac Lab's scripts do)."""
     from rl_games.common import env_configurations, vecenv
 
-    vecenv.register("IsaacRlgWrapper",
-                    lambda config_name, num_actors, **kwargs: hooks.gpu_env(config_name, num_actors, **kwargs))
+    vecenv.register(
+        "IsaacRlgWrapper", lambda config_name, num_actors, **kwargs: hooks.gpu_env(config_name, num_actors, **kwargs)
+    )
     env_configurations.register("rlgpu", {"vecenv_type": "IsaacRlgWrapper", "env_creator": lambda **kwargs: vec_env})
 
 
@@ -211,8 +228,12 @@ def rl_games_wrapper_options(agent_cfg: Mapping[str, Any]) -> tuple[str, float, 
         extra["obs_groups"] = env_section["obs_groups"]
     if "concate_obs_groups" in env_section:
         extra["concate_obs_group"] = env_section["concate_obs_groups"]
-    return (params["config"]["device"], env_section.get("clip_observations", math.inf),
-            env_section.get("clip_actions", math.inf), extra)
+    return (
+        params["config"]["device"],
+        env_section.get("clip_observations", math.inf),
+        env_section.get("clip_actions", math.inf),
+        extra,
+    )
 
 
 __all__ = [

@@ -166,8 +166,14 @@ def open_session(args: argparse.Namespace, task: str, agent_key: str, hydra_args
         yield Session(release, env_cfg, agent_cfg, None)
 
 
-def make_env(session: Session, task: str, env_cfg: Any, args: argparse.Namespace, log_dir: str,
-             video_trigger: Callable[[int], bool] | None = None) -> Any:
+def make_env(
+    session: Session,
+    task: str,
+    env_cfg: Any,
+    args: argparse.Namespace,
+    log_dir: str,
+    video_trigger: Callable[[int], bool] | None = None,
+) -> Any:
     """Build the task's env as the release's own RL-Games scripts do: ``gym.make``, a multi-agent task converted to
     one agent, videos (``--video``) under ``log_dir/videos/<train|play>``; on 3.0 also ``--frontend`` and
     ``--capture_env_sensors``. ``video_trigger`` (2.x) says at which steps a clip starts."""
@@ -179,8 +185,13 @@ def make_env(session: Session, task: str, env_cfg: Any, args: argparse.Namespace
         if args.video:
             folder = os.path.join(log_dir, "videos", getattr(args, "video_kind", "train"))
             print(f"[INFO] Recording videos: {folder}")
-            env = gymnasium.wrappers.RecordVideo(env, video_folder=folder, step_trigger=video_trigger,
-                                                 video_length=args.video_length, disable_logger=True)
+            env = gymnasium.wrappers.RecordVideo(
+                env,
+                video_folder=folder,
+                step_trigger=video_trigger,
+                video_length=args.video_length,
+                disable_logger=True,
+            )
         return env
     from isaaclab_rl.entrypoints import common
 
@@ -199,5 +210,12 @@ def convert_multi_agent(env: Any) -> Any:
     return env
 
 
-__all__ = ["Session", "add_launcher_args", "apply_cli_overrides", "convert_multi_agent", "distributed_placement",
-           "make_env", "open_session"]
+__all__ = [
+    "Session",
+    "add_launcher_args",
+    "apply_cli_overrides",
+    "convert_multi_agent",
+    "distributed_placement",
+    "make_env",
+    "open_session",
+]

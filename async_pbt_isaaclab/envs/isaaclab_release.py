@@ -128,5 +128,13 @@ def require() -> IsaacLabRelease:
     return release
 
 
-__all__ = ["IsaacLabRelease", "SERIES_2", "SERIES_3", "SUPPORTED", "UnsupportedIsaacLab", "classify", "detect",
-           "require"]
+__all__ = [
+    "IsaacLabRelease",
+    "SERIES_2",
+    "SERIES_3",
+    "SUPPORTED",
+    "UnsupportedIsaacLab",
+    "classify",
+    "detect",
+    "require",
+]

@@ -74,19 +74,24 @@ def parse_term_spec(name: str, raw: Any, where: str = "terms") -> TermSpec:
         raise ValueError(f"{where}.{name}: unknown keys {sorted(unknown)}; accepted: source, mode")
     source = raw.get("source")
     if not isinstance(source, str) or ":" not in source or not source.split(":", 1)[1]:
-        raise ValueError(f"{where}.{name}.source: expected 'accessor:<name>', 'attr:<path>', 'reward:<term>', "
-                         f"'log:<key>' or '<module>:<function>', got {source!r}")
+        raise ValueError(
+            f"{where}.{name}.source: expected 'accessor:<name>', 'attr:<path>', 'reward:<term>', "
+            f"'log:<key>' or '<module>:<function>', got {source!r}"
+        )
     kind = source.split(":", 1)[0]
     if kind == "log":
         mode = raw.get("mode", "log")
         if mode != "log":
-            raise ValueError(f"{where}.{name}: a log: source is read from extras['log'] at the final step; "
-                             f"its mode must be 'log', got {mode!r}")
+            raise ValueError(
+                f"{where}.{name}: a log: source is read from extras['log'] at the final step; "
+                f"its mode must be 'log', got {mode!r}"
+            )
     elif kind == "reward":
         mode = raw.get("mode", "last")
         if mode != "last":
-            raise ValueError(f"{where}.{name}: a reward: source already is the episodic sum; its mode must be "
-                             f"'last', got {mode!r}")
+            raise ValueError(
+                f"{where}.{name}: a reward: source already is the episodic sum; its mode must be 'last', got {mode!r}"
+            )
     else:
         mode = raw.get("mode", "last")
         if mode not in ("sum", "last", "max"):
@@ -96,7 +101,8 @@ def parse_term_spec(name: str, raw: Any, where: str = "terms") -> TermSpec:
 
 @dataclass(frozen=True)
 class SummaryCfg:
-    """The ``pbt_summary:`` section of an agent yaml: how :class:`~async_pbt_isaaclab.envs.isaaclab_wrapper.PbtIsaacLabEnv` builds episode evidence.
+    """The ``pbt_summary:`` section of an agent yaml: how
+    :class:`~async_pbt_isaaclab.envs.isaaclab_wrapper.PbtIsaacLabEnv` builds episode evidence.
 
     Example (Allegro hand reorientation)::
 
@@ -138,13 +144,18 @@ class SummaryCfg:
             except ValueError as exc:
                 problems.append(str(exc))
         curriculum = raw.get("curriculum")
-        if curriculum is not None and (not isinstance(curriculum, str) or ":" not in curriculum
-                                       or curriculum.split(":", 1)[0] in ("accessor", "reward")):
-            problems.append(f"{where}.curriculum: expected 'log:<key>', 'attr:<path>' or '<module>:<function>', "
-                            f"got {curriculum!r}")
+        if curriculum is not None and (
+            not isinstance(curriculum, str)
+            or ":" not in curriculum
+            or curriculum.split(":", 1)[0] in ("accessor", "reward")
+        ):
+            problems.append(
+                f"{where}.curriculum: expected 'log:<key>', 'attr:<path>' or '<module>:<function>', got {curriculum!r}"
+            )
         cbin = raw.get("curriculum_bin")
-        if cbin is not None and (isinstance(cbin, bool) or not isinstance(cbin, (int, float))
-                                 or not math.isfinite(cbin) or cbin <= 0):
+        if cbin is not None and (
+            isinstance(cbin, bool) or not isinstance(cbin, (int, float)) or not math.isfinite(cbin) or cbin <= 0
+        ):
             problems.append(f"{where}.curriculum_bin: expected a positive number or null, got {cbin!r}")
         poll = raw.get("curriculum_poll_steps", 1)
         if isinstance(poll, bool) or not isinstance(poll, int) or poll < 1:
@@ -154,9 +165,13 @@ class SummaryCfg:
             problems.append(f"{where}.capacity: expected an integer >= 1 or null, got {capacity!r}")
         if problems:
             raise ValueError("invalid episode-summary config:\n  - " + "\n  - ".join(problems))
-        return cls(terms=tuple(terms), curriculum=curriculum,
-                   curriculum_bin=None if cbin is None else float(cbin),
-                   curriculum_poll_steps=int(poll), capacity=capacity)
+        return cls(
+            terms=tuple(terms),
+            curriculum=curriculum,
+            curriculum_bin=None if cbin is None else float(cbin),
+            curriculum_poll_steps=int(poll),
+            capacity=capacity,
+        )
 
     @classmethod
     def from_agent_cfg(cls, agent_cfg: Mapping[str, Any]) -> "SummaryCfg":
@@ -188,22 +203,29 @@ def make_term_reader(spec: TermSpec) -> Callable[[Any], "torch.Tensor"]:
     """``reader(env_unwrapped) -> Tensor (num_envs,)`` for a non-``log`` term (no host synchronisation)."""
     kind, target = spec.kind, spec.target
     if kind == "accessor":
+
         def read(env):
             terms = env.get_per_env_terms()
             if target not in terms:
-                raise KeyError(f"term {spec.name!r}: {type(env).__name__}.get_per_env_terms() has no {target!r}; "
-                               f"it has {sorted(terms)}")
+                raise KeyError(
+                    f"term {spec.name!r}: {type(env).__name__}.get_per_env_terms() has no {target!r}; "
+                    f"it has {sorted(terms)}"
+                )
             return terms[target]
     elif kind == "attr":
+
         def read(env):
             return resolve_attr(env, target)
     elif kind == "reward":
+
         def read(env):
             manager = getattr(env, "reward_manager", None)
             sums = getattr(manager, "_episode_sums", None)
             if sums is None:
-                raise TypeError(f"term {spec.name!r}: source reward:{target} needs a ManagerBasedRLEnv "
-                                f"(reward_manager._episode_sums); {type(env).__name__} has none")
+                raise TypeError(
+                    f"term {spec.name!r}: source reward:{target} needs a ManagerBasedRLEnv "
+                    f"(reward_manager._episode_sums); {type(env).__name__} has none"
+                )
             if target not in sums:
                 raise KeyError(f"term {spec.name!r}: no reward term {target!r}; terms: {sorted(sums)}")
             return sums[target]

@@ -91,7 +91,6 @@ def task_env(unwrapped: Any) -> Any:
     return unwrapped
 
 
-
 class PbtIsaacLabEnv(gymnasium.Wrapper):
     """Gymnasium wrapper for an Isaac Lab ``ManagerBasedRLEnv`` / ``DirectRLEnv`` that emits per-episode evidence.
 
@@ -169,8 +168,11 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         self.term_specs: tuple[TermSpec, ...] = tuple(specs)
         """The recorded terms (objective included), in batch order."""
         # (name, reader) of every per-env term; reader None: the value comes from the ``terms`` callable.
-        self._per_env = [(s.name, None if s.source.startswith(_CALLABLE_PREFIX) else make_term_reader(s))
-                         for s in specs if s.kind != "log"]
+        self._per_env = [
+            (s.name, None if s.source.startswith(_CALLABLE_PREFIX) else make_term_reader(s))
+            for s in specs
+            if s.kind != "log"
+        ]
         self._log_terms = [(s.name, s.target) for s in specs if s.kind == "log"]
 
         self._curriculum_read = self._curriculum_reader(curriculum)
@@ -199,7 +201,8 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
             fresh_start=fresh,
             compile=compile,
         )
-        """Completed-episode summaries: ``drain() -> EpisodeBatch``, ``start_generation(g)`` (the observer's contract)."""
+        """Completed-episode summaries: ``drain() -> EpisodeBatch``, ``start_generation(g)`` (the observer's
+        contract)."""
 
         # Snapshot of the per-env sources taken inside _reset_idx during a step (None: no reset this step).
         self._snapshot: dict[str, torch.Tensor] | None = None
@@ -230,13 +233,20 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         return specs, None
 
     def _ensure_objective(self, specs: list[TermSpec], objective: str | None, base: Any) -> list[TermSpec]:
-        if not objective or objective in (RETURN_OBJECTIVE, LENGTH_OBJECTIVE) or any(s.name == objective for s in specs):
+        if (
+            not objective
+            or objective in (RETURN_OBJECTIVE, LENGTH_OBJECTIVE)
+            or any(s.name == objective for s in specs)
+        ):
             return specs
         if "/" in objective:
             # An Isaac Lab PbtCfg objective ("episode.Episode_Reward/success" -> "Episode_Reward/success").
-            warnings.warn(f"objective {objective!r} is read from extras['log'] (a batch mean over the envs reset in "
-                          f"a step): episodes finishing in the same step share its value. Give a per-env source in "
-                          f"{SUMMARY_SECTION}.terms for exact per-episode evidence.", stacklevel=3)
+            warnings.warn(
+                f"objective {objective!r} is read from extras['log'] (a batch mean over the envs reset in "
+                f"a step): episodes finishing in the same step share its value. Give a per-env source in "
+                f"{SUMMARY_SECTION}.terms for exact per-episode evidence.",
+                stacklevel=3,
+            )
             return [*specs, TermSpec(objective, f"log:{objective}", "log")]
         accessor = getattr(base, "get_per_env_terms", None)
         if accessor is not None and objective in accessor():
@@ -245,7 +255,8 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
             f"objective {objective!r} has no per-episode source: it is neither episode_return, episode_length nor a "
             f"term of {SUMMARY_SECTION}.terms ({[s.name for s in specs]}). Add it, e.g. "
             f"`{SUMMARY_SECTION}: {{terms: {{{objective}: {{source: 'attr:{objective}', mode: last}}}}}}` "
-            f"(sources: accessor:, attr:, reward:, log:, module:function)")
+            f"(sources: accessor:, attr:, reward:, log:, module:function)"
+        )
 
     def _curriculum_reader(self, curriculum) -> Callable[[Any, Any], Any] | None:
         if curriculum is None:
@@ -254,15 +265,18 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
             return lambda env, extras: curriculum(env)
         kind, _, target = str(curriculum).partition(":")
         if kind == "log":
-            return lambda env, extras: (extras or {}).get("log", {}).get(target) if isinstance(extras, Mapping) else None
+            return lambda env, extras: (
+                (extras or {}).get("log", {}).get(target) if isinstance(extras, Mapping) else None
+            )
         if kind == "attr":
             return lambda env, extras: resolve_attr(env, target)
         fn = load_callable(str(curriculum))
         return lambda env, extras: fn(env)
 
     def _make_label(self) -> ConditionLabel:
-        return ConditionLabel(task=self.task, objective=self.objective, curriculum_stage=self._stage,
-                              reward_config=self.reward_config)
+        return ConditionLabel(
+            task=self.task, objective=self.objective, curriculum_stage=self._stage, reward_config=self.reward_config
+        )
 
     def _poll_curriculum(self, extras: Any, force: bool = False) -> None:
         if self._curriculum_read is None:
@@ -282,8 +296,11 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
     def _install_reset_hook(self, base: Any) -> None:
         original = getattr(base, "_reset_idx", None)
         if original is None:
-            warnings.warn(f"{type(base).__name__} has no _reset_idx: per-env terms are read after each step, so "
-                          f"values the env clears when it resets a finished env are lost", stacklevel=3)
+            warnings.warn(
+                f"{type(base).__name__} has no _reset_idx: per-env terms are read after each step, so "
+                f"values the env clears when it resets a finished env are lost",
+                stacklevel=3,
+            )
             return
         wrapper = self
 
@@ -381,9 +398,13 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
 def attach_summary_source(env: gymnasium.Env, summary: SummaryCfg | None = None, **kwargs: Any) -> PbtIsaacLabEnv:
     """``PbtIsaacLabEnv(env, ...)`` configured from a :class:`SummaryCfg` (keyword arguments win)."""
     summary = summary or SummaryCfg()
-    options: dict[str, Any] = dict(terms=summary.terms, curriculum=summary.curriculum,
-                                   curriculum_bin=summary.curriculum_bin,
-                                   curriculum_poll_steps=summary.curriculum_poll_steps, capacity=summary.capacity)
+    options: dict[str, Any] = dict(
+        terms=summary.terms,
+        curriculum=summary.curriculum,
+        curriculum_bin=summary.curriculum_bin,
+        curriculum_poll_steps=summary.curriculum_poll_steps,
+        capacity=summary.capacity,
+    )
     options.update(kwargs)
     return PbtIsaacLabEnv(env, **options)
 

@@ -212,8 +212,17 @@ class EpisodeSummaryEmitter:
         self._max_terms = [n for n in term_names if modes[n] == "max"]
         self._last_terms = [n for n in term_names if modes[n] == "last"]
         self._log_terms = [n for n in term_names if modes[n] == "log"]
-        order = ["__return", "__length", *self._sum_terms, *self._max_terms, "__truncated",
-                 *self._last_terms, *self._log_terms, "__segment", "__settled"]
+        order = [
+            "__return",
+            "__length",
+            *self._sum_terms,
+            *self._max_terms,
+            "__truncated",
+            *self._last_terms,
+            *self._log_terms,
+            "__segment",
+            "__settled",
+        ]
         self._row = {name: i for i, name in enumerate(order)}
         self._num_rows = len(order)
         self._n_sum = 2 + len(self._sum_terms)
@@ -230,14 +239,14 @@ class EpisodeSummaryEmitter:
         # Value every accumulator row takes when an env starts a new episode: 0 for sums, -inf for maxima
         # (so the first step's value wins), the current segment for the segment row.
         init = torch.zeros(self._num_rows, 1, dtype=dtype, device=self.device)
-        init[self._max_start:self._max_stop] = -math.inf
+        init[self._max_start : self._max_stop] = -math.inf
         init[self._seg_row] = self._segment
         self._init = init
         self._acc = init.expand(self._num_rows, self.num_envs).clone()
         # Settling gate (device): which envs finished an episode begun in the segment, and steps into it.
         self._env_settled = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self._segment_steps = torch.zeros((), dtype=torch.int64, device=self.device)
-        self._settle_cap = torch.full((), 2 ** 62, dtype=torch.int64, device=self.device)
+        self._settle_cap = torch.full((), 2**62, dtype=torch.int64, device=self.device)
         self.set_settle_max_steps(settle_max_steps)
         if not fresh_start:
             self._mark_unknown_start()
@@ -306,9 +315,9 @@ class EpisodeSummaryEmitter:
         acc[self._settled_row].copy_(settled.to(acc.dtype).expand(acc.shape[1]))
         acc[: self._n_sum].add_(torch.stack(sum_cols))
         if max_cols:
-            block = acc[self._max_start:self._max_stop]
+            block = acc[self._max_start : self._max_stop]
             torch.maximum(block, torch.stack(max_cols), out=block)
-        torch.stack(last_cols, out=acc[self._last_start:self._last_stop])
+        torch.stack(last_cols, out=acc[self._last_start : self._last_stop])
         # Slot of each finished env: running count of finishes (env order) after all earlier episodes.
         # capacity >= num_envs, so no two episodes of one step share a slot; unfinished envs go to the spare.
         k = torch.cumsum(done, 0)
@@ -364,7 +373,7 @@ class EpisodeSummaryEmitter:
         """Cap the settling gate: settled after ``steps`` env steps of a segment (``None`` or < 0: no cap)."""
         self.settle_max_steps = None if steps is None or steps < 0 else int(steps)
         """Env steps after which a segment counts as settled whatever the envs did (``None``: no cap)."""
-        self._settle_cap.fill_(2 ** 62 if self.settle_max_steps is None else self.settle_max_steps)
+        self._settle_cap.fill_(2**62 if self.settle_max_steps is None else self.settle_max_steps)
 
     def _unsettle(self) -> None:
         self._env_settled.zero_()
@@ -432,8 +441,9 @@ class EpisodeSummaryEmitter:
         self.dropped_overflow += overflow
         self.dropped_stale += stale
         self.dropped_unsettled += unsettled
-        self.last_drain = DrainStats(episodes=returned, dropped_overflow=overflow, dropped_stale=stale,
-                                     dropped_unsettled=unsettled)
+        self.last_drain = DrainStats(
+            episodes=returned, dropped_overflow=overflow, dropped_stale=stale, dropped_unsettled=unsettled
+        )
         return batch
 
     def settled(self) -> bool:

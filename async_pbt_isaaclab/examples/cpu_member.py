@@ -26,19 +26,29 @@ DEFAULT_AGENT = Path(__file__).with_name("pendulum_ppo.yaml")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m async_pbt.examples.cpu_member", description=__doc__.split("\n\n")[0],
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = OneLineParser(
+        prog="python -m async_pbt.examples.cpu_member",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--agent", default=str(DEFAULT_AGENT), help="rl_games agent yaml with a pbt: section")
     parser.add_argument("--seed", type=int, default=None, help="seed (default: the yaml's params.seed + pbt index)")
     parser.add_argument("--max_iterations", "--max-iterations", type=int, default=None, help="rl_games max_epochs")
     parser.add_argument("--num_envs", "--num-envs", type=int, default=None, help="parallel gymnasium envs")
     parser.add_argument("--checkpoint", default=None, help="warm-start checkpoint (ignored once the member has state)")
-    parser.add_argument("--train-dir", default=None,
-                        help="rl_games train_dir (logs, nn/, TensorBoard summaries); default: WORKSPACE/runs for a "
-                             "population member, so each experiment's logs stay with its workspace, else ./runs")
-    parser.add_argument("--pbt-replay", default=None, metavar="SCHEDULE",
-                        help="train one run (no population) that follows a hyperparameter schedule written by "
-                             "`async-pbt replay WORKSPACE --member K --out SCHEDULE`")
+    parser.add_argument(
+        "--train-dir",
+        default=None,
+        help="rl_games train_dir (logs, nn/, TensorBoard summaries); default: WORKSPACE/runs for a "
+        "population member, so each experiment's logs stay with its workspace, else ./runs",
+    )
+    parser.add_argument(
+        "--pbt-replay",
+        default=None,
+        metavar="SCHEDULE",
+        help="train one run (no population) that follows a hyperparameter schedule written by "
+        "`async-pbt replay WORKSPACE --member K --out SCHEDULE`",
+    )
     add_population_args(parser)
     return parser
 
@@ -51,8 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         parser.error(f"unrecognized arguments: {' '.join(bad)}")
     try:
-        agent_cfg, cfg = load_population_config(load_yaml(args.agent), [*population_overrides(args), *overrides],
-                                                source=args.agent, origins=population_flag_origins(args))
+        agent_cfg, cfg = load_population_config(
+            load_yaml(args.agent),
+            [*population_overrides(args), *overrides],
+            source=args.agent,
+            origins=population_flag_origins(args),
+        )
     except ConfigError as exc:
         where = exc.source or args.agent
         for problem in exc.problems:
@@ -109,8 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         rl_cfg["train_dir"] = train_dir
         extra = [IsaacAlgoObserver(), replay]
     try:
-        train_member(agent_cfg, cfg, train_dir=train_dir, task=task,
-                     checkpoint=args.checkpoint, extra_observers=extra)
+        train_member(agent_cfg, cfg, train_dir=train_dir, task=task, checkpoint=args.checkpoint, extra_observers=extra)
     except (WorkspaceError, CheckpointError) as exc:
         # Problems the user must fix (claimed index, unwritable workspace, unloadable checkpoint):
         # one clear line and exit code 2, which the launcher does not retry.

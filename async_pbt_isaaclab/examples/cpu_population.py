@@ -59,16 +59,27 @@ def build_parser() -> argparse.ArgumentParser:
 def member_command(args: argparse.Namespace, workspace: Path) -> list[str]:
     preset = SMOKE if args.smoke else FULL
     return [
-        sys.executable, "-m", "async_pbt.examples.cpu_member",
-        "--max_iterations", str(args.iterations or preset["iterations"]),
-        "--train-dir", str(workspace / "runs"),
-        "--pbt-rule", args.rule,
-        "--pbt-interval-steps", str(preset["interval"]),
-        "--pbt-start-grace-frames", str(preset["start_grace"]),
-        "--pbt-restart-grace-frames", str(preset["interval"]),
-        "--pbt-min-episodes", str(preset["min_episodes"]),
-        "--pbt-window", str(max(64, preset["min_episodes"])),
-        "--pbt-heartbeat-interval-s", "5",
+        sys.executable,
+        "-m",
+        "async_pbt.examples.cpu_member",
+        "--max_iterations",
+        str(args.iterations or preset["iterations"]),
+        "--train-dir",
+        str(workspace / "runs"),
+        "--pbt-rule",
+        args.rule,
+        "--pbt-interval-steps",
+        str(preset["interval"]),
+        "--pbt-start-grace-frames",
+        str(preset["start_grace"]),
+        "--pbt-restart-grace-frames",
+        str(preset["interval"]),
+        "--pbt-min-episodes",
+        str(preset["min_episodes"]),
+        "--pbt-window",
+        str(max(64, preset["min_episodes"])),
+        "--pbt-heartbeat-interval-s",
+        "5",
         # One torch thread per member: N members share the machine's cores.
         "agent.params.torch_threads=1",
         "agent.pbt.mutation.learning_rate=mutate_float",
@@ -95,13 +106,16 @@ def summarize(workspace: Path) -> list[str]:
         donors = ", ".join(f"gen {e['generation']} <- member {e['donor']}" for e in exploits) or "none"
         ev = r.evidence
         objective = f"{ev.mean:9.1f} over {ev.count} episodes" if ev.count else "no evidence yet"
-        lines.append(f"  member {index}: {r.frame:>8} frames, generation {r.generation}, objective {objective}, "
-                     f"status {r.status}; exploits: {donors}")
+        lines.append(
+            f"  member {index}: {r.frame:>8} frames, generation {r.generation}, objective {objective}, "
+            f"status {r.status}; exploits: {donors}"
+        )
     best = population_best(ws, top=1)
     if best:
         b = best[0]
-        lines.append(f"best checkpoint: member {b['member']} objective {b['objective']:.1f} -> "
-                     f"{workspace / b['checkpoint']}")
+        lines.append(
+            f"best checkpoint: member {b['member']} objective {b['objective']:.1f} -> {workspace / b['checkpoint']}"
+        )
     lines.append(f"exploits completed: {total_exploits}")
     lines.append(f"inspect: async-pbt status {workspace} | async-pbt lineage {workspace} | async-pbt audit {workspace}")
     return lines
@@ -116,10 +130,13 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UsageError(
             f"--members {args.members}: a population needs at least 2 members (a member exploits and explores "
             f"only after comparing itself with a peer); to train one policy alone run "
-            f"python -m async_pbt.examples.cpu_member")
+            f"python -m async_pbt.examples.cpu_member"
+        )
     if args.iterations is not None and args.iterations < 1:
-        raise UsageError(f"--iterations {args.iterations}: must be at least 1 (omit it for the preset: "
-                         f"{SMOKE['iterations']} with --smoke, {FULL['iterations']} without)")
+        raise UsageError(
+            f"--iterations {args.iterations}: must be at least 1 (omit it for the preset: "
+            f"{SMOKE['iterations']} with --smoke, {FULL['iterations']} without)"
+        )
     if not args.progress_interval > 0:
         raise UsageError(f"--progress-interval {args.progress_interval:g}: must be a positive number of seconds")
 
@@ -136,9 +153,11 @@ def check_workspace(workspace: Path, members: int) -> dict | None:
     except WorkspaceError as exc:
         raise UsageError(f"--workspace {workspace}: {exc}") from None
     if meta.get("num_policies") != members:
-        raise UsageError(f"--workspace {workspace}: was created for {meta.get('num_policies')} members, not "
-                         f"--members {members}; pass --members {meta.get('num_policies')} to resume it, "
-                         f"or use a new --workspace")
+        raise UsageError(
+            f"--workspace {workspace}: was created for {meta.get('num_policies')} members, not "
+            f"--members {members}; pass --members {meta.get('num_policies')} to resume it, "
+            f"or use a new --workspace"
+        )
     return meta
 
 
@@ -146,13 +165,21 @@ def check_member_config(args: argparse.Namespace, workspace: Path) -> None:
     """Validate the members' config exactly as a member will, before any process starts."""
     parser = argparse.ArgumentParser(add_help=False)
     add_population_args(parser)
-    flags = [*member_command(args, workspace)[3:], "--pbt-workspace", str(workspace),
-             "--pbt-members", str(args.members), "--pbt-index", "0"]
+    flags = [
+        *member_command(args, workspace)[3:],
+        "--pbt-workspace",
+        str(workspace),
+        "--pbt-members",
+        str(args.members),
+        "--pbt-index",
+        "0",
+    ]
     member_args, rest = parser.parse_known_args(flags)
     overrides = [o for o in rest if "=" in o]
     try:
-        load_population_config(load_yaml(AGENT_YAML), [*population_overrides(member_args), *overrides],
-                               source=str(AGENT_YAML))
+        load_population_config(
+            load_yaml(AGENT_YAML), [*population_overrides(member_args), *overrides], source=str(AGENT_YAML)
+        )
     except ConfigError as exc:
         raise UsageError("; ".join(exc.problems)) from None
 
@@ -172,21 +199,31 @@ def main(argv: list[str] | None = None) -> int:
 
     resumed = meta is not None
     if meta is not None:
-        print(f"[cpu-population] resuming the existing workspace {workspace} "
-              f"(created {time.ctime(meta.get('created', 0))}): each member continues from its own last checkpoint. "
-              f"Use a new --workspace for an independent experiment.", flush=True)
+        print(
+            f"[cpu-population] resuming the existing workspace {workspace} "
+            f"(created {time.ctime(meta.get('created', 0))}): each member continues from its own last checkpoint. "
+            f"Use a new --workspace for an independent experiment.",
+            flush=True,
+        )
     else:
         print(f"[cpu-population] new experiment in {workspace}", flush=True)
     started = time.time()
     try:
-        result = launch_population(member_command(args, workspace), args.members, workspace, gpus=[],
-                                   progress_interval_s=args.progress_interval)
+        result = launch_population(
+            member_command(args, workspace),
+            args.members,
+            workspace,
+            gpus=[],
+            progress_interval_s=args.progress_interval,
+        )
     except LaunchError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     how = f"stopped by {result.stopped_by}" if result.stopped_by else "done"
-    print(f"\n[cpu-population] {how} after {time.time() - started:.0f}s "
-          f"({'resumed' if resumed else 'new'} workspace); exit code {result.exit_code}")
+    print(
+        f"\n[cpu-population] {how} after {time.time() - started:.0f}s "
+        f"({'resumed' if resumed else 'new'} workspace); exit code {result.exit_code}"
+    )
     for line in summarize(workspace):
         print(line)
     if result.stopped_by:

@@ -37,8 +37,10 @@ def check_member_command(command: Sequence[str]) -> list[str]:
     for token in command[1:]:
         name = token.split("=", 1)[0]
         if name in MEMBER_FLAGS or any(o in token for o in MEMBER_OVERRIDES):
-            raise LaunchError(f"the member command contains {token!r}; the launcher sets --pbt-workspace, "
-                              f"--pbt-members and --pbt-index itself, remove it")
+            raise LaunchError(
+                f"the member command contains {token!r}; the launcher sets --pbt-workspace, "
+                f"--pbt-members and --pbt-index itself, remove it"
+            )
     return command
 
 

@@ -23,13 +23,19 @@ from async_pbt_isaaclab.launch.arguments import LaunchError, check_indices, chec
 BACKENDS = ("local", "slurm", "ray")
 """Values of ``--backend``."""
 
+
 def add_backend_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``--backend`` and of the SLURM and Ray backends."""
-    p.add_argument("--backend", choices=BACKENDS, default="local",
-                   help="local: processes on this machine (default); slurm: one job array task per member; "
-                        "ray: one Ray task per member (see docs/cluster.md)")
-    p.add_argument("--no-doctor", action="store_true",
-                   help="skip the filesystem checks of `async-pbt doctor` before launching")
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="local",
+        help="local: processes on this machine (default); slurm: one job array task per member; "
+        "ray: one Ray task per member (see docs/cluster.md)",
+    )
+    p.add_argument(
+        "--no-doctor", action="store_true", help="skip the filesystem checks of `async-pbt doctor` before launching"
+    )
     s = p.add_argument_group("SLURM backend (--backend slurm)")
     s.add_argument("--partition", default=None, help="sbatch --partition")
     s.add_argument("--gres", default=None, metavar="SPEC", help="sbatch --gres per member, e.g. gpu:1")
@@ -37,22 +43,49 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--cpus-per-task", type=int, default=None, metavar="N", help="sbatch --cpus-per-task")
     s.add_argument("--mem", default=None, metavar="SIZE", help="sbatch --mem per member, e.g. 32G")
     s.add_argument("--job-name", default=None, help="sbatch --job-name (default async-pbt-<workspace name>)")
-    s.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
-                   help="extra #SBATCH line; use the = form: --sbatch-arg=--account=rl (repeatable)")
-    s.add_argument("--setup", action="append", default=[], metavar="LINE",
-                   help="shell line run in the batch script before the member, e.g. 'module load cuda' (repeatable)")
-    s.add_argument("--python", default=None, metavar="CMD",
-                   help="interpreter that runs the per-member supervisor on the compute node "
-                        "(default: the Python running this launcher); must have this package installed")
+    s.add_argument(
+        "--sbatch-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra #SBATCH line; use the = form: --sbatch-arg=--account=rl (repeatable)",
+    )
+    s.add_argument(
+        "--setup",
+        action="append",
+        default=[],
+        metavar="LINE",
+        help="shell line run in the batch script before the member, e.g. 'module load cuda' (repeatable)",
+    )
+    s.add_argument(
+        "--python",
+        default=None,
+        metavar="CMD",
+        help="interpreter that runs the per-member supervisor on the compute node "
+        "(default: the Python running this launcher); must have this package installed",
+    )
     s.add_argument("--dry-run", action="store_true", help="print the batch script instead of submitting it")
     r = p.add_argument_group("Ray backend (--backend ray)")
-    r.add_argument("--address", default=None,
-                   help="Ray cluster to join: 'auto' (the cluster started on this node with `ray start`) or "
-                        "HOST:PORT; default: start a local Ray instance for this launch")
-    r.add_argument("--gpus-per-member", type=float, default=0.0, metavar="G",
-                   help="GPUs each member's Ray task requests; fractions share a GPU (0.5: two per GPU)")
-    r.add_argument("--cpus-per-member", type=float, default=1.0, metavar="C",
-                   help="CPUs each member's Ray task requests (default 1)")
+    r.add_argument(
+        "--address",
+        default=None,
+        help="Ray cluster to join: 'auto' (the cluster started on this node with `ray start`) or "
+        "HOST:PORT; default: start a local Ray instance for this launch",
+    )
+    r.add_argument(
+        "--gpus-per-member",
+        type=float,
+        default=0.0,
+        metavar="G",
+        help="GPUs each member's Ray task requests; fractions share a GPU (0.5: two per GPU)",
+    )
+    r.add_argument(
+        "--cpus-per-member",
+        type=float,
+        default=1.0,
+        metavar="C",
+        help="CPUs each member's Ray task requests (default 1)",
+    )
 
 
 def run_doctor(workspace: str | os.PathLike) -> bool:
@@ -60,12 +93,16 @@ def run_doctor(workspace: str | os.PathLike) -> bool:
     lines, failed = doctor_report(workspace)
     shown = [line for line in lines if not line.startswith("ok")]
     if shown:
-        print("async-pbt launch: filesystem checks of the workspace:\n" + "\n".join("  " + x for x in shown),
-              file=sys.stderr)
+        print(
+            "async-pbt launch: filesystem checks of the workspace:\n" + "\n".join("  " + x for x in shown),
+            file=sys.stderr,
+        )
     if failed:
-        print(f"async-pbt launch: error: the workspace's filesystem fails {', '.join(c.name for c in failed)}; "
-              f"nothing launched (see `async-pbt doctor {workspace}`; --no-doctor skips the checks)",
-              file=sys.stderr)
+        print(
+            f"async-pbt launch: error: the workspace's filesystem fails {', '.join(c.name for c in failed)}; "
+            f"nothing launched (see `async-pbt doctor {workspace}`; --no-doctor skips the checks)",
+            file=sys.stderr,
+        )
     return not failed
 
 

@@ -29,7 +29,7 @@ def parse_nvidia_smi_list(text: str) -> list[str]:
     for raw in text.splitlines():
         line = raw.strip()
         if line.startswith("GPU ") and ":" in line:
-            gpus.append((line[4:line.index(":")].strip(), []))
+            gpus.append((line[4 : line.index(":")].strip(), []))
         elif line.startswith("MIG ") and gpus and "UUID:" in line:
             gpus[-1][1].append(line.split("UUID:", 1)[1].strip().rstrip(")").strip())
     out: list[str] = []
@@ -88,8 +88,14 @@ def device_index(gpu: str, gpu_ids: Sequence[str], environ: Mapping[str, str]) -
     return int(gpu)
 
 
-def place_member(index: int, command: list[str], env: dict[str, str], gpu_ids: Sequence[str], placement: str,
-                 environ: Mapping[str, str]) -> str | None:
+def place_member(
+    index: int,
+    command: list[str],
+    env: dict[str, str],
+    gpu_ids: Sequence[str],
+    placement: str,
+    environ: Mapping[str, str],
+) -> str | None:
     """Put member ``index`` on its GPU by editing its ``command`` (``device``) or ``env`` (``mask``) in place;
     the GPU it got, or ``None`` without GPUs. ``environ``: the environment the member inherits."""
     if not gpu_ids:
@@ -105,8 +111,10 @@ def place_member(index: int, command: list[str], env: dict[str, str], gpu_ids: S
 def check_device_flag(command: Sequence[str], gpu_ids: Sequence[str], placement: str) -> None:
     """Refuses a member command with its own ``--device`` when the launcher passes one to each member."""
     if gpu_ids and placement == "device" and any(t == "--device" or t.startswith("--device=") for t in command):
-        raise LaunchError("the member command contains --device; the launcher passes --device cuda:<i> to each "
-                          "member itself, remove it")
+        raise LaunchError(
+            "the member command contains --device; the launcher passes --device cuda:<i> to each "
+            "member itself, remove it"
+        )
 
 
 def describe_placement(assigned: Mapping[int, str | None], gpu_ids: Sequence[str], placement: str) -> str:

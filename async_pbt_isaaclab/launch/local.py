@@ -74,51 +74,112 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument(
         "--workspace", "-w", required=True, metavar="DIR", help="population workspace folder (--pbt-workspace)"
     )
-    p.add_argument("--gpus", type=_parse_gpus, default=None, metavar="LIST",
-                   help="comma-separated CUDA_VISIBLE_DEVICES values assigned round-robin (e.g. 0,1,2,3); "
-                        "'none' for no assignment; default 'auto': CUDA_VISIBLE_DEVICES or nvidia-smi -L")
-    p.add_argument("--gpu-placement", choices=GPU_PLACEMENTS, default="auto",
-                   help="how a member is put on its GPU: 'device' passes --device cuda:<i> (Isaac Lab 2.x: masking "
-                        "CUDA_VISIBLE_DEVICES breaks its renderer, Isaac Lab issue #2756), 'mask' sets "
-                        "CUDA_VISIBLE_DEVICES; default 'auto': device on Isaac Lab 2.x, else mask")
-    p.add_argument("--indices", type=parse_indices, default=None, metavar="LIST",
-                   help="run only these members (e.g. 0-3 on this node, 4-7 on the next); default all")
-    p.add_argument("--max-retries", type=int, default=3, metavar="N",
-                   help="crash restarts allowed per member within --retry-window (default 3)")
-    p.add_argument("--retry-window", type=float, default=3600.0, metavar="SECONDS",
-                   help="sliding window for --max-retries; 0 counts every crash of the run (default 3600)")
-    p.add_argument("--backoff", type=float, default=5.0, metavar="SECONDS",
-                   help="wait before the first restart, doubled per crash in the window (default 5)")
-    p.add_argument("--progress-interval", type=float, default=10.0, metavar="SECONDS",
-                   help="seconds between progress reports (default 10)")
-    p.add_argument("--stop-grace", type=float, default=30.0, metavar="SECONDS",
-                   help="after Ctrl-C, how long members may take to stop before SIGTERM (default 30)")
-    p.add_argument("--term-grace", type=float, default=10.0, metavar="SECONDS",
-                   help="after SIGTERM, how long before SIGKILL (default 10)")
+    p.add_argument(
+        "--gpus",
+        type=_parse_gpus,
+        default=None,
+        metavar="LIST",
+        help="comma-separated CUDA_VISIBLE_DEVICES values assigned round-robin (e.g. 0,1,2,3); "
+        "'none' for no assignment; default 'auto': CUDA_VISIBLE_DEVICES or nvidia-smi -L",
+    )
+    p.add_argument(
+        "--gpu-placement",
+        choices=GPU_PLACEMENTS,
+        default="auto",
+        help="how a member is put on its GPU: 'device' passes --device cuda:<i> (Isaac Lab 2.x: masking "
+        "CUDA_VISIBLE_DEVICES breaks its renderer, Isaac Lab issue #2756), 'mask' sets "
+        "CUDA_VISIBLE_DEVICES; default 'auto': device on Isaac Lab 2.x, else mask",
+    )
+    p.add_argument(
+        "--indices",
+        type=parse_indices,
+        default=None,
+        metavar="LIST",
+        help="run only these members (e.g. 0-3 on this node, 4-7 on the next); default all",
+    )
+    p.add_argument(
+        "--max-retries",
+        type=int,
+        default=3,
+        metavar="N",
+        help="crash restarts allowed per member within --retry-window (default 3)",
+    )
+    p.add_argument(
+        "--retry-window",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="sliding window for --max-retries; 0 counts every crash of the run (default 3600)",
+    )
+    p.add_argument(
+        "--backoff",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="wait before the first restart, doubled per crash in the window (default 5)",
+    )
+    p.add_argument(
+        "--progress-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between progress reports (default 10)",
+    )
+    p.add_argument(
+        "--stop-grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="after Ctrl-C, how long members may take to stop before SIGTERM (default 30)",
+    )
+    p.add_argument(
+        "--term-grace",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="after SIGTERM, how long before SIGKILL (default 10)",
+    )
     p.add_argument("--log-dir", default=None, metavar="DIR", help="folder for member_NNN.log (default WORKSPACE/logs)")
-    p.add_argument("--env", type=_parse_env, action="append", default=[], metavar="KEY=VALUE",
-                   help="extra environment variable for every member (repeatable)")
+    p.add_argument(
+        "--env",
+        type=_parse_env,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment variable for every member (repeatable)",
+    )
     add_backend_arguments(p)
-    p.add_argument("member_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
-                   help="the training command, after '--'; the launcher appends --pbt-workspace, "
-                        "--pbt-members and --pbt-index")
+    p.add_argument(
+        "member_command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND ...",
+        help="the training command, after '--'; the launcher appends --pbt-workspace, --pbt-members and --pbt-index",
+    )
     return p
 
 
-_DESCRIPTION = ("Start N members of a training command on this machine: GPUs round-robin, crashed members "
-                "restarted from their last checkpoint (bounded retries), Ctrl-C forwarded to all, progress "
-                "every few seconds. See docs/launch.md.")
-_EPILOG = ("example:\n  async-pbt launch --members 4 --workspace /shared/pbt --gpus 0,1 -- \\\n"
-           "      ./isaaclab.sh -p scripts/train_pbt.py --task Isaac-Ant-v0 --headless   (Isaac Lab 2.x)\n"
-           "  async-pbt launch --members 4 --workspace /shared/pbt -- python scripts/train_pbt.py "
-           "--task Isaac-Ant   (3.0)")
+_DESCRIPTION = (
+    "Start N members of a training command on this machine: GPUs round-robin, crashed members "
+    "restarted from their last checkpoint (bounded retries), Ctrl-C forwarded to all, progress "
+    "every few seconds. See docs/launch.md."
+)
+_EPILOG = (
+    "example:\n  async-pbt launch --members 4 --workspace /shared/pbt --gpus 0,1 -- \\\n"
+    "      ./isaaclab.sh -p scripts/train_pbt.py --task Isaac-Ant-v0 --headless   (Isaac Lab 2.x)\n"
+    "  async-pbt launch --members 4 --workspace /shared/pbt -- python scripts/train_pbt.py "
+    "--task Isaac-Ant   (3.0)"
+)
 
 
 def add_launch_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``launch`` on the ``async-pbt`` command (sets ``func=cmd_launch``)."""
-    p = subparsers.add_parser("launch", help="start and supervise the members of a population on this machine",
-                              description=_DESCRIPTION, epilog=_EPILOG,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "launch",
+        help="start and supervise the members of a population on this machine",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_launch_arguments(p)
     p.set_defaults(func=cmd_launch)
     return p
@@ -131,17 +192,29 @@ def cmd_launch(args: argparse.Namespace) -> int:
         command = command[1:]
     if args.members == 1:
         # Allowed (crash restarts of one run are still useful), but it is not a population.
-        print("async-pbt launch: note: --members 1: a single member has no peer to compare with, so it never "
-              "exploits or explores; it trains alone with crash restarts", file=sys.stderr)
+        print(
+            "async-pbt launch: note: --members 1: a single member has no peer to compare with, so it never "
+            "exploits or explores; it trains alone with crash restarts",
+            file=sys.stderr,
+        )
     code = run_backend(args, command)  # the filesystem doctor; SLURM and Ray backends
     if code is not None:
         return code
     try:
         result = launch_population(
-            command, args.members, args.workspace, gpus=args.gpus, max_retries=args.max_retries,
-            retry_window_s=args.retry_window if args.retry_window > 0 else None, restart_backoff_s=args.backoff,
-            progress_interval_s=args.progress_interval, stop_grace_s=args.stop_grace,
-            term_grace_s=args.term_grace, log_dir=args.log_dir, extra_env=dict(args.env), indices=args.indices,
+            command,
+            args.members,
+            args.workspace,
+            gpus=args.gpus,
+            max_retries=args.max_retries,
+            retry_window_s=args.retry_window if args.retry_window > 0 else None,
+            restart_backoff_s=args.backoff,
+            progress_interval_s=args.progress_interval,
+            stop_grace_s=args.stop_grace,
+            term_grace_s=args.term_grace,
+            log_dir=args.log_dir,
+            extra_env=dict(args.env),
+            indices=args.indices,
             gpu_placement=args.gpu_placement,
         )
     except LaunchError as exc:
@@ -152,8 +225,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """Parser of ``python -m async_pbt_isaaclab.launch.local`` (same options as ``async-pbt launch``)."""
-    p = OneLineParser(prog="python -m async_pbt_isaaclab.launch.local", description=_DESCRIPTION,
-                                epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(
+        prog="python -m async_pbt_isaaclab.launch.local",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     return add_launch_arguments(p)
 
 

@@ -107,13 +107,26 @@ def launch_population(
         table[i] = SupervisedMember(outcome=outcome, command=cmd, env=env)
 
     sup = Supervisor(
-        table, workspace=root, num_members=members, max_retries=max_retries, retry_window_s=retry_window_s,
-        restart_backoff_s=restart_backoff_s, max_backoff_s=max_backoff_s, progress_interval_s=progress_interval_s,
-        stop_grace_s=stop_grace_s, term_grace_s=term_grace_s, die_with_launcher=die_with_launcher,
-        output=out, on_progress=on_progress, stop_event=stop_event, base_command=command,
+        table,
+        workspace=root,
+        num_members=members,
+        max_retries=max_retries,
+        retry_window_s=retry_window_s,
+        restart_backoff_s=restart_backoff_s,
+        max_backoff_s=max_backoff_s,
+        progress_interval_s=progress_interval_s,
+        stop_grace_s=stop_grace_s,
+        term_grace_s=term_grace_s,
+        die_with_launcher=die_with_launcher,
+        output=out,
+        on_progress=on_progress,
+        stop_event=stop_event,
+        base_command=command,
     )
     gpu_text = describe_placement({i: m.outcome.gpu for i, m in table.items()}, gpu_ids, placement)
-    sup.say(f"launching {len(table)} of {members} members: {shlex.join(command)}\n"
-            f"workspace {root}; {gpu_text}\n"
-            f"logs {logs}/member_NNN.log; journal {root / 'launcher.jsonl'}; Ctrl-C stops all members")
+    sup.say(
+        f"launching {len(table)} of {members} members: {shlex.join(command)}\n"
+        f"workspace {root}; {gpu_text}\n"
+        f"logs {logs}/member_NNN.log; journal {root / 'launcher.jsonl'}; Ctrl-C stops all members"
+    )
     return sup.run()

@@ -90,9 +90,13 @@ def read_log_tail(path: str | os.PathLike, since_offset: int = 0, lines: int = L
     return [line.rstrip() for line in out if line.strip()][-lines:]
 
 
-def progress_lines(workspace: str | os.PathLike, indices: Sequence[int],
-                   states: Mapping[int, str] | None = None, now: float | None = None,
-                   target_frames: int | None = None) -> list[str]:
+def progress_lines(
+    workspace: str | os.PathLike,
+    indices: Sequence[int],
+    states: Mapping[int, str] | None = None,
+    now: float | None = None,
+    target_frames: int | None = None,
+) -> list[str]:
     """One progress line per member in ``indices``, from the records published in ``workspace``.
 
     ``states`` adds the launcher's view of each member (``running pid 123 gpu 0``). A missing record
@@ -154,8 +158,14 @@ class Journal:
         self._host = socket.gethostname()
 
     def write(self, event: str, member: int | None = None, **fields: Any) -> None:
-        entry = {"time": time.time(), "member": member, "event": event, **fields,
-                 "host": self._host, "launcher_pid": os.getpid()}
+        entry = {
+            "time": time.time(),
+            "member": member,
+            "event": event,
+            **fields,
+            "host": self._host,
+            "launcher_pid": os.getpid(),
+        }
         data = (json.dumps(entry, sort_keys=True, default=str) + "\n").encode()
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

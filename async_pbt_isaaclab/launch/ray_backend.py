@@ -74,8 +74,16 @@ def _read_json(path: Path) -> dict[str, Any]:
         return {}
 
 
-def run_member(index: int, argv: Sequence[str], env: dict[str, str], cwd: str, workspace: str, log_path: str,
-               backoff_s: float, stop_grace_s: float) -> int:
+def run_member(
+    index: int,
+    argv: Sequence[str],
+    env: dict[str, str],
+    cwd: str,
+    workspace: str,
+    log_path: str,
+    backoff_s: float,
+    stop_grace_s: float,
+) -> int:
     """Body of one member's Ray task (runs on a Ray worker): start ``argv``, wait, report how it ended."""
     status_path = _status_path(workspace, index)
     previous = _read_json(status_path)
@@ -87,17 +95,30 @@ def run_member(index: int, argv: Sequence[str], env: dict[str, str], cwd: str, w
         return EXIT_STOPPED  # a retry that came after the stop request
     full_env = dict(os.environ)
     full_env.update(env)
-    status: dict[str, Any] = {"member": index, "attempt": attempt, "host": socket.gethostname(),
-                              "launch": env.get("ASYNC_PBT_LAUNCH_ID"), "started": time.time(),
-                              "cuda_visible_devices": full_env.get("CUDA_VISIBLE_DEVICES")}
+    status: dict[str, Any] = {
+        "member": index,
+        "attempt": attempt,
+        "host": socket.gethostname(),
+        "launch": env.get("ASYNC_PBT_LAUNCH_ID"),
+        "started": time.time(),
+        "cuda_visible_devices": full_env.get("CUDA_VISIBLE_DEVICES"),
+    }
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     status_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         log.write(f"\n[async-pbt ray] member {index} attempt {attempt} on {status['host']}\n".encode())
         log.flush()
-        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                cwd=cwd, env=full_env, start_new_session=True, preexec_fn=member_preexec(True),
-                                close_fds=True)
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=full_env,
+            start_new_session=True,
+            preexec_fn=member_preexec(True),
+            close_fds=True,
+        )
     atomic_write_json(status_path, {**status, "state": "running", "pid": proc.pid})
     stop_file = Path(workspace) / STOP_FILE
     try:
@@ -108,8 +129,17 @@ def run_member(index: int, argv: Sequence[str], env: dict[str, str], cwd: str, w
             except subprocess.TimeoutExpired:
                 if _read_json(stop_file).get("launch") == env.get("ASYNC_PBT_LAUNCH_ID"):
                     code = _stop(proc, stop_grace_s)
-                    atomic_write_json(status_path, {**status, "state": "stopped", "pid": proc.pid, "code": code,
-                                                    "reason": "stopped on request", "ended": time.time()})
+                    atomic_write_json(
+                        status_path,
+                        {
+                            **status,
+                            "state": "stopped",
+                            "pid": proc.pid,
+                            "code": code,
+                            "reason": "stopped on request",
+                            "ended": time.time(),
+                        },
+                    )
                     return EXIT_STOPPED
     except BaseException:  # ray.cancel(force=True) or the worker shutting down: do not leave the member behind
         code = _stop(proc, stop_grace_s)
@@ -121,8 +151,10 @@ def run_member(index: int, argv: Sequence[str], env: dict[str, str], cwd: str, w
         except (ProcessLookupError, PermissionError):
             pass
     state = "finished" if code == 0 else "usage error" if code == 2 else "crashed"
-    atomic_write_json(status_path, {**status, "state": state, "pid": proc.pid, "code": code,
-                                    "reason": describe_exit(code), "ended": time.time()})
+    atomic_write_json(
+        status_path,
+        {**status, "state": state, "pid": proc.pid, "code": code, "reason": describe_exit(code), "ended": time.time()},
+    )
     if code in (0, 2):
         return code
     raise MemberCrashed(f"member {index} attempt {attempt}: {describe_exit(code)}")
@@ -184,21 +216,46 @@ def launch_ray(args, command: list[str], workspace: Path, indices: list[int]) ->
     ray.init(**init)
     previous_term = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        atomic_write_json(workspace / DRIVER_FILE, {"host": socket.gethostname(), "pid": os.getpid(),
-                                                    "address": args.address or "local", "launch": launch_id,
-                                                    "started": time.time(), "members": args.members})
+        atomic_write_json(
+            workspace / DRIVER_FILE,
+            {
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "address": args.address or "local",
+                "launch": launch_id,
+                "started": time.time(),
+                "members": args.members,
+            },
+        )
         task = ray.remote(run_member).options(
-            num_cpus=args.cpus_per_member, num_gpus=args.gpus_per_member, max_retries=args.max_retries,
-            retry_exceptions=[MemberCrashed], name="async-pbt-member")
+            num_cpus=args.cpus_per_member,
+            num_gpus=args.gpus_per_member,
+            max_retries=args.max_retries,
+            retry_exceptions=[MemberCrashed],
+            name="async-pbt-member",
+        )
         refs: dict[Any, int] = {}
         for i in indices:
             env = {**dict(args.env), "ASYNC_PBT_MEMBER_INDEX": str(i), "ASYNC_PBT_LAUNCH_ID": launch_id}
             argv = member_command(command, str(workspace), args.members, i)
-            refs[task.remote(i, argv, env, os.getcwd(), str(workspace),
-                             str(logs / f"member_{member_dirname(i)}.log"), args.backoff, args.stop_grace)] = i
-        print(f"[launch ray] {len(refs)} of {args.members} members as Ray tasks "
-              f"({args.gpus_per_member:g} GPU, {args.cpus_per_member:g} CPU each, up to {args.max_retries} "
-              f"retries); cluster {args.address or 'local'}; logs {logs}/member_NNN.log", flush=True)
+            refs[
+                task.remote(
+                    i,
+                    argv,
+                    env,
+                    os.getcwd(),
+                    str(workspace),
+                    str(logs / f"member_{member_dirname(i)}.log"),
+                    args.backoff,
+                    args.stop_grace,
+                )
+            ] = i
+        print(
+            f"[launch ray] {len(refs)} of {args.members} members as Ray tasks "
+            f"({args.gpus_per_member:g} GPU, {args.cpus_per_member:g} CPU each, up to {args.max_retries} "
+            f"retries); cluster {args.address or 'local'}; logs {logs}/member_NNN.log",
+            flush=True,
+        )
         return _wait(ray, refs, workspace, args.progress_interval, launch_id, args.stop_grace)
     finally:
         signal.signal(signal.SIGTERM, previous_term)
@@ -228,8 +285,11 @@ def _wait(ray, refs: dict[Any, int], workspace: Path, interval: float, launch_id
                 return 128 + signal.SIGINT
             stopped = True
             request_stop(workspace, launch_id)
-            print(f"[launch ray] stopping: each member saves and stops (up to {stop_grace_s:g} s); "
-                  f"Ctrl-C again to cancel the tasks now", flush=True)
+            print(
+                f"[launch ray] stopping: each member saves and stops (up to {stop_grace_s:g} s); "
+                f"Ctrl-C again to cancel the tasks now",
+                flush=True,
+            )
             continue
         for ref in done:
             i = refs[ref]
@@ -237,8 +297,9 @@ def _wait(ray, refs: dict[Any, int], workspace: Path, interval: float, launch_id
                 code = ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - retries used up: a RayTaskError or a lost worker
                 given_up.append(i)
-                print(f"[launch ray] member {i:03d} GIVEN UP after Ray's retries: {str(exc).splitlines()[-1]}",
-                      flush=True)
+                print(
+                    f"[launch ray] member {i:03d} GIVEN UP after Ray's retries: {str(exc).splitlines()[-1]}", flush=True
+                )
                 continue
             if code == 0:
                 print(f"[launch ray] member {i:03d} finished", flush=True)
@@ -247,8 +308,10 @@ def _wait(ray, refs: dict[Any, int], workspace: Path, interval: float, launch_id
                 print(f"[launch ray] member {i:03d} stopped (resumes at the next launch)", flush=True)
             else:
                 given_up.append(i)
-                print(f"[launch ray] member {i:03d} GIVEN UP: exit code {code} (a usage error, not retried); "
-                      f"see its log", flush=True)
+                print(
+                    f"[launch ray] member {i:03d} GIVEN UP: exit code {code} (a usage error, not retried); see its log",
+                    flush=True,
+                )
         if not done and not stopped:
             states = member_states(workspace) or {}
             lines = progress_lines(workspace, sorted(refs.values()), states)
@@ -260,8 +323,9 @@ def _wait(ray, refs: dict[Any, int], workspace: Path, interval: float, launch_id
 
 def request_stop(workspace: Path, launch_id: str) -> None:
     """Ask every member task of ``launch_id`` to stop its member (see :data:`STOP_FILE`)."""
-    atomic_write_json(Path(workspace) / STOP_FILE, {"launch": launch_id, "time": time.time(),
-                                                    "host": socket.gethostname()})
+    atomic_write_json(
+        Path(workspace) / STOP_FILE, {"launch": launch_id, "time": time.time(), "host": socket.gethostname()}
+    )
 
 
 def stop_driver(workspace: Path) -> str | None:
@@ -270,5 +334,7 @@ def stop_driver(workspace: Path) -> str | None:
     if not data or not data.get("launch"):
         return None
     request_stop(workspace, str(data["launch"]))
-    return (f"asked the Ray launch {data['launch']} (driver pid {data.get('pid')} on {data.get('host')}) to stop: "
-            f"each member saves and stops, then the driver exits")
+    return (
+        f"asked the Ray launch {data['launch']} (driver pid {data.get('pid')} on {data.get('host')}) to stop: "
+        f"each member saves and stops, then the driver exits"
+    )

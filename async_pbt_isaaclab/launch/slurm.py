@@ -93,8 +93,15 @@ def array_spec(indices: Sequence[int]) -> str:
     return ",".join(parts)
 
 
-def batch_script(supervisor_args: Sequence[str], command: Sequence[str], members: int, workspace: Path,
-                 indices: Sequence[int], options: SlurmOptions, cwd: Path) -> str:
+def batch_script(
+    supervisor_args: Sequence[str],
+    command: Sequence[str],
+    members: int,
+    workspace: Path,
+    indices: Sequence[int],
+    options: SlurmOptions,
+    cwd: Path,
+) -> str:
     """The sbatch script of one population submission (see the module docstring)."""
     name = options.job_name or f"async-pbt-{workspace.name}"
     lines = [
@@ -107,8 +114,13 @@ def batch_script(supervisor_args: Sequence[str], command: Sequence[str], members
         f"#SBATCH --output={workspace}/logs/slurm_%A_%a.out",
         f"#SBATCH --chdir={cwd}",
     ]
-    for flag, value in (("partition", options.partition), ("gres", options.gres), ("time", options.time),
-                        ("cpus-per-task", options.cpus_per_task), ("mem", options.mem)):
+    for flag, value in (
+        ("partition", options.partition),
+        ("gres", options.gres),
+        ("time", options.time),
+        ("cpus-per-task", options.cpus_per_task),
+        ("mem", options.mem),
+    ):
         if value is not None:
             lines.append(f"#SBATCH --{flag}={value}")
     for arg in options.sbatch_args:
@@ -124,11 +136,25 @@ def batch_script(supervisor_args: Sequence[str], command: Sequence[str], members
         'index="${SLURM_ARRAY_TASK_ID:?this script runs as a task of a SLURM job array}"',
         'echo "[async-pbt] member $index: job ${SLURM_ARRAY_JOB_ID}_${index} on $(hostname), '
         'start $(( ${SLURM_RESTART_COUNT:-0} + 1 )) of this task, $(date -u +%FT%TZ)"',
-        "exec " + " ".join([*(shlex.quote(a) for a in shlex.split(options.python)), "-m",
-                            "async_pbt_isaaclab.launch.local", "--members", str(members),
-                            "--workspace", shlex.quote(str(workspace)), "--indices", '"$index"', "--gpus", "none",
-                            *(shlex.quote(a) for a in supervisor_args), "--",
-                            *(shlex.quote(c) for c in command)]),
+        "exec "
+        + " ".join(
+            [
+                *(shlex.quote(a) for a in shlex.split(options.python)),
+                "-m",
+                "async_pbt_isaaclab.launch.local",
+                "--members",
+                str(members),
+                "--workspace",
+                shlex.quote(str(workspace)),
+                "--indices",
+                '"$index"',
+                "--gpus",
+                "none",
+                *(shlex.quote(a) for a in supervisor_args),
+                "--",
+                *(shlex.quote(c) for c in command),
+            ]
+        ),
     ]
     return "\n".join(lines) + "\n"
 
@@ -136,8 +162,10 @@ def batch_script(supervisor_args: Sequence[str], command: Sequence[str], members
 def _require(tool: str) -> str:
     path = shutil.which(tool)
     if path is None:
-        raise LaunchError(f"{tool} not found on PATH: the SLURM backend runs on a SLURM login node "
-                          f"(or use --dry-run to only print the batch script)")
+        raise LaunchError(
+            f"{tool} not found on PATH: the SLURM backend runs on a SLURM login node "
+            f"(or use --dry-run to only print the batch script)"
+        )
     return path
 
 
@@ -158,8 +186,15 @@ def submit(script: str, workspace: Path, members: int, indices: Sequence[int]) -
     if not re.fullmatch(r"\d+", job_id):
         raise LaunchError(f"sbatch printed {proc.stdout.strip()!r}, expected a job id")
     jobs = read_jobs(workspace)
-    jobs.append({"job_id": job_id, "submitted": time.time(), "members": members, "array": array_spec(indices),
-                 "script": str(path)})
+    jobs.append(
+        {
+            "job_id": job_id,
+            "submitted": time.time(),
+            "members": members,
+            "array": array_spec(indices),
+            "script": str(path),
+        }
+    )
     atomic_write_json(workspace / JOBS_FILE, {"schema": 1, "backend": "slurm", "jobs": jobs})
     return job_id
 
@@ -187,8 +222,9 @@ def task_states(workspace: Path) -> dict[int, str] | None:
         return {i: "squeue not found on this machine" for i in range(members)}
     ids = ",".join(str(j["job_id"]) for j in jobs)
     try:
-        proc = subprocess.run([squeue, "-h", "-r", "-j", ids, "-o", "%F|%K|%T|%N|%r"], capture_output=True,
-                              text=True, timeout=60)
+        proc = subprocess.run(
+            [squeue, "-h", "-r", "-j", ids, "-o", "%F|%K|%T|%N|%r"], capture_output=True, text=True, timeout=60
+        )
     except (OSError, subprocess.SubprocessError) as exc:  # status must list members even when squeue hangs
         proc = subprocess.CompletedProcess([squeue], 1, "", str(exc))
     order = {str(j["job_id"]): n for n, j in enumerate(jobs)}
@@ -227,9 +263,20 @@ def cancel(workspace: Path) -> list[str]:
 
 def supervisor_args(args) -> list[str]:
     """The local supervisor options of ``args`` to pass on into each array task."""
-    out = ["--max-retries", str(args.max_retries), "--retry-window", f"{args.retry_window:g}",
-           "--backoff", f"{args.backoff:g}", "--progress-interval", f"{args.progress_interval:g}",
-           "--stop-grace", f"{args.stop_grace:g}", "--term-grace", f"{args.term_grace:g}"]
+    out = [
+        "--max-retries",
+        str(args.max_retries),
+        "--retry-window",
+        f"{args.retry_window:g}",
+        "--backoff",
+        f"{args.backoff:g}",
+        "--progress-interval",
+        f"{args.progress_interval:g}",
+        "--stop-grace",
+        f"{args.stop_grace:g}",
+        "--term-grace",
+        f"{args.term_grace:g}",
+    ]
     if args.log_dir:
         out += ["--log-dir", os.path.abspath(args.log_dir)]
     for key, value in args.env:
@@ -241,18 +288,26 @@ def supervisor_args(args) -> list[str]:
 
 def launch_slurm(args, command: list[str], workspace: Path, indices: list[int]) -> int:
     """``async-pbt launch --backend slurm``: print (``--dry-run``) or submit the batch script."""
-    options = SlurmOptions(partition=args.partition, gres=args.gres, time=args.time,
-                           cpus_per_task=args.cpus_per_task, mem=args.mem, job_name=args.job_name,
-                           sbatch_args=list(args.sbatch_arg), setup=list(args.setup),
-                           python=args.python or sys.executable)
-    script = batch_script(supervisor_args(args), command, args.members, workspace, indices, options,
-                          Path.cwd())
+    options = SlurmOptions(
+        partition=args.partition,
+        gres=args.gres,
+        time=args.time,
+        cpus_per_task=args.cpus_per_task,
+        mem=args.mem,
+        job_name=args.job_name,
+        sbatch_args=list(args.sbatch_arg),
+        setup=list(args.setup),
+        python=args.python or sys.executable,
+    )
+    script = batch_script(supervisor_args(args), command, args.members, workspace, indices, options, Path.cwd())
     if args.dry_run:
         sys.stdout.write(script)
         return 0
     job_id = submit(script, workspace, args.members, indices)
-    print(f"submitted job array {job_id} ({len(indices)} members, tasks {array_spec(indices)}) for {workspace}\n"
-          f"  watch:  async-pbt status {workspace}   (squeue -j {job_id} -r)\n"
-          f"  logs:   {workspace}/logs/member_NNN.log, {workspace}/logs/slurm_{job_id}_N.out\n"
-          f"  stop:   async-pbt stop {workspace}")
+    print(
+        f"submitted job array {job_id} ({len(indices)} members, tasks {array_spec(indices)}) for {workspace}\n"
+        f"  watch:  async-pbt status {workspace}   (squeue -j {job_id} -r)\n"
+        f"  logs:   {workspace}/logs/member_NNN.log, {workspace}/logs/slurm_{job_id}_N.out\n"
+        f"  stop:   async-pbt stop {workspace}"
+    )
     return 0

@@ -13,7 +13,8 @@ Process model
   --pbt-index i``. When the machine has GPUs, member ``i`` gets ``gpus[i % len(gpus)]`` (round-robin,
   so members share GPUs when there are more members than GPUs), by ``--device cuda:<gpu>`` on Isaac Lab 2.x
   (masking breaks its renderer's GPU index, Isaac Lab issue #2756) or else by ``CUDA_VISIBLE_DEVICES``, so that the
-  member sees exactly one GPU as ``cuda:0`` (:data:`~async_pbt_isaaclab.launch.gpus.GPU_PLACEMENTS`). ``ASYNC_PBT_MEMBER_INDEX=i`` is exported for log prefixes only.
+  member sees exactly one GPU as ``cuda:0`` (:data:`~async_pbt_isaaclab.launch.gpus.GPU_PLACEMENTS`).
+  ``ASYNC_PBT_MEMBER_INDEX=i`` is exported for log prefixes only.
   stdin is ``/dev/null``; stdout and stderr are appended to ``WORKSPACE/logs/member_NNN.log``.
 * **Own process group.** Each member starts in a new session (``start_new_session=True``), so a
   Ctrl-C typed in the terminal reaches only the launcher and the launcher decides what the members
@@ -147,11 +148,25 @@ class Supervisor:
     """The launcher's single-threaded loop: poll members, restart crashed ones, report progress, and
     turn a recorded stop signal into the SIGINT -> SIGTERM -> SIGKILL sequence."""
 
-    def __init__(self, members: dict[int, SupervisedMember], *, workspace: Path, num_members: int, max_retries: int,
-                 retry_window_s: float | None, restart_backoff_s: float, max_backoff_s: float,
-                 progress_interval_s: float, stop_grace_s: float, term_grace_s: float,
-                 die_with_launcher: bool, output: TextIO, on_progress: Callable[[list[str]], None] | None,
-                 stop_event: threading.Event | None, base_command: list[str]):
+    def __init__(
+        self,
+        members: dict[int, SupervisedMember],
+        *,
+        workspace: Path,
+        num_members: int,
+        max_retries: int,
+        retry_window_s: float | None,
+        restart_backoff_s: float,
+        max_backoff_s: float,
+        progress_interval_s: float,
+        stop_grace_s: float,
+        term_grace_s: float,
+        die_with_launcher: bool,
+        output: TextIO,
+        on_progress: Callable[[list[str]], None] | None,
+        stop_event: threading.Event | None,
+        base_command: list[str],
+    ):
         self.members = members
         self.base_command = base_command
         self.workspace = workspace
@@ -198,15 +213,23 @@ class Supervisor:
             self.give_up(m, f"cannot open its log file {log}: {exc}")
             return
         try:
-            header = (f"\n===== async-pbt launch: member {o.index} start {o.starts} at "
-                      f"{time.strftime('%Y-%m-%d %H:%M:%S')} gpu {o.gpu if o.gpu is not None else '-'} =====\n"
-                      f"$ {shlex.join(m.command)}\n")
+            header = (
+                f"\n===== async-pbt launch: member {o.index} start {o.starts} at "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S')} gpu {o.gpu if o.gpu is not None else '-'} =====\n"
+                f"$ {shlex.join(m.command)}\n"
+            )
             fh.write(header.encode())
             fh.flush()
             m.log_offset = fh.tell()
             m.popen = subprocess.Popen(
-                m.command, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, env=m.env,
-                start_new_session=True, preexec_fn=self.preexec, close_fds=True,
+                m.command,
+                stdin=subprocess.DEVNULL,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=m.env,
+                start_new_session=True,
+                preexec_fn=self.preexec,
+                close_fds=True,
             )
         except OSError as exc:
             # Command not found / not executable: a restart would fail the same way.
@@ -216,8 +239,7 @@ class Supervisor:
             fh.close()  # the child holds its own descriptor
         o.pid = m.popen.pid
         o.status = "running"
-        self.journal.write("start", o.index, pid=o.pid, attempt=o.starts, gpu=o.gpu, log=o.log_path,
-                           command=m.command)
+        self.journal.write("start", o.index, pid=o.pid, attempt=o.starts, gpu=o.gpu, log=o.log_path, command=m.command)
         if o.starts > 1:
             self.say(f"member {o.index:03d} restarted (pid {o.pid}, start {o.starts})")
 
@@ -258,8 +280,15 @@ class Supervisor:
         reason = describe_exit(code)
         tail = read_log_tail(o.log_path, m.log_offset)
         o.reasons.append(reason)
-        self.journal.write("exit", o.index, code=code, signal=signal_name(-code) if code < 0 else None,
-                           reason=reason, pid=o.pid, log_tail=tail)
+        self.journal.write(
+            "exit",
+            o.index,
+            code=code,
+            signal=signal_name(-code) if code < 0 else None,
+            reason=reason,
+            pid=o.pid,
+            log_tail=tail,
+        )
         shown = "\n".join(f"    | {line}" for line in tail) or "    | (no output)"
         self.say(f"member {o.index:03d} crashed: {reason}; last lines of {o.log_path}:\n{shown}")
         if code in NO_RETRY_EXIT_CODES:
@@ -272,19 +301,28 @@ class Supervisor:
         m.crash_times.append(now)
         window = f"within {self.retry_window_s:g} s" if self.retry_window_s is not None else "in this run"
         if len(m.crash_times) > self.max_retries:
-            self.give_up(m, f"{reason}; {len(m.crash_times)} crashes {window} exceed --max-retries "
-                            f"{self.max_retries}")
+            self.give_up(m, f"{reason}; {len(m.crash_times)} crashes {window} exceed --max-retries {self.max_retries}")
             return
         backoff = min(self.restart_backoff_s * 2 ** (len(m.crash_times) - 1), self.max_backoff_s)
         m.next_start = now + backoff
         o.status = "backoff"
         o.restarts += 1
         resume = self._resume_point(o.index)
-        self.journal.write("restart", o.index, code=code, reason=reason, attempt=len(m.crash_times),
-                           max_retries=self.max_retries, retry_window_s=self.retry_window_s,
-                           backoff_s=backoff, resume=resume)
-        self.say(f"member {o.index:03d} restarts in {backoff:.3g} s (retry {len(m.crash_times)} of "
-                 f"{self.max_retries} {window}); {resume}")
+        self.journal.write(
+            "restart",
+            o.index,
+            code=code,
+            reason=reason,
+            attempt=len(m.crash_times),
+            max_retries=self.max_retries,
+            retry_window_s=self.retry_window_s,
+            backoff_s=backoff,
+            resume=resume,
+        )
+        self.say(
+            f"member {o.index:03d} restarts in {backoff:.3g} s (retry {len(m.crash_times)} of "
+            f"{self.max_retries} {window}); {resume}"
+        )
 
     def _record_status(self, index: int) -> str | None:
         try:
@@ -317,8 +355,9 @@ class Supervisor:
         o.exit_codes.append(code)
         o.status = "stopped"
         self._reap_leftovers(m)
-        self.journal.write("exit", o.index, code=code, reason=f"stopped by the launcher ({describe_exit(code)})",
-                           pid=o.pid)
+        self.journal.write(
+            "exit", o.index, code=code, reason=f"stopped by the launcher ({describe_exit(code)})", pid=o.pid
+        )
 
     # ---------------------------------------------------------------- progress
     def state_text(self, m: SupervisedMember) -> str:
@@ -369,8 +408,10 @@ class Supervisor:
             if sig == signal.SIGKILL:
                 self.say(f"sent SIGKILL to {len(alive)} member(s)")
             else:
-                self.say(f"sent {sig.name} to {len(alive)} member(s); waiting up to {wait_s:g} s"
-                         + (" (Ctrl-C again to terminate now)" if sig == signal.SIGINT else ""))
+                self.say(
+                    f"sent {sig.name} to {len(alive)} member(s); waiting up to {wait_s:g} s"
+                    + (" (Ctrl-C again to terminate now)" if sig == signal.SIGINT else "")
+                )
             seen = len(self.signals)
             deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline:
@@ -396,8 +437,9 @@ class Supervisor:
                 handlers[sig] = previous
                 signal.signal(sig, self._on_signal)
         try:
-            self.journal.write("launch", None, members=sorted(self.members), num_members=self.num_members,
-                               command=self.base_command)
+            self.journal.write(
+                "launch", None, members=sorted(self.members), num_members=self.num_members, command=self.base_command
+            )
             for m in self.members.values():
                 self.start(m)
             next_progress = time.monotonic() + self.progress_interval_s
@@ -444,10 +486,12 @@ class Supervisor:
             code = EXIT_OK
         result = LaunchResult(exit_code=code, members=outcomes, stopped_by=stopped_by)
         self.progress()
-        summary = ", ".join(f"{o.index:03d} {o.status}" + (f" ({o.restarts} restarts)" if o.restarts else "")
-                            for o in outcomes.values())
-        self.journal.write("done", None, exit_code=code, stopped_by=stopped_by,
-                           given_up=result.given_up, finished=result.finished)
+        summary = ", ".join(
+            f"{o.index:03d} {o.status}" + (f" ({o.restarts} restarts)" if o.restarts else "") for o in outcomes.values()
+        )
+        self.journal.write(
+            "done", None, exit_code=code, stopped_by=stopped_by, given_up=result.given_up, finished=result.finished
+        )
         self.say(f"done (exit code {code}): {summary}")
         return result
 

@@ -287,9 +287,7 @@ def load_checkpoint(
     if expected_sha256 is not None:
         actual = hashlib.sha256(data).hexdigest()
         if actual != expected_sha256:
-            raise ChecksumMismatch(
-                f"{path}: sha256 {actual} does not match the expected {expected_sha256}; not loaded"
-            )
+            raise ChecksumMismatch(f"{path}: sha256 {actual} does not match the expected {expected_sha256}; not loaded")
     try:
         if trusted:
             state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=False)
@@ -322,11 +320,23 @@ def load_checkpoint(
                 path,
             ) from None
         raise CheckpointError(f"{path}: corrupted torch checkpoint ({message.strip()[:300]})", path) from None
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, KeyError,
-            # A damaged pickle stream also surfaces as these (the unpickler's stack or struct reads fail,
-            # or a rebuild function gets the wrong arguments): still a corrupted checkpoint.
-            IndexError, TypeError, AttributeError, OverflowError, struct.error, RecursionError,
-            AssertionError) as exc:  # torch checks some archive invariants with assert
+    except (
+        RuntimeError,
+        EOFError,
+        OSError,
+        ValueError,
+        zipfile.BadZipFile,
+        KeyError,
+        # A damaged pickle stream also surfaces as these (the unpickler's stack or struct reads fail,
+        # or a rebuild function gets the wrong arguments): still a corrupted checkpoint.
+        IndexError,
+        TypeError,
+        AttributeError,
+        OverflowError,
+        struct.error,
+        RecursionError,
+        AssertionError,
+    ) as exc:  # torch checks some archive invariants with assert
         raise CheckpointError(
             f"{path}: truncated or corrupted torch checkpoint ({type(exc).__name__}: {str(exc).strip()[:300]})",
             path,
@@ -371,11 +381,7 @@ def is_raw_rl_games_checkpoint(state: Any) -> bool:
     A raw checkpoint comes from plain rl_games training (or another tool); it can seed a member but
     says nothing about lineage, generation or hyperparameters.
     """
-    return (
-        isinstance(state, Mapping)
-        and all(k in state for k in REQUIRED_KEYS)
-        and state.get(PBT_KEY) is None
-    )
+    return isinstance(state, Mapping) and all(k in state for k in REQUIRED_KEYS) and state.get(PBT_KEY) is None
 
 
 __all__ = [

@@ -109,9 +109,14 @@ HIGH_PATH = f"agent.params.network.{BOUNDS_KEY}.high"
 # rl-games 1.6.1 (what Isaac Lab 2.x pins) has no ModelA2CContinuousTanh.
 _MODEL_NAMES = {
     getattr(models, cls): name
-    for cls, name in (("ModelA2C", "discrete_a2c"), ("ModelA2CMultiDiscrete", "multi_discrete_a2c"),
-                      ("ModelA2CContinuous", "continuous_a2c"), ("ModelA2CContinuousLogStd", "continuous_a2c_logstd"),
-                      ("ModelA2CContinuousTanh", "continuous_a2c_tanh"), ("ModelCentralValue", "central_value"))
+    for cls, name in (
+        ("ModelA2C", "discrete_a2c"),
+        ("ModelA2CMultiDiscrete", "multi_discrete_a2c"),
+        ("ModelA2CContinuous", "continuous_a2c"),
+        ("ModelA2CContinuousLogStd", "continuous_a2c_logstd"),
+        ("ModelA2CContinuousTanh", "continuous_a2c_tanh"),
+        ("ModelCentralValue", "central_value"),
+    )
     if hasattr(models, cls)
 }
 

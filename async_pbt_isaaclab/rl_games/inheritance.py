@@ -27,8 +27,15 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
-DONOR_KEYS = ("model", "optimizer", "scaler", "assymetric_vf_nets", "assymetric_vf_optimizer",
-              "central_val_stats", "env_state")
+DONOR_KEYS = (
+    "model",
+    "optimizer",
+    "scaler",
+    "assymetric_vf_nets",
+    "assymetric_vf_optimizer",
+    "central_val_stats",
+    "env_state",
+)
 """Checkpoint keys taken from the donor (when present)."""
 
 RECIPIENT_KEYS = ("epoch", "frame", "last_mean_rewards")
@@ -52,9 +59,11 @@ def check_donor_fits(algo: Any, donor_state: Mapping[str, Any]) -> None:
     mine = algo.model.state_dict()
     missing = sorted(set(mine) - set(model))
     unexpected = sorted(set(model) - set(mine))
-    shapes = [f"{k}: donor {tuple(getattr(model[k], 'shape', ()))} vs mine {tuple(mine[k].shape)}"
-              for k in sorted(set(mine) & set(model))
-              if tuple(getattr(model[k], "shape", ())) != tuple(mine[k].shape)]
+    shapes = [
+        f"{k}: donor {tuple(getattr(model[k], 'shape', ()))} vs mine {tuple(mine[k].shape)}"
+        for k in sorted(set(mine) & set(model))
+        if tuple(getattr(model[k], "shape", ())) != tuple(mine[k].shape)
+    ]
     if missing or unexpected or shapes:
         parts = ([f"missing {missing[:4]}"] if missing else []) + (
             [f"unexpected {unexpected[:4]}"] if unexpected else []
@@ -68,8 +77,9 @@ def check_donor_fits(algo: Any, donor_state: Mapping[str, Any]) -> None:
             raise DonorMisfit("donor optimizer has other parameter groups than this member's")
 
 
-def start_learning_rate(donor_state: Mapping[str, Any], new_hyperparameters: Mapping[str, Any],
-                        fallback: float) -> float:
+def start_learning_rate(
+    donor_state: Mapping[str, Any], new_hyperparameters: Mapping[str, Any], fallback: float
+) -> float:
     """The learning rate the new generation starts with (see the module docstring)."""
     if "learning_rate" in new_hyperparameters:
         return float(new_hyperparameters["learning_rate"])

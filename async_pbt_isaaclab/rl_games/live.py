@@ -99,8 +99,9 @@ def apply_live_hyperparameters(algo: Any, hyperparameters: Mapping[str, Any]) ->
         from async_pbt_isaaclab.rl_games.exploration import get_log_std_bounds, set_log_std_bounds
 
         low, high = get_log_std_bounds(algo.model)
-        set_log_std_bounds(algo.model, float(hyperparameters.get(BOUND_KEYS[0], low)),
-                           float(hyperparameters.get(BOUND_KEYS[1], high)))
+        set_log_std_bounds(
+            algo.model, float(hyperparameters.get(BOUND_KEYS[0], low)), float(hyperparameters.get(BOUND_KEYS[1], high))
+        )
 
 
 def live_values(algo: Any, keys: Any) -> dict[str, Any]:

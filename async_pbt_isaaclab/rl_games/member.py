@@ -169,8 +169,13 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
     elif cfg.initial_mutation and cfg.mutation:
         _initial_mutation(state, cfg, audit)
     session = MemberSession(
-        cfg=cfg, ws=ws, lock=lock, state=state, audit=audit,
-        condition=ConditionLabel(task=task, objective=term, reward_config=reward_config), argv=argv,
+        cfg=cfg,
+        ws=ws,
+        lock=lock,
+        state=state,
+        audit=audit,
+        condition=ConditionLabel(task=task, objective=term, reward_config=reward_config),
+        argv=argv,
     )
 
     if state.pending_exploit:
@@ -181,8 +186,16 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
             session.start_sha256 = pending["sha256"]
             # Applied by this new process: through the restart path, whatever path was planned (a member killed
             # in the middle of an in-process exploit ends up here too).
-            audit.append("exploit_applied", dict(pending, path="restart", planned_path=pending.get("path", "restart"),
-                                                 pid=os.getpid(), process_starts=state.process_starts))
+            audit.append(
+                "exploit_applied",
+                dict(
+                    pending,
+                    path="restart",
+                    planned_path=pending.get("path", "restart"),
+                    pid=os.getpid(),
+                    process_starts=state.process_starts,
+                ),
+            )
         else:
             # The recipient checkpoint is damaged or gone: carry on from our own last weights rather than die.
             audit.append(
@@ -202,9 +215,11 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
         session.start_checkpoint, session.start_mode = Path(checkpoint).absolute(), "warm_start"
     if not fresh_member and checkpoint and session.start_mode in ("resume", "exploit_applied"):
         if Path(checkpoint).absolute() != session.start_checkpoint:
-            session.notes.append(f"--checkpoint {checkpoint} ignored: member {cfg.policy_idx} already has its own "
-                                 f"state in {mdir}; it {session.start_mode.replace('_', 's ')} from "
-                                 f"{session.start_checkpoint}")
+            session.notes.append(
+                f"--checkpoint {checkpoint} ignored: member {cfg.policy_idx} already has its own "
+                f"state in {mdir}; it {session.start_mode.replace('_', 's ')} from "
+                f"{session.start_checkpoint}"
+            )
 
     if state.finished and not state.pending_exploit:
         session.already_finished = _finished_reason(state.finished, rl_cfg)
@@ -216,14 +231,22 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
     rl_cfg["train_dir"] = train_dir
     # One W&B run per member for good, as one log dir: the id is given once and kept in state.json.
     assign_wandb_run_id(state, ws.root, fresh_member)
-    audit.append("start", {
-        "mode": session.start_mode, "pid": os.getpid(), "host": socket.gethostname(),
-        "process_starts": state.process_starts, "generation": state.generation,
-        "checkpoint": None if session.start_checkpoint is None else str(session.start_checkpoint),
-        "argv": argv, "hyperparameters": state.hyperparameters, "rng_state": state.rng_state,
-        # Restarts must not grow the environment (Isaac Lab's python.sh re-sources paths on every start).
-        "environ_size": sum(len(k) + len(v) for k, v in os.environ.items()),
-    })
+    audit.append(
+        "start",
+        {
+            "mode": session.start_mode,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "process_starts": state.process_starts,
+            "generation": state.generation,
+            "checkpoint": None if session.start_checkpoint is None else str(session.start_checkpoint),
+            "argv": argv,
+            "hyperparameters": state.hyperparameters,
+            "rng_state": state.rng_state,
+            # Restarts must not grow the environment (Isaac Lab's python.sh re-sources paths on every start).
+            "environ_size": sum(len(k) + len(v) for k, v in os.environ.items()),
+        },
+    )
     session.save()
     return session, agent_cfg
 
@@ -256,8 +279,9 @@ INCOMING_NAME = re.compile(r"^donor\d{3,6}_g\d{4,}\.pth$")
 
 def _clear_incoming(folder: Path) -> None:
     def ours(name: str) -> bool:
-        return bool(INCOMING_NAME.match(name)) or (fsio.is_temp_name(name) and bool(
-            INCOMING_NAME.match(name[1:name.index(fsio.TEMP_MARKER)])))
+        return bool(INCOMING_NAME.match(name)) or (
+            fsio.is_temp_name(name) and bool(INCOMING_NAME.match(name[1 : name.index(fsio.TEMP_MARKER)]))
+        )
 
     fsio.remove_files(folder, ours)
 
@@ -304,8 +328,9 @@ def _resume_from_last(session: MemberSession) -> None:
             session.start_checkpoint, session.start_mode = path, "resume"
             session.start_sha256 = state.last_checkpoint_sha256
             return
-        session.notes.append(f"last checkpoint {path} missing or corrupt (sha256 mismatch); "
-                             f"trying the best checkpoints")
+        session.notes.append(
+            f"last checkpoint {path} missing or corrupt (sha256 mismatch); trying the best checkpoints"
+        )
     for entry in state.best:
         path = ws.checkpoint_path(entry["checkpoint"])
         if entry.get("sha256") and _verified(path, entry["sha256"]):
@@ -314,8 +339,11 @@ def _resume_from_last(session: MemberSession) -> None:
             session.notes.append(f"resumed from best checkpoint {path}")
             return
     if state.last_checkpoint:
-        warnings.warn(f"member {session.member}: no verifiable checkpoint to resume from; starting from fresh "
-                      f"weights at frame 0, with its generation, RNG and lineage kept", stacklevel=2)
+        warnings.warn(
+            f"member {session.member}: no verifiable checkpoint to resume from; starting from fresh "
+            f"weights at frame 0, with its generation, RNG and lineage kept",
+            stacklevel=2,
+        )
 
 
 def print_notes(session: MemberSession) -> None:

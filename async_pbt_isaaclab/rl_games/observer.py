@@ -132,16 +132,23 @@ class PbtObserver(AlgoObserver):
         if path is None:
             return
         # Checked again at load: the file is read once, and those bytes are what was verified.
-        state = load_checkpoint(path, trusted=self.cfg.trusted_workspace, map_location=algo.ppo_device,
-                                expected_sha256=self.session.start_sha256)
+        state = load_checkpoint(
+            path,
+            trusted=self.cfg.trusted_workspace,
+            map_location=algo.ppo_device,
+            expected_sha256=self.session.start_sha256,
+        )
         pbt = state.get("pbt")
         if pbt is None and self.session.start_mode == "warm_start":
             from async_pbt_isaaclab.rl_games.member import RAW_CHECKPOINT_GAPS
 
             gaps = "\n  - ".join(RAW_CHECKPOINT_GAPS)
-            print(f"[async-pbt] WARNING: {path} is a plain rl_games checkpoint without PBT metadata; "
-                  f"warm-starting member {self.session.member} from its weights. It cannot reconstruct:\n  - {gaps}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[async-pbt] WARNING: {path} is a plain rl_games checkpoint without PBT metadata; "
+                f"warm-starting member {self.session.member} from its weights. It cannot reconstruct:\n  - {gaps}",
+                file=sys.stderr,
+                flush=True,
+            )
         algo.set_full_state_weights(state, set_epoch=True)
         # The live learning rate travels with our checkpoints (an adaptive schedule's reached rate, or an
         # exploit's donor rate x mutation factor); rl_games would restart it from the config's value.
@@ -155,17 +162,27 @@ class PbtObserver(AlgoObserver):
             self.last_checkpoint = (mine.last_checkpoint, mine.last_checkpoint_sha256)
         self.algo = algo
         self.audit_restored(self.session.start_mode, path)
-        print(f"[async-pbt] member {self.session.member}: {self.session.start_mode} from {path} "
-              f"(frame {algo.frame}, epoch {algo.epoch_num}, lr {algo.last_lr:g})", flush=True)
+        print(
+            f"[async-pbt] member {self.session.member}: {self.session.start_mode} from {path} "
+            f"(frame {algo.frame}, epoch {algo.epoch_num}, lr {algo.last_lr:g})",
+            flush=True,
+        )
 
     def audit_restored(self, mode: str, path: Path) -> None:
         """Log a ``restored`` entry: the live agent now trains from ``path`` (counters, rates, model hash)."""
         algo = self.algo
-        self.session.audit.append("restored", {
-            "mode": mode, "checkpoint": str(path), "frame": int(algo.frame), "epoch": int(algo.epoch_num),
-            "last_lr": float(algo.last_lr), "optimizer_lr": [float(g["lr"]) for g in algo.optimizer.param_groups],
-            "model_sha256": model_fingerprint(algo.model.state_dict()),
-        })
+        self.session.audit.append(
+            "restored",
+            {
+                "mode": mode,
+                "checkpoint": str(path),
+                "frame": int(algo.frame),
+                "epoch": int(algo.epoch_num),
+                "last_lr": float(algo.last_lr),
+                "optimizer_lr": [float(g["lr"]) for g in algo.optimizer.param_groups],
+                "model_sha256": model_fingerprint(algo.model.state_dict()),
+            },
+        )
 
     def process_infos(self, infos, done_indices) -> None:
         pass
@@ -216,13 +233,19 @@ class PbtObserver(AlgoObserver):
         if len(batch) == 0:
             self.window.add(batch)  # carries the settling gate's state even without episodes
             return
-        condition = dataclasses.replace(batch.condition, objective=self._objective(),
-                                        task=batch.condition.task or self.session.condition.task,
-                                        reward_config=batch.condition.reward_config or self.session.condition.reward_config)
+        condition = dataclasses.replace(
+            batch.condition,
+            objective=self._objective(),
+            task=batch.condition.task or self.session.condition.task,
+            reward_config=batch.condition.reward_config or self.session.condition.reward_config,
+        )
         if condition != self.condition:
             if self.window.episodes_seen:
-                self._warn_once(f"condition:{condition}", f"condition changed to {condition.to_dict()}; evidence "
-                                                          f"collected under the previous condition is dropped")
+                self._warn_once(
+                    f"condition:{condition}",
+                    f"condition changed to {condition.to_dict()}; evidence "
+                    f"collected under the previous condition is dropped",
+                )
             self.condition = condition
             self.window.start_generation(self.window.generation)
         batch = dataclasses.replace(batch, condition=condition)
@@ -231,12 +254,18 @@ class PbtObserver(AlgoObserver):
             self.window.add(batch)
         except KeyError:
             available = ["episode_return", "episode_length", *sorted(batch.terms)]
-            self._warn_once("objective", f"objective {self._objective()!r} is not among the completed-episode "
-                                         f"values {available}; this member publishes no evidence until it is")
+            self._warn_once(
+                "objective",
+                f"objective {self._objective()!r} is not among the completed-episode "
+                f"values {available}; this member publishes no evidence until it is",
+            )
             return
         if self.window.rejected_non_finite > rejected_before:
-            self._warn_once("nonfinite", f"objective {self._objective()!r} had NaN or infinite values "
-                                         f"({self.window.rejected_non_finite} so far); they are left out of the evidence")
+            self._warn_once(
+                "nonfinite",
+                f"objective {self._objective()!r} had NaN or infinite values "
+                f"({self.window.rejected_non_finite} so far); they are left out of the evidence",
+            )
         if self._publishable():
             mean = self.window.summary().mean
             if self.interval_best is None or self.cfg.better(mean, self.interval_best):
@@ -316,10 +345,19 @@ class PbtObserver(AlgoObserver):
     def pbt_metadata(self, generation: int, hparams: dict[str, Any], **extra: Any) -> dict[str, Any]:
         """The ``pbt`` section of a checkpoint written now for ``generation`` with ``hparams``."""
         state = self.session.state
-        return {"member": self.session.member, "generation": generation, "frame": int(self.algo.frame),
-                "epoch": self.completed_epochs(), "hyperparameters": dict(hparams),
-                "rng_state": state.rng_state, "lineage": list(state.lineage), "last_lr": float(self.algo.last_lr),
-                "experiment_name": state.experiment_name, "objective": self._objective(), **extra}
+        return {
+            "member": self.session.member,
+            "generation": generation,
+            "frame": int(self.algo.frame),
+            "epoch": self.completed_epochs(),
+            "hyperparameters": dict(hparams),
+            "rng_state": state.rng_state,
+            "lineage": list(state.lineage),
+            "last_lr": float(self.algo.last_lr),
+            "experiment_name": state.experiment_name,
+            "objective": self._objective(),
+            **extra,
+        }
 
     def _sync_live_hyperparameters(self) -> None:
         """Publish what the agent trains with now: under ``lr_schedule: adaptive`` the learning rate drifts
@@ -351,15 +389,35 @@ class PbtObserver(AlgoObserver):
         summary = self.window.summary()
         state.evidence = {"summary": summary.to_dict(), "condition": self.condition.to_dict()}
         if self._publishable():
-            state.add_history(HistoryEntry(
-                frame=int(self.algo.frame), generation=state.generation, mean=summary.mean, std=summary.std,
-                count=summary.count, condition=self.condition, checkpoint=rel, checkpoint_sha256=sha,
-                hyperparameters=dict(state.hyperparameters)).to_dict(), self.cfg.history_length)
+            state.add_history(
+                HistoryEntry(
+                    frame=int(self.algo.frame),
+                    generation=state.generation,
+                    mean=summary.mean,
+                    std=summary.std,
+                    count=summary.count,
+                    condition=self.condition,
+                    checkpoint=rel,
+                    checkpoint_sha256=sha,
+                    hyperparameters=dict(state.hyperparameters),
+                ).to_dict(),
+                self.cfg.history_length,
+            )
             if self.cfg.keep_best_checkpoints > 0:
-                best = update_best(state.best, {
-                    "objective": summary.mean, "direction": self.cfg.objective_direction, "checkpoint": rel,
-                    "sha256": sha, "frame": int(self.algo.frame), "generation": state.generation,
-                    "episodes": summary.count, "time": time.time()}, self.cfg.keep_best_checkpoints)
+                best = update_best(
+                    state.best,
+                    {
+                        "objective": summary.mean,
+                        "direction": self.cfg.objective_direction,
+                        "checkpoint": rel,
+                        "sha256": sha,
+                        "frame": int(self.algo.frame),
+                        "generation": state.generation,
+                        "episodes": summary.count,
+                        "time": time.time(),
+                    },
+                    self.cfg.keep_best_checkpoints,
+                )
                 if best != state.best:  # unchanged when this checkpoint did not make the list
                     state.best = best
                     fsio.atomic_write_json(self.session.dir / "best.json", state.best)
@@ -367,8 +425,12 @@ class PbtObserver(AlgoObserver):
         if persist:
             self.write_record(record)
         # Peers behind us may copy any checkpoint our history offers: those stay until their entry leaves it.
-        keep = {rel, *(b["checkpoint"] for b in state.best), *([previous] if previous else []),
-                *(e["checkpoint"] for e in state.history if e.get("checkpoint"))}
+        keep = {
+            rel,
+            *(b["checkpoint"] for b in state.best),
+            *([previous] if previous else []),
+            *(e["checkpoint"] for e in state.history if e.get("checkpoint")),
+        }
         apply_retention(self.session.ws, self.session.member, self.cfg.keep_last_checkpoints, keep)
         if persist:
             self.session.save()
@@ -377,8 +439,9 @@ class PbtObserver(AlgoObserver):
     def _publish_and_decide(self) -> None:
         me = self.publish(persist=False)  # record.json and state.json are written once, after the decision
         records, unreadable = self.session.ws.read_records(self.cfg.num_policies)
-        view = PopulationView(me, tuple(r for m, r in sorted(records.items()) if m != me.member), time.time(),
-                              unreadable)
+        view = PopulationView(
+            me, tuple(r for m, r in sorted(records.items()) if m != me.member), time.time(), unreadable
+        )
         state = self.session.state
         step = pbt_step(view, self.cfg, state.rng_state)
         # Write-ahead: the decision is on disk before anything acts on it.

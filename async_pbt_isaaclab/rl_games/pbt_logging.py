@@ -116,9 +116,14 @@ class PbtScalarsObserver:
         self.scalars = PbtScalars(getattr(algo, "writer", None))
         # Where this member stops, for `async-pbt status` (frames/target, ETA) and the launcher's progress lines.
         try:
-            write_target(self.session.dir, target_frames(getattr(algo, "max_epochs", None),
-                                                         getattr(algo, "max_frames", None),
-                                                         getattr(algo, "batch_size_envs", None)))
+            write_target(
+                self.session.dir,
+                target_frames(
+                    getattr(algo, "max_epochs", None),
+                    getattr(algo, "max_frames", None),
+                    getattr(algo, "batch_size_envs", None),
+                ),
+            )
         except OSError:
             pass  # a display aid: never stop training over it
         lineage = list(getattr(self.session.state, "lineage", []) or [])
@@ -191,8 +196,9 @@ def assign_wandb_run_id(state: Any, workspace: str | os.PathLike, fresh: bool) -
     return state.wandb_run_id
 
 
-def wandb_init_kwargs(state: Any, workspace: str | os.PathLike, experiment_name: str,
-                      name: str | None = None) -> dict[str, Any]:
+def wandb_init_kwargs(
+    state: Any, workspace: str | os.PathLike, experiment_name: str, name: str | None = None
+) -> dict[str, Any]:
     """Keyword arguments for ``wandb.init`` that resume the member's run and group it with its population."""
     return {
         "id": wandb_run_id(state, workspace, experiment_name),

@@ -51,7 +51,7 @@ def _override_key(arg: str) -> str | None:
     if "=" not in arg or arg.startswith("-"):
         return None
     key = arg.split("=", 1)[0].lstrip("+")
-    return key[len("agent."):] if key.startswith("agent.") else key
+    return key[len("agent.") :] if key.startswith("agent.") else key
 
 
 def restart_argv(argv: Sequence[str], checkpoint: str, overrides: Mapping[str, Any]) -> list[str]:
@@ -59,7 +59,7 @@ def restart_argv(argv: Sequence[str], checkpoint: str, overrides: Mapping[str, A
 
     ``argv[0]`` is the interpreter as started; it is kept so the caller can see the whole command.
     """
-    wanted = {k[len("agent."):] if k.startswith("agent.") else k: v for k, v in overrides.items()}
+    wanted = {k[len("agent.") :] if k.startswith("agent.") else k: v for k, v in overrides.items()}
     prefix: dict[str, str] = {}  # Hydra's add (+) / force-add (++) marker the user typed, per key
     out: list[str] = []
     skip_next = False

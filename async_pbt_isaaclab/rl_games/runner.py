@@ -58,12 +58,16 @@ def train_member(
         runner.run({"train": True, "play": False, "checkpoint": checkpoint, "sigma": sigma})
         return None
 
-    session, agent_cfg = start_member(agent_cfg, cfg, train_dir=train_dir, task=task, checkpoint=checkpoint,
-                                      reward_config=reward_config)
+    session, agent_cfg = start_member(
+        agent_cfg, cfg, train_dir=train_dir, task=task, checkpoint=checkpoint, reward_config=reward_config
+    )
     if session.already_finished:
         # rl_games trains at least one epoch whatever its limits: a finished member must not even start.
-        print(f"[async-pbt] member {session.member}: nothing to train: {session.already_finished}; its records, "
-              f"evidence and checkpoints stay as they are", flush=True)
+        print(
+            f"[async-pbt] member {session.member}: nothing to train: {session.already_finished}; its records, "
+            f"evidence and checkpoints stay as they are",
+            flush=True,
+        )
         session.audit.append("stop", {"status": "finished", "reason": session.already_finished})
         session.close()
         return None

@@ -51,6 +51,7 @@ def small_pendulum_agent_cfg(train_dir: Path, experiment: str, **config: Any) ->
 
     cfg = load_yaml(Path(DEFAULT_AGENT))
     # save_best_after: rl_games writes no "best" checkpoints of its own unless asked.
-    cfg["params"]["config"].update({"train_dir": str(train_dir), "full_experiment_name": experiment,
-                                    "save_best_after": 1000, **config})
+    cfg["params"]["config"].update(
+        {"train_dir": str(train_dir), "full_experiment_name": experiment, "save_best_after": 1000, **config}
+    )
     return cfg

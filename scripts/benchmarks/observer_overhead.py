@@ -146,15 +146,25 @@ def _agent_cfg(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     cfg = load_yaml(args.agent or DEFAULT_AGENT)
     cfg["params"]["seed"] = args.seed
     rl = cfg["params"]["config"]
-    rl.update(max_epochs=args.epochs, num_actors=args.num_envs, train_dir=str(root / "runs"),
-              full_experiment_name="bench", print_stats=False,
-              save_best_after=10 ** 9, save_frequency=0)  # no rl_games best-checkpoint saves in either variant
+    rl.update(
+        max_epochs=args.epochs,
+        num_actors=args.num_envs,
+        train_dir=str(root / "runs"),
+        full_experiment_name="bench",
+        print_stats=False,
+        save_best_after=10**9,
+        save_frequency=0,
+    )  # no rl_games best-checkpoint saves in either variant
     frames_per_epoch = int(rl["num_actors"]) * int(rl["horizon_length"])
     cfg["pbt"] = {
-        "enabled": True, "policy_idx": 0, "num_policies": 1, "workspace": str(root / "ws"),
+        "enabled": True,
+        "policy_idx": 0,
+        "num_policies": 1,
+        "workspace": str(root / "ws"),
         "interval_steps": args.interval_epochs * frames_per_epoch,
         "heartbeat_interval_s": args.heartbeat_s,
-        "min_episodes": 16, "window": 64,
+        "min_episodes": 16,
+        "window": 64,
         "mutation": {"learning_rate": "mutate_float", "entropy_coef": "mutate_float", "gamma": "mutate_discount"},
     }
     return cfg
@@ -197,14 +207,24 @@ def one_run(variant: str, args: argparse.Namespace, profile: cProfile.Profile | 
             runner.run({"train": True, "play": False, "checkpoint": None, "sigma": None})
             wall = time.perf_counter() - t0
         algo = capture.algo
-        out: dict[str, Any] = {"variant": variant, "frames": int(algo.frame), "epochs": int(algo.epoch_num),
-                               "wall_s": wall, "fps": int(algo.frame) / wall}
+        out: dict[str, Any] = {
+            "variant": variant,
+            "frames": int(algo.frame),
+            "epochs": int(algo.epoch_num),
+            "wall_s": wall,
+            "fps": int(algo.frame) / wall,
+        }
         if observer is not None:
             out.update(
-                hook_seconds=observer.hook_seconds, hook_calls=observer.hook_calls,
-                all_hooks_s=sum(timed.seconds.values()), hook_split=dict(timed.seconds),
-                hook_calls_split=dict(timed.calls), after_steps_s=list(timed.after_steps_s),
-                publishes=len(observer.decisions), fsync_calls=fsyncs.calls, fsync_s=fsyncs.seconds,
+                hook_seconds=observer.hook_seconds,
+                hook_calls=observer.hook_calls,
+                all_hooks_s=sum(timed.seconds.values()),
+                hook_split=dict(timed.seconds),
+                hook_calls_split=dict(timed.calls),
+                after_steps_s=list(timed.after_steps_s),
+                publishes=len(observer.decisions),
+                fsync_calls=fsyncs.calls,
+                fsync_s=fsyncs.seconds,
             )
             observer.finish()  # final checkpoint + record: after the timed run (once per process, not per epoch)
         if getattr(algo, "writer", None) is not None:
@@ -226,8 +246,9 @@ def _fmt_pct(x: float) -> str:
 
 # ------------------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--pairs", type=int, default=6, help="A/B pairs (interleaved ABBA)")
     p.add_argument("--epochs", type=int, default=25, help="epochs per run")
     p.add_argument("--num-envs", type=int, default=16, help="gymnasium envs (frames per epoch = envs x 128)")
@@ -236,8 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=7, help="params.seed of both variants")
     p.add_argument("--agent", default=None, help="agent yaml (default: the packaged Pendulum-v1 PPO)")
     p.add_argument("--warmup-epochs", type=int, default=2, help="epochs of an untimed warm-up run per variant")
-    p.add_argument("--workdir", default=None,
-                   help="folder for the temp workspaces (default: the system temp dir; e.g. /dev/shm for no disk)")
+    p.add_argument(
+        "--workdir",
+        default=None,
+        help="folder for the temp workspaces (default: the system temp dir; e.g. /dev/shm for no disk)",
+    )
     p.add_argument("--profile", action="store_true", help="cProfile the observer's after_steps calls")
     p.add_argument("--json", default=None, help="also write all measurements to this file")
     return p
@@ -250,10 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     quiet = open(os.devnull, "w")
-    print(f"observer overhead: Pendulum-v1 PPO, {args.num_envs} envs x 128 steps, {args.epochs} epochs per run, "
-          f"{args.pairs} pairs ABBA, publish+decide every {args.interval_epochs} epochs, heartbeat "
-          f"{args.heartbeat_s:g} s; torch {torch.__version__}, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"observer overhead: Pendulum-v1 PPO, {args.num_envs} envs x 128 steps, {args.epochs} epochs per run, "
+        f"{args.pairs} pairs ABBA, publish+decide every {args.interval_epochs} epochs, heartbeat "
+        f"{args.heartbeat_s:g} s; torch {torch.__version__}, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     t_start = time.perf_counter()
     warm = argparse.Namespace(**{**vars(args), "epochs": args.warmup_epochs})
     if args.warmup_epochs > 0:
@@ -274,10 +301,13 @@ def main(argv: list[str] | None = None) -> int:
         ratio = pair["observer"]["fps"] / pair["baseline"]["fps"]
         ratios.append(ratio)
         o = pair["observer"]
-        print(f"  pair {i + 1}/{args.pairs} ({order[0][0].upper()}{order[1][0].upper()}): baseline "
-              f"{pair['baseline']['fps']:7.0f} fps, observer {o['fps']:7.0f} fps, ratio {ratio:.4f}; hooks "
-              f"{1e3 * o['all_hooks_s']:.1f} ms of {o['wall_s']:.1f} s ({_fmt_pct(o['all_hooks_s'] / o['wall_s'])}), "
-              f"{o['publishes']} publish+decide", flush=True)
+        print(
+            f"  pair {i + 1}/{args.pairs} ({order[0][0].upper()}{order[1][0].upper()}): baseline "
+            f"{pair['baseline']['fps']:7.0f} fps, observer {o['fps']:7.0f} fps, ratio {ratio:.4f}; hooks "
+            f"{1e3 * o['all_hooks_s']:.1f} ms of {o['wall_s']:.1f} s ({_fmt_pct(o['all_hooks_s'] / o['wall_s'])}), "
+            f"{o['publishes']} publish+decide",
+            flush=True,
+        )
 
     base = [r["fps"] for r in runs if r["variant"] == "baseline"]
     obs = [r for r in runs if r["variant"] == "observer"]
@@ -309,9 +339,11 @@ def main(argv: list[str] | None = None) -> int:
     heartbeat_calls = [r["after_steps_s"][0] for r in obs]  # the first call of a run is a heartbeat
     epoch_med = statistics.median(epoch_s)
     noop_per_epoch = sum(split[h] for h in split if h != "after_steps") / sum(r["epochs"] for r in obs)
-    steady = (statistics.median(publish_calls) / (interval * epoch_med) if publish_calls else 0.0) \
-        + statistics.median(heartbeat_calls) / max(args.heartbeat_s, epoch_med) \
+    steady = (
+        (statistics.median(publish_calls) / (interval * epoch_med) if publish_calls else 0.0)
+        + statistics.median(heartbeat_calls) / max(args.heartbeat_s, epoch_med)
         + (statistics.median(other_calls) + noop_per_epoch) / epoch_med
+    )
     hook_overhead = max(med_frac, steady)
     hook_ratio = 1.0 - hook_overhead
     ratio_spread = max(ratios) - min(ratios)
@@ -322,17 +354,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'observer frames/s':<44}{statistics.median(obs_fps):>12.0f}{_spread(obs_fps):>24}")
     print(f"{'per-pair ratio observer/baseline':<44}{med_ratio:>12.4f}{_spread(ratios):>24}")
     print(f"{'epoch wall time, observer runs (s)':<44}{statistics.median(epoch_s):>12.3f}{_spread(epoch_s):>24}")
-    print(f"{'after_steps per call, all (ms)':<44}{1e3 * statistics.median(per_call):>12.3f}"
-          f"{_spread([1e3 * t for t in per_call]):>24}")
+    print(
+        f"{'after_steps per call, all (ms)':<44}{1e3 * statistics.median(per_call):>12.3f}"
+        f"{_spread([1e3 * t for t in per_call]):>24}"
+    )
     if publish_calls:
-        print(f"{'after_steps per call, publish+decide (ms)':<44}{1e3 * statistics.median(publish_calls):>12.3f}"
-              f"{_spread([1e3 * t for t in publish_calls]):>24}")
-    print(f"{'after_steps per call, other epochs (ms)':<44}{1e3 * statistics.median(other_calls):>12.3f}"
-          f"{_spread([1e3 * t for t in other_calls]):>24}")
-    print(f"{'after_steps time / run wall time':<44}{_fmt_pct(statistics.median(after_frac)):>12}"
-          f"{_fmt_pct(min(after_frac)) + '..' + _fmt_pct(max(after_frac)):>24}")
-    print(f"{'all observer hooks time / run wall time':<44}{_fmt_pct(med_frac):>12}"
-          f"{_fmt_pct(min(hook_frac)) + '..' + _fmt_pct(max(hook_frac)):>24}")
+        print(
+            f"{'after_steps per call, publish+decide (ms)':<44}{1e3 * statistics.median(publish_calls):>12.3f}"
+            f"{_spread([1e3 * t for t in publish_calls]):>24}"
+        )
+    print(
+        f"{'after_steps per call, other epochs (ms)':<44}{1e3 * statistics.median(other_calls):>12.3f}"
+        f"{_spread([1e3 * t for t in other_calls]):>24}"
+    )
+    print(
+        f"{'after_steps time / run wall time':<44}{_fmt_pct(statistics.median(after_frac)):>12}"
+        f"{_fmt_pct(min(after_frac)) + '..' + _fmt_pct(max(after_frac)):>24}"
+    )
+    print(
+        f"{'all observer hooks time / run wall time':<44}{_fmt_pct(med_frac):>12}"
+        f"{_fmt_pct(min(hook_frac)) + '..' + _fmt_pct(max(hook_frac)):>24}"
+    )
     fs_calls = sum(r["fsync_calls"] for r in obs)
     fs_s = sum(r["fsync_s"] for r in obs)
     hooks_s = sum(r["all_hooks_s"] for r in obs)
@@ -342,21 +384,33 @@ def main(argv: list[str] | None = None) -> int:
         "hook time without fsync / wall: "
         + _fmt_pct(statistics.median((r["all_hooks_s"] - r["fsync_s"]) / r["wall_s"] for r in obs))
     )
-    print(f"steady-state estimate: publish+decide every {interval} epochs of {epoch_med:.3f} s, heartbeat "
-          f"{1e3 * statistics.median(heartbeat_calls):.2f} ms every {args.heartbeat_s:g} s, "
-          f"{1e3 * (statistics.median(other_calls) + noop_per_epoch):.3f} ms on other epochs -> {_fmt_pct(steady)}")
-    print("hook time by hook, all observer runs (ms total / calls): " + ", ".join(
-        f"{k} {1e3 * v:.1f}/{calls[k]}" for k, v in split.items() if calls[k]))
+    print(
+        f"steady-state estimate: publish+decide every {interval} epochs of {epoch_med:.3f} s, heartbeat "
+        f"{1e3 * statistics.median(heartbeat_calls):.2f} ms every {args.heartbeat_s:g} s, "
+        f"{1e3 * (statistics.median(other_calls) + noop_per_epoch):.3f} ms on other epochs -> {_fmt_pct(steady)}"
+    )
+    print(
+        "hook time by hook, all observer runs (ms total / calls): "
+        + ", ".join(f"{k} {1e3 * v:.1f}/{calls[k]}" for k, v in split.items() if calls[k])
+    )
     print()
     verdict = "PASS" if hook_ratio >= TARGET_RATIO else "FAIL"
-    print(f"{verdict}: hook-time ratio 1 - {_fmt_pct(hook_overhead)} = {hook_ratio:.4f} (target >= {TARGET_RATIO}) "
-          f"[direct measure, robust to machine noise; the larger of measured {_fmt_pct(med_frac)} and "
-          f"steady-state {_fmt_pct(steady)}]")
+    print(
+        f"{verdict}: hook-time ratio 1 - {_fmt_pct(hook_overhead)} = {hook_ratio:.4f} (target >= {TARGET_RATIO}) "
+        f"[direct measure, robust to machine noise; the larger of measured {_fmt_pct(med_frac)} and "
+        f"steady-state {_fmt_pct(steady)}]"
+    )
     verdict = "PASS" if med_ratio >= TARGET_RATIO else "FAIL"
     noisy = ratio_spread > 2 * (1 - TARGET_RATIO)
-    print(f"{verdict}: median A/B frames/s ratio {med_ratio:.4f} (target >= {TARGET_RATIO}); per-pair spread "
-          f"{ratio_spread:.3f}" + (f" > {2 * (1 - TARGET_RATIO):.2f}: machine noise dominates the 1 % effect, "
-                                  f"rely on the hook-time measure" if noisy else ""))
+    print(
+        f"{verdict}: median A/B frames/s ratio {med_ratio:.4f} (target >= {TARGET_RATIO}); per-pair spread "
+        f"{ratio_spread:.3f}"
+        + (
+            f" > {2 * (1 - TARGET_RATIO):.2f}: machine noise dominates the 1 % effect, rely on the hook-time measure"
+            if noisy
+            else ""
+        )
+    )
     print(f"total benchmark time {time.perf_counter() - t_start:.0f} s")
 
     if profile is not None:

@@ -68,14 +68,30 @@ import study_analysis as analysis  # noqa: E402  (next to this script)
 
 DEFAULT_SET = ["gamma=0.8"]
 """Mis-set starting values (short keys mean ``agent.params.config.KEY``)."""
-DEFAULT_MUTATE = ["gamma={kind: mutate_discount, low: 0.5, high: 0.995, change_range: [1.2, 2.0]}",
-                  "learning_rate=mutate_float"]
+DEFAULT_MUTATE = [
+    "gamma={kind: mutate_discount, low: 0.5, high: 0.995, change_range: [1.2, 2.0]}",
+    "learning_rate=mutate_float",
+]
 """Mutation specs (``KEY=SPEC`` -> ``agent.pbt.mutation.KEY=SPEC``)."""
-FULL = {"seeds": [0, 1, 2], "members": 4, "frames_per_member": 196_608, "interval": 8192, "eval_every": 2,
-        "eval_episodes": 16, "target": -400.0}
+FULL = {
+    "seeds": [0, 1, 2],
+    "members": 4,
+    "frames_per_member": 196_608,
+    "interval": 8192,
+    "eval_every": 2,
+    "eval_episodes": 16,
+    "target": -400.0,
+}
 """Defaults: 3 seeds x 2 arms x 4 members x 196,608 frames (96 epochs of 2,048)."""
-SMOKE = {"seeds": [0], "members": 2, "frames_per_member": 12_288, "interval": 4096, "eval_every": 1,
-         "eval_episodes": 4, "target": -1000.0}
+SMOKE = {
+    "seeds": [0],
+    "members": 2,
+    "frames_per_member": 12_288,
+    "interval": 4096,
+    "eval_every": 1,
+    "eval_episodes": 4,
+    "target": -1000.0,
+}
 """``--smoke``: every step once, a minute or two."""
 SWEEP = (-600.0, -500.0, -300.0, -250.0)
 """Targets also reported (a held-out return's first crossing depends on where the bar is; all are shown)."""
@@ -83,37 +99,83 @@ ARMS = ("population", "independent")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--out", required=True, help="new folder for the workspaces, results.json and the plot")
     p.add_argument("--task", default="Pendulum-v1", help="gymnasium task id (default Pendulum-v1)")
     p.add_argument("--agent-yaml", default=None, help="rl_games agent yaml (default: the packaged Pendulum PPO yaml)")
-    p.add_argument("--set", dest="set_values", action="append", default=None, metavar="KEY=VALUE",
-                   help=f"mis-set starting value, repeatable (default {DEFAULT_SET}); KEY without a dot is "
-                        f"agent.params.config.KEY")
-    p.add_argument("--mutate", action="append", default=None, metavar="KEY=SPEC",
-                   help=f"mutation spec, repeatable (default {DEFAULT_MUTATE})")
+    p.add_argument(
+        "--set",
+        dest="set_values",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help=f"mis-set starting value, repeatable (default {DEFAULT_SET}); KEY without a dot is "
+        f"agent.params.config.KEY",
+    )
+    p.add_argument(
+        "--mutate",
+        action="append",
+        default=None,
+        metavar="KEY=SPEC",
+        help=f"mutation spec, repeatable (default {DEFAULT_MUTATE})",
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=None, help=f"study seeds (default {FULL['seeds']})")
     p.add_argument("--members", type=int, default=None, help=f"members per arm (default {FULL['members']})")
-    p.add_argument("--frames-per-member", type=int, default=None,
-                   help=f"env frames each member trains (default {FULL['frames_per_member']})")
-    p.add_argument("--interval", type=int, default=None,
-                   help=f"frames between publish-and-decide points (default {FULL['interval']})")
-    p.add_argument("--eval-every", type=int, default=None,
-                   help=f"evaluate every N intervals of frames per member (default {FULL['eval_every']})")
-    p.add_argument("--eval-episodes", type=int, default=None,
-                   help=f"held-out episodes per checkpoint, for selection and again for the report "
-                        f"(default {FULL['eval_episodes']})")
+    p.add_argument(
+        "--frames-per-member",
+        type=int,
+        default=None,
+        help=f"env frames each member trains (default {FULL['frames_per_member']})",
+    )
+    p.add_argument(
+        "--interval",
+        type=int,
+        default=None,
+        help=f"frames between publish-and-decide points (default {FULL['interval']})",
+    )
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        help=f"evaluate every N intervals of frames per member (default {FULL['eval_every']})",
+    )
+    p.add_argument(
+        "--eval-episodes",
+        type=int,
+        default=None,
+        help=f"held-out episodes per checkpoint, for selection and again for the report "
+        f"(default {FULL['eval_episodes']})",
+    )
     p.add_argument("--target", type=float, default=None, help=f"held-out return to reach (default {FULL['target']})")
-    p.add_argument("--sweep", type=float, nargs="*", default=None, metavar="RETURN",
-                   help=f"more targets to report from the same runs (default {list(SWEEP)})")
-    p.add_argument("--reanalyze", action="store_true",
-                   help="no training: recompute figures, table and plot from --out/results.json (e.g. other targets)")
+    p.add_argument(
+        "--sweep",
+        type=float,
+        nargs="*",
+        default=None,
+        metavar="RETURN",
+        help=f"more targets to report from the same runs (default {list(SWEEP)})",
+    )
+    p.add_argument(
+        "--reanalyze",
+        action="store_true",
+        help="no training: recompute figures, table and plot from --out/results.json (e.g. other targets)",
+    )
     p.add_argument("--rule", default="dexpbt", help="selection rule of the population (default dexpbt)")
-    p.add_argument("--mutation-rate", type=float, default=0.5,
-                   help="probability that each mutated hyperparameter changes at an explore (default 0.5)")
-    p.add_argument("--member-flag", action="append", default=[], metavar="ARG",
-                   help="extra argument for every member of both arms, repeatable (e.g. --member-flag=--pbt-window=32)")
+    p.add_argument(
+        "--mutation-rate",
+        type=float,
+        default=0.5,
+        help="probability that each mutated hyperparameter changes at an explore (default 0.5)",
+    )
+    p.add_argument(
+        "--member-flag",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for every member of both arms, repeatable (e.g. --member-flag=--pbt-window=32)",
+    )
     p.add_argument("--sequential", action="store_true", help="train the two arms of a seed one after the other")
     p.add_argument("--smoke", action="store_true", help="tiny run (1 seed, 2 members, 12k frames) of every step")
     return p
@@ -127,9 +189,13 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.sweep = list(SWEEP) if args.sweep is None else args.sweep
     args.set_values = DEFAULT_SET if args.set_values is None else args.set_values
     args.mutate = DEFAULT_MUTATE if args.mutate is None else args.mutate
-    for flag, value in (("--members", args.members), ("--frames-per-member", args.frames_per_member),
-                        ("--interval", args.interval), ("--eval-every", args.eval_every),
-                        ("--eval-episodes", args.eval_episodes)):
+    for flag, value in (
+        ("--members", args.members),
+        ("--frames-per-member", args.frames_per_member),
+        ("--interval", args.interval),
+        ("--eval-every", args.eval_every),
+        ("--eval-episodes", args.eval_episodes),
+    ):
         if value < 1:
             raise SystemExit(f"error: {flag} must be >= 1, got {value}")
     for item in [*args.set_values, *args.mutate]:
@@ -142,7 +208,7 @@ def agent_overrides(args: argparse.Namespace) -> list[str]:
     out = []
     for item in args.set_values:
         key, value = item.split("=", 1)
-        key = key[len("agent."):] if key.startswith("agent.") else key
+        key = key[len("agent.") :] if key.startswith("agent.") else key
         out.append(f"agent.{key if '.' in key else 'params.config.' + key}={value}")
     return out + [f"agent.pbt.mutation.{item}" for item in args.mutate]
 
@@ -151,22 +217,38 @@ def frames_per_epoch(args: argparse.Namespace) -> int:
     from async_pbt_isaaclab.commands.evaluate import DEFAULT_AGENT_YAML
     from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
 
-    cfg = apply_overrides(load_yaml(args.agent_yaml or DEFAULT_AGENT_YAML),
-                          [o for o in agent_overrides(args) if ".pbt." not in o])
+    cfg = apply_overrides(
+        load_yaml(args.agent_yaml or DEFAULT_AGENT_YAML), [o for o in agent_overrides(args) if ".pbt." not in o]
+    )
     config = cfg["params"]["config"]
     return int(config["num_actors"]) * int(config["horizon_length"])
 
 
 def member_command(args: argparse.Namespace, seed: int, workspace: Path, epochs: int, arm: str) -> list[str]:
-    cmd = [sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member",
-           "--max_iterations", str(epochs), "--train-dir", str(workspace / "runs"),
-           "--pbt-rule", args.rule, "--pbt-interval-steps", str(args.interval),
-           "--pbt-mutation-rate", str(args.mutation_rate),
-           "--pbt-heartbeat-interval-s", "5",
-           # Retention off: the held-out evaluation afterwards needs every interval's checkpoint.
-           "--pbt-keep-last-checkpoints", "1000000",
-           "agent.params.torch_threads=1", f"agent.params.seed={1000 * seed}",
-           f"agent.params.config.env_name={args.task}", *agent_overrides(args)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "async_pbt_isaaclab.examples.cpu_member",
+        "--max_iterations",
+        str(epochs),
+        "--train-dir",
+        str(workspace / "runs"),
+        "--pbt-rule",
+        args.rule,
+        "--pbt-interval-steps",
+        str(args.interval),
+        "--pbt-mutation-rate",
+        str(args.mutation_rate),
+        "--pbt-heartbeat-interval-s",
+        "5",
+        # Retention off: the held-out evaluation afterwards needs every interval's checkpoint.
+        "--pbt-keep-last-checkpoints",
+        "1000000",
+        "agent.params.torch_threads=1",
+        f"agent.params.seed={1000 * seed}",
+        f"agent.params.config.env_name={args.task}",
+        *agent_overrides(args),
+    ]
     if args.agent_yaml:
         cmd[3:3] = ["--agent", str(Path(args.agent_yaml).absolute())]
     if arm == "independent":
@@ -175,13 +257,29 @@ def member_command(args: argparse.Namespace, seed: int, workspace: Path, epochs:
 
 
 def launch(args: argparse.Namespace, seed: int, arm: str, workspace: Path, epochs: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "async_pbt_isaaclab.cli", "launch", "--members", str(args.members),
-           "--workspace", str(workspace), "--gpus", "none", "--progress-interval", "60", "--backoff", "1",
-           "--", *member_command(args, seed, workspace, epochs, arm)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "async_pbt_isaaclab.cli",
+        "launch",
+        "--members",
+        str(args.members),
+        "--workspace",
+        str(workspace),
+        "--gpus",
+        "none",
+        "--progress-interval",
+        "60",
+        "--backoff",
+        "1",
+        "--",
+        *member_command(args, seed, workspace, epochs, arm),
+    ]
     log = open(workspace.parent / f"{arm}-launcher.log", "w")
     print(f"[study] seed {seed} {arm}: {' '.join(cmd)}", flush=True)
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=str(workspace.parent),
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    return subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, cwd=str(workspace.parent), env=dict(os.environ, PYTHONUNBUFFERED="1")
+    )
 
 
 def start_seed(args: argparse.Namespace, seed: int, epochs: int) -> dict:
@@ -189,9 +287,15 @@ def start_seed(args: argparse.Namespace, seed: int, epochs: int) -> dict:
     seed_dir = Path(args.out) / f"seed{seed}"
     seed_dir.mkdir(parents=True)
     first = ARMS if not args.sequential else ARMS[:1]
-    return {"seed": seed, "dir": seed_dir, "epochs": epochs, "started": time.time(),
-            "load": [os.getloadavg()[0]], "codes": {},
-            "procs": {arm: launch(args, seed, arm, seed_dir / arm, epochs) for arm in first}}
+    return {
+        "seed": seed,
+        "dir": seed_dir,
+        "epochs": epochs,
+        "started": time.time(),
+        "load": [os.getloadavg()[0]],
+        "codes": {},
+        "procs": {arm: launch(args, seed, arm, seed_dir / arm, epochs) for arm in first},
+    }
 
 
 def finish_seed(args: argparse.Namespace, job: dict) -> dict:
@@ -209,8 +313,11 @@ def finish_seed(args: argparse.Namespace, job: dict) -> dict:
             break
         job["procs"] = {arm: launch(args, job["seed"], arm, job["dir"] / arm, job["epochs"]) for arm in remaining}
     wall, load = time.time() - job["started"], job["load"]
-    print(f"[study] seed {job['seed']}: trained in {wall:.0f}s (launcher exit codes {job['codes']}, "
-          f"load average {min(load):.1f}-{max(load):.1f})", flush=True)
+    print(
+        f"[study] seed {job['seed']}: trained in {wall:.0f}s (launcher exit codes {job['codes']}, "
+        f"load average {min(load):.1f}-{max(load):.1f})",
+        flush=True,
+    )
     return {"wall_s": wall, "launcher_exit": job["codes"], "load_average": [min(load), max(load)]}
 
 
@@ -252,10 +359,16 @@ def main(argv: list[str] | None = None) -> int:
     from async_pbt_isaaclab.commands.evaluate import Evaluator
 
     evaluator = Evaluator(args.task, args.agent_yaml)
-    results = {"settings": {k: v for k, v in vars(args).items()}, "frames_per_member": frames,
-               "frames_per_epoch": per_epoch, "eval_points": points, "seeds": {}}
-    results["settings"]["member_command_population"] = member_command(args, 0, out / "seedS" / "population",
-                                                                      epochs, "population")
+    results = {
+        "settings": {k: v for k, v in vars(args).items()},
+        "frames_per_member": frames,
+        "frames_per_epoch": per_epoch,
+        "eval_points": points,
+        "seeds": {},
+    }
+    results["settings"]["member_command_population"] = member_command(
+        args, 0, out / "seedS" / "population", epochs, "population"
+    )
     started = time.time()
     # Pipeline: seed k+1 trains while seed k's checkpoints are evaluated (held-out returns do not depend
     # on wall time, and the evaluation needs only one core for a few seconds per checkpoint).
@@ -265,8 +378,9 @@ def main(argv: list[str] | None = None) -> int:
         if k + 1 < len(args.seeds):
             job = start_seed(args, args.seeds[k + 1], epochs)
         for arm in ARMS:
-            run[arm] = analysis.evaluate_arm(evaluator, out / f"seed{seed}" / arm, args.members, points,
-                                             args.eval_episodes)
+            run[arm] = analysis.evaluate_arm(
+                evaluator, out / f"seed{seed}" / arm, args.members, points, args.eval_episodes
+            )
         run.update(analysis.seed_summary(run, points, args.target, args.sweep))
         results["seeds"][str(seed)] = run
         analysis.write_json(out / "results.json", results)

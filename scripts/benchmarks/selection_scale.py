@@ -70,18 +70,30 @@ def write_population(root: Path, n: int, now: float, seed: int = 0) -> Workspace
         elif kind == 13:
             stage = "2"
         rec = MemberRecord(
-            member=i, generation=generation, frame=frame, generation_start_frame=frame - 5 * INTERVAL,
-            restarts=generation, heartbeat=heartbeat,
+            member=i,
+            generation=generation,
+            frame=frame,
+            generation_start_frame=frame - 5 * INTERVAL,
+            restarts=generation,
+            heartbeat=heartbeat,
             evidence=EvidenceSummary("episode_return", evidence_generation, values, 500 + i, i % 3),
-            condition=ConditionLabel(task=TASK, objective="episode_return", curriculum_stage=stage,
-                                     reward_config="c0ffee"),
-            hyperparameters={"learning_rate": 10 ** rnd.uniform(-4.5, -3), "gamma": 1 - 10 ** rnd.uniform(-3, -1.5),
-                             "tau": 1 - 10 ** rnd.uniform(-2, -1), "entropy_coef": 10 ** rnd.uniform(-5, -2),
-                             "e_clip": rnd.uniform(0.1, 0.3), "mini_epochs": rnd.randint(2, 8)},
+            condition=ConditionLabel(
+                task=TASK, objective="episode_return", curriculum_stage=stage, reward_config="c0ffee"
+            ),
+            hyperparameters={
+                "learning_rate": 10 ** rnd.uniform(-4.5, -3),
+                "gamma": 1 - 10 ** rnd.uniform(-3, -1.5),
+                "tau": 1 - 10 ** rnd.uniform(-2, -1),
+                "entropy_coef": 10 ** rnd.uniform(-5, -2),
+                "e_clip": rnd.uniform(0.1, 0.3),
+                "mini_epochs": rnd.randint(2, 8),
+            },
             checkpoint=f"members/{i:03d}/checkpoints/{checkpoint_name(generation, frame)}",
             checkpoint_sha256="%064x" % rnd.getrandbits(256),
             interval_best=max(values) if i % 4 == 0 else None,
-            epoch=frame // 16384, last_decision="keep: not in the worst 2 of 8", host=f"node{i % 32:02d}",
+            epoch=frame // 16384,
+            last_decision="keep: not in the worst 2 of 8",
+            host=f"node{i % 32:02d}",
             pid=10_000 + i,
         )
         folder = ws.member_dir(i)
@@ -119,15 +131,30 @@ def run(sizes: list[int], repeats: int, keep: Path | None) -> int:
             ws.read_records()  # warm the page cache: members read every interval
             read_times, read_cpu, (records, errors) = timed(ws.read_records, repeats)
             assert not errors, errors
-            me = min(records.values(), key=lambda r: (r.evidence.mean, r.member)
-                     if r.heartbeat > now - 60 and r.evidence.generation == r.generation else (math.inf, 0))
+            me = min(
+                records.values(),
+                key=lambda r: (
+                    (r.evidence.mean, r.member)
+                    if r.heartbeat > now - 60 and r.evidence.generation == r.generation
+                    else (math.inf, 0)
+                ),
+            )
             peers = list(records.values())
             read_med = statistics.median(read_times)
             row = {"n": n, "read": (read_med, spread(read_times), statistics.median(read_cpu))}
             for rule in ("dexpbt", "isaaclab", "welch"):
-                cfg = population_config_from_dict({
-                    "rule": rule, "num_policies": n, "policy_idx": me.member, "interval_steps": INTERVAL,
-                    "window": WINDOW, "min_episodes": 32, "top_fraction": 0.25, "worst_fraction": 0.25})
+                cfg = population_config_from_dict(
+                    {
+                        "rule": rule,
+                        "num_policies": n,
+                        "policy_idx": me.member,
+                        "interval_steps": INTERVAL,
+                        "window": WINDOW,
+                        "min_episodes": 32,
+                        "top_fraction": 0.25,
+                        "worst_fraction": 0.25,
+                    }
+                )
                 state = MemberRng(7).get_state()
                 decide_times, decide_cpu, d = timed(
                     lambda me=me, peers=peers, cfg=cfg, state=state: decide(
@@ -135,8 +162,14 @@ def run(sizes: list[int], repeats: int, keep: Path | None) -> int:
                     ),
                     repeats * 2,
                 )
-                row[rule] = (statistics.median(decide_times), spread(decide_times), d.outcome.value,
-                             len(d.compared), len(d.excluded), statistics.median(decide_cpu))
+                row[rule] = (
+                    statistics.median(decide_times),
+                    spread(decide_times),
+                    d.outcome.value,
+                    len(d.compared),
+                    len(d.excluded),
+                    statistics.median(decide_cpu),
+                )
                 if n == max(sizes):
                     at_largest[rule] = statistics.median(decide_times)
             if n == max(sizes):
@@ -147,8 +180,10 @@ def run(sizes: list[int], repeats: int, keep: Path | None) -> int:
             shutil.rmtree(base, ignore_errors=True)
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"selection_scale: Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {load:.1f}; "
-          f"{repeats} repeats (decide: {2 * repeats}); window {WINDOW}")
+    print(
+        f"selection_scale: Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {load:.1f}; "
+        f"{repeats} repeats (decide: {2 * repeats}); window {WINDOW}"
+    )
     print("times in ms: wall-clock median [interquartile range] (CPU-time median)")
     rules = ("dexpbt", "isaaclab", "welch")
     header = f"{'members':>7} | {'read_records':^30} | " + " | ".join(f"{r:^42}" for r in rules)

@@ -86,8 +86,14 @@ def evaluate_arm(evaluator, workspace: Path, members: int, points: list[int], ep
                 returns = evaluator.evaluate(path, 2 * episodes, DEFAULT_EVAL_SEED).returns
                 cache[path] = (statistics.fmean(returns[:episodes]), statistics.fmean(returns[episodes:]))
             selection, report = cache[path]
-            rows.append({"frame": frame, "checkpoint": str(path.relative_to(workspace)),
-                         "selection": selection, "report": report})
+            rows.append(
+                {
+                    "frame": frame,
+                    "checkpoint": str(path.relative_to(workspace)),
+                    "selection": selection,
+                    "report": report,
+                }
+            )
         out["members"][str(m)] = {"points": rows, **_member_facts(member_dir)}
     return out
 
@@ -118,15 +124,20 @@ def ratio(num: float, den: float, budget: int) -> dict[str, Any]:
     return {"value": None, "relation": "n/a"}
 
 
-def seed_summary(run: dict[str, Any], points: list[int], target: float,
-                 sweep: tuple[float, ...] = ()) -> dict[str, Any]:
+def seed_summary(
+    run: dict[str, Any], points: list[int], target: float, sweep: tuple[float, ...] = ()
+) -> dict[str, Any]:
     """Curves, frames to ``target`` (and to each ``sweep`` target), ratios and final returns of one seed."""
     pop, ind = run["population"], run["independent"]
     n = len(points)
     pop_curve = [_best_by_selection(pop, k) for k in range(n)]
     runs = {m: [p["report"] for p in v["points"]] for m, v in ind["members"].items()}
-    med_curve = [statistics.median([c[k] for c in runs.values() if c[k] is not None])
-                 if any(c[k] is not None for c in runs.values()) else None for k in range(n)]
+    med_curve = [
+        statistics.median([c[k] for c in runs.values() if c[k] is not None])
+        if any(c[k] is not None for c in runs.values())
+        else None
+        for k in range(n)
+    ]
     best_ind_curve = [_best_by_selection(ind, k) for k in range(n)]
     pop_ftt = frames_to_target(pop_curve, points, target)
     ind_ftt = {m: frames_to_target(c, points, target) for m, c in runs.items()}
@@ -184,14 +195,18 @@ def study_summary(results: dict[str, Any], target: float, members: int) -> dict[
     median_ratio = statistics.median(values) if values and None not in values else None
     relations = {r["relation"] for r in ratios}
     return {
-        "target": target, "members": members,
+        "target": target,
+        "members": members,
         "frames_to_target_per_member": {
             "population": _spread([s["frames_to_target"]["population"] for s in seeds]),
             "independent_median": _spread([s["frames_to_target"]["independent_median"] for s in seeds]),
             "independent_best_of_arm": _spread([s["frames_to_target"]["independent_best_of_arm"] for s in seeds]),
         },
-        "ratio_population_over_median_independent": {"per_seed": ratios, "median": median_ratio,
-                                                      "relations": sorted(relations)},
+        "ratio_population_over_median_independent": {
+            "per_seed": ratios,
+            "median": median_ratio,
+            "relations": sorted(relations),
+        },
         "final_return": {
             "population": _spread([s["final"]["population"] for s in seeds]),
             "independent_median": _spread([s["final"]["independent_median"] for s in seeds]),
@@ -219,26 +234,37 @@ def _fmt(v: float | None) -> str:
 
 def report(results: dict[str, Any], target: float, members: int) -> list[str]:
     s = results["summary"]
-    lines = [f"population ({members} members) vs {members} independent runs, held-out return target {target}, "
-             f"{results['frames_per_member']} frames per member, seeds {list(results['seeds'])}",
-             "frames to target: per member (total in the arm = members x per member):"]
-    for key, label in (("population", "population (best member)"), ("independent_median", "independent, median run"),
-                       ("independent_best_of_arm", "independent, best of arm")):
+    lines = [
+        f"population ({members} members) vs {members} independent runs, held-out return target {target}, "
+        f"{results['frames_per_member']} frames per member, seeds {list(results['seeds'])}",
+        "frames to target: per member (total in the arm = members x per member):",
+    ]
+    for key, label in (
+        ("population", "population (best member)"),
+        ("independent_median", "independent, median run"),
+        ("independent_best_of_arm", "independent, best of arm"),
+    ):
         sp = s["frames_to_target_per_member"][key]
         per_seed = ", ".join(_fmt_frames(v, members) for v in sp["values"])
         lines.append(f"  {label:28s} median {_fmt_frames(sp['median'], members):24s} per seed: {per_seed}")
     r = s["ratio_population_over_median_independent"]
-    per_seed = ", ".join("n/a" if x["value"] is None else f"{x['relation']}{x['value']:.2f}".replace("=", "")
-                         for x in r["per_seed"])
+    per_seed = ", ".join(
+        "n/a" if x["value"] is None else f"{x['relation']}{x['value']:.2f}".replace("=", "") for x in r["per_seed"]
+    )
     bound = "<=" if "<" in r["relations"] else ""  # a median over upper bounds is itself an upper bound
     med = "n/a" if r["median"] is None else f"{bound}{r['median']:.2f}"
     lines.append(f"ratio population / median independent (frames per member): median {med}; per seed: {per_seed}")
     best = [x["ratio_population_over_best_of_arm_independent"] for x in results["seeds"].values()]
-    lines.append("ratio population / best of the independent arm (same total frames): per seed: " + ", ".join(
-        "n/a" if x["value"] is None else f"{x['relation']}{x['value']:.2f}".replace("=", "") for x in best))
+    lines.append(
+        "ratio population / best of the independent arm (same total frames): per seed: "
+        + ", ".join("n/a" if x["value"] is None else f"{x['relation']}{x['value']:.2f}".replace("=", "") for x in best)
+    )
     lines.append("final held-out return: median [min, max] over seeds")
-    for key, label in (("population", "population (best member)"), ("independent_median", "independent, median run"),
-                       ("independent_best_of_arm", "independent, best of arm")):
+    for key, label in (
+        ("population", "population (best member)"),
+        ("independent_median", "independent, median run"),
+        ("independent_best_of_arm", "independent, best of arm"),
+    ):
         sp = s["final_return"][key]
         lines.append(f"  {label:28s} {_fmt(sp['median'])} [{_fmt(sp['min'])}, {_fmt(sp['max'])}]")
     seeds = list(results["seeds"].values())
@@ -249,12 +275,20 @@ def report(results: dict[str, Any], target: float, members: int) -> list[str]:
             cells = [x["target_sweep"][t] for x in seeds]
             pop = statistics.median(_inf(c["population"]) for c in cells)
             ind = statistics.median(_inf(c["independent_median"]) for c in cells)
-            ratios = ", ".join("n/a" if c["ratio"]["value"] is None else
-                               f"{c['ratio']['relation']}{c['ratio']['value']:.2f}".replace("=", "") for c in cells)
-            lines.append(f"  target {float(t):8.1f}: population {_fmt_frames(pop, members):24s} "
-                         f"independent median run {_fmt_frames(ind, members):24s} ratio {ratios}")
-    lines.append(f"population exploits per seed: {s['exploits']}; of them without any hyperparameter change: "
-                 f"{[x.get('exploits_without_change') for x in seeds]}")
+            ratios = ", ".join(
+                "n/a"
+                if c["ratio"]["value"] is None
+                else f"{c['ratio']['relation']}{c['ratio']['value']:.2f}".replace("=", "")
+                for c in cells
+            )
+            lines.append(
+                f"  target {float(t):8.1f}: population {_fmt_frames(pop, members):24s} "
+                f"independent median run {_fmt_frames(ind, members):24s} ratio {ratios}"
+            )
+    lines.append(
+        f"population exploits per seed: {s['exploits']}; of them without any hyperparameter change: "
+        f"{[x.get('exploits_without_change') for x in seeds]}"
+    )
     lines.append(f"{'PASS' if s['goal_met'] else 'FAIL'}: goal population <= 0.5 x median independent frames to target")
     return lines
 
@@ -268,23 +302,32 @@ def plot(results: dict[str, Any], target: float, members: int, path: Path) -> No
     points = results["eval_points"]
     x = [p * members for p in points]
     fig, ax = plt.subplots(figsize=(8, 5))
-    styles = {"population": ("tab:blue", "-", "population: best member"),
-              "independent_median": ("tab:orange", "-", "independent: median run"),
-              "independent_best_of_arm": ("tab:orange", "--", "independent: best of arm")}
+    styles = {
+        "population": ("tab:blue", "-", "population: best member"),
+        "independent_median": ("tab:orange", "-", "independent: median run"),
+        "independent_best_of_arm": ("tab:orange", "--", "independent: best of arm"),
+    }
     for key, (color, ls, label) in styles.items():
         curves = [s["curves"][key] for s in results["seeds"].values()]
         for c in curves:
             ax.plot(x, [math.nan if v is None else v for v in c], color=color, ls=ls, alpha=0.25, lw=1)
-        med = [statistics.median([c[k] for c in curves if c[k] is not None])
-               if any(c[k] is not None for c in curves) else math.nan for k in range(len(points))]
+        med = [
+            statistics.median([c[k] for c in curves if c[k] is not None])
+            if any(c[k] is not None for c in curves)
+            else math.nan
+            for k in range(len(points))
+        ]
         ax.plot(x, med, color=color, ls=ls, lw=2.5, label=f"{label} (median over seeds)")
     ax.axhline(target, color="gray", ls=":", label=f"target {target:g}")
     ax.set_xlabel(f"total frames in the arm ({members} members / {members} runs)")
     ax.set_ylabel("held-out return (deterministic policy)")
     secondary = ax.secondary_xaxis("top", functions=(lambda v: v / members, lambda v: v * members))
     secondary.set_xlabel("frames per member / per run")
-    ax.set_title(f"{results['settings']['task']}, start {', '.join(results['settings']['set_values'])}; "
-                 f"{len(results['seeds'])} seeds", fontsize=10)
+    ax.set_title(
+        f"{results['settings']['task']}, start {', '.join(results['settings']['set_values'])}; "
+        f"{len(results['seeds'])} seeds",
+        fontsize=10,
+    )
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()

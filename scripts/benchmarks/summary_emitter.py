@@ -79,13 +79,15 @@ def _make_pool(num_envs: int, device: str, episode_length: float, seed: int) -> 
             "peak": torch.randn(num_envs, generator=gen),
         }
         log = {"Episode_Reward/rew_a": torch.randn((), generator=gen).to(device), "Curriculum/stage": 2.0}
-        pool.append((
-            torch.randn(num_envs, generator=gen).to(device),
-            terminated.to(device),
-            truncated.to(device),
-            {k: v.to(device) for k, v in terms.items()},
-            log,
-        ))
+        pool.append(
+            (
+                torch.randn(num_envs, generator=gen).to(device),
+                terminated.to(device),
+                truncated.to(device),
+                {k: v.to(device) for k, v in terms.items()},
+                log,
+            )
+        )
     return pool
 
 
@@ -208,7 +210,11 @@ def run_emitter(args: argparse.Namespace) -> int:
     for i, cfg in enumerate(configs):
         cfg.pool = _make_pool(cfg.num_envs, cfg.device, args.episode_length, seed=i)
         cfg.emitter = EpisodeSummaryEmitter(
-            cfg.num_envs, cfg.device, TERM_NAMES, term_modes=TERM_MODES, capacity=args.capacity,
+            cfg.num_envs,
+            cfg.device,
+            TERM_NAMES,
+            term_modes=TERM_MODES,
+            capacity=args.capacity,
             compile=args.compile,
         )
         _run_steps(cfg, args.warmup)  # warm-up (and compilation with --compile)
@@ -217,8 +223,10 @@ def run_emitter(args: argparse.Namespace) -> int:
     for _ in range(args.repeats):
         for cfg in configs:
             _measure_block(cfg, args.steps)
-    header = (f"{'device':<8} {'num_envs':>9} {'us/step median':>15} {'(min-max)':>15} {'drain us median':>16} "
-              f"{'episodes/drain':>14}  host syncs/step; host-API calls/step")
+    header = (
+        f"{'device':<8} {'num_envs':>9} {'us/step median':>15} {'(min-max)':>15} {'drain us median':>16} "
+        f"{'episodes/drain':>14}  host syncs/step; host-API calls/step"
+    )
     print(header)
     print("-" * len(header))
     for cfg in configs:
@@ -249,14 +257,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", action="store_true", help="use the emitter's torch.compile path")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU intra-op threads)")
     p.set_defaults(func=run_emitter)
-    e = sub.add_parser("e2e", help="rl_games PPO through Isaac Lab's RL-Games wrappers with and without the "
-                                   "emitter: frames/s, ratio",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    e = sub.add_parser(
+        "e2e",
+        help="rl_games PPO through Isaac Lab's RL-Games wrappers with and without the emitter: frames/s, ratio",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     e.add_argument("--num-envs", type=int, default=4096)
-    e.add_argument("--horizon", type=int, default=32,
-                   help="rl_games horizon_length (env steps per epoch; the yaml's 32)")
-    e.add_argument("--minibatches", type=int, default=None,
-                   help="minibatches per epoch (None: as many as the agent yaml has)")
+    e.add_argument(
+        "--horizon", type=int, default=32, help="rl_games horizon_length (env steps per epoch; the yaml's 32)"
+    )
+    e.add_argument(
+        "--minibatches", type=int, default=None, help="minibatches per epoch (None: as many as the agent yaml has)"
+    )
     e.add_argument("--epochs", type=int, default=6, help="epochs per run (the first one is not timed)")
     e.add_argument("--pairs", type=int, default=6, help="A/B pairs, interleaved ABBA")
     e.add_argument("--warmup-epochs", type=int, default=2, help="untimed warm-up run per variant (0: none)")
@@ -264,8 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=42, help="params.seed and env seed of both variants")
     e.add_argument("--threads", type=int, default=None, help="params.torch_threads (None: the yaml's)")
     e.add_argument("--agent", default=str(e2e.E2E_AGENT), help="rl_games agent yaml with pbt_summary/pbt sections")
-    e.add_argument("--isaaclab", choices=e2e.RELEASES, default=e2e.RELEASES[0],
-                   help="Isaac Lab release whose RL-Games wrappers run (fetched and cached by tests/upstream)")
+    e.add_argument(
+        "--isaaclab",
+        choices=e2e.RELEASES,
+        default=e2e.RELEASES[0],
+        help="Isaac Lab release whose RL-Games wrappers run (fetched and cached by tests/upstream)",
+    )
     e.add_argument("--profile", action="store_true", help="cProfile the wrapper's step in one extra 'with' run")
     e.set_defaults(func=e2e.run_e2e)
     return parser

@@ -160,9 +160,21 @@ def _e2e_agent_cfg(args: argparse.Namespace, epochs: int, root: str, name: str) 
     batch = args.num_envs * args.horizon
     if batch % minibatches:
         raise SystemExit(f"num_envs x horizon = {batch} is not divisible into {minibatches} minibatches")
-    rl.update(device="cpu", device_name="cpu", torch_compile=False, multi_gpu=False, num_actors=args.num_envs,
-              horizon_length=args.horizon, minibatch_size=batch // minibatches, max_epochs=epochs, train_dir=root,
-              full_experiment_name=name, print_stats=False, save_best_after=10 ** 9, save_frequency=0)
+    rl.update(
+        device="cpu",
+        device_name="cpu",
+        torch_compile=False,
+        multi_gpu=False,
+        num_actors=args.num_envs,
+        horizon_length=args.horizon,
+        minibatch_size=batch // minibatches,
+        max_epochs=epochs,
+        train_dir=root,
+        full_experiment_name=name,
+        print_stats=False,
+        save_best_after=10**9,
+        save_frequency=0,
+    )
     return agent
 
 
@@ -200,16 +212,22 @@ def e2e_run(variant: str, args: argparse.Namespace, epochs: int, profile: cProfi
         emitter = None
         if variant == WITH:
             pbt = agent.get("pbt") or {}
-            wrapped = attach_summary_source(env, SummaryCfg.from_agent_cfg(agent),
-                                            objective=objective_term(pbt.get("objective", "episode_return")),
-                                            task=task_id, reward_config=reward_fingerprint(env_cfg))
+            wrapped = attach_summary_source(
+                env,
+                SummaryCfg.from_agent_cfg(agent),
+                objective=objective_term(pbt.get("objective", "episode_return")),
+                task=task_id,
+                reward_config=reward_fingerprint(env_cfg),
+            )
             emitter = wrapped.pbt_summary_source
             emitter.step = clocks["emitter"].wrap(emitter.step)
             wrapped._take_snapshot = clocks["snapshot"].wrap(wrapped._take_snapshot)
             step = wrapped.step
             if profile is not None:
+
                 def step(action, _inner=wrapped.step):
                     return profile.runcall(_inner, action)
+
             wrapped.step = clocks["outer"].wrap(step)
         else:
             wrapped = _pass_through_cls()(env)
@@ -235,15 +253,23 @@ def e2e_run(variant: str, args: argparse.Namespace, epochs: int, profile: cProfi
         spent = {k: c_last[k] - c_first[k] for k in METERS}
         params = torch.cat([p.detach().reshape(-1).double() for p in algo.model.parameters()])
         out = {
-            "variant": variant, "epochs": int(algo.epoch_num), "frames": int(algo.frame), "run_wall_s": wall,
-            "timed_epochs": timed_epochs, "window_s": window,
+            "variant": variant,
+            "epochs": int(algo.epoch_num),
+            "frames": int(algo.frame),
+            "run_wall_s": wall,
+            "timed_epochs": timed_epochs,
+            "window_s": window,
             "fps": timed_epochs * frames_per_epoch / window if timed_epochs else float("nan"),
             "epoch_s": window / timed_epochs if timed_epochs else float("nan"),
             "cpu_s": cpu_window,
             "cpu_fps": timed_epochs * frames_per_epoch / cpu_window if timed_epochs else float("nan"),
-            "steps": timed_epochs * args.horizon, "spent": spent,
-            "emitter_calls": clocks["emitter"].calls, "drains": clocks["drain"].calls, "episodes": marks.episodes,
-            "params_sum": float(params.sum()), "params_abs": float(params.abs().sum()),
+            "steps": timed_epochs * args.horizon,
+            "spent": spent,
+            "emitter_calls": clocks["emitter"].calls,
+            "drains": clocks["drain"].calls,
+            "episodes": marks.episodes,
+            "params_sum": float(params.sum()),
+            "params_abs": float(params.abs().sum()),
         }
         if getattr(algo, "writer", None) is not None:
             algo.writer.close()
@@ -277,11 +303,13 @@ def measure_e2e(args: argparse.Namespace, log: Callable[[str], None] = print) ->
             runs.append(pair[variant])
         pairs.append(pair)
         w, b = pair[WITH], pair[WITHOUT]
-        log(f"  pair {i + 1}/{args.pairs} ({'AB' if order[0] == WITHOUT else 'BA'}): without {b['fps']:8.0f} fps, "
+        log(
+            f"  pair {i + 1}/{args.pairs} ({'AB' if order[0] == WITHOUT else 'BA'}): without {b['fps']:8.0f} fps, "
             f"with {w['fps']:8.0f} fps, ratio {w['fps'] / b['fps']:.4f} (CPU time {w['cpu_fps'] / b['cpu_fps']:.4f}); "
             f"added {1e3 * _added(w):.0f} ms of "
             f"{w['window_s']:.1f} s ({100 * _added(w) / w['window_s']:.2f} %); epoch {b['epoch_s']:.2f} / "
-            f"{w['epoch_s']:.2f} s")
+            f"{w['epoch_s']:.2f} s"
+        )
     profile_text = None
     if args.profile:
         profile = cProfile.Profile()
@@ -289,8 +317,13 @@ def measure_e2e(args: argparse.Namespace, log: Callable[[str], None] = print) ->
         buf = io.StringIO()
         pstats.Stats(profile, stream=buf).sort_stats("tottime").print_stats(20)
         profile_text = buf.getvalue()
-    return {"runs": runs, "pairs": pairs, "ratios": [p[WITH]["fps"] / p[WITHOUT]["fps"] for p in pairs],
-            "cpu_ratios": [p[WITH]["cpu_fps"] / p[WITHOUT]["cpu_fps"] for p in pairs], "profile": profile_text}
+    return {
+        "runs": runs,
+        "pairs": pairs,
+        "ratios": [p[WITH]["fps"] / p[WITHOUT]["fps"] for p in pairs],
+        "cpu_ratios": [p[WITH]["cpu_fps"] / p[WITHOUT]["cpu_fps"] for p in pairs],
+        "profile": profile_text,
+    }
 
 
 def _row(label: str, values: list[float], fmt: str) -> str:
@@ -320,13 +353,16 @@ def run_e2e(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
     print(
         f"end to end: rl_games PPO ({Path(args.agent).name}, device cpu, torch_compile False) on the reach task "
-        f"(a DirectRLEnv), {args.num_envs} envs x {args.horizon} steps = {batch} frames/epoch, minibatch {probe['minibatch_size']} "
+        f"(a DirectRLEnv), {args.num_envs} envs x {args.horizon} steps = {batch} frames/epoch, "
+        f"minibatch {probe['minibatch_size']} "
         f"x {probe['mini_epochs']} mini-epochs; {args.epochs} epochs per run ({args.epochs - 1} timed: agent "
         f"construction and epoch 1 excluded), {args.pairs} pairs ABBA after a {args.warmup_epochs}-epoch warm-up "
         f"per variant; seed {args.seed}; drain every {args.drain_every} epoch(s); torch {torch.__version__}, "
         f"torch threads {threads}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; vec-env wrapper "
         f"{wrapper.__module__}.{wrapper.__qualname__} of Isaac Lab {args.isaaclab} ({Path(wrapper_file).parent}; "
-        f"real wheel, simulator modules stubbed)", flush=True)
+        f"real wheel, simulator modules stubbed)",
+        flush=True,
+    )
     result = measure_e2e(args, log=lambda line: print(line, flush=True))
     runs, pairs, ratios = result["runs"], result["pairs"], result["ratios"]
     base = [r for r in runs if r["variant"] == WITHOUT]
@@ -360,34 +396,43 @@ def run_e2e(args: argparse.Namespace) -> int:
     episodes = sum(r["episodes"] for r in emit)
     print(f"episodes drained in the 'with' runs: {episodes} ({sum(r['drains'] for r in emit)} drains)")
     identical = all(all(p[WITH][k] == p[WITHOUT][k] for k in ("params_sum", "params_abs", "frames")) for p in pairs)
-    print(f"training identical in both variants (same seed; final parameters and frames compared in every pair): "
-          f"{'yes' if identical else 'NO: the variants do not train the same thing'}")
+    print(
+        f"training identical in both variants (same seed; final parameters and frames compared in every pair): "
+        f"{'yes' if identical else 'NO: the variants do not train the same thing'}"
+    )
     if result["profile"]:
         print("\ncProfile of PbtIsaacLabEnv.step in one extra 'with' run (tottime; includes the inner env step):")
         print(result["profile"])
     print()
     med_frac = statistics.median(frac)
     direct = 1.0 - med_frac
-    print(f"{'PASS' if direct >= E2E_TARGET else 'FAIL'}: direct measure 1 - added/epoch = 1 - {100 * med_frac:.3f} % "
-          f"= "
-          f"{direct:.4f} (target >= {E2E_TARGET}) [median over {len(emit)} runs, "
-          f"{1 - max(frac):.4f}..{1 - min(frac):.4f}; robust to machine noise]")
+    print(
+        f"{'PASS' if direct >= E2E_TARGET else 'FAIL'}: direct measure 1 - added/epoch = 1 - {100 * med_frac:.3f} % "
+        f"= "
+        f"{direct:.4f} (target >= {E2E_TARGET}) [median over {len(emit)} runs, "
+        f"{1 - max(frac):.4f}..{1 - min(frac):.4f}; robust to machine noise]"
+    )
     med_ratio = statistics.median(ratios)
     spread = max(ratios) - min(ratios)
     verdict = "PASS" if med_ratio >= E2E_TARGET else "FAIL"
     if len(ratios) < 2:
         note = "; one pair only: no spread to judge the noise by, rely on the direct measure"
     elif spread > med_frac:
-        note = (f"; machine noise dominates: the per-pair spread ({spread:.3f}) is larger than the effect the direct "
-                f"measure finds ({med_frac:.3f}), so the A/B ratio cannot resolve it; rely on the direct measure")
+        note = (
+            f"; machine noise dominates: the per-pair spread ({spread:.3f}) is larger than the effect the direct "
+            f"measure finds ({med_frac:.3f}), so the A/B ratio cannot resolve it; rely on the direct measure"
+        )
     else:
         note = f"; the spread is smaller than the effect the direct measure finds ({med_frac:.3f})"
-    print(f"{verdict}: median A/B frames/s ratio {med_ratio:.4f} (target >= {E2E_TARGET}); per-pair "
-          f"{min(ratios):.4f}..{max(ratios):.4f}, spread {spread:.3f}{note}")
+    print(
+        f"{verdict}: median A/B frames/s ratio {med_ratio:.4f} (target >= {E2E_TARGET}); per-pair "
+        f"{min(ratios):.4f}..{max(ratios):.4f}, spread {spread:.3f}{note}"
+    )
     cpu = result["cpu_ratios"]
-    print(f"info: median A/B ratio in frames per CPU second {statistics.median(cpu):.4f}; per-pair "
-          f"{min(cpu):.4f}..{max(cpu):.4f}, spread {max(cpu) - min(cpu):.3f} "
-          f"(process CPU time: leaves out waiting for a core, not cache or memory-bandwidth contention)")
+    print(
+        f"info: median A/B ratio in frames per CPU second {statistics.median(cpu):.4f}; per-pair "
+        f"{min(cpu):.4f}..{max(cpu):.4f}, spread {max(cpu) - min(cpu):.3f} "
+        f"(process CPU time: leaves out waiting for a core, not cache or memory-bandwidth contention)"
+    )
     print(f"total benchmark time {time.perf_counter() - t_start:.0f} s")
     return 0
-

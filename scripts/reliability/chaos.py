@@ -101,8 +101,15 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
 
     reader_out, reader_stop = root / "reader.json", root / "reader.stop"
     reader_stop.unlink(missing_ok=True)
-    reader = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent / "chaos_reader.py"), str(ws),
-                               str(reader_stop), str(reader_out)])
+    reader = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).resolve().parent / "chaos_reader.py"),
+            str(ws),
+            str(reader_stop),
+            str(reader_out),
+        ]
+    )
     t0 = time.monotonic()
     deadline = t0 + args.deadline
     watcher = Watcher(driver, rng)
@@ -131,14 +138,21 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
     watcher.chaos_on = False
     chaos_s = time.monotonic() - t0
     if not driver.done():
-        why = ("the safety deadline --deadline passed" if time.monotonic() >= deadline
-               else f"the population ended first (launcher exit {launcher.poll()}; --iterations {args.iterations})"
-               if launcher.poll() is not None else "a member exited without being killed")
+        why = (
+            "the safety deadline --deadline passed"
+            if time.monotonic() >= deadline
+            else f"the population ended first (launcher exit {launcher.poll()}; --iterations {args.iterations})"
+            if launcher.poll() is not None
+            else "a member exited without being killed"
+        )
         notes.append(f"windows still wanting kills {driver.quota}: {why}")
     first_code = launcher.poll()
     if first_code is None:
-        print(f"[chaos] {'every window received its kills' if driver.done() else 'chaos phase cut short'} after "
-              f"{chaos_s:.1f} s: stopping the population", flush=True)
+        print(
+            f"[chaos] {'every window received its kills' if driver.done() else 'chaos phase cut short'} after "
+            f"{chaos_s:.1f} s: stopping the population",
+            flush=True,
+        )
         stop_at = time.monotonic()
         first_code = stop(launcher, deadline)
         print(f"[chaos] population stopped in {time.monotonic() - stop_at:.1f} s", flush=True)
@@ -147,8 +161,10 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
     # -- second launch: every member resumes and finishes a few epochs past where it stopped. One launcher per
     # member, so a member that spent the chaos phase restarting need not catch up with the furthest one.
     records, _errors = Workspace(ws).read_records()
-    targets = {m: (records[m].frame if m in records else 0) // FRAMES_PER_EPOCH + args.finish_iterations
-               for m in range(args.members)}
+    targets = {
+        m: (records[m].frame if m in records else 0) // FRAMES_PER_EPOCH + args.finish_iterations
+        for m in range(args.members)
+    }
     wait_temp_files_past_grace(ws, args.temp_grace, deadline)
     finishing = {m: launch(args, ws, root, targets[m], member=m) for m in range(args.members)}
     print(f"[chaos] finishing: members train to epochs {targets}", flush=True)
@@ -169,8 +185,13 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
     driver.update_pids()
     checks_at = time.monotonic()
     figures = chaos_checks.verify(ws, args, driver, reader_out, first_code, finish_codes, targets, notes)
-    figures.update(workspace=str(ws), elapsed_s=round(elapsed, 1), chaos_s=round(chaos_s, 1),
-                   checks_s=round(time.monotonic() - checks_at, 1), kills_wanted=quota)
+    figures.update(
+        workspace=str(ws),
+        elapsed_s=round(elapsed, 1),
+        chaos_s=round(chaos_s, 1),
+        checks_s=round(time.monotonic() - checks_at, 1),
+        kills_wanted=quota,
+    )
     return figures
 
 
@@ -181,34 +202,69 @@ def check_windows(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     opened = windows_for(args.exploit_mode)
     unknown = [w for w in args.windows.split(",") if w not in opened]
     if unknown or not args.windows:
-        parser.error(f"--windows {args.windows!r}: {', '.join(unknown) or 'empty'} not among the windows of "
-                     f"--exploit-mode {args.exploit_mode}: {', '.join(opened)}")
+        parser.error(
+            f"--windows {args.windows!r}: {', '.join(unknown) or 'empty'} not among the windows of "
+            f"--exploit-mode {args.exploit_mode}: {', '.join(opened)}"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--members", type=int, default=4)
-    p.add_argument("--kills", type=int, default=40,
-                   help="landed SIGKILLs wanted in total (split evenly over the windows, the rest to the last one)")
-    p.add_argument("--rule", choices=("fixture", "dexpbt"), default="fixture",
-                   help=f"selection rule of the members: the test fixture {FIXTURE_RULE} (default) or dexpbt")
-    p.add_argument("--exploit-mode", choices=("restart", "inprocess", "auto"), default="restart",
-                   help="--pbt-exploit-mode of the members, and with it the windows aimed at: 'restart' (the default) "
-                        "the exec restart's, 'inprocess' or 'auto' the in-process exploit's")
-    p.add_argument("--windows", default=None,
-                   help="comma-separated windows to aim at (default: every window of --exploit-mode)")
-    p.add_argument("--iterations", type=int, default=2000,
-                   help="epoch cap of the first launch (512 frames each); the chaos phase normally ends long before")
-    p.add_argument("--finish-iterations", type=int, default=4,
-                   help="epochs past the furthest member that the second launch trains every member to")
+    p.add_argument(
+        "--kills",
+        type=int,
+        default=40,
+        help="landed SIGKILLs wanted in total (split evenly over the windows, the rest to the last one)",
+    )
+    p.add_argument(
+        "--rule",
+        choices=("fixture", "dexpbt"),
+        default="fixture",
+        help=f"selection rule of the members: the test fixture {FIXTURE_RULE} (default) or dexpbt",
+    )
+    p.add_argument(
+        "--exploit-mode",
+        choices=("restart", "inprocess", "auto"),
+        default="restart",
+        help="--pbt-exploit-mode of the members, and with it the windows aimed at: 'restart' (the default) "
+        "the exec restart's, 'inprocess' or 'auto' the in-process exploit's",
+    )
+    p.add_argument(
+        "--windows", default=None, help="comma-separated windows to aim at (default: every window of --exploit-mode)"
+    )
+    p.add_argument(
+        "--iterations",
+        type=int,
+        default=2000,
+        help="epoch cap of the first launch (512 frames each); the chaos phase normally ends long before",
+    )
+    p.add_argument(
+        "--finish-iterations",
+        type=int,
+        default=4,
+        help="epochs past the furthest member that the second launch trains every member to",
+    )
     p.add_argument("--interval", type=int, default=2048, help="--pbt-interval-steps (frames between decisions)")
-    p.add_argument("--deadline", type=float, default=3600.0,
-                   help="safety limit in seconds for the whole run (a hung run fails instead of waiting forever)")
-    p.add_argument("--random-spread", type=float, default=30.0,
-                   help="random kills happen within this many seconds after every member has published")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=3600.0,
+        help="safety limit in seconds for the whole run (a hung run fails instead of waiting forever)",
+    )
+    p.add_argument(
+        "--random-spread",
+        type=float,
+        default=30.0,
+        help="random kills happen within this many seconds after every member has published",
+    )
     p.add_argument("--aim-probability", type=float, default=0.35, help="chance to kill at an aimed window event")
-    p.add_argument("--restart-delay", type=float, default=6.0,
-                   help="bound of the delay of a restart-window kill until a restart has been observed")
+    p.add_argument(
+        "--restart-delay",
+        type=float,
+        default=6.0,
+        help="bound of the delay of a restart-window kill until a restart has been observed",
+    )
     p.add_argument("--temp-grace", type=float, default=2.0, help="--pbt-temp-grace-s of the members")
     p.add_argument("--keep-last", type=int, default=2, help="--pbt-keep-last-checkpoints of the members")
     p.add_argument("--keep-best", type=int, default=2, help="--pbt-keep-best-checkpoints of the members")

@@ -61,17 +61,30 @@ def _mentions(inputs: Any, checkpoint: str, sha256: str) -> bool:
     return False
 
 
-def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, first_code: int | None,
-           finish_codes: dict[int, int | None], target_epochs: dict[int, int], notes: list[str]) -> dict[str, Any]:
+def verify(
+    root: Path,
+    args: argparse.Namespace,
+    driver: Any,
+    reader_out: Path,
+    first_code: int | None,
+    finish_codes: dict[int, int | None],
+    target_epochs: dict[int, int],
+    notes: list[str],
+) -> dict[str, Any]:
     """Check a finished chaos run. ``driver`` is chaos.Driver (its kills, quota and opportunities);
     ``finish_codes`` and ``target_epochs`` are per member, from the finishing launches."""
     ws = Workspace(root)
     targets = {m: e * FRAMES_PER_EPOCH for m, e in target_epochs.items()}
     windows = tuple(driver.wanted)
     failures: list[str] = list(notes)
-    f: dict[str, Any] = {"windows": windows, "exploit_mode": args.exploit_mode, "launcher_exit_code": first_code,
-                         "finish_exit_codes": finish_codes,
-                         "members": args.members, "frame_targets": targets}
+    f: dict[str, Any] = {
+        "windows": windows,
+        "exploit_mode": args.exploit_mode,
+        "launcher_exit_code": first_code,
+        "finish_exit_codes": finish_codes,
+        "members": args.members,
+        "frame_targets": targets,
+    }
 
     # -- launcher journal: restarts after each kill
     journal = [json.loads(line) for line in (root / "launcher.jsonl").read_text().splitlines() if line.strip()]
@@ -93,16 +106,18 @@ def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, 
     f["kills_total"] = len(driver.kills)
     f["kills_landed"] = sum(f["kills"].values())
     f["crash_exits_sigkill"] = sum(1 for es in exits.values() for e in es if e.get("code") == -9)
-    f["kill_log"] = [f"{k.member:03d} {k.window}: {k.detail}: {'landed' if k.landed else 'missed'}: {k.phase}"
-                     for k in driver.kills]
+    f["kill_log"] = [
+        f"{k.member:03d} {k.window}: {k.detail}: {'landed' if k.landed else 'missed'}: {k.phase}" for k in driver.kills
+    ]
     short = {w: n for w, n in driver.quota.items() if n > 0}
     if short:
         failures.append(
             f"windows without their landed kills: {short} (opportunities seen {dict(driver.opportunities)})"
         )
     if first_code != STOPPED_BY_CTRL_C:
-        failures.append(f"first launch exited {first_code} (expected {STOPPED_BY_CTRL_C}: stopped by Ctrl-C "
-                        f"after the chaos phase)")
+        failures.append(
+            f"first launch exited {first_code} (expected {STOPPED_BY_CTRL_C}: stopped by Ctrl-C after the chaos phase)"
+        )
     for m, code in finish_codes.items():
         if code != 0:
             failures.append(f"member {m}'s finishing launch exited {code} (expected 0: the member finished)")
@@ -185,10 +200,15 @@ def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, 
                 applied.setdefault(e["checkpoint"], e)  # a kill before pending was cleared re-applies it
             elif e.get("kind") == "exploit_aborted":
                 reason = str(e.get("reason", ""))
-                key = ("donor file vanished" if "No such file" in reason or "does not exist" in reason
-                       else "checksum mismatch" if "does not match" in reason
-                       else "recipient checkpoint failed verification" if "recipient checkpoint" in reason
-                       else reason[:80])
+                key = (
+                    "donor file vanished"
+                    if "No such file" in reason or "does not exist" in reason
+                    else "checksum mismatch"
+                    if "does not match" in reason
+                    else "recipient checkpoint failed verification"
+                    if "recipient checkpoint" in reason
+                    else reason[:80]
+                )
                 abort_reasons[key] += 1
         exploits["decided"] += len(exploit_decisions)
         exploits["applied"] += len(applied)
@@ -207,9 +227,13 @@ def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, 
                 continue
             # The exploit is carried out after the update of the epoch it was decided in: the lineage frame is
             # the decision's frame plus that epoch's frames.
-            match = [d for d in exploit_decisions if d["decision"].get("donor") == e["donor"]
-                     and 0 <= e["frame"] - _decision_frame(d) <= FRAMES_PER_EPOCH
-                     and _mentions(d.get("inputs"), e["donor_checkpoint"], e["donor_sha256"])]
+            match = [
+                d
+                for d in exploit_decisions
+                if d["decision"].get("donor") == e["donor"]
+                and 0 <= e["frame"] - _decision_frame(d) <= FRAMES_PER_EPOCH
+                and _mentions(d.get("inputs"), e["donor_checkpoint"], e["donor_sha256"])
+            ]
             if not match:
                 lineage_problems.append(f"member {m}: lineage generation {e['generation']} has no matching decision")
         # A restart after a kill resumes from the member's own last checkpoint: never from scratch, and
@@ -221,17 +245,20 @@ def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, 
             elif e.get("kind") == "start" and i > 0:
                 # A kill before the first state.json with a checkpoint leaves nothing to resume from: a fresh
                 # start then, at frame 0, loses at most the interval in flight like any other kill.
-                restored = next((r for r in entries[i + 1:] if r.get("kind") in ("restored", "start")), None)
+                restored = next((r for r in entries[i + 1 :] if r.get("kind") in ("restored", "start")), None)
                 frame = restored["frame"] if restored is not None and restored["kind"] == "restored" else 0
                 if e.get("mode") == "fresh":
                     frame = 0
                 if frame < last_decision_frame - args.interval:
-                    lost.append(f"member {m}: start seq {e['seq']} ({e.get('mode')}) resumed at frame {frame}, but it "
-                                f"had decided at frame {last_decision_frame}: more than one interval lost")
+                    lost.append(
+                        f"member {m}: start seq {e['seq']} ({e.get('mode')}) resumed at frame {frame}, but it "
+                        f"had decided at frame {last_decision_frame}: more than one interval lost"
+                    )
                 starts_by_mode[e.get("mode")] += 1
         # Exploit decisions that were neither applied nor aborted: killed before the pending state was saved.
-        exploits["not_acted_killed"] += max(0, len(exploit_decisions) - len(applied)
-                                            - sum(1 for e in entries if e.get("kind") == "exploit_aborted"))
+        exploits["not_acted_killed"] += max(
+            0, len(exploit_decisions) - len(applied) - sum(1 for e in entries if e.get("kind") == "exploit_aborted")
+        )
     f["checkpoint_refs"] = dict(refs)
     f["exploits"] = dict(exploits)
     f["exploit_aborts"] = dict(abort_reasons)
@@ -286,8 +313,9 @@ def verify(root: Path, args: argparse.Namespace, driver: Any, reader_out: Path, 
     f["lost"] = lost
     if lost:
         failures.append(f"lost: {lost}")
-    exploit_figures, exploit_failures = verify_exploits(ws, args.members, args.exploit_mode,
-                                                        Counter(k.member for k in driver.kills))
+    exploit_figures, exploit_failures = verify_exploits(
+        ws, args.members, args.exploit_mode, Counter(k.member for k in driver.kills)
+    )
     f.update(exploit_figures)
     failures += exploit_failures
     f["failures"] = failures
@@ -303,30 +331,40 @@ def report(f: dict[str, Any]) -> list[str]:
         f"(SIGKILL exits seen by the launcher: {f['crash_exits_sigkill']})",
     ]
     for w in f["windows"]:
-        lines.append(f"  {w:<18} landed {f['kills'][w]:>3}, missed {f['kills_missed'][w]:>3}, came back "
-                     f"{f['kills_survived'][w]:>3} (opportunities seen {f['kill_opportunities_seen'].get(w, 0)})")
-    lines.append(f"windows already closed when the driver could kill (not killed): "
-                 f"{f['windows_closed_before_kill'] or 'none'}")
+        lines.append(
+            f"  {w:<18} landed {f['kills'][w]:>3}, missed {f['kills_missed'][w]:>3}, came back "
+            f"{f['kills_survived'][w]:>3} (opportunities seen {f['kill_opportunities_seen'].get(w, 0)})"
+        )
+    lines.append(
+        f"windows already closed when the driver could kill (not killed): {f['windows_closed_before_kill'] or 'none'}"
+    )
     lines.append(f"kill phases: {f['kill_phases']}")
     lines.append(f"final frames {f['final_frames']} (targets {f['frame_targets']})")
     lines.append(f"exploits: {f['exploits']}; aborted: {f['exploit_aborts'] or 'none'}")
     lines.append(f"checkpoint references checked: {f['checkpoint_refs']}")
     r = f["reader"]
-    lines.append(f"reader: {r.get('record_reads', 0)} records, {r.get('state_reads', 0)} states, "
-                 f"{r.get('best_reads', 0)} best.json read; errors: records {r.get('record_errors', 0)}, "
-                 f"states {r.get('state_errors', 0)}, best {r.get('best_errors', 0)}; checkpoints verified "
-                 f"{r.get('checkpoint_verified', 0)}, gone {r.get('checkpoint_gone', 0)}, "
-                 f"mismatched {r.get('checkpoint_mismatch', 0)}")
-    lines.append(f"audit problems: {len(f['audit_problems'])}; lineage problems: {len(f['lineage_problems'])}; "
-                 f"RNG continuity breaks: {len(f['rng_continuity_breaks'])}")
-    lines.append(f"temp files at the end: {f['temp_files_left'] or 'none'}; incoming leftovers: "
-                 f"{f['incoming_leftovers'] or 'none'}")
+    lines.append(
+        f"reader: {r.get('record_reads', 0)} records, {r.get('state_reads', 0)} states, "
+        f"{r.get('best_reads', 0)} best.json read; errors: records {r.get('record_errors', 0)}, "
+        f"states {r.get('state_errors', 0)}, best {r.get('best_errors', 0)}; checkpoints verified "
+        f"{r.get('checkpoint_verified', 0)}, gone {r.get('checkpoint_gone', 0)}, "
+        f"mismatched {r.get('checkpoint_mismatch', 0)}"
+    )
+    lines.append(
+        f"audit problems: {len(f['audit_problems'])}; lineage problems: {len(f['lineage_problems'])}; "
+        f"RNG continuity breaks: {len(f['rng_continuity_breaks'])}"
+    )
+    lines.append(
+        f"temp files at the end: {f['temp_files_left'] or 'none'}; incoming leftovers: "
+        f"{f['incoming_leftovers'] or 'none'}"
+    )
     lines.append(f"process starts after the first, by mode: {f['restarts_by_mode']}")
-    lines.append(f"exploits applied, by path: {f.get('exploits_by_path')}; checkpoints loaded more than once "
-                 f"(same agent each time): {f.get('checkpoints_loaded_more_than_once')}; async-pbt audit exit "
-                 f"{f.get('audit_command_exit')}")
+    lines.append(
+        f"exploits applied, by path: {f.get('exploits_by_path')}; checkpoints loaded more than once "
+        f"(same agent each time): {f.get('checkpoints_loaded_more_than_once')}; async-pbt audit exit "
+        f"{f.get('audit_command_exit')}"
+    )
     lines.append(f"lost: {len(f['lost'])}")
     lines.append("RESULT: " + ("PASS" if not f["failures"] else "FAIL"))
     lines += [f"  - {x}" for x in f["failures"]]
     return lines
-

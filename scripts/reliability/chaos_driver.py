@@ -28,7 +28,6 @@ FREQUENT_WINDOWS = ("checkpoint_write", "random")
 """Windows that open at any time; the others need an exploit decision."""
 
 
-
 @dataclass
 class Kill:
     time: float
@@ -114,8 +113,9 @@ class Driver:
                 self.pids[m] = None
                 ours = e.get("event") == "exit" and e.get("code") == -signal.SIGKILL and m in self.last_kill
                 if not ours:
-                    self.unexpected_exits.append(f"member {m}: {e.get('event')} code {e.get('code')} "
-                                                 f"({e.get('reason', '')})")
+                    self.unexpected_exits.append(
+                        f"member {m}: {e.get('event')} code {e.get('code')} ({e.get('reason', '')})"
+                    )
 
     def alive_pid(self, member: int) -> int | None:
         self.update_pids()
@@ -146,8 +146,9 @@ class Driver:
             return False
         return published > restarted[0]
 
-    def try_kill(self, member: int, window: str, detail: str, landed: Callable[[], str | None],
-                 aimed: bool = True) -> bool:
+    def try_kill(
+        self, member: int, window: str, detail: str, landed: Callable[[], str | None], aimed: bool = True
+    ) -> bool:
         """Kill ``member``'s process group if the window still wants a kill; ``landed()`` (called once the
         process is dead) says where the kill landed, or ``None`` when the window had closed. ``aimed``: an
         event was just seen (counted; killed with probability ``--aim-probability``)."""
@@ -185,8 +186,11 @@ class Driver:
         if kill.landed:
             self.quota[window] -= 1
         self.kills.append(kill)
-        print(f"[chaos] SIGKILL member {member:03d} pid {pid} aiming at {window}: {detail}; "
-              f"{'landed' if kill.landed else 'missed'}: {kill.phase}", flush=True)
+        print(
+            f"[chaos] SIGKILL member {member:03d} pid {pid} aiming at {window}: {detail}; "
+            f"{'landed' if kill.landed else 'missed'}: {kill.phase}",
+            flush=True,
+        )
         return True
 
     def frequent_window_due(self, window: str) -> bool:
@@ -235,4 +239,3 @@ def _wait_dead(pid: int, deadline_s: float) -> bool:
             return True
         time.sleep(0.0005)
     return False
-

@@ -23,34 +23,64 @@ FIXTURE_RULE = "fixture_exploit_every_decision"
 """The test fixture rule the members use unless ``--rule dexpbt``."""
 
 
-
 def member_command(args: argparse.Namespace, workspace: Path, iterations: int, finishing: bool = False) -> list[str]:
     """The cpu_member command (the launcher appends --pbt-workspace/--pbt-members/--pbt-index)."""
     if args.rule == "dexpbt":
         # The worst member exploits at nearly every decision: no gap required, no protection.
-        rule = ["--pbt-rule", "dexpbt", "--pbt-gap-std-fraction", "0", "--pbt-gap-donor-fraction", "0",
-                "--pbt-protect-interval-best", "false"]
+        rule = [
+            "--pbt-rule",
+            "dexpbt",
+            "--pbt-gap-std-fraction",
+            "0",
+            "--pbt-gap-donor-fraction",
+            "0",
+            "--pbt-protect-interval-best",
+            "false",
+        ]
     else:
         rule = ["--pbt-rule", FIXTURE_RULE]
     return [
-        sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member",
-        "--max_iterations", str(iterations), "--num_envs", "8", "--train-dir", str(workspace / "runs"),
+        sys.executable,
+        "-m",
+        "async_pbt_isaaclab.examples.cpu_member",
+        "--max_iterations",
+        str(iterations),
+        "--num_envs",
+        "8",
+        "--train-dir",
+        str(workspace / "runs"),
         *rule,
-        "--pbt-interval-steps", str(args.interval),
+        "--pbt-interval-steps",
+        str(args.interval),
         # The finishing launch starts no further exploit (each would cost a process start).
         *(["--pbt-max-restarts", "0"] if finishing else []),
-        "--pbt-start-grace-frames", "0", "--pbt-restart-grace-frames", str(args.interval // 2),
-        "--pbt-min-episodes", "4", "--pbt-window", "16",
+        "--pbt-start-grace-frames",
+        "0",
+        "--pbt-restart-grace-frames",
+        str(args.interval // 2),
+        "--pbt-min-episodes",
+        "4",
+        "--pbt-window",
+        "16",
         # Kills make members progress at different rates: peers are compared at matching progress anyway; a
         # member that lags far behind must not drop out of the comparison either.
-        "--pbt-max-frame-lag", "100000000",
+        "--pbt-max-frame-lag",
+        "100000000",
         # restart: every exploit execs (the restart_pending window); inprocess/auto: every exploit here is live
         # (learning rate, entropy_coef and gamma can all be set on a running agent): the inprocess_* windows.
-        "--pbt-exploit-mode", args.exploit_mode,
-        "--pbt-heartbeat-interval-s", "1", "--pbt-temp-grace-s", str(args.temp_grace),
-        "--pbt-keep-last-checkpoints", str(args.keep_last), "--pbt-keep-best-checkpoints", str(args.keep_best),
+        "--pbt-exploit-mode",
+        args.exploit_mode,
+        "--pbt-heartbeat-interval-s",
+        "1",
+        "--pbt-temp-grace-s",
+        str(args.temp_grace),
+        "--pbt-keep-last-checkpoints",
+        str(args.keep_last),
+        "--pbt-keep-best-checkpoints",
+        str(args.keep_best),
         "agent.params.torch_threads=1",
-        "agent.params.config.horizon_length=64", "agent.params.config.minibatch_size=256",
+        "agent.params.config.horizon_length=64",
+        "agent.params.config.minibatch_size=256",
         "agent.params.config.mini_epochs=2",
         "agent.pbt.mutation_rate=1.0",
         "agent.pbt.mutation.learning_rate=mutate_float",
@@ -59,26 +89,55 @@ def member_command(args: argparse.Namespace, workspace: Path, iterations: int, f
     ]
 
 
-def launcher_command(args: argparse.Namespace, workspace: Path, iterations: int, member: int | None = None) -> list[str]:
+def launcher_command(
+    args: argparse.Namespace, workspace: Path, iterations: int, member: int | None = None
+) -> list[str]:
     """The launcher command: every member (the chaos phase), or only ``member`` (its finishing launch)."""
     env = ["--env", f"{TEST_FIXTURE_ENV}={FIXTURE_RULE}"] if args.rule != "dexpbt" else []
     finishing = member is not None
     return [
-        sys.executable, "-m", "async_pbt_isaaclab.launch.local", "--members", str(args.members),
-        "--workspace", str(workspace), "--gpus", "none", *env, *(["--indices", str(member)] if finishing else []),
+        sys.executable,
+        "-m",
+        "async_pbt_isaaclab.launch.local",
+        "--members",
+        str(args.members),
+        "--workspace",
+        str(workspace),
+        "--gpus",
+        "none",
+        *env,
+        *(["--indices", str(member)] if finishing else []),
         # A SIGKILL from outside is a crash to the launcher: restart quickly, and never give up on a
         # member killed a few times in a row (the driver kills a member again only after it published).
         # The stop graces are safety limits for a loaded machine: members stop on Ctrl-C long before.
-        "--max-retries", "1000", "--retry-window", "60", "--backoff", "0.2",
-        "--progress-interval", "30", "--stop-grace", "300", "--term-grace", "60",
-        "--", *member_command(args, workspace, iterations, finishing),
+        "--max-retries",
+        "1000",
+        "--retry-window",
+        "60",
+        "--backoff",
+        "0.2",
+        "--progress-interval",
+        "30",
+        "--stop-grace",
+        "300",
+        "--term-grace",
+        "60",
+        "--",
+        *member_command(args, workspace, iterations, finishing),
     ]
 
 
-def launch(args: argparse.Namespace, ws: Path, root: Path, iterations: int, member: int | None = None) -> subprocess.Popen:
+def launch(
+    args: argparse.Namespace, ws: Path, root: Path, iterations: int, member: int | None = None
+) -> subprocess.Popen:
     log = open(root / ("launcher.log" if member is None else f"launcher_finish_{member:03d}.log"), "wb")
-    proc = subprocess.Popen(launcher_command(args, ws, iterations, member), stdout=log, stderr=subprocess.STDOUT,
-                            cwd=root, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    proc = subprocess.Popen(
+        launcher_command(args, ws, iterations, member),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=root,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
     log.close()  # the child holds its own descriptor
     return proc
 
@@ -113,4 +172,3 @@ def wait_temp_files_past_grace(ws: Path, grace: float, deadline: float) -> None:
         if not ages or min(ages) > grace:
             return
         time.sleep(grace - min(ages) + 0.05)
-

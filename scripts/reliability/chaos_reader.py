@@ -73,6 +73,5 @@ def reader_main(root: str, stop_file: str, out_path: str, checkpoint_every: int 
     Path(out_path).write_text(json.dumps({"counts": dict(c), "samples": samples[:20]}))
 
 
-
 if __name__ == "__main__":
     reader_main(*sys.argv[1:4])

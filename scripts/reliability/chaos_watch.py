@@ -76,7 +76,7 @@ class Inotify:
         out, i = [], 0
         while i + 16 <= len(data):
             wd, mask, _cookie, length = struct.unpack_from("iIII", data, i)
-            name = data[i + 16:i + 16 + length].split(b"\0", 1)[0].decode(errors="replace")
+            name = data[i + 16 : i + 16 + length].split(b"\0", 1)[0].decode(errors="replace")
             out.append((wd, mask, name))
             i += 16 + length
         return out
@@ -85,14 +85,12 @@ class Inotify:
         os.close(self.fd)
 
 
-
 def _member_of(path: Path, ws: Path) -> int | None:
     try:
         rel = path.relative_to(ws / "members")
     except ValueError:
         return None
     return parse_member_dirname(rel.parts[0]) if rel.parts else None
-
 
 
 class Watcher:
@@ -170,8 +168,12 @@ class Watcher:
             return
         if path.name == "record.json" and member in self.inprocess_done:
             checkpoint, generation = self.inprocess_done.pop(member)
-            d.try_kill(member, "inprocess_done", f"record.json rewritten after the in-process exploit to {checkpoint}",
-                       lambda: inprocess_done(mdir, checkpoint, generation))
+            d.try_kill(
+                member,
+                "inprocess_done",
+                f"record.json rewritten after the in-process exploit to {checkpoint}",
+                lambda: inprocess_done(mdir, checkpoint, generation),
+            )
             return
         if parent == "checkpoints" and ((deleted and not fsio.is_temp_file(path)) or fsio.TEMP_MARKER in path.name):
             what = f"{path.name} deleted by retention" if deleted else f"{path.name} being written"
@@ -200,15 +202,23 @@ class Watcher:
                 continue
             if e.get("kind") == "exploit_applied" and e.get("path") == "inprocess":
                 checkpoint = e.get("checkpoint")
-                self.driver.try_kill(member, "inprocess_applied", f"exploit_applied (inprocess) seq {e.get('seq')}",
-                                     functools.partial(inprocess_applied, mdir, checkpoint))
+                self.driver.try_kill(
+                    member,
+                    "inprocess_applied",
+                    f"exploit_applied (inprocess) seq {e.get('seq')}",
+                    functools.partial(inprocess_applied, mdir, checkpoint),
+                )
                 continue
             if e.get("kind") != "decision" or (e.get("decision") or {}).get("outcome") != "exploit":
                 continue
             seq, rng_after = e.get("seq", -1), e.get("rng_after")
             generation = ((e.get("inputs") or {}).get("me") or {}).get("generation")
-            self.driver.try_kill(member, "exploit_decided", f"exploit decision seq {seq} logged",
-                                 functools.partial(decision_not_acted_on, mdir, seq, generation, rng_after))
+            self.driver.try_kill(
+                member,
+                "exploit_decided",
+                f"exploit decision seq {seq} logged",
+                functools.partial(decision_not_acted_on, mdir, seq, generation, rng_after),
+            )
 
     def _on_state(self, member: int, path: Path) -> None:
         try:
@@ -226,8 +236,12 @@ class Watcher:
                     checkpoint, generation = seen[0], state.generation
                     if inprocess_finished_last(mdir, checkpoint, generation):  # not re-applied by a new process
                         self.inprocess_done[member] = (checkpoint, generation)
-                    d.try_kill(member, "inprocess_saved", f"state.json saved after the in-process exploit to {checkpoint}",
-                               lambda: inprocess_saved(mdir, checkpoint, generation))
+                    d.try_kill(
+                        member,
+                        "inprocess_saved",
+                        f"state.json saved after the in-process exploit to {checkpoint}",
+                        lambda: inprocess_saved(mdir, checkpoint, generation),
+                    )
             else:
                 d.restart_durations.append(now - seen[1])
         if not pending or (seen is not None and seen[0] == pending.get("checkpoint")):
@@ -237,14 +251,25 @@ class Watcher:
         if not self.chaos_on:
             return
         if path_taken == "inprocess":
-            d.try_kill(member, "inprocess_pending", f"state.json names the in-process exploit to {checkpoint}",
-                       lambda: inprocess_pending(mdir, checkpoint))
+            d.try_kill(
+                member,
+                "inprocess_pending",
+                f"state.json names the in-process exploit to {checkpoint}",
+                lambda: inprocess_pending(mdir, checkpoint),
+            )
             return
         d.opportunities["restart_pending"] += 1
         if d.quota.get("restart_pending", 0) > len(d.delayed):
             delay = self.rng.random() * d.restart_delay_bound()
-            d.delayed.append((now + delay, member, "restart_pending",
-                              f"{delay:.2f} s after pending_exploit {checkpoint}", checkpoint))
+            d.delayed.append(
+                (
+                    now + delay,
+                    member,
+                    "restart_pending",
+                    f"{delay:.2f} s after pending_exploit {checkpoint}",
+                    checkpoint,
+                )
+            )
 
     def fire_due(self) -> None:
         """Delayed (restart window) and random kills whose time has come."""
@@ -260,20 +285,20 @@ class Watcher:
             except OSError:
                 execd = False
             mdir = d.mdir(member)
-            d.try_kill(member, window, detail, functools.partial(restart_in_flight, mdir, checkpoint, execd),
-                       aimed=False)
+            d.try_kill(
+                member, window, detail, functools.partial(restart_in_flight, mdir, checkpoint, execd), aimed=False
+            )
         while d.random_times and now >= d.random_times[0] and d.quota.get("random", 0) > 0:
             d.random_times.pop(0)
             live = [m for m in range(self.driver.args.members) if d.alive_pid(m) is not None and d.eligible(m)]
             if not d.frequent_window_due("random"):
                 live = []
-            if not live or not d.try_kill(self.rng.choice(live), "random", "random moment",
-                                          lambda: "random moment", aimed=False):
+            if not live or not d.try_kill(
+                self.rng.choice(live), "random", "random moment", lambda: "random moment", aimed=False
+            ):
                 d.random_times.insert(0, now + 0.5)  # nobody to kill right now: try again shortly
                 break
 
     def close(self) -> None:
         if self.ino is not None:
             self.ino.close()
-
-

@@ -18,12 +18,26 @@ from async_pbt_isaaclab.core.records import RecordError
 RESTART_WINDOWS = ("checkpoint_write", "donor_copy", "exploit_decided", "restart_pending", "random")
 """Windows of a population exploiting through the exec restart (``--exploit-mode restart``)."""
 
-INPROCESS_WINDOWS = ("checkpoint_write", "donor_copy", "exploit_decided", "inprocess_pending",
-                     "inprocess_applied", "inprocess_saved", "inprocess_done", "random")
+INPROCESS_WINDOWS = (
+    "checkpoint_write",
+    "donor_copy",
+    "exploit_decided",
+    "inprocess_pending",
+    "inprocess_applied",
+    "inprocess_saved",
+    "inprocess_done",
+    "random",
+)
 """Windows of a population exploiting in the running process (``--exploit-mode inprocess`` or ``auto``)."""
 
-EXPLOIT_WINDOWS = ("donor_copy", "restart_pending", "inprocess_pending", "inprocess_applied", "inprocess_saved",
-                   "inprocess_done")
+EXPLOIT_WINDOWS = (
+    "donor_copy",
+    "restart_pending",
+    "inprocess_pending",
+    "inprocess_applied",
+    "inprocess_saved",
+    "inprocess_done",
+)
 """Windows that open once per exploit: the driver always aims at them (the others at --aim-probability)."""
 
 FROZEN_WINDOWS = ("inprocess_pending", "inprocess_applied", "inprocess_saved")
@@ -65,8 +79,11 @@ def publish_in_progress(mdir: Path) -> str | None:
     newest = max((_mtime_ns(p) for p in files if p.suffix == ".pth"), default=0)
     if newest and _mtime_ns(mdir / "state.json") < newest:
         best_after = _mtime_ns(mdir / "best.json") >= newest
-        return ("checkpoint and best.json published, state.json not yet" if best_after
-                else "checkpoint published, state.json not yet")
+        return (
+            "checkpoint and best.json published, state.json not yet"
+            if best_after
+            else "checkpoint published, state.json not yet"
+        )
     return None
 
 
@@ -74,8 +91,11 @@ def donor_copy_in_flight(mdir: Path) -> str | None:
     copies = list((mdir / "incoming").glob("*")) if (mdir / "incoming").is_dir() else []
     if not copies:
         return None
-    return ("donor copy in incoming/: being copied (temp file)" if any(fsio.is_temp_file(p) for p in copies)
-            else "donor copy in incoming/: verified, not yet loaded")
+    return (
+        "donor copy in incoming/: being copied (temp file)"
+        if any(fsio.is_temp_file(p) for p in copies)
+        else "donor copy in incoming/: verified, not yet loaded"
+    )
 
 
 def decision_not_acted_on(mdir: Path, seq: int, generation: int | None, rng_after: Any) -> str | None:
@@ -100,9 +120,11 @@ def restart_in_flight(mdir: Path, checkpoint: str, execd: bool) -> str | None:
     state = _state(mdir)
     if state is None or not state.pending_exploit or state.pending_exploit.get("checkpoint") != checkpoint:
         return None
-    return ("restart in flight: " + ("new image after execv" if execd else
-                                     "process without --checkpoint (before execv, or a launcher restart)")
-            + ", exploit not yet applied")
+    return (
+        "restart in flight: "
+        + ("new image after execv" if execd else "process without --checkpoint (before execv, or a launcher restart)")
+        + ", exploit not yet applied"
+    )
 
 
 # ------------------------------------------------------------ the in-process exploit, step by step
@@ -140,22 +162,33 @@ def inprocess_applied(mdir: Path, checkpoint: str) -> str | None:
     applied = _applied(entries, checkpoint)
     if not applied or applied[-1].get("path") != "inprocess":
         return None
-    restored = [e for e in entries if e.get("kind") == "restored" and e.get("mode") == "exploit_inprocess"
-                and e.get("seq", -1) > applied[-1].get("seq", -1)]
-    return ("live agent holds the donor, exploit_applied logged, restored entry not yet" if not restored
-            else "exploit_applied and restored logged, state.json still names the exploit pending")
+    restored = [
+        e
+        for e in entries
+        if e.get("kind") == "restored"
+        and e.get("mode") == "exploit_inprocess"
+        and e.get("seq", -1) > applied[-1].get("seq", -1)
+    ]
+    return (
+        "live agent holds the donor, exploit_applied logged, restored entry not yet"
+        if not restored
+        else "exploit_applied and restored logged, state.json still names the exploit pending"
+    )
 
 
 def inprocess_finished_last(mdir: Path, checkpoint: str, generation: int) -> bool:
     """``state.json`` holds the in-process exploit to ``checkpoint`` as done, and the last audit entry is that
     exploit's ``restored`` (nothing since: not a new process, which would have logged its start)."""
     state = _state(mdir)
-    if (state is None or state.pending_exploit or state.generation != generation
-            or state.last_checkpoint != checkpoint):
+    if state is None or state.pending_exploit or state.generation != generation or state.last_checkpoint != checkpoint:
         return False
     entries = _audit(mdir)
-    return bool(entries) and entries[-1].get("kind") == "restored" and entries[-1].get("mode") == "exploit_inprocess" \
+    return (
+        bool(entries)
+        and entries[-1].get("kind") == "restored"
+        and entries[-1].get("mode") == "exploit_inprocess"
         and str(entries[-1].get("checkpoint", "")).endswith(checkpoint)
+    )
 
 
 def inprocess_saved(mdir: Path, checkpoint: str, generation: int) -> str | None:

@@ -15,18 +15,59 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-HUGE_INT = 10 ** 400
+HUGE_INT = 10**400
 INTERESTING: list[Any] = [
-    None, True, False, 0, -1, 1, 2 ** 31, 2 ** 63, 2 ** 64, -(2 ** 63), 2 ** 128 + 1, HUGE_INT, -HUGE_INT,
-    0.0, -0.0, 1e-320, 1e308, -1e308, math.nan, math.inf, -math.inf, "", "x", "0", "1e400", "NaN", "PCG64",
-    "../../etc/passwd", "/abs/path", "a\x00b", "members/000/checkpoints/g0000_f000000000000.pth", "f" * 64,
-    [], {}, [None], [math.nan], {"": None}, {"checkpoint": 1}, [[[]]], {"time": "x", "checkpoint": []},
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    2**31,
+    2**63,
+    2**64,
+    -(2**63),
+    2**128 + 1,
+    HUGE_INT,
+    -HUGE_INT,
+    0.0,
+    -0.0,
+    1e-320,
+    1e308,
+    -1e308,
+    math.nan,
+    math.inf,
+    -math.inf,
+    "",
+    "x",
+    "0",
+    "1e400",
+    "NaN",
+    "PCG64",
+    "../../etc/passwd",
+    "/abs/path",
+    "a\x00b",
+    "members/000/checkpoints/g0000_f000000000000.pth",
+    "f" * 64,
+    [],
+    {},
+    [None],
+    [math.nan],
+    {"": None},
+    {"checkpoint": 1},
+    [[[]]],
+    {"time": "x", "checkpoint": []},
 ]
 """Values that tend to break parsers: type confusions, bool-as-int, non-finite and huge numbers."""
 
 _scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(min_value=-(2 ** 130), max_value=2 ** 130),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12), st.sampled_from(INTERESTING),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-(2**130), max_value=2**130),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(INTERESTING),
 )
 json_values = st.recursive(
     _scalars,
@@ -94,8 +135,28 @@ def dumps_loose(obj: Any) -> bytes:
     return json.dumps(obj, allow_nan=True).encode()
 
 
-TOKENS = [b"NaN", b"Infinity", b"-Infinity", b"1e400", b"9" * 5000, b"[" * 10_000, b"{" * 3000, b"\xff\xfe",
-          b"\x00", b'"', b"\\", b",", b"}", b"]", b"null", b"true", b"-", b"\n", b"\xc3(", b"\"\\ud800\""]
+TOKENS = [
+    b"NaN",
+    b"Infinity",
+    b"-Infinity",
+    b"1e400",
+    b"9" * 5000,
+    b"[" * 10_000,
+    b"{" * 3000,
+    b"\xff\xfe",
+    b"\x00",
+    b'"',
+    b"\\",
+    b",",
+    b"}",
+    b"]",
+    b"null",
+    b"true",
+    b"-",
+    b"\n",
+    b"\xc3(",
+    b'"\\ud800"',
+]
 
 
 @st.composite
@@ -113,7 +174,7 @@ def mutated_bytes(draw: Any, base: bytes) -> bytes:
         elif op == "insert":
             data[pos:pos] = draw(st.binary(min_size=1, max_size=8))
         elif op == "delete" and n:
-            del data[pos:pos + draw(st.integers(1, 64))]
+            del data[pos : pos + draw(st.integers(1, 64))]
         elif op == "truncate":
             del data[pos:]
         elif op == "duplicate" and n:
@@ -122,14 +183,30 @@ def mutated_bytes(draw: Any, base: bytes) -> bytes:
         elif op == "token":
             token = draw(st.sampled_from(TOKENS))
             if draw(st.booleans()):
-                data[pos:pos + len(token)] = token
+                data[pos : pos + len(token)] = token
             else:
                 data[pos:pos] = token
     return bytes(data)
 
 
-SPECIAL_FILES = [b"", b"\n", b"null", b"[]", b"{}", b"0", b"NaN", b"\xff\xfe", b"[" * 100_000, b"{\"a\":" * 50_000,
-                 b"9" * 5000, b"[" + b"1" * 5000 + b"]", b"1e400", b"-Infinity", b"\"\\ud800\"", b"\x00" * 64]
+SPECIAL_FILES = [
+    b"",
+    b"\n",
+    b"null",
+    b"[]",
+    b"{}",
+    b"0",
+    b"NaN",
+    b"\xff\xfe",
+    b"[" * 100_000,
+    b'{"a":' * 50_000,
+    b"9" * 5000,
+    b"[" + b"1" * 5000 + b"]",
+    b"1e400",
+    b"-Infinity",
+    b'"\\ud800"',
+    b"\x00" * 64,
+]
 """Whole files that broke parsers elsewhere: empty, deep nesting, 5000-digit integers, lone surrogates."""
 
 

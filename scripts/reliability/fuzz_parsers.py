@@ -74,8 +74,9 @@ class Unexpected(Exception):
     """Raised (test mode) when a parser raised an exception outside its documented set."""
 
 
-def run_target(target: Target, examples: int, tmp_root: Path, raise_failures: bool = False,
-               seed: int | None = None) -> Stats:
+def run_target(
+    target: Target, examples: int, tmp_root: Path, raise_failures: bool = False, seed: int | None = None
+) -> Stats:
     """Feed ``examples`` generated inputs to ``target``; count outcomes. With ``raise_failures`` the first
     unexpected exception or invariant violation fails (Hypothesis then shrinks it to a minimal input)."""
     stats = Stats()
@@ -109,10 +110,16 @@ def run_target(target: Target, examples: int, tmp_root: Path, raise_failures: bo
         finally:
             _rmtree(work)
 
-    cfg = settings(max_examples=examples, deadline=None, database=None, derandomize=seed is not None,
-                   suppress_health_check=list(HealthCheck),
-                   phases=[Phase.explicit, Phase.generate] if not raise_failures
-                   else [Phase.explicit, Phase.generate, Phase.shrink])
+    cfg = settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=seed is not None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate]
+        if not raise_failures
+        else [Phase.explicit, Phase.generate, Phase.shrink],
+    )
     test = cfg(given(target.strategy)(one))
     t0 = time.perf_counter()
     test()
@@ -122,8 +129,10 @@ def run_target(target: Target, examples: int, tmp_root: Path, raise_failures: bo
 
 def _record_unexpected(stats: Stats, exc: BaseException, value: Any) -> None:
     tb = traceback.extract_tb(exc.__traceback__)
-    where = next((f"{Path(f.filename).name}:{f.lineno}" for f in reversed(tb)
-                  if "async_pbt_isaaclab" in f.filename), f"{Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else "?")
+    where = next(
+        (f"{Path(f.filename).name}:{f.lineno}" for f in reversed(tb) if "async_pbt_isaaclab" in f.filename),
+        f"{Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else "?",
+    )
     key = f"{type(exc).__name__} at {where}"
     stats.unexpected[key] += 1
     stats.examples.setdefault(key, f"{type(exc).__name__}: {str(exc)[:300]}\ninput: {value!r:.600}")
@@ -152,15 +161,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"real rl_games checkpoint: {len(ckpt)} bytes (built in {time.perf_counter() - t0:.1f} s)")
         targets = [t for t in build_targets(ckpt, audit_bytes) if args.targets is None or t.name in args.targets]
         total_inputs = total_unexpected = total_invariant = 0
-        print(f"{'target':<18} {'inputs':>7} {'accepted':>8} {'rejected (documented errors)':<44} "
-              f"{'unexpected':>10} {'invariant':>9} {'s':>6}")
+        print(
+            f"{'target':<18} {'inputs':>7} {'accepted':>8} {'rejected (documented errors)':<44} "
+            f"{'unexpected':>10} {'invariant':>9} {'s':>6}"
+        )
         all_examples: dict[str, str] = {}
         for t in targets:
             s = run_target(t, args.examples, tmp / "work")
             rej = ", ".join(f"{k} {v}" for k, v in s.rejected.most_common()) or "-"
             unexpected, invariant = sum(s.unexpected.values()), sum(s.invariant.values())
-            print(f"{t.name:<18} {s.inputs:>7} {s.accepted:>8} {rej:<44} {unexpected:>10} {invariant:>9} "
-                  f"{s.seconds:>6.1f}", flush=True)
+            print(
+                f"{t.name:<18} {s.inputs:>7} {s.accepted:>8} {rej:<44} {unexpected:>10} {invariant:>9} "
+                f"{s.seconds:>6.1f}",
+                flush=True,
+            )
             total_inputs += s.inputs
             total_unexpected += unexpected
             total_invariant += invariant
@@ -170,8 +184,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {v:>6} x {k}")
             for k, v in s.notes.items():
                 print(f"    ({v} accepted inputs: {k})")
-        print(f"total: {total_inputs} inputs over {len(targets)} targets; unhandled exceptions: {total_unexpected}; "
-              f"invariant violations: {total_invariant}")
+        print(
+            f"total: {total_inputs} inputs over {len(targets)} targets; unhandled exceptions: {total_unexpected}; "
+            f"invariant violations: {total_invariant}"
+        )
         for k, v in all_examples.items():
             print(f"\n--- {k}\n{v}")
     return 0 if total_unexpected == 0 and total_invariant == 0 else 1

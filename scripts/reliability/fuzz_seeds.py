@@ -25,35 +25,76 @@ TASK = "Pendulum-v1"
 # ============================================================================ valid seed files
 
 
-def _record(member: int, values: list[float], generation: int = 0, frame: int = 20_000,
-            hparams: dict[str, Any] | None = None) -> MemberRecord:
+def _record(
+    member: int, values: list[float], generation: int = 0, frame: int = 20_000, hparams: dict[str, Any] | None = None
+) -> MemberRecord:
     sha = hashlib.sha256(f"ckpt{member}".encode()).hexdigest()
     evidence = EvidenceSummary("episode_return", generation, tuple(values), len(values) + 3, 1)
     condition = ConditionLabel(task=TASK, objective="episode_return", curriculum_stage="", reward_config="r1")
     hparams = dict(hparams or {"learning_rate": 3e-4, "gamma": 0.99, "mini_epochs": 4, "entropy_coef": 1e-3})
     ckpt = f"members/{member:03d}/checkpoints/g{generation:04d}_f{frame:012d}.pth"
-    history = (HistoryEntry(frame // 2, generation, evidence.mean - 5.0, evidence.std, evidence.count, condition,
-                            ckpt.replace(f"f{frame:012d}", f"f{frame // 2:012d}"), sha, hparams),
-               HistoryEntry(frame, generation, evidence.mean, evidence.std, evidence.count, condition, ckpt, sha,
-                            hparams))
+    history = (
+        HistoryEntry(
+            frame // 2,
+            generation,
+            evidence.mean - 5.0,
+            evidence.std,
+            evidence.count,
+            condition,
+            ckpt.replace(f"f{frame:012d}", f"f{frame // 2:012d}"),
+            sha,
+            hparams,
+        ),
+        HistoryEntry(frame, generation, evidence.mean, evidence.std, evidence.count, condition, ckpt, sha, hparams),
+    )
     return MemberRecord(
-        member=member, generation=generation, frame=frame, generation_start_frame=frame // 2,
-        restarts=generation, heartbeat=NOW - 3.0,
-        evidence=evidence, condition=condition, hyperparameters=hparams, checkpoint=ckpt,
-        checkpoint_sha256=sha, interval_best=max(values) if values else None, status="running", epoch=9,
-        last_decision="keep: rank 1/3", host="node1", pid=4242 + member, history=history,
+        member=member,
+        generation=generation,
+        frame=frame,
+        generation_start_frame=frame // 2,
+        restarts=generation,
+        heartbeat=NOW - 3.0,
+        evidence=evidence,
+        condition=condition,
+        hyperparameters=hparams,
+        checkpoint=ckpt,
+        checkpoint_sha256=sha,
+        interval_best=max(values) if values else None,
+        status="running",
+        epoch=9,
+        last_decision="keep: rank 1/3",
+        host="node1",
+        pid=4242 + member,
+        history=history,
     )
 
 
 def population_config_raw() -> dict[str, Any]:
     """A realistic ``pbt:`` section (Isaac Lab kind names, our bounded form, flags as the CLI gives them)."""
     return {
-        "enabled": True, "num_policies": 3, "policy_idx": 2, "directory": "", "workspace": "pbt_ws",
-        "objective": "episode_return", "interval_steps": 4096, "threshold_std": 0.1, "threshold_abs": 0.05,
-        "mutation_rate": 0.8, "change_range": [1.1, 2.0], "rule": "dexpbt", "window": 16, "min_episodes": 4,
-        "max_heartbeat_age_s": 600.0, "max_frame_lag": -1, "start_grace_frames": 0,
-        "restart_grace_frames": 4096, "gap_std_fraction": 0.0, "gap_donor_fraction": 0.0,
-        "protect_interval_best": False, "keep_last_checkpoints": 3, "temp_grace_s": 600.0,
+        "enabled": True,
+        "num_policies": 3,
+        "policy_idx": 2,
+        "directory": "",
+        "workspace": "pbt_ws",
+        "objective": "episode_return",
+        "interval_steps": 4096,
+        "threshold_std": 0.1,
+        "threshold_abs": 0.05,
+        "mutation_rate": 0.8,
+        "change_range": [1.1, 2.0],
+        "rule": "dexpbt",
+        "window": 16,
+        "min_episodes": 4,
+        "max_heartbeat_age_s": 600.0,
+        "max_frame_lag": -1,
+        "start_grace_frames": 0,
+        "restart_grace_frames": 4096,
+        "gap_std_fraction": 0.0,
+        "gap_donor_fraction": 0.0,
+        "protect_interval_best": False,
+        "keep_last_checkpoints": 3,
+        "temp_grace_s": 600.0,
         "launcher_prefix": ["torchrun", "--nproc_per_node=1"],
         "mutation": {
             "agent.params.config.learning_rate": "mutate_float",
@@ -65,28 +106,71 @@ def population_config_raw() -> dict[str, Any]:
 
 
 def seed_records() -> list[MemberRecord]:
-    return [_record(0, [-200.0 + k for k in range(8)], hparams={"learning_rate": 1e-3, "gamma": 0.99, "mini_epochs": 4, "entropy_coef": 1e-3}),
-            _record(1, [-900.0 - k for k in range(8)], hparams={"learning_rate": 5e-4, "gamma": 0.98, "mini_epochs": 6, "entropy_coef": 1e-4}),
-            _record(2, [-1200.0 + 3 * k for k in range(8)], hparams={"learning_rate": 2e-4, "gamma": 0.97, "mini_epochs": 2, "entropy_coef": 1e-5})]
+    return [
+        _record(
+            0,
+            [-200.0 + k for k in range(8)],
+            hparams={"learning_rate": 1e-3, "gamma": 0.99, "mini_epochs": 4, "entropy_coef": 1e-3},
+        ),
+        _record(
+            1,
+            [-900.0 - k for k in range(8)],
+            hparams={"learning_rate": 5e-4, "gamma": 0.98, "mini_epochs": 6, "entropy_coef": 1e-4},
+        ),
+        _record(
+            2,
+            [-1200.0 + 3 * k for k in range(8)],
+            hparams={"learning_rate": 2e-4, "gamma": 0.97, "mini_epochs": 2, "entropy_coef": 1e-5},
+        ),
+    ]
 
 
 def seed_state() -> dict[str, Any]:
     rng = MemberRng(1_000_003)
     rec = seed_records()[2]
     state = MemberState(
-        member=2, generation=2, generation_start_frame=16_384, restarts=2, process_starts=5,
-        rng_state=rng.get_state(), hyperparameters=dict(rec.hyperparameters),
-        lineage=[{"generation": 1, "outcome": "exploit", "donor": 0, "donor_generation": 0, "frame": 8192,
-                  "donor_checkpoint": "members/000/checkpoints/g0000_f000000008192.pth",
-                  "donor_sha256": "a" * 64, "changes": [{"key": "learning_rate", "old": 1e-3, "new": 5e-4,
-                                                          "factor": 0.5}]}],
+        member=2,
+        generation=2,
+        generation_start_frame=16_384,
+        restarts=2,
+        process_starts=5,
+        rng_state=rng.get_state(),
+        hyperparameters=dict(rec.hyperparameters),
+        lineage=[
+            {
+                "generation": 1,
+                "outcome": "exploit",
+                "donor": 0,
+                "donor_generation": 0,
+                "frame": 8192,
+                "donor_checkpoint": "members/000/checkpoints/g0000_f000000008192.pth",
+                "donor_sha256": "a" * 64,
+                "changes": [{"key": "learning_rate", "old": 1e-3, "new": 5e-4, "factor": 0.5}],
+            }
+        ],
         experiment_name="pendulum_ppo_pbt_002",
-        last_checkpoint="members/002/checkpoints/g0002_f000000016384.pth", last_checkpoint_sha256="b" * 64,
-        pending_exploit={"checkpoint": "members/002/checkpoints/g0002_f000000016384.pth", "sha256": "b" * 64,
-                         "generation": 2, "frame": 16_384, "hyperparameters": dict(rec.hyperparameters),
-                         "changes": [], "donor": 0},
-        best=[{"objective": -180.5, "checkpoint": "members/002/checkpoints/g0001_f000000012288.pth",
-               "sha256": "c" * 64, "frame": 12_288, "generation": 1, "episodes": 16, "time": NOW}],
+        last_checkpoint="members/002/checkpoints/g0002_f000000016384.pth",
+        last_checkpoint_sha256="b" * 64,
+        pending_exploit={
+            "checkpoint": "members/002/checkpoints/g0002_f000000016384.pth",
+            "sha256": "b" * 64,
+            "generation": 2,
+            "frame": 16_384,
+            "hyperparameters": dict(rec.hyperparameters),
+            "changes": [],
+            "donor": 0,
+        },
+        best=[
+            {
+                "objective": -180.5,
+                "checkpoint": "members/002/checkpoints/g0001_f000000012288.pth",
+                "sha256": "c" * 64,
+                "frame": 12_288,
+                "generation": 1,
+                "episodes": 16,
+                "time": NOW,
+            }
+        ],
     )
     return state.to_dict()
 
@@ -94,9 +178,19 @@ def seed_state() -> dict[str, Any]:
 def seed_best() -> list[dict[str, Any]]:
     best: list[dict[str, Any]] = []
     for i, obj in enumerate((-300.0, -180.5, -250.0, -3.0)):
-        best = update_best(best, {"objective": obj, "checkpoint": f"members/001/checkpoints/g0000_f{i:012d}.pth",
-                                  "sha256": f"{i:064x}", "frame": 4096 * i, "generation": 0, "episodes": 16,
-                                  "time": NOW + i}, keep=3)
+        best = update_best(
+            best,
+            {
+                "objective": obj,
+                "checkpoint": f"members/001/checkpoints/g0000_f{i:012d}.pth",
+                "sha256": f"{i:064x}",
+                "frame": 4096 * i,
+                "generation": 0,
+                "episodes": 16,
+                "time": NOW + i,
+            },
+            keep=3,
+        )
     return best
 
 
@@ -119,22 +213,45 @@ def build_audit_log(path: Path) -> bytes:
     me = recs[2]
     rng = MemberRng(cfg.resolved_mutation_seed())
     log = AuditLog.open(path)
-    log.append("start", {"mode": "fresh", "pid": 1, "host": "node1", "process_starts": 1, "generation": 0,
-                         "checkpoint": None, "argv": ["python", "-m", "x"], "hyperparameters": me.hyperparameters,
-                         "environ_size": 1234}, now=NOW - 100)
+    log.append(
+        "start",
+        {
+            "mode": "fresh",
+            "pid": 1,
+            "host": "node1",
+            "process_starts": 1,
+            "generation": 0,
+            "checkpoint": None,
+            "argv": ["python", "-m", "x"],
+            "hyperparameters": me.hyperparameters,
+            "environ_size": 1234,
+        },
+        now=NOW - 100,
+    )
     for step, now in enumerate((NOW - 50, NOW)):
-        view = PopulationView(me, tuple(r for r in recs if r.member != me.member), now,
-                              {7: "bad json"} if step else {})
+        view = PopulationView(me, tuple(r for r in recs if r.member != me.member), now, {7: "bad json"} if step else {})
         result = pbt_step(view, cfg, rng.get_state())
         rng.set_state(result.rng_after)
         log.append("decision", result.audit_body(view, cfg), now=now)
     source = result.decision.donor_entry  # the applied exploit carries out the last decision, as a member's does
-    log.append("exploit_applied", {"checkpoint": me.checkpoint, "sha256": me.checkpoint_sha256,
-                                   "donor": result.decision.donor, "donor_checkpoint": source.checkpoint,
-                                   "donor_sha256": source.checkpoint_sha256, "donor_generation": source.generation,
-                                   "hyperparameters": result.new_hyperparameters,
-                                   "changes": [c.to_dict() for c in result.changes],
-                                   "generation": 1, "frame": me.frame, "pid": 1, "process_starts": 2}, now=NOW + 1)
+    log.append(
+        "exploit_applied",
+        {
+            "checkpoint": me.checkpoint,
+            "sha256": me.checkpoint_sha256,
+            "donor": result.decision.donor,
+            "donor_checkpoint": source.checkpoint,
+            "donor_sha256": source.checkpoint_sha256,
+            "donor_generation": source.generation,
+            "hyperparameters": result.new_hyperparameters,
+            "changes": [c.to_dict() for c in result.changes],
+            "generation": 1,
+            "frame": me.frame,
+            "pid": 1,
+            "process_starts": 2,
+        },
+        now=NOW + 1,
+    )
     log.append("exploit_aborted", {"donor": 0, "reason": "vanished"}, now=NOW + 2)
     log.append("stop", {"status": "stopped", "frame": me.frame}, now=NOW + 3)
     return path.read_bytes()
@@ -146,13 +263,29 @@ def build_real_checkpoint(folder: Path) -> bytes:
     from async_pbt_isaaclab.rl_games.checkpoint import save_checkpoint
     from async_pbt_isaaclab.testing.tiny_agent import small_pendulum_agent_cfg, train_agent
 
-    cfg = small_pendulum_agent_cfg(folder / "runs", "fuzz", max_epochs=1, num_actors=4, horizon_length=16,
-                                   minibatch_size=64, mini_epochs=1, print_stats=False)
+    cfg = small_pendulum_agent_cfg(
+        folder / "runs",
+        "fuzz",
+        max_epochs=1,
+        num_actors=4,
+        horizon_length=16,
+        minibatch_size=64,
+        mini_epochs=1,
+        print_stats=False,
+    )
     cfg["params"]["network"]["mlp"]["units"] = [8]
     state = train_agent(cfg).get_full_state_weights()
-    state["pbt"] = {"member": 0, "generation": 1, "frame": int(state["frame"]), "epoch": 1,
-                    "hyperparameters": {"learning_rate": 1e-3}, "rng_state": MemberRng(3).get_state(),
-                    "lineage": [], "experiment_name": "fuzz", "objective": "episode_return"}
+    state["pbt"] = {
+        "member": 0,
+        "generation": 1,
+        "frame": int(state["frame"]),
+        "epoch": 1,
+        "hyperparameters": {"learning_rate": 1e-3},
+        "rng_state": MemberRng(3).get_state(),
+        "lineage": [],
+        "experiment_name": "fuzz",
+        "objective": "episode_return",
+    }
     path = folder / "real.pth"
     save_checkpoint(path, state)
     return path.read_bytes()

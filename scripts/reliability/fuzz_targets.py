@@ -93,16 +93,33 @@ _DECIDE_CFGS: dict[str, PopulationConfig] = {}
 
 def _decide_cfg(rule: str) -> PopulationConfig:
     if rule not in _DECIDE_CFGS:
-        raw = dict(population_config_raw(), rule=rule, max_frame_lag=10 ** 9,
-                   max_heartbeat_age_s=1e12, max_clock_skew_s=1e12, policy_idx=0)
+        raw = dict(
+            population_config_raw(),
+            rule=rule,
+            max_frame_lag=10**9,
+            max_heartbeat_age_s=1e12,
+            max_clock_skew_s=1e12,
+            policy_idx=0,
+        )
         _DECIDE_CFGS[rule] = population_config_from_dict(raw)
     return _DECIDE_CFGS[rule]
 
 
-_STATE_TYPES = {"member": int, "generation": int, "generation_start_frame": int, "restarts": int,
-                "process_starts": int, "rng_state": dict, "hyperparameters": dict, "lineage": list,
-                "experiment_name": str, "last_checkpoint": str, "last_checkpoint_sha256": str,
-                "best": list, "schema_version": int}
+_STATE_TYPES = {
+    "member": int,
+    "generation": int,
+    "generation_start_frame": int,
+    "restarts": int,
+    "process_starts": int,
+    "rng_state": dict,
+    "hyperparameters": dict,
+    "lineage": list,
+    "experiment_name": str,
+    "last_checkpoint": str,
+    "last_checkpoint_sha256": str,
+    "best": list,
+    "schema_version": int,
+}
 
 
 def check_state(state: MemberState) -> None:
@@ -116,8 +133,11 @@ def check_state(state: MemberState) -> None:
         if not isinstance(e, dict) or not isinstance(e.get("checkpoint"), str):
             raise InvariantError(f"accepted state has a best entry without a checkpoint path: {e!r:.80}")
     pending = state.pending_exploit
-    if pending is not None and not (isinstance(pending, dict) and isinstance(pending.get("checkpoint"), str)
-                                    and isinstance(pending.get("sha256"), str)):
+    if pending is not None and not (
+        isinstance(pending, dict)
+        and isinstance(pending.get("checkpoint"), str)
+        and isinstance(pending.get("sha256"), str)
+    ):
         raise InvariantError(f"accepted state has an unusable pending_exploit {pending!r:.80}")
     try:
         if state.rng_state:  # {}: not drawn from yet (a fresh member sets it at its first start)
@@ -211,7 +231,7 @@ def build_targets(checkpoint_bytes: bytes | None, audit_bytes: bytes) -> list[Ta
             # An edit that kept the original hashes must be reported, unless it left the entries as they
             # were or cut whole entries off the end (a chain without an outside anchor cannot tell a
             # shorter log). Edits re-hashed by a forger are caught only where a decision stops replaying.
-            if got != original[:len(got)]:
+            if got != original[: len(got)]:
                 raise InvariantError("an edited log verified clean")
         log = AuditLog.open(path)  # RecordError (allowed) when the last complete line is unreadable
         log.append("warning", {"message": "fuzz"})  # appending after open must work and chain on
@@ -265,9 +285,17 @@ def build_targets(checkpoint_bytes: bytes | None, audit_bytes: bytes) -> list[Ta
         Target("state_bytes", json_file_inputs(state), run_state_bytes, (RecordError,)),
         Target("state_dict", json_value_inputs(state), run_state_dict, (RecordError,)),
         Target("population_config", json_value_inputs(population_config_raw()), run_config, (ConfigError,)),
-        Target("audit", st.one_of(mutated_bytes(audit_bytes), audit_line_edits(audit_bytes), st.binary(max_size=256),
-                                  st.sampled_from([audit_bytes, *(f + b"\n" for f in SPECIAL_FILES)])),
-               run_audit, (RecordError,)),
+        Target(
+            "audit",
+            st.one_of(
+                mutated_bytes(audit_bytes),
+                audit_line_edits(audit_bytes),
+                st.binary(max_size=256),
+                st.sampled_from([audit_bytes, *(f + b"\n" for f in SPECIAL_FILES)]),
+            ),
+            run_audit,
+            (RecordError,),
+        ),
         Target("population_meta", json_file_inputs(seed_population_meta()), run_meta, (WorkspaceError,)),
         Target("active_pins", st.lists(json_file_inputs(seed_pin()), min_size=1, max_size=3), run_pins, ()),
         Target("population_best", st.lists(json_file_inputs(seed_best()), min_size=1, max_size=3), run_best, ()),
@@ -326,9 +354,13 @@ def checkpoint_target(checkpoint_bytes: bytes) -> Target:
     from async_pbt_isaaclab.core.fsio import ChecksumMismatch
 
     strategy = st.tuples(
-        st.one_of(mutated_bytes(checkpoint_bytes), mutated_bytes(checkpoint_bytes),
-                  pickle_mutated_checkpoint(checkpoint_bytes), st.binary(max_size=128),
-                  st.just(checkpoint_bytes)),
+        st.one_of(
+            mutated_bytes(checkpoint_bytes),
+            mutated_bytes(checkpoint_bytes),
+            pickle_mutated_checkpoint(checkpoint_bytes),
+            st.binary(max_size=128),
+            st.just(checkpoint_bytes),
+        ),
         st.booleans(),
     )
     return Target("load_checkpoint", strategy, run, (CheckpointError, ChecksumMismatch))

@@ -23,13 +23,35 @@ def member_command(ws: Path, iterations: int) -> list[str]:
     ``min_members=3`` in a population of 2: members decide and publish but never exploit, so every restart
     seen here is one the cluster caused (exploit restarts are covered by tests/integration)."""
     return [
-        sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member",
-        "--max_iterations", str(iterations), "--num_envs", "8", "--train-dir", str(ws / "runs"),
-        "--pbt-interval-steps", "2048", "--pbt-start-grace-frames", "0", "--pbt-restart-grace-frames", "0",
-        "--pbt-min-episodes", "4", "--pbt-min-members", "3", "--pbt-window", "16", "--pbt-heartbeat-interval-s", "1",
-        "--pbt-max-frame-lag", "100000000",
-        "agent.params.torch_threads=1", "agent.params.config.horizon_length=64",
-        "agent.params.config.minibatch_size=256", "agent.params.config.mini_epochs=1",
+        sys.executable,
+        "-m",
+        "async_pbt_isaaclab.examples.cpu_member",
+        "--max_iterations",
+        str(iterations),
+        "--num_envs",
+        "8",
+        "--train-dir",
+        str(ws / "runs"),
+        "--pbt-interval-steps",
+        "2048",
+        "--pbt-start-grace-frames",
+        "0",
+        "--pbt-restart-grace-frames",
+        "0",
+        "--pbt-min-episodes",
+        "4",
+        "--pbt-min-members",
+        "3",
+        "--pbt-window",
+        "16",
+        "--pbt-heartbeat-interval-s",
+        "1",
+        "--pbt-max-frame-lag",
+        "100000000",
+        "agent.params.torch_threads=1",
+        "agent.params.config.horizon_length=64",
+        "agent.params.config.minibatch_size=256",
+        "agent.params.config.mini_epochs=1",
     ]
 
 
@@ -79,8 +101,9 @@ class Population:
             out.append(f"==== {path.name}\n{path.read_text(errors='replace')[-2500:]}")
         return "\n".join(out)
 
-    def wait(self, predicate: Callable[[], bool], timeout: float, what: str,
-             alive: Callable[[], str | None] = lambda: None) -> None:
+    def wait(
+        self, predicate: Callable[[], bool], timeout: float, what: str, alive: Callable[[], str | None] = lambda: None
+    ) -> None:
         """Poll ``predicate`` until true; fail with the logs on timeout or when ``alive`` reports a problem."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

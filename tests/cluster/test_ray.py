@@ -45,10 +45,28 @@ def ray_head(cluster_env):
         # head that exits during startup is started once more.
         for _ in range(2):
             port = _free_port()
-            head = subprocess.Popen([ray_cli, "start", "--head", "--port", str(port), "--num-cpus", "2",
-                                     "--num-gpus", "0", "--include-dashboard=false", "--disable-usage-stats",
-                                     "--temp-dir", temp, "--block"],
-                                    stdout=log, stderr=subprocess.STDOUT, env=cluster_env, start_new_session=True)
+            head = subprocess.Popen(
+                [
+                    ray_cli,
+                    "start",
+                    "--head",
+                    "--port",
+                    str(port),
+                    "--num-cpus",
+                    "2",
+                    "--num-gpus",
+                    "0",
+                    "--include-dashboard=false",
+                    "--disable-usage-stats",
+                    "--temp-dir",
+                    temp,
+                    "--block",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=cluster_env,
+                start_new_session=True,
+            )
             address = f"127.0.0.1:{port}"
             deadline = time.monotonic() + 180
             while "Ray runtime started" not in open(log.name, errors="replace").read():
@@ -89,10 +107,32 @@ def test_population_on_ray_survives_a_killed_member(tmp_path, ray_head, cpu_popu
     pop = cpu_population.Population(ws)
     out = open(tmp_path / "launcher.log", "wb")
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "async_pbt_isaaclab.cli", "launch", "--backend", "ray", "--address", ray_head,
-         "--members", "2", "--workspace", str(ws), "--cpus-per-member", "1", "--backoff", "0.5",
-         "--progress-interval", "60", "--", *cpu_population.command(ws, 24)],
-        stdout=out, stderr=subprocess.STDOUT, env=cluster_env)
+        [
+            sys.executable,
+            "-m",
+            "async_pbt_isaaclab.cli",
+            "launch",
+            "--backend",
+            "ray",
+            "--address",
+            ray_head,
+            "--members",
+            "2",
+            "--workspace",
+            str(ws),
+            "--cpus-per-member",
+            "1",
+            "--backoff",
+            "0.5",
+            "--progress-interval",
+            "60",
+            "--",
+            *cpu_population.command(ws, 24),
+        ],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=cluster_env,
+    )
 
     def alive() -> str | None:
         if launcher.poll() is not None:
@@ -101,8 +141,12 @@ def test_population_on_ray_survives_a_killed_member(tmp_path, ray_head, cpu_popu
 
     try:
         pop.wait(lambda: pop.has_checkpoint(0) and pop.has_checkpoint(1), 300, "a checkpoint from both members", alive)
-        status = subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.cli", "status", str(ws)],
-                                capture_output=True, text=True, timeout=120)
+        status = subprocess.run(
+            [sys.executable, "-m", "async_pbt_isaaclab.cli", "status", str(ws)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert re.search(r"ray running, attempt 1 on \S+ \(pid \d+\)", status.stdout), status.stdout
         seq, pid, state = pop.last_seq(1), pop.record(1)["pid"], pop.state(1)
         os.kill(pid, signal.SIGKILL)
@@ -123,8 +167,9 @@ def test_population_on_ray_survives_a_killed_member(tmp_path, ray_head, cpu_popu
     assert json.loads((ws / "cluster" / "ray" / "member_000.json").read_text())["attempt"] == 1
     for m in (0, 1):
         assert pop.record(m)["status"] == "finished"
-    audit = subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.cli", "audit", str(ws)], capture_output=True,
-                           text=True, timeout=120)
+    audit = subprocess.run(
+        [sys.executable, "-m", "async_pbt_isaaclab.cli", "audit", str(ws)], capture_output=True, text=True, timeout=120
+    )
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
@@ -134,14 +179,39 @@ def test_local_ray_launch_stops_on_request_and_members_can_resume(tmp_path, cpu_
     pop = cpu_population.Population(ws)
     out = open(tmp_path / "launcher.log", "wb")
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "async_pbt_isaaclab.cli", "launch", "--backend", "ray", "--members", "2",
-         "--workspace", str(ws), "--progress-interval", "60", "--", *cpu_population.command(ws, 100_000)],
-        stdout=out, stderr=subprocess.STDOUT, env=cluster_env)
+        [
+            sys.executable,
+            "-m",
+            "async_pbt_isaaclab.cli",
+            "launch",
+            "--backend",
+            "ray",
+            "--members",
+            "2",
+            "--workspace",
+            str(ws),
+            "--progress-interval",
+            "60",
+            "--",
+            *cpu_population.command(ws, 100_000),
+        ],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=cluster_env,
+    )
     try:
-        pop.wait(lambda: pop.has_checkpoint(0) and pop.has_checkpoint(1), 300, "a checkpoint from both members",
-                 lambda: None if launcher.poll() is None else f"the launcher exited {launcher.returncode}")
-        stop = subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.cli", "stop", str(ws)], capture_output=True,
-                              text=True, timeout=120)
+        pop.wait(
+            lambda: pop.has_checkpoint(0) and pop.has_checkpoint(1),
+            300,
+            "a checkpoint from both members",
+            lambda: None if launcher.poll() is None else f"the launcher exited {launcher.returncode}",
+        )
+        stop = subprocess.run(
+            [sys.executable, "-m", "async_pbt_isaaclab.cli", "stop", str(ws)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert stop.returncode == 0 and "asked the Ray launch" in stop.stdout, stop.stdout + stop.stderr
         assert launcher.wait(timeout=300) == 128 + signal.SIGINT, (tmp_path / "launcher.log").read_text()[-3000:]
     finally:

@@ -29,19 +29,23 @@ def _slurm_unavailable() -> str | None:
         return "sbatch not installed (run .ci/start-slurm.sh as root to install and start a one-node SLURM)"
     ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=30)
     if ping.returncode != 0 or "UP" not in ping.stdout:
-        return f"slurmctld not available (scontrol ping: {ping.stdout.strip() or ping.stderr.strip()}); " \
-               f"run .ci/start-slurm.sh as root"
+        return (
+            f"slurmctld not available (scontrol ping: {ping.stdout.strip() or ping.stderr.strip()}); "
+            f"run .ci/start-slurm.sh as root"
+        )
     return None
 
 
 def _cli(*args: str, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.cli", *args], capture_output=True, text=True,
-                          timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "async_pbt_isaaclab.cli", *args], capture_output=True, text=True, timeout=120, env=env
+    )
 
 
 def _tasks(job: str) -> dict[int, str]:
-    out = subprocess.run(["squeue", "-h", "-r", "-j", job, "-o", "%K|%T"], capture_output=True, text=True,
-                         timeout=30).stdout
+    out = subprocess.run(
+        ["squeue", "-h", "-r", "-j", job, "-o", "%K|%T"], capture_output=True, text=True, timeout=30
+    ).stdout
     return {int(k): v for k, v in (line.split("|") for line in out.split()) if k.isdigit()}
 
 
@@ -62,30 +66,55 @@ def test_population_runs_through_sbatch_survives_requeue_and_kill(tmp_path, cpu_
         pytest.skip(reason)
     ws = tmp_path / "ws"
     pop = cpu_population.Population(ws)
-    launch = _cli("launch", "--backend", "slurm", "--members", "2", "--workspace", str(ws), "--cpus-per-task", "1",
-                  "--backoff", "0.5", "--progress-interval", "60", "--job-name", f"test-{os.getpid()}", "--",
-                  *cpu_population.command(ws, 24), env=cluster_env)
+    launch = _cli(
+        "launch",
+        "--backend",
+        "slurm",
+        "--members",
+        "2",
+        "--workspace",
+        str(ws),
+        "--cpus-per-task",
+        "1",
+        "--backoff",
+        "0.5",
+        "--progress-interval",
+        "60",
+        "--job-name",
+        f"test-{os.getpid()}",
+        "--",
+        *cpu_population.command(ws, 24),
+        env=cluster_env,
+    )
     assert launch.returncode == 0, launch.stderr
     job = json.loads((ws / "cluster" / "slurm_jobs.json").read_text())["jobs"][-1]["job_id"]
     assert f"submitted job array {job}" in launch.stdout
     try:
-        def gone() -> str | None:
-            return None if _tasks(job) or all(s == "COMPLETED" for s in _states(job).values()) \
-                else f"job {job} left the queue: {_states(job)}"
 
-        pop.wait(lambda: pop.has_checkpoint(0) and pop.has_checkpoint(1), 300,
-                 "a checkpoint from both members", gone)
+        def gone() -> str | None:
+            return (
+                None
+                if _tasks(job) or all(s == "COMPLETED" for s in _states(job).values())
+                else f"job {job} left the queue: {_states(job)}"
+            )
+
+        pop.wait(lambda: pop.has_checkpoint(0) and pop.has_checkpoint(1), 300, "a checkpoint from both members", gone)
         status = _cli("status", str(ws))
-        assert status.returncode == 0 and "scheduler" in status.stdout and f"[job {job}_0]" in status.stdout, \
+        assert status.returncode == 0 and "scheduler" in status.stdout and f"[job {job}_0]" in status.stdout, (
             status.stdout + status.stderr
+        )
 
         before = {m: (pop.last_seq(m), pop.record(m)["pid"], pop.state(m)) for m in (0, 1)}
         requeue = subprocess.run(["scontrol", "requeue", f"{job}_0"], capture_output=True, text=True, timeout=30)
         assert requeue.returncode == 0, requeue.stderr
         os.kill(before[1][1], signal.SIGKILL)
 
-        pop.wait(lambda: all(pop.resumed_after(m, *before[m][:2]) for m in (0, 1)), 300,
-                 "both members to start again and restore", gone)
+        pop.wait(
+            lambda: all(pop.resumed_after(m, *before[m][:2]) for m in (0, 1)),
+            300,
+            "both members to start again and restore",
+            gone,
+        )
         pop.wait(lambda: not _tasks(job), 400, f"job array {job} to finish")
         assert _states(job) == {0: "COMPLETED", 1: "COMPLETED"}, pop.logs()
     finally:
@@ -116,9 +145,22 @@ def test_stop_cancels_the_population_jobs(tmp_path, cpu_population, cluster_env)
         pytest.skip(reason)
     ws = tmp_path / "ws"
     pop = cpu_population.Population(ws)
-    launch = _cli("launch", "--backend", "slurm", "--members", "2", "--workspace", str(ws), "--cpus-per-task", "1",
-                  "--job-name", f"test-stop-{os.getpid()}", "--", *cpu_population.command(ws, 100_000),
-                  env=cluster_env)
+    launch = _cli(
+        "launch",
+        "--backend",
+        "slurm",
+        "--members",
+        "2",
+        "--workspace",
+        str(ws),
+        "--cpus-per-task",
+        "1",
+        "--job-name",
+        f"test-stop-{os.getpid()}",
+        "--",
+        *cpu_population.command(ws, 100_000),
+        env=cluster_env,
+    )
     assert launch.returncode == 0, launch.stderr
     job = json.loads((ws / "cluster" / "slurm_jobs.json").read_text())["jobs"][-1]["job_id"]
     try:

@@ -28,20 +28,33 @@ NOW = 1_700_000_000.0
 
 
 def _cfg(rule="dexpbt", policy_idx=0):
-    return population_config_from_dict({
-        "enabled": True, "num_policies": 4, "policy_idx": policy_idx, "interval_steps": 1000, "rule": rule,
-        "min_episodes": 8, "window": 16, "mutation_rate": 0.8,
-        "mutation": {"agent.params.config.learning_rate": "mutate_float", "gamma": "mutate_discount",
-                     "mini_epochs": {"kind": "int", "low": 1, "high": 8, "step": 2}},
-    })
+    return population_config_from_dict(
+        {
+            "enabled": True,
+            "num_policies": 4,
+            "policy_idx": policy_idx,
+            "interval_steps": 1000,
+            "rule": rule,
+            "min_episodes": 8,
+            "window": 16,
+            "mutation_rate": 0.8,
+            "mutation": {
+                "agent.params.config.learning_rate": "mutate_float",
+                "gamma": "mutate_discount",
+                "mini_epochs": {"kind": "int", "low": 1, "high": 8, "step": 2},
+            },
+        }
+    )
 
 
 def _population(make_record, means, now=NOW):
     hps = [
         {"learning_rate": 3e-4 * (i + 1), "gamma": 0.99 - 0.001 * i, "mini_epochs": 4 + i} for i in range(len(means))
     ]
-    return [make_record(i, [m + (0.5 if k % 2 else -0.5) for k in range(16)], now=now, frame=10_000,
-                        hyperparameters=hps[i]) for i, m in enumerate(means)]
+    return [
+        make_record(i, [m + (0.5 if k % 2 else -0.5) for k in range(16)], now=now, frame=10_000, hyperparameters=hps[i])
+        for i, m in enumerate(means)
+    ]
 
 
 def _log_step(log, me, recs, cfg, rng, now):
@@ -61,15 +74,37 @@ def _applied_body(step, me):
     """The ``exploit_applied`` body a member writes when it carries out ``step`` (rl_games/observer.py)."""
     d = step.decision
     source = d.donor_entry if d.donor is not None else None
-    donor = {"donor": d.donor, "donor_generation": source.generation, "donor_checkpoint": source.checkpoint,
-             "donor_sha256": source.checkpoint_sha256, "donor_frame": source.frame} if source else {
-             "donor": me.member, "donor_generation": me.generation, "donor_checkpoint": me.checkpoint,
-             "donor_sha256": me.checkpoint_sha256, "donor_frame": me.frame}
-    return {"checkpoint": f"members/{me.member:03d}/checkpoints/g{me.generation + 1:04d}_f{me.frame:012d}.pth",
-            "sha256": "ab" * 32, "generation": me.generation + 1, "frame": me.frame,
-            "hyperparameters": dict(step.new_hyperparameters), "changes": [c.to_dict() for c in step.changes],
-            "last_lr": step.new_hyperparameters.get("learning_rate", 3e-4), "path": "restart",
-            "path_reason": "exploit_mode: restart", "pid": 4242, "process_starts": 2, **donor}
+    donor = (
+        {
+            "donor": d.donor,
+            "donor_generation": source.generation,
+            "donor_checkpoint": source.checkpoint,
+            "donor_sha256": source.checkpoint_sha256,
+            "donor_frame": source.frame,
+        }
+        if source
+        else {
+            "donor": me.member,
+            "donor_generation": me.generation,
+            "donor_checkpoint": me.checkpoint,
+            "donor_sha256": me.checkpoint_sha256,
+            "donor_frame": me.frame,
+        }
+    )
+    return {
+        "checkpoint": f"members/{me.member:03d}/checkpoints/g{me.generation + 1:04d}_f{me.frame:012d}.pth",
+        "sha256": "ab" * 32,
+        "generation": me.generation + 1,
+        "frame": me.frame,
+        "hyperparameters": dict(step.new_hyperparameters),
+        "changes": [c.to_dict() for c in step.changes],
+        "last_lr": step.new_hyperparameters.get("learning_rate", 3e-4),
+        "path": "restart",
+        "path_reason": "exploit_mode: restart",
+        "pid": 4242,
+        "process_starts": 2,
+        **donor,
+    }
 
 
 @pytest.fixture
@@ -163,13 +198,16 @@ def test_forged_and_rehashed_decision_does_not_reproduce(chain):
     assert not any("hash" in p for p in texts)  # the forger fixed the hashes; replay still caught it
 
 
-@pytest.mark.parametrize("field, expected", [
-    ("new_hyperparameters", "new_hyperparameters"),
-    ("changes", "changes"),
-    ("rng_after", "rng_after"),
-    ("rng_before", "rng_after"),
-    ("start_hyperparameters", "_hyperparameters"),
-])
+@pytest.mark.parametrize(
+    "field, expected",
+    [
+        ("new_hyperparameters", "new_hyperparameters"),
+        ("changes", "changes"),
+        ("rng_after", "rng_after"),
+        ("rng_before", "rng_after"),
+        ("start_hyperparameters", "_hyperparameters"),
+    ],
+)
 def test_verifier_replays_mutation_and_rng(chain, field, expected):
     entries = _lines(chain)
     e = entries[2]
@@ -269,8 +307,21 @@ def test_fixture_rule_decision_replays_without_the_env_var(tmp_path, make_record
 
 def test_decision_record_holds_every_input(chain):
     e = _lines(chain)[2]
-    assert set(e) >= {"inputs", "config", "rng_before", "decision", "start_hyperparameters",
-                      "new_hyperparameters", "changes", "rng_after", "hash", "prev_hash", "seq", "time", "kind"}
+    assert set(e) >= {
+        "inputs",
+        "config",
+        "rng_before",
+        "decision",
+        "start_hyperparameters",
+        "new_hyperparameters",
+        "changes",
+        "rng_after",
+        "hash",
+        "prev_hash",
+        "seq",
+        "time",
+        "kind",
+    }
     assert {p["member"] for p in e["inputs"]["peers"]} == {0, 1, 2, 3}
     assert e["config"]["rule"] == "dexpbt" and e["config"]["mutation"]["gamma"]["kind"] == "discount"
     assert e["start_hyperparameters"] == e["inputs"]["peers"][2]["hyperparameters"]  # from the donor
@@ -308,14 +359,17 @@ def test_initial_mutation_is_replayed(tmp_path):
 
 
 # ----------------------------------------------------------------------------- applied exploits match decisions
-@pytest.mark.parametrize("field, forged", [
-    ("donor", 3),
-    ("donor_checkpoint", "members/003/checkpoints/g0000_f000000010000.pth"),
-    ("donor_sha256", "cd" * 32),
-    ("donor_generation", 7),
-    ("generation", 5),
-    ("hyperparameters", {"learning_rate": 1.0, "gamma": 0.9, "mini_epochs": 2}),
-])
+@pytest.mark.parametrize(
+    "field, forged",
+    [
+        ("donor", 3),
+        ("donor_checkpoint", "members/003/checkpoints/g0000_f000000010000.pth"),
+        ("donor_sha256", "cd" * 32),
+        ("donor_generation", 7),
+        ("generation", 5),
+        ("hyperparameters", {"learning_rate": 1.0, "gamma": 0.9, "mini_epochs": 2}),
+    ],
+)
 def test_applied_exploit_must_match_its_decision(chain, field, forged):
     entries = _lines(chain)
     applied = entries[3]
@@ -438,8 +492,14 @@ def test_member_start_records_the_head_and_truncation_is_reported(tmp_path, caps
     from async_pbt_isaaclab.rl_games.member import start_member
 
     raw = load_yaml(Path(__file__).resolve().parents[2] / "async_pbt_isaaclab" / "examples" / "pendulum_ppo.yaml")
-    raw["pbt"] = {"enabled": True, "policy_idx": 1, "num_policies": 2, "workspace": str(tmp_path / "ws"),
-                  "interval_steps": 10 ** 9, "mutation": {"learning_rate": "mutate_float"}}
+    raw["pbt"] = {
+        "enabled": True,
+        "policy_idx": 1,
+        "num_policies": 2,
+        "workspace": str(tmp_path / "ws"),
+        "interval_steps": 10**9,
+        "mutation": {"learning_rate": "mutate_float"},
+    }
     agent_cfg, cfg = load_population_config(raw)
     for _ in range(2):
         session, _ = start_member(agent_cfg, cfg, train_dir=str(tmp_path / "runs"), task="Pendulum-v1")

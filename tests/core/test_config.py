@@ -106,13 +106,19 @@ def isaaclab_yaml(tmp_path):
 
 
 def _agent(**config):
-    base = {"learning_rate": 3e-4, "gamma": 0.99, "lr_schedule": "adaptive", "minibatch_size": 64,
-            "mini_epochs": 4}
+    base = {"learning_rate": 3e-4, "gamma": 0.99, "lr_schedule": "adaptive", "minibatch_size": 64, "mini_epochs": 4}
     base.update(config)
-    return {"params": {"config": base},
-            "pbt": {"enabled": True, "num_policies": 4,
-                    "mutation": {"agent.params.config.learning_rate": "mutate_float",
-                                 "agent.params.config.gamma": "mutate_discount"}}}
+    return {
+        "params": {"config": base},
+        "pbt": {
+            "enabled": True,
+            "num_policies": 4,
+            "mutation": {
+                "agent.params.config.learning_rate": "mutate_float",
+                "agent.params.config.gamma": "mutate_discount",
+            },
+        },
+    }
 
 
 def _problems(excinfo) -> str:
@@ -142,8 +148,16 @@ def test_isaaclab_pbt_yaml_loads_unchanged_and_means_the_same(isaaclab_yaml):
 
     # Isaac Lab mutation names -> our kinds, keyed by short name.
     assert sorted(cfg.mutation) == sorted(
-        ["learning_rate", "grad_norm", "entropy_coef", "critic_coef", "bounds_loss_coef", "kl_threshold",
-         "gamma", "tau"]
+        [
+            "learning_rate",
+            "grad_norm",
+            "entropy_coef",
+            "critic_coef",
+            "bounds_loss_coef",
+            "kl_threshold",
+            "gamma",
+            "tau",
+        ]
     )
     for key in ("learning_rate", "grad_norm", "entropy_coef", "critic_coef", "bounds_loss_coef", "kl_threshold"):
         assert cfg.mutation[key].kind == "log_float", key
@@ -195,20 +209,31 @@ def test_disabled_section_and_missing_section_give_defaults():
         ({"min_episodes": 100, "window": 64}, ["pbt.min_episodes", "window=64"]),
         ({"min_members": 1}, ["pbt.min_members", ">= 2"]),
         ({"welch_alpha": 0.0}, ["pbt.welch_alpha", "(0, 1)"]),
-        ({"mutation": {"agent.params.config.minibatch_size": "mutate_float"}},
-         ["pbt.mutation.agent.params.config.minibatch_size", "not a supported hyperparameter", "learning_rate"]),
-        ({"mutation": {"learning_rate": "mutate_sideways"}},
-         ["pbt.mutation.learning_rate", "mutate_sideways", "mutate_float", "log_float"]),
-        ({"mutation": {"learning_rate": {"kind": "log_float", "low": 1e-2, "high": 1e-4}}},
-         ["pbt.mutation.learning_rate", "low", "> high", "low must be <= high"]),
-        ({"mutation": {"learning_rate": {"kind": "log_float", "low": 0.0, "high": 1e-2}}},
-         ["pbt.mutation.learning_rate", "low > 0"]),
-        ({"mutation": {"gamma": {"kind": "discount", "low": 0.9, "high": 1.0}}},
-         ["pbt.mutation.gamma", "high < 1"]),
-        ({"mutation": {"mini_epochs": {"kind": "int", "low": 1.2, "high": 1.8}}},
-         ["pbt.mutation.mini_epochs", "integer inside"]),
-        ({"mutation": {"learning_rate": {"kind": "log_float", "lo": 1e-5}}},
-         ["pbt.mutation.learning_rate", "unknown keys", "accepted: kind, low, high"]),
+        (
+            {"mutation": {"agent.params.config.minibatch_size": "mutate_float"}},
+            ["pbt.mutation.agent.params.config.minibatch_size", "not a supported hyperparameter", "learning_rate"],
+        ),
+        (
+            {"mutation": {"learning_rate": "mutate_sideways"}},
+            ["pbt.mutation.learning_rate", "mutate_sideways", "mutate_float", "log_float"],
+        ),
+        (
+            {"mutation": {"learning_rate": {"kind": "log_float", "low": 1e-2, "high": 1e-4}}},
+            ["pbt.mutation.learning_rate", "low", "> high", "low must be <= high"],
+        ),
+        (
+            {"mutation": {"learning_rate": {"kind": "log_float", "low": 0.0, "high": 1e-2}}},
+            ["pbt.mutation.learning_rate", "low > 0"],
+        ),
+        ({"mutation": {"gamma": {"kind": "discount", "low": 0.9, "high": 1.0}}}, ["pbt.mutation.gamma", "high < 1"]),
+        (
+            {"mutation": {"mini_epochs": {"kind": "int", "low": 1.2, "high": 1.8}}},
+            ["pbt.mutation.mini_epochs", "integer inside"],
+        ),
+        (
+            {"mutation": {"learning_rate": {"kind": "log_float", "lo": 1e-5}}},
+            ["pbt.mutation.learning_rate", "unknown keys", "accepted: kind, low, high"],
+        ),
     ],
 )
 def test_invalid_values_are_refused_naming_key_and_accepted_values(raw, must_contain):
@@ -295,8 +320,13 @@ def test_hydra_style_overrides_apply(isaaclab_yaml):
     agent = load_yaml(isaaclab_yaml)
     merged, cfg = load_population_config(
         agent,
-        ["agent.pbt.num_policies=16", "pbt.policy_idx=3", "agent.params.config.learning_rate=3e-4",
-         "agent.pbt.rule=welch", "pbt.change_range=[1.2,1.5]"],
+        [
+            "agent.pbt.num_policies=16",
+            "pbt.policy_idx=3",
+            "agent.params.config.learning_rate=3e-4",
+            "agent.pbt.rule=welch",
+            "pbt.change_range=[1.2,1.5]",
+        ],
     )
     assert cfg.num_policies == 16 and cfg.policy_idx == 3 and cfg.rule == "welch"
     assert cfg.change_range == (1.2, 1.5)
@@ -307,9 +337,17 @@ def test_hydra_style_overrides_apply(isaaclab_yaml):
 
 
 def test_override_values_are_typed_like_hydra():
-    out = apply_overrides({"params": {"config": {"a": 1}}, "pbt": {}},
-                          ["params.config.a=1e3", "params.config.b=0.5", "params.config.c=true",
-                           "params.config.d=adaptive", "pbt.enabled=true", "params.config.e=7"])
+    out = apply_overrides(
+        {"params": {"config": {"a": 1}}, "pbt": {}},
+        [
+            "params.config.a=1e3",
+            "params.config.b=0.5",
+            "params.config.c=true",
+            "params.config.d=adaptive",
+            "pbt.enabled=true",
+            "params.config.e=7",
+        ],
+    )
     c = out["params"]["config"]
     assert c["a"] == 1000.0 and isinstance(c["a"], float)
     assert c["b"] == 0.5 and c["c"] is True and c["d"] == "adaptive" and c["e"] == 7
@@ -325,8 +363,7 @@ def test_override_values_are_typed_like_hydra():
     ],
 )
 def test_override_of_a_missing_key_is_refused_naming_it(override, key):
-    agent = {"params": {"algo": {"name": "a2c_continuous"}, "model": {"name": "m"},
-                        "config": {"learning_rate": 1e-3}}}
+    agent = {"params": {"algo": {"name": "a2c_continuous"}, "model": {"name": "m"}, "config": {"learning_rate": 1e-3}}}
     with pytest.raises(ConfigError) as excinfo:
         load_population_config(agent, [override])
     assert key in str(excinfo.value) and override in str(excinfo.value)
@@ -359,10 +396,19 @@ def test_malformed_override_is_refused():
 
 def test_selection_dict_round_trips_to_an_equal_config():
     cfg = population_config_from_dict(
-        {"enabled": True, "num_policies": 6, "policy_idx": 5, "rule": "isaaclab", "interval_steps": 1000,
-         "mutation": {"agent.params.config.learning_rate": "mutate_float", "gamma": "mutate_discount",
-                      "mini_epochs": {"kind": "int", "low": 1, "high": 8, "step": 2},
-                      "e_clip": {"kind": "log_float", "low": 0.1, "high": 0.3, "change_range": [1.05, 1.1]}}}
+        {
+            "enabled": True,
+            "num_policies": 6,
+            "policy_idx": 5,
+            "rule": "isaaclab",
+            "interval_steps": 1000,
+            "mutation": {
+                "agent.params.config.learning_rate": "mutate_float",
+                "gamma": "mutate_discount",
+                "mini_epochs": {"kind": "int", "low": 1, "high": 8, "step": 2},
+                "e_clip": {"kind": "log_float", "low": 0.1, "high": 0.3, "change_range": [1.05, 1.1]},
+            },
+        }
     )
     again = population_config_from_dict(cfg.selection_dict())
     for key in cfg.selection_dict():

@@ -31,8 +31,13 @@ from async_pbt_isaaclab.core.selection import peer_exclusion
 
 def batch(returns, generation=0, lengths=None, terms=None):
     n = len(returns)
-    return EpisodeBatch(returns=list(returns), lengths=list(lengths or [10] * n), terms=dict(terms or {}),
-                        truncated=[False] * n, generation=generation)
+    return EpisodeBatch(
+        returns=list(returns),
+        lengths=list(lengths or [10] * n),
+        terms=dict(terms or {}),
+        truncated=[False] * n,
+        generation=generation,
+    )
 
 
 def test_window_keeps_last_k_of_current_generation():
@@ -151,8 +156,12 @@ def test_peer_that_just_started_a_generation_is_excluded_until_it_settles(cfg, m
     """It decided to exploit (or just restarted): its old generation must not be compared or copied."""
     me = make_record(0, [1.0] * 16, now=NOW)
     old = make_record(1, [9.0] * 16, now=NOW, generation=1)
-    peer = dataclasses.replace(old, generation=2, generation_start_frame=old.frame,
-                               evidence=dataclasses.replace(old.evidence, generation=2, values=(), settled=False))
+    peer = dataclasses.replace(
+        old,
+        generation=2,
+        generation_start_frame=old.frame,
+        evidence=dataclasses.replace(old.evidence, generation=2, values=(), settled=False),
+    )
     why = peer_exclusion(me, peer, cfg, NOW)
     assert why is not None and "new generation 2" in why and "not settled" in why
     fresh = make_record(2, [], now=NOW, generation=3)
@@ -173,8 +182,9 @@ def test_peer_under_another_condition_is_excluded(cfg, make_record, field):
     peer = make_record(1, [9.0] * 16, now=NOW)
     other = ConditionLabel(**dict(me.condition.to_dict(), **{field: "other"}))
     # The entry carries the condition its evidence was collected under (a curriculum may have moved since).
-    peer = dataclasses.replace(peer, condition=other,
-                               history=tuple(dataclasses.replace(e, condition=other) for e in peer.history))
+    peer = dataclasses.replace(
+        peer, condition=other, history=tuple(dataclasses.replace(e, condition=other) for e in peer.history)
+    )
     why = peer_exclusion(me, peer, cfg, NOW)
     assert why is not None and "incompatible condition" in why and field in why
 

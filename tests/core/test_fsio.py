@@ -66,8 +66,9 @@ def _check_complete(data: bytes) -> int:
 def test_sigkilled_writer_never_exposes_a_partial_file(tmp_path):
     final = tmp_path / "record.bin"
     marker = tmp_path.parent / (tmp_path.name + "-stalled")
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(final), str(marker), "60"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(final), str(marker), "60"], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "first"
         versions = set()

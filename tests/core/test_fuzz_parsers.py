@@ -34,8 +34,20 @@ def _load():
 
 
 fuzz = _load()
-TARGET_NAMES = ["record_bytes", "record_dict", "read_records", "state_bytes", "state_dict", "population_config",
-                "audit", "population_meta", "active_pins", "population_best", "lock_owner", "load_checkpoint"]
+TARGET_NAMES = [
+    "record_bytes",
+    "record_dict",
+    "read_records",
+    "state_bytes",
+    "state_dict",
+    "population_config",
+    "audit",
+    "population_meta",
+    "active_pins",
+    "population_best",
+    "lock_owner",
+    "load_checkpoint",
+]
 
 
 @pytest.fixture(scope="module")

@@ -27,16 +27,25 @@ COND = ConditionLabel(task="Isaac-Task", objective="episode_return")
 
 
 def cfg_(**kw):
-    base = {"interval_steps": INTERVAL, "min_episodes": 8, "window": 16, "num_policies": 8,
-            "start_grace_frames": 0, "restart_grace_frames": 0, "gap_std_fraction": 0.0, "gap_donor_fraction": 0.0}
+    base = {
+        "interval_steps": INTERVAL,
+        "min_episodes": 8,
+        "window": 16,
+        "num_policies": 8,
+        "start_grace_frames": 0,
+        "restart_grace_frames": 0,
+        "gap_std_fraction": 0.0,
+        "gap_donor_fraction": 0.0,
+    }
     base.update(kw)
     return population_config_from_dict(base)
 
 
 def entry(member, frame, mean, generation=0):
     ckpt = f"members/{member:03d}/checkpoints/g{generation:04d}_f{frame:012d}.pth"
-    return HistoryEntry(frame, generation, mean, 1.0, 16, COND, ckpt, f"{member:02x}{frame:062x}",
-                        {"learning_rate": 1e-3})
+    return HistoryEntry(
+        frame, generation, mean, 1.0, 16, COND, ckpt, f"{member:02x}{frame:062x}", {"learning_rate": 1e-3}
+    )
 
 
 def record(member, frame, curve, generation=0, since=0, **kw):
@@ -45,10 +54,19 @@ def record(member, frame, curve, generation=0, since=0, **kw):
     frames = [f for f in range(INTERVAL, frame + 1, INTERVAL)][-12:]
     history = tuple(entry(member, f, curve(f), generation if f >= since else 0) for f in frames)
     mean = curve(frame)
-    rec = MemberRecord(member=member, generation=generation, frame=frame, generation_start_frame=since,
-                       restarts=generation, heartbeat=NOW - 1,
-                       evidence=EvidenceSummary("episode_return", generation, tuple([mean] * 16), 16, 0),
-                       condition=COND, hyperparameters={"learning_rate": 1e-3}, history=history, **kw)
+    rec = MemberRecord(
+        member=member,
+        generation=generation,
+        frame=frame,
+        generation_start_frame=since,
+        restarts=generation,
+        heartbeat=NOW - 1,
+        evidence=EvidenceSummary("episode_return", generation, tuple([mean] * 16), 16, 0),
+        condition=COND,
+        hyperparameters={"learning_rate": 1e-3},
+        history=history,
+        **kw,
+    )
     return MemberRecord.from_dict(rec.to_dict(), f"record {member}")
 
 
@@ -115,8 +133,12 @@ def test_a_member_that_decided_to_exploit_is_not_a_donor_until_its_new_generatio
     me = record(0, 3 * INTERVAL, learning(1.0))
     best = record(1, 3 * INTERVAL, learning(9.0))
     # What the observer publishes right after deciding an exploit: the next generation, no evidence yet.
-    leaving = dataclasses.replace(best, generation=1, generation_start_frame=best.frame,
-                                  evidence=EvidenceSummary("episode_return", 1, (), 0, 0, settled=False))
+    leaving = dataclasses.replace(
+        best,
+        generation=1,
+        generation_start_frame=best.frame,
+        evidence=EvidenceSummary("episode_return", 1, (), 0, 0, settled=False),
+    )
     d = decide(me, [me, leaving], cfg_(), MemberRng(0), NOW)
     assert d.outcome is Outcome.KEEP and "not settled" in d.excluded[1]
     settled = dataclasses.replace(leaving, history=leaving.history + (entry(1, 3 * INTERVAL + 1, 9.0, 1),))

@@ -31,8 +31,14 @@ from async_pbt_isaaclab.core.mutation import (
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 finite = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e12, max_value=1e12)
-starting_float = st.one_of(finite, st.just(0.0), st.just(-0.0), st.just(float("inf")), st.just(-float("inf")),
-                           st.floats(min_value=1e-300, max_value=1e-200))
+starting_float = st.one_of(
+    finite,
+    st.just(0.0),
+    st.just(-0.0),
+    st.just(float("inf")),
+    st.just(-float("inf")),
+    st.floats(min_value=1e-300, max_value=1e-200),
+)
 change_ranges = st.tuples(st.floats(1.0, 4.0), st.floats(0.0, 3.0)).map(lambda t: (t[0], t[0] + t[1]))
 
 
@@ -67,8 +73,7 @@ def int_specs(draw):
 
 
 @SETTINGS
-@given(spec=float_specs(), value=starting_float, rate=st.floats(0.0, 1.0), cr=change_ranges,
-       seed=st.integers(0, 2**63))
+@given(spec=float_specs(), value=starting_float, rate=st.floats(0.0, 1.0), cr=change_ranges, seed=st.integers(0, 2**63))
 def test_float_kinds_always_inside_bounds(spec, value, rate, cr, seed):
     rng = MemberRng(seed)
     new, _changes = mutate({"x": value}, {"x": spec}, rate, cr, rng)
@@ -89,8 +94,10 @@ def test_int_kind_always_integer_inside_bounds(spec, value, rate, seed):
 
 
 @SETTINGS
-@given(choices=st.lists(st.sampled_from(["adam", "sgd", "rmsprop", "lamb"]), min_size=2, max_size=4, unique=True),
-       seed=st.integers(0, 2**63))
+@given(
+    choices=st.lists(st.sampled_from(["adam", "sgd", "rmsprop", "lamb"]), min_size=2, max_size=4, unique=True),
+    seed=st.integers(0, 2**63),
+)
 def test_choice_kind_picks_another_allowed_value(choices, seed):
     spec = MutationSpec(kind="choice", choices=tuple(choices))
     new, changes = mutate({"opt": choices[0]}, {"opt": spec}, 1.0, (1.1, 2.0), MemberRng(seed))
@@ -203,8 +210,11 @@ def test_invalid_rng_state_is_refused():
 
 
 @SETTINGS
-@given(seed=st.integers(0, 2**63), order=st.permutations(["learning_rate", "gamma", "e_clip", "tau", "mini_epochs"]),
-       rate=st.floats(0.0, 1.0))
+@given(
+    seed=st.integers(0, 2**63),
+    order=st.permutations(["learning_rate", "gamma", "e_clip", "tau", "mini_epochs"]),
+    rate=st.floats(0.0, 1.0),
+)
 def test_explore_ignores_insertion_order(seed, order, rate):
     hp = {"learning_rate": 3e-4, "gamma": 0.99, "e_clip": 0.2, "tau": 0.95, "mini_epochs": 5}
     specs_sorted = {k: SUPPORTED_HYPERPARAMETERS[k].spec for k in sorted(hp)}

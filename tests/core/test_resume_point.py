@@ -28,17 +28,22 @@ def test_frames_since_the_last_checkpoint_are_counted(tmp_path, make_record):
     ws = _member(tmp_path, frame=190_464, checkpoint_at=163_840, make_record=make_record)
     assert resume_point(ws.root, 0) == (190_464, 163_840, "members/000/checkpoints/g0001_f000000163840.pth")
     line = describe_resume(ws.root, 0)
-    assert line == ("member 000 stopped at frame 190,464; 26,624 frames since its last checkpoint are lost: its next "
-                    "start resumes from frame 163,840 (members/000/checkpoints/g0001_f000000163840.pth)")
+    assert line == (
+        "member 000 stopped at frame 190,464; 26,624 frames since its last checkpoint are lost: its next "
+        "start resumes from frame 163,840 (members/000/checkpoints/g0001_f000000163840.pth)"
+    )
 
 
 def test_a_member_without_a_checkpoint_starts_again_from_zero(tmp_path, make_record):
     ws = _member(tmp_path, frame=12_288, checkpoint_at=None, make_record=make_record)
-    assert describe_resume(ws.root, 0) == ("member 000 stopped at frame 12,288 with no checkpoint yet: its next start "
-                                           "begins again from frame 0 (12,288 frames lost)")
+    assert describe_resume(ws.root, 0) == (
+        "member 000 stopped at frame 12,288 with no checkpoint yet: its next start "
+        "begins again from frame 0 (12,288 frames lost)"
+    )
     ws = _member(tmp_path / "early", frame=None, checkpoint_at=None, make_record=make_record)
-    assert describe_resume(ws.root, 0) == ("member 000 stopped before its first publish with no checkpoint yet: its "
-                                           "next start begins again from frame 0")
+    assert describe_resume(ws.root, 0) == (
+        "member 000 stopped before its first publish with no checkpoint yet: its next start begins again from frame 0"
+    )
 
 
 def test_an_unreadable_state_is_reported_not_raised(tmp_path, make_record):

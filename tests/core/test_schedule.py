@@ -27,26 +27,41 @@ def start(hp, frame=0):
 
 
 def applied(gen, frame, hp, donor=None, donor_gen=None, donor_frame=None, **extra):
-    return {"kind": "exploit_applied", "generation": gen, "frame": frame, "hyperparameters": hp, "donor": donor,
-            "donor_generation": donor_gen, "donor_frame": donor_frame, **extra}
+    return {
+        "kind": "exploit_applied",
+        "generation": gen,
+        "frame": frame,
+        "hyperparameters": hp,
+        "donor": donor,
+        "donor_generation": donor_gen,
+        "donor_frame": donor_frame,
+        **extra,
+    }
 
 
 @pytest.fixture
 def lineages():
     """Member 0 trains and explores at 300; member 1 copies 0's checkpoint at (gen 0, frame 200) when its own
     counter is 500, then explores at 800; member 2 copies 1's checkpoint at (gen 2, frame 900) at its 1000."""
-    m0 = member_lineage(0, _entries(start({"lr": 1.0}), applied(1, 300, {"lr": 1.5}, donor=0, donor_gen=0,
-                                                                         donor_frame=300)))
-    m1 = member_lineage(1, _entries(
-        start({"lr": 2.0}),
-        {"kind": "decision"},  # other kinds are ignored
-        applied(1, 500, {"lr": 1.2}, donor=0, donor_gen=0, donor_frame=200),
-        applied(2, 800, {"lr": 0.6}, donor=None),
-    ))
-    m2 = member_lineage(2, _entries(
-        start({"lr": 9.0}),
-        applied(1, 1000, {"lr": 0.5}, donor=1, donor_gen=2, donor_frame=900, donor_checkpoint="x"),
-    ))
+    m0 = member_lineage(
+        0, _entries(start({"lr": 1.0}), applied(1, 300, {"lr": 1.5}, donor=0, donor_gen=0, donor_frame=300))
+    )
+    m1 = member_lineage(
+        1,
+        _entries(
+            start({"lr": 2.0}),
+            {"kind": "decision"},  # other kinds are ignored
+            applied(1, 500, {"lr": 1.2}, donor=0, donor_gen=0, donor_frame=200),
+            applied(2, 800, {"lr": 0.6}, donor=None),
+        ),
+    )
+    m2 = member_lineage(
+        2,
+        _entries(
+            start({"lr": 9.0}),
+            applied(1, 1000, {"lr": 0.5}, donor=1, donor_gen=2, donor_frame=900, donor_checkpoint="x"),
+        ),
+    )
     return {0: m0, 1: m1, 2: m2}
 
 
@@ -58,8 +73,10 @@ def test_member_lineage_reads_start_and_applied_changes(lineages):
 
 def test_lineage_without_exploits_is_the_members_own_history(lineages):
     s = lineage_schedule(0, lineages, end_frame=1000)
-    assert [(st.frame, st.values, st.source) for st in s.steps] == [(0, {"lr": 1.0}, "start"),
-                                                                     (300, {"lr": 1.5}, "explore")]
+    assert [(st.frame, st.values, st.source) for st in s.steps] == [
+        (0, {"lr": 1.0}, "start"),
+        (300, {"lr": 1.5}, "explore"),
+    ]
     assert s.end_frame == 1000
 
 
@@ -69,8 +86,12 @@ def test_exploit_chain_is_followed_back_to_the_first_donor(lineages):
     # lr 1.2, member 1's explore at its 800 (replay 500) with lr 0.6, member 1's checkpoint at 900 (replay 600),
     # then member 2's own values from replay 600 on; member 0's explore at 300 is after the copied checkpoint.
     got = [(st.frame, st.values["lr"], st.member, st.member_frame, st.source) for st in s.steps]
-    assert got == [(0, 1.0, 0, 0, "start"), (200, 1.2, 1, 500, "exploit"), (500, 0.6, 1, 800, "explore"),
-                   (600, 0.5, 2, 1000, "exploit")]
+    assert got == [
+        (0, 1.0, 0, 0, "start"),
+        (200, 1.2, 1, 500, "exploit"),
+        (500, 0.6, 1, 800, "explore"),
+        (600, 0.5, 2, 1000, "exploit"),
+    ]
     assert s.end_frame == 1500 - 1000 + 600
 
 
@@ -106,9 +127,21 @@ def test_missing_donor_log_and_cycles_are_errors(lineages):
 
 
 def test_donor_frame_falls_back_to_the_checkpoint_name():
-    m = member_lineage(1, _entries(start({"lr": 1}), applied(
-        1, 50, {"lr": 2}, donor=0, donor_gen=0, donor_frame=None,
-        donor_checkpoint="members/000/checkpoints/g0000_f000000000040.pth")))
+    m = member_lineage(
+        1,
+        _entries(
+            start({"lr": 1}),
+            applied(
+                1,
+                50,
+                {"lr": 2},
+                donor=0,
+                donor_gen=0,
+                donor_frame=None,
+                donor_checkpoint="members/000/checkpoints/g0000_f000000000040.pth",
+            ),
+        ),
+    )
     assert m.changes[0].donor_frame == 40
 
 
@@ -145,9 +178,12 @@ def test_a_long_lineage_is_followed_without_recursion_limits():
     n = 3000
     lineages = {0: member_lineage(0, _entries(start({"lr": 0})))}
     for m in range(1, n):
-        lineages[m] = member_lineage(m, _entries(start({"lr": -1}),
-                                                 applied(1, 5, {"lr": m}, donor=m - 1, donor_gen=1 if m > 1 else 0,
-                                                         donor_frame=10)))
+        lineages[m] = member_lineage(
+            m,
+            _entries(
+                start({"lr": -1}), applied(1, 5, {"lr": m}, donor=m - 1, donor_gen=1 if m > 1 else 0, donor_frame=10)
+            ),
+        )
     s = lineage_schedule(n - 1, lineages)
     assert len(s.steps) == n
     assert values_at(s, 10 + 5 * (n - 2)) == {"lr": n - 1} and values_at(s, 10 + 5 * (n - 2) - 1) == {"lr": n - 2}
@@ -157,18 +193,28 @@ def test_a_long_lineage_is_followed_without_recursion_limits():
 def test_replay_needs_live_keys_and_starts_from_the_first_step():
     from async_pbt_isaaclab.core.schedule import initial_overrides, live_assignments, replay_problems
 
-    steps = (ScheduleStep(0, {"learning_rate": 1e-3, "gamma": 0.95, "network.log_std_bounds.low": -5.0}, 0, 0, 0,
-                          "start"),
-             ScheduleStep(100, {"learning_rate": 2e-3, "gamma": 0.96, "network.log_std_bounds.low": -5.0}, 1, 300, 1,
-                          "exploit"))
+    steps = (
+        ScheduleStep(0, {"learning_rate": 1e-3, "gamma": 0.95, "network.log_std_bounds.low": -5.0}, 0, 0, 0, "start"),
+        ScheduleStep(
+            100, {"learning_rate": 2e-3, "gamma": 0.96, "network.log_std_bounds.low": -5.0}, 1, 300, 1, "exploit"
+        ),
+    )
     s = Schedule(1, steps)
     assert replay_problems(s) == []
-    assert initial_overrides(s) == {("params", "config", "learning_rate"): 1e-3, ("params", "config", "gamma"): 0.95,
-                                    ("params", "network", "log_std_bounds", "low"): -5.0}
+    assert initial_overrides(s) == {
+        ("params", "config", "learning_rate"): 1e-3,
+        ("params", "config", "gamma"): 0.95,
+        ("params", "network", "log_std_bounds", "low"): -5.0,
+    }
     assert live_assignments({"learning_rate": 2e-3, "kl_threshold": 0.01, "mini_epochs": 4}) == [
-        ("kl_threshold", 0.01), ("scheduler.kl_threshold", 0.01), ("last_lr", 2e-3), ("mini_epochs_num", 4)]
-    bad = Schedule(1, steps + (ScheduleStep(200, {"network.log_std_bounds.low": -4.0, "nonsense": 1}, 1, 400, 2,
-                                            "explore"),))
+        ("kl_threshold", 0.01),
+        ("scheduler.kl_threshold", 0.01),
+        ("last_lr", 2e-3),
+        ("mini_epochs_num", 4),
+    ]
+    bad = Schedule(
+        1, steps + (ScheduleStep(200, {"network.log_std_bounds.low": -4.0, "nonsense": 1}, 1, 400, 2, "explore"),)
+    )
     problems = replay_problems(bad)
     assert any("steps[2].values.network.log_std_bounds.low: changes at frame 200" in p for p in problems)
     assert any("steps[2].values.nonsense: not a hyperparameter" in p for p in problems)
@@ -182,8 +228,13 @@ def test_load_replay_schedule_checks_the_file_before_any_run_starts(tmp_path):
         replay_experiment_name,
     )
 
-    good = Schedule(7, (ScheduleStep(0, {"learning_rate": 1e-3}, 7, 0, 0, "start"),
-                        ScheduleStep(64, {"learning_rate": 5e-4}, 7, 64, 1, "explore")))
+    good = Schedule(
+        7,
+        (
+            ScheduleStep(0, {"learning_rate": 1e-3}, 7, 0, 0, "start"),
+            ScheduleStep(64, {"learning_rate": 5e-4}, 7, 64, 1, "explore"),
+        ),
+    )
     path = tmp_path / "schedule.yaml"
     path.write_text(dump_schedule(good))
     assert load_replay_schedule(path) == good

@@ -33,8 +33,9 @@ from async_pbt_isaaclab.core.selection import Outcome, decide, peer_exclusion
 
 NOW = 1_700_000_000.0
 FRAME = 100_000
-SETTINGS = settings(max_examples=120, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 
 
 def cfg_(**kw):
@@ -128,8 +129,7 @@ def test_stale_or_incompatible_peer_is_never_the_donor(make_record, case):
 def test_frame_and_clock_limits_are_inclusive(make_record):
     cfg = cfg_()
     me = make_record(0, const(0.0), now=NOW, frame=FRAME)
-    for kw in (dict(frame=FRAME), dict(frame=FRAME - 10_000), dict(heartbeat_age=600.0),
-               dict(heartbeat_age=-60.0)):
+    for kw in (dict(frame=FRAME), dict(frame=FRAME - 10_000), dict(heartbeat_age=600.0), dict(heartbeat_age=-60.0)):
         peer = make_record(1, const(1.0), now=NOW, **{"frame": FRAME, **kw})
         assert peer_exclusion(me, peer, cfg, NOW) is None, kw
 
@@ -252,8 +252,11 @@ def test_dexpbt_interval_best_protects(make_record):
 
 
 def test_negative_objectives_rank_numerically(make_record):
-    recs = [make_record(0, const(-100.0), now=NOW, frame=FRAME), make_record(1, const(-10.0), now=NOW, frame=FRAME),
-            make_record(2, const(-3.0), now=NOW, frame=FRAME)]
+    recs = [
+        make_record(0, const(-100.0), now=NOW, frame=FRAME),
+        make_record(1, const(-10.0), now=NOW, frame=FRAME),
+        make_record(2, const(-3.0), now=NOW, frame=FRAME),
+    ]
     d = decide(recs[0], recs, cfg_(), MemberRng(0), NOW)
     assert d.compared == (2, 1, 0)
     assert d.outcome is Outcome.EXPLOIT and d.donor == 2
@@ -292,12 +295,18 @@ def test_isaaclab_bands_match_the_formula(make_record, k, abs_):
 def test_isaaclab_explores_without_a_leader_unless_disabled(make_record):
     # One far underperformer, nobody above the upper band (abs floor is wide).
     recs = [make_record(0, const(0.0, spread=0), now=NOW, frame=FRAME)] + [
-        make_record(i, const(10.0, spread=0), now=NOW, frame=FRAME) for i in range(1, 4)]
+        make_record(i, const(10.0, spread=0), now=NOW, frame=FRAME) for i in range(1, 4)
+    ]
     cfg = cfg_(rule="isaaclab", threshold_std=0.0, threshold_abs=2.6)  # mean 7.5, band [4.9, 10.1]
     d = decide(recs[0], recs, cfg, MemberRng(0), NOW)
     assert d.outcome is Outcome.EXPLORE and d.donor is None
-    d = decide(recs[0], recs, cfg_(rule="isaaclab", threshold_std=0.0, threshold_abs=2.6,
-                                   explore_without_donor=False), MemberRng(0), NOW)
+    d = decide(
+        recs[0],
+        recs,
+        cfg_(rule="isaaclab", threshold_std=0.0, threshold_abs=2.6, explore_without_donor=False),
+        MemberRng(0),
+        NOW,
+    )
     assert d.outcome is Outcome.KEEP
     # Narrower band: the others are leaders, and one of them is drawn.
     d = decide(recs[0], recs, cfg_(rule="isaaclab", threshold_std=0.0, threshold_abs=2.4), MemberRng(0), NOW)
@@ -337,7 +346,8 @@ def _stats(values):
 def test_welch_p_value_matches_scipy_and_handles_degenerate_windows():
     a, b = [1.0, 2.0, 3.0, 4.0], [0.0, 1.0, 0.5, 0.2]
     assert welch_p_value(_stats(a), _stats(b)) == pytest.approx(
-        stats.ttest_ind(a, b, equal_var=False, alternative="greater").pvalue)
+        stats.ttest_ind(a, b, equal_var=False, alternative="greater").pvalue
+    )
     assert welch_p_value(_stats([1.0] * 8), _stats([0.0] * 8)) == 0.0  # all-success vs all-failure
     assert welch_p_value(_stats([0.0] * 8), _stats([1.0] * 8)) == 1.0
     assert welch_p_value(_stats([1.0] * 8), _stats([1.0] * 8)) == 1.0
@@ -372,24 +382,31 @@ def populations(draw, build):
         size = draw(st.integers(1, 7)) if stale == "few" else 16
         values = draw(st.lists(st.floats(-100, 100), min_size=size, max_size=size))
         older = kw.pop("history", None)
-        rec = build(
-            m, values, checkpoint=draw(st.booleans()) or draw(st.booleans()), **kw)
+        rec = build(m, values, checkpoint=draw(st.booleans()) or draw(st.booleans()), **kw)
         if older and rec.history:
-            earlier = dataclasses.replace(rec.history[-1], frame=FRAME - draw(st.integers(0, 5000)),
-                                          mean=draw(st.floats(-100, 100)))
+            earlier = dataclasses.replace(
+                rec.history[-1], frame=FRAME - draw(st.integers(0, 5000)), mean=draw(st.floats(-100, 100))
+            )
             rec = replace(rec, history=(earlier, rec.history[-1]))
         if draw(st.integers(0, 4)) == 0:
             rec = replace(rec, interval_best=draw(st.floats(-100, 100)))
         recs.append(rec)
     me_index = draw(st.integers(0, n - 1))
-    me = replace(recs[me_index], heartbeat=NOW, frame=FRAME, evidence=dataclasses.replace(
-        recs[me_index].evidence, generation=recs[me_index].generation))
+    me = replace(
+        recs[me_index],
+        heartbeat=NOW,
+        frame=FRAME,
+        evidence=dataclasses.replace(recs[me_index].evidence, generation=recs[me_index].generation),
+    )
     if me.evidence.count < 8:
         me = replace(me, evidence=dataclasses.replace(me.evidence, values=me.evidence.values * 8))
     recs[me_index] = me
-    cfg = cfg_(rule=draw(st.sampled_from(["dexpbt", "isaaclab", "welch"])),
-               top_fraction=draw(st.sampled_from([0.25, 0.5])), worst_fraction=draw(st.sampled_from([0.25, 0.5])),
-               gap_donor_fraction=draw(st.sampled_from([0.0, 0.05])))
+    cfg = cfg_(
+        rule=draw(st.sampled_from(["dexpbt", "isaaclab", "welch"])),
+        top_fraction=draw(st.sampled_from([0.25, 0.5])),
+        worst_fraction=draw(st.sampled_from([0.25, 0.5])),
+        gap_donor_fraction=draw(st.sampled_from([0.0, 0.05])),
+    )
     return me, recs, cfg, draw(st.integers(0, 2**64 - 1)), draw(st.randoms(use_true_random=False))
 
 
@@ -444,8 +461,9 @@ def test_property_decisions_are_sound(make_record, data):
 
 
 @SETTINGS
-@given(means=st.lists(st.floats(-1000, 1000), min_size=2, max_size=12), k=st.floats(0.0, 3.0),
-       abs_=st.floats(0.0, 50.0))
+@given(
+    means=st.lists(st.floats(-1000, 1000), min_size=2, max_size=12), k=st.floats(0.0, 3.0), abs_=st.floats(0.0, 50.0)
+)
 def test_property_isaaclab_band_formula(make_record, means, k, abs_):
     recs = [make_record(i, [m] * 8, now=NOW, frame=FRAME) for i, m in enumerate(means)]
     cfg = cfg_(rule="isaaclab", threshold_std=k, threshold_abs=abs_)

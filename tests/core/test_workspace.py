@@ -65,8 +65,9 @@ CLAIMER = textwrap.dedent(
 
 
 def _claim_in_subprocess(lock_path, member):
-    proc = subprocess.Popen([sys.executable, "-c", CLAIMER, str(lock_path), str(member)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CLAIMER, str(lock_path), str(member)], stdout=subprocess.PIPE, text=True
+    )
     line = proc.stdout.readline().strip()
     return proc, line
 
@@ -196,8 +197,10 @@ def test_record_round_trip(ws, make_record):
 
 BAD_RECORDS = {
     "schema version": (lambda d: json.dumps(dict(d, schema_version=SCHEMA_VERSION + 1)), "schema_version"),
-    "no schema version": (lambda d: json.dumps({k: v for k, v in d.items() if k != "schema_version"}),
-                          "schema_version"),
+    "no schema version": (
+        lambda d: json.dumps({k: v for k, v in d.items() if k != "schema_version"}),
+        "schema_version",
+    ),
     "bad json": (lambda d: "{not json", "not valid JSON"),
     "truncated": (lambda d: json.dumps(d)[: len(json.dumps(d)) // 2], "truncated"),
     "empty": (lambda d: "", "not valid JSON"),
@@ -208,8 +211,10 @@ BAD_RECORDS = {
     "negative frame": (lambda d: json.dumps(dict(d, frame=-5)), ".frame"),
     "bad status": (lambda d: json.dumps(dict(d, status="zombie")), ".status"),
     "bad sha": (lambda d: json.dumps(dict(d, checkpoint_sha256="xyz")), ".checkpoint_sha256"),
-    "inf hyperparameter": (lambda d: json.dumps(d).replace('"learning_rate": 0.0003', '"learning_rate": 1e999'),
-                           "hyperparameters.learning_rate"),
+    "inf hyperparameter": (
+        lambda d: json.dumps(d).replace('"learning_rate": 0.0003', '"learning_rate": 1e999'),
+        "hyperparameters.learning_rate",
+    ),
     "not an object": (lambda d: "[1, 2, 3]", "JSON object"),
     "not utf8": (lambda d: b"\xff\xfe{}", "UTF-8"),
 }
@@ -324,8 +329,9 @@ def test_population_best_merges_members(ws):
         ws.member_dir(member).mkdir(parents=True, exist_ok=True)
         best = []
         for i, obj in enumerate(entries):
-            best = update_best(best, {"checkpoint": f"members/{member:03d}/checkpoints/c{i}.pth", "objective": obj,
-                                      "frame": i}, keep=3)
+            best = update_best(
+                best, {"checkpoint": f"members/{member:03d}/checkpoints/c{i}.pth", "objective": obj, "frame": i}, keep=3
+            )
         fsio.atomic_write_json(ws.member_dir(member) / "best.json", best)
     (ws.member_dir(3)).mkdir()
     (ws.member_dir(3) / "best.json").write_text("{corrupt")  # skipped, not fatal
@@ -379,8 +385,10 @@ print(json.dumps(Workspace(root).ensure(num_policies=4, objective="episode_retur
 def test_members_racing_to_create_the_workspace_all_get_the_same_one(tmp_path):
     root, go = tmp_path / "pop", tmp_path / "go"
     ready = [tmp_path / f"ready{i}" for i in range(4)]
-    procs = [subprocess.Popen([sys.executable, "-c", RACER, str(root), str(go), str(r)], stdout=subprocess.PIPE,
-                              text=True) for r in ready]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", RACER, str(root), str(go), str(r)], stdout=subprocess.PIPE, text=True)
+        for r in ready
+    ]
     deadline = time.monotonic() + 60
     while not all(r.exists() for r in ready) and time.monotonic() < deadline:
         time.sleep(0.01)

@@ -56,8 +56,14 @@ def _start(tmp_path: Path, index: int = 1):
     from async_pbt_isaaclab.rl_games.member import start_member
 
     raw = load_yaml(YAML)
-    raw["pbt"] = {"enabled": True, "policy_idx": index, "num_policies": 2, "workspace": str(tmp_path / "ws"),
-                  "interval_steps": 10 ** 9, "mutation": {"learning_rate": "mutate_float"}}
+    raw["pbt"] = {
+        "enabled": True,
+        "policy_idx": index,
+        "num_policies": 2,
+        "workspace": str(tmp_path / "ws"),
+        "interval_steps": 10**9,
+        "mutation": {"learning_rate": "mutate_float"},
+    }
     agent_cfg, cfg = load_population_config(raw)
     return start_member(agent_cfg, cfg, train_dir=str(tmp_path / "runs"), task="Pendulum-v1", lock_wait_s=0.0)
 
@@ -69,8 +75,9 @@ def _first_start(tmp_path: Path, index: int = 1) -> Workspace:
 
 
 # ----------------------------------------------------------------------------------- member start-up
-@pytest.mark.parametrize("planted", ["incoming", "pins", "checkpoints", "member", "state.json", "lock",
-                                     "audit.jsonl", "best.json"])
+@pytest.mark.parametrize(
+    "planted", ["incoming", "pins", "checkpoints", "member", "state.json", "lock", "audit.jsonl", "best.json"]
+)
 def test_member_start_refuses_planted_links(tmp_path, outside, planted):
     ws = _first_start(tmp_path)
     mdir = ws.member_dir(1)
@@ -187,13 +194,16 @@ def test_symlinked_record_or_member_folder_is_reported_not_read(tmp_path, outsid
     assert "symbolic link" in errors[1] and str(ws.member_dir(1)) in errors[1]
 
 
-@pytest.mark.parametrize("relative, message", [
-    ("members/000/../../../home/somedir/thesis.pdf", "'..'"),
-    ("members/001/../000/checkpoints/x.pth", "'..'"),
-    ("/etc/passwd", "relative"),
-    ("members/000/checkpoints/link.pth", "symbolic link"),
-    ("members/000/linked/thesis.pdf", "symbolic link"),
-])
+@pytest.mark.parametrize(
+    "relative, message",
+    [
+        ("members/000/../../../home/somedir/thesis.pdf", "'..'"),
+        ("members/001/../000/checkpoints/x.pth", "'..'"),
+        ("/etc/passwd", "relative"),
+        ("members/000/checkpoints/link.pth", "symbolic link"),
+        ("members/000/linked/thesis.pdf", "symbolic link"),
+    ],
+)
 def test_checkpoint_paths_leaving_the_workspace_are_refused(tmp_path, outside, relative, message):
     ws = _first_start(tmp_path, index=0)
     (ws.member_dir(0) / "checkpoints" / "link.pth").symlink_to(outside / "thesis.pdf")

@@ -329,8 +329,10 @@ def test_rl_games_runner_trains_in_process(tmp_path, capsys):
     assert isinstance(algo.vec_env, GymVecEnv)
     fps = frames / elapsed
     with capsys.disabled():
-        print(f"\n[gym_vec_env] rl_games PPO Pendulum-v1, 16 envs, CPU: "
-              f"{frames} frames in {elapsed:.1f} s = {fps:.0f} frames/s")
+        print(
+            f"\n[gym_vec_env] rl_games PPO Pendulum-v1, 16 envs, CPU: "
+            f"{frames} frames in {elapsed:.1f} s = {fps:.0f} frames/s"
+        )
 
     episodes = EpisodeBatch.concat([b for b in obs.batches if b.generation == 0])
     later = [b for b in obs.batches if b.generation == 1]
@@ -364,6 +366,8 @@ def test_example_yaml_learns_pendulum(tmp_path, capsys):
     late = EpisodeBatch.concat([b for b in obs.batches[-20:] if b.generation == 1])
     mean = float(np.mean(late.returns))
     with capsys.disabled():
-        print(f"\n[gym_vec_env] {obs.algo.frame} frames in {elapsed:.1f} s ({obs.algo.frame / elapsed:.0f} fps); "
-              f"mean return of the last {len(late)} episodes: {mean:.1f}")
+        print(
+            f"\n[gym_vec_env] {obs.algo.frame} frames in {elapsed:.1f} s ({obs.algo.frame / elapsed:.0f} fps); "
+            f"mean return of the last {len(late)} episodes: {mean:.1f}"
+        )
     assert mean > -400

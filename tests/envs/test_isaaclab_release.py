@@ -17,17 +17,31 @@ from async_pbt_isaaclab.envs.isaaclab_release import SUPPORTED, UnsupportedIsaac
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("version, source, series", [
-    ("0.33.0", True, "2"), ("0.54.2", True, "2"), ("28.0.0", True, "3"), ("3.0.0", False, "3"),
-    ("3.0.2", False, "3"),
-])
+@pytest.mark.parametrize(
+    "version, source, series",
+    [
+        ("0.33.0", True, "2"),
+        ("0.54.2", True, "2"),
+        ("28.0.0", True, "3"),
+        ("3.0.0", False, "3"),
+        ("3.0.2", False, "3"),
+    ],
+)
 def test_supported_releases_are_classified(version, source, series):
     assert classify(version, source).series == series
 
 
-@pytest.mark.parametrize("version, source", [
-    ("2.3.2.post1", False), ("2.0.0", False), ("0.30.1", True), ("0.60.0", True), ("3.1.0", False), ("1.4.1", False),
-])
+@pytest.mark.parametrize(
+    "version, source",
+    [
+        ("2.3.2.post1", False),
+        ("2.0.0", False),
+        ("0.30.1", True),
+        ("0.60.0", True),
+        ("3.1.0", False),
+        ("1.4.1", False),
+    ],
+)
 def test_unsupported_releases_are_refused_naming_the_matrix(version, source):
     with pytest.raises(UnsupportedIsaacLab) as err:
         classify(version, source)
@@ -54,8 +68,12 @@ def _layout(root: Path, kind: str) -> Path:
 
 def _detect(path: Path) -> str:
     code = "from async_pbt_isaaclab.envs.isaaclab_release import detect; r = detect(); print(r.series, r.version)"
-    proc = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(path)!r}); {code}"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(path)!r}); {code}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return proc.stdout.strip() or proc.stderr.strip().splitlines()[-1]
 
 
@@ -69,8 +87,14 @@ def test_the_scripts_refuse_an_unsupported_release_in_one_line(tmp_path):
     path = _layout(tmp_path, "wheel-2.x")
     env = {"PYTHONPATH": str(path), "PATH": "/usr/bin:/bin"}
     for script in ("train_pbt.py", "play_pbt.py"):
-        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--task", "X"], capture_output=True,
-                              text=True, timeout=120, env=env, cwd=tmp_path)
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / script), "--task", "X"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=tmp_path,
+        )
         assert proc.returncode == 2, proc.stderr
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("error: found isaaclab 2.3.2.post1") and SUPPORTED in lines[0]

@@ -71,8 +71,15 @@ def _rollout(wrapper: PbtIsaacLabEnv, steps: int, seed: int = 0):
             for k in REWARD_TERMS:
                 sums[k][i] += terms[k][i]
             if te[i] or tr[i]:
-                episodes.append({"return": ret[i], "length": length[i], "truncated": bool(tr[i]),
-                                 "success": terms["success"][i], **{k: sums[k][i] for k in REWARD_TERMS}})
+                episodes.append(
+                    {
+                        "return": ret[i],
+                        "length": length[i],
+                        "truncated": bool(tr[i]),
+                        "success": terms["success"][i],
+                        **{k: sums[k][i] for k in REWARD_TERMS},
+                    }
+                )
                 ret[i], length[i] = 0.0, 0
                 for k in REWARD_TERMS:
                     sums[k][i] = 0.0
@@ -165,7 +172,8 @@ def test_isaaclab_style_objective_reads_extras_log_with_a_warning():
     with pytest.warns(UserWarning, match="batch mean"):
         wrapper = PbtIsaacLabEnv(_env(2), objective="Episode_Reward/progress")
     assert [(s.name, s.source, s.mode) for s in wrapper.term_specs] == [
-        ("Episode_Reward/progress", "log:Episode_Reward/progress", "log")]
+        ("Episode_Reward/progress", "log:Episode_Reward/progress", "log")
+    ]
 
 
 def test_objective_from_the_env_accessor_and_missing_objective():
@@ -203,12 +211,19 @@ def test_format_stage_bins_numbers_and_reads_tensors():
 
 
 def test_summary_cfg_parses_and_reports_every_problem():
-    cfg = SummaryCfg.from_dict({"terms": {"s": "attr:successes", "r": {"source": "reward:track", "mode": "last"},
-                                          "l": "log:Metrics/x"},
-                                "curriculum": "log:Curriculum/terrain_levels", "curriculum_bin": 1,
-                                "curriculum_poll_steps": 24})
-    assert [(t.name, t.kind, t.mode) for t in cfg.terms] == [("s", "attr", "last"), ("r", "reward", "last"),
-                                                             ("l", "log", "log")]
+    cfg = SummaryCfg.from_dict(
+        {
+            "terms": {"s": "attr:successes", "r": {"source": "reward:track", "mode": "last"}, "l": "log:Metrics/x"},
+            "curriculum": "log:Curriculum/terrain_levels",
+            "curriculum_bin": 1,
+            "curriculum_poll_steps": 24,
+        }
+    )
+    assert [(t.name, t.kind, t.mode) for t in cfg.terms] == [
+        ("s", "attr", "last"),
+        ("r", "reward", "last"),
+        ("l", "log", "log"),
+    ]
     assert cfg.curriculum_bin == 1.0 and cfg.curriculum_poll_steps == 24
     with pytest.raises(ValueError) as err:
         SummaryCfg.from_dict(
@@ -226,15 +241,24 @@ def test_summary_cfg_parses_and_reports_every_problem():
             }
         )
     text = str(err.value)
-    for needle in ("unknown keys ['extra']", "terms.a.source", "terms.b", "terms.c", "terms.d: unknown keys",
-                   "curriculum:", "curriculum_bin", "curriculum_poll_steps"):
+    for needle in (
+        "unknown keys ['extra']",
+        "terms.a.source",
+        "terms.b",
+        "terms.c",
+        "terms.d: unknown keys",
+        "curriculum:",
+        "curriculum_bin",
+        "curriculum_poll_steps",
+    ):
         assert needle in text, needle
     assert SummaryCfg.from_agent_cfg({"params": {}}) == SummaryCfg()
 
 
 def test_attach_summary_source_uses_the_yaml_section():
-    summary = SummaryCfg.from_dict({"terms": {"success": "accessor:success"}, "curriculum": "log:Curriculum/stage",
-                                    "capacity": 64})
+    summary = SummaryCfg.from_dict(
+        {"terms": {"success": "accessor:success"}, "curriculum": "log:Curriculum/stage", "capacity": 64}
+    )
     wrapper = attach_summary_source(_env(4), summary, objective="success", task=TASK)
     assert wrapper.pbt_summary_source.capacity == 64
     assert wrapper.curriculum_source == "log:Curriculum/stage"
@@ -307,8 +331,10 @@ def test_default_hooks_raise_the_install_hint_here():
     else:
         pytest.skip("Isaac Lab is installed: the default hooks work here")
     hooks = IsaacLabHooks()
-    for call in (lambda: hooks.add_launcher_args(argparse.ArgumentParser()),
-                 lambda: hooks.vec_env_wrapper(None, "cpu", 1.0, 1.0)):
+    for call in (
+        lambda: hooks.add_launcher_args(argparse.ArgumentParser()),
+        lambda: hooks.vec_env_wrapper(None, "cpu", 1.0, 1.0),
+    ):
         with pytest.raises(ImportError) as err:
             call()
         assert ISAACLAB_INSTALL_HINT in str(err.value)

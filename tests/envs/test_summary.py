@@ -21,7 +21,6 @@ def ungated_emitter(*args, **kwargs) -> EpisodeSummaryEmitter:
     return EpisodeSummaryEmitter(*args, **kwargs)
 
 
-
 # ---------------------------------------------------------------------------------------------- reference
 
 
@@ -96,9 +95,9 @@ class ReferenceEmitter:
         self._new_segment()
 
     def drain(self):
-        new = self.records[self.drained:]
+        new = self.records[self.drained :]
         self.drained = len(self.records)
-        kept = new[-self.capacity:] if new else []
+        kept = new[-self.capacity :] if new else []
         overflow = len(new) - len(kept)
         good = [r for r in kept if r[4] == self.segment]
         batch = EpisodeBatch(
@@ -189,8 +188,14 @@ def test_matches_reference_on_random_patterns(seed):
 
     fresh = rng.random() < 0.8
     emitter = ungated_emitter(
-        n, "cpu", term_names, label if use_callable else ConditionLabel(task="T", curriculum_stage="0"),
-        generation=3, term_modes=explicit, capacity=capacity, fresh_start=fresh,
+        n,
+        "cpu",
+        term_names,
+        label if use_callable else ConditionLabel(task="T", curriculum_stage="0"),
+        generation=3,
+        term_modes=explicit,
+        capacity=capacity,
+        fresh_start=fresh,
     )
     ref = ReferenceEmitter(n, term_names, modes, capacity, label, generation=3, fresh_start=fresh)
     generation = 3
@@ -328,8 +333,11 @@ def _sync_free_inputs(n, device):
     rew = torch.zeros(n, 1, device=device)
     term = torch.zeros(n, dtype=torch.bool, device=device)
     trunc = torch.zeros(n, dtype=torch.bool, device=device)
-    terms = {"a": torch.zeros(n, device=device), "b": torch.zeros(n, dtype=torch.bool, device=device),
-             "c": torch.zeros(n, device=device)}
+    terms = {
+        "a": torch.zeros(n, device=device),
+        "b": torch.zeros(n, dtype=torch.bool, device=device),
+        "c": torch.zeros(n, device=device),
+    }
     log = {"Episode_Reward/a": torch.zeros((), device=device), "Curriculum/x": 2.0, "Episode_Termination/t": 3}
     return rew, term, trunc, terms, log
 
@@ -337,7 +345,10 @@ def _sync_free_inputs(n, device):
 def _emitter_for_sync_checks(device):
     names = ["a", "b", "c", "Episode_Reward/a", "Curriculum/x", "Episode_Termination/t"]
     return ungated_emitter(
-        8, device, names, condition=lambda: ConditionLabel(task="t"),
+        8,
+        device,
+        names,
+        condition=lambda: ConditionLabel(task="t"),
         term_modes={"b": "last", "c": "max"},
     )
 
@@ -393,8 +404,10 @@ def test_step_calls_no_host_transfer_api(monkeypatch):
     assert len(em.drain()) > 0
 
 
-@pytest.mark.skipif(not os.environ.get("ASYNC_PBT_TEST_COMPILE"), reason="torch.compile takes tens of seconds; "
-                    "set ASYNC_PBT_TEST_COMPILE=1 to run")
+@pytest.mark.skipif(
+    not os.environ.get("ASYNC_PBT_TEST_COMPILE"),
+    reason="torch.compile takes tens of seconds; set ASYNC_PBT_TEST_COMPILE=1 to run",
+)
 def test_compiled_path_matches_reference():
     rng = random.Random(7)
     gen = torch.Generator().manual_seed(7)
@@ -412,8 +425,10 @@ def test_compiled_path_matches_reference():
 
 # ---------------------------------------------------------------------------------------- settling gate
 
-def _geometric_episodes(em: EpisodeSummaryEmitter, gen: torch.Generator, steps: int, p_fail: float = 0.01,
-                        cap: int = 400) -> None:
+
+def _geometric_episodes(
+    em: EpisodeSummaryEmitter, gen: torch.Generator, steps: int, p_fail: float = 0.01, cap: int = 400
+) -> None:
     """Drive ``em`` with a toy task: reward 1 per step, each step ends the episode with probability
     ``p_fail`` (a failure), and the time-out ends it at ``cap`` steps. Steady-state return ~ 98."""
     n = em.num_envs

@@ -196,8 +196,12 @@ def test_emitter_fed_from_env_matches_reference(seed):
     env = TorchReachEnv(num_envs=n, seed=seed)
     gen = torch.Generator().manual_seed(seed)
     names = [*PER_ENV_TERM_MODES, "Episode_Reward/progress", "Metrics/success", "Curriculum/stage"]
-    modes = {**PER_ENV_TERM_MODES, "Episode_Reward/progress": "log", "Metrics/success": "log",
-             "Curriculum/stage": "log"}
+    modes = {
+        **PER_ENV_TERM_MODES,
+        "Episode_Reward/progress": "log",
+        "Metrics/success": "log",
+        "Curriculum/stage": "log",
+    }
 
     def label():
         return ConditionLabel(task=TASK_ID, objective="success", curriculum_stage=str(env.curriculum_stage))

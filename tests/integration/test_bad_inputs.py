@@ -55,15 +55,45 @@ class Evil:
 
 
 def _member_args(ws: Path, root: Path, index: int, members: int = 6) -> list[str]:
-    return [*MEMBER, "--pbt-workspace", str(ws), "--pbt-members", str(members), "--pbt-index", str(index),
-            "--train-dir", str(root / "runs"), "--max_iterations", "2000", "--num_envs", "8",
-            "--pbt-interval-steps", "2048", "--pbt-start-grace-frames", "0", "--pbt-restart-grace-frames", "0",
-            "--pbt-min-episodes", "8", "--pbt-gap-std-fraction", "0", "--pbt-gap-donor-fraction", "0",
-            "--pbt-protect-interval-best", "false",
-            "--pbt-max-frame-lag", "1000000000", "--pbt-heartbeat-interval-s", "0.5",
-            "--pbt-exploit-mode", "inprocess",
-            "agent.params.torch_threads=1", "agent.params.config.horizon_length=128",
-            "agent.params.config.mini_epochs=1", "agent.pbt.mutation.learning_rate=mutate_float"]
+    return [
+        *MEMBER,
+        "--pbt-workspace",
+        str(ws),
+        "--pbt-members",
+        str(members),
+        "--pbt-index",
+        str(index),
+        "--train-dir",
+        str(root / "runs"),
+        "--max_iterations",
+        "2000",
+        "--num_envs",
+        "8",
+        "--pbt-interval-steps",
+        "2048",
+        "--pbt-start-grace-frames",
+        "0",
+        "--pbt-restart-grace-frames",
+        "0",
+        "--pbt-min-episodes",
+        "8",
+        "--pbt-gap-std-fraction",
+        "0",
+        "--pbt-gap-donor-fraction",
+        "0",
+        "--pbt-protect-interval-best",
+        "false",
+        "--pbt-max-frame-lag",
+        "1000000000",
+        "--pbt-heartbeat-interval-s",
+        "0.5",
+        "--pbt-exploit-mode",
+        "inprocess",
+        "agent.params.torch_threads=1",
+        "agent.params.config.horizon_length=128",
+        "agent.params.config.mini_epochs=1",
+        "agent.pbt.mutation.learning_rate=mutate_float",
+    ]
 
 
 def _audit(ws: Path, member: int) -> list[dict]:
@@ -85,15 +115,28 @@ def _wait(predicate, timeout: float, what: str):
 
 def _fake_record(template: MemberRecord, member: int, *, checkpoint: str, sha: str, heartbeat: float) -> dict:
     rec = template.to_dict()
-    rec.update(member=member, generation=0, generation_start_frame=0, restarts=0, heartbeat=heartbeat,
-               checkpoint=checkpoint, checkpoint_sha256=sha, interval_best=None, pid=0, last_decision="",
-               status="running")
+    rec.update(
+        member=member,
+        generation=0,
+        generation_start_frame=0,
+        restarts=0,
+        heartbeat=heartbeat,
+        checkpoint=checkpoint,
+        checkpoint_sha256=sha,
+        interval_best=None,
+        pid=0,
+        last_decision="",
+        status="running",
+    )
     # The best objective Pendulum allows: this peer is always the top of the population. Peers are compared at
     # their history entry at or before one's own frame, and an exploit copies that entry's checkpoint: the entry
     # (at the template's frame, which every member has passed) carries the planted checkpoint.
     rec["evidence"] = EvidenceSummary("episode_return", 0, tuple([0.0] * 16), 16, 0).to_dict()
-    rec["history"] = [HistoryEntry(template.frame, 0, 0.0, 0.0, 16, template.condition, checkpoint, sha,
-                                   dict(template.hyperparameters)).to_dict()]
+    rec["history"] = [
+        HistoryEntry(
+            template.frame, 0, 0.0, 0.0, 16, template.condition, checkpoint, sha, dict(template.hyperparameters)
+        ).to_dict()
+    ]
     rec["origin_sha256"] = ""
     return rec
 
@@ -107,8 +150,16 @@ def live(tmp_path_factory):
         log = open(root / f"member{index}.log", "w")
         logs.append(log)
         # SIGINT at its default in the member whatever the test process inherited: the teardown stops them with it.
-        procs.append(subprocess.Popen(_member_args(ws, root, index), cwd=root, stdout=log, stderr=subprocess.STDOUT,
-                                      env=dict(os.environ, PYTHONUNBUFFERED="1"), preexec_fn=_default_sigint))
+        procs.append(
+            subprocess.Popen(
+                _member_args(ws, root, index),
+                cwd=root,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                preexec_fn=_default_sigint,
+            )
+        )
     phases: dict[str, dict] = {}
     stuck: list[int] = []
     try:
@@ -148,21 +199,33 @@ def live(tmp_path_factory):
                 now = time.time()
                 rec5 = _fake_record(template, 5, checkpoint=f"members/005/checkpoints/{fname}", sha=sha, heartbeat=now)
                 fsio.atomic_write_json(mdir[5] / "record.json", rec5)
-                fsio.atomic_write_json(mdir[4] / "record.json",
-                                       _fake_record(template, 4, checkpoint=f"members/005/checkpoints/{fname}",
-                                                    sha=sha, heartbeat=now + 3600))
+                fsio.atomic_write_json(
+                    mdir[4] / "record.json",
+                    _fake_record(
+                        template, 4, checkpoint=f"members/005/checkpoints/{fname}", sha=sha, heartbeat=now + 3600
+                    ),
+                )
                 new = _aborts(ws)[seen_before:]
                 return next((a for a in new if expect in a["reason"]), None)
 
             phases[name] = _wait(refresh_and_check, 600, f"an exploit_aborted entry for phase {name}")
         frames_after_phases = {i: read_record(ws / f"members/{i:03d}/record.json").frame for i in (0, 1)}
         # Healthy members keep training after every bad input.
-        _wait(lambda: all(read_record(ws / f"members/{i:03d}/record.json").frame > frames_after_phases[i]
-                          for i in (0, 1)), 120, "both members to advance after the last phase")
+        _wait(
+            lambda: all(
+                read_record(ws / f"members/{i:03d}/record.json").frame > frames_after_phases[i] for i in (0, 1)
+            ),
+            120,
+            "both members to advance after the last phase",
+        )
         alive = [p.poll() is None for p in procs]
-        kept = {i: {"state": json.loads((ws / f"members/{i:03d}/state.json").read_text()),
-                    "starts": sum(1 for e in _audit(ws, i) if e["kind"] == "start") - starts_before[i]}
-                for i in (0, 1)}
+        kept = {
+            i: {
+                "state": json.loads((ws / f"members/{i:03d}/state.json").read_text()),
+                "starts": sum(1 for e in _audit(ws, i) if e["kind"] == "start") - starts_before[i],
+            }
+            for i in (0, 1)
+        }
     finally:
         for p in procs:
             if p.poll() is None:
@@ -177,8 +240,15 @@ def live(tmp_path_factory):
         for log in logs:
             log.close()
     output = "".join((root / f"member{i}.log").read_text() for i in (0, 1))
-    return {"ws": ws, "phases": phases, "alive": alive, "codes": [p.returncode for p in procs], "output": output,
-            "kept": kept, "stuck": stuck}
+    return {
+        "ws": ws,
+        "phases": phases,
+        "alive": alive,
+        "codes": [p.returncode for p in procs],
+        "output": output,
+        "kept": kept,
+        "stuck": stuck,
+    }
 
 
 def _default_sigint() -> None:
@@ -292,17 +362,27 @@ def test_audit_logs_of_healthy_members_verify(live):
 
 
 def _run_member(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    return subprocess.run(
+        args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, PYTHONUNBUFFERED="1")
+    )
 
 
 def _hold_member_lock(ws: Path) -> subprocess.Popen:
     """A process that claims member 0 of ``ws`` and sleeps (returns once the lock is held)."""
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import time; from async_pbt_isaaclab.core.workspace import Workspace; from async_pbt_isaaclab.core.member_lock import MemberLock;"
-        f"w=Workspace({str(ws)!r}); w.ensure(2,'episode_return','Pendulum-v1');"
-        "l=MemberLock(w.member_dir(0)/'lock'); l.acquire(0); print('held', flush=True); time.sleep(120)")],
-        stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import time; from async_pbt_isaaclab.core.workspace import Workspace; "
+                "from async_pbt_isaaclab.core.member_lock import MemberLock;"
+                f"w=Workspace({str(ws)!r}); w.ensure(2,'episode_return','Pendulum-v1');"
+                "l=MemberLock(w.member_dir(0)/'lock'); l.acquire(0); print('held', flush=True); time.sleep(120)"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "held"
     return holder
 
@@ -319,8 +399,19 @@ def test_second_process_claiming_a_live_members_index_is_refused(tmp_path):
     ws = tmp_path / "ws"
     holder = _hold_member_lock(ws)
     try:
-        args = [*MEMBER, "--pbt-workspace", str(ws), "--pbt-members", "2", "--pbt-index", "0",
-                "--max_iterations", "1", "--train-dir", str(tmp_path / "runs")]
+        args = [
+            *MEMBER,
+            "--pbt-workspace",
+            str(ws),
+            "--pbt-members",
+            "2",
+            "--pbt-index",
+            "0",
+            "--max_iterations",
+            "1",
+            "--train-dir",
+            str(tmp_path / "runs"),
+        ]
         result = _run_member(args, tmp_path)
         assert result.returncode == 2
         assert f"member 0 is already claimed by a live process (pid {holder.pid} on host" in result.stderr
@@ -334,8 +425,21 @@ def test_stale_lock_of_a_killed_member_is_recovered(tmp_path):
     holder = _hold_member_lock(ws)
     holder.send_signal(signal.SIGKILL)
     holder.wait()
-    args = [*MEMBER, "--pbt-workspace", str(ws), "--pbt-members", "2", "--pbt-index", "0",
-            "--max_iterations", "2", "--train-dir", str(tmp_path / "runs"), "--num_envs", "4"]
+    args = [
+        *MEMBER,
+        "--pbt-workspace",
+        str(ws),
+        "--pbt-members",
+        "2",
+        "--pbt-index",
+        "0",
+        "--max_iterations",
+        "2",
+        "--train-dir",
+        str(tmp_path / "runs"),
+        "--num_envs",
+        "4",
+    ]
     result = _run_member(args, tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     owner = json.loads((ws / "members/000/lock").read_text())
@@ -345,8 +449,19 @@ def test_stale_lock_of_a_killed_member_is_recovered(tmp_path):
 def test_workspace_that_is_not_writable_is_refused(tmp_path):
     blocker = tmp_path / "not_a_folder"
     blocker.write_text("a file where the workspace's parent should be")
-    args = [*MEMBER, "--pbt-workspace", str(blocker / "ws"), "--pbt-members", "2", "--pbt-index", "0",
-            "--max_iterations", "1", "--train-dir", str(tmp_path / "runs")]
+    args = [
+        *MEMBER,
+        "--pbt-workspace",
+        str(blocker / "ws"),
+        "--pbt-members",
+        "2",
+        "--pbt-index",
+        "0",
+        "--max_iterations",
+        "1",
+        "--train-dir",
+        str(tmp_path / "runs"),
+    ]
     result = _run_member(args, tmp_path)
     assert result.returncode == 2
     assert f"cannot create workspace {blocker / 'ws'}" in result.stderr
@@ -355,8 +470,21 @@ def test_workspace_that_is_not_writable_is_refused(tmp_path):
 def test_warm_start_from_a_file_that_is_not_a_checkpoint_is_refused(tmp_path):
     bogus = tmp_path / "model.pth"
     bogus.write_text("not a checkpoint")
-    args = [*MEMBER, "--pbt-workspace", str(tmp_path / "ws"), "--pbt-members", "2", "--pbt-index", "0",
-            "--max_iterations", "1", "--train-dir", str(tmp_path / "runs"), "--checkpoint", str(bogus)]
+    args = [
+        *MEMBER,
+        "--pbt-workspace",
+        str(tmp_path / "ws"),
+        "--pbt-members",
+        "2",
+        "--pbt-index",
+        "0",
+        "--max_iterations",
+        "1",
+        "--train-dir",
+        str(tmp_path / "runs"),
+        "--checkpoint",
+        str(bogus),
+    ]
     result = _run_member(args, tmp_path)
     assert result.returncode == 2
     assert str(bogus) in result.stderr and "not a torch checkpoint" in result.stderr
@@ -366,8 +494,21 @@ def test_warm_start_from_a_pickle_with_a_disallowed_global_is_refused(tmp_path):
     evil = tmp_path / "evil.pth"
     with open(evil, "wb") as fh:
         torch.save({"model": {}, "payload": Evil()}, fh, pickle_module=pickle)
-    args = [*MEMBER, "--pbt-workspace", str(tmp_path / "ws"), "--pbt-members", "2", "--pbt-index", "0",
-            "--max_iterations", "1", "--train-dir", str(tmp_path / "runs"), "--checkpoint", str(evil)]
+    args = [
+        *MEMBER,
+        "--pbt-workspace",
+        str(tmp_path / "ws"),
+        "--pbt-members",
+        "2",
+        "--pbt-index",
+        "0",
+        "--max_iterations",
+        "1",
+        "--train-dir",
+        str(tmp_path / "runs"),
+        "--checkpoint",
+        str(evil),
+    ]
     result = _run_member(args, tmp_path)
     assert result.returncode == 2
     assert str(evil) in result.stderr and "system" in result.stderr and "trusted" in result.stderr

@@ -55,8 +55,14 @@ def _load_chaos():
 # covered by the restart run (and keeping the second run to four kills keeps CI short).
 RUNS = {
     "restart": ["--exploit-mode", "restart"],
-    "inprocess": ["--exploit-mode", "inprocess", "--kills", "4",
-                  "--windows", "inprocess_pending,inprocess_applied,inprocess_saved,inprocess_done"],
+    "inprocess": [
+        "--exploit-mode",
+        "inprocess",
+        "--kills",
+        "4",
+        "--windows",
+        "inprocess_pending,inprocess_applied,inprocess_saved,inprocess_done",
+    ],
 }
 
 
@@ -67,10 +73,25 @@ RUNS = {
 @pytest.mark.parametrize("mode", sorted(RUNS))
 def test_population_survives_kills_in_every_dangerous_window(tmp_path, mode):
     chaos = _load_chaos()
-    args = chaos.build_parser().parse_args([
-        "--members", "3", "--kills", "5", "--aim-probability", "1", "--random-spread", "10", "--seed", "1",
-        "--deadline", "900", "--workdir", str(tmp_path), *RUNS[mode],
-    ])
+    args = chaos.build_parser().parse_args(
+        [
+            "--members",
+            "3",
+            "--kills",
+            "5",
+            "--aim-probability",
+            "1",
+            "--random-spread",
+            "10",
+            "--seed",
+            "1",
+            "--deadline",
+            "900",
+            "--workdir",
+            str(tmp_path),
+            *RUNS[mode],
+        ]
+    )
     started = time.monotonic()
     figures = chaos.run_chaos(args)
     print(f"run_chaos took {time.monotonic() - started:.1f} s")
@@ -94,8 +115,10 @@ def test_the_window_list_is_checked_against_the_exploit_path(capsys):
     with pytest.raises(SystemExit) as exit_info:
         chaos.main(["--exploit-mode", "restart", "--windows", "inprocess_pending"])
     assert exit_info.value.code == 2
-    assert "--windows 'inprocess_pending': inprocess_pending not among the windows of --exploit-mode restart" in \
-        capsys.readouterr().err
+    assert (
+        "--windows 'inprocess_pending': inprocess_pending not among the windows of --exploit-mode restart"
+        in capsys.readouterr().err
+    )
 
 
 def test_a_kill_counts_only_when_its_window_was_still_open(tmp_path):
@@ -187,14 +210,22 @@ def test_in_process_windows_open_and_close_with_each_write_of_the_exploit(tmp_pa
 
     # The recipient checkpoint and state.json with the pending in-process exploit, record not yet rewritten.
     state = MemberState(member=2, rng_state=MemberRng(2).get_state())
-    state.begin_generation(frame=4096, hyperparameters={}, lineage_entry={"generation": 1}, checkpoint=recipient,
-                           sha256="a" * 64, origin_sha256="a" * 64,
-                           pending={"checkpoint": recipient, "sha256": "a" * 64, "generation": 1, "path": "inprocess"})
+    state.begin_generation(
+        frame=4096,
+        hyperparameters={},
+        lineage_entry={"generation": 1},
+        checkpoint=recipient,
+        sha256="a" * 64,
+        origin_sha256="a" * 64,
+        pending={"checkpoint": recipient, "sha256": "a" * 64, "generation": 1, "path": "inprocess"},
+    )
     save_state(mdir / "state.json", state)
     stamp("record.json", 10**18)
     stamp("state.json", 2 * 10**18)
-    assert chaos.inprocess_pending(mdir, recipient) == \
-        "in-process exploit pending in state.json, record.json not yet rewritten"
+    assert (
+        chaos.inprocess_pending(mdir, recipient)
+        == "in-process exploit pending in state.json, record.json not yet rewritten"
+    )
     stamp("record.json", 3 * 10**18)
     assert chaos.inprocess_pending(mdir, recipient).startswith("in-process exploit pending, record.json rewritten")
     assert chaos.inprocess_applied(mdir, recipient) is None and chaos.inprocess_saved(mdir, recipient, 1) is None
@@ -209,7 +240,10 @@ def test_in_process_windows_open_and_close_with_each_write_of_the_exploit(tmp_pa
     save_state(mdir / "state.json", state)
     stamp("state.json", 4 * 10**18)
     assert chaos.inprocess_applied(mdir, recipient) is None and chaos.inprocess_done(mdir, recipient, 1) is None
-    assert chaos.inprocess_saved(mdir, recipient, 1) == "in-process exploit done in state.json, record.json not yet rewritten"
+    assert (
+        chaos.inprocess_saved(mdir, recipient, 1)
+        == "in-process exploit done in state.json, record.json not yet rewritten"
+    )
     stamp("record.json", 5 * 10**18)
     assert chaos.inprocess_saved(mdir, recipient, 1) is None
     assert chaos.inprocess_done(mdir, recipient, 1).startswith("in-process exploit complete")

@@ -228,8 +228,10 @@ def run(tmp_path_factory):
         readers = [_spawn(READER, ws, root / f"reader{r}.json") for r in range(2)]
         for p in readers:
             assert p.wait(timeout=SAFETY_S) == 0
-        _wait(lambda: all(_iterations(ws, m) >= started[m] + ITERATIONS_ALONE for m in range(WRITERS)),
-              "writers while readers ran")
+        _wait(
+            lambda: all(_iterations(ws, m) >= started[m] + ITERATIONS_ALONE for m in range(WRITERS)),
+            "writers while readers ran",
+        )
     finally:
         (control / "stop").touch()
     for p in writers:
@@ -243,14 +245,21 @@ def run(tmp_path_factory):
         for k, v in r["counts"].items():
             counts[k] = counts.get(k, 0) + v
     samples = [s for r in reader_out for s in r["samples"]]
-    return {"counts": counts, "samples": samples, "before": before, "during": during,
-            "iterations": [w["iterations"] for w in writer_out]}
+    return {
+        "counts": counts,
+        "samples": samples,
+        "before": before,
+        "during": during,
+        "iterations": [w["iterations"] for w in writer_out],
+    }
 
 
 def _summary(lat: list[float]) -> str:
     lat = sorted(lat)
-    return (f"n={len(lat)} median {1000 * lat[len(lat) // 2]:.1f} ms, p99 {1000 * lat[int(len(lat) * 0.99)]:.1f} ms, "
-            f"max {1000 * lat[-1]:.1f} ms")
+    return (
+        f"n={len(lat)} median {1000 * lat[len(lat) // 2]:.1f} ms, p99 {1000 * lat[int(len(lat) * 0.99)]:.1f} ms, "
+        f"max {1000 * lat[-1]:.1f} ms"
+    )
 
 
 def test_readers_never_see_partial_records_states_or_best_lists(run):
@@ -274,14 +283,18 @@ def test_audit_log_read_during_appends_is_complete_except_the_line_in_flight(run
     assert c.get("audit_reads", 0) > 50
     assert c.get("audit_bad_complete_line", 0) == 0, run["samples"]
     assert c.get("audit_chain_errors", 0) == 0, run["samples"]
-    print(f"audit reads {c['audit_reads']}, of which with an append in flight (torn last line) "
-          f"{c.get('audit_torn_tail_seen', 0)}")
+    print(
+        f"audit reads {c['audit_reads']}, of which with an append in flight (torn last line) "
+        f"{c.get('audit_torn_tail_seen', 0)}"
+    )
 
 
 def test_readers_do_not_block_writers(run):
     before, during = run["before"], run["during"]
     assert len(before) > 20 and len(during) > 20, run["iterations"]
-    print(f"atomic_write_json without readers: {_summary(before)}; with 2 reader processes x 3 threads: "
-          f"{_summary(during)}; iterations per writer {run['iterations']}")
+    print(
+        f"atomic_write_json without readers: {_summary(before)}; with 2 reader processes x 3 threads: "
+        f"{_summary(during)}; iterations per writer {run['iterations']}"
+    )
     # A liveness bound, not a speed test: readers take no lock, so a write never waits for them.
     assert max(during) < max(LIVENESS_BOUND_S, 5 * max(before))

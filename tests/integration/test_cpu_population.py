@@ -71,22 +71,28 @@ def test_bad_arguments_are_one_line_and_write_nothing(tmp_path, args, named):
 def test_a_workspace_path_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "taken").write_text("not a folder")
     before = _tree(tmp_path)
-    _assert_one_line_usage_error(_run("--workspace", str(tmp_path / "taken"), cwd=tmp_path),
-                                 str(tmp_path / "taken"), "is a file")
-    _assert_one_line_usage_error(_run("--workspace", str(tmp_path / "taken" / "ws"), cwd=tmp_path),
-                                 str(tmp_path / "taken"), "is a file")
+    _assert_one_line_usage_error(
+        _run("--workspace", str(tmp_path / "taken"), cwd=tmp_path), str(tmp_path / "taken"), "is a file"
+    )
+    _assert_one_line_usage_error(
+        _run("--workspace", str(tmp_path / "taken" / "ws"), cwd=tmp_path), str(tmp_path / "taken"), "is a file"
+    )
     assert _tree(tmp_path) == before
 
 
 def test_a_workspace_of_another_population_size_or_corrupt_is_refused(tmp_path):
     Workspace(tmp_path / "three").ensure(num_policies=3, objective="episode_return")
     before = _tree(tmp_path)
-    _assert_one_line_usage_error(_run("--workspace", str(tmp_path / "three"), "--members", "2", cwd=tmp_path),
-                                 "created for 3 members", "--members 3")
+    _assert_one_line_usage_error(
+        _run("--workspace", str(tmp_path / "three"), "--members", "2", cwd=tmp_path),
+        "created for 3 members",
+        "--members 3",
+    )
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "population.json").write_text("{")
-    _assert_one_line_usage_error(_run("--workspace", str(tmp_path / "broken"), cwd=tmp_path),
-                                 "population.json", "corrupt")
+    _assert_one_line_usage_error(
+        _run("--workspace", str(tmp_path / "broken"), cwd=tmp_path), "population.json", "corrupt"
+    )
     assert _tree(tmp_path) == sorted(before + ["broken", "broken/population.json"])
 
 
@@ -102,12 +108,17 @@ def test_a_read_only_folder_is_refused(tmp_path):
         # for root too.
         if shutil.which("unshare") is None:
             pytest.skip("running as root without unshare: cannot make a folder read-only for this user")
-        probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind -o ro {folder} {folder}"],
-                               capture_output=True, text=True)
+        probe = subprocess.run(
+            ["unshare", "-m", "sh", "-c", f"mount --bind -o ro {folder} {folder}"], capture_output=True, text=True
+        )
         if probe.returncode != 0:
             pytest.skip(f"running as root and cannot mount read-only here: {probe.stderr.strip()}")
-        proc = _run("--workspace", str(folder / "ws"), cwd=tmp_path,
-                    wrap=["unshare", "-m", "sh", "-c", f"mount --bind -o ro {folder} {folder} && exec"])
+        proc = _run(
+            "--workspace",
+            str(folder / "ws"),
+            cwd=tmp_path,
+            wrap=["unshare", "-m", "sh", "-c", f"mount --bind -o ro {folder} {folder} && exec"],
+        )
     _assert_one_line_usage_error(proc, str(folder / "ws"))
     assert "read-only" in proc.stderr or "not writable" in proc.stderr
     assert list(folder.iterdir()) == []
@@ -180,9 +191,11 @@ def test_ctrl_c_exits_130_and_says_what_is_lost_and_where_each_member_resumes(tm
         state = json.loads((member_dir / "state.json").read_text())
         if state["last_checkpoint"]:
             resume = checkpoint_frame(state["last_checkpoint"])
-            expected = (f"member {index:03d} stopped at frame {record['frame']:,}; "
-                        f"{record['frame'] - resume:,} frames since its last checkpoint are lost: its next start "
-                        f"resumes from frame {resume:,} ({state['last_checkpoint']})")
+            expected = (
+                f"member {index:03d} stopped at frame {record['frame']:,}; "
+                f"{record['frame'] - resume:,} frames since its last checkpoint are lost: its next start "
+                f"resumes from frame {resume:,} ({state['last_checkpoint']})"
+            )
         else:
             expected = f"member {index:03d} stopped at frame {record['frame']:,} with no checkpoint yet"
         assert expected in text, (expected, text[-3000:])

@@ -29,14 +29,18 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 @pytest.fixture(scope="module")
 def population(tmp_path_factory):
     root = tmp_path_factory.mktemp("observability")
-    run_population(root, "restart", ["agent.pbt.mutation.learning_rate=mutate_float",
-                                     "agent.pbt.mutation.entropy_coef=mutate_float"])
+    run_population(
+        root,
+        "restart",
+        ["agent.pbt.mutation.learning_rate=mutate_float", "agent.pbt.mutation.entropy_coef=mutate_float"],
+    )
     return root, root / "ws"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.cli", *args], capture_output=True, text=True,
-                          timeout=1200)
+    return subprocess.run(
+        [sys.executable, "-m", "async_pbt_isaaclab.cli", *args], capture_output=True, text=True, timeout=1200
+    )
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +73,10 @@ def test_png_files_are_real_images_of_every_plot(report):
         assert img[..., :3].std() > 0.01, f"{name}.png is blank"
 
 
-@pytest.mark.skipif(CHROMIUM is None and os.environ.get("CI") != "true",
-                    reason="chromium is not installed (apt-get install chromium; .ci/run installs it)")
+@pytest.mark.skipif(
+    CHROMIUM is None and os.environ.get("CI") != "true",
+    reason="chromium is not installed (apt-get install chromium; .ci/run installs it)",
+)
 def test_report_renders_in_headless_chromium_without_errors(report, population, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
     assert CHROMIUM, "CI must have chromium (.ci/run installs it)"
@@ -81,8 +87,10 @@ def test_report_renders_in_headless_chromium_without_errors(report, population, 
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1200, "height": 900})
-        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
-                if m.type in ("error", "warning") else None)
+        page.on(
+            "console",
+            lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None,
+        )
         page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
         page.on("request", lambda r: requests.append(r.url))
         page.goto(out.as_uri())
@@ -136,8 +144,11 @@ def test_replay_schedule_follows_the_exploit_back_to_the_donor(population, tmp_p
     proc = _cli("replay", str(ws), "--member", "1", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     schedule = load_schedule(out)
-    applied = [json.loads(l) for l in (ws / "members/001/audit.jsonl").read_text().splitlines()
-               if json.loads(l)["kind"] == "exploit_applied"]
+    applied = [
+        json.loads(l)
+        for l in (ws / "members/001/audit.jsonl").read_text().splitlines()
+        if json.loads(l)["kind"] == "exploit_applied"
+    ]
     start0 = [json.loads(l) for l in (ws / "members/000/audit.jsonl").read_text().splitlines()][0]
     assert len(applied) == 1
     first, exploit = schedule.steps
@@ -156,9 +167,26 @@ def test_replay_schedule_follows_the_exploit_back_to_the_donor(population, tmp_p
 def test_member_logs_live_inside_the_workspace_by_default(tmp_path):
     # Launched as docs/launch.md shows (no --train-dir), from any folder: TensorBoard runs land in WORKSPACE/runs.
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", "--pbt-workspace", "ws",
-                           "--pbt-members", "1", "--max_iterations", "1", "--num_envs", "4"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "async_pbt_isaaclab.examples.cpu_member",
+            "--pbt-workspace",
+            "ws",
+            "--pbt-members",
+            "1",
+            "--max_iterations",
+            "1",
+            "--num_envs",
+            "4",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert list((tmp_path / "ws" / "runs" / "pendulum_ppo_pbt_000" / "summaries").glob("events.out.tfevents.*"))
     assert (tmp_path / "ws" / "members" / "000" / "record.json").exists()
@@ -176,19 +204,37 @@ def test_replayed_run_applies_every_change_at_the_recorded_frame(population, tmp
     lineage = load_schedule(exported)
     # The lineage's own steps, plus e_clip (which rl_games logs as info/e_clip every epoch) and a step that falls
     # inside an epoch (epochs start at multiples of 16 envs x 128 steps = 2048 frames).
-    steps = [ScheduleStep(s.frame, dict(s.values, e_clip=0.2 + 0.05 * i), s.member, s.member_frame, s.generation,
-                          s.source) for i, s in enumerate(lineage.steps)]
+    steps = [
+        ScheduleStep(s.frame, dict(s.values, e_clip=0.2 + 0.05 * i), s.member, s.member_frame, s.generation, s.source)
+        for i, s in enumerate(lineage.steps)
+    ]
     inside = steps[-1].frame + 1000
     steps.append(ScheduleStep(inside, dict(steps[-1].values, e_clip=0.35), 1, 0, 1, "explore"))
     schedule = Schedule(1, tuple(steps))
     path = tmp_path / "schedule.yaml"
     path.write_text(dump_schedule(schedule))
     iterations = inside // 2048 + 2
-    proc = subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", "--pbt-replay", str(path),
-                           "--max_iterations", str(iterations), "--num_envs", "16", "--train-dir",
-                           str(tmp_path / "runs"), "agent.params.config.horizon_length=128",
-                           "agent.params.config.mini_epochs=2"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "async_pbt_isaaclab.examples.cpu_member",
+            "--pbt-replay",
+            str(path),
+            "--max_iterations",
+            str(iterations),
+            "--num_envs",
+            "16",
+            "--train-dir",
+            str(tmp_path / "runs"),
+            "agent.params.config.horizon_length=128",
+            "agent.params.config.mini_epochs=2",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summaries = tmp_path / "runs" / "pendulum_ppo_replay_001" / "summaries"
     acc = EventAccumulator(str(summaries))
@@ -211,8 +257,21 @@ def test_replayed_run_applies_every_change_at_the_recorded_frame(population, tmp
 def test_replay_refuses_a_schedule_it_cannot_follow(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("format: async-pbt-schedule/1\nmember: 0\nsteps:\n- {frame: 0, values: {warp_factor: 9}}\n")
-    proc = subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", "--pbt-replay", str(bad),
-                           "--max_iterations", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "async_pbt_isaaclab.examples.cpu_member",
+            "--pbt-replay",
+            str(bad),
+            "--max_iterations",
+            "1",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert proc.returncode == 2
     assert "--pbt-replay" in proc.stderr and "warp_factor" in proc.stderr and str(bad) in proc.stderr
 
@@ -226,8 +285,11 @@ def test_members_write_pbt_scalars_continuous_across_the_exec_restart(population
     acc = EventAccumulator(str(summaries))
     acc.Reload()
     s = {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"] if t.startswith("pbt/")}
-    applied = [json.loads(l) for l in (ws / "members/001/audit.jsonl").read_text().splitlines()
-               if json.loads(l)["kind"] == "exploit_applied"][0]
+    applied = [
+        json.loads(l)
+        for l in (ws / "members/001/audit.jsonl").read_text().splitlines()
+        if json.loads(l)["kind"] == "exploit_applied"
+    ][0]
     assert s["pbt/exploit"] == [(applied["frame"], 0.0)]  # donor index 0, at the frame of the exploit
     gens = s["pbt/generation"]
     assert [f for f, _ in gens] == sorted(f for f, _ in gens), "frames never go backwards across the restart"
@@ -241,7 +303,8 @@ def test_members_write_pbt_scalars_continuous_across_the_exec_restart(population
     assert record["frame"] - 4096 <= gens[-1][0] <= record["frame"] and gens[-1][1] == 1.0
     lr = dict(s["pbt/hp/learning_rate"])
     # The record publishes the live rate: the applied one first, then what the adaptive schedule makes of it.
-    assert any(v == pytest.approx(applied["hyperparameters"]["learning_rate"]) for f, v in lr.items()
-               if f >= applied["frame"])
+    assert any(
+        v == pytest.approx(applied["hyperparameters"]["learning_rate"]) for f, v in lr.items() if f >= applied["frame"]
+    )
     assert min(lr) < applied["frame"] and lr[min(lr)] == pytest.approx(0.001)
     assert all(n > 0 for _, n in s["pbt/objective_count"][-1:]) and s["pbt/objective_mean"]

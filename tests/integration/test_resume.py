@@ -62,22 +62,66 @@ ITERATIONS = 100_000
 
 def _command(ws: Path) -> list[str]:
     member = [
-        sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member",
-        "--max_iterations", str(ITERATIONS), "--num_envs", "8", "--train-dir", str(ws / "runs"),
-        "--pbt-rule", "dexpbt", "--pbt-interval-steps", "2048",
-        "--pbt-gap-std-fraction", "0", "--pbt-gap-donor-fraction", "0", "--pbt-protect-interval-best", "false",
-        "--pbt-start-grace-frames", "0", "--pbt-restart-grace-frames", "1024",
-        "--pbt-min-episodes", "4", "--pbt-window", "16",
-        "--pbt-max-frame-lag", "100000000",
-        "--pbt-heartbeat-interval-s", "1", "--pbt-exploit-mode", "inprocess",
-        "agent.params.torch_threads=1", "agent.params.config.horizon_length=64",
-        "agent.params.config.minibatch_size=256", "agent.params.config.mini_epochs=2",
-        "agent.pbt.mutation_rate=1.0", "agent.pbt.mutation.learning_rate=mutate_float",
+        sys.executable,
+        "-m",
+        "async_pbt_isaaclab.examples.cpu_member",
+        "--max_iterations",
+        str(ITERATIONS),
+        "--num_envs",
+        "8",
+        "--train-dir",
+        str(ws / "runs"),
+        "--pbt-rule",
+        "dexpbt",
+        "--pbt-interval-steps",
+        "2048",
+        "--pbt-gap-std-fraction",
+        "0",
+        "--pbt-gap-donor-fraction",
+        "0",
+        "--pbt-protect-interval-best",
+        "false",
+        "--pbt-start-grace-frames",
+        "0",
+        "--pbt-restart-grace-frames",
+        "1024",
+        "--pbt-min-episodes",
+        "4",
+        "--pbt-window",
+        "16",
+        "--pbt-max-frame-lag",
+        "100000000",
+        "--pbt-heartbeat-interval-s",
+        "1",
+        "--pbt-exploit-mode",
+        "inprocess",
+        "agent.params.torch_threads=1",
+        "agent.params.config.horizon_length=64",
+        "agent.params.config.minibatch_size=256",
+        "agent.params.config.mini_epochs=2",
+        "agent.pbt.mutation_rate=1.0",
+        "agent.pbt.mutation.learning_rate=mutate_float",
         "agent.pbt.mutation.gamma=mutate_discount",
     ]
-    return [sys.executable, "-m", "async_pbt_isaaclab.launch.local", "--members", str(MEMBERS),
-            "--workspace", str(ws), "--gpus", "none", "--backoff", "0.5", "--progress-interval", "60",
-            "--stop-grace", "30", "--", *member]
+    return [
+        sys.executable,
+        "-m",
+        "async_pbt_isaaclab.launch.local",
+        "--members",
+        str(MEMBERS),
+        "--workspace",
+        str(ws),
+        "--gpus",
+        "none",
+        "--backoff",
+        "0.5",
+        "--progress-interval",
+        "60",
+        "--stop-grace",
+        "30",
+        "--",
+        *member,
+    ]
 
 
 def _entries(ws: Path, m: int) -> list[dict]:
@@ -91,15 +135,18 @@ def _state(ws: Path, m: int) -> dict:
 
 def _launch(ws: Path, root: Path, run: int) -> subprocess.Popen:
     log = open(root / f"launcher{run}.log", "wb")
-    return subprocess.Popen(_command(ws), stdout=log, stderr=subprocess.STDOUT, cwd=root,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    return subprocess.Popen(
+        _command(ws), stdout=log, stderr=subprocess.STDOUT, cwd=root, env=dict(os.environ, PYTHONUNBUFFERED="1")
+    )
 
 
 def _wait_until(proc: subprocess.Popen, predicate, timeout: float, what: str, root: Path, run: int) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        assert proc.poll() is None, f"launcher exited early ({proc.returncode}) while waiting for {what}:\n" + \
-            (root / f"launcher{run}.log").read_text()[-3000:]
+        assert proc.poll() is None, (
+            f"launcher exited early ({proc.returncode}) while waiting for {what}:\n"
+            + (root / f"launcher{run}.log").read_text()[-3000:]
+        )
         if predicate():
             return
         time.sleep(0.2)
@@ -115,8 +162,12 @@ def _snapshot(ws: Path) -> dict[int, dict]:
         state = _state(ws, m)
         # Read now: once the population runs again, retention deletes old checkpoints.
         ckpt = load_checkpoint(ws / state["last_checkpoint"], expected_sha256=state["last_checkpoint_sha256"])
-        out[m] = {"state": state, "record": json.loads((mdir / "record.json").read_text()),
-                  "entries": _entries(ws, m), "checkpoint": {"frame": ckpt["frame"], "epoch": ckpt["epoch"]}}
+        out[m] = {
+            "state": state,
+            "record": json.loads((mdir / "record.json").read_text()),
+            "entries": _entries(ws, m),
+            "checkpoint": {"frame": ckpt["frame"], "epoch": ckpt["epoch"]},
+        }
     return out
 
 
@@ -141,8 +192,14 @@ def population(tmp_path_factory):
 
     # Run 1: until every member decided and one exploited; then Ctrl-C.
     proc = _launch(ws, root, 1)
-    _wait_until(proc, lambda: _decided_since(ws, {}) and any(_state(ws, m)["generation"] > 0 for m in range(MEMBERS)),
-                240, "a decision by every member and an exploit", root, 1)
+    _wait_until(
+        proc,
+        lambda: _decided_since(ws, {}) and any(_state(ws, m)["generation"] > 0 for m in range(MEMBERS)),
+        240,
+        "a decision by every member and an exploit",
+        root,
+        1,
+    )
     proc.send_signal(signal.SIGINT)
     codes.append(proc.wait(480))
     snaps.append(_snapshot(ws))
@@ -181,7 +238,8 @@ def test_stopped_members_published_status_stopped_and_their_last_checkpoint(popu
                 # an exploit restart (os.execv, the new image starting; the exploit is still pending and the
                 # next start applies it) or while rl_games built the agent after our start entry.
                 assert s["state"]["pending_exploit"] or not any(
-                    e["kind"] == "decision" for e in entries[last_start:]), f"member {m}: {entries[-1]}"
+                    e["kind"] == "decision" for e in entries[last_start:]
+                ), f"member {m}: {entries[-1]}"
                 continue
             stopped_in_training += 1
             assert s["record"]["status"] == "stopped"

@@ -32,8 +32,16 @@ def _configs(tmp: Path, epochs: int):
     raw = load_yaml(YAML)
     raw["params"]["seed"] = 5
     raw["params"]["config"].update(max_epochs=epochs, print_stats=False)
-    raw["pbt"] = {"enabled": True, "policy_idx": 0, "num_policies": 2, "workspace": str(tmp / "ws"),
-                  "interval_steps": 2048, "min_episodes": 8, "window": 32, "heartbeat_interval_s": 0.0}
+    raw["pbt"] = {
+        "enabled": True,
+        "policy_idx": 0,
+        "num_policies": 2,
+        "workspace": str(tmp / "ws"),
+        "interval_steps": 2048,
+        "min_episodes": 8,
+        "window": 32,
+        "heartbeat_interval_s": 0.0,
+    }
     agent_cfg, cfg = load_population_config(raw)
     return agent_cfg, cfg, register_gym_vecenv_for(agent_cfg)
 
@@ -54,8 +62,13 @@ def _train(tmp: Path, epochs: int, probe=None):
     agent_cfg, cfg, task = _configs(tmp, epochs)
     threads = torch.get_num_threads()
     try:
-        return train_member(copy.deepcopy(agent_cfg), cfg, train_dir=str(tmp / "runs"), task=task,
-                            extra_observers=[probe] if probe else ())
+        return train_member(
+            copy.deepcopy(agent_cfg),
+            cfg,
+            train_dir=str(tmp / "runs"),
+            task=task,
+            extra_observers=[probe] if probe else (),
+        )
     finally:
         torch.set_num_threads(threads)
 
@@ -68,12 +81,19 @@ def test_finished_member_exits_at_once_and_resumes_with_its_evidence(tmp_path, c
     assert state["finished"] == {"frame": 3 * 2048, "epoch": 3}
     saved = state["evidence"]["summary"]
     assert saved["settled"] and len(saved["values"]) >= 8
+
     def kept():
         """Every file but the lock and the audit log, and the state without its process-start count and log head."""
-        out = {p: p.read_bytes() for p in mdir.rglob("*") if p.is_file() and p.name not in ("audit.jsonl", "lock",
-                                                                                            "state.json")}
-        out["state"] = {k: v for k, v in json.loads((mdir / "state.json").read_text()).items()
-                        if k not in ("process_starts", "audit_head")}  # a start appends to the audit log
+        out = {
+            p: p.read_bytes()
+            for p in mdir.rglob("*")
+            if p.is_file() and p.name not in ("audit.jsonl", "lock", "state.json")
+        }
+        out["state"] = {
+            k: v
+            for k, v in json.loads((mdir / "state.json").read_text()).items()
+            if k not in ("process_starts", "audit_head")
+        }  # a start appends to the audit log
         return out
 
     files = kept()
@@ -103,8 +123,12 @@ def test_initial_mutation_perturbs_every_member_but_zero_once_and_is_replayable(
 
     def start(index: int):
         agent_cfg, cfg, task = _configs(tmp_path, epochs=1)
-        agent_cfg["pbt"] = dict(agent_cfg["pbt"], policy_idx=index, initial_mutation=True,
-                                mutation={"learning_rate": "mutate_float", "gamma": "mutate_discount"})
+        agent_cfg["pbt"] = dict(
+            agent_cfg["pbt"],
+            policy_idx=index,
+            initial_mutation=True,
+            mutation={"learning_rate": "mutate_float", "gamma": "mutate_discount"},
+        )
         agent_cfg, cfg = load_population_config(agent_cfg)
         session, built = start_member(agent_cfg, cfg, train_dir=str(tmp_path / "runs"), task=task)
         session.close()

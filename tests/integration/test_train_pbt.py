@@ -36,14 +36,30 @@ def load_script(name: str):
 
 @pytest.mark.parametrize("script", ["train_pbt.py", "play_pbt.py"])
 def test_help_works_without_isaaclab(script):
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--help"], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "--task" in proc.stdout and "AppLauncher" in proc.stdout
     if script == "train_pbt.py":
-        for flag in ("--pbt-workspace", "--pbt-members", "--pbt-index", "--checkpoint", "--max_iterations",
-                     "--num_envs", "--seed", "--distributed", "--track", "--video", "--export_io_descriptors",
-                     "--ray-proc-id"):
+        for flag in (
+            "--pbt-workspace",
+            "--pbt-members",
+            "--pbt-index",
+            "--checkpoint",
+            "--max_iterations",
+            "--num_envs",
+            "--seed",
+            "--distributed",
+            "--track",
+            "--video",
+            "--export_io_descriptors",
+            "--ray-proc-id",
+        ):
             assert flag in proc.stdout, flag
     else:
         for flag in ("--pbt-workspace", "--member", "--best", "--checkpoint"):
@@ -57,11 +73,15 @@ def test_training_without_isaaclab_explains_how_to_install():
         pass
     else:
         pytest.skip("Isaac Lab is installed")
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "train_pbt.py"), "--task", TASK],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "train_pbt.py"), "--task", TASK],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert proc.returncode == 2
     assert "pip install -e /path/to/async-pbt-isaaclab" in proc.stderr and "supported:" in proc.stderr
-
 
 
 def test_play_refuses_ambiguous_choices_and_damaged_files(tmp_path):

@@ -18,8 +18,9 @@ from async_pbt_isaaclab.cli import main
 from async_pbt_isaaclab.launch.slurm import array_spec
 
 
-@pytest.mark.parametrize("indices, spec", [([0], "0"), ([0, 1, 2, 3], "0-3"), ([5, 0, 2, 1, 7, 6], "0-2,5-7"),
-                                           ([1, 3, 5], "1,3,5")])
+@pytest.mark.parametrize(
+    "indices, spec", [([0], "0"), ([0, 1, 2, 3], "0-3"), ([5, 0, 2, 1, 7, 6], "0-2,5-7"), ([1, 3, 5], "1,3,5")]
+)
 def test_array_spec(indices, spec):
     assert array_spec(indices) == spec
 
@@ -32,19 +33,43 @@ def _dry_run(capsys, *extra: str, command=("python", "train.py", "--task", "Isaa
 
 def test_dry_run_prints_the_batch_script(tmp_path, capsys):
     ws = tmp_path / "ws"
-    code, script, _ = _dry_run(capsys, "--workspace", str(ws), "--partition", "gpu", "--gres", "gpu:1", "--time",
-                               "2-00:00:00", "--sbatch-arg=--account=rl", "--sbatch-arg=--qos=high",
-                               "--setup", "module load cuda", "--indices", "0,2-3")
+    code, script, _ = _dry_run(
+        capsys,
+        "--workspace",
+        str(ws),
+        "--partition",
+        "gpu",
+        "--gres",
+        "gpu:1",
+        "--time",
+        "2-00:00:00",
+        "--sbatch-arg=--account=rl",
+        "--sbatch-arg=--qos=high",
+        "--setup",
+        "module load cuda",
+        "--indices",
+        "0,2-3",
+    )
     assert code == 0
     lines = script.splitlines()
     assert lines[0] == "#!/bin/bash"
-    for line in ("#SBATCH --array=0,2-3", "#SBATCH --requeue", "#SBATCH --partition=gpu", "#SBATCH --gres=gpu:1",
-                 "#SBATCH --time=2-00:00:00", "#SBATCH --account=rl", "#SBATCH --qos=high",
-                 f"#SBATCH --output={ws}/logs/slurm_%A_%a.out", "module load cuda"):
+    for line in (
+        "#SBATCH --array=0,2-3",
+        "#SBATCH --requeue",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --gres=gpu:1",
+        "#SBATCH --time=2-00:00:00",
+        "#SBATCH --account=rl",
+        "#SBATCH --qos=high",
+        f"#SBATCH --output={ws}/logs/slurm_%A_%a.out",
+        "module load cuda",
+    ):
         assert line in lines
     exec_line = lines[-1]
-    assert exec_line.startswith(f"exec {sys.executable} -m async_pbt_isaaclab.launch.local --members 4 "
-                                f"--workspace {ws} --indices \"$index\" --gpus none")
+    assert exec_line.startswith(
+        f"exec {sys.executable} -m async_pbt_isaaclab.launch.local --members 4 "
+        f'--workspace {ws} --indices "$index" --gpus none'
+    )
     assert exec_line.endswith("-- python train.py --task 'Isaac Ant'")
     assert not ws.exists(), "a dry run submits and creates nothing"
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
@@ -64,8 +89,14 @@ def test_the_script_maps_the_array_task_id_to_the_member_index(tmp_path, capsys)
     argv = json.loads((tmp_path / "argv.json").read_text())
     assert argv[-6:] == ["--pbt-workspace", str(ws), "--pbt-members", "4", "--pbt-index", "2"]
 
-    outside = subprocess.run(["bash", str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                             env={k: v for k, v in os.environ.items() if not k.startswith("SLURM_")})
+    outside = subprocess.run(
+        ["bash", str(path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("SLURM_")},
+    )
     assert outside.returncode != 0 and "runs as a task of a SLURM job array" in outside.stderr
 
 
@@ -77,13 +108,28 @@ def test_bad_cluster_options_are_usage_errors(tmp_path, capsys):
     code, _, err = _dry_run(capsys, "--workspace", str(tmp_path), command=("python", "t.py", "--pbt-index", "1"))
     assert code == 2 and "--pbt-index" in err
     pytest.importorskip("ray")
-    code = main(["launch", "--backend", "ray", "--members", "2", "--workspace", str(tmp_path / "w"),
-                 "--gpus-per-member", "-1", "--", "python", "t.py"])
+    code = main(
+        [
+            "launch",
+            "--backend",
+            "ray",
+            "--members",
+            "2",
+            "--workspace",
+            str(tmp_path / "w"),
+            "--gpus-per-member",
+            "-1",
+            "--",
+            "python",
+            "t.py",
+        ]
+    )
     assert code == 2 and "--gpus-per-member" in capsys.readouterr().err
 
 
 def test_slurm_backend_without_sbatch_says_what_is_missing(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no SLURM client tools on PATH
-    code = main(["launch", "--backend", "slurm", "--members", "2", "--workspace", str(tmp_path / "ws"),
-                 "--", "python", "t.py"])
+    code = main(
+        ["launch", "--backend", "slurm", "--members", "2", "--workspace", str(tmp_path / "ws"), "--", "python", "t.py"]
+    )
     assert code == 2 and "sbatch not found on PATH" in capsys.readouterr().err

@@ -43,7 +43,7 @@ from async_pbt_isaaclab.launch.local import add_launch_parser, cmd_launch, main,
 from async_pbt_isaaclab.launch.population import launch_population
 from async_pbt_isaaclab.launch.progress import describe_exit, progress_lines
 
-MEMBER_SCRIPT = r'''
+MEMBER_SCRIPT = r"""
 import json, os, signal, sys, time
 
 argv = sys.argv[1:]
@@ -114,7 +114,7 @@ if mode == "keyboard_interrupt":  # relies on Python's own SIGINT handling, as t
         put("sigint_%d" % i, "1")
         sys.exit(130)
 raise SystemExit("unknown mode " + mode)
-'''
+"""
 
 
 def _setup(tmp_path: Path, plan: dict) -> list[str]:
@@ -209,11 +209,18 @@ def test_device_placement_passes_cuda_index_and_leaves_the_mask_alone(tmp_path, 
     result, _ = _launch(tmp_path, {"default": "ok"}, members=2, gpus=["2", "3"], gpu_placement="device")
     assert [_info(tmp_path, i)["argv"][-1] for i in (0, 1)] == ["cuda:0", "cuda:1"]
     with pytest.raises(LaunchError, match="contains --device"):
-        launch_population([sys.executable, "x.py", "--device", "cuda:0"], 2, tmp_path / "ws3", gpus=["0"],
-                          gpu_placement="device", output=io.StringIO())
+        launch_population(
+            [sys.executable, "x.py", "--device", "cuda:0"],
+            2,
+            tmp_path / "ws3",
+            gpus=["0"],
+            gpu_placement="device",
+            output=io.StringIO(),
+        )
     with pytest.raises(LaunchError, match="gpu placement"):
-        launch_population([sys.executable, "x.py"], 2, tmp_path / "ws3", gpus=["0"], gpu_placement="nope",
-                          output=io.StringIO())
+        launch_population(
+            [sys.executable, "x.py"], 2, tmp_path / "ws3", gpus=["0"], gpu_placement="nope", output=io.StringIO()
+        )
 
 
 def test_without_gpus_the_environment_passes_through_and_indices_pick_a_subset(tmp_path, monkeypatch):
@@ -281,8 +288,9 @@ def test_usage_error_and_missing_command_are_given_up_at_once(tmp_path):
 
 def test_retry_budget_is_a_sliding_window_or_the_whole_run(tmp_path):
     # Crashes 0.2 s apart (the backoff) fall out of a 0.05 s window: one retry each time is enough.
-    windowed, _ = _launch(tmp_path, {"0": "crash_twice"}, members=1, max_retries=1,
-                          retry_window_s=0.05, restart_backoff_s=0.2)
+    windowed, _ = _launch(
+        tmp_path, {"0": "crash_twice"}, members=1, max_retries=1, retry_window_s=0.05, restart_backoff_s=0.2
+    )
     assert windowed.exit_code == 0 and windowed.members[0].exit_codes == [3, 3, 0]
 
     (tmp_path / "b").mkdir()
@@ -292,8 +300,9 @@ def test_retry_budget_is_a_sliding_window_or_the_whole_run(tmp_path):
 
 def test_member_stopped_from_outside_exits_0_and_is_not_restarted(tmp_path, make_record):
     (tmp_path / "ws" / "members" / "000").mkdir(parents=True)
-    fsio.atomic_write_json(tmp_path / "ws" / "members" / "000" / "record.json",
-                           make_record(0, [1.0], status="stopped").to_dict())
+    fsio.atomic_write_json(
+        tmp_path / "ws" / "members" / "000" / "record.json", make_record(0, [1.0], status="stopped").to_dict()
+    )
     result, text = _launch(tmp_path, {"default": "ok"}, members=1)
     assert result.exit_code == 0 and result.members[0].starts == 1
     assert "its record says 'stopped'" in text
@@ -310,11 +319,25 @@ def test_describe_exit_names_signals():
 
 def _start_launcher(tmp_path: Path, plan: dict, members: int, *extra: str, preexec=None) -> subprocess.Popen:
     command = _setup(tmp_path, plan)
-    args = [sys.executable, "-m", "async_pbt_isaaclab.launch.local", "--members", str(members),
-            "--workspace", str(tmp_path / "ws"), "--gpus", "none", "--progress-interval", "60", *extra,
-            "--", *command]
-    return subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=preexec)
+    args = [
+        sys.executable,
+        "-m",
+        "async_pbt_isaaclab.launch.local",
+        "--members",
+        str(members),
+        "--workspace",
+        str(tmp_path / "ws"),
+        "--gpus",
+        "none",
+        "--progress-interval",
+        "60",
+        *extra,
+        "--",
+        *command,
+    ]
+    return subprocess.Popen(
+        args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=preexec
+    )
 
 
 @pytest.fixture
@@ -339,8 +362,11 @@ def _ready_pids(tmp_path: Path, members: int, launcher: subprocess.Popen) -> lis
     return [int(p.read_text()) for p in ready]
 
 
-@pytest.mark.parametrize("sig, grace, double", [(signal.SIGINT, "30", True), (signal.SIGTERM, "0.5", False)],
-                         ids=["ctrl-c-twice", "sigterm-grace-expires"])
+@pytest.mark.parametrize(
+    "sig, grace, double",
+    [(signal.SIGINT, "30", True), (signal.SIGTERM, "0.5", False)],
+    ids=["ctrl-c-twice", "sigterm-grace-expires"],
+)
 def test_stop_signal_reaches_every_member_and_escalates(tmp_path, sig, grace, double, leftovers):
     # Members 0 and 1 exit on SIGINT; member 2 notes it and keeps running, so it needs SIGTERM.
     launcher = _start_launcher(tmp_path, {"2": "stubborn", "default": "wait"}, 3, "--stop-grace", grace)
@@ -376,8 +402,9 @@ def test_members_see_ctrl_c_even_when_the_launcher_inherited_sigint_ignored(tmp_
     def ignore_sigint() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-    launcher = _start_launcher(tmp_path, {"default": "keyboard_interrupt"}, 2, "--stop-grace", "20",
-                               preexec=ignore_sigint)
+    launcher = _start_launcher(
+        tmp_path, {"default": "keyboard_interrupt"}, 2, "--stop-grace", "20", preexec=ignore_sigint
+    )
     leftovers.extend(_ready_pids(tmp_path, 2, launcher))
     os.kill(launcher.pid, signal.SIGINT)
     output, _ = launcher.communicate(timeout=120)
@@ -392,8 +419,16 @@ def test_stop_event_stops_a_launcher_running_off_the_main_thread(tmp_path, lefto
     box: dict = {}
 
     def run() -> None:
-        box["result"] = launch_population(command, 2, tmp_path / "ws", gpus=[], output=io.StringIO(),
-                                          stop_event=stop, stop_grace_s=20, progress_interval_s=60)
+        box["result"] = launch_population(
+            command,
+            2,
+            tmp_path / "ws",
+            gpus=[],
+            output=io.StringIO(),
+            stop_event=stop,
+            stop_grace_s=20,
+            progress_interval_s=60,
+        )
 
     thread = threading.Thread(target=run)
     thread.start()
@@ -425,8 +460,15 @@ def test_members_die_with_a_killed_launcher(tmp_path, leftovers):
 
 
 def _write_records(ws: Path, make_record, now: float) -> None:
-    rec = make_record(0, [1.0, 2.0, 3.0], now=now, generation=2, frame=1_500_000, heartbeat_age=5.0,
-                      last_decision="exploit <- 3 (bottom 25%)")
+    rec = make_record(
+        0,
+        [1.0, 2.0, 3.0],
+        now=now,
+        generation=2,
+        frame=1_500_000,
+        heartbeat_age=5.0,
+        last_decision="exploit <- 3 (bottom 25%)",
+    )
     (ws / "members" / "000").mkdir(parents=True)
     fsio.atomic_write_json(ws / "members" / "000" / "record.json", rec.to_dict())
     (ws / "members" / "001").mkdir(parents=True)
@@ -460,8 +502,9 @@ def test_launcher_reports_progress_periodically(tmp_path, make_record):
         if len(running) >= 3:
             (tmp_path / "out" / "release").touch()
 
-    result, _ = _launch(tmp_path, {"default": "until_released"}, members=3, progress_interval_s=0.1,
-                        on_progress=on_progress)
+    result, _ = _launch(
+        tmp_path, {"default": "until_released"}, members=3, progress_interval_s=0.1, on_progress=on_progress
+    )
 
     assert result.exit_code == 0 and len(reports) >= 3
     assert any("[running pid" in r[0] and "episode_return 2 (n=3)" in r[0] for r in reports)
@@ -497,9 +540,30 @@ def test_gpu_detection(tmp_path):
 def test_cli_parser_takes_the_member_command_after_double_dash(tmp_path):
     parser = argparse.ArgumentParser(prog="async-pbt")
     add_launch_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["launch", "--members", "4", "--workspace", "W", "--gpus", "0,1", "--max-retries", "5",
-                              "--indices", "0-1,3", "--env", "A=b=c", "--",
-                              "python", "train.py", "--task", "T", "--members", "9"])
+    args = parser.parse_args(
+        [
+            "launch",
+            "--members",
+            "4",
+            "--workspace",
+            "W",
+            "--gpus",
+            "0,1",
+            "--max-retries",
+            "5",
+            "--indices",
+            "0-1,3",
+            "--env",
+            "A=b=c",
+            "--",
+            "python",
+            "train.py",
+            "--task",
+            "T",
+            "--members",
+            "9",
+        ]
+    )
     assert args.func is cmd_launch
     assert args.members == 4 and args.gpus == ["0", "1"] and args.max_retries == 5
     assert args.indices == [0, 1, 3] and args.env == [("A", "b=c")]
@@ -518,16 +582,33 @@ def test_cli_refuses_population_flags_in_the_member_command(tmp_path, capsys):
 
 def test_module_entry_point_runs_a_population(tmp_path):
     command = _setup(tmp_path, {"default": "ok"})
-    proc = subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.launch.local", "-n", "2", "-w",
-                           str(tmp_path / "ws"), "--gpus", "3", "--", *command],
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "async_pbt_isaaclab.launch.local",
+            "-n",
+            "2",
+            "-w",
+            str(tmp_path / "ws"),
+            "--gpus",
+            "3",
+            "--",
+            *command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "done (exit code 0): 000 finished, 001 finished" in proc.stdout
     assert _info(tmp_path, 1)["cuda"] == "3"
 
 
-@pytest.mark.parametrize("kwargs", [dict(members=0), dict(members=2, indices=[2]), dict(members=2, indices=[1, 1]),
-                                    dict(members=2, max_retries=-1)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(members=0), dict(members=2, indices=[2]), dict(members=2, indices=[1, 1]), dict(members=2, max_retries=-1)],
+)
 def test_invalid_arguments_are_refused(tmp_path, kwargs):
     with pytest.raises(LaunchError):
         launch_population(["python"], workspace=tmp_path, gpus=[], output=io.StringIO(), **kwargs)

@@ -14,6 +14,7 @@ def _versions() -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
             return tuple(int(x) for x in re.findall(r"\d+", metadata.version(name))[:3])
         except metadata.PackageNotFoundError:
             return ()
+
     return v("rl-games"), v("torch"), v("numpy")
 
 

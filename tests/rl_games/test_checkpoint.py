@@ -84,8 +84,14 @@ def test_real_checkpoint_round_trip_weights_only(agent, tmp_path):
     assert isinstance(state["last_mean_rewards"], np.float32)
     assert "running_mean_std.running_mean" in state["model"] and "value_mean_std.count" in state["model"]
     assert "a2c_network.sigma" in state["model"] and state["optimizer"]["state"]
-    meta = {"member": 3, "generation": 2, "hparams": {"learning_rate": 3e-4, "gamma": np.float32(0.99)},
-            "lineage": [0, 3], "note": None, "objective": float("nan")}
+    meta = {
+        "member": 3,
+        "generation": 2,
+        "hparams": {"learning_rate": 3e-4, "gamma": np.float32(0.99)},
+        "lineage": [0, 3],
+        "note": None,
+        "objective": float("nan"),
+    }
     path = tmp_path / "member_3.pth"
     digest = save_checkpoint(path, with_pbt_metadata(state, meta))
     assert digest == sha256_file(path) == hashlib.sha256(path.read_bytes()).hexdigest()
@@ -101,8 +107,11 @@ def test_real_checkpoint_round_trip_weights_only(agent, tmp_path):
     assert_states_equal(loaded, state)
 
 
-@pytest.mark.skipif(PLAIN_RESTORE_REFUSES_NUMPY, reason="rl-games 1.6.1's restore uses torch.load's default "
-                    "weights_only, which torch >= 2.6 sets: plain rl_games cannot restore any checkpoint on this pair")
+@pytest.mark.skipif(
+    PLAIN_RESTORE_REFUSES_NUMPY,
+    reason="rl-games 1.6.1's restore uses torch.load's default "
+    "weights_only, which torch >= 2.6 sets: plain rl_games cannot restore any checkpoint on this pair",
+)
 def test_save_is_loadable_by_plain_rl_games_restore(agent, tmp_path):
     state = agent.get_full_state_weights()
     path = tmp_path / "pbt.pth"
@@ -128,8 +137,11 @@ def test_rl_games_own_checkpoint_loads_safely(agent, tmp_path):
         assert is_raw_rl_games_checkpoint(load_checkpoint(pth))
 
 
-@pytest.mark.skipif(NUMPY_VERSION < (2,), reason="builds a numpy-2 checkpoint and renames numpy 2's module path "
-                    "(numpy._core) to numpy 1's; under numpy 1 every checkpoint of this run already names numpy.core")
+@pytest.mark.skipif(
+    NUMPY_VERSION < (2,),
+    reason="builds a numpy-2 checkpoint and renames numpy 2's module path "
+    "(numpy._core) to numpy 1's; under numpy 1 every checkpoint of this run already names numpy.core",
+)
 def test_numpy1_checkpoint_loads(agent, tmp_path):
     """Isaac Lab ships numpy 1.26: its checkpoints name numpy.core.multiarray.scalar."""
     src = tmp_path / "np2.pth"
@@ -148,14 +160,20 @@ def test_numpy1_checkpoint_loads(agent, tmp_path):
 
 def test_legacy_torch_format_loads(tmp_path):
     path = tmp_path / "legacy.pth"
-    torch.save({"model": {"w": torch.ones(2)}, "last_mean_rewards": np.float64(-3.5)}, path,
-               _use_new_zipfile_serialization=False)
+    torch.save(
+        {"model": {"w": torch.ones(2)}, "last_mean_rewards": np.float64(-3.5)},
+        path,
+        _use_new_zipfile_serialization=False,
+    )
     state = load_checkpoint(path)
     assert state["last_mean_rewards"] == -3.5
 
 
-@pytest.mark.skipif(NUMPY_VERSION < (2,), reason="builds a numpy-2 checkpoint and renames numpy 2's module path "
-                    "(numpy._core) to numpy 1's; under numpy 1 every checkpoint of this run already names numpy.core")
+@pytest.mark.skipif(
+    NUMPY_VERSION < (2,),
+    reason="builds a numpy-2 checkpoint and renames numpy 2's module path "
+    "(numpy._core) to numpy 1's; under numpy 1 every checkpoint of this run already names numpy.core",
+)
 def test_allowlist_is_exactly_the_numpy_scalar_machinery():
     entries = rl_games_safe_globals()
     objs = {e[0] if isinstance(e, tuple) else e for e in entries}
@@ -321,7 +339,7 @@ def test_expected_checksum(agent, tmp_path):
     # Damage inside tensor data: torch would load it silently; the published checksum catches it.
     data = bytearray(path.read_bytes())
     mid = len(data) // 2
-    data[mid:mid + 32] = bytes(32)
+    data[mid : mid + 32] = bytes(32)
     path.write_bytes(bytes(data))
     with pytest.raises(ChecksumMismatch, match=str(path)):
         load_checkpoint(path, expected_sha256=digest)

@@ -486,9 +486,11 @@ def test_live_bounds_change(fixed_sigma):
     ex.set_log_std_bounds(agent, -2.0, 0.0)
     assert ex.get_log_std_bounds(model.a2c_network) == (-2.0, 0.0)
 
-    plain = model_builder.ModelBuilder().load(
-        {"model": {"name": "continuous_a2c_logstd"}, "network": {**network_section(), "name": "actor_critic"}}
-    ).build({"actions_num": 3, "input_shape": (5,), "normalize_input": False, "normalize_value": False})
+    plain = (
+        model_builder.ModelBuilder()
+        .load({"model": {"name": "continuous_a2c_logstd"}, "network": {**network_section(), "name": "actor_critic"}})
+        .build({"actions_num": 3, "input_shape": (5,), "normalize_input": False, "normalize_value": False})
+    )
     with pytest.raises(ValueError, match=f"no {ex.NETWORK_NAME} network found"):
         ex.set_log_std_bounds(plain, -1.0, 0.0)
 

@@ -12,13 +12,29 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("rl_games")
 
-BOUNDED = ["agent.params.network.name=pbt_bounded_actor_critic",
-           "agent.params.network.log_std_bounds={low: -2.0, high: 0.5}"]
+BOUNDED = [
+    "agent.params.network.name=pbt_bounded_actor_critic",
+    "agent.params.network.log_std_bounds={low: -2.0, high: 0.5}",
+]
 
 
 def _member(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "async_pbt.examples.cpu_member", "--train-dir", str(tmp_path / "runs"),
-                           "--max_iterations", "2", *args], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "async_pbt.examples.cpu_member",
+            "--train-dir",
+            str(tmp_path / "runs"),
+            "--max_iterations",
+            "2",
+            *args,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_cpu_member_trains_with_the_bounded_network_named_only_in_an_override(tmp_path):
@@ -47,16 +63,50 @@ def test_an_exploit_mutates_the_bounds_and_the_recipient_trains_and_plays_inside
     from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
 
     env = dict(os.environ, ASYNC_PBT_TEST_FIXTURE="fixture_forced_exploit")
-    common = [*BOUNDED, "--pbt-workspace", str(tmp_path / "ws"), "--pbt-members", "2", "--num_envs", "8",
-              "--pbt-rule", "fixture_forced_exploit", "--pbt-interval-steps", "2048", "--pbt-start-grace-frames", "0",
-              "--pbt-restart-grace-frames", "0", "--pbt-min-episodes", "8", "--pbt-heartbeat-interval-s", "3600",
-              "agent.pbt.mutation_rate=1.0",
-              "agent.pbt.mutation={network.log_std_bounds.low: {kind: log_shift, low: -3.0, high: -1.0}, "
-              "network.log_std_bounds.high: {kind: log_shift, low: -0.5, high: 1.0}}"]
+    common = [
+        *BOUNDED,
+        "--pbt-workspace",
+        str(tmp_path / "ws"),
+        "--pbt-members",
+        "2",
+        "--num_envs",
+        "8",
+        "--pbt-rule",
+        "fixture_forced_exploit",
+        "--pbt-interval-steps",
+        "2048",
+        "--pbt-start-grace-frames",
+        "0",
+        "--pbt-restart-grace-frames",
+        "0",
+        "--pbt-min-episodes",
+        "8",
+        "--pbt-heartbeat-interval-s",
+        "3600",
+        "agent.pbt.mutation_rate=1.0",
+        "agent.pbt.mutation={network.log_std_bounds.low: {kind: log_shift, low: -3.0, high: -1.0}, "
+        "network.log_std_bounds.high: {kind: log_shift, low: -0.5, high: 1.0}}",
+    ]
     for index, iterations in ((0, 8), (1, 14)):
-        proc = subprocess.run([sys.executable, "-m", "async_pbt.examples.cpu_member", "--train-dir",
-                               str(tmp_path / "runs"), "--max_iterations", str(iterations), "--pbt-index", str(index),
-                               *common], cwd=tmp_path, capture_output=True, text=True, timeout=1200, env=env)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "async_pbt.examples.cpu_member",
+                "--train-dir",
+                str(tmp_path / "runs"),
+                "--max_iterations",
+                str(iterations),
+                "--pbt-index",
+                str(index),
+                *common,
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            env=env,
+        )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     state = json.loads((tmp_path / "ws/members/001/state.json").read_text())
     (entry,) = state["lineage"]
@@ -72,8 +122,13 @@ def test_an_exploit_mutates_the_bounds_and_the_recipient_trains_and_plays_inside
     sigma = load_checkpoint(final)["model"]["a2c_network.sigma"]
     assert all(low - 1e-6 <= float(s) <= high + 1e-6 for s in sigma.flatten()), (sigma, low, high)
     assert math.isfinite(float(sigma.mean()))
-    play = subprocess.run([sys.executable, "-m", "async_pbt_isaaclab.cli", "evaluate", str(final), "--episodes", "2",
-                           "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    play = subprocess.run(
+        [sys.executable, "-m", "async_pbt_isaaclab.cli", "evaluate", str(final), "--episodes", "2", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert play.returncode == 0, play.stderr[-3000:]
     (result,) = json.loads(play.stdout)
     assert result["episodes"] == 2 and math.isfinite(result["mean"])

@@ -39,15 +39,22 @@ from async_pbt_isaaclab.testing.tiny_agent import train_agent  # noqa: E402
 
 YAML = Path(examples.__file__).parent / "pendulum_ppo.yaml"
 NEW_LR = 2.5e-4
-NORMALISER_KEYS = ("running_mean_std.running_mean", "running_mean_std.running_var", "running_mean_std.count",
-                   "value_mean_std.running_mean", "value_mean_std.running_var", "value_mean_std.count")
+NORMALISER_KEYS = (
+    "running_mean_std.running_mean",
+    "running_mean_std.running_var",
+    "running_mean_std.count",
+    "value_mean_std.running_mean",
+    "value_mean_std.running_var",
+    "value_mean_std.count",
+)
 
 
 def agent_yaml(tmp: Path, name: str, seed: int, epochs: int, **config) -> dict:
     cfg = load_yaml(YAML)
     cfg["params"]["seed"] = seed
-    cfg["params"]["config"].update(max_epochs=epochs, train_dir=str(tmp), full_experiment_name=name,
-                                   print_stats=False, save_best_after=0, **config)
+    cfg["params"]["config"].update(
+        max_epochs=epochs, train_dir=str(tmp), full_experiment_name=name, print_stats=False, save_best_after=0, **config
+    )
     return cfg
 
 
@@ -79,8 +86,13 @@ def counters_of(state: dict) -> dict:
     return {"epoch": state["epoch"], "frame": state["frame"], "last_mean_rewards": state["last_mean_rewards"]}
 
 
-META = {"member": 1, "generation": 4, "hyperparameters": {"learning_rate": NEW_LR, "gamma": 0.99},
-        "lineage": [{"generation": 4, "donor": 0}], "inherited_from": {"donor": 0}}
+META = {
+    "member": 1,
+    "generation": 4,
+    "hyperparameters": {"learning_rate": NEW_LR, "gamma": 0.99},
+    "lineage": [{"generation": 4, "donor": 0}],
+    "inherited_from": {"donor": 0},
+}
 
 
 @pytest.fixture
@@ -150,10 +162,18 @@ def test_pbt_metadata_is_a_copy(agents):
 
 def test_scaler_and_asymmetric_critic_come_from_the_donor():
     """Keys the Pendulum agent has not (mixed precision, central value net): taken from the donor when present."""
-    donor = {"model": {"w": torch.ones(2)}, "optimizer": {"state": {}, "param_groups": [{"lr": 1e-3, "params": [0]}]},
-             "scaler": {"scale": 1024.0}, "assymetric_vf_nets": {"v": torch.zeros(3)},
-             "assymetric_vf_optimizer": {"state": {}, "param_groups": []}, "central_val_stats": {"m": torch.ones(1)},
-             "env_state": None, "epoch": 9, "frame": 99, "last_mean_rewards": 5.0}
+    donor = {
+        "model": {"w": torch.ones(2)},
+        "optimizer": {"state": {}, "param_groups": [{"lr": 1e-3, "params": [0]}]},
+        "scaler": {"scale": 1024.0},
+        "assymetric_vf_nets": {"v": torch.zeros(3)},
+        "assymetric_vf_optimizer": {"state": {}, "param_groups": []},
+        "central_val_stats": {"m": torch.ones(1)},
+        "env_state": None,
+        "epoch": 9,
+        "frame": 99,
+        "last_mean_rewards": 5.0,
+    }
     state = build_recipient_state(donor, {"epoch": 1, "frame": 10, "last_mean_rewards": -1.0}, {}, {})
     for key in ("scaler", "assymetric_vf_nets", "assymetric_vf_optimizer", "central_val_stats", "env_state"):
         assert state[key] is donor[key], key
@@ -186,8 +206,11 @@ def test_live_recipient_takes_the_donors_weights_and_keeps_its_frame(agents, bui
         assert torch.equal(live_opt[idx]["exp_avg_sq"], moments["exp_avg_sq"])
 
 
-@pytest.mark.skipif(PLAIN_RESTORE_REFUSES_NUMPY, reason="rl-games 1.6.1's restore uses torch.load's default "
-                    "weights_only, which torch >= 2.6 sets: plain rl_games cannot restore any checkpoint on this pair")
+@pytest.mark.skipif(
+    PLAIN_RESTORE_REFUSES_NUMPY,
+    reason="rl-games 1.6.1's restore uses torch.load's default "
+    "weights_only, which torch >= 2.6 sets: plain rl_games cannot restore any checkpoint on this pair",
+)
 def test_plain_rl_games_restore_accepts_the_saved_recipient_checkpoint(agents, built, tmp_path):
     _, _, recipient, donor_state, recipient_state = agents
     path = tmp_path / "recipient.pth"
@@ -209,9 +232,15 @@ def test_plain_rl_games_restore_accepts_the_saved_recipient_checkpoint(agents, b
 def _pending_exploit(tmp: Path, schedule: str, recipient_ckpt: dict, epochs_before: int):
     """The workspace an exploit leaves before its exec: recipient checkpoint + state.json with a pending exploit."""
     raw = agent_yaml(tmp, "member", seed=5, epochs=epochs_before + 1, lr_schedule=schedule, learning_rate=1e-3)
-    raw["pbt"] = {"enabled": True, "policy_idx": 0, "num_policies": 2, "workspace": str(tmp / "ws"),
-                  "interval_steps": 10 ** 9, "heartbeat_interval_s": 3600,
-                  "mutation": {"learning_rate": "mutate_float"}}
+    raw["pbt"] = {
+        "enabled": True,
+        "policy_idx": 0,
+        "num_policies": 2,
+        "workspace": str(tmp / "ws"),
+        "interval_steps": 10**9,
+        "heartbeat_interval_s": 3600,
+        "mutation": {"learning_rate": "mutate_float"},
+    }
     agent_cfg, cfg = load_population_config(raw)
     ws = Workspace(cfg.workspace_path())
     ws.ensure(cfg.num_policies, "episode_return", "Pendulum-v1")
@@ -220,12 +249,29 @@ def _pending_exploit(tmp: Path, schedule: str, recipient_ckpt: dict, epochs_befo
     path = mdir / "checkpoints" / "g0001_f000000006144.pth"
     sha = save_checkpoint(path, recipient_ckpt)
     rel = ws.relative(path)
-    save_state(mdir / "state.json", MemberState(
-        member=0, generation=1, generation_start_frame=6144, restarts=1, process_starts=1,
-        hyperparameters={"learning_rate": NEW_LR}, experiment_name="member", last_checkpoint=rel,
-        last_checkpoint_sha256=sha,
-        pending_exploit={"checkpoint": rel, "sha256": sha, "generation": 1, "frame": 6144,
-                         "hyperparameters": {"learning_rate": NEW_LR}, "changes": [], "donor": 1}))
+    save_state(
+        mdir / "state.json",
+        MemberState(
+            member=0,
+            generation=1,
+            generation_start_frame=6144,
+            restarts=1,
+            process_starts=1,
+            hyperparameters={"learning_rate": NEW_LR},
+            experiment_name="member",
+            last_checkpoint=rel,
+            last_checkpoint_sha256=sha,
+            pending_exploit={
+                "checkpoint": rel,
+                "sha256": sha,
+                "generation": 1,
+                "frame": 6144,
+                "hyperparameters": {"learning_rate": NEW_LR},
+                "changes": [],
+                "donor": 1,
+            },
+        ),
+    )
     return agent_cfg, cfg, mdir
 
 
@@ -282,15 +328,18 @@ def test_learning_rate_schedules_after_restore(agents, schedule, tmp_path):
 def test_linear_schedule_is_refused_with_the_key_named():
     raw = load_yaml(YAML)
     raw["params"]["config"]["lr_schedule"] = "linear"
-    cfg = population_config_from_dict({"enabled": True, "num_policies": 2,
-                                       "mutation": {"learning_rate": "mutate_float"}})
+    cfg = population_config_from_dict(
+        {"enabled": True, "num_policies": 2, "mutation": {"learning_rate": "mutate_float"}}
+    )
     with pytest.raises(ConfigError) as err:
         validate_agent_config(raw, cfg)
     assert "params.config.lr_schedule" in str(err.value) and "linear" in str(err.value)
     # The same through the override path a user takes on the command line.
     with pytest.raises(ConfigError, match=r"params\.config\.lr_schedule"):
-        load_population_config(load_yaml(YAML), ["agent.pbt.enabled=true", "agent.pbt.num_policies=2",
-                                                 "agent.params.config.lr_schedule=linear"])
+        load_population_config(
+            load_yaml(YAML),
+            ["agent.pbt.enabled=true", "agent.pbt.num_policies=2", "agent.params.config.lr_schedule=linear"],
+        )
     # Constant and adaptive are accepted.
     for schedule in ("constant", "adaptive", None):
         raw["params"]["config"]["lr_schedule"] = schedule
@@ -335,8 +384,14 @@ def test_sigma_flag_does_not_overwrite_the_inherited_sigma_after_a_restart(agent
     probe = SigmaAtFirstStep()
     threads = torch.get_num_threads()
     try:
-        observer = train_member(agent_cfg, cfg, train_dir=str(tmp_path), task="Pendulum-v1", sigma=0.3,
-                                extra_observers=[IsaacAlgoObserver(), probe])
+        observer = train_member(
+            agent_cfg,
+            cfg,
+            train_dir=str(tmp_path),
+            task="Pendulum-v1",
+            sigma=0.3,
+            extra_observers=[IsaacAlgoObserver(), probe],
+        )
     finally:
         torch.set_num_threads(threads)
     assert observer.session.start_mode == "exploit_applied"

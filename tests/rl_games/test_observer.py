@@ -42,10 +42,19 @@ def start(tmp: Path, *, index: int = 1, epochs: int = 4, env_config: dict | None
     raw = load_yaml(YAML)
     raw["params"]["seed"] = 11
     raw["params"]["config"].update(max_epochs=epochs, print_stats=False, env_config=dict(env_config or {}))
-    raw["pbt"] = {"enabled": True, "policy_idx": index, "num_policies": 2, "workspace": str(tmp / "ws"),
-                  "interval_steps": 10 ** 9, "heartbeat_interval_s": 0.0, "min_episodes": 8, "window": 32,
-                  "start_grace_frames": 0,
-                  "mutation": {"learning_rate": "mutate_float"}, **pbt}
+    raw["pbt"] = {
+        "enabled": True,
+        "policy_idx": index,
+        "num_policies": 2,
+        "workspace": str(tmp / "ws"),
+        "interval_steps": 10**9,
+        "heartbeat_interval_s": 0.0,
+        "min_episodes": 8,
+        "window": 32,
+        "start_grace_frames": 0,
+        "mutation": {"learning_rate": "mutate_float"},
+        **pbt,
+    }
     agent_cfg, cfg = load_population_config(raw)
     task = register_gym_vecenv_for(agent_cfg)
     return start_member(agent_cfg, cfg, train_dir=str(tmp / "runs"), task=task)
@@ -93,9 +102,14 @@ def test_multi_observer_forwards_every_hook_in_order_with_the_same_arguments():
     multi.after_steps()
     multi.after_clear_stats()
     multi.after_print_stats(2048, 1, 0.5)
-    expected = [("before_init", ("base", {"cfg": 1}, "exp")), ("after_init", (algo,)),
-                ("process_infos", (infos, done)), ("after_steps", ()), ("after_clear_stats", ()),
-                ("after_print_stats", (2048, 1, 0.5))]
+    expected = [
+        ("before_init", ("base", {"cfg": 1}, "exp")),
+        ("after_init", (algo,)),
+        ("process_infos", (infos, done)),
+        ("after_steps", ()),
+        ("after_clear_stats", ()),
+        ("after_print_stats", (2048, 1, 0.5)),
+    ]
     assert a.calls == expected and b.calls == expected
     assert a.calls[1][1][0] is algo and a.calls[2][1][0] is infos
 
@@ -139,8 +153,15 @@ def missing_objective_run(tmp_path_factory):
     try:
         with TeeStderr() as err:
             agent = train(agent_cfg, [observer, counter, recorder])
-        yield SimpleNamespace(session=session, agent=agent, observer=observer, recorder=recorder, stderr=err.text(),
-                              episodes_drained=counter.episodes, nonempty_drains=counter.nonempty)
+        yield SimpleNamespace(
+            session=session,
+            agent=agent,
+            observer=observer,
+            recorder=recorder,
+            stderr=err.text(),
+            episodes_drained=counter.episodes,
+            nonempty_drains=counter.nonempty,
+        )
     finally:
         session.close()
 
@@ -236,11 +257,11 @@ def test_nan_and_inf_values_never_enter_the_evidence(tmp_path, capfd):
 
     def batch(values):
         n = len(values)
-        return EpisodeBatch(returns=[-1.0] * n, lengths=[200] * n, terms={"success": values},
-                            truncated=[True] * n, condition=cond)
+        return EpisodeBatch(
+            returns=[-1.0] * n, lengths=[200] * n, terms={"success": values}, truncated=[True] * n, condition=cond
+        )
 
-    source = ScriptedSource([batch([1.0, math.nan, 0.0]), batch([math.inf, 1.0, -math.inf]),
-                             batch([math.nan, 0.5])])
+    source = ScriptedSource([batch([1.0, math.nan, 0.0]), batch([math.inf, 1.0, -math.inf]), batch([math.nan, 0.5])])
     observer = PbtObserver(session, summary_source=source)
     algo = SimpleNamespace(frame=0, epoch_num=0)
     try:
@@ -265,12 +286,18 @@ def publish_donor(ws_root: Path, make_record, frame: int) -> tuple[Path, dict]:
     ckpt_dir = ws_root / "members" / "000" / "checkpoints"
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     path = ckpt_dir / f"g0000_f{frame:012d}.pth"
-    state = {"model": {"a2c_network.sigma": torch.zeros(1), "w": torch.arange(4096, dtype=torch.float32)},
-             "optimizer": {"state": {}, "param_groups": [{"lr": 1e-3, "params": [0]}]},
-             "epoch": 2, "frame": frame, "last_mean_rewards": -150.0, "env_state": None}
+    state = {
+        "model": {"a2c_network.sigma": torch.zeros(1), "w": torch.arange(4096, dtype=torch.float32)},
+        "optimizer": {"state": {}, "param_groups": [{"lr": 1e-3, "params": [0]}]},
+        "epoch": 2,
+        "frame": frame,
+        "last_mean_rewards": -150.0,
+        "env_state": None,
+    }
     sha = save_checkpoint(path, state)
-    rec = make_record(0, [0.0] * 16, frame=frame, heartbeat_age=0.0, task="Pendulum-v1",
-                      hyperparameters={"learning_rate": 1e-3})
+    rec = make_record(
+        0, [0.0] * 16, frame=frame, heartbeat_age=0.0, task="Pendulum-v1", hyperparameters={"learning_rate": 1e-3}
+    )
     data = rec.to_dict()
     data.update(checkpoint=str(path.relative_to(ws_root)), checkpoint_sha256=sha)
     data["history"][-1].update(checkpoint=str(path.relative_to(ws_root)), checkpoint_sha256=sha)
@@ -342,9 +369,14 @@ def test_exploit_under_adaptive_schedule_starts_from_the_donors_live_learning_ra
 
     monkeypatch.setenv(TEST_FIXTURE_ENV, "fixture_forced_exploit")
     # Bounds wider than the adaptive scheduler's own [1e-6, 1e-2], which the donor's rate may have reached.
-    pbt = dict(interval_steps=2 * FRAMES_PER_EPOCH, rule="fixture_forced_exploit", mutation_rate=1.0,
-               heartbeat_interval_s=3600.0, exploit_mode="restart",
-               mutation={"learning_rate": {"kind": "mutate_float", "low": 1e-6, "high": 0.1}})
+    pbt = dict(
+        interval_steps=2 * FRAMES_PER_EPOCH,
+        rule="fixture_forced_exploit",
+        mutation_rate=1.0,
+        heartbeat_interval_s=3600.0,
+        exploit_mode="restart",
+        mutation={"learning_rate": {"kind": "mutate_float", "low": 1e-6, "high": 0.1}},
+    )
     donor_session, donor_cfg = start(tmp_path, index=0, epochs=3, **pbt)
     try:
         train(donor_cfg, [PbtObserver(donor_session)])

@@ -39,17 +39,34 @@ def test_scalars_are_continuous_across_a_restart(tmp_path, make_record):
     writer = SummaryWriter(str(summaries))
     log = PbtScalars(writer)
     for frame, values in ((4096, [-300.0, -280.0]), (8192, [-250.0, -270.0, -260.0])):
-        log.record(make_record(1, values, frame=frame, hyperparameters={"learning_rate": 1e-3, "gamma": 0.95,
-                                                                       "e_clip": 0.2, "use_x": True,
-                                                                       "activation": "elu"}))
+        log.record(
+            make_record(
+                1,
+                values,
+                frame=frame,
+                hyperparameters={
+                    "learning_rate": 1e-3,
+                    "gamma": 0.95,
+                    "e_clip": 0.2,
+                    "use_x": True,
+                    "activation": "elu",
+                },
+            )
+        )
     writer.close()
     # Exploit restart: a new process writes into the same folder at the member's continuing frame counter.
     writer = SummaryWriter(str(summaries))
     log = PbtScalars(writer)
     log.exploit(8192, donor=3, member=1)
-    log.record(make_record(1, [-150.0], frame=12288, generation=1,
-                           hyperparameters={"learning_rate": 2e-3, "gamma": 0.96, "e_clip": 0.2, "use_x": False,
-                                            "activation": "relu"}))
+    log.record(
+        make_record(
+            1,
+            [-150.0],
+            frame=12288,
+            generation=1,
+            hyperparameters={"learning_rate": 2e-3, "gamma": 0.96, "e_clip": 0.2, "use_x": False, "activation": "relu"},
+        )
+    )
     log.record(make_record(1, [], frame=16384, generation=1, hyperparameters={"learning_rate": 2e-3}))
     log.exploit(16384, donor=1, member=1)  # an explore of own weights
     log.flush()
@@ -117,5 +134,9 @@ def test_member_wandb_init_kwargs_reads_the_id_from_state_json(tmp_path):
     with pytest.raises(RuntimeError, match="no wandb_run_id"):
         member_wandb_init_kwargs(ws, 3)  # not started yet: W&B must not invent an id of its own
     save_state(mdir / "state.json", MemberState(member=3, experiment_name="cart_pbt_003", wandb_run_id="abc123"))
-    assert member_wandb_init_kwargs(ws, 3, name="shown") == {"id": "abc123", "resume": "allow", "group": "pop",
-                                                             "name": "shown"}
+    assert member_wandb_init_kwargs(ws, 3, name="shown") == {
+        "id": "abc123",
+        "resume": "allow",
+        "group": "pop",
+        "name": "shown",
+    }

@@ -23,18 +23,35 @@ LR = "agent.params.config.learning_rate"
 GAMMA = "agent.params.config.gamma"
 
 TYPED = [
-    sys.executable, "-u", "scripts/train_pbt.py", "--task", "Isaac-Repose-Cube-Allegro-Direct-v0", "--headless",
-    "--num_envs", "8192", "--device", "cuda:1", "--seed", "17", "--max_iterations", "5000",
-    "--pbt-workspace", "/shared/pbt", "--pbt-members", "8", "--pbt-index", "3",
-    "agent.params.config.minibatch_size=16384", "env.scene.num_envs=8192",
+    sys.executable,
+    "-u",
+    "scripts/train_pbt.py",
+    "--task",
+    "Isaac-Repose-Cube-Allegro-Direct-v0",
+    "--headless",
+    "--num_envs",
+    "8192",
+    "--device",
+    "cuda:1",
+    "--seed",
+    "17",
+    "--max_iterations",
+    "5000",
+    "--pbt-workspace",
+    "/shared/pbt",
+    "--pbt-members",
+    "8",
+    "--pbt-index",
+    "3",
+    "agent.params.config.minibatch_size=16384",
+    "env.scene.num_envs=8192",
 ]
 
 
 def test_keeps_every_flag_in_order_and_appends_checkpoint_and_overrides():
-    out = restart_argv(TYPED, "/shared/pbt/members/003/checkpoints/g0001.pth",
-                       {LR: 3e-4, GAMMA: 0.995})
+    out = restart_argv(TYPED, "/shared/pbt/members/003/checkpoints/g0001.pth", {LR: 3e-4, GAMMA: 0.995})
     assert out[: len(TYPED)] == TYPED  # interpreter, its flags, script, every flag and override as typed
-    assert out[len(TYPED):] == [
+    assert out[len(TYPED) :] == [
         "--checkpoint=/shared/pbt/members/003/checkpoints/g0001.pth",
         f"{GAMMA}=0.995",
         f"{LR}=0.0003",
@@ -45,8 +62,13 @@ def test_overrides_come_from_isaaclab_keys_of_short_names():
     # The observer passes {isaaclab_key(k): v}; network keys live under params.network.
     overrides = {isaaclab_key("learning_rate"): 1e-3, isaaclab_key("network.log_std_bounds.low"): -3.0}
     out = restart_argv(["python", "train.py"], "c.pth", overrides)
-    assert out == ["python", "train.py", "--checkpoint=c.pth",
-                   "agent.params.config.learning_rate=0.001", "agent.params.network.log_std_bounds.low=-3.0"]
+    assert out == [
+        "python",
+        "train.py",
+        "--checkpoint=c.pth",
+        "agent.params.config.learning_rate=0.001",
+        "agent.params.network.log_std_bounds.low=-3.0",
+    ]
 
 
 @pytest.mark.parametrize("form", [["--checkpoint", "old.pth"], ["--checkpoint=old.pth"]])
@@ -64,12 +86,15 @@ def test_replaces_every_earlier_checkpoint_including_one_from_a_previous_restart
     assert sum(a.startswith("--checkpoint") for a in out) == 1
 
 
-@pytest.mark.parametrize("typed", [
-    "agent.params.config.learning_rate=1e-3",
-    "params.config.learning_rate=1e-3",
-    "+agent.params.config.learning_rate=1e-3",
-    "++agent.params.config.learning_rate=1e-3",
-])
+@pytest.mark.parametrize(
+    "typed",
+    [
+        "agent.params.config.learning_rate=1e-3",
+        "params.config.learning_rate=1e-3",
+        "+agent.params.config.learning_rate=1e-3",
+        "++agent.params.config.learning_rate=1e-3",
+    ],
+)
 def test_replaces_an_earlier_override_of_a_mutated_key(typed):
     argv = ["python", "train.py", "--seed", "3", typed, "agent.params.config.entropy_coef=0.01"]
     out = restart_argv(argv, "c.pth", {LR: 2.5e-4})
@@ -85,8 +110,7 @@ def test_replaces_an_earlier_override_of_a_mutated_key(typed):
 def test_second_restart_replaces_the_first_restarts_overrides():
     first = restart_argv(["python", "train.py", "--seed", "3"], "/ws/g1.pth", {LR: 3e-4, GAMMA: 0.99})
     second = restart_argv(first, "/ws/g2.pth", {LR: 1.5e-4, GAMMA: 0.98})
-    assert second == ["python", "train.py", "--seed", "3", "--checkpoint=/ws/g2.pth",
-                      f"{GAMMA}=0.98", f"{LR}=0.00015"]
+    assert second == ["python", "train.py", "--seed", "3", "--checkpoint=/ws/g2.pth", f"{GAMMA}=0.98", f"{LR}=0.00015"]
     # The command line does not grow across restarts.
     third = restart_argv(second, "/ws/g3.pth", {LR: 1.5e-4, GAMMA: 0.98})
     assert len(third) == len(second)
@@ -98,11 +122,25 @@ def test_flags_that_look_like_overrides_are_not_removed():
     assert out[: len(argv)] == argv
 
 
-FLOATS = [3e-4, 1e-3, 0.1 + 0.2, 2.0 / 3.0, 0.9987654321012345, 1 - 1e-9, 5e-324, 1.7976931348623157e308,
-          1e16, 123456789.123456789, -3.0, 0.0, 2.5e-05, 1e-10]
+FLOATS = [
+    3e-4,
+    1e-3,
+    0.1 + 0.2,
+    2.0 / 3.0,
+    0.9987654321012345,
+    1 - 1e-9,
+    5e-324,
+    1.7976931348623157e308,
+    1e16,
+    123456789.123456789,
+    -3.0,
+    0.0,
+    2.5e-05,
+    1e-10,
+]
 
 
-@pytest.mark.parametrize("value", FLOATS + [8, 0, -2, 2 ** 40, True, False, "adaptive", "elu"])
+@pytest.mark.parametrize("value", FLOATS + [8, 0, -2, 2**40, True, False, "adaptive", "elu"])
 def test_values_round_trip_exactly_through_yaml(value):
     text = format_override_value(value)
     out = restart_argv(["python", "train.py"], "c.pth", {LR: value})
@@ -163,8 +201,19 @@ def test_replace_process_execs_in_place_with_the_new_argv(tmp_path):
     script.write_text(SCRIPT)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
-    typed = [sys.executable, "-u", str(script), "--out", str(tmp_path), "--checkpoint", "/ws/old.pth",
-             "--seed", "3", "agent.params.config.learning_rate=1e-3", "agent.params.config.gamma=0.99"]
+    typed = [
+        sys.executable,
+        "-u",
+        str(script),
+        "--out",
+        str(tmp_path),
+        "--checkpoint",
+        "/ws/old.pth",
+        "--seed",
+        "3",
+        "agent.params.config.learning_rate=1e-3",
+        "agent.params.config.gamma=0.99",
+    ]
     proc = subprocess.Popen(typed, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
@@ -174,8 +223,16 @@ def test_replace_process_execs_in_place_with_the_new_argv(tmp_path):
     # os.execv keeps the process: the pid we started is the pid both images report.
     assert second["pid"] == first["pid"] == proc.pid
     assert second["argv"] == [
-        sys.executable, "-u", str(script), "--out", str(tmp_path), "--seed", "3",
-        "agent.params.config.gamma=0.99", "--checkpoint=/ws/new.pth", "agent.params.config.learning_rate=0.00025",
+        sys.executable,
+        "-u",
+        str(script),
+        "--out",
+        str(tmp_path),
+        "--seed",
+        "3",
+        "agent.params.config.gamma=0.99",
+        "--checkpoint=/ws/new.pth",
+        "agent.params.config.learning_rate=0.00025",
     ]
     assert second["environ_len"] == first["environ_len"]
     assert second["environ_size"] == first["environ_size"]

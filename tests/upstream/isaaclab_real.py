@@ -46,15 +46,27 @@ def wheel_path(release: str) -> Path:
     if found:
         return found[0]
     wheels.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
-           "-d", str(wheels), RELEASES[release]["requirement"]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(wheels),
+        RELEASES[release]["requirement"],
+    ]
     if RELEASES[release]["python"]:
         cmd += ["--python-version", RELEASES[release]["python"], "--only-binary=:all:"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     found = sorted(wheels.glob(f"{name}-*.whl"))
     if proc.returncode != 0 or not found:
-        raise Unavailable(f"could not download {RELEASES[release]['requirement']} from PyPI: "
-                          f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+        raise Unavailable(
+            f"could not download {RELEASES[release]['requirement']} from PyPI: "
+            f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
+        )
     return found[0]
 
 

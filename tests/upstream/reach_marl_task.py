@@ -83,8 +83,13 @@ class ReachTwoAgentEnv(TorchReachEnv, DirectMARLEnv):
         action = torch.cat([actions[agent].reshape(self.num_envs, 1) for agent in AXES], dim=-1)
         obs, rew, terminated, time_outs, extras = TorchReachEnv.step(self, action)
         half = rew * 0.5
-        return (self._split(obs), {agent: half for agent in AXES}, {agent: terminated for agent in AXES},
-                {agent: time_outs for agent in AXES}, extras)
+        return (
+            self._split(obs),
+            {agent: half for agent in AXES},
+            {agent: terminated for agent in AXES},
+            {agent: time_outs for agent in AXES},
+            extras,
+        )
 
     def state(self):
         return None
@@ -93,6 +98,12 @@ class ReachTwoAgentEnv(TorchReachEnv, DirectMARLEnv):
 def register() -> None:
     """Register :data:`TASK_ID` as Isaac Lab registers its tasks (string entry points)."""
     if TASK_ID not in gym.registry:
-        gym.register(id=TASK_ID, entry_point=f"{__name__}:ReachTwoAgentEnv", disable_env_checker=True,
-                     kwargs={"env_cfg_entry_point": f"{__name__}:ReachTwoAgentEnvCfg",
-                             "rl_games_cfg_entry_point": AGENT_ENTRY_POINT})
+        gym.register(
+            id=TASK_ID,
+            entry_point=f"{__name__}:ReachTwoAgentEnv",
+            disable_env_checker=True,
+            kwargs={
+                "env_cfg_entry_point": f"{__name__}:ReachTwoAgentEnvCfg",
+                "rl_games_cfg_entry_point": AGENT_ENTRY_POINT,
+            },
+        )

@@ -44,7 +44,11 @@ class ReachDirectEnvCfg(DirectRLEnvCfg):
     success_radius: float = 0.1
     success_max_speed: float = 0.25
     reward_weights: dict = {  # noqa: RUF012 - @configclass gives each instance its own copy
-        "progress": 1.0, "effort": -0.01, "success_bonus": 20.0, "out_of_bounds": -40.0}
+        "progress": 1.0,
+        "effort": -0.01,
+        "success_bonus": 20.0,
+        "out_of_bounds": -40.0,
+    }
 
 
 class ReachDirectEnv(TorchReachEnv, DirectRLEnv):
@@ -66,6 +70,12 @@ class ReachDirectEnv(TorchReachEnv, DirectRLEnv):
 def register() -> None:
     """Register :data:`TASK_ID` as Isaac Lab registers its tasks (string entry points)."""
     if TASK_ID not in gym.registry:
-        gym.register(id=TASK_ID, entry_point=f"{__name__}:ReachDirectEnv", disable_env_checker=True,
-                     kwargs={"env_cfg_entry_point": f"{__name__}:ReachDirectEnvCfg",
-                             "rl_games_cfg_entry_point": AGENT_ENTRY_POINT})
+        gym.register(
+            id=TASK_ID,
+            entry_point=f"{__name__}:ReachDirectEnv",
+            disable_env_checker=True,
+            kwargs={
+                "env_cfg_entry_point": f"{__name__}:ReachDirectEnvCfg",
+                "rl_games_cfg_entry_point": AGENT_ENTRY_POINT,
+            },
+        )

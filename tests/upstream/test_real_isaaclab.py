@@ -63,17 +63,35 @@ def _env() -> dict:
 
 
 def run_entry(release: str, *args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ENTRY), release, *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd or ROOT, env=_env())
+    return subprocess.run(
+        [sys.executable, str(ENTRY), release, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd or ROOT,
+        env=_env(),
+    )
 
 
 def _probe_calls(release: str) -> list[list[str]]:
     """The probes of this module, with their arguments, in the order one process runs them."""
     cartpole = "AsyncPbt-Cartpole-Direct-v0" if release.startswith("2.") else "AsyncPbt-Cartpole-Direct"
-    return [["release"], ["contracts"], ["train_flags"], ["variants"], ["wrapper_chain"], ["multi_agent"],
-            ["configs", cartpole, "env.scene.num_envs=7", "agent.params.config.learning_rate=0.002",
-             "+agent.params.config.pbt_probe=3"],
-            ["restart_keeps_hydra_keys"]]
+    return [
+        ["release"],
+        ["contracts"],
+        ["train_flags"],
+        ["variants"],
+        ["wrapper_chain"],
+        ["multi_agent"],
+        [
+            "configs",
+            cartpole,
+            "env.scene.num_envs=7",
+            "agent.params.config.learning_rate=0.002",
+            "+agent.params.config.pbt_probe=3",
+        ],
+        ["restart_keeps_hydra_keys"],
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -118,11 +136,19 @@ def test_every_variant_resolves_its_base_task_on_this_release(release, probes):
     assert all(task_id.endswith("-v0") == suffix for task_id in found["ids"]), found["ids"]
     bases = {v["base"] for v in found["variants"].values()}
     if suffix:
-        assert bases == {"Isaac-Repose-Cube-Allegro-Direct-v0", "Isaac-Velocity-Flat-Anymal-C-v0",
-                         "Isaac-Velocity-Rough-Anymal-C-v0", "Isaac-Cartpole-Direct-v0"}
+        assert bases == {
+            "Isaac-Repose-Cube-Allegro-Direct-v0",
+            "Isaac-Velocity-Flat-Anymal-C-v0",
+            "Isaac-Velocity-Rough-Anymal-C-v0",
+            "Isaac-Cartpole-Direct-v0",
+        }
     else:
-        assert bases == {"Isaac-Reorient-Cube-Allegro-Direct", "IsaacContrib-Velocity-Flat-AnymalC",
-                         "IsaacContrib-Velocity-Rough-AnymalC", "Isaac-Cartpole-Direct"}
+        assert bases == {
+            "Isaac-Reorient-Cube-Allegro-Direct",
+            "IsaacContrib-Velocity-Flat-AnymalC",
+            "IsaacContrib-Velocity-Rough-AnymalC",
+            "Isaac-Cartpole-Direct",
+        }
     for task_id, variant in found["variants"].items():
         assert variant["same_as_base"] and variant["has_pbt"], (task_id, variant)
 
@@ -171,10 +197,32 @@ def test_a_multi_agent_task_is_converted_to_one_agent_as_isaac_lab_does(release,
 
 def test_train_pbt_trains_a_multi_agent_task_as_a_population_member(release, tmp_path):
     ws = tmp_path / "ws"
-    proc = run_entry(release, str(ROOT / "scripts/train_pbt.py"), "--task", MARL_TASK, *headless(release),
-                     "--device", "cpu", "--num_envs", "32", "--max_iterations", "8", "--pbt-workspace", str(ws),
-                     "--pbt-members", "2", "--pbt-index", "0", "--pbt-interval-steps", "2048",
-                     "--pbt-min-episodes", "8", "--pbt-start-grace-frames", "0", cwd=tmp_path)
+    proc = run_entry(
+        release,
+        str(ROOT / "scripts/train_pbt.py"),
+        "--task",
+        MARL_TASK,
+        *headless(release),
+        "--device",
+        "cpu",
+        "--num_envs",
+        "32",
+        "--max_iterations",
+        "8",
+        "--pbt-workspace",
+        str(ws),
+        "--pbt-members",
+        "2",
+        "--pbt-index",
+        "0",
+        "--pbt-interval-steps",
+        "2048",
+        "--pbt-min-episodes",
+        "8",
+        "--pbt-start-grace-frames",
+        "0",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     record = json.loads((ws / "members/000/record.json").read_text())
     assert record["status"] == "finished" and record["epoch"] == 8 and record["frame"] == 8 * 32 * 32
@@ -196,8 +244,9 @@ def test_train_pbt_accepts_every_flag_of_the_releases_train_script(release, prob
     assert not missing, f"train_pbt.py lacks {missing} ({found['origin']})"
     # Same meaning: each shared flag lands in the same argparse destination.
     if release.startswith("3."):
-        differ = {o: (found["ours_dest"][o], d) for o, d in found["upstream_dest"].items()
-                  if found["ours_dest"].get(o) != d}
+        differ = {
+            o: (found["ours_dest"][o], d) for o, d in found["upstream_dest"].items() if found["ours_dest"].get(o) != d
+        }
         assert not differ, differ
     extra = sorted(set(found["ours"]) - set(found["upstream"]))
     assert all(flag.startswith("--pbt-") or flag in ("--num-envs", "--max-iterations") for flag in extra), extra
@@ -210,8 +259,17 @@ def test_headless_is_explained_on_3_0_and_cpu_distributed_is_refused(release, tm
     if release.startswith("3."):
         proc = run_entry(release, str(ROOT / "scripts/train_pbt.py"), "--task", TASK, "--headless", cwd=tmp_path)
         assert proc.returncode == 2 and "drop --headless" in proc.stderr
-    proc = run_entry(release, str(ROOT / "scripts/train_pbt.py"), "--task", TASK, *headless(release),
-                     "--device", "cpu", "--distributed", cwd=tmp_path)
+    proc = run_entry(
+        release,
+        str(ROOT / "scripts/train_pbt.py"),
+        "--task",
+        TASK,
+        *headless(release),
+        "--device",
+        "cpu",
+        "--distributed",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2 and "--distributed needs GPUs" in proc.stderr
 
 
@@ -235,18 +293,46 @@ def population(population_release, tmp_path_factory):
     ws = root / "ws"
     env = dict(_env(), ASYNC_PBT_TEST_FIXTURE="fixture_forced_exploit")
     common = [
-        sys.executable, str(ENTRY), release, str(ROOT / "scripts/train_pbt.py"), "--task", TASK,
-        *headless(release), "--device", "cpu", "--num_envs", "32",
-        "--pbt-rule", "fixture_forced_exploit", "--pbt-interval-steps", "4096",
-        "--pbt-start-grace-frames", "0", "--pbt-restart-grace-frames", "0", "--pbt-min-episodes", "8",
-        "--pbt-heartbeat-interval-s", "0.5", "--pbt-exploit-mode", "restart",
-        "--pbt-keep-last-checkpoints", "100",
-        "agent.pbt.mutation_rate=1.0", "agent.params.config.mini_epochs=2",
+        sys.executable,
+        str(ENTRY),
+        release,
+        str(ROOT / "scripts/train_pbt.py"),
+        "--task",
+        TASK,
+        *headless(release),
+        "--device",
+        "cpu",
+        "--num_envs",
+        "32",
+        "--pbt-rule",
+        "fixture_forced_exploit",
+        "--pbt-interval-steps",
+        "4096",
+        "--pbt-start-grace-frames",
+        "0",
+        "--pbt-restart-grace-frames",
+        "0",
+        "--pbt-min-episodes",
+        "8",
+        "--pbt-heartbeat-interval-s",
+        "0.5",
+        "--pbt-exploit-mode",
+        "restart",
+        "--pbt-keep-last-checkpoints",
+        "100",
+        "agent.pbt.mutation_rate=1.0",
+        "agent.params.config.mini_epochs=2",
     ]
     per_member = {
         # Isaac Lab's own PBT overrides ...
-        0: ["--max_iterations", "12", "agent.pbt.enabled=True", "agent.pbt.num_policies=2",
-            "agent.pbt.policy_idx=0", f"agent.pbt.workspace={ws}"],
+        0: [
+            "--max_iterations",
+            "12",
+            "agent.pbt.enabled=True",
+            "agent.pbt.num_policies=2",
+            "agent.pbt.policy_idx=0",
+            f"agent.pbt.workspace={ws}",
+        ],
         # ... and the population flags mean the same thing.
         1: ["--max_iterations", "12", "--pbt-workspace", str(ws), "--pbt-members", "2", "--pbt-index", "1"],
     }
@@ -255,8 +341,9 @@ def population(population_release, tmp_path_factory):
     # one after the other keeps the exploit certain without timing assumptions.
     for index, extra in per_member.items():
         with open(root / f"member{index}.log", "w") as log:
-            proc = subprocess.run([*common, *extra], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=600)
+            proc = subprocess.run(
+                [*common, *extra], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=600
+            )
         logs[index] = (root / f"member{index}.log").read_text()
         assert proc.returncode == 0, f"member {index} failed:\n{logs[index][-6000:]}"
     return root, ws, logs
@@ -280,7 +367,7 @@ def test_population_exploit_restart_on_the_real_release(population_release, popu
     before, after = starts[0]["argv"], starts[1]["argv"]
     assert after[: len(before)] == before, "every flag survives the restart, in order"
     assert Path(before[1]) == ENTRY, "the restart re-ran the same entry (and the same release)"
-    added = after[len(before):]
+    added = after[len(before) :]
     assert added[0].startswith("--checkpoint=") and all(a.startswith("agent.params.config.") for a in added[1:])
     for member in (0, 1):
         count, problems = verify_log(ws / f"members/{member:03d}/audit.jsonl")
@@ -302,8 +389,18 @@ def test_play_pbt_plays_the_recipient_and_the_best(population_release, populatio
     release = population_release
     root, ws, _ = population
     applied = [e for e in _entries(ws / "members/001/audit.jsonl") if e["kind"] == "exploit_applied"][0]
-    common = [str(ROOT / "scripts/play_pbt.py"), "--task", TASK, *headless(release), "--device", "cpu",
-              "--num_envs", "16", "--num_steps", "120"]
+    common = [
+        str(ROOT / "scripts/play_pbt.py"),
+        "--task",
+        TASK,
+        *headless(release),
+        "--device",
+        "cpu",
+        "--num_envs",
+        "16",
+        "--num_steps",
+        "120",
+    ]
     proc = run_entry(release, *common, "--checkpoint", str(ws / applied["checkpoint"]), cwd=root)
     match = PLAYED.search(proc.stdout)
     assert proc.returncode == 0 and match, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -51,9 +51,25 @@ def release() -> str:
 
 def train_pbt(release: str, cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     headless = ["--headless"] if release.startswith("2.") else []  # 3.0 refuses the flag (headless by default)
-    return subprocess.run([sys.executable, str(ENTRY), release, str(ROOT / "scripts/train_pbt.py"), "--task", TASK,
-                           *headless, "--device", "cpu", *args], capture_output=True, text=True, timeout=900, cwd=cwd,
-                          env=dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env or {})))
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ENTRY),
+            release,
+            str(ROOT / "scripts/train_pbt.py"),
+            "--task",
+            TASK,
+            *headless,
+            "--device",
+            "cpu",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=cwd,
+        env=dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env or {})),
+    )
 
 
 def _scalars(folder: Path) -> dict[str, dict[int, float]]:
@@ -74,18 +90,39 @@ def test_train_pbt_replay_applies_every_change_at_the_recorded_frame(release, tm
     # An exploit and an explore as `async-pbt replay` writes them (the export itself is tested on a real population
     # in tests/integration/test_observability.py); frames on this run's epoch starts.
     steps = (
-        ScheduleStep(0, {"learning_rate": 1e-3, "e_clip": 0.2, "entropy_coef": 1e-3, "gamma": 0.99}, 0, 0, 0,
-                     "start"),
-        ScheduleStep(2 * EPOCH, {"learning_rate": 4e-4, "e_clip": 0.25, "entropy_coef": 2e-3, "gamma": 0.99}, 1,
-                     4 * EPOCH, 1, "exploit"),
-        ScheduleStep(4 * EPOCH, {"learning_rate": 1.5e-4, "e_clip": 0.3, "entropy_coef": 2e-3, "gamma": 0.97}, 1,
-                     6 * EPOCH, 2, "explore"),
+        ScheduleStep(0, {"learning_rate": 1e-3, "e_clip": 0.2, "entropy_coef": 1e-3, "gamma": 0.99}, 0, 0, 0, "start"),
+        ScheduleStep(
+            2 * EPOCH,
+            {"learning_rate": 4e-4, "e_clip": 0.25, "entropy_coef": 2e-3, "gamma": 0.99},
+            1,
+            4 * EPOCH,
+            1,
+            "exploit",
+        ),
+        ScheduleStep(
+            4 * EPOCH,
+            {"learning_rate": 1.5e-4, "e_clip": 0.3, "entropy_coef": 2e-3, "gamma": 0.97},
+            1,
+            6 * EPOCH,
+            2,
+            "explore",
+        ),
     )
     schedule = tmp_path / "schedule.yaml"
     schedule.write_text(dump_schedule(Schedule(1, steps, "ws", 6 * EPOCH)))
     # A constant learning-rate schedule, so rl_games' own info/last_lr shows the applied rate (adaptive would move it).
-    proc = train_pbt(release, tmp_path, "--num_envs", "32", "--max_iterations", "6", "--pbt-replay", str(schedule),
-                     "agent.params.config.lr_schedule=constant", "agent.params.config.mini_epochs=2")
+    proc = train_pbt(
+        release,
+        tmp_path,
+        "--num_envs",
+        "32",
+        "--max_iterations",
+        "6",
+        "--pbt-replay",
+        str(schedule),
+        "agent.params.config.lr_schedule=constant",
+        "agent.params.config.mini_epochs=2",
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
     run = tmp_path / "logs" / "rl_games" / "torch_reach_pbt" / "torch_reach_pbt_replay_001"
@@ -128,27 +165,58 @@ WANDB_LINE = re.compile(r"^\[async-pbt\] W&B run (\S+) \(group (\S+), project pb
 def test_each_member_resumes_the_wandb_run_its_state_names(release, tmp_path):
     pytest.importorskip("wandb")
     ws = tmp_path / "pop"
-    env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true",
-           "WANDB_DIR": str(tmp_path), "ASYNC_PBT_TEST_FIXTURE": "fixture_forced_exploit"}
-    common = ["--num_envs", "32", "--pbt-workspace", str(ws), "--pbt-members", "2",
-              "--pbt-rule", "fixture_forced_exploit", "--pbt-interval-steps", "4096", "--pbt-min-episodes", "8",
-              "--pbt-start-grace-frames", "0", "--pbt-restart-grace-frames", "0", "--pbt-heartbeat-interval-s", "0.5",
-              "--pbt-exploit-mode", "restart", "--track", "--wandb-entity", "tester", "--wandb-project-name",
-              "pbt-test", "agent.pbt.mutation_rate=1.0", "agent.params.config.mini_epochs=2"]
+    env = {
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "WANDB_DISABLE_GIT": "true",
+        "WANDB_DIR": str(tmp_path),
+        "ASYNC_PBT_TEST_FIXTURE": "fixture_forced_exploit",
+    }
+    common = [
+        "--num_envs",
+        "32",
+        "--pbt-workspace",
+        str(ws),
+        "--pbt-members",
+        "2",
+        "--pbt-rule",
+        "fixture_forced_exploit",
+        "--pbt-interval-steps",
+        "4096",
+        "--pbt-min-episodes",
+        "8",
+        "--pbt-start-grace-frames",
+        "0",
+        "--pbt-restart-grace-frames",
+        "0",
+        "--pbt-heartbeat-interval-s",
+        "0.5",
+        "--pbt-exploit-mode",
+        "restart",
+        "--track",
+        "--wandb-entity",
+        "tester",
+        "--wandb-project-name",
+        "pbt-test",
+        "agent.pbt.mutation_rate=1.0",
+        "agent.params.config.mini_epochs=2",
+    ]
     # Member 0 to completion first (the donor; a finished donor's checkpoint stays valid), then member 1, which
     # exploits it at frame 4096 and restarts with execv, then member 1 again with a higher limit: a resume.
     runs = {}
     for key, index, iterations in (("m0", 0, "6"), ("m1", 1, "6"), ("m1_resume", 1, "7")):
-        proc = train_pbt(release, tmp_path, *common, "--pbt-index", str(index), "--max_iterations", iterations,
-                         env=env)
+        proc = train_pbt(release, tmp_path, *common, "--pbt-index", str(index), "--max_iterations", iterations, env=env)
         assert proc.returncode == 0, f"{key}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
         runs[key] = proc.stdout
 
     states = {m: json.loads((ws / f"members/{m:03d}/state.json").read_text()) for m in (0, 1)}
     ids = {m: states[m]["wandb_run_id"] for m in (0, 1)}
     assert all(ids.values()) and ids[0] != ids[1], ids
-    starts = [json.loads(line)["mode"] for line in (ws / "members/001/audit.jsonl").read_text().splitlines()
-              if json.loads(line)["kind"] == "start"]
+    starts = [
+        json.loads(line)["mode"]
+        for line in (ws / "members/001/audit.jsonl").read_text().splitlines()
+        if json.loads(line)["kind"] == "start"
+    ]
     assert starts == ["fresh", "exploit_applied", "resume"]
     assert states[1]["lineage"][0]["donor"] == 0, "member 1 took member 0's weights, and kept its own W&B run"
     # What each process of a member opened: the run its state.json names, in the workspace's group.

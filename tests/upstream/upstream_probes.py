@@ -14,9 +14,26 @@ from typing import Any
 TRAIN_PY_2_3_2 = {
     # The flags of Isaac Lab v2.3.2 scripts/reinforcement_learning/rl_games/train.py besides AppLauncher's (the 2.x
     # wheel ships no scripts/, so they are recorded here from the v2.3.2 release sources).
-    "-h", "--help", "--video", "--video_length", "--video_interval", "--num_envs", "--task", "--agent", "--seed",
-    "--distributed", "--checkpoint", "--sigma", "--max_iterations", "--wandb-project-name", "--wandb-entity",
-    "--wandb-name", "--track", "--export_io_descriptors", "--ray-proc-id", "-rid",
+    "-h",
+    "--help",
+    "--video",
+    "--video_length",
+    "--video_interval",
+    "--num_envs",
+    "--task",
+    "--agent",
+    "--seed",
+    "--distributed",
+    "--checkpoint",
+    "--sigma",
+    "--max_iterations",
+    "--wandb-project-name",
+    "--wandb-entity",
+    "--wandb-name",
+    "--track",
+    "--export_io_descriptors",
+    "--ray-proc-id",
+    "-rid",
 }
 """Option strings of Isaac Lab 2.3.2's RL-Games train.py, without the AppLauncher flags."""
 
@@ -50,8 +67,9 @@ def release() -> None:
     from async_pbt_isaaclab.envs.isaaclab_release import detect
 
     found = detect()
-    _emit({"series": found.series, "version": found.version, "source_install": found.source_install,
-           "label": found.label})
+    _emit(
+        {"series": found.series, "version": found.version, "source_install": found.source_install, "label": found.label}
+    )
 
 
 def configs(task: str, *hydra_args: str) -> None:
@@ -63,9 +81,15 @@ def configs(task: str, *hydra_args: str) -> None:
     args = parser.parse_args(["--device", "cpu"])
     with isaaclab_api.open_session(args, task, "rl_games_cfg_entry_point", list(hydra_args)) as session:
         env_cfg, agent_cfg = session.env_cfg, session.agent_cfg
-        _emit({"env_cfg_type": type(env_cfg).__name__, "env_cfg_module": type(env_cfg).__module__,
-               "num_envs": env_cfg.scene.num_envs, "config": dict(agent_cfg["params"]["config"]),
-               "has_to_dict": hasattr(env_cfg, "to_dict")})
+        _emit(
+            {
+                "env_cfg_type": type(env_cfg).__name__,
+                "env_cfg_module": type(env_cfg).__module__,
+                "num_envs": env_cfg.scene.num_envs,
+                "config": dict(agent_cfg["params"]["config"]),
+                "has_to_dict": hasattr(env_cfg, "to_dict"),
+            }
+        )
 
 
 def variants() -> None:
@@ -98,18 +122,26 @@ def restart_keeps_hydra_keys() -> None:
     """A user's ``+agent...`` key, mutated by an exploit, loads through real Hydra after the restart rewrite."""
     from async_pbt_isaaclab.rl_games.restart import restart_argv
 
-    typed = ["python", "train_pbt.py", "--task", "AsyncPbtTest-Reach-Direct-v0",
-             "+agent.params.config.pbt_probe_coef=0.5", "agent.params.config.learning_rate=0.001"]
-    after = restart_argv(typed, "/ws/c.pth", {"agent.params.config.pbt_probe_coef": 0.25,
-                                              "agent.params.config.learning_rate": 0.0005})
+    typed = [
+        "python",
+        "train_pbt.py",
+        "--task",
+        "AsyncPbtTest-Reach-Direct-v0",
+        "+agent.params.config.pbt_probe_coef=0.5",
+        "agent.params.config.learning_rate=0.001",
+    ]
+    after = restart_argv(
+        typed, "/ws/c.pth", {"agent.params.config.pbt_probe_coef": 0.25, "agent.params.config.learning_rate": 0.0005}
+    )
     hydra_args = [a for a in after[2:] if not a.startswith("--") and "=" in a]
     from async_pbt_isaaclab.envs import isaaclab_api
 
     parser = argparse.ArgumentParser()
     isaaclab_api.add_launcher_args(parser)
     args = parser.parse_args(["--device", "cpu"])
-    with isaaclab_api.open_session(args, "AsyncPbtTest-Reach-Direct-v0", "rl_games_cfg_entry_point",
-                                   hydra_args) as session:
+    with isaaclab_api.open_session(
+        args, "AsyncPbtTest-Reach-Direct-v0", "rl_games_cfg_entry_point", hydra_args
+    ) as session:
         config = session.agent_cfg["params"]["config"]
         _emit({"argv": after, "pbt_probe_coef": config["pbt_probe_coef"], "learning_rate": config["learning_rate"]})
 
@@ -147,12 +179,18 @@ def wrapper_chain() -> None:
         obs, _rew, _dones, extras = gpu_env.step(torch.rand(16, 2, generator=gen) * 2 - 1)
     batch = source.drain()
     info = gpu_env.get_env_info()
-    _emit({"wrapper": type(vec_env).__module__ + "." + type(vec_env).__name__,
-           "gpu_env": type(gpu_env).__module__ + "." + type(gpu_env).__name__,
-           "source_is_ours": source is wrapped.pbt_summary_source, "episodes": len(batch),
-           "obs_space_module": type(info["observation_space"]).__module__,
-           "obs_shape": list(obs["obs"].shape), "extras": sorted(extras),
-           "registered": sorted(env_configurations.configurations)})
+    _emit(
+        {
+            "wrapper": type(vec_env).__module__ + "." + type(vec_env).__name__,
+            "gpu_env": type(gpu_env).__module__ + "." + type(gpu_env).__name__,
+            "source_is_ours": source is wrapped.pbt_summary_source,
+            "episodes": len(batch),
+            "obs_space_module": type(info["observation_space"]).__module__,
+            "obs_shape": list(obs["obs"].shape),
+            "extras": sorted(extras),
+            "registered": sorted(env_configurations.configurations),
+        }
+    )
 
 
 def multi_agent() -> None:
@@ -180,8 +218,9 @@ def multi_agent() -> None:
     import yaml
 
     agent = yaml.safe_load((Path(__file__).resolve().parents[2] / "tasks/agents/torch_reach_pbt.yaml").read_text())
-    wrapped = attach_summary_source(converted, SummaryCfg.from_agent_cfg(agent), objective="success",
-                                    task=reach_marl_task.TASK_ID)
+    wrapped = attach_summary_source(
+        converted, SummaryCfg.from_agent_cfg(agent), objective="success", task=reach_marl_task.TASK_ID
+    )
     hooks = IsaacLabHooks()
     vec_env = hooks.vec_env_wrapper(wrapped, "cpu", 10.0, 1.0)
     info = vec_env.get_env_info()
@@ -192,17 +231,24 @@ def multi_agent() -> None:
         # Drive towards the goal (the observation is (dx, vx, px, dy, vy, py)): episodes end in success too.
         o = obs["obs"] if isinstance(obs, dict) else obs
         act = torch.stack([2.0 * o[:, 0] - o[:, 1], 2.0 * o[:, 3] - o[:, 4]], dim=-1)
-        obs, rew, dones, extras = vec_env.step(act + 0.3 * torch.randn(16, 2, generator=gen))
+        obs, _reward, _dones, extras = vec_env.step(act + 0.3 * torch.randn(16, 2, generator=gen))
     batch = source.drain()
-    _emit({"untouched_single_agent": untouched, "marl_type_is_upstream": isinstance(marl.unwrapped, DirectMARLEnv),
-           "converted_is_direct_rl_env": isinstance(converted, DirectRLEnv),
-           "converted_wraps_task": converted.env is marl.unwrapped,
-           "hook_on_task_env": "_reset_idx" in vars(marl.unwrapped),
-           "obs_space_shape": list(info["observation_space"].shape),
-           "action_space_shape": list(info["action_space"].shape),
-           "obs_shape": list((obs["obs"] if isinstance(obs, dict) else obs).shape),
-           "episodes": len(batch), "terms": sorted(batch.terms), "successes": sum(batch.terms["success"]),
-           "extras": sorted(extras)})
+    _emit(
+        {
+            "untouched_single_agent": untouched,
+            "marl_type_is_upstream": isinstance(marl.unwrapped, DirectMARLEnv),
+            "converted_is_direct_rl_env": isinstance(converted, DirectRLEnv),
+            "converted_wraps_task": converted.env is marl.unwrapped,
+            "hook_on_task_env": "_reset_idx" in vars(marl.unwrapped),
+            "obs_space_shape": list(info["observation_space"].shape),
+            "action_space_shape": list(info["action_space"].shape),
+            "obs_shape": list((obs["obs"] if isinstance(obs, dict) else obs).shape),
+            "episodes": len(batch),
+            "terms": sorted(batch.terms),
+            "successes": sum(batch.terms["success"]),
+            "extras": sorted(extras),
+        }
+    )
 
 
 def contracts() -> None:
@@ -215,10 +261,14 @@ def contracts() -> None:
 
     init_src = inspect.getsource(RlGamesVecEnvWrapper.__init__)
     step_src = inspect.getsource(RlGamesVecEnvWrapper.step)
-    out = {"type_check_through_wrappers": "env.unwrapped" in init_src, "keeps_env": "self.env = env" in init_src,
-           "steps_env": "self.env.step(" in step_src, "renames_log": '"log"' in step_src,
-           "gpu_env_keeps_env": "self.env" in inspect.getsource(RlGamesGpuEnv.__init__),
-           "episode_sums": "self._episode_sums" in inspect.getsource(RewardManager)}
+    out = {
+        "type_check_through_wrappers": "env.unwrapped" in init_src,
+        "keeps_env": "self.env = env" in init_src,
+        "steps_env": "self.env.step(" in step_src,
+        "renames_log": '"log"' in step_src,
+        "gpu_env_keeps_env": "self.env" in inspect.getsource(RlGamesGpuEnv.__init__),
+        "episode_sums": "self._episode_sums" in inspect.getsource(RewardManager),
+    }
     for cls, rewards in ((ManagerBasedRLEnv, "reward_manager.compute("), (DirectRLEnv, "_get_rewards(")):
         src = inspect.getsource(cls.step)
         out[f"{cls.__name__}_rewards_before_reset"] = 0 <= src.find(rewards) < src.find("self._reset_idx(")
@@ -270,8 +320,15 @@ def train_flags() -> None:
         for option in action.option_strings:
             dests[option] = action.dest
     ours_dests = {o: a.dest for a in ours._actions for o in a.option_strings}
-    _emit({"upstream": sorted(dests), "ours": sorted(ours_dests), "origin": origin,
-           "ours_dest": ours_dests, "upstream_dest": dests})
+    _emit(
+        {
+            "upstream": sorted(dests),
+            "ours": sorted(ours_dests),
+            "origin": origin,
+            "ours_dest": ours_dests,
+            "upstream_dest": dests,
+        }
+    )
 
 
 if __name__ == "__main__":
