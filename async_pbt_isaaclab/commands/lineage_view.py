@@ -76,7 +76,8 @@ def lineage_events(member: int, entries: Iterable[tuple[int, Mapping[str, Any] |
                 "time": entry.get("time"),
             }
         elif kind == "decision":
-            decision = entry.get("decision") if isinstance(entry.get("decision"), Mapping) else {}
+            raw_decision = entry.get("decision")
+            decision = raw_decision if isinstance(raw_decision, Mapping) else {}
             outcome = decision.get("outcome")
             if outcome not in ("exploit", "explore"):
                 continue
@@ -99,7 +100,7 @@ def lineage_events(member: int, entries: Iterable[tuple[int, Mapping[str, Any] |
             }
         elif kind == "exploit_applied":
             donor = entry.get("donor")
-            ev = (
+            ev: dict[str, Any] = (
                 dict(pending)
                 if pending is not None
                 else {"outcome": "explore" if donor is None or donor == member else "exploit", "reason": ""}
@@ -167,7 +168,7 @@ def format_changes(changes: Any) -> str:
 def lineage_data(ws, member: int | None = None) -> list[dict[str, Any]]:
     from async_pbt_isaaclab.core.audit import read_entries
 
-    out = []
+    out: list[dict[str, Any]] = []
     for index in member_list(ws, member):
         path = ws.member_dir(index) / "audit.jsonl"
         if not path.exists():

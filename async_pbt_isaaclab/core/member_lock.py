@@ -70,9 +70,9 @@ class MemberLock:
                         f"Each --pbt-index / policy_idx may run once: pick another index or stop that process"
                     ) from None
                 time.sleep(0.1)
-        owner = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+        claim = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(owner).encode(), 0)
+        os.pwrite(fd, json.dumps(claim).encode(), 0)
         os.fsync(fd)
         self.fd = fd
         st = os.fstat(fd)

@@ -63,7 +63,7 @@ def active_pins(ws: Workspace, member: int, now: float | None = None) -> set[str
 def list_checkpoints(folder: Path) -> list[tuple[int, int, Path]]:
     """(generation, frame, path) of the member checkpoints in ``folder``, oldest first: regular files with
     the names members write (a symbolic link or a folder there is not a checkpoint)."""
-    out = []
+    out: list[tuple[int, int, Path]] = []
     try:
         entries = list(folder.iterdir())
     except FileNotFoundError:
@@ -101,7 +101,7 @@ def apply_retention(
         pins = active_pins(ws, member, now)
         if rel in pins or "*" in pins:
             continue
-        removed += fsio.remove_files(folder, lambda name, keep=path.name: name == keep)
+        removed += fsio.remove_files(folder, {path.name}.__contains__)
     fsio.remove_stale_temp_files(folder, older_than_s=600.0, now=now)
     return removed
 

@@ -67,8 +67,8 @@ def _plain(value: Any) -> Any:
         items = [_plain(v) for v in value]
         return None if any(i is None for i in items) else items
     if isinstance(value, Mapping):
-        items = {str(k): _plain(v) for k, v in value.items()}
-        return None if any(i is None for i in items.values()) else items
+        fields = {str(k): _plain(v) for k, v in value.items()}
+        return None if any(i is None for i in fields.values()) else fields
     return None
 
 

@@ -145,7 +145,7 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
 
         from async_pbt_isaaclab.envs.summary import EpisodeSummaryEmitter
 
-        base = env.unwrapped
+        base: Any = env.unwrapped  # an Isaac Lab env: num_envs, device (gymnasium.Env declares neither)
         task_state = task_env(base)
         # Where terms, curriculum and resets are read (the multi-agent env of a converted multi-agent task).
         self._task_env = task_state
@@ -207,7 +207,7 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         # Snapshot of the per-env sources taken inside _reset_idx during a step (None: no reset this step).
         self._snapshot: dict[str, torch.Tensor] | None = None
         self._in_step = False
-        self._hooked = None
+        self._hooked: tuple[Any, Any] | None = None
         if self._per_env:
             self._install_reset_hook(task_state)
 
@@ -317,7 +317,7 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
 
         env = self._task_env
         out = {}
-        called = self._callable_terms(env) if self._callable_terms is not None else None
+        called: Mapping[str, Any] = self._callable_terms(env) if self._callable_terms is not None else {}
         for name, read in self._per_env:
             if read is None:
                 if name not in called:
@@ -350,9 +350,11 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         self._snapshot = None
         self._in_step = True
         try:
-            obs, rew, terminated, truncated, extras = self.env.step(action)
+            # Isaac Lab returns tensors where gymnasium.Env.step declares Python scalars.
+            outputs: tuple[Any, Any, Any, Any, Any] = self.env.step(action)
         finally:
             self._in_step = False
+        obs, rew, terminated, truncated, extras = outputs
         self.steps += 1
         terms = None
         if self._per_env:

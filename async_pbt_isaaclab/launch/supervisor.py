@@ -428,7 +428,7 @@ class Supervisor:
 
     # ---------------------------------------------------------------- main loop
     def run(self) -> LaunchResult:
-        handlers: dict[int, Any] = {}
+        handlers: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 previous = signal.getsignal(sig)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Any
+from typing import Any, Literal
 
 
 class HeldStop:
@@ -36,7 +36,7 @@ class HeldStop:
     def _hold(self, signum: int, frame: Any) -> None:
         self.requested = signum
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         if self.requested is not None and exc_type is None:
