@@ -24,7 +24,7 @@ subcommands live in :mod:`async_pbt_isaaclab.commands`: ``evaluate`` in
 :mod:`~async_pbt_isaaclab.commands.workspace_views`, ``lineage`` in :mod:`~async_pbt_isaaclab.commands.lineage_view`,
 :class:`CliError` in :mod:`~async_pbt_isaaclab.commands.common` and the exit codes in
 :mod:`async_pbt_isaaclab.exit_codes`; ``launch`` comes from :mod:`async_pbt_isaaclab.launch.local`.
-Their public names are re-exported here.
+Import a subcommand's names from its own module.
 
 It imports only the pure core (no torch, rl_games or Isaac Lab), so every subcommand here
 runs on a laptop. A subcommand that needs heavy packages imports them inside its ``cmd_<name>``
@@ -49,30 +49,15 @@ import sys
 from typing import Callable, Sequence
 
 from async_pbt_isaaclab._version import __version__
-from async_pbt_isaaclab.commands.check_config import (
-    RL_GAMES_DEFAULT_TRAIN_DIR,
-    RULE_SPECIFIC_KEYS,
-    add_check_config_parser,
-    cmd_check_config,
-)
+from async_pbt_isaaclab.commands.check_config import add_check_config_parser
 from async_pbt_isaaclab.commands.cluster import add_stop_parser
 from async_pbt_isaaclab.commands.common import CliError, OneLineParser
 from async_pbt_isaaclab.commands.doctor import add_doctor_parser
 from async_pbt_isaaclab.commands.evaluate import add_evaluate_parser  # torch/rl_games imported lazily
-from async_pbt_isaaclab.commands.lineage_view import add_lineage_parser, cmd_lineage, lineage_data, lineage_events
+from async_pbt_isaaclab.commands.lineage_view import add_lineage_parser
 from async_pbt_isaaclab.commands.replay import add_replay_parser
 from async_pbt_isaaclab.commands.report import add_report_parser  # matplotlib is imported when it runs
-from async_pbt_isaaclab.commands.workspace_views import (
-    add_audit_parser,
-    add_best_parser,
-    add_status_parser,
-    audit_data,
-    best_data,
-    cmd_audit,
-    cmd_best,
-    cmd_status,
-    status_data,
-)
+from async_pbt_isaaclab.commands.workspace_views import add_audit_parser, add_best_parser, add_status_parser
 from async_pbt_isaaclab.exit_codes import EXIT_OK, EXIT_USAGE
 from async_pbt_isaaclab.launch.local import add_launch_parser  # stdlib + core only
 
@@ -123,30 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
 
-__all__ = [
-    "RL_GAMES_DEFAULT_TRAIN_DIR",
-    "RULE_SPECIFIC_KEYS",
-    "SUBCOMMANDS",
-    "CliError",
-    "add_audit_parser",
-    "add_best_parser",
-    "add_check_config_parser",
-    "add_launch_parser",
-    "add_lineage_parser",
-    "add_status_parser",
-    "audit_data",
-    "best_data",
-    "build_parser",
-    "cmd_audit",
-    "cmd_best",
-    "cmd_check_config",
-    "cmd_lineage",
-    "cmd_status",
-    "lineage_data",
-    "lineage_events",
-    "main",
-    "status_data",
-]
+__all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from async_pbt_isaaclab.commands.common import _emit_json, _fmt_num, _table
+from async_pbt_isaaclab.commands.common import emit_json, format_number, format_table
 from async_pbt_isaaclab.core import rules
 from async_pbt_isaaclab.core.agent_config import (
     current_hyperparameters,
@@ -100,10 +100,10 @@ def _train_dir(agent_cfg: Mapping[str, Any], explicit: str | None) -> tuple[str,
 
 def _fmt_value(v: Any) -> str:
     if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_fmt_num(x) for x in v) + "]"
+        return "[" + ", ".join(format_number(x) for x in v) + "]"
     if isinstance(v, str):
         return repr(v) if v == "" else v
-    return _fmt_num(v)
+    return format_number(v)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -189,7 +189,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         )
 
     if args.json:
-        _emit_json(
+        emit_json(
             {
                 "source": source,
                 "overrides": list(args.overrides),
@@ -217,14 +217,14 @@ def cmd_check_config(args: argparse.Namespace) -> int:
                 rv, why = resolved[name]
                 shown += f"  ({why})" if rv is None else f"  -> {_fmt_value(rv)} ({why})"
             rows.append([name, shown])
-        print("\n".join(_table(rows, indent="  ")))
+        print("\n".join(format_table(rows, indent="  ")))
         print(f"workspace: {ws_path}  ({ws_how})")
         if hparams:
             print("mutated hyperparameters:")
             rows = [["name", "kind", "low", "high", "change", "current", "agent key"]]
             for h in hparams:
                 if h["change_range"] is not None:
-                    change = "x[" + ", ".join(_fmt_num(x) for x in h["change_range"]) + "]"
+                    change = "x[" + ", ".join(format_number(x) for x in h["change_range"]) + "]"
                 elif h["step"] is not None:
                     change = f"+-1..{h['step']}"
                 else:
@@ -233,14 +233,14 @@ def cmd_check_config(args: argparse.Namespace) -> int:
                     [
                         h["name"],
                         h["kind"],
-                        _fmt_num(h["low"]),
-                        _fmt_num(h["high"]),
+                        format_number(h["low"]),
+                        format_number(h["high"]),
                         change,
                         _fmt_value(h["current"]),
                         h["agent_key"] + ("" if h["live"] else "  (restart)"),
                     ]
                 )
-            print("\n".join(_table(rows, indent="  ")))
+            print("\n".join(format_table(rows, indent="  ")))
     for w in warnings:
         print(f"async-pbt check-config: warning: {w}", file=sys.stderr)
     return EXIT_OK

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from async_pbt_isaaclab.commands.common import CliError, _open_workspace
+from async_pbt_isaaclab.commands.common import CliError, open_workspace
 from async_pbt_isaaclab.exit_codes import EXIT_OK
 
 
@@ -51,7 +51,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from async_pbt_isaaclab.launch.ray_backend import stop_driver
     from async_pbt_isaaclab.launch.slurm import cancel
 
-    ws = _open_workspace(args.workspace)
+    ws = open_workspace(args.workspace)
     did = False
     try:
         ids = cancel(ws.root)

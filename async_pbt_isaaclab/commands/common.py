@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -35,12 +34,12 @@ class OneLineParser(argparse.ArgumentParser):
 # ============================================================================ helpers
 
 
-def _emit_json(obj: Any) -> None:
+def emit_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=1, sort_keys=True, default=str)
     sys.stdout.write("\n")
 
 
-def _fmt_num(v: Any) -> str:
+def format_number(v: Any) -> str:
     if isinstance(v, bool) or v is None:
         return str(v).lower() if isinstance(v, bool) else "-"
     if isinstance(v, float):
@@ -48,23 +47,7 @@ def _fmt_num(v: Any) -> str:
     return str(v)
 
 
-def _fmt_age(seconds: float) -> str:
-    """12 -> '12s', 303 -> '5m03s', 7800 -> '2h10m', 200000 -> '2d07h'; negative means in the future."""
-    if not math.isfinite(seconds):
-        return "?"
-    if seconds < 0:
-        return f"{_fmt_age(-seconds)} in the future"
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
-
-
-def _table(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
+def format_table(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
     """Left-aligned columns; the last column is not padded."""
     if not rows:
         return []
@@ -76,7 +59,7 @@ def _table(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
     return out
 
 
-def _open_workspace(path: str):
+def open_workspace(path: str):
     """A :class:`Workspace` for ``path``, or :class:`CliError` when it is not a population workspace."""
     from async_pbt_isaaclab.core.workspace import Workspace
 
@@ -99,7 +82,7 @@ def _open_workspace(path: str):
     return ws
 
 
-def _population_meta(ws) -> tuple[dict[str, Any] | None, str | None]:
+def read_population_meta(ws) -> tuple[dict[str, Any] | None, str | None]:
     from async_pbt_isaaclab.core.workspace import WorkspaceError
 
     try:

@@ -37,7 +37,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from async_pbt_isaaclab.commands.common import CliError, _emit_json
+from async_pbt_isaaclab.commands.common import CliError, emit_json
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.fsio import fsync_dir
 from async_pbt_isaaclab.exit_codes import EXIT_CHECK_FAILED, EXIT_OK
@@ -331,7 +331,7 @@ def add_doctor_parser(subparsers: argparse._SubParsersAction) -> None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     checks = run_checks(args.workspace)
     if args.json:
-        _emit_json(
+        emit_json(
             {
                 "workspace": str(Path(args.workspace).absolute()),
                 "host": socket.gethostname(),

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from async_pbt_isaaclab.commands.common import CliError, _emit_json, _table
+from async_pbt_isaaclab.commands.common import CliError, emit_json, format_table
 
 DEFAULT_AGENT_YAML = Path(__file__).resolve().parents[1] / "examples" / "pendulum_ppo.yaml"
 """The packaged Pendulum-v1 PPO agent yaml, used when ``--agent-yaml`` is not given."""
@@ -312,7 +312,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             )
     results = evaluate_checkpoints(args.checkpoints, args.task, args.agent_yaml, args.episodes, args.seed, args.trusted)
     if args.json:
-        _emit_json([r.as_dict() for r in results])
+        emit_json([r.as_dict() for r in results])
         return 0
     rows = [["checkpoint", "episodes", "mean", "std", "min", "max"]]
     for r in results:
@@ -331,7 +331,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         f"held-out return on {results[0].task}, deterministic policy, env seeds "
         f"{args.seed}..{args.seed + args.episodes - 1}:"
     )
-    for line in _table(rows, indent="  "):
+    for line in format_table(rows, indent="  "):
         print(line)
     sys.stdout.flush()
     return 0

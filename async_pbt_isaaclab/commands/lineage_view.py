@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Iterable, Mapping
 
-from async_pbt_isaaclab.commands.common import _emit_json, _fmt_num, _open_workspace, _table
+from async_pbt_isaaclab.commands.common import emit_json, format_number, format_table, open_workspace
 from async_pbt_isaaclab.commands.workspace_views import member_list
 from async_pbt_isaaclab.exit_codes import EXIT_OK
 
@@ -149,15 +149,15 @@ def format_changes(changes: Any) -> str:
     if isinstance(changes, Mapping):
         for k, v in sorted(changes.items()):
             if isinstance(v, Mapping) and "new" in v:
-                parts.append(f"{k} {_fmt_num(v.get('old'))} -> {_fmt_num(v.get('new'))}")
+                parts.append(f"{k} {format_number(v.get('old'))} -> {format_number(v.get('new'))}")
             else:
-                parts.append(f"{k} -> {_fmt_num(v)}")
+                parts.append(f"{k} -> {format_number(v)}")
     elif isinstance(changes, list):
         for c in changes:
             if isinstance(c, Mapping) and "key" in c:
                 f = c.get("factor")
                 fs = f" (x{f:.3g})" if isinstance(f, (int, float)) and not isinstance(f, bool) else ""
-                parts.append(f"{c['key']} {_fmt_num(c.get('old'))} -> {_fmt_num(c.get('new'))}{fs}")
+                parts.append(f"{c['key']} {format_number(c.get('old'))} -> {format_number(c.get('new'))}{fs}")
             else:
                 parts.append(str(c))
     else:
@@ -184,10 +184,10 @@ def lineage_data(ws, member: int | None = None) -> list[dict[str, Any]]:
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
-    ws = _open_workspace(args.workspace)
+    ws = open_workspace(args.workspace)
     data = lineage_data(ws, args.member)
     if args.json:
-        _emit_json({"workspace": str(ws.root), "members": data})
+        emit_json({"workspace": str(ws.root), "members": data})
         return EXIT_OK
     if not data:
         print(f"{ws.root}: no members")
@@ -210,7 +210,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
             rows.append(
                 [
                     f"gen {first_gen}",
-                    f"frame {_fmt_num(s.get('frame'))}",
+                    f"frame {format_number(s.get('frame'))}",
                     f"start ({mode})" if mode else "start",
                     f"[seq {s.get('seq')}]",
                 ]
@@ -218,7 +218,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
         for e in m["events"]:
             if e["outcome"] == "exploit":
                 dg = f" gen {e['donor_generation']}" if e.get("donor_generation") is not None else ""
-                what = f"exploit <- member {_fmt_num(e.get('donor'))}{dg}"
+                what = f"exploit <- member {format_number(e.get('donor'))}{dg}"
             else:
                 what = "explore (own weights)"
             state = e["state"]
@@ -226,13 +226,13 @@ def cmd_lineage(args: argparse.Namespace) -> int:
                 state += f": {e['abort_reason']}"
             rows.append(
                 [
-                    f"gen {_fmt_num(e.get('generation'))}",
-                    f"frame {_fmt_num(e.get('frame'))}",
+                    f"gen {format_number(e.get('generation'))}",
+                    f"frame {format_number(e.get('frame'))}",
                     what,
                     f"{format_changes(e.get('changes'))}  [{state}, seq {e.get('seq')}]",
                 ]
             )
-        print("\n".join(_table(rows, indent="  ")))
+        print("\n".join(format_table(rows, indent="  ")))
         for u in m["unreadable"]:
             print(f"  {name}: skipped unreadable audit entry at {u} (run `async-pbt audit`)")
     return EXIT_OK

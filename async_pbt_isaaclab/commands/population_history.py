@@ -165,9 +165,9 @@ def read_evaluations(ws) -> tuple[list[dict[str, Any]], list[str]]:
 
 def population_history(ws, now: float, top: int = 10) -> dict[str, Any]:
     """Members' histories, the population's best checkpoints and evaluations, and a summary."""
-    from async_pbt_isaaclab.commands.common import _population_meta
+    from async_pbt_isaaclab.commands.common import read_population_meta
 
-    meta, meta_error = _population_meta(ws)
+    meta, meta_error = read_population_meta(ws)
     records, errors = ws.read_records()
     members = [member_history(ws, i, records.get(i)) for i in ws.member_indices()]
     for m in members:

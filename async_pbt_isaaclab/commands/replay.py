@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from async_pbt_isaaclab.commands.common import CliError, _emit_json, _fmt_num, _open_workspace, _table
+from async_pbt_isaaclab.commands.common import CliError, emit_json, format_number, format_table, open_workspace
 from async_pbt_isaaclab.exit_codes import EXIT_OK
 
 
@@ -69,15 +69,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise CliError(f"--member must be >= 0, got {args.member}")
     if args.frame is not None and args.frame < 0:
         raise CliError(f"--frame must be >= 0, got {args.frame}")
-    ws = _open_workspace(args.workspace)
+    ws = open_workspace(args.workspace)
     schedule = schedule_for(ws, args.member)
     if args.frame is not None:
         values = values_at(schedule, args.frame)
         if args.json:
-            _emit_json({"member": args.member, "frame": args.frame, "values": values})
+            emit_json({"member": args.member, "frame": args.frame, "values": values})
         else:
             for k, v in sorted(values.items()):
-                print(f"{k} = {_fmt_num(v)}")
+                print(f"{k} = {format_number(v)}")
         return EXIT_OK
     if args.out:
         out = Path(args.out).expanduser()
@@ -91,16 +91,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     elif args.json:
-        _emit_json(schedule.to_dict())
+        emit_json(schedule.to_dict())
         return EXIT_OK
     else:
         sys.stdout.write(dump_schedule(schedule))
     if args.out:
         rows = [["replay frame", "from", "member frame", "gen", "values"]]
         for s in schedule.steps:
-            shown = ", ".join(f"{k}={_fmt_num(v)}" for k, v in sorted(s.values.items()))
+            shown = ", ".join(f"{k}={format_number(v)}" for k, v in sorted(s.values.items()))
             rows.append(
                 [str(s.frame), f"{s.source} member {s.member:03d}", str(s.member_frame), str(s.generation), shown]
             )
-        print("\n".join(_table(rows)))
+        print("\n".join(format_table(rows)))
     return EXIT_OK

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from async_pbt_isaaclab.commands.common import CliError, _fmt_age, _fmt_num, _open_workspace
+from async_pbt_isaaclab.commands.common import CliError, format_number, open_workspace
+from async_pbt_isaaclab.core.member_progress import format_age
 from async_pbt_isaaclab.exit_codes import EXIT_OK
 
 DEFAULT_MAX_DECISIONS = 500
@@ -59,7 +60,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if args.max_decisions < 0:
         raise CliError(f"--max-decisions must be >= 0, got {args.max_decisions}")
-    ws = _open_workspace(args.workspace)
+    ws = open_workspace(args.workspace)
     out = Path(args.out).expanduser() if args.out else ws.root / "report.html"
     if out.exists() and out.is_dir():
         raise CliError(f"--out {out} is a directory; name a file")
@@ -107,10 +108,10 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 
 def _e(v: Any) -> str:
     """Escaped text of any workspace-derived value."""
-    return html.escape(v if isinstance(v, str) else _fmt_num(v), quote=True)
+    return html.escape(v if isinstance(v, str) else format_number(v), quote=True)
 
 
-def _table(
+def format_table(
     head: Sequence[str] | None, rows: Iterable[Sequence[str]], cls: str = "", row_ids: Sequence[str] = ()
 ) -> str:
     """``rows`` cells are already-escaped HTML; ``head`` is plain text (``None``: no header row)."""
@@ -165,7 +166,7 @@ def _summary(data: dict[str, Any]) -> str:
         ["best training objective (window mean)", best_txt],
         ["best held-out result", ev_txt],
     ]
-    return _table(None, rows, "summary")
+    return format_table(None, rows, "summary")
 
 
 def _members_table(data: dict[str, Any]) -> str:
@@ -188,11 +189,11 @@ def _members_table(data: dict[str, Any]) -> str:
                 _e(rec.generation),
                 _e(obj),
                 _e(rec.restarts),
-                _e(_fmt_age(data["now"] - rec.heartbeat)),
+                _e(format_age(data["now"] - rec.heartbeat)),
                 _e(m.get("last_decision") or "-"),
             ]
         )
-    return _table(
+    return format_table(
         ["member", "status", "frames", "generation", "objective", "restarts", "heartbeat age", "last decision"],
         rows,
         "members",
@@ -222,7 +223,7 @@ def _exploits_table(data: dict[str, Any]) -> str:
             )
     if not rows:
         return '<p class="note">No exploit or explore yet.</p>'
-    return _table(["recipient", "kind", "donor", "frame", "new generation", "changes", "state"], rows)
+    return format_table(["recipient", "kind", "donor", "frame", "new generation", "changes", "state"], rows)
 
 
 def _best_table(data: dict[str, Any]) -> str:
@@ -244,7 +245,7 @@ def _best_table(data: dict[str, Any]) -> str:
                 _e(path),
             ]
         )
-    return _table(["rank", "member", "objective", "frame", "generation", "episodes", "checkpoint"], rows)
+    return format_table(["rank", "member", "objective", "frame", "generation", "episodes", "checkpoint"], rows)
 
 
 def _evaluations_table(data: dict[str, Any]) -> str:
@@ -265,7 +266,7 @@ def _evaluations_table(data: dict[str, Any]) -> str:
         ]
         for e in data["evaluations"]
     ]
-    return _table(["label", "member", "checkpoint", "objective", "episodes", "time"], rows)
+    return format_table(["label", "member", "checkpoint", "objective", "episodes", "time"], rows)
 
 
 def _decisions_table(data: dict[str, Any], limit: int) -> str:
@@ -303,7 +304,7 @@ def _decisions_table(data: dict[str, Any], limit: int) -> str:
         )
     if not decisions:
         return '<p class="note">No decisions yet.</p>'
-    return note + _table(
+    return note + format_table(
         ["time", "member", "frame", "gen", "outcome", "reasons", "compared", "excluded peers (why)", "changes"],
         rows,
         "decisions",

@@ -12,10 +12,11 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from async_pbt_isaaclab.commands.common import _fmt_age, _table
+from async_pbt_isaaclab.commands.common import format_table
 from async_pbt_isaaclab.core.member_progress import (
     decision_in_words,
     eta_seconds,
+    format_age,
     last_decision_entry,
     read_target,
     recent_frame_rate,
@@ -105,17 +106,17 @@ def render_status(data: dict[str, Any], width: int | None = None) -> list[str]:
                 str(m["generation"]),
                 obj,
                 str(m["episodes"]),
-                _fmt_age(m["heartbeat_age_s"]),
+                format_age(m["heartbeat_age_s"]),
                 status,
                 "-" if not rate else f"{rate:.4g}",
-                "-" if eta is None else _fmt_age(eta),
+                "-" if eta is None else format_age(eta),
                 m.get("decision") or m.get("last_decision") or "-",
             ]
         )
         if scheduled:
             rows[-1].insert(7, m.get("scheduler") or "-")
     if len(rows) > 1:
-        lines = _table(rows)
+        lines = format_table(rows)
         if width:
             lines = [line if len(line) <= width else line[: max(1, width - 3)] + "..." for line in lines]
         out += lines

@@ -14,7 +14,14 @@ import sys
 import time
 from typing import Any
 
-from async_pbt_isaaclab.commands.common import CliError, _emit_json, _fmt_num, _open_workspace, _population_meta, _table
+from async_pbt_isaaclab.commands.common import (
+    CliError,
+    emit_json,
+    format_number,
+    format_table,
+    open_workspace,
+    read_population_meta,
+)
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.records import MemberRecord
@@ -61,7 +68,7 @@ def add_status_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def status_data(ws, now: float, stale_after: float) -> dict[str, Any]:
     """Everything ``status`` shows, as plain data (also the ``--json`` output)."""
-    meta, meta_error = _population_meta(ws)
+    meta, meta_error = read_population_meta(ws)
     records, errors = ws.read_records()
     members = []
     for index in ws.member_indices():
@@ -135,7 +142,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         raise CliError("--interval and --count only apply with --watch")
     if args.watch and args.json:
         raise CliError("--watch and --json do not combine; run --json once per poll instead")
-    ws = _open_workspace(args.workspace)
+    ws = open_workspace(args.workspace)
 
     def make_data() -> dict[str, Any]:
         return enrich_status(ws, status_data(ws, time.time(), args.stale_after), args.target_frames)
@@ -144,7 +151,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return watch(ws, make_data, args.interval, args.count)
     data = make_data()
     if args.json:
-        _emit_json(data)
+        emit_json(data)
         return EXIT_OK
     if data["population"] is None:
         print(f"async-pbt status: warning: {data['population_error']}", file=sys.stderr)
@@ -237,10 +244,10 @@ def audit_data(ws, member: int | None = None) -> dict[str, Any]:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    ws = _open_workspace(args.workspace)
+    ws = open_workspace(args.workspace)
     data = audit_data(ws, args.member)
     if args.json:
-        _emit_json(data)
+        emit_json(data)
         return EXIT_OK if data["ok"] else EXIT_AUDIT_FAILED
     if not data["members"]:
         print(f"{ws.root}: no members")
@@ -308,10 +315,10 @@ def best_data(ws, top: int) -> list[dict[str, Any]]:
 def cmd_best(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise CliError(f"--top must be >= 1, got {args.top}")
-    ws = _open_workspace(args.workspace)
+    ws = open_workspace(args.workspace)
     entries = best_data(ws, args.top)
     if args.json:
-        _emit_json({"workspace": str(ws.root), "best": entries})
+        emit_json({"workspace": str(ws.root), "best": entries})
         return EXIT_OK
     if not entries:
         print(f"{ws.root}: no best checkpoints recorded yet (members write members/NNN/best.json)")
@@ -325,11 +332,11 @@ def cmd_best(args: argparse.Namespace) -> int:
             [
                 str(e["rank"]),
                 f"{e['member']:03d}",
-                _fmt_num(float(e["objective"])),
-                _fmt_num(e.get("frame")),
-                _fmt_num(e.get("generation")),
+                format_number(float(e["objective"])),
+                format_number(e.get("frame")),
+                format_number(e.get("generation")),
                 path,
             ]
         )
-    print("\n".join(_table(rows)))
+    print("\n".join(format_table(rows)))
     return EXIT_OK

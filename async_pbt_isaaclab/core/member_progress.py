@@ -9,7 +9,7 @@ Shared by ``async-pbt status`` (and its ``--watch`` table) and the launcher's pr
   evidence < min_members=2; left out 001: window has 0 episodes < min_episodes=8``;
 * :func:`recent_frame_rate` estimates frames per second from the member's newest checkpoints (their frame is in
   the file name, their time is the file's modification time) and its record's heartbeat;
-* :func:`eta_seconds` the time left to a frame target at that rate;
+* :func:`eta_seconds` the time left to a frame target at that rate, :func:`format_age` a duration in words;
 * :func:`write_target` / :func:`read_target`: ``members/NNN/target.json``, the frame count at which the member's
   training stops (from rl_games' ``max_epochs``/``max_frames``), written by the member when it starts.
 """
@@ -173,3 +173,19 @@ def read_target(member_dir: Path) -> int | None:
         return None
     value = data.get("target_frames") if isinstance(data, dict) else None
     return int(value) if _positive_int(value) else None
+
+
+def format_age(seconds: float) -> str:
+    """12 -> '12s', 303 -> '5m03s', 7800 -> '2h10m', 200000 -> '2d07h'; negative means in the future."""
+    if not math.isfinite(seconds):
+        return "?"
+    if seconds < 0:
+        return f"{format_age(-seconds)} in the future"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from async_pbt_isaaclab.core.member_progress import decision_in_words, last_decision_entry, read_target
+from async_pbt_isaaclab.core.member_progress import decision_in_words, format_age, last_decision_entry, read_target
 from async_pbt_isaaclab.core.workspace import Workspace, member_dirname
 
 LOG_TAIL_LINES = 12
@@ -57,15 +57,6 @@ def _fmt_frames(frames: int) -> str:
         if frames >= div:
             return f"{frames / div:.3g}{unit}"
     return str(frames)
-
-
-def _fmt_age(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
 
 
 def shorten(text: str, width: int) -> str:
@@ -130,7 +121,7 @@ def progress_lines(
             f"gen {rec.generation}",
             f"{ev.objective or 'objective'} {objective} (n={ev.count})",
             f"pbt restarts {rec.restarts}",
-            f"heartbeat {_fmt_age(now - rec.heartbeat)} ago",
+            f"heartbeat {format_age(now - rec.heartbeat)} ago",
         ]
         if rec.status != "running":
             parts.append(f"status {rec.status}")
