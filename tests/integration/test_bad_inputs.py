@@ -467,24 +467,17 @@ def test_workspace_that_is_not_writable_is_refused(tmp_path):
     assert f"cannot create workspace {blocker / 'ws'}" in result.stderr
 
 
+def _warm_start_args(tmp_path: Path, checkpoint: Path) -> list[str]:
+    """A one-epoch member of a fresh two-member workspace, warm-started from ``checkpoint``."""
+    workspace = ["--pbt-workspace", str(tmp_path / "ws"), "--pbt-members", "2", "--pbt-index", "0"]
+    training = ["--max_iterations", "1", "--train-dir", str(tmp_path / "runs")]
+    return [*MEMBER, *workspace, *training, "--checkpoint", str(checkpoint)]
+
+
 def test_warm_start_from_a_file_that_is_not_a_checkpoint_is_refused(tmp_path):
     bogus = tmp_path / "model.pth"
     bogus.write_text("not a checkpoint")
-    args = [
-        *MEMBER,
-        "--pbt-workspace",
-        str(tmp_path / "ws"),
-        "--pbt-members",
-        "2",
-        "--pbt-index",
-        "0",
-        "--max_iterations",
-        "1",
-        "--train-dir",
-        str(tmp_path / "runs"),
-        "--checkpoint",
-        str(bogus),
-    ]
+    args = _warm_start_args(tmp_path, bogus)
     result = _run_member(args, tmp_path)
     assert result.returncode == 2
     assert str(bogus) in result.stderr and "not a torch checkpoint" in result.stderr
@@ -494,21 +487,7 @@ def test_warm_start_from_a_pickle_with_a_disallowed_global_is_refused(tmp_path):
     evil = tmp_path / "evil.pth"
     with open(evil, "wb") as fh:
         torch.save({"model": {}, "payload": Evil()}, fh, pickle_module=pickle)
-    args = [
-        *MEMBER,
-        "--pbt-workspace",
-        str(tmp_path / "ws"),
-        "--pbt-members",
-        "2",
-        "--pbt-index",
-        "0",
-        "--max_iterations",
-        "1",
-        "--train-dir",
-        str(tmp_path / "runs"),
-        "--checkpoint",
-        str(evil),
-    ]
+    args = _warm_start_args(tmp_path, evil)
     result = _run_member(args, tmp_path)
     assert result.returncode == 2
     assert str(evil) in result.stderr and "system" in result.stderr and "trusted" in result.stderr
