@@ -31,7 +31,8 @@ from async_pbt_isaaclab.core.agent_config import apply_overrides, load_populatio
 from async_pbt_isaaclab.core.audit import AuditLog, verify_log
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, population_config_from_dict
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EpisodeBatch, EvidenceSummary, EvidenceWindow
-from async_pbt_isaaclab.core.mutation import MemberRng, MutationSpec, mutate
+from async_pbt_isaaclab.core.member_rng import MemberRng
+from async_pbt_isaaclab.core.mutation import MutationSpec, mutate
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
 from async_pbt_isaaclab.core.retention import population_best
 from async_pbt_isaaclab.core.selection import Decision, Outcome, decide

@@ -20,7 +20,8 @@ from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.audit import AuditLog
 from async_pbt_isaaclab.core.config import PopulationConfig, population_config_from_dict
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS, MemberRng
+from async_pbt_isaaclab.core.member_rng import MemberRng
+from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
 from async_pbt_isaaclab.core.selection import Outcome
 from async_pbt_isaaclab.core.step import PopulationView, pbt_step

@@ -42,7 +42,8 @@ BLOCKED_BODY = textwrap.dedent(
     # Exercise the lazily imported paths too: every selection rule and a mutation.
     from async_pbt_isaaclab.core.config import population_config_from_dict
     from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-    from async_pbt_isaaclab.core.mutation import MemberRng, mutate
+    from async_pbt_isaaclab.core.member_rng import MemberRng
+    from async_pbt_isaaclab.core.mutation import mutate
     from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
     from async_pbt_isaaclab.core.selection import decide
     now = time.time()

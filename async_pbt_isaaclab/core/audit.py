@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.config import ConfigError, population_config_from_dict
-from async_pbt_isaaclab.core.mutation import MemberRng
+from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.records import RecordError
 from async_pbt_isaaclab.core.step import PopulationView, initial_step, pbt_step, replay_records
 

@@ -14,7 +14,7 @@ from async_pbt_isaaclab.core.selection import Decision, Field, donor_candidates,
 
 if TYPE_CHECKING:
     from async_pbt_isaaclab.core.config import PopulationConfig
-    from async_pbt_isaaclab.core.mutation import MemberRng
+    from async_pbt_isaaclab.core.member_rng import MemberRng
 
 
 def forced_exploit(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:

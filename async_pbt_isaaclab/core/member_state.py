@@ -193,7 +193,7 @@ def _check_types(state: MemberState, where: str) -> None:
         except EvidenceError as exc:
             raise RecordError(str(exc)) from None
     if state.rng_state:  # {}: not drawn from yet (the member sets it at its first start)
-        from async_pbt_isaaclab.core.mutation import MemberRng
+        from async_pbt_isaaclab.core.member_rng import MemberRng
 
         try:
             MemberRng.from_state(state.rng_state)

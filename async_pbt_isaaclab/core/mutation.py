@@ -14,8 +14,7 @@ Kinds (``MutationSpec.kind``):
 * ``int``: add or subtract a step drawn uniformly from ``1..step``, clipped.
 * ``choice``: pick uniformly among the other ``choices``.
 
-The member's RNG (:class:`MemberRng`) is a numpy PCG64 generator whose compact state is stored with the
-member, so the sequence of draws continues across restarts instead of replaying the same draws.
+The draws come from the member's RNG (:class:`~async_pbt_isaaclab.core.member_rng.MemberRng`).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-import numpy as np
+from async_pbt_isaaclab.core.member_rng import MemberRng
 
 MUTATION_KINDS = ("log_float", "discount", "log_shift", "int", "choice")
 """Accepted values of ``MutationSpec.kind``."""
@@ -73,58 +72,6 @@ class Change:
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "old": self.old, "new": self.new, "factor": self.factor}
-
-
-class MemberRng:
-    """A member's own mutation/selection RNG with a JSON-serialisable state.
-
-    PCG64 state is two 128-bit integers; JSON keeps them exactly (Python ints are arbitrary size).
-    """
-
-    def __init__(self, seed: int | None = None, state: Mapping[str, Any] | None = None):
-        self.generator = np.random.Generator(np.random.PCG64(seed))
-        """The underlying numpy generator; draw only through the methods below to keep replays exact."""
-        if state is not None:
-            self.set_state(state)
-
-    def get_state(self) -> dict[str, Any]:
-        s = self.generator.bit_generator.state
-        return {
-            "bit_generator": s["bit_generator"],
-            "state": int(s["state"]["state"]),
-            "inc": int(s["state"]["inc"]),
-            "has_uint32": int(s["has_uint32"]),
-            "uinteger": int(s["uinteger"]),
-        }
-
-    def set_state(self, state: Mapping[str, Any]) -> None:
-        try:
-            if state["bit_generator"] != "PCG64":
-                raise ValueError(f"unsupported bit generator {state['bit_generator']!r} (expected 'PCG64')")
-            self.generator.bit_generator.state = {
-                "bit_generator": "PCG64",
-                "state": {"state": int(state["state"]), "inc": int(state["inc"])},
-                "has_uint32": int(state["has_uint32"]),
-                "uinteger": int(state["uinteger"]),
-            }
-        except (KeyError, TypeError, OverflowError) as exc:  # OverflowError: numbers outside PCG64's range
-            raise ValueError(f"invalid RNG state {state!r:.300}: {exc}") from None
-
-    @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> "MemberRng":
-        return cls(seed=0, state=state)
-
-    def uniform(self, low: float, high: float) -> float:
-        return float(self.generator.uniform(low, high))
-
-    def random(self) -> float:
-        return float(self.generator.random())
-
-    def integers(self, low: int, high_inclusive: int) -> int:
-        return int(self.generator.integers(low, high_inclusive, endpoint=True))
-
-    def choice_index(self, n: int) -> int:
-        return int(self.generator.integers(0, n))
 
 
 def clip(value: float, low: float, high: float) -> float:

@@ -27,7 +27,7 @@ from async_pbt_isaaclab.core.selection import (
 
 if TYPE_CHECKING:
     from async_pbt_isaaclab.core.config import PopulationConfig
-    from async_pbt_isaaclab.core.mutation import MemberRng
+    from async_pbt_isaaclab.core.member_rng import MemberRng
 
 RuleFunction = Callable[["Field", "PopulationConfig", "MemberRng"], Decision]
 """``(field, cfg, rng) -> Decision``: pure; draws only through ``rng``."""

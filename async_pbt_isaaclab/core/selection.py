@@ -29,7 +29,7 @@ from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
 
 if TYPE_CHECKING:  # config imports the rule registry, which imports this module
     from async_pbt_isaaclab.core.config import PopulationConfig
-    from async_pbt_isaaclab.core.mutation import MemberRng
+    from async_pbt_isaaclab.core.member_rng import MemberRng
 
 
 class Outcome(str, enum.Enum):

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.mutation import Change, MemberRng, MutationSpec, mutate
+from async_pbt_isaaclab.core.member_rng import MemberRng
+from async_pbt_isaaclab.core.mutation import Change, MutationSpec, mutate
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
 from async_pbt_isaaclab.core.selection import Decision, Outcome, decide
 

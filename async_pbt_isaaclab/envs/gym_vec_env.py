@@ -44,7 +44,7 @@ from gymnasium.vector import SyncVectorEnv
 from rl_games.common.ivecenv import IVecEnv
 
 from async_pbt_isaaclab.core.evidence import ConditionLabel
-from async_pbt_isaaclab.envs.summary import EpisodeSummaryEmitter
+from async_pbt_isaaclab.envs.summary_emitter import EpisodeSummaryEmitter
 from async_pbt_isaaclab.envs.summary_source import SUMMARY_SOURCE_ATTR, find_summary_source
 
 #: rl_games vec-env type name under which :class:`GymVecEnv` is registered.
@@ -100,7 +100,7 @@ class GymVecEnv(IVecEnv):
       has, so ``IsaacAlgoObserver`` logs it. These are per-step display values, not PBT evidence.
 
     PBT evidence comes from :attr:`pbt_summary_source`, an
-    :class:`~async_pbt_isaaclab.envs.summary.EpisodeSummaryEmitter` fed with every step's rewards,
+    :class:`~async_pbt_isaaclab.envs.summary_emitter.EpisodeSummaryEmitter` fed with every step's rewards,
     terminations and truncations (float64 accumulation is the emitter's business).
     """
 

@@ -39,7 +39,7 @@ SOURCE_KINDS = ("accessor", "attr", "reward", "log")
 """Source prefixes with a fixed meaning; any other ``a.b:c`` is a ``module:function`` callable."""
 
 TERM_MODES = ("sum", "last", "max", "log")
-"""Per-episode reductions (see :data:`async_pbt_isaaclab.envs.summary.TermMode`)."""
+"""Per-episode reductions (see :data:`async_pbt_isaaclab.envs.summary_emitter.TermMode`)."""
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ Contract of :class:`PbtIsaacLabEnv` (what it needs from the wrapped env, as ``Ma
 * ``extras["log"]`` (optional) maps names to scalars (0-d tensors or Python numbers) describing the envs reset in
   this step; Isaac Lab rebuilds or updates it on steps with resets, so its values are stale between resets.
 
-What it adds: every step feeds an :class:`~async_pbt_isaaclab.envs.summary.EpisodeSummaryEmitter` (on the env
+What it adds: every step feeds an :class:`~async_pbt_isaaclab.envs.summary_emitter.EpisodeSummaryEmitter` (on the env
 device, no host synchronisation) with the step's rewards, flags, per-env term values and ``extras["log"]``. The
 emitter is exposed as :attr:`PbtIsaacLabEnv.pbt_summary_source` (``drain() -> EpisodeBatch``,
 ``start_generation(g)``). Observations, rewards, flags and extras pass through unchanged.
@@ -143,7 +143,7 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         super().__init__(env)
         import torch
 
-        from async_pbt_isaaclab.envs.summary import EpisodeSummaryEmitter
+        from async_pbt_isaaclab.envs.summary_emitter import EpisodeSummaryEmitter
 
         base: Any = env.unwrapped  # an Isaac Lab env: num_envs, device (gymnasium.Env declares neither)
         task_state = task_env(base)

@@ -8,7 +8,7 @@ that is a :class:`SummarySource`:
 * ``start_generation(g)``: episodes completing from now on are labelled generation ``g``.
 
 A source that also has ``set_settle_max_steps`` (a :class:`SettlingSummarySource`, as
-:class:`~async_pbt_isaaclab.envs.summary.EpisodeSummaryEmitter` is) gets the population's
+:class:`~async_pbt_isaaclab.envs.summary_emitter.EpisodeSummaryEmitter` is) gets the population's
 ``settle_max_steps`` from the observer.
 
 The observer finds it with :func:`find_summary_source` and never needs to know which env layer it

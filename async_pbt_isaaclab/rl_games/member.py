@@ -32,8 +32,9 @@ from async_pbt_isaaclab.core.audit import AuditLog
 from async_pbt_isaaclab.core.config import PopulationConfig, objective_term
 from async_pbt_isaaclab.core.evidence import ConditionLabel
 from async_pbt_isaaclab.core.member_lock import MemberLock
+from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.member_state import MemberState, load_state, save_state
-from async_pbt_isaaclab.core.mutation import MemberRng, agent_path
+from async_pbt_isaaclab.core.mutation import agent_path
 from async_pbt_isaaclab.core.workspace import Workspace
 from async_pbt_isaaclab.rl_games.pbt_logging import assign_wandb_run_id
 from async_pbt_isaaclab.rl_games.restart import capture_argv

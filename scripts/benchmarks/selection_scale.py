@@ -35,7 +35,7 @@ from pathlib import Path
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.config import population_config_from_dict
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-from async_pbt_isaaclab.core.mutation import MemberRng
+from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.records import MemberRecord
 from async_pbt_isaaclab.core.selection import decide
 from async_pbt_isaaclab.core.workspace import Workspace, checkpoint_name

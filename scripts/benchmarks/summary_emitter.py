@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmarks of the episode-summary emitter (:class:`async_pbt_isaaclab.envs.summary.EpisodeSummaryEmitter`).
+"""Benchmarks of the episode-summary emitter (:class:`async_pbt_isaaclab.envs.summary_emitter.EpisodeSummaryEmitter`).
 
 Subcommands:
 
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from async_pbt_isaaclab.envs.summary import EpisodeSummaryEmitter
+from async_pbt_isaaclab.envs.summary_emitter import EpisodeSummaryEmitter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the e2e mode's module, next to this file
 import summary_emitter_e2e as e2e

@@ -21,8 +21,9 @@ from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.audit import AuditLog, read_entries, verify_log
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, population_config_from_dict
 from async_pbt_isaaclab.core.member_lock import read_lock_owner
+from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.member_state import MemberState, load_state
-from async_pbt_isaaclab.core.mutation import MemberRng, mutate
+from async_pbt_isaaclab.core.mutation import mutate
 from async_pbt_isaaclab.core.records import MemberRecord, RecordError, parse_record_bytes
 from async_pbt_isaaclab.core.retention import active_pins, population_best
 from async_pbt_isaaclab.core.selection import decide

@@ -426,7 +426,8 @@ def test_resolved_defaults_follow_interval_steps():
 
 
 def test_mapping_form_gets_the_same_kind_check_and_int_coercion_as_the_short_form():
-    from async_pbt_isaaclab.core.mutation import MemberRng, mutate
+    from async_pbt_isaaclab.core.member_rng import MemberRng
+    from async_pbt_isaaclab.core.mutation import mutate
 
     cfg = population_config_from_dict({"mutation": {"mini_epochs": {"kind": "mutate_float", "low": 2, "high": 8}}})
     spec = cfg.mutation["mini_epochs"]

@@ -17,7 +17,7 @@ import dataclasses
 
 from async_pbt_isaaclab.core.config import population_config_from_dict
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-from async_pbt_isaaclab.core.mutation import MemberRng
+from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
 from async_pbt_isaaclab.core.selection import Outcome, decide
 

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.mutation import (
     SUPPORTED_HYPERPARAMETERS,
-    MemberRng,
     MutationSpec,
     mutate,
     mutate_value,

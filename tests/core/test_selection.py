@@ -27,7 +27,7 @@ from scipy import stats
 
 from async_pbt_isaaclab.core.config import population_config_from_dict
 from async_pbt_isaaclab.core.evidence import ConditionLabel
-from async_pbt_isaaclab.core.mutation import MemberRng
+from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.rules import welch_p_value
 from async_pbt_isaaclab.core.selection import Outcome, decide, peer_exclusion
 

@@ -126,8 +126,8 @@ def test_a_kill_counts_only_when_its_window_was_still_open(tmp_path):
     chaos = _load_chaos()
     from async_pbt_isaaclab.core import fsio
     from async_pbt_isaaclab.core.audit import AuditLog
+    from async_pbt_isaaclab.core.member_rng import MemberRng
     from async_pbt_isaaclab.core.member_state import MemberState, save_state
-    from async_pbt_isaaclab.core.mutation import MemberRng
 
     rng = MemberRng(1)
     rng_before = rng.get_state()
@@ -195,8 +195,8 @@ def test_in_process_windows_open_and_close_with_each_write_of_the_exploit(tmp_pa
     chaos = _load_chaos()
     from async_pbt_isaaclab.core import fsio
     from async_pbt_isaaclab.core.audit import AuditLog
+    from async_pbt_isaaclab.core.member_rng import MemberRng
     from async_pbt_isaaclab.core.member_state import MemberState, save_state
-    from async_pbt_isaaclab.core.mutation import MemberRng
 
     mdir = tmp_path / "members" / "002"
     (mdir / "checkpoints").mkdir(parents=True)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from async_pbt_isaaclab.core.evidence import ConditionLabel
-from async_pbt_isaaclab.envs.summary import EpisodeSummaryEmitter
-from async_pbt_isaaclab.envs.torch_vec_env import (
+from async_pbt_isaaclab.envs.summary_emitter import EpisodeSummaryEmitter
+from async_pbt_isaaclab.envs.torch_reach_task import (
     PER_ENV_TERM_MODES,
     REWARD_TERMS,
     TASK_ID,
@@ -31,7 +31,9 @@ def ungated_emitter(*args, **kwargs) -> EpisodeSummaryEmitter:
 
 
 # The brute-force reference lives next door; load it by path so any pytest import mode works.
-_spec = importlib.util.spec_from_file_location("_summary_reference", Path(__file__).with_name("test_summary.py"))
+_spec = importlib.util.spec_from_file_location(
+    "_summary_reference", Path(__file__).with_name("test_summary_emitter.py")
+)
 _reference = sys.modules.setdefault(_spec.name, importlib.util.module_from_spec(_spec))
 _spec.loader.exec_module(_reference)
 

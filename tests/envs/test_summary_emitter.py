@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE, ConditionLabel, EpisodeBatch, EvidenceWindow
-from async_pbt_isaaclab.envs.summary import DrainStats, EpisodeSummaryEmitter, default_term_mode
+from async_pbt_isaaclab.envs.summary_emitter import DrainStats, EpisodeSummaryEmitter, default_term_mode
 
 
 def ungated_emitter(*args, **kwargs) -> EpisodeSummaryEmitter:

@@ -39,7 +39,7 @@ What is mimicked from Isaac Lab (``ManagerBasedRLEnv.step``/``_reset_idx``, rewa
   ``seed(seed)``, ``close()``.
 
 Not Isaac Lab: :meth:`TorchReachEnv.get_per_env_terms` exposes the per-env, per-step term values, which an
-:class:`~async_pbt_isaaclab.envs.summary.EpisodeSummaryEmitter` turns into exact per-episode terms
+:class:`~async_pbt_isaaclab.envs.summary_emitter.EpisodeSummaryEmitter` turns into exact per-episode terms
 (:data:`PER_ENV_TERM_MODES` says how). The env is not an ``isaaclab.envs.ManagerBasedRLEnv`` instance, so
 ``isaaclab_rl``'s type check would reject it; our own Isaac Lab layer accepts it.
 """
