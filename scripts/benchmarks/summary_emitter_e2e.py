@@ -194,7 +194,7 @@ def e2e_run(variant: str, args: argparse.Namespace, epochs: int, profile: cProfi
     from async_pbt_isaaclab.envs.isaaclab_condition import reward_fingerprint
     from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
     from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source
-    from async_pbt_isaaclab.rl_games.observer import MultiObserver
+    from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
 
     reach_task = _real_isaaclab(args.isaaclab)
     task_id = reach_task.TASK_ID
