@@ -20,8 +20,8 @@ from async_pbt_isaaclab.commands.lineage_view import lineage_events
 from async_pbt_isaaclab.commands.workspace_views import best_data
 from async_pbt_isaaclab.core.audit import read_entries
 from async_pbt_isaaclab.core.evidence import EvidenceError, EvidenceSummary
+from async_pbt_isaaclab.core.lineage import MemberLineage, member_lineage
 from async_pbt_isaaclab.core.member_progress import decision_in_words
-from async_pbt_isaaclab.core.schedule import MemberLineage, member_lineage
 
 EVALUATIONS_FILE = "evaluations.jsonl"
 """Held-out evaluation results, one JSON object per line, in the workspace root (optional)."""

@@ -1,8 +1,9 @@
 """``async-pbt replay WORKSPACE --member K``: export the hyperparameter schedule of member K's lineage.
 
 The schedule follows K's exploits back through each donor's audit log to the fresh start the weights came
-from (see :mod:`async_pbt_isaaclab.core.schedule` for the replay-frame axis) and is written as yaml, ready for
-a single training run to follow. ``--frame F`` prints the values in force at replay frame F instead.
+from (:mod:`async_pbt_isaaclab.core.lineage`; :mod:`async_pbt_isaaclab.core.schedule` has the replay-frame
+axis) and is written as yaml, ready for a single training run to follow. ``--frame F`` prints the values in
+force at replay frame F instead.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def add_replay_parser(subparsers: argparse._SubParsersAction) -> None:
 def schedule_for(ws, member: int):
     """The :class:`~async_pbt_isaaclab.core.schedule.Schedule` of ``member``'s lineage in workspace ``ws``."""
     from async_pbt_isaaclab.core.audit import read_entries
-    from async_pbt_isaaclab.core.schedule import MemberLineage, ScheduleError, lineage_schedule, member_lineage
+    from async_pbt_isaaclab.core.lineage import MemberLineage, lineage_schedule, member_lineage
+    from async_pbt_isaaclab.core.schedule import ScheduleError
 
     indices = ws.member_indices()
     if member not in indices:

@@ -1,66 +1,34 @@
 """Hyperparameter schedules: what a member's lineage trained with, frame by frame, as a replayable plan.
 
-A member's final weights were trained by a chain of members: its own training since its last exploit, the
-donor's training before the donor checkpoint it copied, that donor's own donor, and so on. Following the
-chain back through the audit logs gives one continuous history of the weights. Its frame axis is the
-*replay frame*: frames of experience the weights have had, counted from the first fresh start of the chain
-(a recipient keeps its own frame counter after an exploit, so its frames are shifted onto the donor's).
+A :class:`Schedule` lays out the hyperparameters the weights of one member were trained with on the
+*replay frame* axis: frames of experience the weights have had, counted from the first fresh start of
+their chain of donors (a recipient keeps its own frame counter after an exploit, so its frames are shifted
+onto the donor's). :mod:`async_pbt_isaaclab.core.lineage` builds one from the audit logs.
 
-:func:`member_lineage` reads one member's generation changes from its audit entries,
-:func:`lineage_schedule` chains them into a :class:`Schedule`, :func:`values_at` looks up the values in
-force at a replay frame and :class:`ScheduleFollower` tells a single training run when to apply the next
-step. Pure Python over plain data; yaml in and out with errors naming the file and key.
+:func:`values_at` looks up the values in force at a replay frame, :class:`ScheduleFollower` tells a single
+training run when to apply the next step, :func:`check_replayable` and :func:`initial_overrides` say whether
+and how one run can follow it. Pure Python over plain data; yaml in and out with errors naming the file and
+key.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
+
+import yaml
+
+from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS, agent_path
 
 SCHEDULE_FORMAT = "async-pbt-schedule/1"
 """The ``format`` key of a schedule file; other values are refused."""
 
-_CKPT_FRAME = re.compile(r"g(\d+)_f(\d+)\.pth$")
-
 
 class ScheduleError(ValueError):
     """A schedule (or the audit data it is built from) is unusable; the message names the file and key."""
-
-
-@dataclass(frozen=True)
-class GenerationChange:
-    """One applied change of generation of a member (an ``exploit_applied`` audit entry)."""
-
-    generation: int
-    """The member's new generation."""
-    frame: int
-    """The member's own frame counter when the change was applied."""
-    hyperparameters: dict[str, Any]
-    """Every mutated hyperparameter's value from this change on."""
-    donor: int | None = None
-    """Member whose checkpoint was copied; ``None`` (or the member itself) for an explore of own weights."""
-    donor_generation: int | None = None
-    """Generation of the donor checkpoint."""
-    donor_frame: int | None = None
-    """Donor's frame counter at the donor checkpoint."""
-
-
-@dataclass(frozen=True)
-class MemberLineage:
-    """What one member's audit log says about the hyperparameters its weights were trained with."""
-
-    member: int
-    """Member index."""
-    start_hyperparameters: dict[str, Any]
-    """Values at the member's first start (generation 0)."""
-    start_frame: int = 0
-    """Frame counter at the first start (0 for a fresh start)."""
-    changes: tuple[GenerationChange, ...] = ()
-    """Applied changes of generation, oldest first."""
 
 
 @dataclass(frozen=True)
@@ -112,117 +80,6 @@ class Schedule:
                 for s in self.steps
             ],
         }
-
-
-# ============================================================================ reading audit entries
-
-
-def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
-
-
-def member_lineage(member: int, entries: Iterable[tuple[int, Mapping[str, Any] | None, str | None]]) -> MemberLineage:
-    """Read ``start`` and ``exploit_applied`` entries (``(line, entry, error)`` as ``read_entries`` yields)."""
-    start_hp: dict[str, Any] | None = None
-    start_frame = 0
-    changes: list[GenerationChange] = []
-    for _line, entry, _err in entries:
-        if entry is None:
-            continue
-        kind = entry.get("kind")
-        if kind == "start" and start_hp is None and isinstance(entry.get("hyperparameters"), Mapping):
-            start_hp = dict(entry["hyperparameters"])
-            start_frame = _int(entry.get("frame")) or 0
-        elif kind == "exploit_applied":
-            gen, frame = _int(entry.get("generation")), _int(entry.get("frame"))
-            if gen is None or frame is None:
-                continue
-            hp = entry.get("hyperparameters")
-            if not isinstance(hp, Mapping):
-                prev = dict(changes[-1].hyperparameters if changes else start_hp or {})
-                for c in entry.get("changes") or []:
-                    if isinstance(c, Mapping) and "key" in c:
-                        prev[c["key"]] = c.get("new")
-                hp = prev
-            donor = _int(entry.get("donor"))
-            donor_frame = _int(entry.get("donor_frame"))
-            if donor_frame is None and isinstance(entry.get("donor_checkpoint"), str):
-                m = _CKPT_FRAME.search(entry["donor_checkpoint"])
-                donor_frame = int(m.group(2)) if m else None
-            changes.append(
-                GenerationChange(gen, frame, dict(hp), donor, _int(entry.get("donor_generation")), donor_frame)
-            )
-    changes.sort(key=lambda c: c.generation)
-    return MemberLineage(member, start_hp or {}, start_frame, tuple(changes))
-
-
-# ============================================================================ chaining lineages
-
-
-def lineage_schedule(
-    member: int, lineages: Mapping[int, MemberLineage], end_frame: int | None = None, workspace: str = ""
-) -> Schedule:
-    """The schedule of ``member``'s lineage, following each exploit back to the donor checkpoint it copied.
-
-    ``end_frame`` is the member's current frame counter (its record's ``frame``); it only sets
-    :attr:`Schedule.end_frame`. A donor whose audit log is missing raises :class:`ScheduleError`.
-    """
-    # Walk back from the member to the fresh start its weights came from, one exploit at a time ...
-    hops: list[tuple[int, list[GenerationChange], int | None]] = []
-    seen: set[tuple[int, int]] = set()
-    current, upto = member, None
-    while True:
-        lin = lineages.get(current)
-        if lin is None:
-            raise ScheduleError(f"member {current}: no audit log to follow the lineage through")
-        changes = [c for c in lin.changes if upto is None or (c.generation <= upto[0] and c.frame <= upto[1])]
-        last = max((i for i, c in enumerate(changes) if c.donor is not None and c.donor != current), default=None)
-        hops.append((current, changes, last))
-        if last is None:
-            break
-        ex = changes[last]
-        if (current, ex.generation) in seen:
-            # Each exploit goes back to an earlier checkpoint; no real run visits a generation twice.
-            raise ScheduleError(
-                f"member {current} generation {ex.generation}: the lineage does not end "
-                f"(a cycle of donors in the audit logs)"
-            )
-        seen.add((current, ex.generation))
-        donor, donor_frame, donor_generation = ex.donor, ex.donor_frame, ex.donor_generation
-        assert donor is not None  # `last` picks a change that has a donor
-        if donor_frame is None or donor_generation is None:
-            raise ScheduleError(
-                f"member {current} generation {ex.generation}: the exploit entry names no donor "
-                f"frame/generation, so the donor's history cannot be cut at its checkpoint"
-            )
-        current, upto = donor, (donor_generation, donor_frame)
-    # ... then forward again: each hop keeps the earlier history up to the copied checkpoint and continues.
-    steps: list[ScheduleStep] = []
-    offset = 0
-    for current, changes, last in reversed(hops):
-        if last is None:
-            lin = lineages[current]
-            offset = -lin.start_frame
-            steps = [ScheduleStep(0, dict(lin.start_hyperparameters), current, lin.start_frame, 0, "start")]
-            rest = changes
-        else:
-            ex = changes[last]
-            assert ex.donor_frame is not None  # checked on the walk back above
-            at = ex.donor_frame + offset
-            offset = at - ex.frame
-            steps = [st for st in steps if st.frame <= at]
-            steps.append(ScheduleStep(at, dict(ex.hyperparameters), current, ex.frame, ex.generation, "exploit"))
-            rest = changes[last + 1 :]
-        steps += [
-            ScheduleStep(max(0, c.frame + offset), dict(c.hyperparameters), current, c.frame, c.generation, "explore")
-            for c in rest
-        ]
-    # Two steps at one frame: the later one is what trained from there on.
-    merged: dict[int, ScheduleStep] = {}
-    for st in steps:
-        merged[st.frame] = st
-    end = None if end_frame is None else end_frame + offset
-    return Schedule(member, tuple(sorted(merged.values(), key=lambda st: st.frame)), workspace, end)
 
 
 # ============================================================================ lookup and following
@@ -280,8 +137,6 @@ learning rate must also be written into the optimizer's param groups (``agent.up
 def replay_problems(schedule: Schedule) -> list[str]:
     """Why a single run cannot follow ``schedule``: unknown keys, or a key that is not live (the network's
     log-std bounds need a rebuilt network) changing after frame 0. Empty when it can."""
-    from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS
-
     problems = []
     first = schedule.steps[0].values if schedule.steps else {}
     for i, step in enumerate(schedule.steps):
@@ -319,8 +174,6 @@ def replay_experiment_name(base_name: str, schedule: Schedule) -> str:
 def initial_overrides(schedule: Schedule) -> dict[tuple[str, ...], Any]:
     """Agent-config paths (under the agent yaml's root, e.g. ``("params", "config", "gamma")``) and the values
     the replayed run starts with (the schedule's frame-0 step)."""
-    from async_pbt_isaaclab.core.mutation import agent_path
-
     if not schedule.steps:
         raise ScheduleError(f"schedule of member {schedule.member} has no steps")
     return {agent_path(k): v for k, v in sorted(schedule.steps[0].values.items())}
@@ -338,13 +191,18 @@ def live_assignments(values: Mapping[str, Any]) -> list[tuple[str, Any]]:
 # ============================================================================ files
 
 
+def _count(v: Any) -> int | None:
+    """``v`` when it is an integer >= 0 (a frame, generation or member index), else ``None``."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
 def schedule_from_dict(data: Any, where: str = "schedule") -> Schedule:
     """Parse a schedule (as :meth:`Schedule.to_dict` writes it); errors name the key."""
     if not isinstance(data, Mapping):
         raise ScheduleError(f"{where}: expected a mapping, got {type(data).__name__}")
     if data.get("format") != SCHEDULE_FORMAT:
         raise ScheduleError(f"{where}.format: expected {SCHEDULE_FORMAT!r}, got {data.get('format')!r}")
-    member = _int(data.get("member"))
+    member = _count(data.get("member"))
     if member is None:
         raise ScheduleError(f"{where}.member: expected a member index, got {data.get('member')!r}")
     raw = data.get("steps")
@@ -355,7 +213,7 @@ def schedule_from_dict(data: Any, where: str = "schedule") -> Schedule:
         w = f"{where}.steps[{i}]"
         if not isinstance(s, Mapping):
             raise ScheduleError(f"{w}: expected a mapping")
-        frame = _int(s.get("frame"))
+        frame = _count(s.get("frame"))
         if frame is None:
             raise ScheduleError(f"{w}.frame: expected an integer >= 0, got {s.get('frame')!r}")
         values = s.get("values")
@@ -370,22 +228,20 @@ def schedule_from_dict(data: Any, where: str = "schedule") -> Schedule:
             ScheduleStep(
                 frame,
                 dict(values),
-                _int(s.get("member")) or 0,
-                _int(s.get("member_frame")) or 0,
-                _int(s.get("generation")) or 0,
+                _count(s.get("member")) or 0,
+                _count(s.get("member_frame")) or 0,
+                _count(s.get("generation")) or 0,
                 str(s.get("source") or ""),
             )
         )
     if steps[0].frame != 0:
         raise ScheduleError(f"{where}.steps[0].frame: the first step must be at frame 0, got {steps[0].frame}")
     end = data.get("end_frame")
-    return Schedule(member, tuple(steps), str(data.get("workspace") or ""), _int(end))
+    return Schedule(member, tuple(steps), str(data.get("workspace") or ""), _count(end))
 
 
 def load_schedule(path: str | Path) -> Schedule:
     """Read a schedule yaml written by ``async-pbt replay``."""
-    import yaml
-
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
@@ -397,6 +253,4 @@ def load_schedule(path: str | Path) -> Schedule:
 
 
 def dump_schedule(schedule: Schedule) -> str:
-    import yaml
-
     return yaml.safe_dump(schedule.to_dict(), sort_keys=False, default_flow_style=False)

@@ -1,18 +1,18 @@
-"""Hyperparameter schedules of a lineage: chaining exploits back through donors, lookup, following, files."""
+"""Hyperparameter schedules of a lineage (core.lineage and core.schedule): chaining exploits back through donors,
+lookup, following, files."""
 
 from __future__ import annotations
 
 import pytest
 
+from async_pbt_isaaclab.core.lineage import lineage_schedule, member_lineage
 from async_pbt_isaaclab.core.schedule import (
     Schedule,
     ScheduleError,
     ScheduleFollower,
     ScheduleStep,
     dump_schedule,
-    lineage_schedule,
     load_schedule,
-    member_lineage,
     schedule_from_dict,
     values_at,
 )
