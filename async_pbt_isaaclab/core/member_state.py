@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.records import RecordError
+from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceError, EvidenceSummary
+from async_pbt_isaaclab.core.member_rng import MemberRng
+from async_pbt_isaaclab.core.records import HistoryEntry, RecordError
 
 STATE_SCHEMA_VERSION = 2
 """Version of ``state.json`` (2: evidence, history, origin and finish kept with the member)."""
@@ -180,21 +182,15 @@ def _check_types(state: MemberState, where: str) -> None:
         raise RecordError(
             f"{where}.pending_exploit: expected null or an object with checkpoint and sha256, got {pending!r:.80}"
         )
-    from async_pbt_isaaclab.core.records import HistoryEntry
-
     for i, e in enumerate(state.history):
         HistoryEntry.from_dict(e, f"{where}.history[{i}]")
     if state.evidence is not None:
-        from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceError, EvidenceSummary
-
         try:
             EvidenceSummary.from_dict(state.evidence.get("summary"), f"{where}.evidence.summary")
             ConditionLabel.from_dict(state.evidence.get("condition"), f"{where}.evidence.condition")
         except EvidenceError as exc:
             raise RecordError(str(exc)) from None
     if state.rng_state:  # {}: not drawn from yet (the member sets it at its first start)
-        from async_pbt_isaaclab.core.member_rng import MemberRng
-
         try:
             MemberRng.from_state(state.rng_state)
         except ValueError as exc:
