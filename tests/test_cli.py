@@ -18,10 +18,11 @@ import yaml
 from async_pbt_isaaclab import cli
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.audit import AuditLog
-from async_pbt_isaaclab.core.config import PopulationConfig, population_config_from_dict
+from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS
+from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
 from async_pbt_isaaclab.core.selection import Outcome
 from async_pbt_isaaclab.core.step import PopulationView, pbt_step
@@ -658,7 +659,7 @@ def test_configuration_doc_lists_every_supported_hyperparameter():
 
 def test_selection_doc_mentions_every_rule_and_parameter():
     text = (REPO / "docs" / "selection.md").read_text()
-    from async_pbt_isaaclab.core.config import SELECTION_RULES
+    from async_pbt_isaaclab.core.pbt_section import SELECTION_RULES
 
     for rule in SELECTION_RULES:
         assert f"`{rule}`" in text

@@ -40,12 +40,12 @@ BLOCKED_BODY = textwrap.dedent(
         imported.append(mod)
 
     # Exercise the lazily imported paths too: every selection rule and a mutation.
-    from async_pbt_isaaclab.core.config import population_config_from_dict
+    from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
     from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
     from async_pbt_isaaclab.core.member_rng import MemberRng
     from async_pbt_isaaclab.core.mutation import mutate
     from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
-    from async_pbt_isaaclab.core.selection import decide
+    from async_pbt_isaaclab.core.rules import decide
     now = time.time()
     recs = []
     for i in range(4):

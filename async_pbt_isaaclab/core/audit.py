@@ -1,8 +1,8 @@
 """The audit log: append-only, hash-chained JSON lines, one file per member, and its verifier.
 
 Every decision is logged *before* it is acted on (write-ahead), keep decisions included. A decision
-entry holds everything :func:`~async_pbt_isaaclab.core.selection.decide` and
-:func:`~async_pbt_isaaclab.core.mutation.explore` need to recompute it: my record, the peers'
+entry holds everything :func:`~async_pbt_isaaclab.core.rules.decide` and
+:func:`~async_pbt_isaaclab.core.mutation.mutate` need to recompute it: my record, the peers'
 records, the selection config, ``now``, the RNG state before, the starting hyperparameters; and
 what came out: the decision, the mutation changes and the RNG state after.
 
@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.config import ConfigError, population_config_from_dict
+from async_pbt_isaaclab.core.config import ConfigError
 from async_pbt_isaaclab.core.member_rng import MemberRng
+from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.records import RecordError
 from async_pbt_isaaclab.core.step import PopulationView, initial_step, pbt_step, replay_records
 

@@ -1,23 +1,30 @@
 """Selection rules for end-to-end tests only: deterministic outcomes that real member processes can run.
 
-They are registered with ``fixture=True``: a config naming one is refused unless the environment variable
-``ASYNC_PBT_TEST_FIXTURE`` equals its name, and the audit verifier replays recorded fixture decisions as
-they ran. Never meant for a real population.
+Importing this module registers them in :data:`async_pbt_isaaclab.core.rules.RULES` with ``fixture=True``
+(:mod:`async_pbt_isaaclab.core.pbt_section` imports it, so they are known wherever a config is read). A
+config naming one is refused unless the environment variable :data:`TEST_FIXTURE_ENV` equals its name, and
+the audit verifier replays recorded fixture decisions as they ran. Never meant for a real population.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
 
+from async_pbt_isaaclab.core.config import PopulationConfig
+from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.rules import RuleSpec, register
 from async_pbt_isaaclab.core.selection import Decision, Field, donor_candidates, exploit_decision, keep_decision
 
-if TYPE_CHECKING:
-    from async_pbt_isaaclab.core.config import PopulationConfig
-    from async_pbt_isaaclab.core.member_rng import MemberRng
+TEST_FIXTURE_ENV = "ASYNC_PBT_TEST_FIXTURE"
+"""Environment variable that must equal a fixture rule's name for that rule to be accepted."""
 
 
-def forced_exploit(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
+def fixture_enabled(rule: str) -> bool:
+    """``rule`` is the fixture the environment variable :data:`TEST_FIXTURE_ENV` names for this process."""
+    return os.environ.get(TEST_FIXTURE_ENV) == rule
+
+
+def forced_exploit(fld: Field, cfg: PopulationConfig, rng: MemberRng) -> Decision:
     """In generation 0, every member except the lowest-index compared one exploits that one."""
     me = fld.me
     donors = sorted(donor_candidates(fld, fld.ranked))
@@ -33,7 +40,7 @@ def forced_exploit(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Dec
 register(RuleSpec("fixture_forced_exploit", forced_exploit, (), "test fixture: forced exploits", fixture=True))
 
 
-def exploit_every_decision(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
+def exploit_every_decision(fld: Field, cfg: PopulationConfig, rng: MemberRng) -> Decision:
     """Every decision exploits the best-ranked peer that may be a donor, whatever the gap: a reliability
     harness gets exploit windows at a steady rate that no objective value can change."""
     donors = donor_candidates(fld, fld.ranked)

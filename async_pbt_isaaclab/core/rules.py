@@ -1,4 +1,5 @@
-"""The selection rules, registered in one place: name, decision function, and the config keys each reads.
+"""The selection rules, registered in one place (name, decision function, the config keys each reads),
+and :func:`decide`, which runs the shared selection steps and hands the field to the configured rule.
 
 A rule is a pure function ``(field, cfg, rng) -> Decision`` over the members that count
 (:class:`~async_pbt_isaaclab.core.selection.Field`: me and every compared peer at matching progress,
@@ -6,30 +7,33 @@ ranked best first on the ``objective_direction`` scale). ``check-config``, the c
 benchmarks read :data:`RULES`; to add a rule, write its function and add one :func:`register` call.
 
 Test fixtures (rules that force outcomes for end-to-end tests) live in
-:mod:`async_pbt_isaaclab.core.fixtures`, registered with ``fixture=True``: the config refuses them
-unless the ``ASYNC_PBT_TEST_FIXTURE`` variable names them, and every output calls them fixtures.
+:mod:`async_pbt_isaaclab.core.fixtures`, which registers them with ``fixture=True`` when it is imported.
+The reader of the ``pbt:`` section (:mod:`async_pbt_isaaclab.core.pbt_section`) imports it, so every config
+read from a yaml or replayed from an audit entry can name one; it refuses a fixture unless the
+``ASYNC_PBT_TEST_FIXTURE`` variable names it, and every output calls them fixtures.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Sequence
 
+from async_pbt_isaaclab.core.config import PopulationConfig
+from async_pbt_isaaclab.core.member_rng import MemberRng
+from async_pbt_isaaclab.core.records import MemberRecord
 from async_pbt_isaaclab.core.selection import (
     Decision,
     Field,
+    build_field,
     donor_candidates,
     exploit_decision,
     explore_decision,
     keep_decision,
+    my_ineligibility,
 )
 
-if TYPE_CHECKING:
-    from async_pbt_isaaclab.core.config import PopulationConfig
-    from async_pbt_isaaclab.core.member_rng import MemberRng
-
-RuleFunction = Callable[["Field", "PopulationConfig", "MemberRng"], Decision]
+RuleFunction = Callable[[Field, PopulationConfig, MemberRng], Decision]
 """``(field, cfg, rng) -> Decision``: pure; draws only through ``rng``."""
 
 
@@ -86,6 +90,33 @@ def rule_specific_keys() -> dict[str, tuple[str, ...]]:
     return out
 
 
+# ------------------------------------------------------------------------------------------ dispatch
+
+
+def decide(
+    me: MemberRecord,
+    peers: Sequence[MemberRecord],
+    cfg: PopulationConfig,
+    rng: MemberRng,
+    now: float,
+) -> Decision:
+    """Decide keep / exploit / explore for ``me``. Pure: same inputs and RNG state, same decision."""
+    rule = cfg.rule
+    why = my_ineligibility(me, cfg)
+    if why is not None:
+        return keep_decision(rule, why)
+    fld = build_field(me, peers, cfg, now)
+    if len(fld.standings) < cfg.min_members:
+        n_ex = len(fld.common["excluded"])
+        return keep_decision(
+            rule,
+            f"{len(fld.standings)} compatible live members with evidence < min_members="
+            f"{cfg.min_members}" + (f" ({n_ex} excluded: see excluded)" if n_ex else ""),
+            **fld.common,
+        )
+    return rule_spec(rule).decide(fld, cfg, rng)
+
+
 # ------------------------------------------------------------------------------------------ helpers
 
 
@@ -122,7 +153,7 @@ def welch_p_value(donor: tuple[float, float, int], mine: tuple[float, float, int
 # ------------------------------------------------------------------------------------------ rules
 
 
-def dexpbt(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
+def dexpbt(fld: Field, cfg: PopulationConfig, rng: MemberRng) -> Decision:
     """DexPBT: the worst group copies a random member of the top group, or explores in place when the gap
     to it is small (docs/selection.md lists where this differs from IsaacGymEnvs' pbt.py)."""
     me, ranked, scores = fld.me.member, fld.ranked, fld.scores
@@ -179,7 +210,7 @@ def dexpbt(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
     return exploit_decision("dexpbt", fld, donor, reasons, thresholds)
 
 
-def isaaclab(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
+def isaaclab(fld: Field, cfg: PopulationConfig, rng: MemberRng) -> Decision:
     """Isaac Lab's bands: an underperformer below mean - max(k*std, abs) copies a leader above the upper band."""
     me, ranked, scores = fld.me.member, fld.ranked, fld.scores
     vals = [scores[m] for m in ranked]
@@ -226,7 +257,7 @@ def isaaclab(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
     )
 
 
-def welch(fld: Field, cfg: "PopulationConfig", rng: "MemberRng") -> Decision:
+def welch(fld: Field, cfg: PopulationConfig, rng: MemberRng) -> Decision:
     """The worst group copies a top-group donor only when Welch's t-test says the donor is better."""
     me, ranked = fld.me.member, fld.ranked
     n = len(ranked)
@@ -288,5 +319,3 @@ register(
         "worst group copies a donor that Welch's t-test finds better",
     )
 )
-
-from async_pbt_isaaclab.core import fixtures  # noqa: E402,F401  (registers the test fixtures)

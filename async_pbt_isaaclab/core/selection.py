@@ -1,35 +1,35 @@
-"""Selection: a pure function from (my record, peers' records, config, rng, now) to a :class:`Decision`.
+"""Selection: the steps every rule shares, pure functions of (my record, peers' records, config, now).
 
-Nothing here reads files or clocks: ``now`` is an input, so the audit verifier can recompute every
+:func:`async_pbt_isaaclab.core.rules.decide` runs them in order and hands the result to the configured
+rule. Nothing here reads files or clocks: ``now`` is an input, so the audit verifier can recompute every
 decision from the values recorded in its entry. The steps are always the same:
 
-1. **Am I eligible?** settled evidence of my current generation with ``min_episodes`` episodes, past the
-   start and restart grace periods, under ``max_restarts``.
-2. **What does each peer count as?** A peer is compared at its newest *history entry* at a frame no later
-   than mine (DexPBT's "compare at matching progress"): a peer ahead of me is judged by what it had
-   achieved when it had trained as long as I have, never excluded for being ahead. A peer is excluded
-   (with the reason recorded) when its heartbeat is too old or in the future, it optimises another
-   objective, its new generation has not settled yet (it just exploited), it has no entry at or before my
-   frame, its newest entry lags more than ``max_frame_lag`` behind me, or the entry's condition differs.
-3. **The rule** (``dexpbt``, ``isaaclab``, ``welch``) ranks me and the compared peers and returns keep,
-   exploit (with a donor entry, whose checkpoint is the one copied) or explore (mutate my own
-   hyperparameters, keep my weights).
+1. **Am I eligible?** (:func:`my_ineligibility`) settled evidence of my current generation with
+   ``min_episodes`` episodes, past the start and restart grace periods, under ``max_restarts``.
+2. **What does each peer count as?** (:func:`peer_entry`, :func:`build_field`) A peer is compared at its
+   newest *history entry* at a frame no later than mine (DexPBT's "compare at matching progress"): a peer
+   ahead of me is judged by what it had achieved when it had trained as long as I have, never excluded for
+   being ahead. A peer is excluded (with the reason recorded) when its heartbeat is too old or in the
+   future, it optimises another objective, its new generation has not settled yet (it just exploited), it
+   has no entry at or before my frame, its newest entry lags more than ``max_frame_lag`` behind me, or the
+   entry's condition differs.
+3. **The rule** (``dexpbt``, ``isaaclab``, ``welch``; :mod:`async_pbt_isaaclab.core.rules`) ranks me and the
+   compared peers and returns keep, exploit (with a donor entry, whose checkpoint is the one copied) or
+   explore (mutate my own hyperparameters, keep my weights), built with :func:`keep_decision`,
+   :func:`exploit_decision` and :func:`explore_decision`.
 
 The donor is never me, never an excluded peer, never an entry without a checkpoint, and never the
-checkpoint my current generation was copied from.
+checkpoint my current generation was copied from (:func:`donor_candidates`).
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
+from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
-
-if TYPE_CHECKING:  # config imports the rule registry, which imports this module
-    from async_pbt_isaaclab.core.config import PopulationConfig
-    from async_pbt_isaaclab.core.member_rng import MemberRng
 
 
 class Outcome(str, enum.Enum):
@@ -174,12 +174,14 @@ def peer_entry(
     return entry, None
 
 
-def peer_exclusion(me: MemberRecord, peer: MemberRecord, cfg: "PopulationConfig", now: float) -> str | None:
+def peer_exclusion(me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float) -> str | None:
     """Why ``peer`` is not compared with ``me`` (``None`` when it is)."""
     return peer_entry(me, peer, cfg, now)[1]
 
 
-def _my_ineligibility(me: MemberRecord, cfg: PopulationConfig) -> str | None:
+def my_ineligibility(me: MemberRecord, cfg: PopulationConfig) -> str | None:
+    """Why ``me`` may not decide now (``None`` when it may): too little settled evidence of my generation,
+    inside a grace period, or out of restarts."""
     ev = me.evidence
     if ev.generation != me.generation or ev.count < cfg.min_episodes:
         return (
@@ -223,32 +225,6 @@ def build_field(me: MemberRecord, peers: Sequence[MemberRecord], cfg: Population
         compared_frames={m: s.frame for m, s in standings.items()},
     )
     return Field(me, standings, ranked, scores, common)
-
-
-def decide(
-    me: MemberRecord,
-    peers: Sequence[MemberRecord],
-    cfg: PopulationConfig,
-    rng: MemberRng,
-    now: float,
-) -> Decision:
-    """Decide keep / exploit / explore for ``me``. Pure: same inputs and RNG state, same decision."""
-    rule = cfg.rule
-    why = _my_ineligibility(me, cfg)
-    if why is not None:
-        return keep_decision(rule, why)
-    fld = build_field(me, peers, cfg, now)
-    if len(fld.standings) < cfg.min_members:
-        n_ex = len(fld.common["excluded"])
-        return keep_decision(
-            rule,
-            f"{len(fld.standings)} compatible live members with evidence < min_members="
-            f"{cfg.min_members}" + (f" ({n_ex} excluded: see excluded)" if n_ex else ""),
-            **fld.common,
-        )
-    from async_pbt_isaaclab.core.rules import rule_spec
-
-    return rule_spec(rule).decide(fld, cfg, rng)
 
 
 def donor_candidates(fld: Field, members: Sequence[int]) -> list[int]:

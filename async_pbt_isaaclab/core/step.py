@@ -22,7 +22,8 @@ from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.mutation import Change, MutationSpec, mutate
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
-from async_pbt_isaaclab.core.selection import Decision, Outcome, decide
+from async_pbt_isaaclab.core.rules import decide
+from async_pbt_isaaclab.core.selection import Decision, Outcome
 
 
 @dataclass(frozen=True)

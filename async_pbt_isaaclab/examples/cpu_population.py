@@ -26,10 +26,11 @@ from pathlib import Path
 
 from async_pbt_isaaclab.commands.common import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
-from async_pbt_isaaclab.core.config import SELECTION_RULES, ConfigError
+from async_pbt_isaaclab.core.config import ConfigError
 from async_pbt_isaaclab.core.flags import add_population_args, population_overrides
 from async_pbt_isaaclab.core.fsio import folder_problem
 from async_pbt_isaaclab.core.member_state import load_state
+from async_pbt_isaaclab.core.pbt_section import SELECTION_RULES
 from async_pbt_isaaclab.core.retention import population_best
 from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
 from async_pbt_isaaclab.exit_codes import EXIT_USAGE

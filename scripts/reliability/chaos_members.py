@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.config import TEST_FIXTURE_ENV
+from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV
 from async_pbt_isaaclab.core.workspace import member_dirname
 
 FIXTURE_RULE = "fixture_exploit_every_decision"

@@ -13,7 +13,7 @@ record_dict            ``MemberRecord.from_dict`` (JSON values)                 
 read_records           ``Workspace.read_records`` (a folder of records)            none (errors returned)
 state_bytes            ``member_state.load_state`` (``state.json``)                RecordError
 state_dict             ``MemberState.from_dict``                                   RecordError
-population_config      ``config.population_config_from_dict`` (``pbt:`` mapping)   ConfigError
+population_config      ``pbt_section.population_config_from_dict`` (``pbt:``)      ConfigError
 audit                  ``AuditLog.open``; ``verify_log``; ``read_entries``          RecordError (open only)
 population_meta        ``Workspace.population_meta`` (``population.json``)         WorkspaceError
 active_pins            ``retention.active_pins`` (``pins/*.pin``)                  none

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from async_pbt_isaaclab.core.audit import AuditLog
-from async_pbt_isaaclab.core.config import population_config_from_dict
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.member_state import MemberState
+from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
 from async_pbt_isaaclab.core.retention import update_best
 from async_pbt_isaaclab.core.step import PopulationView, pbt_step

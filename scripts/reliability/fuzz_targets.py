@@ -19,14 +19,15 @@ from hypothesis import strategies as st
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.audit import AuditLog, read_entries, verify_log
-from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, population_config_from_dict
+from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
 from async_pbt_isaaclab.core.member_lock import read_lock_owner
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.member_state import MemberState, load_state
 from async_pbt_isaaclab.core.mutation import mutate
+from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.records import MemberRecord, RecordError, parse_record_bytes
 from async_pbt_isaaclab.core.retention import active_pins, population_best
-from async_pbt_isaaclab.core.selection import decide
+from async_pbt_isaaclab.core.rules import decide
 from async_pbt_isaaclab.core.step import start_hyperparameters
 from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
 

@@ -19,8 +19,8 @@ import json
 import pytest
 
 from async_pbt_isaaclab.core.audit import GENESIS, AuditLog, entry_hash, verify_log
-from async_pbt_isaaclab.core.config import population_config_from_dict
 from async_pbt_isaaclab.core.member_rng import MemberRng
+from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.selection import Outcome
 from async_pbt_isaaclab.core.step import PopulationView, pbt_step
 

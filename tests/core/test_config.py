@@ -1,4 +1,4 @@
-"""Population config (async_pbt_isaaclab.core.config).
+"""Population config (async_pbt_isaaclab.core.config, read by core.pbt_section and core.mutation_section).
 
 What is shown here:
 1. an Isaac Lab rl_games agent yaml with a ``pbt:`` section (PbtCfg field names, Isaac Lab mutation
@@ -21,14 +21,10 @@ from async_pbt_isaaclab.core.agent_config import (
     load_population_config,
     load_yaml,
 )
-from async_pbt_isaaclab.core.config import (
-    TEST_FIXTURE_ENV,
-    ConfigError,
-    PopulationConfig,
-    objective_term,
-    population_config_from_dict,
-)
+from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, objective_term
+from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV
 from async_pbt_isaaclab.core.mutation import MutationSpec
+from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 
 # An Isaac Lab rl_games agent yaml as shipped with a PBT section (field names of isaaclab_rl's PbtCfg).
 ISAACLAB_AGENT_YAML = textwrap.dedent(

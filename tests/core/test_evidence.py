@@ -18,7 +18,6 @@ import math
 
 import pytest
 
-from async_pbt_isaaclab.core.config import population_config_from_dict
 from async_pbt_isaaclab.core.evidence import (
     ConditionLabel,
     EpisodeBatch,
@@ -26,6 +25,7 @@ from async_pbt_isaaclab.core.evidence import (
     EvidenceSummary,
     EvidenceWindow,
 )
+from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.selection import peer_exclusion
 
 

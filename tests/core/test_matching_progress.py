@@ -1,4 +1,4 @@
-"""Comparison at matching progress (async_pbt_isaaclab.core.selection with record histories).
+"""Comparison at matching progress (async_pbt_isaaclab.core.selection and rules.decide with record histories).
 
 What is shown here, with records that go through the same JSON round trip as the workspace:
 1. a peer ahead of me is compared at its newest entry at or before my frame, never excluded for being
@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from async_pbt_isaaclab.core.config import population_config_from_dict
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
 from async_pbt_isaaclab.core.member_rng import MemberRng
+from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
-from async_pbt_isaaclab.core.selection import Outcome, decide
+from async_pbt_isaaclab.core.rules import decide
+from async_pbt_isaaclab.core.selection import Outcome
 
 NOW = 1_700_000_000.0
 INTERVAL = 100_000  # Isaac Lab's PbtCfg default interval_steps

@@ -364,7 +364,7 @@ def test_exploit_under_adaptive_schedule_starts_from_the_donors_live_learning_ra
     """Donor trains with lr_schedule: adaptive (its rate drifts from the configured 1e-3) and publishes; the
     recipient exploits it (forced by the test fixture) with a learning-rate mutation. After the restart the
     optimizer's rate is the donor's live rate at the compared entry x the mutation factor, clipped."""
-    from async_pbt_isaaclab.core.config import TEST_FIXTURE_ENV
+    from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV
     from async_pbt_isaaclab.core.mutation import clip
 
     monkeypatch.setenv(TEST_FIXTURE_ENV, "fixture_forced_exploit")

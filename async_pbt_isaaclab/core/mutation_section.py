@@ -1,0 +1,183 @@
+"""The ``mutation:`` mapping of a ``pbt:`` section, read and checked into :class:`MutationSpec` objects.
+
+Two forms load: Isaac Lab's ``{agent.params.config.learning_rate: mutate_float}`` (the key may carry the
+agent-config prefix, the value names a kind) and ours, a mapping with ``kind``, ``low``, ``high``,
+``change_range``, ``step`` and ``choices``. Each hyperparameter's kind must fit it (an integer stays an
+integer, ``discount`` only suits values in [0, 1)). :mod:`async_pbt_isaaclab.core.config` calls
+:func:`parse_mutation_section` and reports its problems with the rest of the section.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping
+
+from async_pbt_isaaclab.core.mutation import (
+    ISAACLAB_KIND_NAMES,
+    MUTATION_KINDS,
+    SUPPORTED_HYPERPARAMETERS,
+    MutationSpec,
+)
+
+BAKED_IN = {
+    "minibatch_size": " (baked into the PPO dataset at start: a donor's optimizer state and buffers assume it)",
+    "horizon_length": " (sizes the experience buffer at start)",
+    "num_actors": " (the number of simulated envs; fixed by the simulator)",
+    "seq_length": " (sizes RNN sequence buffers at start)",
+}
+"""Keys people try to mutate that cannot change, with why (shown in the error)."""
+
+
+def parse_mutation_section(raw: Any, problems: list[str], where: str) -> dict[str, MutationSpec]:
+    """Read ``mutation:``: Isaac Lab form ``{agent.params.config.lr: mutate_float}`` or ours with bounds.
+
+    Every problem is appended to ``problems`` (one line each, prefixed with ``where``); the hyperparameters
+    that passed are returned, so the caller reports everything at once."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        problems.append(f"{where}mutation: expected a mapping of hyperparameter -> kind, got {raw!r}")
+        return {}
+    specs: dict[str, MutationSpec] = {}
+    supported = ", ".join(SUPPORTED_HYPERPARAMETERS)
+    for raw_key, raw_spec in raw.items():
+        key = normalise_hparam_key(str(raw_key))
+        label = f"{where}mutation.{raw_key}"
+        if key not in SUPPORTED_HYPERPARAMETERS:
+            why = BAKED_IN.get(key, "")
+            problems.append(f"{label}: {raw_key!r} is not a supported hyperparameter{why}; supported: {supported}")
+            continue
+        default = SUPPORTED_HYPERPARAMETERS[key].spec
+        if isinstance(raw_spec, str):
+            kind = ISAACLAB_KIND_NAMES.get(raw_spec, raw_spec)
+            if kind not in MUTATION_KINDS:
+                problems.append(
+                    f"{label}: unknown mutation {raw_spec!r}; accepted: "
+                    f"{', '.join(list(ISAACLAB_KIND_NAMES) + list(MUTATION_KINDS))}"
+                )
+                continue
+            spec, why = _spec_for_kind(key, default, kind, raw_spec)
+            if spec is None:
+                problems.append(f"{label}: {why}")
+            else:
+                specs[key] = spec
+            continue
+        if not isinstance(raw_spec, Mapping):
+            problems.append(f"{label}: expected a kind name or a mapping with kind/low/high, got {raw_spec!r}")
+            continue
+        unknown = set(raw_spec) - {"kind", "low", "high", "change_range", "step", "choices"}
+        if unknown:
+            problems.append(
+                f"{label}: unknown keys {sorted(unknown)}; accepted: kind, low, high, change_range, step, choices"
+            )
+            continue
+        raw_kind = raw_spec.get("kind", default.kind)
+        if not isinstance(raw_kind, str):
+            problems.append(
+                f"{label}.kind: expected a kind name, got {raw_kind!r}; accepted: {', '.join(MUTATION_KINDS)}"
+            )
+            continue
+        kind = ISAACLAB_KIND_NAMES.get(raw_kind, raw_kind)
+        if kind not in MUTATION_KINDS:
+            problems.append(
+                f"{label}.kind: unknown kind {raw_kind!r}; accepted: "
+                f"{', '.join(list(ISAACLAB_KIND_NAMES) + list(MUTATION_KINDS))}"
+            )
+            continue
+        # The same key/kind check as the short form: mutate_float on mini_epochs is an int step, never a float.
+        base, why = _spec_for_kind(key, default, kind, raw_kind)
+        if base is None:
+            problems.append(f"{label}.kind: {why}")
+            continue
+        default, kind = base, base.kind
+        try:
+            low = float(raw_spec.get("low", default.low))
+            high = float(raw_spec.get("high", default.high))
+        except (TypeError, ValueError, OverflowError):
+            problems.append(f"{label}: low/high must be numbers, got {raw_spec.get('low')!r}/{raw_spec.get('high')!r}")
+            continue
+        if not (math.isfinite(low) and math.isfinite(high)):
+            problems.append(f"{label}: low/high must be finite, got {low}/{high}")
+            continue
+        if low > high:
+            problems.append(f"{label}: low {low} > high {high}; low must be <= high")
+            continue
+        if kind == "log_float" and low <= 0:
+            problems.append(f"{label}: log_float needs low > 0 (it multiplies), got low={low}")
+            continue
+        if kind == "int" and math.ceil(low) > math.floor(high):
+            problems.append(f"{label}: int needs an integer inside [low, high], got [{low}, {high}]")
+            continue
+        if kind == "discount" and not (0 <= low and high < 1):
+            problems.append(f"{label}: discount needs 0 <= low and high < 1, got [{low}, {high}]")
+            continue
+        cr = raw_spec.get("change_range", default.change_range)
+        if cr is not None:
+            cr_ok = valid_change_range(cr)
+            if cr_ok is None:
+                problems.append(f"{label}.change_range: expected [min, max] with 1 <= min <= max, got {cr!r}")
+                continue
+            cr = cr_ok
+        step = raw_spec.get("step", default.step)
+        if not isinstance(step, int) or step < 1:
+            problems.append(f"{label}.step: expected an integer >= 1, got {step!r}")
+            continue
+        choices = raw_spec.get("choices", default.choices)
+        if not isinstance(choices, (list, tuple)) or not all(
+            c is None or isinstance(c, (str, bool, int)) or (isinstance(c, float) and math.isfinite(c)) for c in choices
+        ):
+            problems.append(f"{label}.choices: expected a list of strings, numbers or booleans, got {choices!r}")
+            continue
+        choices = tuple(choices)
+        if kind == "choice" and len(choices) < 2:
+            problems.append(f"{label}.choices: a choice mutation needs at least two choices, got {list(choices)}")
+            continue
+        specs[key] = MutationSpec(kind=kind, low=low, high=high, change_range=cr, step=step, choices=choices)
+    return specs
+
+
+def _spec_for_kind(key: str, default: MutationSpec, kind: str, raw: str) -> tuple[MutationSpec | None, str]:
+    """A key's default spec with the kind a string asked for, or why that kind does not fit the key.
+
+    Isaac Lab's ``mutate_float`` means "multiply or divide by a factor": on an integer hyperparameter
+    (mini_epochs) that is our ``int`` step, so rl_games keeps getting an int.
+    """
+    if kind == default.kind:
+        return default, ""
+    if raw == "mutate_float" and default.kind in ("int", "log_shift", "discount"):
+        return default, ""
+    if kind == "discount" and not (0 <= default.low and default.high < 1):
+        return None, (
+            f"{raw!r} mutates 1-x and suits values in [0, 1) such as gamma and tau; {key} has bounds "
+            f"[{default.low}, {default.high}]; accepted here: mutate_float or {default.kind}"
+        )
+    if default.kind == "int" or kind in ("int", "choice", "log_shift"):
+        return None, f"kind {kind!r} does not fit {key} (a {default.kind} hyperparameter); accepted: {default.kind}"
+    if kind == "log_float" and default.low <= 0:
+        return None, f"log_float needs positive bounds; {key} has [{default.low}, {default.high}]"
+    # A new kind gets the population's change range, not the default kind's own (discount uses 1.1-1.2).
+    return dataclasses.replace(default, kind=kind, change_range=None), ""
+
+
+def valid_change_range(value: Any) -> tuple[float, float] | None:
+    """``(min, max)`` from a ``[min, max]`` pair with ``1 <= min <= max``, both finite; ``None`` otherwise."""
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        try:
+            lo, hi = float(value[0]), float(value[1])
+        except (TypeError, ValueError, OverflowError):
+            return None
+        if math.isfinite(lo) and math.isfinite(hi) and 1.0 <= lo <= hi:
+            return (lo, hi)
+    return None
+
+
+def normalise_hparam_key(key: str) -> str:
+    """``agent.params.config.learning_rate`` / ``params.config.learning_rate`` -> ``learning_rate``."""
+    for prefix in ("agent.params.config.", "params.config.", "config."):
+        if key.startswith(prefix):
+            return key[len(prefix) :]
+    for prefix in ("agent.params.", "params."):
+        if key.startswith(prefix):
+            return key[len(prefix) :]
+    return key

@@ -1,0 +1,205 @@
+"""Reading the ``pbt:`` section of an agent yaml into a checked :class:`PopulationConfig`.
+
+:func:`population_config_from_dict` coerces each value to its field's type, reads the ``mutation:`` mapping
+(:mod:`async_pbt_isaaclab.core.mutation_section`), then checks every value against what it accepts: ranges,
+the selection rules of the registry (:mod:`async_pbt_isaaclab.core.rules`) and the test fixtures, refused
+unless their variable names them (:mod:`async_pbt_isaaclab.core.fixtures`, imported here, which registers
+them). Every problem is collected and raised together in one :class:`ConfigError`, each line naming the key
+and what is accepted (the file too, with ``source``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from typing import Any, Mapping
+
+from async_pbt_isaaclab.core import rules
+from async_pbt_isaaclab.core.config import (
+    EXPLOIT_MODES,
+    HPARAM_SOURCES,
+    OBJECTIVE_DIRECTIONS,
+    ConfigError,
+    PopulationConfig,
+)
+from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV, fixture_enabled
+from async_pbt_isaaclab.core.mutation_section import parse_mutation_section, valid_change_range
+
+SELECTION_RULES = rules.production_rules()
+"""Selection rules a user may choose (from the registry in :mod:`async_pbt_isaaclab.core.rules`)."""
+
+TEST_FIXTURE_RULES = rules.fixture_rules()
+"""Rules for end-to-end tests only (:mod:`async_pbt_isaaclab.core.fixtures`, registered by importing it
+above). Refused unless ``ASYNC_PBT_TEST_FIXTURE`` names the rule."""
+
+RETIRED_KEYS = {
+    "frame_tolerance": "removed: a peer ahead of you is compared at its history entry at or before your frame, "
+    "never excluded for being ahead (see history_length and max_frame_lag)",
+    "gap_leader_fraction": "renamed to gap_donor_fraction: the required gap is relative to the donor's objective",
+}
+"""Keys earlier versions accepted, with what replaced them (a clearer error than 'unknown key')."""
+
+
+FIELD_NAMES = tuple(f.name for f in dataclasses.fields(PopulationConfig))
+"""Every key a ``pbt:`` section may hold."""
+
+
+def _check_type(key: str, value: Any, default: Any, problems: list[str], where: str) -> Any:
+    """Coerce ``value`` to the type of ``default`` or record a problem."""
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        problems.append(f"{where}{key}: expected true or false, got {value!r}")
+    elif isinstance(default, int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        problems.append(f"{where}{key}: expected an integer, got {value!r}")
+    elif isinstance(default, float):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                number = float(value)
+            except OverflowError:  # an integer too large for a float
+                number = math.inf
+            if not math.isfinite(number):
+                problems.append(f"{where}{key}: expected a finite number, got {value!r:.40}")
+                return None
+            return number
+        problems.append(f"{where}{key}: expected a number, got {value!r}")
+    elif isinstance(default, str):
+        if isinstance(value, str):
+            return value
+        problems.append(f"{where}{key}: expected a string, got {value!r}")
+    elif isinstance(default, list):
+        if isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value):
+            return list(value)
+        if isinstance(value, str):
+            return value.split()
+        problems.append(f"{where}{key}: expected a list of strings, got {value!r}")
+    else:
+        return value
+    return None
+
+
+def population_config_from_dict(
+    raw: Mapping[str, Any] | None, source: str = "", allow_test_fixture: bool = False
+) -> PopulationConfig:
+    """Build and validate a :class:`PopulationConfig` from a ``pbt:`` mapping. Raises :class:`ConfigError`.
+
+    ``allow_test_fixture`` is for the audit verifier replaying a recorded fixture decision only.
+    """
+    problems: list[str] = []
+    where = "pbt."
+    raw = dict(raw or {})
+    defaults = PopulationConfig()
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in RETIRED_KEYS:
+            problems.append(f"{where}{key}: {RETIRED_KEYS[key]}")
+            continue
+        if key not in FIELD_NAMES:
+            close = difflib.get_close_matches(str(key), FIELD_NAMES, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            problems.append(f"{where}{key}: unknown key; {hint}accepted keys: {', '.join(FIELD_NAMES)}")
+            continue
+        if key == "mutation":
+            values[key] = parse_mutation_section(value, problems, where)
+        elif key == "change_range":
+            cr = valid_change_range(value)
+            if cr is None:
+                problems.append(f"{where}change_range: expected [min, max] with 1 <= min <= max, got {value!r}")
+            else:
+                values[key] = cr
+        else:
+            checked = _check_type(key, value, getattr(defaults, key), problems, where)
+            if checked is not None:
+                values[key] = checked
+    if "rule" not in raw and ("threshold_std" in raw or "threshold_abs" in raw):
+        # Those thresholds only mean something to Isaac Lab's band rule: an Isaac Lab yaml keeps its meaning.
+        values["rule"] = "isaaclab"
+    cfg = dataclasses.replace(defaults, **values)
+    problems.extend(_validate_values(cfg, where, allow_test_fixture))
+    if problems:
+        raise ConfigError(problems, source)
+    return cfg
+
+
+def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool = False) -> list[str]:
+    p: list[str] = []
+
+    def need(ok: bool, msg: str) -> None:
+        if not ok:
+            p.append(where + msg)
+
+    need(cfg.num_policies >= 1, f"num_policies: must be >= 1, got {cfg.num_policies}")
+    need(
+        0 <= cfg.policy_idx < max(cfg.num_policies, 1),
+        f"policy_idx: {cfg.policy_idx} is out of range; accepted: 0..{cfg.num_policies - 1} "
+        f"(num_policies={cfg.num_policies})",
+    )
+    need(cfg.interval_steps >= 1, f"interval_steps: must be >= 1, got {cfg.interval_steps}")
+    for name in ("mutation_rate", "worst_fraction", "top_fraction"):
+        v = getattr(cfg, name)
+        need(0.0 <= v <= 1.0, f"{name}: {v} is outside [0, 1]")
+    need(0.0 <= cfg.trim_fraction < 1.0, f"trim_fraction: {cfg.trim_fraction} is outside [0, 1)")
+    need(
+        cfg.objective_direction in OBJECTIVE_DIRECTIONS,
+        f"objective_direction: {cfg.objective_direction!r} is not accepted; "
+        f"accepted: {', '.join(OBJECTIVE_DIRECTIONS)}",
+    )
+    need(
+        cfg.exploit_mode in EXPLOIT_MODES,
+        f"exploit_mode: {cfg.exploit_mode!r} is not accepted; accepted: {', '.join(EXPLOIT_MODES)}",
+    )
+    need(cfg.history_length >= 1, f"history_length: must be >= 1, got {cfg.history_length}")
+    need(0.0 < cfg.welch_alpha < 1.0, f"welch_alpha: {cfg.welch_alpha} is outside (0, 1)")
+    for name in (
+        "threshold_std",
+        "threshold_abs",
+        "gap_std_fraction",
+        "gap_donor_fraction",
+        "max_heartbeat_age_s",
+        "max_clock_skew_s",
+        "temp_grace_s",
+        "heartbeat_interval_s",
+    ):
+        v = getattr(cfg, name)
+        need(v >= 0, f"{name}: must be >= 0, got {v}")
+    need(cfg.window >= 1, f"window: must be >= 1, got {cfg.window}")
+    need(1 <= cfg.min_episodes <= cfg.window, f"min_episodes: {cfg.min_episodes} must be in [1, window={cfg.window}]")
+    need(cfg.min_members >= 2, f"min_members: must be >= 2 (a member needs a peer), got {cfg.min_members}")
+    for name in (
+        "max_frame_lag",
+        "start_grace_frames",
+        "restart_grace_frames",
+        "settle_max_steps",
+        "mutation_seed",
+        "max_restarts",
+    ):
+        v = getattr(cfg, name)
+        need(v >= -1, f"{name}: must be >= 0, or -1 for the default, got {v}")
+    need(cfg.keep_last_checkpoints >= 1, f"keep_last_checkpoints: must be >= 1, got {cfg.keep_last_checkpoints}")
+    need(cfg.keep_best_checkpoints >= 0, f"keep_best_checkpoints: must be >= 0, got {cfg.keep_best_checkpoints}")
+    need(
+        cfg.hparams_from in HPARAM_SOURCES,
+        f"hparams_from: {cfg.hparams_from!r} is not accepted; accepted: {', '.join(HPARAM_SOURCES)}",
+    )
+    need(bool(cfg.objective.strip()), "objective: must name a per-episode quantity, e.g. episode_return or success")
+    low_b, high_b = cfg.mutation.get("network.log_std_bounds.low"), cfg.mutation.get("network.log_std_bounds.high")
+    if low_b is not None and high_b is not None and low_b.high >= high_b.low:
+        p.append(
+            f"{where}mutation: network.log_std_bounds.low may reach {low_b.high} but "
+            f"network.log_std_bounds.high may fall to {high_b.low}; the ranges must not overlap "
+            f"(low's high < high's low), or a mutation could produce low >= high"
+        )
+    if cfg.rule in TEST_FIXTURE_RULES:
+        need(
+            allow_test_fixture or fixture_enabled(cfg.rule),
+            f"rule: {cfg.rule!r} is a test fixture that forces exploits; it is refused unless the environment "
+            f"variable {TEST_FIXTURE_ENV}={cfg.rule} is set (never in a real run)",
+        )
+    else:
+        need(cfg.rule in SELECTION_RULES, f"rule: {cfg.rule!r} is not accepted; accepted: {', '.join(SELECTION_RULES)}")
+    return p
