@@ -18,6 +18,24 @@ from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
 # train with torch_threads=1 anyway. An OMP_NUM_THREADS the user set is kept.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+MAX_WORKERS = 4
+"""Most ``-n auto`` workers: each file of real member processes uses a core or two of its own."""
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (pyproject's default): one worker per core, at most :data:`MAX_WORKERS`."""
+    return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files with ``slow`` tests (real member processes, tens of seconds each) run first, in collection order.
+
+    Under ``--dist loadfile`` a worker takes whole files in this order, so the many short files fill the gaps at
+    the end instead of one long file running alone after the rest. The order within a file is kept.
+    """
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # a stable sort: False (slow) first
+
 
 def build_record(
     member: int,

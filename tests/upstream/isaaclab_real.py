@@ -16,8 +16,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -46,28 +48,35 @@ def wheel_path(release: str) -> Path:
     if found:
         return found[0]
     wheels.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--disable-pip-version-check",
-        "-q",
-        "-d",
-        str(wheels),
-        RELEASES[release]["requirement"],
-    ]
-    if RELEASES[release]["python"]:
-        cmd += ["--python-version", RELEASES[release]["python"], "--only-binary=:all:"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    found = sorted(wheels.glob(f"{name}-*.whl"))
-    if proc.returncode != 0 or not found:
-        raise Unavailable(
-            f"could not download {RELEASES[release]['requirement']} from PyPI: "
-            f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
-        )
-    return found[0]
+    # Into a folder of this process's own, then renamed into place: test workers running side by side (xdist)
+    # may download the same wheel at once, and none may see another's half-written file.
+    staging = Path(tempfile.mkdtemp(prefix=f".download-{release}-", dir=wheels))
+    try:
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+            str(staging),
+            RELEASES[release]["requirement"],
+        ]
+        if RELEASES[release]["python"]:
+            cmd += ["--python-version", RELEASES[release]["python"], "--only-binary=:all:"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        downloaded = sorted(staging.glob(f"{name}-*.whl"))
+        if proc.returncode != 0 or not downloaded:
+            raise Unavailable(
+                f"could not download {RELEASES[release]['requirement']} from PyPI: "
+                f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
+            )
+        os.replace(downloaded[0], wheels / downloaded[0].name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return wheels / downloaded[0].name
 
 
 def ensure(release: str) -> Path:
@@ -83,8 +92,6 @@ def ensure(release: str) -> Path:
     try:
         os.replace(staging, root)
     except OSError:  # another process finished first
-        import shutil
-
         shutil.rmtree(staging, ignore_errors=True)
     return root
 
