@@ -69,6 +69,11 @@ LAUNCHER_NOTE = (
     "AppLauncher and appear here when Isaac Lab is installed. Remaining KEY=VALUE arguments are Hydra overrides "
     "(env.*, agent.*, e.g. agent.params.config.learning_rate=3e-4 or agent.pbt.num_policies=8)."
 )
+DISTRIBUTED_MEMBER = (
+    "error: --distributed spreads one run over several GPUs, but a population member is one process. Give each "
+    "member its own GPU instead: async-pbt launch --members N --gpus 0,1,... -- <this command without --distributed>"
+)
+"""The refusal of --distributed for a member: as a flag (before the simulator starts) or from agent.pbt.enabled."""
 
 
 def _str2bool(text: str) -> bool:
@@ -187,12 +192,7 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: ScriptHooks 
         getattr(args, "pbt_num_policies", None) is not None or getattr(args, "pbt_workspace", None) is not None
     )
     if args.distributed and population_on:  # refused before the simulator starts (3.0 binds GPUs at launch)
-        print(
-            "error: --distributed spreads one run over several GPUs, but a population member is one process. "
-            "Give each member its own GPU instead: async-pbt launch --members N --gpus 0,1,... -- <this command "
-            "without --distributed>",
-            file=sys.stderr,
-        )
+        print(DISTRIBUTED_MEMBER, file=sys.stderr)
         return 2
     if getattr(args, "pbt_replay", None):
         from async_pbt_isaaclab.core.schedule import ScheduleError, load_replay_schedule
@@ -268,12 +268,7 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
     train_sigma = float(args.sigma) if args.sigma is not None else None
     if args.distributed:
         if cfg.enabled:
-            print(
-                "error: --distributed spreads one run over several GPUs, but a population member is one process. "
-                "Give each member its own GPU instead: async-pbt launch --members N --gpus 0,1,... -- <this command "
-                "without --distributed>",
-                file=sys.stderr,
-            )
+            print(DISTRIBUTED_MEMBER, file=sys.stderr)
             return 2
         rank, local = isaaclab_api.distributed_placement(session)
         seed += rank

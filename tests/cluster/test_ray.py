@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,8 @@ pytest.importorskip("rl_games")
 pytest.importorskip("ray")
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
+CLI = [sys.executable, "-m", "async_pbt_isaaclab.cli"]
 
 
 def _free_port() -> int:
@@ -102,37 +105,41 @@ def _stop_head(head: subprocess.Popen) -> None:
     head.wait()
 
 
+def _launch(
+    tmp_path: Path, ws: Path, cpu_population, cluster_env: dict[str, str], iterations: int, *flags: str
+) -> subprocess.Popen:
+    """Start ``async-pbt launch --backend ray`` of 2 CPU members of ``iterations`` epochs in ``ws`` (``flags``: more
+    of the launcher's own), its output going to ``tmp_path/launcher.log``; the caller ends it."""
+    with open(tmp_path / "launcher.log", "wb") as out:  # the launcher writes to its own copy of the file
+        return subprocess.Popen(
+            [
+                *CLI,
+                "launch",
+                "--backend",
+                "ray",
+                "--members",
+                "2",
+                "--workspace",
+                str(ws),
+                *flags,
+                "--",
+                *cpu_population.command(ws, iterations),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=cluster_env,
+        )
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
+
+
 def test_population_on_ray_survives_a_killed_member(tmp_path, ray_head, cpu_population, cluster_env):
     ws = tmp_path / "ws"
     pop = cpu_population.Population(ws)
-    out = open(tmp_path / "launcher.log", "wb")
-    launcher = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "async_pbt_isaaclab.cli",
-            "launch",
-            "--backend",
-            "ray",
-            "--address",
-            ray_head,
-            "--members",
-            "2",
-            "--workspace",
-            str(ws),
-            "--cpus-per-member",
-            "1",
-            "--backoff",
-            "0.5",
-            "--progress-interval",
-            "60",
-            "--",
-            *cpu_population.command(ws, 24),
-        ],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        env=cluster_env,
-    )
+    flags = ("--address", ray_head, "--cpus-per-member", "1", "--backoff", "0.5", "--progress-interval", "60")
+    launcher = _launch(tmp_path, ws, cpu_population, cluster_env, 24, *flags)
 
     def alive() -> str | None:
         if launcher.poll() is not None:
@@ -141,12 +148,7 @@ def test_population_on_ray_survives_a_killed_member(tmp_path, ray_head, cpu_popu
 
     try:
         pop.wait(lambda: pop.has_checkpoint(0) and pop.has_checkpoint(1), 300, "a checkpoint from both members", alive)
-        status = subprocess.run(
-            [sys.executable, "-m", "async_pbt_isaaclab.cli", "status", str(ws)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        status = _cli("status", str(ws))
         assert re.search(r"ray running, attempt 1 on \S+ \(pid \d+\)", status.stdout), status.stdout
         seq, pid, state = pop.last_seq(1), pop.record(1)["pid"], pop.state(1)
         os.kill(pid, signal.SIGKILL)
@@ -156,7 +158,6 @@ def test_population_on_ray_survives_a_killed_member(tmp_path, ray_head, cpu_popu
         if launcher.poll() is None:
             launcher.send_signal(signal.SIGINT)
             launcher.wait(timeout=180)
-        out.close()
 
     start = pop.resumed_after(1, seq, pid)
     restored = next(e for e in pop.entries(1) if e["kind"] == "restored" and e["seq"] > start["seq"])
@@ -167,9 +168,7 @@ def test_population_on_ray_survives_a_killed_member(tmp_path, ray_head, cpu_popu
     assert json.loads((ws / "cluster" / "ray" / "member_000.json").read_text())["attempt"] == 1
     for m in (0, 1):
         assert pop.record(m)["status"] == "finished"
-    audit = subprocess.run(
-        [sys.executable, "-m", "async_pbt_isaaclab.cli", "audit", str(ws)], capture_output=True, text=True, timeout=120
-    )
+    audit = _cli("audit", str(ws))
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
@@ -177,28 +176,7 @@ def test_local_ray_launch_stops_on_request_and_members_can_resume(tmp_path, cpu_
     """Without --address the launcher starts its own Ray; `async-pbt stop` (the stop file) ends the launch."""
     ws = tmp_path / "ws"
     pop = cpu_population.Population(ws)
-    out = open(tmp_path / "launcher.log", "wb")
-    launcher = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "async_pbt_isaaclab.cli",
-            "launch",
-            "--backend",
-            "ray",
-            "--members",
-            "2",
-            "--workspace",
-            str(ws),
-            "--progress-interval",
-            "60",
-            "--",
-            *cpu_population.command(ws, 100_000),
-        ],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        env=cluster_env,
-    )
+    launcher = _launch(tmp_path, ws, cpu_population, cluster_env, 100_000, "--progress-interval", "60")
     try:
         pop.wait(
             lambda: pop.has_checkpoint(0) and pop.has_checkpoint(1),
@@ -206,19 +184,13 @@ def test_local_ray_launch_stops_on_request_and_members_can_resume(tmp_path, cpu_
             "a checkpoint from both members",
             lambda: None if launcher.poll() is None else f"the launcher exited {launcher.returncode}",
         )
-        stop = subprocess.run(
-            [sys.executable, "-m", "async_pbt_isaaclab.cli", "stop", str(ws)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        stop = _cli("stop", str(ws))
         assert stop.returncode == 0 and "asked the Ray launch" in stop.stdout, stop.stdout + stop.stderr
         assert launcher.wait(timeout=300) == 128 + signal.SIGINT, (tmp_path / "launcher.log").read_text()[-3000:]
     finally:
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()
-        out.close()
     for m in (0, 1):
         assert pop.record(m)["status"] == "stopped", pop.record(m)
         attempt = json.loads((ws / "cluster" / "ray" / f"member_{m:03d}.json").read_text())

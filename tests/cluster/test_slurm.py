@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -60,12 +61,15 @@ def _states(job: str) -> dict[int, str]:
     return states
 
 
-def test_population_runs_through_sbatch_survives_requeue_and_kill(tmp_path, cpu_population, cluster_env):
+def _submit(
+    ws: Path, cpu_population, cluster_env: dict[str, str], job_name: str, iterations: int, *flags: str
+) -> tuple[str, str]:
+    """Submit 2 CPU members of ``iterations`` epochs in ``ws`` with ``async-pbt launch --backend slurm`` (``flags``:
+    more of the launcher's own); skip the test when no SLURM answers. Returns the job array's id and what the
+    launcher printed."""
     reason = _slurm_unavailable()
     if reason:
         pytest.skip(reason)
-    ws = tmp_path / "ws"
-    pop = cpu_population.Population(ws)
     launch = _cli(
         "launch",
         "--backend",
@@ -76,19 +80,23 @@ def test_population_runs_through_sbatch_survives_requeue_and_kill(tmp_path, cpu_
         str(ws),
         "--cpus-per-task",
         "1",
-        "--backoff",
-        "0.5",
-        "--progress-interval",
-        "60",
+        *flags,
         "--job-name",
-        f"test-{os.getpid()}",
+        job_name,
         "--",
-        *cpu_population.command(ws, 24),
+        *cpu_population.command(ws, iterations),
         env=cluster_env,
     )
     assert launch.returncode == 0, launch.stderr
-    job = json.loads((ws / "cluster" / "slurm_jobs.json").read_text())["jobs"][-1]["job_id"]
-    assert f"submitted job array {job}" in launch.stdout
+    return json.loads((ws / "cluster" / "slurm_jobs.json").read_text())["jobs"][-1]["job_id"], launch.stdout
+
+
+def test_population_runs_through_sbatch_survives_requeue_and_kill(tmp_path, cpu_population, cluster_env):
+    ws = tmp_path / "ws"
+    flags = ("--backoff", "0.5", "--progress-interval", "60")
+    job, out = _submit(ws, cpu_population, cluster_env, f"test-{os.getpid()}", 24, *flags)
+    pop = cpu_population.Population(ws)
+    assert f"submitted job array {job}" in out
     try:
 
         def gone() -> str | None:
@@ -140,29 +148,9 @@ def test_population_runs_through_sbatch_survives_requeue_and_kill(tmp_path, cpu_
 
 
 def test_stop_cancels_the_population_jobs(tmp_path, cpu_population, cluster_env):
-    reason = _slurm_unavailable()
-    if reason:
-        pytest.skip(reason)
     ws = tmp_path / "ws"
+    job, _ = _submit(ws, cpu_population, cluster_env, f"test-stop-{os.getpid()}", 100_000)
     pop = cpu_population.Population(ws)
-    launch = _cli(
-        "launch",
-        "--backend",
-        "slurm",
-        "--members",
-        "2",
-        "--workspace",
-        str(ws),
-        "--cpus-per-task",
-        "1",
-        "--job-name",
-        f"test-stop-{os.getpid()}",
-        "--",
-        *cpu_population.command(ws, 100_000),
-        env=cluster_env,
-    )
-    assert launch.returncode == 0, launch.stderr
-    job = json.loads((ws / "cluster" / "slurm_jobs.json").read_text())["jobs"][-1]["job_id"]
     try:
         pop.wait(lambda: _tasks(job) == {0: "RUNNING", 1: "RUNNING"}, 120, "both array tasks running")
         status = _cli("status", str(ws))

@@ -18,7 +18,10 @@ BOUNDED = [
 ]
 
 
-def _member(tmp_path, *args: str) -> subprocess.CompletedProcess:
+def _member(
+    tmp_path, *args: str, iterations: int = 2, timeout: float = 300, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """The CPU member of ``iterations`` epochs run to its end, training into ``tmp_path/runs``."""
     return subprocess.run(
         [
             sys.executable,
@@ -27,13 +30,14 @@ def _member(tmp_path, *args: str) -> subprocess.CompletedProcess:
             "--train-dir",
             str(tmp_path / "runs"),
             "--max_iterations",
-            "2",
+            str(iterations),
             *args,
         ],
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
+        env=env,
     )
 
 
@@ -58,11 +62,11 @@ def test_an_exploit_mutates_the_bounds_and_the_recipient_trains_and_plays_inside
     recipient's published sigma lies inside them, and `async-pbt evaluate` plays its checkpoint."""
     import json
     import math
-    import os
 
     from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
+    from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env
 
-    env = dict(os.environ, ASYNC_PBT_TEST_FIXTURE="fixture_forced_exploit")
+    env = member_env()
     common = [
         *BOUNDED,
         "--pbt-workspace",
@@ -71,42 +75,12 @@ def test_an_exploit_mutates_the_bounds_and_the_recipient_trains_and_plays_inside
         "2",
         "--num_envs",
         "8",
-        "--pbt-rule",
-        "fixture_forced_exploit",
-        "--pbt-interval-steps",
-        "2048",
-        "--pbt-start-grace-frames",
-        "0",
-        "--pbt-restart-grace-frames",
-        "0",
-        "--pbt-min-episodes",
-        "8",
-        "--pbt-heartbeat-interval-s",
-        "3600",
-        "agent.pbt.mutation_rate=1.0",
+        *forced_exploit_flags(interval_steps=2048, heartbeat_interval_s=3600),
         "agent.pbt.mutation={network.log_std_bounds.low: {kind: log_shift, low: -3.0, high: -1.0}, "
         "network.log_std_bounds.high: {kind: log_shift, low: -0.5, high: 1.0}}",
     ]
     for index, iterations in ((0, 8), (1, 14)):
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "async_pbt.examples.cpu_member",
-                "--train-dir",
-                str(tmp_path / "runs"),
-                "--max_iterations",
-                str(iterations),
-                "--pbt-index",
-                str(index),
-                *common,
-            ],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=1200,
-            env=env,
-        )
+        proc = _member(tmp_path, "--pbt-index", str(index), *common, iterations=iterations, timeout=1200, env=env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     state = json.loads((tmp_path / "ws/members/001/state.json").read_text())
     (entry,) = state["lineage"]

@@ -105,6 +105,17 @@ def import_paths(release: str) -> list[str]:
     return [str(root)]
 
 
+def headless(release: str) -> list[str]:
+    """2.x has ``--headless`` (Kit opens a window otherwise); 3.0 refuses it (headless is its default)."""
+    return ["--headless"] if release.startswith("2.") else []
+
+
+def script_args(release: str, script: str, task: str) -> list[str]:
+    """What follows the release on ``run_isaaclab.py``'s command line to run our ``scripts/<script>`` on ``task``
+    as a user runs it on ``release``: headless, on the CPU (the tests' only device)."""
+    return [str(HERE.parents[1] / "scripts" / script), "--task", task, *headless(release), "--device", "cpu"]
+
+
 def activate(release: str) -> None:
     """Make the release importable in this process, the simulator modules stubbed."""
     sys.path.insert(0, str(HERE))

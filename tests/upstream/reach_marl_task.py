@@ -12,64 +12,36 @@ scene and ``device`` from the sim). Import it only after Isaac Lab is importable
 
 from __future__ import annotations
 
-import gymnasium as gym
 import torch
 from isaaclab.envs import DirectMARLEnv, DirectMARLEnvCfg
-from isaaclab.scene import InteractiveSceneCfg
-from isaaclab.sim import SimulationCfg
 from isaaclab.utils import configclass
+from reach_task import ReachTaskCfg, WithoutSimulator, register_task
 
 from async_pbt_isaaclab.envs.torch_reach_task import TorchReachEnv
 
 TASK_ID = "AsyncPbtTest-Reach-TwoAgent-Direct-v0"
 """Gymnasium id of the multi-agent test task."""
-AGENT_ENTRY_POINT = "async_pbt_isaaclab.tasks:agents/torch_reach_pbt.yaml"
-"""The reach agent config: after the conversion the task has the reach task's spaces."""
 AXES = {"x_axis": 0, "y_axis": 1}
 """Agent -> the axis it drives (index into the reach task's 2-d goal offset, velocity, position and action)."""
 
 
 @configclass
-class ReachTwoAgentEnvCfg(DirectMARLEnvCfg):
+class ReachTwoAgentEnvCfg(ReachTaskCfg, DirectMARLEnvCfg):
     """The reach task's settings as an Isaac Lab ``DirectMARLEnvCfg`` with one agent per axis."""
 
-    decimation: int = 2
-    episode_length_s: float = 5.0
     possible_agents: list = ["x_axis", "y_axis"]
     observation_spaces: dict = {"x_axis": 3, "y_axis": 3}
     action_spaces: dict = {"x_axis": 1, "y_axis": 1}
-    state_space: int = 0
-    sim: SimulationCfg = SimulationCfg(dt=0.025, device="cpu")
-    scene: InteractiveSceneCfg = InteractiveSceneCfg(num_envs=64, env_spacing=1.0)
-    seed: int | None = 42
-    max_accel: float = 4.0
-    damping: float = 1.0
-    arena_half_size: float = 2.5
-    start_half_size: float = 1.0
-    goal_radius_by_stage: tuple = (0.5, 1.0, 1.5, 2.0)
-    curriculum_stage: int = 0
-    success_radius: float = 0.1
-    success_max_speed: float = 0.25
-    reward_weights: dict = {"progress": 1.0, "effort": -0.01, "success_bonus": 20.0, "out_of_bounds": -40.0}
 
 
-class ReachTwoAgentEnv(TorchReachEnv, DirectMARLEnv):
+class ReachTwoAgentEnv(WithoutSimulator, TorchReachEnv, DirectMARLEnv):
     """Two agents, one point mass: ``TorchReachEnv``'s dynamics under ``DirectMARLEnv`` (no simulator started)."""
-
-    # DirectMARLEnv exposes these as read-only properties over its simulator; the torch env stores them directly.
-    num_envs = None
-    device = None
-    physics_dt = None
-    step_dt = None
 
     def __init__(self, cfg: ReachTwoAgentEnvCfg, render_mode: str | None = None, **kwargs):
         TorchReachEnv.__init__(self, cfg, render_mode, **kwargs)
         self.sim = cfg.sim
         self.scene = cfg.scene
         self._configure_env_spaces()  # Isaac Lab's own: per-agent spaces from the config, agents, state space
-
-    def __del__(self):  # DirectMARLEnv.__del__ closes a simulator this env never started
-        pass
 
     def _split(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         policy = obs["policy"]  # (goal - pos, vel, pos), each 2-d
@@ -96,14 +68,5 @@ class ReachTwoAgentEnv(TorchReachEnv, DirectMARLEnv):
 
 
 def register() -> None:
-    """Register :data:`TASK_ID` as Isaac Lab registers its tasks (string entry points)."""
-    if TASK_ID not in gym.registry:
-        gym.register(
-            id=TASK_ID,
-            entry_point=f"{__name__}:ReachTwoAgentEnv",
-            disable_env_checker=True,
-            kwargs={
-                "env_cfg_entry_point": f"{__name__}:ReachTwoAgentEnvCfg",
-                "rl_games_cfg_entry_point": AGENT_ENTRY_POINT,
-            },
-        )
+    """Register :data:`TASK_ID`, with the reach agent config: the converted task has the reach task's spaces."""
+    register_task(TASK_ID, ReachTwoAgentEnv, ReachTwoAgentEnvCfg)

@@ -24,13 +24,13 @@ AGENT_ENTRY_POINT = "async_pbt_isaaclab.tasks:agents/torch_reach_pbt.yaml"
 
 
 @configclass
-class ReachDirectEnvCfg(DirectRLEnvCfg):
-    """The reach task's settings as an Isaac Lab ``DirectRLEnvCfg`` (same names as ``TorchReachEnvCfg``)."""
+class ReachTaskCfg:
+    """What both reach test tasks set, single- and multi-agent: Isaac Lab's env settings (simulation, scene, seed,
+    episode length, no state space) and the reach dynamics, with ``TorchReachEnvCfg``'s names and values. Listed
+    first among a task config's bases, so these defaults win over the Isaac Lab env config's."""
 
     decimation: int = 2
     episode_length_s: float = 5.0
-    observation_space: int = 6
-    action_space: int = 2
     state_space: int = 0
     sim: SimulationCfg = SimulationCfg(dt=0.025, device="cpu")
     scene: InteractiveSceneCfg = InteractiveSceneCfg(num_envs=64, env_spacing=1.0)
@@ -51,31 +51,49 @@ class ReachDirectEnvCfg(DirectRLEnvCfg):
     }
 
 
-class ReachDirectEnv(TorchReachEnv, DirectRLEnv):
-    """``TorchReachEnv``'s dynamics under Isaac Lab's ``DirectRLEnv`` type (no simulator is started)."""
+@configclass
+class ReachDirectEnvCfg(ReachTaskCfg, DirectRLEnvCfg):
+    """The reach task's settings as an Isaac Lab ``DirectRLEnvCfg``: one agent, the whole 2-d point mass."""
 
-    # DirectRLEnv exposes these as read-only properties over its simulator; the torch env stores them directly.
+    observation_space: int = 6
+    action_space: int = 2
+
+
+class WithoutSimulator:
+    """Put first among the bases of a reach test env over an Isaac Lab env type: ``TorchReachEnv``'s dynamics, and
+    no simulator started (the Isaac Lab env's ``__init__``, which builds the physics scene, is not called)."""
+
+    # Isaac Lab's env types expose these as read-only properties over their simulator; the torch env stores them.
     num_envs = None
     device = None
     physics_dt = None
     step_dt = None
 
-    def __init__(self, cfg: ReachDirectEnvCfg, render_mode: str | None = None, **kwargs):
-        TorchReachEnv.__init__(self, cfg, render_mode, **kwargs)
-
-    def __del__(self):  # DirectRLEnv.__del__ closes a simulator this env never started
+    def __del__(self):  # the Isaac Lab env's __del__ closes a simulator this env never started
         pass
 
 
-def register() -> None:
-    """Register :data:`TASK_ID` as Isaac Lab registers its tasks (string entry points)."""
-    if TASK_ID not in gym.registry:
+class ReachDirectEnv(WithoutSimulator, TorchReachEnv, DirectRLEnv):
+    """``TorchReachEnv``'s dynamics under Isaac Lab's ``DirectRLEnv`` type (no simulator is started)."""
+
+    def __init__(self, cfg: ReachDirectEnvCfg, render_mode: str | None = None, **kwargs):
+        TorchReachEnv.__init__(self, cfg, render_mode, **kwargs)
+
+
+def register_task(task_id: str, env: type, cfg: type) -> None:
+    """Register ``task_id`` as Isaac Lab registers its tasks (string entry points), with the reach agent config."""
+    if task_id not in gym.registry:
         gym.register(
-            id=TASK_ID,
-            entry_point=f"{__name__}:ReachDirectEnv",
+            id=task_id,
+            entry_point=f"{env.__module__}:{env.__name__}",
             disable_env_checker=True,
             kwargs={
-                "env_cfg_entry_point": f"{__name__}:ReachDirectEnvCfg",
+                "env_cfg_entry_point": f"{cfg.__module__}:{cfg.__name__}",
                 "rl_games_cfg_entry_point": AGENT_ENTRY_POINT,
             },
         )
+
+
+def register() -> None:
+    """Register :data:`TASK_ID`."""
+    register_task(TASK_ID, ReachDirectEnv, ReachDirectEnvCfg)

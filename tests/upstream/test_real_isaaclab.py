@@ -39,6 +39,8 @@ import isaaclab_real  # noqa: E402
 
 pytest.importorskip("rl_games")
 
+from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env  # noqa: E402
+
 
 def _fetched(release: str) -> str:
     try:
@@ -112,11 +114,6 @@ def probe(probes: dict, name: str) -> dict:
     assert found is not None, f"probe {name} printed nothing (exit {probes['rc']}):\n{probes['output']}"
     assert "error" not in found, f"probe {name} raised:\n{found['error']}"
     return found
-
-
-def headless(release: str) -> list[str]:
-    """2.x has --headless (Kit opens a window otherwise); 3.0 refuses it (headless is its default)."""
-    return ["--headless"] if release.startswith("2.") else []
 
 
 # ------------------------------------------------------------------ the release, its configs and its wrapper
@@ -199,12 +196,7 @@ def test_train_pbt_trains_a_multi_agent_task_as_a_population_member(release, tmp
     ws = tmp_path / "ws"
     proc = run_entry(
         release,
-        str(ROOT / "scripts/train_pbt.py"),
-        "--task",
-        MARL_TASK,
-        *headless(release),
-        "--device",
-        "cpu",
+        *isaaclab_real.script_args(release, "train_pbt.py", MARL_TASK),
         "--num_envs",
         "32",
         "--max_iterations",
@@ -259,22 +251,12 @@ def test_headless_is_explained_on_3_0_and_cpu_distributed_is_refused(release, tm
     if release.startswith("3."):
         proc = run_entry(release, str(ROOT / "scripts/train_pbt.py"), "--task", TASK, "--headless", cwd=tmp_path)
         assert proc.returncode == 2 and "drop --headless" in proc.stderr
-    proc = run_entry(
-        release,
-        str(ROOT / "scripts/train_pbt.py"),
-        "--task",
-        TASK,
-        *headless(release),
-        "--device",
-        "cpu",
-        "--distributed",
-        cwd=tmp_path,
-    )
+    proc = run_entry(release, *isaaclab_real.script_args(release, "train_pbt.py", TASK), "--distributed", cwd=tmp_path)
     assert proc.returncode == 2 and "--distributed needs GPUs" in proc.stderr
 
 
 def test_configuration_errors_stop_with_a_clear_line(release, tmp_path):
-    base = [str(ROOT / "scripts/train_pbt.py"), "--task", TASK, *headless(release), "--device", "cpu"]
+    base = isaaclab_real.script_args(release, "train_pbt.py", TASK)
     proc = run_entry(release, *base, "--pbt-members", "2", "--pbt-index", "5", cwd=tmp_path)
     assert proc.returncode == 2 and "policy_idx: 5 is out of range" in proc.stderr
     gpu = [a if a != "cpu" else "cuda:0" for a in base]
@@ -291,36 +273,15 @@ def population(population_release, tmp_path_factory):
     release = population_release
     root = tmp_path_factory.mktemp(f"population_{release}")
     ws = root / "ws"
-    env = dict(_env(), ASYNC_PBT_TEST_FIXTURE="fixture_forced_exploit")
+    env = member_env(OMP_NUM_THREADS="1")
     common = [
         sys.executable,
         str(ENTRY),
         release,
-        str(ROOT / "scripts/train_pbt.py"),
-        "--task",
-        TASK,
-        *headless(release),
-        "--device",
-        "cpu",
+        *isaaclab_real.script_args(release, "train_pbt.py", TASK),
         "--num_envs",
         "32",
-        "--pbt-rule",
-        "fixture_forced_exploit",
-        "--pbt-interval-steps",
-        "4096",
-        "--pbt-start-grace-frames",
-        "0",
-        "--pbt-restart-grace-frames",
-        "0",
-        "--pbt-min-episodes",
-        "8",
-        "--pbt-heartbeat-interval-s",
-        "0.5",
-        "--pbt-exploit-mode",
-        "restart",
-        "--pbt-keep-last-checkpoints",
-        "100",
-        "agent.pbt.mutation_rate=1.0",
+        *forced_exploit_flags(exploit_mode="restart", keep_last_checkpoints=100),
         "agent.params.config.mini_epochs=2",
     ]
     per_member = {
@@ -390,12 +351,7 @@ def test_play_pbt_plays_the_recipient_and_the_best(population_release, populatio
     root, ws, _ = population
     applied = [e for e in _entries(ws / "members/001/audit.jsonl") if e["kind"] == "exploit_applied"][0]
     common = [
-        str(ROOT / "scripts/play_pbt.py"),
-        "--task",
-        TASK,
-        *headless(release),
-        "--device",
-        "cpu",
+        *isaaclab_real.script_args(release, "play_pbt.py", TASK),
         "--num_envs",
         "16",
         "--num_steps",

@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
 ENTRY = HERE / "run_isaaclab.py"
 TASK = "AsyncPbtTest-Reach-Direct-v0"
 RELEASE = os.environ.get("ASYNC_PBT_TEST_RELEASES", "2.3.2,3.0.0").split(",")[-1]
@@ -34,7 +33,9 @@ import isaaclab_real  # noqa: E402
 pytest.importorskip("rl_games")
 pytest.importorskip("tensorboard")
 
+from async_pbt_isaaclab.core.config import TEST_FIXTURE_ENV  # noqa: E402
 from async_pbt_isaaclab.core.schedule import Schedule, ScheduleStep, dump_schedule  # noqa: E402
+from async_pbt_isaaclab.testing.forced_exploit import FIXTURE_RULE, forced_exploit_flags  # noqa: E402
 
 EPOCH = 32 * 32
 """Frames per epoch of the runs below: 32 envs x horizon_length 32 (the reach yaml's)."""
@@ -50,20 +51,8 @@ def release() -> str:
 
 
 def train_pbt(release: str, cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    headless = ["--headless"] if release.startswith("2.") else []  # 3.0 refuses the flag (headless by default)
     return subprocess.run(
-        [
-            sys.executable,
-            str(ENTRY),
-            release,
-            str(ROOT / "scripts/train_pbt.py"),
-            "--task",
-            TASK,
-            *headless,
-            "--device",
-            "cpu",
-            *args,
-        ],
+        [sys.executable, str(ENTRY), release, *isaaclab_real.script_args(release, "train_pbt.py", TASK), *args],
         capture_output=True,
         text=True,
         timeout=900,
@@ -170,7 +159,7 @@ def test_each_member_resumes_the_wandb_run_its_state_names(release, tmp_path):
         "WANDB_SILENT": "true",
         "WANDB_DISABLE_GIT": "true",
         "WANDB_DIR": str(tmp_path),
-        "ASYNC_PBT_TEST_FIXTURE": "fixture_forced_exploit",
+        TEST_FIXTURE_ENV: FIXTURE_RULE,
     }
     common = [
         "--num_envs",
@@ -179,26 +168,12 @@ def test_each_member_resumes_the_wandb_run_its_state_names(release, tmp_path):
         str(ws),
         "--pbt-members",
         "2",
-        "--pbt-rule",
-        "fixture_forced_exploit",
-        "--pbt-interval-steps",
-        "4096",
-        "--pbt-min-episodes",
-        "8",
-        "--pbt-start-grace-frames",
-        "0",
-        "--pbt-restart-grace-frames",
-        "0",
-        "--pbt-heartbeat-interval-s",
-        "0.5",
-        "--pbt-exploit-mode",
-        "restart",
+        *forced_exploit_flags(exploit_mode="restart"),
         "--track",
         "--wandb-entity",
         "tester",
         "--wandb-project-name",
         "pbt-test",
-        "agent.pbt.mutation_rate=1.0",
         "agent.params.config.mini_epochs=2",
     ]
     # Member 0 to completion first (the donor; a finished donor's checkpoint stays valid), then member 1, which
