@@ -19,7 +19,7 @@ from async_pbt_isaaclab.commands.common import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
 from async_pbt_isaaclab.core.config import ConfigError
 from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides
-from async_pbt_isaaclab.rl_games.restart import capture_argv
+from async_pbt_isaaclab.member.restart import capture_argv
 
 DEFAULT_AGENT = Path(__file__).with_name("pendulum_ppo.yaml")
 """The packaged agent yaml (Pendulum-v1, CPU)."""

@@ -43,11 +43,11 @@ from async_pbt_isaaclab.core.selection import Decision
 from async_pbt_isaaclab.core.step import PopulationView, pbt_step
 from async_pbt_isaaclab.core.workspace import checkpoint_name
 from async_pbt_isaaclab.envs.summary_source import find_summary_source
+from async_pbt_isaaclab.member.session import MemberSession, print_notes
 from async_pbt_isaaclab.rl_games import exploit
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint, save_checkpoint
 from async_pbt_isaaclab.rl_games.held_stop import HeldStop
 from async_pbt_isaaclab.rl_games.inheritance import model_fingerprint
-from async_pbt_isaaclab.rl_games.member import MemberSession, print_notes
 
 
 class PbtObserver(AlgoObserver):
@@ -140,7 +140,7 @@ class PbtObserver(AlgoObserver):
         )
         pbt = state.get("pbt")
         if pbt is None and self.session.start_mode == "warm_start":
-            from async_pbt_isaaclab.rl_games.member import RAW_CHECKPOINT_GAPS
+            from async_pbt_isaaclab.member.session import RAW_CHECKPOINT_GAPS
 
             gaps = "\n  - ".join(RAW_CHECKPOINT_GAPS)
             print(
