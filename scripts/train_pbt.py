@@ -219,7 +219,8 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
     from async_pbt_isaaclab.envs.isaaclab_condition import reward_fingerprint
     from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
     from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source
-    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration, validate_exploration_config
+    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
+    from async_pbt_isaaclab.rl_games.exploration_config import validate_exploration_config
     from async_pbt_isaaclab.rl_games.runner import train_member
 
     env_cfg, agent_cfg = session.env_cfg, session.agent_cfg

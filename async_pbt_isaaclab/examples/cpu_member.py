@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     from async_pbt_isaaclab.core.workspace import WorkspaceError
     from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
     from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError
-    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration, validate_exploration_config
+    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
+    from async_pbt_isaaclab.rl_games.exploration_config import validate_exploration_config
     from async_pbt_isaaclab.rl_games.runner import train_member
 
     register_bounded_exploration()
