@@ -47,7 +47,7 @@ import time
 from datetime import datetime
 from typing import Any, Sequence
 
-from async_pbt_isaaclab.rl_games.restart import capture_argv
+from async_pbt_isaaclab.member.restart import capture_argv
 
 # First thing, before anything can rewrite sys.argv (sys.orig_argv is read; the call only pins it).
 capture_argv()
@@ -219,7 +219,8 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
     from async_pbt_isaaclab.envs.isaaclab_condition import reward_fingerprint
     from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
     from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source
-    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration, validate_exploration_config
+    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
+    from async_pbt_isaaclab.rl_games.exploration_config import validate_exploration_config
     from async_pbt_isaaclab.rl_games.runner import train_member
 
     env_cfg, agent_cfg = session.env_cfg, session.agent_cfg
@@ -375,7 +376,7 @@ def make_wandb_observer(args: argparse.Namespace, env_cfg: Any, agent_cfg: dict,
 
     A member keeps one W&B run across exploit restarts and resumes: the run id given at its first start is read from
     its ``state.json`` and resumed (``resume="allow"``), grouped by the workspace's folder name
-    (:func:`~async_pbt_isaaclab.rl_games.pbt_logging.member_wandb_init_kwargs`). Without the population every start
+    (:func:`~async_pbt_isaaclab.member.wandb_run.member_wandb_init_kwargs`). Without the population every start
     is a new run, as in Isaac Lab.
     """
     from rl_games.common.algo_observer import AlgoObserver
@@ -387,7 +388,7 @@ def make_wandb_observer(args: argparse.Namespace, env_cfg: Any, agent_cfg: dict,
         def before_init(self, base_name, config, experiment_name):
             import wandb
 
-            from async_pbt_isaaclab.rl_games.pbt_logging import member_wandb_init_kwargs
+            from async_pbt_isaaclab.member.wandb_run import member_wandb_init_kwargs
 
             # A member: one run for the whole population run (the id kept in its state.json, resumed after every
             # restart, grouped by workspace). Without the population: a new run per start, as in Isaac Lab.

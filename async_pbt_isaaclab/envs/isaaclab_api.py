@@ -125,7 +125,7 @@ def _hydra_task_config_2x(task: str, agent_key: str, hydra_args: Sequence[str]) 
         result["env_cfg"], result["agent_cfg"] = env_cfg, agent_cfg
 
     # hydra_task_config reads its overrides from sys.argv, as Isaac Lab's scripts set it up. The full command line was
-    # captured at start-up (async_pbt_isaaclab.rl_games.restart.capture_argv) for exploit restarts.
+    # captured at start-up (async_pbt_isaaclab.member.restart.capture_argv) for exploit restarts.
     saved = list(sys.argv)
     sys.argv = [saved[0] if saved else "train_pbt.py", *hydra_args]
     try:

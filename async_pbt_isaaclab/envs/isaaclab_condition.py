@@ -1,5 +1,7 @@
 """What an Isaac Lab env contributes to the condition label of its evidence, besides the task and objective.
 
+* :func:`curriculum_reader`: where the curriculum stage is read (an ``extras["log"]`` key, an env attribute, a
+  function);
 * :func:`format_stage`: the curriculum stage as a label string (numbers optionally binned), so a continuous value
   such as the mean terrain level does not start a new condition at every reset;
 * :func:`reward_fingerprint`: a short hash of the env config's reward definition, so members optimising different
@@ -16,7 +18,9 @@ import inspect
 import json
 import math
 import re
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
+
+from async_pbt_isaaclab.envs.isaaclab_terms import load_callable, resolve_attr
 
 
 def _host_value(value: Any) -> Any:
@@ -107,4 +111,21 @@ def reward_fingerprint(env_cfg: Any) -> str:
     return f"sha256:{digest[:16]}"
 
 
-__all__ = ["format_stage", "reward_fingerprint"]
+def curriculum_reader(curriculum: str | Callable[[Any], Any] | None) -> Callable[[Any, Any], Any] | None:
+    """``f(env, extras)`` reading the curriculum stage from the source ``curriculum`` (``log:<key>`` in
+    ``extras["log"]``, ``attr:<path>`` of the env, ``<module>:<function>``, or a callable ``f(env)``); ``None`` for
+    no curriculum. The value read is ``None`` while the source has nothing yet."""
+    if curriculum is None:
+        return None
+    if callable(curriculum):
+        return lambda env, extras: curriculum(env)
+    kind, _, target = str(curriculum).partition(":")
+    if kind == "log":
+        return lambda env, extras: (extras or {}).get("log", {}).get(target) if isinstance(extras, Mapping) else None
+    if kind == "attr":
+        return lambda env, extras: resolve_attr(env, target)
+    fn = load_callable(str(curriculum))
+    return lambda env, extras: fn(env)
+
+
+__all__ = ["curriculum_reader", "format_stage", "reward_fingerprint"]

@@ -1,7 +1,9 @@
 """The ``pbt_summary:`` section of an agent yaml and the per-episode term sources it names.
 
 :class:`SummaryCfg` is the section (terms, curriculum source, binning, poll period, buffer size), :class:`TermSpec`
-one term, :func:`make_term_reader` the reader of a term's per-env values. Nothing here imports ``isaaclab`` or torch.
+one term, :func:`make_term_reader` the reader of a term's per-env values, :func:`term_specs` and
+:func:`with_objective` the recorded terms of a wrapper (the objective included), :func:`task_env` the env they are
+read from. Nothing here imports ``isaaclab`` or torch.
 The wrapper that reads these sources every step is :class:`async_pbt_isaaclab.envs.isaaclab_wrapper.PbtIsaacLabEnv`.
 
 Per-episode terms (the candidates for the population objective) come from *sources*, written as strings so an
@@ -26,8 +28,11 @@ from __future__ import annotations
 
 import importlib
 import math
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from async_pbt_isaaclab.core.evidence import LENGTH_OBJECTIVE, RETURN_OBJECTIVE
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
@@ -35,11 +40,12 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 SUMMARY_SECTION = "pbt_summary"
 """Top-level key of an agent yaml that configures the evidence wrapper (see :class:`SummaryCfg`)."""
 
+CALLABLE_PREFIX = "<terms callable>:"
+"""Source of the terms a ``terms`` callable returns (see :func:`term_specs`): read from that callable, not by a
+reader."""
+
 SOURCE_KINDS = ("accessor", "attr", "reward", "log")
 """Source prefixes with a fixed meaning; any other ``a.b:c`` is a ``module:function`` callable."""
-
-TERM_MODES = ("sum", "last", "max", "log")
-"""Per-episode reductions (see :data:`async_pbt_isaaclab.envs.summary_emitter.TermMode`)."""
 
 
 @dataclass(frozen=True)
@@ -239,14 +245,82 @@ def make_term_reader(spec: TermSpec) -> Callable[[Any], "torch.Tensor"]:
     return read
 
 
+def task_env(unwrapped: Any) -> Any:
+    """The env that holds the task's state: ``unwrapped`` itself, or the multi-agent env inside Isaac Lab's
+    ``multi_agent_to_single_agent`` conversion (a ``DirectRLEnv`` whose ``.env`` has ``possible_agents``).
+
+    The conversion steps the multi-agent env, which resets its own finished envs and keeps the task's buffers; the
+    conversion object has none of them.
+    """
+    inner = getattr(unwrapped, "env", None)
+    if inner is not None and inner is not unwrapped and hasattr(inner, "possible_agents"):
+        return inner
+    return unwrapped
+
+
+def term_specs(terms: Any, term_modes: Mapping[str, str] | None = None) -> tuple[list[TermSpec], Callable | None]:
+    """The wrapper's ``terms`` argument as term specs, and the terms callable when ``terms`` is one.
+
+    ``terms``: :class:`TermSpec` objects, a yaml mapping ``name -> source`` (:func:`parse_term_spec`), or a callable
+    ``f(env) -> {name: Tensor (num_envs,)}`` whose names and modes ``term_modes`` gives (``sum``, ``last`` or
+    ``max``; its specs' sources are ``CALLABLE_PREFIX + name``).
+    """
+    if callable(terms) and not isinstance(terms, Mapping):
+        modes = dict(term_modes or {})
+        if not modes:
+            raise ValueError("terms given as a callable need term_modes={name: mode} naming every term it returns")
+        specs = []
+        for name, mode in modes.items():
+            if mode not in ("sum", "last", "max"):
+                raise ValueError(f"term {name!r}: mode {mode!r} is not accepted for a callable; use sum, last, max")
+            specs.append(TermSpec(name=name, source=f"{CALLABLE_PREFIX}{name}", mode=mode))
+        return specs, terms
+    if isinstance(terms, Mapping):
+        return [parse_term_spec(str(k), v) for k, v in terms.items()], None
+    specs = list(terms)
+    bad = [s for s in specs if not isinstance(s, TermSpec)]
+    if bad:
+        raise TypeError(f"terms must be TermSpec objects, a mapping or a callable; got {bad[0]!r}")
+    return specs, None
+
+
+def with_objective(specs: list[TermSpec], objective: str | None, base: Any) -> list[TermSpec]:
+    """``specs`` with a term for ``objective`` when none of them is it: ``log:<objective>`` for an Isaac Lab log key
+    (it contains ``/``; with a warning, it is a batch mean), ``accessor:<objective>`` when ``base``'s
+    ``get_per_env_terms()`` has it. Raises ``ValueError`` naming the ways to provide it otherwise."""
+    if not objective or objective in (RETURN_OBJECTIVE, LENGTH_OBJECTIVE) or any(s.name == objective for s in specs):
+        return specs
+    if "/" in objective:
+        # An Isaac Lab PbtCfg objective ("episode.Episode_Reward/success" -> "Episode_Reward/success").
+        warnings.warn(
+            f"objective {objective!r} is read from extras['log'] (a batch mean over the envs reset in "
+            f"a step): episodes finishing in the same step share its value. Give a per-env source in "
+            f"{SUMMARY_SECTION}.terms for exact per-episode evidence.",
+            stacklevel=3,
+        )
+        return [*specs, TermSpec(objective, f"log:{objective}", "log")]
+    accessor = getattr(base, "get_per_env_terms", None)
+    if accessor is not None and objective in accessor():
+        return [*specs, TermSpec(objective, f"accessor:{objective}", "last")]
+    raise ValueError(
+        f"objective {objective!r} has no per-episode source: it is neither episode_return, episode_length nor a "
+        f"term of {SUMMARY_SECTION}.terms ({[s.name for s in specs]}). Add it, e.g. "
+        f"`{SUMMARY_SECTION}: {{terms: {{{objective}: {{source: 'attr:{objective}', mode: last}}}}}}` "
+        f"(sources: accessor:, attr:, reward:, log:, module:function)"
+    )
+
+
 __all__ = [
+    "CALLABLE_PREFIX",
     "SOURCE_KINDS",
     "SUMMARY_SECTION",
     "SummaryCfg",
-    "TERM_MODES",
     "TermSpec",
     "load_callable",
     "make_term_reader",
     "parse_term_spec",
     "resolve_attr",
+    "task_env",
+    "term_specs",
+    "with_objective",
 ]

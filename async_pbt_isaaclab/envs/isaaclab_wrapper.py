@@ -40,7 +40,8 @@ emitter is exposed as :attr:`PbtIsaacLabEnv.pbt_summary_source` (``drain() -> Ep
 A multi-agent task (``DirectMARLEnv``) reaches the wrapper converted to one agent by Isaac Lab's
 ``multi_agent_to_single_agent`` (as its scripts do): ``env.unwrapped`` is then the conversion, a ``DirectRLEnv`` whose
 ``.env`` is the task's multi-agent env. Term sources, the curriculum source and the ``_reset_idx`` hook go to that
-inner env (:func:`task_env`), where the task keeps its state and resets its finished envs.
+inner env (:func:`~async_pbt_isaaclab.envs.isaaclab_terms.task_env`), where the task keeps its state and resets its
+finished envs.
 
 Values are taken at the end of each step and, for envs that finish, *just before the env resets them*: the
 wrapper hooks ``env.unwrapped._reset_idx`` to snapshot the sources there (Isaac Lab zeroes ``successes`` and the
@@ -60,35 +61,20 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import gymnasium
 
-from async_pbt_isaaclab.core.evidence import LENGTH_OBJECTIVE, RETURN_OBJECTIVE, ConditionLabel
-from async_pbt_isaaclab.envs.isaaclab_condition import format_stage
+from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE, ConditionLabel
+from async_pbt_isaaclab.envs.isaaclab_condition import curriculum_reader, format_stage
 from async_pbt_isaaclab.envs.isaaclab_terms import (
-    SUMMARY_SECTION,
+    CALLABLE_PREFIX,
     SummaryCfg,
     TermSpec,
-    load_callable,
     make_term_reader,
-    parse_term_spec,
-    resolve_attr,
+    task_env,
+    term_specs,
+    with_objective,
 )
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
-
-_CALLABLE_PREFIX = "<terms callable>:"
-
-
-def task_env(unwrapped: Any) -> Any:
-    """The env that holds the task's state: ``unwrapped`` itself, or the multi-agent env inside Isaac Lab's
-    ``multi_agent_to_single_agent`` conversion (a ``DirectRLEnv`` whose ``.env`` has ``possible_agents``).
-
-    The conversion steps the multi-agent env, which resets its own finished envs and keeps the task's buffers; the
-    conversion object has none of them.
-    """
-    inner = getattr(unwrapped, "env", None)
-    if inner is not None and inner is not unwrapped and hasattr(inner, "possible_agents"):
-        return inner
-    return unwrapped
 
 
 class PbtIsaacLabEnv(gymnasium.Wrapper):
@@ -160,8 +146,8 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         self.objective = objective or RETURN_OBJECTIVE
         """Objective the condition label names."""
 
-        specs, self._callable_terms = self._term_specs(terms, term_modes)
-        specs = self._ensure_objective(specs, objective, task_state)
+        specs, self._callable_terms = term_specs(terms, term_modes)
+        specs = with_objective(specs, objective, task_state)
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate term names in {names}")
@@ -169,13 +155,13 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         """The recorded terms (objective included), in batch order."""
         # (name, reader) of every per-env term; reader None: the value comes from the ``terms`` callable.
         self._per_env = [
-            (s.name, None if s.source.startswith(_CALLABLE_PREFIX) else make_term_reader(s))
+            (s.name, None if s.source.startswith(CALLABLE_PREFIX) else make_term_reader(s))
             for s in specs
             if s.kind != "log"
         ]
         self._log_terms = [(s.name, s.target) for s in specs if s.kind == "log"]
 
-        self._curriculum_read = self._curriculum_reader(curriculum)
+        self._curriculum_read = curriculum_reader(curriculum)
         self.curriculum_source = curriculum
         """Where the curriculum stage is read from (None: no curriculum)."""
         self.curriculum_bin = curriculum_bin
@@ -211,67 +197,7 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         if self._per_env:
             self._install_reset_hook(task_state)
 
-    # ------------------------------------------------------------------ construction helpers
-
-    def _term_specs(self, terms, term_modes) -> tuple[list[TermSpec], Callable | None]:
-        if callable(terms) and not isinstance(terms, Mapping):
-            modes = dict(term_modes or {})
-            if not modes:
-                raise ValueError("terms given as a callable need term_modes={name: mode} naming every term it returns")
-            specs = []
-            for name, mode in modes.items():
-                if mode not in ("sum", "last", "max"):
-                    raise ValueError(f"term {name!r}: mode {mode!r} is not accepted for a callable; use sum, last, max")
-                specs.append(TermSpec(name=name, source=f"{_CALLABLE_PREFIX}{name}", mode=mode))
-            return specs, terms
-        if isinstance(terms, Mapping):
-            return [parse_term_spec(str(k), v) for k, v in terms.items()], None
-        specs = list(terms)
-        bad = [s for s in specs if not isinstance(s, TermSpec)]
-        if bad:
-            raise TypeError(f"terms must be TermSpec objects, a mapping or a callable; got {bad[0]!r}")
-        return specs, None
-
-    def _ensure_objective(self, specs: list[TermSpec], objective: str | None, base: Any) -> list[TermSpec]:
-        if (
-            not objective
-            or objective in (RETURN_OBJECTIVE, LENGTH_OBJECTIVE)
-            or any(s.name == objective for s in specs)
-        ):
-            return specs
-        if "/" in objective:
-            # An Isaac Lab PbtCfg objective ("episode.Episode_Reward/success" -> "Episode_Reward/success").
-            warnings.warn(
-                f"objective {objective!r} is read from extras['log'] (a batch mean over the envs reset in "
-                f"a step): episodes finishing in the same step share its value. Give a per-env source in "
-                f"{SUMMARY_SECTION}.terms for exact per-episode evidence.",
-                stacklevel=3,
-            )
-            return [*specs, TermSpec(objective, f"log:{objective}", "log")]
-        accessor = getattr(base, "get_per_env_terms", None)
-        if accessor is not None and objective in accessor():
-            return [*specs, TermSpec(objective, f"accessor:{objective}", "last")]
-        raise ValueError(
-            f"objective {objective!r} has no per-episode source: it is neither episode_return, episode_length nor a "
-            f"term of {SUMMARY_SECTION}.terms ({[s.name for s in specs]}). Add it, e.g. "
-            f"`{SUMMARY_SECTION}: {{terms: {{{objective}: {{source: 'attr:{objective}', mode: last}}}}}}` "
-            f"(sources: accessor:, attr:, reward:, log:, module:function)"
-        )
-
-    def _curriculum_reader(self, curriculum) -> Callable[[Any, Any], Any] | None:
-        if curriculum is None:
-            return None
-        if callable(curriculum):
-            return lambda env, extras: curriculum(env)
-        kind, _, target = str(curriculum).partition(":")
-        if kind == "log":
-            return lambda env, extras: (
-                (extras or {}).get("log", {}).get(target) if isinstance(extras, Mapping) else None
-            )
-        if kind == "attr":
-            return lambda env, extras: resolve_attr(env, target)
-        fn = load_callable(str(curriculum))
-        return lambda env, extras: fn(env)
+    # ------------------------------------------------------------------ condition label
 
     def _make_label(self) -> ConditionLabel:
         return ConditionLabel(
@@ -411,4 +337,4 @@ def attach_summary_source(env: gymnasium.Env, summary: SummaryCfg | None = None,
     return PbtIsaacLabEnv(env, **options)
 
 
-__all__ = ["PbtIsaacLabEnv", "attach_summary_source", "task_env"]
+__all__ = ["PbtIsaacLabEnv", "attach_summary_source"]

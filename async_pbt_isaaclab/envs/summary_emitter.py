@@ -21,39 +21,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, Union
 
 import torch
 
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EpisodeBatch
-
-TermMode = Literal["sum", "last", "max", "log"]
-"""How a per-episode term is computed from per-step values.
-
-* ``"sum"``: sum over the episode's steps (reward terms).
-* ``"last"``: value at the episode's final step (a success flag, a final distance).
-* ``"max"``: maximum over the episode's steps (for example "ever reached the goal").
-* ``"log"``: the value of the same-named key of Isaac Lab's ``extras["log"]`` at the step the episode
-  finished. That value is a batch mean over all envs reset in that step, so it is exact only when one env
-  finishes per step; with several simultaneous finishes every one of them receives the same mean.
-"""
-
-TERM_MODES: tuple[str, ...] = ("sum", "last", "max", "log")
-"""All accepted term modes."""
+from async_pbt_isaaclab.envs.episode_layout import EpisodeLayout
+from async_pbt_isaaclab.envs.settling_gate import SettlingGate
 
 ConditionSource = Union[ConditionLabel, Callable[[], ConditionLabel]]
 """A fixed label, or a zero-argument callable returning the current one (for example reading a curriculum
 stage). The callable is polled once per :meth:`EpisodeSummaryEmitter.step`, so it must read host state only
 (a Python attribute), never a device tensor: reading a device tensor would synchronise every step."""
-
-
-def default_term_mode(name: str) -> str:
-    """Mode used for a term not listed in ``term_modes``.
-
-    Isaac Lab log keys look like ``"Episode_Reward/success"`` or ``"Curriculum/terrain_levels"``, so a name
-    containing ``/`` is read from ``extras["log"]``; any other name is a per-step value to be summed.
-    """
-    return "log" if "/" in name else "sum"
 
 
 @dataclass(frozen=True)
@@ -105,14 +84,12 @@ class EpisodeSummaryEmitter:
     Dropping costs at most one episode per env, and callers that still want the old generation's finished
     episodes drain before calling :meth:`start_generation`.
 
-    Settling gate: right after a start every env is at step 0, so the first episodes to finish are the short
-    ones (early terminations, fast failures, or fast successes on tasks that end on success); their mean is
-    far from what the policy achieves in steady state. A segment is *settled* once every env has finished an
-    episode that began inside it, or once ``settle_max_steps`` env steps of the segment have passed (for
-    tasks whose episodes need not end). :meth:`drain` returns only episodes that finished once the segment had
-    settled, the settling step included (so a fixed-length task loses nothing), counts the others in
-    :attr:`dropped_unsettled` and stamps the batch with ``settled``. The gate costs a few small kernels per
-    step and no host synchronisation.
+    Settling gate (:mod:`~async_pbt_isaaclab.envs.settling_gate`): the first episodes after a start are the short
+    ones, so a segment is *settled* once every env has finished an episode that began inside it, or once
+    ``settle_max_steps`` env steps of it have passed. :meth:`drain` returns only episodes that finished once the
+    segment had settled, the settling step included (so a fixed-length task loses nothing), counts the others in
+    :attr:`dropped_unsettled` and stamps the batch with ``settled``. The gate costs a few small kernels per step
+    and no host synchronisation.
 
     Attributes are documented where they are defined in :meth:`__init__`.
     """
@@ -140,8 +117,8 @@ class EpisodeSummaryEmitter:
             term_names: Per-episode objective terms to record, in the order they appear in the batch.
             condition: The condition label, or a callable returning it (polled once per step).
             generation: Policy generation of the member at construction.
-            term_modes: Mode per term name (see :data:`TermMode`); unlisted names use
-                :func:`default_term_mode`.
+            term_modes: Mode per term name (see :data:`~async_pbt_isaaclab.envs.episode_layout.TermMode`);
+                unlisted names use :func:`~async_pbt_isaaclab.envs.episode_layout.default_term_mode`.
             capacity: Ring buffer size in episodes. Default ``max(4 * num_envs, 1024)``: several publish
                 intervals of short episodes. Must be ``>= num_envs`` because all envs may finish at once.
             dtype: Accumulator dtype. float64 (default) keeps long sums exact enough and makes every record
@@ -163,17 +140,7 @@ class EpisodeSummaryEmitter:
             raise ValueError(
                 f"capacity ({capacity}) must be >= num_envs ({num_envs}): every env may finish in the same step"
             )
-        term_names = list(term_names)
-        if len(set(term_names)) != len(term_names):
-            raise ValueError(f"duplicate term names in {term_names}")
-        term_modes = dict(term_modes or {})
-        unknown = set(term_modes) - set(term_names)
-        if unknown:
-            raise ValueError(f"term_modes names terms that are not in term_names: {sorted(unknown)}")
-        modes = {name: term_modes.get(name, default_term_mode(name)) for name in term_names}
-        for name, mode in modes.items():
-            if mode not in TERM_MODES:
-                raise ValueError(f"term {name!r}: unknown mode {mode!r}, expected one of {TERM_MODES}")
+        layout = EpisodeLayout.build(term_names, term_modes)
 
         self.num_envs = int(num_envs)
         """Number of environments."""
@@ -183,9 +150,11 @@ class EpisodeSummaryEmitter:
         """Completed episodes the ring buffer holds between two drains."""
         self.dtype = dtype
         """Accumulator and ring buffer dtype."""
-        self.term_names = term_names
+        self.layout = layout
+        """Which row of the buffers holds which value of an episode."""
+        self.term_names = list(layout.term_names)
         """Recorded terms, in batch order."""
-        self.term_modes = modes
+        self.term_modes = layout.term_modes
         """Mode of each term (``"sum"``, ``"last"``, ``"max"`` or ``"log"``)."""
         self.generation = int(generation)
         """Current policy generation; stamped on every drained batch."""
@@ -206,59 +175,35 @@ class EpisodeSummaryEmitter:
             self._condition_fn = None
             self.condition = condition
 
-        # Row layout of the (rows, num_envs) accumulator. Rows, not columns, so that each mode's block is a
-        # contiguous slab that torch.stack(out=...) writes in one kernel.
-        self._sum_terms = [n for n in term_names if modes[n] == "sum"]
-        self._max_terms = [n for n in term_names if modes[n] == "max"]
-        self._last_terms = [n for n in term_names if modes[n] == "last"]
-        self._log_terms = [n for n in term_names if modes[n] == "log"]
-        order = [
-            "__return",
-            "__length",
-            *self._sum_terms,
-            *self._max_terms,
-            "__truncated",
-            *self._last_terms,
-            *self._log_terms,
-            "__segment",
-            "__settled",
-        ]
-        self._row = {name: i for i, name in enumerate(order)}
-        self._num_rows = len(order)
-        self._n_sum = 2 + len(self._sum_terms)
-        self._max_start, self._max_stop = self._n_sum, self._n_sum + len(self._max_terms)
-        self._last_start = self._max_stop
-        self._last_stop = self._row["__segment"]
-        self._seg_row = self._row["__segment"]
-        self._settled_row = self._row["__settled"]
-        self._len_row = self._row["__length"]
+        row = layout.row
+        self._seg_row, self._settled_row, self._len_row = row["__segment"], row["__settled"], row["__length"]
+        self._n_sum = layout.sum_rows
+        self._max_start, self._max_stop = layout.max_rows
+        self._last_start, self._last_stop = layout.last_rows
 
         # Segment: incremented by start_generation() and by condition changes; stored as a float in the
         # accumulator (exact up to 2**53). -1 means "episode start unknown".
         self._segment = 0
         # Value every accumulator row takes when an env starts a new episode: 0 for sums, -inf for maxima
         # (so the first step's value wins), the current segment for the segment row.
-        init = torch.zeros(self._num_rows, 1, dtype=dtype, device=self.device)
+        init = torch.zeros(layout.num_rows, 1, dtype=dtype, device=self.device)
         init[self._max_start : self._max_stop] = -math.inf
         init[self._seg_row] = self._segment
         self._init = init
-        self._acc = init.expand(self._num_rows, self.num_envs).clone()
-        # Settling gate (device): which envs finished an episode begun in the segment, and steps into it.
-        self._env_settled = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
-        self._segment_steps = torch.zeros((), dtype=torch.int64, device=self.device)
-        self._settle_cap = torch.full((), 2**62, dtype=torch.int64, device=self.device)
-        self.set_settle_max_steps(settle_max_steps)
+        self._acc = init.expand(layout.num_rows, self.num_envs).clone()
+        self.gate = SettlingGate(self.num_envs, self.device, settle_max_steps)
+        """The settling gate of the current segment."""
         if not fresh_start:
             self._mark_unknown_start()
         # Ring buffer with one spare column at index `capacity`: envs that did not finish are "written" there,
         # so the write is a single scatter with no data-dependent shape.
-        self._ring = torch.zeros(self._num_rows, capacity + 1, dtype=dtype, device=self.device)
+        self._ring = torch.zeros(layout.num_rows, capacity + 1, dtype=dtype, device=self.device)
         # (episodes ever written) - 1, on the device so that step() never reads it back.
         self._written_m1 = torch.full((), -1, dtype=torch.int64, device=self.device)
         self._drained = 0  # episodes ever written up to the previous drain (host-side)
         self._ones = torch.ones(self.num_envs, dtype=dtype, device=self.device)
-        self._log_buf = torch.full((len(self._log_terms),), math.nan, dtype=dtype, device=self.device)
-        self._log_cols = [self._log_buf[i].expand(self.num_envs) for i in range(len(self._log_terms))]
+        self._log_buf = torch.full((len(self.layout.log_terms),), math.nan, dtype=dtype, device=self.device)
+        self._log_cols = [self._log_buf[i].expand(self.num_envs) for i in range(len(self.layout.log_terms))]
         self._core = torch.compile(self._update, fullgraph=True, dynamic=False) if compile else self._update
 
     # ------------------------------------------------------------------ per step (device only)
@@ -279,13 +224,14 @@ class EpisodeSummaryEmitter:
         sum_cols = [rewards.reshape(n), self._ones]
         max_cols = []
         last_cols = [truncated.reshape(n)]
-        if self._sum_terms or self._max_terms or self._last_terms:
+        if self.layout.sum_terms or self.layout.max_terms or self.layout.last_terms:
             if terms is None:
-                raise KeyError(f"terms {self._sum_terms + self._max_terms + self._last_terms} need step(terms=...)")
-            sum_cols += [terms[name].reshape(n) for name in self._sum_terms]
-            max_cols = [terms[name].reshape(n) for name in self._max_terms]
-            last_cols += [terms[name].reshape(n) for name in self._last_terms]
-        if self._log_terms:
+                needed = [*self.layout.sum_terms, *self.layout.max_terms, *self.layout.last_terms]
+                raise KeyError(f"terms {needed} need step(terms=...)")
+            sum_cols += [terms[name].reshape(n) for name in self.layout.sum_terms]
+            max_cols = [terms[name].reshape(n) for name in self.layout.max_terms]
+            last_cols += [terms[name].reshape(n) for name in self.layout.last_terms]
+        if self.layout.log_terms:
             self._load_log(log)
             last_cols += self._log_cols
         self._core(terminated.reshape(n), truncated.reshape(n), sum_cols, max_cols, last_cols)
@@ -309,9 +255,7 @@ class EpisodeSummaryEmitter:
         done = terminated | truncated
         # Episodes finishing at this step count if the segment is settled once this step is accounted for: on a
         # fixed-length task every env finishes its first full episode at the same step, and those count.
-        self._env_settled.logical_or_(done & (acc[self._seg_row] == self._init[self._seg_row, 0]))
-        self._segment_steps.add_(1)
-        settled = self._env_settled.all() | (self._segment_steps >= self._settle_cap)
+        settled = self.gate.observe(done & (acc[self._seg_row] == self._init[self._seg_row, 0]))
         acc[self._settled_row].copy_(settled.to(acc.dtype).expand(acc.shape[1]))
         acc[: self._n_sum].add_(torch.stack(sum_cols))
         if max_cols:
@@ -332,7 +276,7 @@ class EpisodeSummaryEmitter:
 
     def _load_log(self, log: Mapping[str, Any] | None) -> None:
         """Copy this step's ``extras["log"]`` values of the ``"log"`` terms into the device buffer."""
-        for i, name in enumerate(self._log_terms):
+        for i, name in enumerate(self.layout.log_terms):
             value = None if log is None else log.get(name)
             if value is None:
                 self._log_buf[i].fill_(math.nan)
@@ -367,24 +311,23 @@ class EpisodeSummaryEmitter:
         which must settle again (all envs are back at step 0).
         """
         self._acc.copy_(self._init.expand_as(self._acc))
-        self._unsettle()
+        self.gate.restart()
 
     def set_settle_max_steps(self, steps: int | None) -> None:
         """Cap the settling gate: settled after ``steps`` env steps of a segment (``None`` or < 0: no cap)."""
-        self.settle_max_steps = None if steps is None or steps < 0 else int(steps)
-        """Env steps after which a segment counts as settled whatever the envs did (``None``: no cap)."""
-        self._settle_cap.fill_(2**62 if self.settle_max_steps is None else self.settle_max_steps)
+        self.gate.set_max_steps(steps)
 
-    def _unsettle(self) -> None:
-        self._env_settled.zero_()
-        self._segment_steps.zero_()
+    @property
+    def settle_max_steps(self) -> int | None:
+        """Env steps after which a segment counts as settled whatever the envs did (``None``: no cap)."""
+        return self.gate.max_steps
 
     def _new_segment(self) -> None:
         self._segment += 1
         self._init[self._seg_row] = self._segment
         # An env with length 0 was reset by the last env step and has not acted yet: its episode is new.
         self._acc[self._seg_row].masked_fill_(self._acc[self._len_row] == 0, float(self._segment))
-        self._unsettle()
+        self.gate.restart()
 
     def _mark_unknown_start(self) -> None:
         # Length NaN keeps "length == 0" false (so no later segment adopts these episodes) and segment -1
@@ -423,17 +366,17 @@ class EpisodeSummaryEmitter:
             rows = self._ring.index_select(1, slots).cpu()
             rows = rows[:, rows[self._seg_row] == float(self._segment)]
         else:
-            rows = torch.zeros(self._num_rows, 0, dtype=self.dtype)
+            rows = torch.zeros(self.layout.num_rows, 0, dtype=self.dtype)
         in_segment = rows.shape[1]
         rows = rows[:, rows[self._settled_row] != 0]
         returned = rows.shape[1]
         unsettled = in_segment - returned
         stale = kept - in_segment
         batch = EpisodeBatch(
-            returns=rows[self._row["__return"]].tolist(),
+            returns=rows[self.layout.row["__return"]].tolist(),
             lengths=rows[self._len_row].to(torch.int64).tolist(),
-            terms={name: rows[self._row[name]].tolist() for name in self.term_names},
-            truncated=(rows[self._row["__truncated"]] != 0).tolist(),
+            terms={name: rows[self.layout.row[name]].tolist() for name in self.term_names},
+            truncated=(rows[self.layout.row["__truncated"]] != 0).tolist(),
             generation=self.generation,
             condition=self.condition,
             settled=self.settled(),
@@ -448,8 +391,8 @@ class EpisodeSummaryEmitter:
 
     def settled(self) -> bool:
         """Whether the current segment has settled. Synchronises with the device (drain calls it)."""
-        return bool((self._env_settled.all() | (self._segment_steps >= self._settle_cap)).item())
+        return self.gate.settled()
 
     def settle_progress(self) -> tuple[int, int]:
         """(envs that finished an episode begun in the current segment, num_envs). Synchronises."""
-        return int(self._env_settled.sum().item()), self.num_envs
+        return self.gate.progress()

@@ -19,7 +19,7 @@ from async_pbt_isaaclab.commands.common import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
 from async_pbt_isaaclab.core.config import ConfigError
 from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides
-from async_pbt_isaaclab.rl_games.restart import capture_argv
+from async_pbt_isaaclab.member.restart import capture_argv
 
 DEFAULT_AGENT = Path(__file__).with_name("pendulum_ppo.yaml")
 """The packaged agent yaml (Pendulum-v1, CPU)."""
@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     from async_pbt_isaaclab.core.workspace import WorkspaceError
     from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
     from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError
-    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration, validate_exploration_config
+    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
+    from async_pbt_isaaclab.rl_games.exploration_config import validate_exploration_config
     from async_pbt_isaaclab.rl_games.runner import train_member
 
     register_bounded_exploration()

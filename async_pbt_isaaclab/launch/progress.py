@@ -2,9 +2,10 @@
 
 These are readers and formatters, kept apart from :mod:`async_pbt_isaaclab.launch.supervisor` (which starts,
 watches and stops member processes) because none of them controls a process: :func:`progress_lines` reads the
-records the members publish, :func:`read_log_tail` a member's log, :func:`describe_exit` turns an exit status into
-words, and ``Journal`` appends ``WORKSPACE/launcher.jsonl``. Each one is safe to call at any time and never
-raises over a missing or corrupt file. All public names are re-exported by :mod:`async_pbt_isaaclab.launch.local`.
+records the members publish, :func:`record_status` and :func:`resume_point` one member's record and state,
+:func:`launcher_state` words the launcher's own view of a member, :func:`read_log_tail` reads a member's log,
+:func:`describe_exit` turns an exit status into words, and ``Journal`` appends ``WORKSPACE/launcher.jsonl``. Each
+one is safe to call at any time and never raises over a missing or corrupt file.
 
 This module imports only the standard library and the pure core (no torch).
 """
@@ -20,7 +21,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from async_pbt_isaaclab.core.member_progress import decision_in_words, format_age, last_decision_entry, read_target
+from async_pbt_isaaclab.core.member_state import load_state
+from async_pbt_isaaclab.core.records import read_record
 from async_pbt_isaaclab.core.workspace import Workspace, member_dirname
+from async_pbt_isaaclab.launch.results import MemberOutcome
 
 LOG_TAIL_LINES = 12
 """How many last lines of a crashed member's log go into the crash reason."""
@@ -136,6 +140,42 @@ def progress_lines(
 
 
 # ============================================================================ journal
+
+
+def launcher_state(outcome: MemberOutcome, next_start: float) -> str:
+    """The launcher's side of a member's progress line: ``running pid 123 gpu 0``, ``restarting in 5s``, ...
+    (``next_start``: the ``time.monotonic()`` at which a member in backoff starts again)."""
+    gpu = f" gpu {outcome.gpu}" if outcome.gpu is not None else ""
+    if outcome.status == "running":
+        text = f"running pid {outcome.pid}{gpu}"
+    elif outcome.status == "backoff":
+        text = f"restarting in {max(0.0, next_start - time.monotonic()):.0f}s"
+    elif outcome.status == "given_up":
+        text = "GIVEN UP"
+    else:
+        text = outcome.status
+    if outcome.restarts:
+        text += f", {outcome.restarts} crash restart{'s' if outcome.restarts > 1 else ''}"
+    return text
+
+
+def record_status(workspace: Path, index: int) -> str | None:
+    """The ``status`` of member ``index``'s published record (``None`` when there is none or it is unreadable)."""
+    try:
+        return read_record(workspace / "members" / member_dirname(index) / "record.json").status
+    except Exception:  # noqa: BLE001 - informative only
+        return None
+
+
+def resume_point(workspace: Path, index: int) -> str:
+    """Where member ``index`` resumes from, in words (informative only: the member itself decides)."""
+    try:
+        state = load_state(workspace / "members" / member_dirname(index) / "state.json")
+    except Exception as exc:  # noqa: BLE001
+        return f"its state.json is unreadable ({shorten(str(exc), 120)})"
+    if state is None or not state.last_checkpoint:
+        return "no checkpoint yet: it starts from scratch"
+    return f"it resumes from its last checkpoint {state.last_checkpoint}"
 
 
 class Journal:

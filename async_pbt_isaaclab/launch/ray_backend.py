@@ -41,8 +41,8 @@ from typing import Any, Sequence
 from async_pbt_isaaclab.core.fsio import atomic_write_json
 from async_pbt_isaaclab.core.workspace import member_dirname
 from async_pbt_isaaclab.launch.arguments import LaunchError, member_command
+from async_pbt_isaaclab.launch.member_process import member_preexec
 from async_pbt_isaaclab.launch.progress import describe_exit, progress_lines
-from async_pbt_isaaclab.launch.supervisor import member_preexec
 
 STATUS_DIR = "cluster/ray"
 """Per-member attempt files, relative to the workspace."""

@@ -16,10 +16,10 @@ Process model
   member sees exactly one GPU as ``cuda:0`` (:data:`~async_pbt_isaaclab.launch.gpus.GPU_PLACEMENTS`).
   ``ASYNC_PBT_MEMBER_INDEX=i`` is exported for log prefixes only.
   stdin is ``/dev/null``; stdout and stderr are appended to ``WORKSPACE/logs/member_NNN.log``.
-* **Own process group.** Each member starts in a new session (``start_new_session=True``), so a
-  Ctrl-C typed in the terminal reaches only the launcher and the launcher decides what the members
-  get. Signals are sent to the member's whole process group, so wrapper scripts
-  (``isaaclab.sh`` -> python) are reached too.
+* **Own process group, launcher death.** Each member leads its own session, so a Ctrl-C typed in the terminal
+  reaches only the launcher, and signals go to the member's whole group; each member dies with the launcher
+  (:mod:`~async_pbt_isaaclab.launch.member_process`, which starts and signals member processes). Re-running the
+  same launch command after the launcher died resumes every member from its last checkpoint.
 * **Exploit restarts are invisible here.** A member that copies a donor replaces its own image with
   ``os.execv``; the pid stays, so the launcher keeps supervising the same process.
 * **Crash restarts.** A member that exits non-zero, or dies by a signal the launcher did not send,
@@ -36,9 +36,6 @@ Process model
   stop every Python program understands as ``KeyboardInterrupt``), then SIGTERM after
   ``stop_grace_s``, then SIGKILL after ``term_grace_s``. A second Ctrl-C skips to the next step.
   Nothing is restarted during a stop. The launcher exits ``128 + signal`` (130 for Ctrl-C).
-* **Launcher death.** On Linux each member asks the kernel for SIGTERM when the launcher dies
-  (``PR_SET_PDEATHSIG``), so a ``kill -9``'d or OOM-killed launcher leaves no member holding a GPU.
-  Re-running the same launch command resumes every member from its last checkpoint.
 * **Progress.** Every ``progress_interval_s`` one line per member: launcher state, frames,
   generation, objective mean over the evidence window (with its episode count), restarts, heartbeat
   age and the last decision, read from the members' published records. Missing or corrupt records
@@ -54,11 +51,9 @@ This module imports only the standard library and the pure core (no torch).
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -66,30 +61,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from async_pbt_isaaclab.core.member_state import load_state
-from async_pbt_isaaclab.core.records import read_record
 from async_pbt_isaaclab.core.resume import describe_resume
-from async_pbt_isaaclab.core.workspace import member_dirname
 from async_pbt_isaaclab.exit_codes import (
     EXIT_GAVE_UP,
     EXIT_OK,
     NO_RETRY_EXIT_CODES,
     exit_code_for_signal,
 )
+from async_pbt_isaaclab.launch.member_process import (
+    MemberStartError,
+    end_group,
+    member_preexec,
+    signal_group,
+    spawn_member,
+)
 from async_pbt_isaaclab.launch.progress import (
     Journal,
     describe_exit,
+    launcher_state,
     progress_lines,
     read_log_tail,
-    shorten,
+    record_status,
+    resume_point,
     signal_name,
 )
 from async_pbt_isaaclab.launch.results import LaunchResult, MemberOutcome
 
 _TERMINAL = ("finished", "given_up", "stopped")
-
-
-# ============================================================================ supervisor
 
 
 @dataclass
@@ -110,38 +108,6 @@ class SupervisedMember:
     """``time.monotonic()`` of the crashes inside the retry window (all crashes without a window)."""
     next_start: float = 0.0
     """``time.monotonic()`` at which a member in backoff is started again."""
-
-
-def member_preexec(die_with_launcher: bool) -> Callable[[], None] | None:
-    """Runs in the child between fork and exec. Resets SIGINT/SIGTERM to their defaults (a launcher
-    started in the background inherits SIGINT ignored, and the member would inherit that and never see
-    the graceful stop) and, on Linux, asks for SIGTERM when the launcher dies."""
-    if os.name != "posix":
-        return None
-    prctl = None
-    if die_with_launcher and sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before fork: no dlopen in the child
-        except (OSError, AttributeError):
-            prctl = None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        # A caught signal is reset by exec anyway; this matters when the launcher runs off the main
-        # thread (no handler of its own) with SIGINT ignored. Never fail the start over it.
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                signal.signal(sig, signal.SIG_DFL)
-            except (ValueError, OSError):
-                pass
-        if prctl is not None:
-            prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-            if os.getppid() != parent:  # the launcher died before prctl took effect
-                os.kill(os.getpid(), signal.SIGTERM)
-
-    return preexec
 
 
 class Supervisor:
@@ -205,38 +171,16 @@ class Supervisor:
     def start(self, m: SupervisedMember) -> None:
         o = m.outcome
         o.starts += 1
-        log = Path(o.log_path)
+        header = (
+            f"\n===== async-pbt launch: member {o.index} start {o.starts} at "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')} gpu {o.gpu if o.gpu is not None else '-'} =====\n"
+            f"$ {shlex.join(m.command)}\n"
+        )
         try:
-            log.parent.mkdir(parents=True, exist_ok=True)
-            fh = open(log, "ab")
-        except OSError as exc:
-            self.give_up(m, f"cannot open its log file {log}: {exc}")
+            m.popen, m.log_offset = spawn_member(m.command, m.env, Path(o.log_path), header, self.preexec)
+        except MemberStartError as exc:
+            self.give_up(m, str(exc))
             return
-        try:
-            header = (
-                f"\n===== async-pbt launch: member {o.index} start {o.starts} at "
-                f"{time.strftime('%Y-%m-%d %H:%M:%S')} gpu {o.gpu if o.gpu is not None else '-'} =====\n"
-                f"$ {shlex.join(m.command)}\n"
-            )
-            fh.write(header.encode())
-            fh.flush()
-            m.log_offset = fh.tell()
-            m.popen = subprocess.Popen(
-                m.command,
-                stdin=subprocess.DEVNULL,
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                env=m.env,
-                start_new_session=True,
-                preexec_fn=self.preexec,
-                close_fds=True,
-            )
-        except OSError as exc:
-            # Command not found / not executable: a restart would fail the same way.
-            self.give_up(m, f"cannot start {m.command[0]!r}: {exc.strerror or exc}")
-            return
-        finally:
-            fh.close()  # the child holds its own descriptor
         o.pid = m.popen.pid
         o.status = "running"
         self.journal.write("start", o.index, pid=o.pid, attempt=o.starts, gpu=o.gpu, log=o.log_path, command=m.command)
@@ -250,27 +194,19 @@ class Supervisor:
         self.journal.write("give_up", o.index, reason=reason, restarts=o.restarts)
         self.say(f"member {o.index:03d} GIVEN UP: {reason}; the other members continue")
 
-    def _signal_group(self, m: SupervisedMember, signum: int) -> None:
-        if m.popen is None:
-            return
-        try:
-            os.killpg(m.popen.pid, signum)  # the member is its session's and group's leader
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def _reap_leftovers(self, m: SupervisedMember) -> None:
+    def reap_leftovers(self, m: SupervisedMember) -> None:
         # The member's leader has exited; anything still in its group (a python child of a wrapper
         # script) would hold the GPU and the member lock and make the restart fail as "claimed".
-        self._signal_group(m, signal.SIGKILL)
+        signal_group(m.popen, signal.SIGKILL)
 
     def on_exit(self, m: SupervisedMember, code: int) -> None:
         o = m.outcome
         o.exit_codes.append(code)
-        self._reap_leftovers(m)
+        self.reap_leftovers(m)
         if code == 0:
             o.status = "finished"
             note = ""
-            if self._record_status(o.index) == "stopped":
+            if record_status(self.workspace, o.index) == "stopped":
                 # Someone stopped this member directly (kill -INT/-TERM on its pid); it says it can
                 # resume, but a deliberate stop is not a crash, so it is not restarted.
                 note = "; its record says 'stopped' (interrupted from outside the launcher), not restarted"
@@ -307,7 +243,7 @@ class Supervisor:
         m.next_start = now + backoff
         o.status = "backoff"
         o.restarts += 1
-        resume = self._resume_point(o.index)
+        resume = resume_point(self.workspace, o.index)
         self.journal.write(
             "restart",
             o.index,
@@ -324,22 +260,6 @@ class Supervisor:
             f"{self.max_retries} {window}); {resume}"
         )
 
-    def _record_status(self, index: int) -> str | None:
-        try:
-            return read_record(self.workspace / "members" / member_dirname(index) / "record.json").status
-        except Exception:  # noqa: BLE001 - informative only
-            return None
-
-    def _resume_point(self, index: int) -> str:
-        # Only informative: the member itself decides what to resume from.
-        try:
-            state = load_state(self.workspace / "members" / member_dirname(index) / "state.json")
-        except Exception as exc:  # noqa: BLE001
-            return f"its state.json is unreadable ({shorten(str(exc), 120)})"
-        if state is None or not state.last_checkpoint:
-            return "no checkpoint yet: it starts from scratch"
-        return f"it resumes from its last checkpoint {state.last_checkpoint}"
-
     def poll(self) -> None:
         for m in self.members.values():
             if m.outcome.status == "running" and m.popen is not None:
@@ -354,32 +274,19 @@ class Supervisor:
         o = m.outcome
         o.exit_codes.append(code)
         o.status = "stopped"
-        self._reap_leftovers(m)
+        self.reap_leftovers(m)
         self.journal.write(
             "exit", o.index, code=code, reason=f"stopped by the launcher ({describe_exit(code)})", pid=o.pid
         )
 
     # ---------------------------------------------------------------- progress
-    def state_text(self, m: SupervisedMember) -> str:
-        o = m.outcome
-        gpu = f" gpu {o.gpu}" if o.gpu is not None else ""
-        if o.status == "running":
-            text = f"running pid {o.pid}{gpu}"
-        elif o.status == "backoff":
-            text = f"restarting in {max(0.0, m.next_start - time.monotonic()):.0f}s"
-        elif o.status == "finished":
-            text = "finished"
-        elif o.status == "given_up":
-            text = "GIVEN UP"
-        else:
-            text = o.status
-        if o.restarts:
-            text += f", {o.restarts} crash restart{'s' if o.restarts > 1 else ''}"
-        return text
-
     def progress(self) -> None:
         indices = sorted(self.members)
-        lines = progress_lines(self.workspace, indices, {i: self.state_text(self.members[i]) for i in indices})
+        lines = progress_lines(
+            self.workspace,
+            indices,
+            {i: launcher_state(self.members[i].outcome, self.members[i].next_start) for i in indices},
+        )
         if self.on_progress is not None:
             try:
                 self.on_progress(lines)
@@ -403,7 +310,7 @@ class Supervisor:
             if not alive:
                 break
             for m in alive:
-                self._signal_group(m, sig)
+                signal_group(m.popen, sig)
             self.journal.write("signal", None, signal=sig.name, members=[m.outcome.index for m in alive])
             if sig == signal.SIGKILL:
                 self.say(f"sent SIGKILL to {len(alive)} member(s)")
@@ -465,12 +372,7 @@ class Supervisor:
             # members behind without a supervisor.
             for m in self.members.values():
                 if m.outcome.status == "running" and m.popen is not None and m.popen.poll() is None:
-                    self._signal_group(m, signal.SIGTERM)
-                    try:
-                        m.popen.wait(timeout=self.term_grace_s)
-                    except subprocess.TimeoutExpired:
-                        self._signal_group(m, signal.SIGKILL)
-                        m.popen.wait()
+                    end_group(m.popen, self.term_grace_s)
             for sig, previous in handlers.items():
                 signal.signal(sig, previous)
         return self.finish()
@@ -494,6 +396,3 @@ class Supervisor:
         )
         self.say(f"done (exit code {code}): {summary}")
         return result
-
-
-# ============================================================================ API

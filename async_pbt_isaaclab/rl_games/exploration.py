@@ -24,10 +24,10 @@ Use it from an rl_games agent yaml (``params`` section)::
       mlp: {units: [256, 128, 64], activation: elu, initializer: {name: default}}
 
 and call :func:`register_bounded_exploration` before the rl_games ``Runner`` builds the agent (every
-entry point of the package does: train_pbt.py, play_pbt.py, the CPU member and ``runner.train_member``). PBT
-mutates the bounds through the Isaac Lab dotted paths
-:data:`LOW_PATH` and :data:`HIGH_PATH`; a restart rebuilds the network from the mutated yaml.
-:func:`set_log_std_bounds` changes them on a live agent.
+entry point of the package does: train_pbt.py, play_pbt.py, the CPU member and ``runner.train_member``). The
+names and the checks of this yaml section are :mod:`async_pbt_isaaclab.rl_games.exploration_config`. PBT
+mutates the bounds through its Isaac Lab dotted paths ``LOW_PATH`` and ``HIGH_PATH``; a restart rebuilds the
+network from the mutated yaml. :func:`set_log_std_bounds` changes them on a live agent.
 
 How the bound is applied (the design decision, and why)
 -------------------------------------------------------
@@ -66,10 +66,7 @@ donor checkpoint keeps the recipient's (possibly mutated) bounds from its yaml.
 
 from __future__ import annotations
 
-import math
-import numbers
 import sys
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -77,33 +74,23 @@ from rl_games.algos_torch import model_builder, models
 from rl_games.algos_torch.network_builder import A2CBuilder
 from torch import nn
 
+from async_pbt_isaaclab.rl_games.exploration_config import (
+    COMPATIBLE_MODEL,
+    NETWORK_NAME,
+    REGISTRY_MARKER,
+    parse_log_std_bounds,
+    validate_network_params,
+)
+
 __all__ = [
-    "NETWORK_NAME",
-    "COMPATIBLE_MODEL",
-    "BOUNDS_KEY",
-    "LOW_PATH",
-    "HIGH_PATH",
     "BoundedA2CBuilder",
     "register_bounded_exploration",
     "is_bounded_exploration_registered",
-    "parse_log_std_bounds",
-    "validate_network_params",
-    "validate_exploration_config",
     "bounded_log_std",
     "find_bounded_networks",
     "get_log_std_bounds",
     "set_log_std_bounds",
 ]
-
-#: Name under which the network is registered with rl_games (``params.network.name``).
-NETWORK_NAME = "pbt_bounded_actor_critic"
-#: The only rl_games model this network is valid for: it reads the second output as a log-std.
-COMPATIBLE_MODEL = "continuous_a2c_logstd"
-#: Key of the bounds inside ``params.network``.
-BOUNDS_KEY = "log_std_bounds"
-#: Isaac Lab dotted paths of the two bounds, as used in ``pbt.mutation`` / hyperparameter records.
-LOW_PATH = f"agent.params.network.{BOUNDS_KEY}.low"
-HIGH_PATH = f"agent.params.network.{BOUNDS_KEY}.high"
 
 # rl_games model classes -> the yaml ``model.name`` that selects them, for error messages only. Looked up by name:
 # rl-games 1.6.1 (what Isaac Lab 2.x pins) has no ModelA2CContinuousTanh.
@@ -119,134 +106,6 @@ _MODEL_NAMES = {
     )
     if hasattr(models, cls)
 }
-
-# Marker set on the registry entries we create, so a second registration is recognised as ours
-# (idempotent) and a clash with somebody else's network of the same name is reported.
-_REGISTRY_MARKER = "_async_pbt_bounded_exploration"
-
-_BOUNDS_FORMAT = f"{{low: <float>, high: <float>}} with low < high, e.g. {BOUNDS_KEY}: {{low: -5.0, high: 0.5}}"
-
-
-# ---------------------------------------------------------------------------------------------------
-# Validation (pure functions over the yaml dicts; used by the builder and by our own scripts)
-# ---------------------------------------------------------------------------------------------------
-
-
-def _real(value: Any, key: str) -> float:
-    # bool is an int subclass; "True" as a bound is always a yaml mistake.
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{key} must be a finite number (float), got {value!r} of type {type(value).__name__}")
-    out = float(value)
-    if not math.isfinite(out):
-        raise ValueError(f"{key} must be a finite number (float), got {value!r}")
-    return out
-
-
-def parse_log_std_bounds(value: Any, key: str = f"params.network.{BOUNDS_KEY}") -> tuple[float, float]:
-    """Validate a ``log_std_bounds`` mapping and return ``(low, high)`` as floats.
-
-    Raises ``ValueError`` naming ``key`` when the value is missing, not a mapping, has keys other than
-    ``low``/``high``, holds a non-finite or non-numeric bound, or has ``low >= high``.
-    """
-    if value is None:
-        raise ValueError(f"{key} is required for network.name: {NETWORK_NAME}; expected {_BOUNDS_FORMAT}")
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{key} must be a mapping {_BOUNDS_FORMAT}; got {value!r}")
-    extra = sorted(str(k) for k in value.keys() if k not in ("low", "high"))
-    missing = [k for k in ("low", "high") if k not in value]
-    if extra or missing:
-        raise ValueError(
-            f"{key} accepts exactly the keys 'low' and 'high'"
-            + (f"; missing {missing}" if missing else "")
-            + (f"; unknown {extra}" if extra else "")
-            + f". Expected {_BOUNDS_FORMAT}"
-        )
-    low = _real(value["low"], f"{key}.low")
-    high = _real(value["high"], f"{key}.high")
-    if not low < high:
-        raise ValueError(f"{key}.low must be < {key}.high, got low={low}, high={high}. Expected {_BOUNDS_FORMAT}")
-    return low, high
-
-
-def validate_network_params(network: Mapping[str, Any], key: str = "params.network") -> tuple[float, float]:
-    """Validate the ``network`` section for :data:`NETWORK_NAME` and return the bounds ``(low, high)``.
-
-    This is all rl_games shows a network builder (``NetworkBuilder.load`` receives only this section),
-    so it checks what can be checked here: a ``continuous`` action space with ``fixed_sigma`` set, not a
-    central-value (critic-only) network, valid bounds. The model name is checked by
-    :func:`validate_exploration_config` and, at build time, by :meth:`BoundedA2CBuilder.build`.
-    """
-    if not isinstance(network, Mapping):
-        raise ValueError(f"{key} must be a mapping, got {type(network).__name__}")
-    if network.get("central_value", False):
-        raise ValueError(
-            f"{key}.central_value: True is not supported by {NETWORK_NAME}: a critic-only network has no "
-            "policy log-std to bound. Use network.name: actor_critic for the central value network."
-        )
-    space = network.get("space")
-    space_keys = sorted(space.keys()) if isinstance(space, Mapping) else space
-    if not isinstance(space, Mapping) or "continuous" not in space or len(space) != 1:
-        raise ValueError(
-            f"{key}.space must be {{continuous: {{...}}}} for network.name: {NETWORK_NAME} (Gaussian policy, "
-            f"model.name: {COMPATIBLE_MODEL}); got space {space_keys!r}. Discrete and multi_discrete action "
-            "spaces have no log-std to bound: use network.name: actor_critic for them."
-        )
-    continuous = space["continuous"]
-    if not isinstance(continuous, Mapping) or not isinstance(continuous.get("fixed_sigma"), bool):
-        got = continuous.get("fixed_sigma") if isinstance(continuous, Mapping) else continuous
-        raise ValueError(
-            f"{key}.space.continuous.fixed_sigma must be True (one learned log-std per action, parameter "
-            f"a2c_network.sigma) or False (state-dependent log-std head); got {got!r}"
-        )
-    return parse_log_std_bounds(network.get(BOUNDS_KEY), key=f"{key}.{BOUNDS_KEY}")
-
-
-def _registered_names() -> set[str]:
-    names = {NETWORK_NAME}
-    for name, entry in model_builder.NETWORK_REGISTRY.items():
-        if getattr(entry, _REGISTRY_MARKER, False):
-            names.add(name)
-    return names
-
-
-def validate_exploration_config(params: Mapping[str, Any]) -> tuple[float, float] | None:
-    """Check a whole rl_games config that may use the bounded network; return its bounds or ``None``.
-
-    ``params`` is the rl_games ``params`` dict (with ``model``, ``network``, ``config``) or the whole
-    agent yaml (with a top-level ``params``). Returns ``None`` when the policy network is not ours (no
-    checks apply). Otherwise raises ``ValueError`` naming the offending key and the accepted values when
-    ``model.name`` is not :data:`COMPATIBLE_MODEL`, the network section is invalid
-    (:func:`validate_network_params`), or the central value network also names our network.
-    """
-    if "network" not in params and isinstance(params.get("params"), Mapping):
-        params = params["params"]
-    network = params.get("network")
-    if not isinstance(network, Mapping) or network.get("name") not in _registered_names():
-        _check_central_value(params)
-        return None
-    model = params.get("model")
-    model_name = model.get("name") if isinstance(model, Mapping) else None
-    if model_name != COMPATIBLE_MODEL:
-        raise ValueError(
-            f"params.model.name must be '{COMPATIBLE_MODEL}' when params.network.name is "
-            f"'{network.get('name')}', got {model_name!r}. The bounded network outputs a log-std, which only "
-            f"rl_games' ModelA2CContinuousLogStd interprets as such (continuous_a2c would read it as a "
-            "standard deviation; discrete models have no standard deviation at all)."
-        )
-    bounds = validate_network_params(network)
-    _check_central_value(params)
-    return bounds
-
-
-def _check_central_value(params: Mapping[str, Any]) -> None:
-    config = params.get("config")
-    cv = config.get("central_value_config") if isinstance(config, Mapping) else None
-    cv_net = cv.get("network") if isinstance(cv, Mapping) else None
-    if isinstance(cv_net, Mapping) and cv_net.get("name") in _registered_names():
-        raise ValueError(
-            f"params.config.central_value_config.network.name is '{cv_net.get('name')}', but the central value "
-            "network is a critic with no policy log-std to bound. Use actor_critic there."
-        )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -291,7 +150,7 @@ def _calling_model() -> Any:
     # the model is known is the caller's frame (BaseModel.build, where ``self`` is the model). Reading it
     # is the only way to reject ``model.name: discrete_a2c`` / ``continuous_a2c`` at build time without
     # patching rl_games. If the caller is anything else (a direct build call, a future rl_games), we
-    # return None and rely on validate_exploration_config.
+    # return None and rely on exploration_config.validate_exploration_config.
     frame = sys._getframe(2)  # 0: here, 1: BoundedA2CBuilder.build, 2: its caller
     try:
         candidate = frame.f_locals.get("self")
@@ -389,20 +248,20 @@ def register_bounded_exploration(name: str = NETWORK_NAME) -> str:
     """
     existing = model_builder.NETWORK_REGISTRY.get(name)
     if existing is not None:
-        if getattr(existing, _REGISTRY_MARKER, False):
+        if getattr(existing, REGISTRY_MARKER, False):
             return name
         raise ValueError(
             f"rl_games network name {name!r} is already registered to another network; "
             f"register the bounded network under a different name (default {NETWORK_NAME!r})."
         )
     model_builder.register_network(name, BoundedA2CBuilder)
-    setattr(model_builder.NETWORK_REGISTRY[name], _REGISTRY_MARKER, True)
+    setattr(model_builder.NETWORK_REGISTRY[name], REGISTRY_MARKER, True)
     return name
 
 
 def is_bounded_exploration_registered(name: str = NETWORK_NAME) -> bool:
     """Whether ``name`` is registered with rl_games as the bounded network."""
-    return bool(getattr(model_builder.NETWORK_REGISTRY.get(name), _REGISTRY_MARKER, False))
+    return bool(getattr(model_builder.NETWORK_REGISTRY.get(name), REGISTRY_MARKER, False))
 
 
 def find_bounded_networks(target: Any) -> list[BoundedA2CBuilder.Network]:
@@ -437,7 +296,7 @@ def set_log_std_bounds(target: Any, low: float, high: float) -> tuple[float, flo
     is projected into the new bounds immediately, so the next rollout and the next checkpoint already
     use them; a state-dependent head is clamped from the next forward pass. This does not edit the
     yaml: a later restart rebuilds from the config, so whoever calls this must also write the new
-    values to :data:`LOW_PATH` / :data:`HIGH_PATH` of the member's hyperparameters.
+    values to ``exploration_config.LOW_PATH`` / ``HIGH_PATH`` of the member's hyperparameters.
     """
     new_low, new_high = parse_log_std_bounds({"low": low, "high": high}, key="log_std_bounds")
     nets = _require_networks(target)

@@ -15,7 +15,9 @@ Everything happens in ``after_steps``:
 * when ``algo.frame`` crosses a multiple of ``interval_steps``: save a checkpoint, publish the record,
   read the peers, decide and log the decision.
 
-A decided exploit or explore is carried out in ``after_print_stats`` of the same epoch, once its update is
+What is published (evidence window, record, checkpoints, history, best list, retention) is
+:class:`~async_pbt_isaaclab.rl_games.publisher.MemberPublisher`, the observer's base class. A decided exploit or
+explore is carried out in ``after_print_stats`` of the same epoch, once its update is
 done, by :func:`async_pbt_isaaclab.rl_games.exploit.act` (donor copy, recipient checkpoint, restart or
 in-process swap).
 
@@ -25,9 +27,6 @@ rl_games Runner's full-pickle ``restore``.
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -35,62 +34,37 @@ from typing import Any
 
 from rl_games.common.algo_observer import AlgoObserver
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary, EvidenceWindow
-from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
-from async_pbt_isaaclab.core.retention import apply_retention, update_best
+from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
 from async_pbt_isaaclab.core.selection import Decision
 from async_pbt_isaaclab.core.step import PopulationView, pbt_step
-from async_pbt_isaaclab.core.workspace import checkpoint_name
 from async_pbt_isaaclab.envs.summary_source import find_summary_source
+from async_pbt_isaaclab.member.session import MemberSession, print_notes
 from async_pbt_isaaclab.rl_games import exploit
-from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint, save_checkpoint
+from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
 from async_pbt_isaaclab.rl_games.held_stop import HeldStop
 from async_pbt_isaaclab.rl_games.inheritance import model_fingerprint
-from async_pbt_isaaclab.rl_games.member import MemberSession, print_notes
+from async_pbt_isaaclab.rl_games.publisher import MemberPublisher
 
 
-class PbtObserver(AlgoObserver):
-    """One population member inside an rl_games training process."""
+class PbtObserver(MemberPublisher, AlgoObserver):
+    """One population member inside an rl_games training process: the rl_games hooks, the restore at start, and
+    the decision at every interval (what it publishes is :class:`MemberPublisher`'s)."""
 
     def __init__(self, session: MemberSession, summary_source: Any = None, exit_on_restart: bool = False):
-        super().__init__()
-        self.session = session
-        """The claimed member (workspace, lock, state, audit)."""
-        self.cfg = session.cfg
-        """Population config."""
-        self.summary_source = summary_source
-        """Object with ``drain() -> EpisodeBatch`` and ``start_generation(g)``; found on the vec-env if None."""
-        self.window = EvidenceWindow(self._objective(), self.cfg.window, session.state.generation)
-        """Evidence of the current generation."""
-        self.condition = session.condition
-        """Condition label of the evidence in the window."""
-        self.algo: Any = None
-        """The rl_games agent (set in ``after_init``)."""
+        AlgoObserver.__init__(self)
+        MemberPublisher.__init__(self, session, summary_source)
         self.interval_index: int | None = None
         """``algo.frame // interval_steps`` at the last publish."""
-        self.interval_best: float | None = None
-        """Best window mean seen at a drain during the current interval."""
-        self.last_heartbeat = 0.0
-        """Wall time of the last record write."""
-        self.last_checkpoint: tuple[str, str] | None = None
-        """(workspace-relative path, sha256) of the newest checkpoint this member published."""
         self.hook_seconds = 0.0
         """Wall time spent inside ``after_steps`` (for the overhead benchmark)."""
         self.hook_calls = 0
         """Number of ``after_steps`` calls."""
-        self.decisions: list[Decision] = []
-        """Decisions taken by this process (newest last)."""
         self.exit_on_restart = exit_on_restart
         """Raise SystemExit instead of exec'ing (for in-process tests of the act step)."""
-        self._warned: set[str] = set()
-        self._pending_act: tuple[Decision, dict[str, Any], Any] | None = None
-        self._in_epoch = False
+        self.pending_act: tuple[Decision, dict[str, Any], Any] | None = None
+        """A decided exploit or explore, carried out in ``after_print_stats`` once the epoch's update is done."""
         self.held_stop: HeldStop | None = None
         """Holds Ctrl-C / SIGTERM while a step is written; a restart asked for inside it stops instead."""
-
-    def _objective(self) -> str:
-        return self.session.condition.objective
 
     # ------------------------------------------------------------------ rl_games hooks
     def after_init(self, algo) -> None:
@@ -123,7 +97,7 @@ class PbtObserver(AlgoObserver):
             return
         summary = EvidenceSummary.from_dict(saved["summary"], "state.evidence.summary")
         condition = ConditionLabel.from_dict(saved["condition"], "state.evidence.condition")
-        if summary.generation == state.generation and summary.objective == self._objective():
+        if summary.generation == state.generation and summary.objective == self.objective():
             self.window.restore(summary)
             self.condition = condition
 
@@ -140,7 +114,7 @@ class PbtObserver(AlgoObserver):
         )
         pbt = state.get("pbt")
         if pbt is None and self.session.start_mode == "warm_start":
-            from async_pbt_isaaclab.rl_games.member import RAW_CHECKPOINT_GAPS
+            from async_pbt_isaaclab.member.session import RAW_CHECKPOINT_GAPS
 
             gaps = "\n  - ".join(RAW_CHECKPOINT_GAPS)
             print(
@@ -191,10 +165,10 @@ class PbtObserver(AlgoObserver):
         pass
 
     def after_print_stats(self, frame, epoch_num, total_time) -> None:
-        if self._pending_act is None:
+        if self.pending_act is None:
             return
         t0 = time.perf_counter()
-        pending, self._pending_act = self._pending_act, None
+        pending, self.pending_act = self.pending_act, None
         try:
             with HeldStop() as self.held_stop:
                 exploit.act(self, *pending)
@@ -205,11 +179,11 @@ class PbtObserver(AlgoObserver):
     def after_steps(self) -> None:
         t0 = time.perf_counter()
         self.hook_calls += 1
-        self._in_epoch = True
+        self.in_epoch = True
         try:
             self._tick()
         finally:
-            self._in_epoch = False
+            self.in_epoch = False
             self.hook_seconds += time.perf_counter() - t0
 
     # ------------------------------------------------------------------ the member loop
@@ -218,225 +192,17 @@ class PbtObserver(AlgoObserver):
         index = frame // self.cfg.interval_steps
         if self.interval_index is None:
             self.interval_index = index
-            self._heartbeat()
+            self.heartbeat()
             return
         if index > self.interval_index:
             self.interval_index = index
             with HeldStop() as self.held_stop:
-                self._publish_and_decide()
+                self.publish_and_decide()
             self.held_stop = None
         elif time.time() - self.last_heartbeat >= self.cfg.heartbeat_interval_s:
-            self._heartbeat()
+            self.heartbeat()
 
-    def _collect(self) -> None:
-        batch = self.summary_source.drain()
-        if len(batch) == 0:
-            self.window.add(batch)  # carries the settling gate's state even without episodes
-            return
-        condition = dataclasses.replace(
-            batch.condition,
-            objective=self._objective(),
-            task=batch.condition.task or self.session.condition.task,
-            reward_config=batch.condition.reward_config or self.session.condition.reward_config,
-        )
-        if condition != self.condition:
-            if self.window.episodes_seen:
-                self._warn_once(
-                    f"condition:{condition}",
-                    f"condition changed to {condition.to_dict()}; evidence "
-                    f"collected under the previous condition is dropped",
-                )
-            self.condition = condition
-            self.window.start_generation(self.window.generation)
-        batch = dataclasses.replace(batch, condition=condition)
-        rejected_before = self.window.rejected_non_finite
-        try:
-            self.window.add(batch)
-        except KeyError:
-            available = ["episode_return", "episode_length", *sorted(batch.terms)]
-            self._warn_once(
-                "objective",
-                f"objective {self._objective()!r} is not among the completed-episode "
-                f"values {available}; this member publishes no evidence until it is",
-            )
-            return
-        if self.window.rejected_non_finite > rejected_before:
-            self._warn_once(
-                "nonfinite",
-                f"objective {self._objective()!r} had NaN or infinite values "
-                f"({self.window.rejected_non_finite} so far); they are left out of the evidence",
-            )
-        if self._publishable():
-            mean = self.window.summary().mean
-            if self.interval_best is None or self.cfg.better(mean, self.interval_best):
-                self.interval_best = mean
-
-    def _publishable(self) -> bool:
-        """The window is settled evidence of the current generation with at least ``min_episodes`` episodes."""
-        return self.window.settled and len(self.window) >= self.cfg.min_episodes
-
-    def _warn_once(self, key: str, message: str) -> None:
-        if key in self._warned:
-            return
-        self._warned.add(key)
-        print(f"[async-pbt] member {self.session.member}: WARNING: {message}", file=sys.stderr, flush=True)
-        try:
-            self.session.audit.append("warning", {"message": message})
-        except OSError:
-            pass
-
-    def completed_epochs(self) -> int:
-        """Epochs whose update finished. Inside ``after_steps`` the current epoch's update has not run,
-        so a checkpoint taken there belongs to the previous epoch (its frames are not counted either)."""
-        return int(self.algo.epoch_num) - (1 if self._in_epoch else 0)
-
-    def record(self, last_decision: str = "", status: str = "running", next_generation: bool = False) -> MemberRecord:
-        """This member's record now. ``next_generation``: an exploit/explore was decided and is being carried
-        out; the record already names the new generation, so no peer compares or copies the old one."""
-        state = self.session.state
-        ckpt = self.last_checkpoint
-        generation = state.generation + (1 if next_generation else 0)
-        evidence = self.window.summary()
-        if next_generation:
-            evidence = EvidenceSummary(self._objective(), generation, (), 0, 0, settled=False)
-        return MemberRecord(
-            member=self.session.member,
-            generation=generation,
-            frame=int(self.algo.frame),
-            generation_start_frame=int(self.algo.frame) if next_generation else state.generation_start_frame,
-            restarts=state.restarts,
-            heartbeat=time.time(),
-            evidence=evidence,
-            condition=self.condition,
-            hyperparameters=dict(state.hyperparameters),
-            checkpoint=None if ckpt is None else ckpt[0],
-            checkpoint_sha256=None if ckpt is None else ckpt[1],
-            interval_best=self.interval_best,
-            status=status,
-            epoch=self.completed_epochs(),
-            last_decision=last_decision or (self.decisions[-1].summary() if self.decisions else ""),
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            history=tuple(HistoryEntry.from_dict(e, "state.history") for e in state.history),
-            origin_sha256=state.origin_sha256,
-        )
-
-    def write_record(self, record: MemberRecord) -> None:
-        """Publish ``record`` as ``record.json`` (a failed write is warned about once; training goes on)."""
-        try:
-            fsio.atomic_write_json(self.session.dir / "record.json", record.to_dict())
-            self.last_heartbeat = time.time()
-        except OSError as exc:
-            # A full or unwritable shared disk must not kill training; peers will see us as stale.
-            self._warn_once("write", f"cannot write {self.session.dir / 'record.json'}: {exc}; training continues")
-
-    def _heartbeat(self) -> None:
-        self._collect()
-        self.write_record(self.record())
-
-    def write_checkpoint(self, state: dict[str, Any], generation: int) -> tuple[str, str]:
-        """Save ``state`` in this member's checkpoints/ at the current frame: (workspace-relative path, sha256)."""
-        # Checked at every save: a checkpoints/ replaced by a link while training would put our files elsewhere.
-        folder = self.session.ws.checked_member_dir(self.session.member, "checkpoints")
-        path = folder / checkpoint_name(generation, int(self.algo.frame))
-        sha = save_checkpoint(path, state)
-        return self.session.ws.relative(path), sha
-
-    def pbt_metadata(self, generation: int, hparams: dict[str, Any], **extra: Any) -> dict[str, Any]:
-        """The ``pbt`` section of a checkpoint written now for ``generation`` with ``hparams``."""
-        state = self.session.state
-        return {
-            "member": self.session.member,
-            "generation": generation,
-            "frame": int(self.algo.frame),
-            "epoch": self.completed_epochs(),
-            "hyperparameters": dict(hparams),
-            "rng_state": state.rng_state,
-            "lineage": list(state.lineage),
-            "last_lr": float(self.algo.last_lr),
-            "experiment_name": state.experiment_name,
-            "objective": self._objective(),
-            **extra,
-        }
-
-    def _sync_live_hyperparameters(self) -> None:
-        """Publish what the agent trains with now: under ``lr_schedule: adaptive`` the learning rate drifts
-        from the configured value, and an exploit must start from the donor's live rate."""
-        state = self.session.state
-        if "learning_rate" in state.hyperparameters:
-            state.hyperparameters["learning_rate"] = float(self.algo.last_lr)
-
-    def publish(self, persist: bool = True) -> MemberRecord:
-        """Save a checkpoint, add a history entry when the evidence is publishable, publish the record
-        (also called at the end of training).
-
-        ``persist=False`` (the decide path) leaves writing ``record.json`` and ``state.json`` to the caller,
-        which writes both right after the decision: each durable write costs two fsyncs, the bulk of the
-        observer's overhead (scripts/benchmarks/observer_overhead.py).
-        """
-        self._collect()
-        self._sync_live_hyperparameters()
-        state = self.session.state
-        weights = self.algo.get_full_state_weights()
-        weights["epoch"] = self.completed_epochs()
-        weights["pbt"] = self.pbt_metadata(state.generation, state.hyperparameters)
-        # What state.json and record.json on disk name until they are saved again (after the decision when
-        # persist is False): a crash before that resumes from it, so retention must not delete it yet.
-        previous = state.last_checkpoint
-        rel, sha = self.write_checkpoint(weights, state.generation)
-        self.last_checkpoint = (rel, sha)
-        state.published(rel, sha)
-        summary = self.window.summary()
-        state.evidence = {"summary": summary.to_dict(), "condition": self.condition.to_dict()}
-        if self._publishable():
-            state.add_history(
-                HistoryEntry(
-                    frame=int(self.algo.frame),
-                    generation=state.generation,
-                    mean=summary.mean,
-                    std=summary.std,
-                    count=summary.count,
-                    condition=self.condition,
-                    checkpoint=rel,
-                    checkpoint_sha256=sha,
-                    hyperparameters=dict(state.hyperparameters),
-                ).to_dict(),
-                self.cfg.history_length,
-            )
-            if self.cfg.keep_best_checkpoints > 0:
-                best = update_best(
-                    state.best,
-                    {
-                        "objective": summary.mean,
-                        "direction": self.cfg.objective_direction,
-                        "checkpoint": rel,
-                        "sha256": sha,
-                        "frame": int(self.algo.frame),
-                        "generation": state.generation,
-                        "episodes": summary.count,
-                        "time": time.time(),
-                    },
-                    self.cfg.keep_best_checkpoints,
-                )
-                if best != state.best:  # unchanged when this checkpoint did not make the list
-                    state.best = best
-                    fsio.atomic_write_json(self.session.dir / "best.json", state.best)
-        record = self.record()
-        if persist:
-            self.write_record(record)
-        # Peers behind us may copy any checkpoint our history offers: those stay until their entry leaves it.
-        keep = {
-            rel,
-            *(b["checkpoint"] for b in state.best),
-            *([previous] if previous else []),
-            *(e["checkpoint"] for e in state.history if e.get("checkpoint")),
-        }
-        apply_retention(self.session.ws, self.session.member, self.cfg.keep_last_checkpoints, keep)
-        if persist:
-            self.session.save()
-        return record
-
-    def _publish_and_decide(self) -> None:
+    def publish_and_decide(self) -> None:
         me = self.publish(persist=False)  # record.json and state.json are written once, after the decision
         records, unreadable = self.session.ws.read_records(self.cfg.num_policies)
         view = PopulationView(
@@ -456,7 +222,7 @@ class PbtObserver(AlgoObserver):
         if step.acts:
             # Carried out in after_print_stats, once this epoch's update is done: the rollout just collected
             # belongs to the old policy, and both exploit paths then start from the same counters.
-            self._pending_act = (decision, step.new_hyperparameters or {}, step.changes)
+            self.pending_act = (decision, step.new_hyperparameters or {}, step.changes)
 
     # ------------------------------------------------------------------ end of training
     def finish(self, status: str = "finished") -> None:
@@ -472,7 +238,7 @@ class PbtObserver(AlgoObserver):
             self.publish()
         else:
             # No checkpoint (see above), so the saved evidence stays the one of the last published checkpoint.
-            self._collect()
+            self.collect()
         self.write_record(self.record(status=status))
         self.session.audit.append("stop", {"status": status, "frame": int(self.algo.frame)})
         self.session.close()

@@ -41,8 +41,8 @@ def train_member(
     from rl_games.common.algo_observer import IsaacAlgoObserver
     from rl_games.torch_runner import Runner
 
+    from async_pbt_isaaclab.member.session import start_member
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
-    from async_pbt_isaaclab.rl_games.member import start_member
     from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
     from async_pbt_isaaclab.rl_games.observer import PbtObserver
     from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalarsObserver

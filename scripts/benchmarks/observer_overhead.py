@@ -178,7 +178,7 @@ def one_run(variant: str, args: argparse.Namespace, profile: cProfile.Profile | 
 
     from async_pbt_isaaclab.core.agent_config import load_population_config
     from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
-    from async_pbt_isaaclab.rl_games.member import start_member
+    from async_pbt_isaaclab.member.session import start_member
     from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
     from async_pbt_isaaclab.rl_games.observer import PbtObserver
 

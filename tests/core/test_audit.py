@@ -489,7 +489,7 @@ def test_member_start_records_the_head_and_truncation_is_reported(tmp_path, caps
     from async_pbt_isaaclab import cli
     from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
     from async_pbt_isaaclab.core.member_state import load_state
-    from async_pbt_isaaclab.rl_games.member import start_member
+    from async_pbt_isaaclab.member.session import start_member
 
     raw = load_yaml(Path(__file__).resolve().parents[2] / "async_pbt_isaaclab" / "examples" / "pendulum_ppo.yaml")
     raw["pbt"] = {

@@ -53,7 +53,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 def _start(tmp_path: Path, index: int = 1):
     """Claim member ``index`` of a 2-member workspace in this process (real start-up, no training)."""
-    from async_pbt_isaaclab.rl_games.member import start_member
+    from async_pbt_isaaclab.member.session import start_member
 
     raw = load_yaml(YAML)
     raw["pbt"] = {

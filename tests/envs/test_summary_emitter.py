@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE, ConditionLabel, EpisodeBatch, EvidenceWindow
-from async_pbt_isaaclab.envs.summary_emitter import DrainStats, EpisodeSummaryEmitter, default_term_mode
+from async_pbt_isaaclab.envs.episode_layout import default_term_mode
+from async_pbt_isaaclab.envs.summary_emitter import DrainStats, EpisodeSummaryEmitter
 
 
 def ungated_emitter(*args, **kwargs) -> EpisodeSummaryEmitter:

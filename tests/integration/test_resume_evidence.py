@@ -119,7 +119,7 @@ def test_initial_mutation_perturbs_every_member_but_zero_once_and_is_replayable(
     """``initial_mutation: true``: at its first start a member mutates its yaml values (member 0 keeps them);
     a later start keeps what it drew; the audit replays the draw and the RNG stream continues from it."""
     from async_pbt_isaaclab.core.audit import verify_log
-    from async_pbt_isaaclab.rl_games.member import start_member
+    from async_pbt_isaaclab.member.session import start_member
 
     def start(index: int):
         agent_cfg, cfg, task = _configs(tmp_path, epochs=1)

@@ -1,4 +1,4 @@
-"""Bounded Gaussian exploration network (async_pbt_isaaclab.rl_games.exploration).
+"""Bounded Gaussian exploration network (rl_games.exploration) and its yaml checks (rl_games.exploration_config).
 
 What is shown here:
 1. fixed sigma: gradients pushing log-std outward then inward keep it within the bounds, the stored
@@ -36,14 +36,15 @@ from rl_games.torch_runner import Runner, _override_sigma  # noqa: E402
 
 from async_pbt_isaaclab.envs.gym_vec_env import rl_games_space  # noqa: E402
 from async_pbt_isaaclab.rl_games import exploration as ex  # noqa: E402
+from async_pbt_isaaclab.rl_games import exploration_config as xc  # noqa: E402
 
 TOL = 1e-6
 
 
 def network_section(fixed_sigma=True, low=-2.0, high=0.0, units=(32, 32), sigma_val=0.0, separate=False):
     return {
-        "name": ex.NETWORK_NAME,
-        ex.BOUNDS_KEY: {"low": low, "high": high},
+        "name": xc.NETWORK_NAME,
+        xc.BOUNDS_KEY: {"low": low, "high": high},
         "separate": separate,
         "space": {
             "continuous": {
@@ -259,7 +260,7 @@ def _register_env():
     )
 
 
-def agent_yaml(train_dir, fixed_sigma, network_name=ex.NETWORK_NAME):
+def agent_yaml(train_dir, fixed_sigma, network_name=xc.NETWORK_NAME):
     net = network_section(fixed_sigma=fixed_sigma, low=-1.5, high=-0.5, units=(32, 32))
     net["name"] = network_name
     return {
@@ -318,7 +319,7 @@ def test_runner_trains_and_player_restores(tmp_path, fixed_sigma):
     ex.register_bounded_exploration()
     cfg = agent_yaml(tmp_path, fixed_sigma)
     yaml.safe_load(yaml.safe_dump(cfg))  # the config is plain yaml (what Isaac Lab would write)
-    assert ex.validate_exploration_config(cfg) == (-1.5, -0.5)
+    assert xc.validate_exploration_config(cfg) == (-1.5, -0.5)
 
     runner = Runner()
     runner.load(cfg)
@@ -364,7 +365,7 @@ def test_runner_trains_and_player_restores(tmp_path, fixed_sigma):
         # player built from the same yaml (network.name changed back) reproduces the policy exactly.
         plain_runner = Runner()
         plain_cfg = agent_yaml(tmp_path, fixed_sigma, network_name="actor_critic")
-        del plain_cfg["params"]["network"][ex.BOUNDS_KEY]
+        del plain_cfg["params"]["network"][xc.BOUNDS_KEY]
         plain_runner.load(plain_cfg)
         plain = plain_runner.create_player()
         plain.restore(saved[0])
@@ -393,7 +394,7 @@ def test_incompatible_model_is_rejected_at_build(model_name):
         build_model(network_section(), model_name=model_name)
     params = {"model": {"name": model_name}, "network": network_section()}
     with pytest.raises(ValueError, match=r"params\.model\.name must be 'continuous_a2c_logstd'"):
-        ex.validate_exploration_config(params)
+        xc.validate_exploration_config(params)
 
 
 @pytest.mark.parametrize(
@@ -413,12 +414,12 @@ def test_incompatible_model_is_rejected_at_build(model_name):
 )
 def test_invalid_bounds_are_rejected(bounds, match):
     net = network_section()
-    net[ex.BOUNDS_KEY] = bounds
+    net[xc.BOUNDS_KEY] = bounds
     with pytest.raises(ValueError, match=r"params\.network\.log_std_bounds") as err:
         build_model(net)
     assert err.match(match)
     with pytest.raises(ValueError, match=match):
-        ex.validate_exploration_config({"params": {"model": {"name": "continuous_a2c_logstd"}, "network": net}})
+        xc.validate_exploration_config({"params": {"model": {"name": "continuous_a2c_logstd"}, "network": net}})
 
 
 def test_other_incompatible_network_options():
@@ -433,16 +434,16 @@ def test_other_incompatible_network_options():
     params = {"model": {"name": "continuous_a2c_logstd"}, "network": network_section(), "config": {}}
     params["config"]["central_value_config"] = {"network": network_section()}
     with pytest.raises(ValueError, match=r"central_value_config\.network\.name"):
-        ex.validate_exploration_config(params)
+        xc.validate_exploration_config(params)
 
 
 def test_validate_ignores_other_networks_and_registration_is_idempotent():
     other = {"model": {"name": "discrete_a2c"}, "network": {"name": "actor_critic"}}
-    assert ex.validate_exploration_config(other) is None
-    assert ex.register_bounded_exploration() == ex.NETWORK_NAME
-    entry = model_builder.NETWORK_REGISTRY[ex.NETWORK_NAME]
-    assert ex.register_bounded_exploration() == ex.NETWORK_NAME
-    assert model_builder.NETWORK_REGISTRY[ex.NETWORK_NAME] is entry
+    assert xc.validate_exploration_config(other) is None
+    assert ex.register_bounded_exploration() == xc.NETWORK_NAME
+    entry = model_builder.NETWORK_REGISTRY[xc.NETWORK_NAME]
+    assert ex.register_bounded_exploration() == xc.NETWORK_NAME
+    assert model_builder.NETWORK_REGISTRY[xc.NETWORK_NAME] is entry
     assert ex.is_bounded_exploration_registered()
     model_builder.register_network("async_pbt_test_someone_else", A2CBuilder)
     with pytest.raises(ValueError, match="already registered to another network"):
@@ -452,7 +453,7 @@ def test_validate_ignores_other_networks_and_registration_is_idempotent():
     net = network_section()
     net["name"] = "async_pbt_test_alias"
     with pytest.raises(ValueError, match=r"params\.model\.name"):
-        ex.validate_exploration_config({"model": {"name": "continuous_a2c"}, "network": net})
+        xc.validate_exploration_config({"model": {"name": "continuous_a2c"}, "network": net})
 
 
 # --------------------------------------------------------------------------------------------- (5)
@@ -491,7 +492,7 @@ def test_live_bounds_change(fixed_sigma):
         .load({"model": {"name": "continuous_a2c_logstd"}, "network": {**network_section(), "name": "actor_critic"}})
         .build({"actions_num": 3, "input_shape": (5,), "normalize_input": False, "normalize_value": False})
     )
-    with pytest.raises(ValueError, match=f"no {ex.NETWORK_NAME} network found"):
+    with pytest.raises(ValueError, match=f"no {xc.NETWORK_NAME} network found"):
         ex.set_log_std_bounds(plain, -1.0, 0.0)
 
 
@@ -504,12 +505,12 @@ def test_restart_with_mutated_bounds_uses_yaml_not_checkpoint():
 
     cfg = {"params": {"model": {"name": "continuous_a2c_logstd"}, "network": network_section(low=-3.0, high=1.0)}}
     # what a mutation of agent.params.network.log_std_bounds.high does to the yaml
-    cfg["params"]["network"][ex.BOUNDS_KEY]["high"] = 0.25
-    assert ex.validate_exploration_config(cfg) == (-3.0, 0.25)
+    cfg["params"]["network"][xc.BOUNDS_KEY]["high"] = 0.25
+    assert xc.validate_exploration_config(cfg) == (-3.0, 0.25)
     recipient = build_model(cfg["params"]["network"])
     recipient.load_state_dict(state)
     assert ex.get_log_std_bounds(recipient) == (-3.0, 0.25)
     assert torch.allclose(recipient.a2c_network.sigma.detach(), torch.full((3,), 0.25))
     assert_within(sigmas(recipient, torch.randn(4, 5)), -3.0, 0.25)
-    assert ex.LOW_PATH == "agent.params.network.log_std_bounds.low"
-    assert ex.HIGH_PATH == "agent.params.network.log_std_bounds.high"
+    assert xc.LOW_PATH == "agent.params.network.log_std_bounds.low"
+    assert xc.HIGH_PATH == "agent.params.network.log_std_bounds.high"

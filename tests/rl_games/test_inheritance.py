@@ -278,7 +278,7 @@ def _pending_exploit(tmp: Path, schedule: str, recipient_ckpt: dict, epochs_befo
 
 def _restart_into(tmp: Path, schedule: str, recipient_ckpt: dict, epochs_before: int):
     """What an exploit restart does: state.json with a pending exploit, start_member, observer restore, train."""
-    from async_pbt_isaaclab.rl_games.member import start_member
+    from async_pbt_isaaclab.member.session import start_member
     from async_pbt_isaaclab.rl_games.observer import PbtObserver
 
     agent_cfg, cfg, mdir = _pending_exploit(tmp, schedule, recipient_ckpt, epochs_before)

@@ -37,7 +37,7 @@ HOOKS = ("before_init", "after_init", "process_infos", "after_steps", "after_cle
 def start(tmp: Path, *, index: int = 1, epochs: int = 4, env_config: dict | None = None, **pbt):
     """Claim member ``index`` of a 2-member workspace under ``tmp``; returns (session, agent_cfg)."""
     from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
-    from async_pbt_isaaclab.rl_games.member import start_member
+    from async_pbt_isaaclab.member.session import start_member
 
     raw = load_yaml(YAML)
     raw["params"]["seed"] = 11

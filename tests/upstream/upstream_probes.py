@@ -120,7 +120,7 @@ def variants() -> None:
 
 def restart_keeps_hydra_keys() -> None:
     """A user's ``+agent...`` key, mutated by an exploit, loads through real Hydra after the restart rewrite."""
-    from async_pbt_isaaclab.rl_games.restart import restart_argv
+    from async_pbt_isaaclab.member.restart import restart_argv
 
     typed = [
         "python",

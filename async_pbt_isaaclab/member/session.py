@@ -36,8 +36,8 @@ from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.member_state import MemberState, load_state, save_state
 from async_pbt_isaaclab.core.mutation import agent_path
 from async_pbt_isaaclab.core.workspace import Workspace
-from async_pbt_isaaclab.rl_games.pbt_logging import assign_wandb_run_id
-from async_pbt_isaaclab.rl_games.restart import capture_argv
+from async_pbt_isaaclab.member.restart import capture_argv
+from async_pbt_isaaclab.member.wandb_run import assign_wandb_run_id
 
 RAW_CHECKPOINT_GAPS = (
     "hyperparameters the donor trained with (entropy_coef, grad_norm, kl_threshold, ... are taken from this "

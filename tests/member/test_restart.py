@@ -14,7 +14,7 @@ import pytest
 
 from async_pbt_isaaclab.core.agent_config import parse_override, yaml_load
 from async_pbt_isaaclab.core.mutation import isaaclab_key
-from async_pbt_isaaclab.rl_games.restart import exec_command, format_override_value, restart_argv
+from async_pbt_isaaclab.member.restart import exec_command, format_override_value, restart_argv
 
 pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)
 
@@ -180,7 +180,7 @@ def test_exec_command_with_launcher_prefix():
 # ------------------------------------------------------------------------------- real exec
 SCRIPT = textwrap.dedent("""
     import json, os, sys
-    from async_pbt_isaaclab.rl_games.restart import capture_argv, replace_process, restart_argv
+    from async_pbt_isaaclab.member.restart import capture_argv, replace_process, restart_argv
 
     argv = capture_argv()
     out = sys.argv[sys.argv.index("--out") + 1]
