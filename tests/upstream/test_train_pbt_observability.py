@@ -33,7 +33,7 @@ import isaaclab_real  # noqa: E402
 pytest.importorskip("rl_games")
 pytest.importorskip("tensorboard")
 
-from async_pbt_isaaclab.core.config import TEST_FIXTURE_ENV  # noqa: E402
+from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV  # noqa: E402
 from async_pbt_isaaclab.core.schedule import Schedule, ScheduleStep, dump_schedule  # noqa: E402
 from async_pbt_isaaclab.testing.forced_exploit import FIXTURE_RULE, forced_exploit_flags  # noqa: E402
 
