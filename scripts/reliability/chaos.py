@@ -19,9 +19,10 @@ path the members take, and with it the windows aimed at (``chaos_windows``):
   ``inprocess_done`` (record rewritten, the member trains the new generation).
 
 The watcher (``chaos_watch``) follows the workspace with inotify (Linux; polling elsewhere) and reacts within
-about a millisecond of the file event. The in-process windows are a few milliseconds wide, so the driver
-(``chaos_driver``) stops the member's process group with SIGSTOP as their event arrives, looks at the files,
-and kills only while the window is still open (otherwise it lets the member continue). After each SIGKILL it
+about a millisecond of the file event. The first three in-process windows are a few milliseconds wide: the
+members hold inside them at pause points (``ASYNC_PBT_TEST_PAUSE_AT``, a test facility set through the launcher
+for the windows aimed at; ``async_pbt_isaaclab.core.pause_points``), and the driver (``chaos_driver``) kills a
+held member or lets it go on with SIGCONT, so those kills land whatever the machine's load. After each SIGKILL it
 waits for the process to die and reads what it left: a kill counts for its window only when the window was
 still open at death; otherwise it is reported as missed and the driver waits for the next opportunity. A
 member is killed again only after it came back (a new launcher start) and published a record. The launcher
@@ -65,8 +66,10 @@ from chaos_driver import Driver
 from chaos_members import FIXTURE_RULE, all_published, launch, stop, wait_temp_files_past_grace
 from chaos_watch import Watcher
 from chaos_windows import (  # noqa: F401  (the window tests, re-exported for tests/integration/test_chaos.py)
+    aimed_windows,
     decision_not_acted_on,
     donor_copy_in_flight,
+    held_windows,
     inprocess_applied,
     inprocess_done,
     inprocess_pending,
@@ -81,7 +84,7 @@ FRAMES_PER_EPOCH = chaos_checks.FRAMES_PER_EPOCH
 
 def kill_quota(args: argparse.Namespace) -> dict[str, int]:
     """Landed kills wanted per window: ``--kills`` split evenly over the windows, the rest to the last one."""
-    windows = tuple(args.windows.split(",")) if args.windows else windows_for(args.exploit_mode)
+    windows = aimed_windows(args)
     per_window = max(1, args.kills // len(windows))
     quota = {w: per_window for w in windows[:-1]}
     quota[windows[-1]] = max(1, args.kills - per_window * (len(windows) - 1))
@@ -96,7 +99,7 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
     (ws / "members").mkdir(parents=True)
     rng = random.Random(args.seed)
     quota = kill_quota(args)
-    driver = Driver(args, ws, rng, quota=dict(quota), wanted=dict(quota))
+    driver = Driver(args, ws, rng, quota=dict(quota), wanted=dict(quota), held=held_windows(tuple(quota)))
     notes: list[str] = []
 
     reader_out, reader_stop = root / "reader.json", root / "reader.stop"
@@ -114,49 +117,54 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
     deadline = t0 + args.deadline
     watcher = Watcher(driver, rng)
     # -- first launch: chaos until every window has its kills
-    launcher = launch(args, ws, root, args.iterations)
-    print(f"[chaos] workspace {ws}; launcher pid {launcher.pid}; landed kills wanted {quota}", flush=True)
-    poll_last = 0.0
-    chaos_started = None
-    while launcher.poll() is None and not driver.done() and time.monotonic() < deadline:
-        now = time.monotonic()
-        if now - poll_last > 0.5:
-            poll_last = now
-            watcher.scan_dirs()
-            driver.update_pids()
-            if driver.unexpected_exits:
-                notes.append(f"stopped early: a member exited without being killed: {driver.unexpected_exits}")
-                break
-        if chaos_started is None and all_published(ws, args.members):
-            # Kills start once every member is training (published a record).
-            chaos_started = now
-            watcher.chaos_on = True
-            driver.random_times = sorted(now + rng.random() * args.random_spread for _ in range(quota.get("random", 0)))
-            print(f"[chaos] every member published after {now - t0:.1f} s: kills start", flush=True)
-        watcher.poll(0.05)
-        watcher.fire_due()
-    watcher.chaos_on = False
-    chaos_s = time.monotonic() - t0
-    if not driver.done():
-        why = (
-            "the safety deadline --deadline passed"
-            if time.monotonic() >= deadline
-            else f"the population ended first (launcher exit {launcher.poll()}; --iterations {args.iterations})"
-            if launcher.poll() is not None
-            else "a member exited without being killed"
-        )
-        notes.append(f"windows still wanting kills {driver.quota}: {why}")
-    first_code = launcher.poll()
-    if first_code is None:
-        print(
-            f"[chaos] {'every window received its kills' if driver.done() else 'chaos phase cut short'} after "
-            f"{chaos_s:.1f} s: stopping the population",
-            flush=True,
-        )
-        stop_at = time.monotonic()
-        first_code = stop(launcher, deadline)
-        print(f"[chaos] population stopped in {time.monotonic() - stop_at:.1f} s", flush=True)
-    watcher.close()
+    try:
+        launcher = launch(args, ws, root, args.iterations)
+        print(f"[chaos] workspace {ws}; launcher pid {launcher.pid}; landed kills wanted {quota}", flush=True)
+        poll_last = 0.0
+        chaos_started = None
+        while launcher.poll() is None and not driver.done() and time.monotonic() < deadline:
+            now = time.monotonic()
+            if now - poll_last > 0.5:
+                poll_last = now
+                watcher.scan_dirs()
+                driver.update_pids()
+                if driver.unexpected_exits:
+                    notes.append(f"stopped early: a member exited without being killed: {driver.unexpected_exits}")
+                    break
+            if chaos_started is None and all_published(ws, args.members):
+                # Kills start once every member is training (published a record).
+                chaos_started = now
+                watcher.chaos_on = True
+                driver.random_times = sorted(
+                    now + rng.random() * args.random_spread for _ in range(quota.get("random", 0))
+                )
+                print(f"[chaos] every member published after {now - t0:.1f} s: kills start", flush=True)
+            watcher.poll(0.05)
+            watcher.fire_due()
+        watcher.chaos_on = False
+        chaos_s = time.monotonic() - t0
+        if not driver.done():
+            why = (
+                "the safety deadline --deadline passed"
+                if time.monotonic() >= deadline
+                else f"the population ended first (launcher exit {launcher.poll()}; --iterations {args.iterations})"
+                if launcher.poll() is not None
+                else "a member exited without being killed"
+            )
+            notes.append(f"windows still wanting kills {driver.quota}: {why}")
+        first_code = launcher.poll()
+        if first_code is None:
+            print(
+                f"[chaos] {'every window received its kills' if driver.done() else 'chaos phase cut short'} after "
+                f"{chaos_s:.1f} s: stopping the population",
+                flush=True,
+            )
+            stop_at = time.monotonic()
+            first_code = stop(launcher, deadline, tick=lambda: watcher.poll(0.05))
+            print(f"[chaos] population stopped in {time.monotonic() - stop_at:.1f} s", flush=True)
+    finally:
+        watcher.release_all()  # never leave a member held at a pause point
+        watcher.close()
     driver.update_pids()
     # -- second launch: every member resumes and finishes a few epochs past where it stopped. One launcher per
     # member, so a member that spent the chaos phase restarting need not catch up with the furthest one.

@@ -20,6 +20,7 @@ from chaos_exploit_checks import verify_exploits
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.audit import read_entries, verify_log
 from async_pbt_isaaclab.core.member_state import load_state
+from async_pbt_isaaclab.core.pause_points import MARKER_PREFIX
 from async_pbt_isaaclab.core.workspace import Workspace
 
 FRAMES_PER_EPOCH = 8 * 64
@@ -294,6 +295,10 @@ def verify(
     f["incoming_leftovers"] = leftovers
     if leftovers:
         failures.append(f"donor copies left in incoming/: {leftovers}")
+    markers = [str(p.relative_to(ws.root)) for p in ws.members_dir.glob(f"*/{MARKER_PREFIX}*")]
+    f["pause_markers_left"] = markers
+    if markers:
+        failures.append(f"pause point markers left behind (a paused member not let go): {markers}")
 
     # -- reader
     try:
@@ -356,7 +361,7 @@ def report(f: dict[str, Any]) -> list[str]:
     )
     lines.append(
         f"temp files at the end: {f['temp_files_left'] or 'none'}; incoming leftovers: "
-        f"{f['incoming_leftovers'] or 'none'}"
+        f"{f['incoming_leftovers'] or 'none'}; pause markers left: {f['pause_markers_left'] or 'none'}"
     )
     lines.append(f"process starts after the first, by mode: {f['restarts_by_mode']}")
     lines.append(

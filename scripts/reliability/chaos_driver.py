@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from chaos_windows import EXPLOIT_WINDOWS, FROZEN_WINDOWS
+from chaos_windows import EXPLOIT_WINDOWS
 
 from async_pbt_isaaclab.core.workspace import member_dirname
 
@@ -84,6 +84,9 @@ class Driver:
     """Monotonic times of the random kills to come."""
     restart_durations: list[float] = field(default_factory=list)
     """Seconds from ``pending_exploit`` seen to the exploit applied, as observed (bounds the delayed kills)."""
+    held: tuple[str, ...] = ()
+    """Windows the members hold in at a pause point (``chaos_windows.HELD_WINDOWS`` aimed at): the members'
+    ``ASYNC_PBT_TEST_PAUSE_AT``; their file events are not aimed at, the members' pause markers are."""
 
     def mdir(self, member: int) -> Path:
         return self.ws / "members" / member_dirname(member)
@@ -147,11 +150,18 @@ class Driver:
         return published > restarted[0]
 
     def try_kill(
-        self, member: int, window: str, detail: str, landed: Callable[[], str | None], aimed: bool = True
+        self,
+        member: int,
+        window: str,
+        detail: str,
+        landed: Callable[[], str | None],
+        aimed: bool = True,
+        held_pid: int | None = None,
     ) -> bool:
         """Kill ``member``'s process group if the window still wants a kill; ``landed()`` (called once the
         process is dead) says where the kill landed, or ``None`` when the window had closed. ``aimed``: an
-        event was just seen (counted; killed with probability ``--aim-probability``)."""
+        event was just seen (counted; killed with probability ``--aim-probability``). ``held_pid``: the member
+        process stopped itself at the window's pause point (the caller lets it go on unless this returns True)."""
         if aimed:
             self.opportunities[window] += 1
         if self.quota.get(window, 0) <= 0 or not self.frequent_window_due(window) or not self.eligible(member):
@@ -160,22 +170,16 @@ class Driver:
         if aimed and window not in EXPLOIT_WINDOWS and self.rng.random() > self.args.aim_probability:
             return False
         pid = self.alive_pid(member)
-        if pid is None:
+        if pid is None or (held_pid is not None and pid != held_pid):
             return False
-        frozen = window in FROZEN_WINDOWS and _signal_group(pid, signal.SIGSTOP)
-        killed = False
-        try:
-            if landed() is None:
-                # Closed already (the driver was slow to wake up, e.g. on a loaded machine): a kill now would cost
-                # a restart without testing the window. Wait for the next opportunity instead.
-                self.closed_before_kill[window] += 1
-                return False
-            killed = _signal_group(pid, signal.SIGKILL)
-            if not killed:
-                return False
-        finally:
-            if frozen and not killed:
-                _signal_group(pid, signal.SIGCONT)  # never leave a member stopped
+        if landed() is None:
+            # Closed already (the driver was slow to wake up, e.g. on a loaded machine): a kill now would cost
+            # a restart without testing the window. Wait for the next opportunity instead. (A member held at a
+            # pause point is inside its window: closed there would be a bug, reported by the count.)
+            self.closed_before_kill[window] += 1
+            return False
+        if not _signal_group(pid, signal.SIGKILL):
+            return False
         kill = Kill(time.time(), member, window, pid, detail)
         self.last_kill[member] = kill.time
         if _wait_dead(pid, self.args.deadline):
@@ -225,6 +229,38 @@ def _signal_group(pid: int, sig: int) -> bool:
         return True
     except ProcessLookupError:
         return False
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of ``pid`` in ``/proc/PID/stat`` (``T`` stopped, ``Z`` zombie...); None when gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[0]
+
+
+def wait_stopped(pid: int, deadline_s: float) -> bool:
+    """Wait until ``pid``, which wrote its pause marker, has stopped itself (SIGSTOP follows the marker at once):
+    a SIGCONT sent earlier would be lost and the member would stay stopped. False when the process is gone."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        state = process_state(pid)
+        if state is None or state in ("Z", "X"):
+            return False
+        if state in ("T", "t"):
+            return True
+        time.sleep(0.0005)
+    return False
+
+
+def let_go(marker: Path, pid: int) -> None:
+    """Remove a pause marker, then continue its process (a member must never stay stopped)."""
+    marker.unlink(missing_ok=True)
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
 
 
 def _wait_dead(pid: int, deadline_s: float) -> bool:

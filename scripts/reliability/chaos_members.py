@@ -14,9 +14,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
+
+from chaos_windows import aimed_windows, held_windows
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV
+from async_pbt_isaaclab.core.pause_points import PAUSE_ENV
 from async_pbt_isaaclab.core.workspace import member_dirname
 
 FIXTURE_RULE = "fixture_exploit_every_decision"
@@ -95,6 +99,10 @@ def launcher_command(
     """The launcher command: every member (the chaos phase), or only ``member`` (its finishing launch)."""
     env = ["--env", f"{TEST_FIXTURE_ENV}={FIXTURE_RULE}"] if args.rule != "dexpbt" else []
     finishing = member is not None
+    held = held_windows(aimed_windows(args))
+    if held and not finishing:
+        # The members hold at these windows' pause points for the driver (a test facility; see chaos_watch).
+        env += ["--env", f"{PAUSE_ENV}={','.join(held)}"]
     return [
         sys.executable,
         "-m",
@@ -142,11 +150,15 @@ def launch(
     return proc
 
 
-def stop(launcher: subprocess.Popen, deadline: float) -> int:
-    """Ctrl-C to the launcher (it stops every member gracefully); wait for it up to the safety deadline."""
+def stop(launcher: subprocess.Popen, deadline: float, tick: Callable[[], None] | None = None) -> int:
+    """Ctrl-C to the launcher (it stops every member gracefully); wait for it up to the safety deadline.
+    ``tick`` (it waits for events briefly) runs while waiting: members reaching a pause point are let go."""
     launcher.send_signal(signal.SIGINT)
+    end = max(deadline, time.monotonic() + 1.0)
+    while tick is not None and launcher.poll() is None and time.monotonic() < end:
+        tick()
     try:
-        return launcher.wait(max(1.0, deadline - time.monotonic()))
+        return launcher.wait(max(0.0, end - time.monotonic()))
     except subprocess.TimeoutExpired:
         launcher.kill()
         return launcher.wait()

@@ -11,6 +11,11 @@ Each event that opens a window calls ``Driver.try_kill`` with that window's test
   in-process ``pending_exploit`` (``inprocess_pending``), ``exploit_applied`` by the running process
   (``inprocess_applied``), ``state.json`` with that exploit done (``inprocess_saved``), ``record.json`` rewritten
   after it (``inprocess_done``).
+
+The three narrow in-process windows (``chaos_windows.HELD_WINDOWS``) are not aimed at through those events when
+the run aims at them: the members hold inside them at a pause point and leave a marker ``pause.<point>.<pid>.json``
+in their folder; the watcher waits until the process has stopped, then kills it or removes the marker and lets it
+go on. Every marker is handled, chaos phase or not, and ``release_all`` lets go any member still held.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ import select
 import struct
 import time
 from pathlib import Path
+from typing import Callable
 
-from chaos_driver import Driver
+from chaos_driver import Driver, let_go, wait_stopped
 from chaos_windows import (
     decision_not_acted_on,
     donor_copy_in_flight,
@@ -40,6 +46,7 @@ from chaos_windows import (
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.member_state import load_state
+from async_pbt_isaaclab.core.pause_points import MARKER_PREFIX
 from async_pbt_isaaclab.core.records import RecordError
 from async_pbt_isaaclab.core.workspace import parse_member_dirname
 
@@ -141,6 +148,8 @@ class Watcher:
                 self.on_file(mdir / "state.json")
                 self.on_file(mdir / "audit.jsonl")
                 self.on_file(mdir / "record.json")
+                for marker in mdir.glob(f"{MARKER_PREFIX}*"):
+                    self.on_file(marker)
             time.sleep(0.005)
             return
         for wd, mask, name in self.ino.read(timeout):
@@ -163,6 +172,9 @@ class Watcher:
             return
         if path.name == "state.json":
             self._on_state(member, path)
+            return
+        if parent == mdir.name and path.name.startswith(MARKER_PREFIX) and not deleted and not fsio.is_temp_file(path):
+            self._on_marker(member, path)
             return
         if not self.chaos_on:
             return
@@ -201,6 +213,8 @@ class Watcher:
             if not self.chaos_on:
                 continue
             if e.get("kind") == "exploit_applied" and e.get("path") == "inprocess":
+                if "inprocess_applied" in self.driver.held:
+                    continue  # the member holds in this window at its pause point: aimed at through the marker
                 checkpoint = e.get("checkpoint")
                 self.driver.try_kill(
                     member,
@@ -236,12 +250,13 @@ class Watcher:
                     checkpoint, generation = seen[0], state.generation
                     if inprocess_finished_last(mdir, checkpoint, generation):  # not re-applied by a new process
                         self.inprocess_done[member] = (checkpoint, generation)
-                    d.try_kill(
-                        member,
-                        "inprocess_saved",
-                        f"state.json saved after the in-process exploit to {checkpoint}",
-                        lambda: inprocess_saved(mdir, checkpoint, generation),
-                    )
+                    if "inprocess_saved" not in d.held:
+                        d.try_kill(
+                            member,
+                            "inprocess_saved",
+                            f"state.json saved after the in-process exploit to {checkpoint}",
+                            lambda: inprocess_saved(mdir, checkpoint, generation),
+                        )
             else:
                 d.restart_durations.append(now - seen[1])
         if not pending or (seen is not None and seen[0] == pending.get("checkpoint")):
@@ -251,6 +266,8 @@ class Watcher:
         if not self.chaos_on:
             return
         if path_taken == "inprocess":
+            if "inprocess_pending" in d.held:
+                return  # the member holds in this window at its pause point: aimed at through the marker
             d.try_kill(
                 member,
                 "inprocess_pending",
@@ -270,6 +287,62 @@ class Watcher:
                     checkpoint,
                 )
             )
+
+    def _on_marker(self, member: int, marker: Path) -> None:
+        """A member stopped itself at a pause point: kill it there (the window is certainly open) if the window
+        wants a kill, else remove the marker and let it go on."""
+        try:
+            info = json.loads(marker.read_text())
+            point, pid = str(info["point"]), int(info["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # removed already (handled through an earlier event)
+        if not wait_stopped(pid, self.driver.args.deadline):
+            marker.unlink(missing_ok=True)  # the process is gone (killed while writing its marker)
+            return
+        killed = False
+        try:
+            if self.chaos_on and point in self.driver.held:
+                killed = self.driver.try_kill(member, point, *self._held_window(member, point), held_pid=pid)
+        finally:
+            if killed:
+                marker.unlink(missing_ok=True)  # try_kill returned once the process was dead
+            else:
+                let_go(marker, pid)
+
+    def _held_window(self, member: int, point: str) -> tuple[str, Callable[[], str | None]]:
+        """What a member held at ``point`` is doing, and that window's test, from its ``state.json`` (the
+        process is stopped: the files say exactly where)."""
+        mdir = self.driver.mdir(member)
+        try:
+            state = load_state(mdir / "state.json")
+        except RecordError:
+            state = None
+        pending = (state.pending_exploit if state is not None else None) or {}
+        checkpoint = str(pending.get("checkpoint", ""))
+        if point == "inprocess_pending":
+            detail = f"held at its pause point: state.json names the in-process exploit to {checkpoint}"
+            return detail, functools.partial(inprocess_pending, mdir, checkpoint)
+        if point == "inprocess_applied":
+            detail = f"held at its pause point: exploit_applied (inprocess) logged for {checkpoint}"
+            return detail, functools.partial(inprocess_applied, mdir, checkpoint)
+        done = str(state.last_checkpoint) if state is not None else ""
+        generation = state.generation if state is not None else -1
+        detail = f"held at its pause point: state.json saved after the in-process exploit to {done}"
+        return detail, functools.partial(inprocess_saved, mdir, done, generation)
+
+    def release_all(self) -> None:
+        """Let go every member still held at a pause point (the end of the run, or the driver failing)."""
+        for marker in (self.ws / "members").glob(f"*/{MARKER_PREFIX}*"):
+            if fsio.is_temp_file(marker):
+                continue
+            try:
+                pid = int(json.loads(marker.read_text())["pid"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if wait_stopped(pid, self.driver.args.deadline):
+                let_go(marker, pid)
+            else:
+                marker.unlink(missing_ok=True)
 
     def fire_due(self) -> None:
         """Delayed (restart window) and random kills whose time has come."""

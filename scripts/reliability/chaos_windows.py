@@ -7,12 +7,14 @@ driver can call them before a kill (is the window still open?) and after it (did
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.audit import read_entries
 from async_pbt_isaaclab.core.member_state import load_state
+from async_pbt_isaaclab.core.pause_points import PAUSE_POINTS
 from async_pbt_isaaclab.core.records import RecordError
 
 RESTART_WINDOWS = ("checkpoint_write", "donor_copy", "exploit_decided", "restart_pending", "random")
@@ -40,14 +42,25 @@ EXPLOIT_WINDOWS = (
 )
 """Windows that open once per exploit: the driver always aims at them (the others at --aim-probability)."""
 
-FROZEN_WINDOWS = ("inprocess_pending", "inprocess_applied", "inprocess_saved")
-"""Windows a few milliseconds wide (one fsynced write each): the driver stops the member's process group
-(SIGSTOP) as the event arrives, looks, and kills only while the window is still open (else SIGCONT)."""
+HELD_WINDOWS = PAUSE_POINTS
+"""Windows a few milliseconds wide (one fsynced write each), too narrow for a driver woken by a file event on a
+loaded machine: the members hold inside them at a pause point (``ASYNC_PBT_TEST_PAUSE_AT``, a test facility in
+``async_pbt_isaaclab.core.pause_points``) and the driver kills the held process or lets it go on (SIGCONT)."""
+
+
+def held_windows(windows: tuple[str, ...]) -> tuple[str, ...]:
+    """Of the windows aimed at, those the members hold in at a pause point."""
+    return tuple(w for w in windows if w in HELD_WINDOWS)
 
 
 def windows_for(exploit_mode: str) -> tuple[str, ...]:
     """The windows a population with this ``--pbt-exploit-mode`` opens."""
     return RESTART_WINDOWS if exploit_mode == "restart" else INPROCESS_WINDOWS
+
+
+def aimed_windows(args: argparse.Namespace) -> tuple[str, ...]:
+    """The windows a run aims at: ``--windows``, or every window of its ``--exploit-mode``."""
+    return tuple(args.windows.split(",")) if args.windows else windows_for(args.exploit_mode)
 
 
 def _mtime_ns(path: Path) -> int:

@@ -1,0 +1,76 @@
+"""The fault-injection pause points: inert unless named, and a named one holds a real process until SIGCONT."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from async_pbt_isaaclab.core import pause_points
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and SIGSTOP (Linux)")
+
+MEMBER = """
+import sys
+from pathlib import Path
+from async_pbt_isaaclab.core.pause_points import pause_at
+pause_at("inprocess_pending", Path(sys.argv[1]))
+pause_at("inprocess_saved", Path(sys.argv[1]))
+print("went on", flush=True)
+"""
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+
+
+def _run(tmp_path: Path, pause_at: str | None) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != pause_points.PAUSE_ENV}
+    if pause_at is not None:
+        env[pause_points.PAUSE_ENV] = pause_at
+    return subprocess.Popen(
+        [sys.executable, "-c", MEMBER, str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+
+def test_a_point_not_named_does_nothing(tmp_path):
+    proc = _run(tmp_path, None)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert out == b"went on\n" and list(tmp_path.iterdir()) == []
+
+
+def test_a_named_point_writes_its_marker_and_holds_until_continued(tmp_path):
+    proc = _run(tmp_path, "inprocess_saved")
+    marker = tmp_path / pause_points.marker_name("inprocess_saved", proc.pid)
+    try:
+        # Wait for the process to stop itself (the event the chaos driver waits for), not for a time.
+        while proc.poll() is None and not (marker.exists() and _state(proc.pid) in ("T", "t")):
+            time.sleep(0.01)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert json.loads(marker.read_text()) == {"point": "inprocess_saved", "pid": proc.pid}
+        assert [p.name for p in tmp_path.iterdir()] == [marker.name]  # the atomic write left no temp file
+        marker.unlink()
+        os.kill(proc.pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert out == b"went on\n"
+
+
+def test_an_unknown_point_is_refused_naming_the_variable_and_value():
+    with pytest.raises(ValueError) as info:
+        pause_points.parse_points("inprocess_saved,inprocess_svaed")
+    assert str(info.value) == (
+        "ASYNC_PBT_TEST_PAUSE_AT='inprocess_saved,inprocess_svaed': unknown pause point 'inprocess_svaed' "
+        "(known: inprocess_pending, inprocess_applied, inprocess_saved)"
+    )
+    assert pause_points.parse_points(" inprocess_saved ,") == {"inprocess_saved"}
