@@ -88,6 +88,51 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+SLURM_OPTIONS = (
+    "partition",
+    "gres",
+    "time",
+    "cpus_per_task",
+    "mem",
+    "job_name",
+    "sbatch_arg",
+    "setup",
+    "python",
+    "dry_run",
+)
+"""Destinations of the options that only ``--backend slurm`` reads."""
+
+RAY_OPTIONS = ("address", "gpus_per_member", "cpus_per_member")
+"""Destinations of the options that only ``--backend ray`` reads."""
+
+
+def check_backend_options(args: argparse.Namespace, parser_defaults: dict[str, object]) -> None:
+    """Refuse an option of another backend (``--dry-run`` on a local launch would otherwise start the members)
+    and negative Ray resource requests, before anything is written."""
+    backend = getattr(args, "backend", "local")
+    for owner, names in (("slurm", SLURM_OPTIONS), ("ray", RAY_OPTIONS)):
+        if backend == owner:
+            continue
+        for name in names:
+            if getattr(args, name, None) != parser_defaults.get(name):
+                flag = "--" + name.replace("_", "-")
+                raise LaunchError(f"{flag} applies only to --backend {owner} (this launch: --backend {backend})")
+    for name in ("gpus_per_member", "cpus_per_member"):
+        value = getattr(args, name, 0.0)
+        if value < 0:
+            raise LaunchError(f"--{name.replace('_', '-')} {value:g}: must be >= 0")
+
+
+def _backend_defaults() -> dict[str, object]:
+    parser = argparse.ArgumentParser(add_help=False)
+    add_backend_arguments(parser)
+    return vars(parser.parse_args([]))
+
+
+BACKEND_DEFAULTS = _backend_defaults()
+"""The default of every backend option, read from :func:`add_backend_arguments` itself."""
+
+
 def run_doctor(workspace: str | os.PathLike) -> bool:
     """Run the filesystem checks at launch; print any that is not ``ok``; ``False`` on a hard failure."""
     lines, failed = doctor_report(workspace)
@@ -111,6 +156,7 @@ def run_backend(args: argparse.Namespace, command: list[str]) -> int | None:
     (after the doctor passed), which the caller then runs."""
     backend = getattr(args, "backend", "local")
     try:
+        check_backend_options(args, BACKEND_DEFAULTS)
         check_member_command(command)
         indices = check_indices(args.members, args.indices, flag_prefix="--")
         if backend == "slurm" and args.dry_run:

@@ -34,6 +34,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -200,20 +201,23 @@ def launch_ray(args, command: list[str], workspace: Path, indices: list[int]) ->
         import ray
     except ImportError:
         raise LaunchError("the Ray backend needs ray: pip install 'async-pbt-isaaclab[cluster]'") from None
-    if args.gpus_per_member < 0 or args.cpus_per_member < 0:
-        raise LaunchError("--gpus-per-member and --cpus-per-member must be >= 0")
     logs = Path(args.log_dir).absolute() if args.log_dir else workspace / "logs"
     launch_id = f"{socket.gethostname()}-{os.getpid()}-{int(time.time())}"
     init: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
     if args.address:
         init["address"] = args.address
+    ray.init(**init)
+    try:
+        check_gpus(ray.cluster_resources().get("GPU", 0.0), args.gpus_per_member, args.address)
+    except LaunchError:
+        ray.shutdown()
+        raise
     (workspace / STATUS_DIR).mkdir(parents=True, exist_ok=True)
     try:
         (workspace / STOP_FILE).unlink()  # a stop request of an earlier launch
     except FileNotFoundError:
         pass
     logs.mkdir(parents=True, exist_ok=True)
-    ray.init(**init)
     previous_term = signal.signal(signal.SIGTERM, _interrupt)
     try:
         atomic_write_json(
@@ -266,6 +270,28 @@ def launch_ray(args, command: list[str], workspace: Path, indices: list[int]) ->
             pass
 
 
+def check_gpus(cluster_gpus: float, gpus_per_member: float, address: str | None) -> None:
+    """A member task asking for more GPUs than the cluster has would wait for ever: refused on the Ray instance
+    this launch starts; on a cluster joined with ``--address`` (which may add GPU nodes later) a warning."""
+    if gpus_per_member <= cluster_gpus:
+        return
+    what = f"--gpus-per-member {gpus_per_member:g}: the Ray cluster ({address or 'local'}) has {cluster_gpus:g} GPUs"
+    if address is None:
+        raise LaunchError(f"{what}, so no member could start (use --gpus-per-member 0 on a machine without GPUs)")
+    print(f"[launch ray] warning: {what}; members wait until it has enough", file=sys.stderr, flush=True)
+
+
+def _cancel_unstarted(ray, pending: list[Any], refs: dict[Any, int], workspace: Path, launch_id: str) -> set[int]:
+    """Cancel the member tasks of this launch still waiting for resources (a task that never started never reads
+    the stop file, and would wait for ever where the GPUs it asks for do not exist); their indices."""
+    cancelled = set()
+    for ref in pending:
+        if _read_json(_status_path(str(workspace), refs[ref])).get("launch") != launch_id:
+            cancelled.add(refs[ref])
+            ray.cancel(ref)
+    return cancelled
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -273,6 +299,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 def _wait(ray, refs: dict[Any, int], workspace: Path, interval: float, launch_id: str, stop_grace_s: float) -> int:
     pending = list(refs)
     given_up: list[int] = []
+    never_started: set[int] = set()
     stopped = False
     while pending:
         try:
@@ -285,17 +312,24 @@ def _wait(ray, refs: dict[Any, int], workspace: Path, interval: float, launch_id
                 return 128 + signal.SIGINT
             stopped = True
             request_stop(workspace, launch_id)
+            never_started |= _cancel_unstarted(ray, pending, refs, workspace, launch_id)
             print(
                 f"[launch ray] stopping: each member saves and stops (up to {stop_grace_s:g} s); "
                 f"Ctrl-C again to cancel the tasks now",
                 flush=True,
             )
             continue
+        if not stopped and _read_json(workspace / STOP_FILE).get("launch") == launch_id:  # `async-pbt stop`
+            stopped = True
+            never_started |= _cancel_unstarted(ray, pending, refs, workspace, launch_id)
         for ref in done:
             i = refs[ref]
             try:
                 code = ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - retries used up: a RayTaskError or a lost worker
+                if i in never_started:
+                    print(f"[launch ray] member {i:03d} cancelled before it started (stopped)", flush=True)
+                    continue
                 given_up.append(i)
                 print(
                     f"[launch ray] member {i:03d} GIVEN UP after Ray's retries: {str(exc).splitlines()[-1]}", flush=True

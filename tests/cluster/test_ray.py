@@ -136,6 +136,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_population_on_ray_survives_a_killed_member(tmp_path, ray_head, cpu_population, cluster_env):
+    _members_asking_for_absent_gpus_are_cancelled_by_a_stop(tmp_path / "no-gpus", ray_head, cpu_population, cluster_env)
     ws = tmp_path / "ws"
     pop = cpu_population.Population(ws)
     flags = ("--address", ray_head, "--cpus-per-member", "1", "--backoff", "0.5", "--progress-interval", "60")
@@ -147,10 +148,15 @@ def test_population_on_ray_survives_a_killed_member(tmp_path, ray_head, cpu_popu
         return None
 
     try:
-        pop.wait(lambda: pop.has_checkpoint(0) and pop.has_checkpoint(1), 300, "a checkpoint from both members", alive)
+        # Member 1 is held (SIGSTOP) as soon as it has a checkpoint, two thirds of its run before its end, so it
+        # is certainly still running when the status is read and it is killed, however fast the machine trains.
+        pop.wait(lambda: pop.has_checkpoint(1), 300, "a checkpoint from member 1", alive)
+        pid = pop.record(1)["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        pop.wait(lambda: pop.has_checkpoint(0), 300, "a checkpoint from member 0", alive)
         status = _cli("status", str(ws))
-        assert re.search(r"ray running, attempt 1 on \S+ \(pid \d+\)", status.stdout), status.stdout
-        seq, pid, state = pop.last_seq(1), pop.record(1)["pid"], pop.state(1)
+        assert re.search(rf"ray running, attempt 1 on \S+ \(pid {pid}\)", status.stdout), status.stdout
+        seq, state = pop.last_seq(1), pop.state(1)
         os.kill(pid, signal.SIGKILL)
         pop.wait(lambda: pop.resumed_after(1, seq, pid) is not None, 300, "member 1 retried by Ray", alive)
         assert launcher.wait(timeout=400) == 0, (tmp_path / "launcher.log").read_text()[-3000:]
@@ -170,6 +176,34 @@ def test_population_on_ray_survives_a_killed_member(tmp_path, ray_head, cpu_popu
         assert pop.record(m)["status"] == "finished"
     audit = _cli("audit", str(ws))
     assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def _members_asking_for_absent_gpus_are_cancelled_by_a_stop(tmp_path, address, cpu_population, cluster_env):
+    """On a joined cluster (which could add GPU nodes) a request for GPUs it lacks is warned, not refused; the
+    tasks wait for them, and `async-pbt stop` must still end the launch: tasks that never started are cancelled."""
+    tmp_path.mkdir()
+    ws = tmp_path / "ws"
+    flags = ("--address", address, "--gpus-per-member", "1", "--progress-interval", "1")
+    launcher = _launch(tmp_path, ws, cpu_population, cluster_env, 24, *flags)
+    try:
+        cpu_population.Population(ws).wait(
+            lambda: (ws / "cluster" / "ray_driver.json").exists(),
+            180,
+            "the Ray driver file",
+            lambda: None if launcher.poll() is None else f"the launcher exited {launcher.returncode}",
+        )
+        stop = _cli("stop", str(ws))
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        assert launcher.wait(timeout=120) == 128 + signal.SIGINT
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    log = (tmp_path / "launcher.log").read_text()
+    assert "--gpus-per-member 1: the Ray cluster" in log and "has 0 GPUs; members wait until it has enough" in log
+    for m in (0, 1):
+        assert f"member {m:03d} cancelled before it started (stopped)" in log, log[-3000:]
+    assert not (ws / "members" / "000" / "record.json").exists()
 
 
 def test_local_ray_launch_stops_on_request_and_members_can_resume(tmp_path, cpu_population, cluster_env):

@@ -124,7 +124,44 @@ def test_bad_cluster_options_are_usage_errors(tmp_path, capsys):
             "t.py",
         ]
     )
-    assert code == 2 and "--gpus-per-member" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 2 and "--gpus-per-member -1: must be >= 0" in err
+    assert not (tmp_path / "w").exists(), "refused before anything was written"
+
+
+@pytest.mark.parametrize(
+    ("backend", "option", "owner"),
+    [
+        ("local", ["--dry-run"], "slurm"),
+        ("ray", ["--dry-run"], "slurm"),
+        ("local", ["--partition", "gpu"], "slurm"),
+        ("ray", ["--sbatch-arg=--account=rl"], "slurm"),
+        ("local", ["--address", "auto"], "ray"),
+        ("slurm", ["--gpus-per-member", "0.5"], "ray"),
+    ],
+)
+def test_an_option_of_another_backend_is_refused_before_anything_starts(tmp_path, capsys, backend, option, owner):
+    """`--dry-run` on a local launch used to start the members for real: every backend option is checked."""
+    ws = tmp_path / "ws"
+    code = main(["launch", "--backend", backend, "--members", "2", "--workspace", str(ws), *option, "--", "true"])
+    err = capsys.readouterr().err.strip()
+    flag = option[0].split("=")[0]
+    assert code == 2
+    expected = f"{flag} applies only to --backend {owner} (this launch: --backend {backend})"
+    assert err == f"async-pbt launch: error: {expected}"
+    assert not ws.exists()
+
+
+def test_ray_refuses_a_gpu_request_its_own_instance_cannot_meet(capsys):
+    """A local Ray instance without GPUs would keep the members waiting for ever; a joined cluster may grow."""
+    from async_pbt_isaaclab.launch.arguments import LaunchError
+    from async_pbt_isaaclab.launch.ray_backend import check_gpus
+
+    check_gpus(1.0, 0.5, None)  # fits
+    with pytest.raises(LaunchError, match=r"--gpus-per-member 0\.5: the Ray cluster \(local\) has 0 GPUs"):
+        check_gpus(0.0, 0.5, None)
+    check_gpus(0.0, 1.0, "auto")  # warned, not refused
+    assert "members wait until it has enough" in capsys.readouterr().err
 
 
 def test_slurm_backend_without_sbatch_says_what_is_missing(tmp_path, capsys, monkeypatch):
