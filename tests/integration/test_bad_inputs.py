@@ -44,7 +44,8 @@ from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint, save_checkpo
 
 pytestmark = pytest.mark.slow
 
-MEMBER = [sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member"]
+# -X faulthandler: a member that does not stop is sent SIGABRT, and its log then shows where every thread was.
+MEMBER = [sys.executable, "-X", "faulthandler", "-m", "async_pbt_isaaclab.examples.cpu_member"]
 
 
 class Evil:
@@ -234,9 +235,13 @@ def live(tmp_path_factory):
             try:
                 p.wait(timeout=240)
             except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
                 stuck.append(p.pid)
+                p.send_signal(signal.SIGABRT)  # faulthandler writes every thread's stack to the member's log
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
         for log in logs:
             log.close()
     output = "".join((root / f"member{i}.log").read_text() for i in (0, 1))
@@ -277,7 +282,7 @@ def _decisions(ws: Path) -> list[dict]:
 
 def test_members_stayed_alive_and_stop_cleanly(live):
     assert live["alive"] == [True, True], live["output"][-3000:]
-    assert not live["stuck"], f"members {live['stuck']} did not stop within 240 s of SIGINT: {live['output'][-3000:]}"
+    assert not live["stuck"], f"members {live['stuck']} did not stop within 240 s of SIGINT: {live['output'][-8000:]}"
     assert live["codes"] == [0, 0]
     for m in (0, 1):
         rec = read_record(live["ws"] / f"members/{m:03d}/record.json")
