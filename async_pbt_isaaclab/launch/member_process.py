@@ -68,9 +68,11 @@ def spawn_member(
     log_path: Path,
     header: str,
     preexec: Callable[[], None] | None,
+    cwd: str | None = None,
 ) -> tuple[subprocess.Popen, int]:
-    """Append ``header`` to ``log_path`` and start ``command`` as the leader of a new session, its output appended
-    to the log. Returns the process and the log's size where its output begins (its crash tail is read from there).
+    """Append ``header`` to ``log_path`` and start ``command`` (in ``cwd``, default this process's) as the leader of
+    a new session, its output appended to the log. Returns the process and the log's size where its output begins
+    (its crash tail is read from there).
 
     Raises :class:`MemberStartError` when the log cannot be opened or the command cannot be started.
     """
@@ -88,6 +90,7 @@ def spawn_member(
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
+            cwd=cwd,
             env=env,
             start_new_session=True,
             preexec_fn=preexec,

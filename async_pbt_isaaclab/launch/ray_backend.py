@@ -42,7 +42,7 @@ from typing import Any, Sequence
 from async_pbt_isaaclab.core.fsio import atomic_write_json
 from async_pbt_isaaclab.core.workspace import member_dirname
 from async_pbt_isaaclab.launch.arguments import LaunchError, member_command
-from async_pbt_isaaclab.launch.member_process import member_preexec
+from async_pbt_isaaclab.launch.member_process import member_preexec, spawn_member
 from async_pbt_isaaclab.launch.progress import describe_exit, progress_lines
 
 STATUS_DIR = "cluster/ray"
@@ -104,22 +104,9 @@ def run_member(
         "started": time.time(),
         "cuda_visible_devices": full_env.get("CUDA_VISIBLE_DEVICES"),
     }
-    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     status_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        log.write(f"\n[async-pbt ray] member {index} attempt {attempt} on {status['host']}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=cwd,
-            env=full_env,
-            start_new_session=True,
-            preexec_fn=member_preexec(True),
-            close_fds=True,
-        )
+    header = f"\n[async-pbt ray] member {index} attempt {attempt} on {status['host']}\n"
+    proc, _ = spawn_member(argv, full_env, Path(log_path), header, member_preexec(True), cwd=cwd)
     atomic_write_json(status_path, {**status, "state": "running", "pid": proc.pid})
     stop_file = Path(workspace) / STOP_FILE
     try:
