@@ -357,8 +357,10 @@ def test_rl_games_runner_trains_in_process(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_example_yaml_learns_pendulum(tmp_path, capsys):
-    """The example config improves a random policy (about -1200) to better than -400 in 120 epochs."""
-    cfg = pendulum_cfg(tmp_path, max_epochs=120)
+    """The example config improves a random policy (about -1200) to better than -400 in 60 epochs (123k frames).
+
+    Measured with this seed: about -200 over epochs 40-60 (seed 7 too), so the bar has room on a loaded machine."""
+    cfg = pendulum_cfg(tmp_path, max_epochs=60)
     obs = make_observer()
     t0 = time.perf_counter()
     run_runner(cfg, obs)

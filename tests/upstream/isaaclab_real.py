@@ -25,6 +25,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
+ENTRY = HERE / "run_isaaclab.py"
+"""The entry point that runs one of our scripts, or a probe, on a release (``run_isaaclab.py``)."""
+TASK = "AsyncPbtTest-Reach-Direct-v0"
+"""The single-agent test task (``reach_task.py``), registered by ``run_isaaclab.py``."""
+
 RELEASES = {
     "2.3.2": {"requirement": "isaaclab==2.3.2.post1", "python": None},
     "3.0.0": {"requirement": "isaaclab==3.0.0", "python": "3.12"},
@@ -125,3 +130,32 @@ def activate(release: str) -> None:
     for path in reversed(import_paths(release)):
         if path not in sys.path:
             sys.path.insert(1, path)
+
+
+def releases_under_test() -> tuple[str, ...]:
+    """The releases the tests run against: ``ASYNC_PBT_TEST_RELEASES`` (comma-separated), both by default
+    (.ci/run's rl-games 1.6.1 job asks for 2.3.2 only: that line is what 2.x pins)."""
+    return tuple(os.environ.get("ASYNC_PBT_TEST_RELEASES", ",".join(RELEASES)).split(","))
+
+
+def fetched_or_skip(release: str) -> str:
+    """``release``, fetched and unpacked; the calling test is skipped when PyPI cannot be reached."""
+    import pytest
+
+    try:
+        ensure(release)
+    except Unavailable as exc:
+        pytest.skip(f"Isaac Lab {release} could not be fetched from PyPI: {exc}")
+    return release
+
+
+def run_entry(release: str, *args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``run_isaaclab.py release *args`` (one intra-op thread, unbuffered output) and capture what it prints."""
+    return subprocess.run(
+        [sys.executable, str(ENTRY), release, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd or HERE.parents[1],
+        env=dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1"),
+    )
