@@ -89,6 +89,7 @@ def _environment(tmp_path: Path, dists: dict[str, str], real_wheel: Path | None 
                 str(python),
                 "install",
                 "--no-deps",
+                "--no-compile",  # what is resolved is the question here; byte-compiling the wheel cost seconds of CPU
                 "-q",
                 "--ignore-requires-python",
                 "--disable-pip-version-check",
