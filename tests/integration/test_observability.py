@@ -19,7 +19,6 @@ pytest.importorskip("rl_games")
 pytest.importorskip("matplotlib")
 
 from async_pbt_isaaclab.core.schedule import load_schedule, values_at
-from async_pbt_isaaclab.testing.forced_exploit import run_population
 
 pytestmark = pytest.mark.slow
 
@@ -27,14 +26,10 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture(scope="module")
-def population(tmp_path_factory):
-    root = tmp_path_factory.mktemp("observability")
-    run_population(
-        root,
-        "restart",
-        ["agent.pbt.mutation.learning_rate=mutate_float", "agent.pbt.mutation.entropy_coef=mutate_float"],
-    )
-    return root, root / "ws"
+def population(forced_exploit_population):
+    """The restart population test_cpu_exploit.py reads too (run once a session: tests/integration/conftest.py)."""
+    root, ws, _ = forced_exploit_population("restart")
+    return root, ws
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -44,9 +39,10 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def report(population):
-    root, ws = population
-    out, png = root / "report" / "report.html", root / "png"
+def report(population, tmp_path_factory):
+    _, ws = population
+    folder = tmp_path_factory.mktemp("report")  # the shared population's folders are only read
+    out, png = folder / "report.html", folder / "png"
     proc = _cli("report", str(ws), "--out", str(out), "--png", str(png))
     assert proc.returncode == 0, proc.stderr
     return out, png
