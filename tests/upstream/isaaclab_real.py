@@ -149,13 +149,16 @@ def fetched_or_skip(release: str) -> str:
     return release
 
 
-def run_entry(release: str, *args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run ``run_isaaclab.py release *args`` (one intra-op thread, unbuffered output) and capture what it prints."""
+def run_entry(
+    release: str, *args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run ``run_isaaclab.py release *args`` (one intra-op thread, unbuffered output, ``env`` added to the
+    environment) and capture what it prints."""
     return subprocess.run(
         [sys.executable, str(ENTRY), release, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=cwd or HERE.parents[1],
-        env=dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1"),
+        env=dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env or {})),
     )

@@ -15,7 +15,6 @@ is used (2.3.2 in the rl-games 1.6.1 job, so the replay is checked on the rl_gam
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -27,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 
 sys.path.insert(0, str(HERE))
 import isaaclab_real  # noqa: E402
-from isaaclab_real import ENTRY, TASK  # noqa: E402
+from isaaclab_real import TASK  # noqa: E402
 
 RELEASE = isaaclab_real.releases_under_test()[-1]
 
@@ -48,13 +47,8 @@ def release() -> str:
 
 
 def train_pbt(release: str, cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(ENTRY), release, *isaaclab_real.script_args(release, "train_pbt.py", TASK), *args],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=cwd,
-        env=dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env or {})),
+    return isaaclab_real.run_entry(
+        release, *isaaclab_real.script_args(release, "train_pbt.py", TASK), *args, cwd=cwd, timeout=900, env=env
     )
 
 
