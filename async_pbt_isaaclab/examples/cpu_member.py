@@ -84,7 +84,6 @@ def main(argv: list[str] | None = None) -> int:
         rl_cfg["num_actors"] = args.num_envs
 
     from async_pbt_isaaclab.core.workspace import WorkspaceError
-    from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
     from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
     from async_pbt_isaaclab.rl_games.exploration_config import validate_exploration_config
@@ -96,7 +95,19 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {args.agent}: {exc}", file=sys.stderr)
         return 2
-    task = register_gym_vecenv_for(agent_cfg)
+    import gymnasium
+
+    task = rl_cfg.get("env_name")
+    if task not in gymnasium.registry:
+        why = "is missing" if not task else f"{task!r} is not a registered gymnasium id"
+        print(f"error: {args.agent}: params.config.env_name {why} (the gymnasium task to train on)", file=sys.stderr)
+        return 2
+
+    def register_env() -> None:
+        # Imports rl_games' env registry (seconds): train_member calls this once the member is claimed.
+        from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
+
+        register_gym_vecenv_for(agent_cfg)
     if args.train_dir is not None:
         train_dir = os.path.abspath(args.train_dir)
     elif cfg.enabled:
@@ -124,7 +135,15 @@ def main(argv: list[str] | None = None) -> int:
         rl_cfg["train_dir"] = train_dir
         extra = [IsaacAlgoObserver(), replay]
     try:
-        train_member(agent_cfg, cfg, train_dir=train_dir, task=task, checkpoint=args.checkpoint, extra_observers=extra)
+        train_member(
+            agent_cfg,
+            cfg,
+            train_dir=train_dir,
+            task=task,
+            checkpoint=args.checkpoint,
+            extra_observers=extra,
+            register_env=register_env,
+        )
     except (WorkspaceError, CheckpointError) as exc:
         # Problems the user must fix (claimed index, unwritable workspace, unloadable checkpoint):
         # one clear line and exit code 2, which the launcher does not retry.

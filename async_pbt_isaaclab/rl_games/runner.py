@@ -12,7 +12,7 @@ Read top to bottom, one training run is::
 from __future__ import annotations
 
 import signal
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.resume import describe_resume
@@ -33,15 +33,29 @@ def train_member(
     extra_observers: Sequence[Any] = (),
     summary_source: SummarySource | None = None,
     reward_config: str = "",
+    register_env: Callable[[], object] | None = None,
 ) -> PbtObserver | None:
     """Train ``agent_cfg`` as population member ``cfg.policy_idx`` (or alone when ``cfg.enabled`` is False).
 
+    ``register_env`` (the CPU member's gymnasium vec-env registration) runs once the member is claimed, just before
+    rl_games is loaded: both take seconds (rl_games imports torch's compiler), and a start that is refused (a claimed
+    index, an unwritable workspace, an unloadable warm-start checkpoint) should say so without that wait.
+
     Returns the PbtObserver (``None`` when the population is disabled or the member had already finished).
     """
+    from async_pbt_isaaclab.member.session import start_member
+
+    session = None
+    if cfg.enabled:
+        session, agent_cfg = start_member(
+            agent_cfg, cfg, train_dir=train_dir, task=task, checkpoint=checkpoint, reward_config=reward_config
+        )
+    if register_env is not None:
+        register_env()
+
     from rl_games.common.algo_observer import IsaacAlgoObserver
     from rl_games.torch_runner import Runner
 
-    from async_pbt_isaaclab.member.session import start_member
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
     from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
     from async_pbt_isaaclab.rl_games.observer import PbtObserver
@@ -51,16 +65,13 @@ def train_member(
     register_bounded_exploration()
 
     observers = list(extra_observers) or [IsaacAlgoObserver()]
-    if not cfg.enabled:
+    if session is None:
         runner = Runner(MultiObserver(observers))
         runner.load(agent_cfg)
         runner.reset()
         runner.run({"train": True, "play": False, "checkpoint": checkpoint, "sigma": sigma})
         return None
 
-    session, agent_cfg = start_member(
-        agent_cfg, cfg, train_dir=train_dir, task=task, checkpoint=checkpoint, reward_config=reward_config
-    )
     if session.already_finished:
         # rl_games trains at least one epoch whatever its limits: a finished member must not even start.
         print(

@@ -1,8 +1,8 @@
 """``scripts/train_pbt.py`` and ``scripts/play_pbt.py`` where no Isaac Lab is installed: ``--help``, the install hint,
 and the checkpoint choice of ``play_pbt``.
 
-Training and playing through the real Isaac Lab releases (2.3.2 and 3.0.0), a population with an exploit restart
-included, is in tests/upstream/test_real_isaaclab.py.
+Training and playing through the real Isaac Lab releases (2.3.2 and 3.0.0, each with its users' rl-games line), a
+population with an exploit restart included, is in tests/upstream/.
 """
 
 from __future__ import annotations

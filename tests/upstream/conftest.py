@@ -13,9 +13,9 @@ import isaaclab_real
 RELEASES = isaaclab_real.releases_under_test()
 POPULATION_RELEASE = RELEASES[-1]
 """The release the two-member population of test_real_isaaclab_population.py (three Isaac Lab starts, an exec
-restart, two plays) runs on: the newest one asked for. .ci/run's main job (2.3.2 and 3.0.0, rl-games 1.6.5) runs it
-on 3.0.0, its rl-games 1.6.1 job (2.3.2 only, what 2.x pins) on 2.3.2, so each release has its population run, with
-the rl-games its users have. Every lighter check, a real train_pbt.py run included, runs on every release."""
+restart, two plays) runs on: the newest one under test. .ci/run's main job (rl-games 1.6.5) runs it on 3.0.0, its
+rl-games 1.6.1 job (what 2.x pins) on 2.3.2, so each release has its population run, with the rl-games its users
+have. Every lighter check, a real train_pbt.py run included, runs on every release under test."""
 
 
 @pytest.fixture(scope="session", params=RELEASES)

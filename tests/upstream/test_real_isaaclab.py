@@ -1,5 +1,8 @@
 """Our Isaac Lab layer against the real Isaac Lab releases 2.3.2 and 3.0.0, only the simulator stubbed.
 
+Each release runs with the rl-games line its users have (``isaaclab_real.releases_under_test``): 3.0.0 under the
+README's test command (rl-games 1.6.5), 2.3.2 in .ci/run's rl-games 1.6.1 job.
+
 The ``isaaclab`` wheels are fetched from PyPI into a cache (``isaaclab_real.py``); the checks run in child processes
 (``run_isaaclab.py``), since the two releases cannot share one; the probes of one release share a process (the
 ``probes`` fixture), so Isaac Lab starts once for all of them. What runs is Isaac Lab's own code: its launcher

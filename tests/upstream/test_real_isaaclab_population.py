@@ -2,13 +2,17 @@
 
 Member 0 trains to completion, then member 1 exploits it once (the test fixture rule) and restarts with ``os.execv``
 through Isaac Lab's own launcher, Hydra config loading and rl_games wrappers (``run_isaaclab.py``); ``play_pbt.py``
-then plays the recipient's checkpoint and the population's best. It runs on one release, the newest asked for
+then plays the recipient's checkpoint and the population's best. Both members track to W&B (``--track``,
+``WANDB_MODE=offline``): each member is one W&B run whose id is the one in its ``state.json``, the same across the
+exploit restart (a new process image that reads it from ``state.json``, as a resume does; tests/member/test_wandb_run.py
+covers the resume itself), grouped by the workspace. It runs on one release, the newest under test
 (``POPULATION_RELEASE`` in conftest.py). Its own file, apart from test_real_isaaclab.py's lighter checks, so test
 workers run the two side by side.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -29,14 +33,22 @@ pytest.importorskip("rl_games")
 
 from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env  # noqa: E402
 
+TRACKING = importlib.util.find_spec("wandb") is not None
+"""The members track to W&B (offline) when wandb is installed (the test extra installs it)."""
+
 
 @pytest.fixture(scope="session")
 def population(population_release, tmp_path_factory):
-    """Two members as separate processes; member 1 exploits member 0 once (test rule) and restarts with execv."""
+    """Two members as separate processes; member 1 exploits member 0 once (test rule) and restarts with execv. Both
+    track to W&B, offline, when wandb is installed."""
     release = population_release
     root = tmp_path_factory.mktemp(f"population_{release}")
     ws = root / "ws"
     env = member_env(OMP_NUM_THREADS="1")
+    tracking = []
+    if TRACKING:
+        env.update(WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DISABLE_GIT="true", WANDB_DIR=str(root))
+        tracking = ["--track", "--wandb-entity", "tester", "--wandb-project-name", "pbt-test"]
     common = [
         sys.executable,
         str(ENTRY),
@@ -45,6 +57,7 @@ def population(population_release, tmp_path_factory):
         "--num_envs",
         "32",
         *forced_exploit_flags(exploit_mode="restart", keep_last_checkpoints=100),
+        *tracking,
         "agent.params.config.mini_epochs=2",
     ]
     per_member = {
@@ -129,3 +142,28 @@ def test_play_pbt_plays_the_recipient_and_the_best(population_release, populatio
     match = PLAYED.search(proc.stdout)
     assert proc.returncode == 0 and match, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert match.group(2).startswith("best (member")
+
+
+WANDB_LINE = re.compile(r"^\[async-pbt\] W&B run (\S+) \(group (\S+), project pbt-test\)$", re.M)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_each_member_keeps_the_wandb_run_its_state_names_across_the_exploit_restart(population):
+    if not TRACKING:
+        pytest.skip("wandb is not installed")
+    root, ws, logs = population
+    states = {m: json.loads((ws / f"members/{m:03d}/state.json").read_text()) for m in (0, 1)}
+    ids = {m: states[m]["wandb_run_id"] for m in (0, 1)}
+    assert all(ids.values()) and ids[0] != ids[1], ids
+    assert states[1]["lineage"][0]["donor"] == 0, "member 1 took member 0's weights, and kept its own W&B run"
+    # What each process of a member opened: the run its state.json names, in the workspace's group.
+    opened = {m: WANDB_LINE.findall(log) for m, log in logs.items()}
+    assert opened[0] == [(ids[0], ws.name)]
+    assert opened[1] == [(ids[1], ws.name), (ids[1], ws.name)], "before and after the exploit restart"
+    # W&B's own record: one offline run folder per process, named by run id; two run ids, one per member.
+    folders = sorted(p.name for p in (root / "wandb").glob("offline-run-*"))
+    assert sorted(f.rsplit("-", 1)[1] for f in folders) == sorted([ids[0], ids[1], ids[1]])
+    for folder in folders:
+        run_id = folder.rsplit("-", 1)[1]
+        assert (root / "wandb" / folder / f"run-{run_id}.wandb").stat().st_size > 0
