@@ -38,7 +38,7 @@ reader process (``chaos_reader``) reads every record, state, best list and refer
 
     python scripts/reliability/chaos.py                             # 4 members, 40 kills, exec restarts
     python scripts/reliability/chaos.py --exploit-mode inprocess    # the in-process exploit's windows
-    python scripts/reliability/chaos.py --members 3 --kills 5       # CI size (tests/integration/test_chaos.py)
+    python scripts/reliability/chaos.py --members 2 --kills 5       # CI size (tests/integration/test_chaos.py)
     python scripts/reliability/chaos.py --rule dexpbt               # the production rule, no required gap
 
 Exit status 0 when every check passes, 1 otherwise, 2 for a bad command line. ``--json FILE`` writes the figures.
