@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
 
         register_gym_vecenv_for(agent_cfg)
+
     if args.train_dir is not None:
         train_dir = os.path.abspath(args.train_dir)
     elif cfg.enabled:

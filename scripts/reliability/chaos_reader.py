@@ -18,7 +18,6 @@ from async_pbt_isaaclab.core.member_state import load_state
 from async_pbt_isaaclab.core.records import RecordError
 from async_pbt_isaaclab.core.workspace import Workspace
 
-
 PAUSE_S = 0.05
 """Pause between two passes over the workspace. About 20 passes a second: a record, state or best list is rewritten
 at most a few times a second (heartbeat 1 s, an epoch every ~0.1-0.3 s here), so the reader still sees nearly every

@@ -1,18 +1,17 @@
 """Chaos, CI size: SIGKILL real CPU members in the dangerous windows and check nothing was lost.
 
-Runs ``scripts/reliability/chaos.py`` (see its docstring) with 2 members and one landed kill in each
-window, once per exploit path (the full run, 4 members and 40 kills, is in docs/reliability.md). Exec restarts: a checkpoint write, the donor copy of an exploit, right after an
-exploit decision was logged, the exploit restart in flight, and a random moment. In-process exploits: with the
-recipient pending (record being rewritten, the donor being loaded into the live agent), after
-``exploit_applied`` was logged and before ``state.json`` cleared the pending exploit, after ``state.json`` was
-saved and before the record was rewritten, and after the record. The members use the test fixture rule that exploits at
-every decision, so exploit windows keep coming; the driver watches the workspace with inotify, kills the
-member's process group as a window opens (the three narrowest in-process windows: while the member is held
-inside them at a pause point, ``ASYNC_PBT_TEST_PAUSE_AT``), and counts the kill only if the files left at death
-show the window was still open. The chaos phase lasts until every window has its kill, whatever the machine's
-load; then the population is stopped with Ctrl-C and every member is launched again to finish a few
-epochs past where it stopped. What is checked (by the
-script, listed in ``failures``):
+Runs ``scripts/reliability/chaos.py`` (see its docstring) with 2 members and one landed kill in each window, once
+per exploit path (the full run, 4 members and 40 kills, is in docs/reliability.md). Exec restarts: a checkpoint
+write, the donor copy of an exploit, right after an exploit decision was logged, the exploit restart in flight,
+and a random moment. In-process exploits: with the recipient pending (record being rewritten, the donor being
+loaded into the live agent), after ``exploit_applied`` was logged and before ``state.json`` cleared the pending
+exploit, after ``state.json`` was saved and before the record was rewritten, and after the record. The members use
+the test fixture rule that exploits at every decision, so exploit windows keep coming; the driver watches the
+workspace with inotify, kills the member's process group as a window opens (the three narrowest in-process
+windows: while the member is held inside them at a pause point, ``ASYNC_PBT_TEST_PAUSE_AT``), and counts the kill
+only if the files left at death show the window was still open. The chaos phase lasts until every window has its
+kill, whatever the machine's load; then the population is stopped with Ctrl-C and every member is launched again
+to finish a few epochs past where it stopped. What is checked (by the script, listed in ``failures``):
 
 * every window received its landed kill; every killed member came back; the first launch stopped
   cleanly and the finishing launches finished every member at its frame target;
