@@ -31,9 +31,10 @@ class MemberStartError(Exception):
 
 
 def member_preexec(die_with_launcher: bool) -> Callable[[], None] | None:
-    """Runs in the child between fork and exec. Resets SIGINT/SIGTERM to their defaults (a launcher
-    started in the background inherits SIGINT ignored, and the member would inherit that and never see
-    the graceful stop) and, on Linux, asks for SIGTERM when the launcher dies."""
+    """Runs in the child between fork and exec. Resets SIGINT/SIGTERM to their defaults and unblocks them (a
+    launcher started in the background inherits SIGINT ignored; a Ray worker, which runs a member's task, blocks
+    SIGINT in its threads; the member would inherit either across exec and never see the graceful stop, only the
+    SIGTERM after the grace period) and, on Linux, asks for SIGTERM when the launcher dies."""
     if os.name != "posix":
         return None
     prctl = None
@@ -54,6 +55,8 @@ def member_preexec(die_with_launcher: bool) -> Callable[[], None] | None:
                 signal.signal(sig, signal.SIG_DFL)
             except (ValueError, OSError):
                 pass
+        # The signal mask survives exec, unlike a handler.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM))
         if prctl is not None:
             prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
             if os.getppid() != parent:  # the launcher died before prctl took effect

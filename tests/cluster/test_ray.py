@@ -210,7 +210,10 @@ def test_local_ray_launch_stops_on_request_and_members_can_resume(tmp_path, cpu_
     """Without --address the launcher starts its own Ray; `async-pbt stop` (the stop file) ends the launch."""
     ws = tmp_path / "ws"
     pop = cpu_population.Population(ws)
-    launcher = _launch(tmp_path, ws, cpu_population, cluster_env, 100_000, "--progress-interval", "60")
+    # A stop grace far beyond the launcher wait below: the members must stop on the SIGINT their tasks send (a Ray
+    # worker blocks SIGINT, and the member would inherit that), not on the SIGTERM that follows the grace.
+    flags = ("--progress-interval", "60", "--stop-grace", "900")
+    launcher = _launch(tmp_path, ws, cpu_population, cluster_env, 100_000, *flags)
     try:
         pop.wait(
             lambda: pop.has_checkpoint(0) and pop.has_checkpoint(1),

@@ -413,6 +413,24 @@ def test_members_see_ctrl_c_even_when_the_launcher_inherited_sigint_ignored(tmp_
     assert "sent SIGTERM" not in output
 
 
+def test_members_see_ctrl_c_even_when_the_launcher_inherited_sigint_blocked(tmp_path, leftovers):
+    # A Ray worker (which runs each member's task) blocks SIGINT in its threads, and a signal mask survives exec:
+    # members inheriting it would hold Ctrl-C pending and only stop at SIGTERM after the grace period.
+    def block_sigint() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT,))
+
+    launcher = _start_launcher(
+        tmp_path, {"default": "keyboard_interrupt"}, 2, "--stop-grace", "20", preexec=block_sigint
+    )
+    leftovers.extend(_ready_pids(tmp_path, 2, launcher))
+    # The launcher itself holds SIGINT blocked here; SIGTERM is its other stop signal, sent on to members as SIGINT.
+    os.kill(launcher.pid, signal.SIGTERM)
+    output, _ = launcher.communicate(timeout=120)
+    assert launcher.returncode == 143, output
+    assert all((tmp_path / "out" / f"sigint_{i}").exists() for i in range(2)), output
+    assert "sent SIGTERM" not in output
+
+
 def test_stop_event_stops_a_launcher_running_off_the_main_thread(tmp_path, leftovers):
     command = _setup(tmp_path, {"default": "keyboard_interrupt"})
     stop = threading.Event()
