@@ -396,37 +396,32 @@ def test_stop_signal_reaches_every_member_and_escalates(tmp_path, sig, grace, do
     assert "sent SIGINT to 3 member(s)" in output
 
 
-def test_members_see_ctrl_c_even_when_the_launcher_inherited_sigint_ignored(tmp_path, leftovers):
-    # `launch ... &` from a script starts the launcher with SIGINT ignored; members inheriting that
-    # would never raise KeyboardInterrupt and would only stop at SIGTERM after the grace period.
-    def ignore_sigint() -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-    launcher = _start_launcher(
-        tmp_path, {"default": "keyboard_interrupt"}, 2, "--stop-grace", "20", preexec=ignore_sigint
-    )
+
+def _block_sigint() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT,))
+
+
+# How a launcher can start with SIGINT kept from it, and the signal that then stops it (it sends SIGINT on to its
+# members either way). `launch ... &` from a script starts it with SIGINT ignored; a Ray worker, which runs each
+# member's task, blocks SIGINT in its threads (and a signal mask survives exec). Members inheriting either would
+# never raise KeyboardInterrupt and would only stop at the SIGTERM after the grace period.
+INHERITED_SIGINT = {
+    "ignored": (_ignore_sigint, signal.SIGINT),
+    "blocked": (_block_sigint, signal.SIGTERM),  # the launcher itself holds SIGINT here
+}
+
+
+@pytest.mark.parametrize("inherited", sorted(INHERITED_SIGINT))
+def test_members_see_ctrl_c_whatever_the_launcher_inherited_for_sigint(tmp_path, leftovers, inherited):
+    preexec, stop_signal = INHERITED_SIGINT[inherited]
+    launcher = _start_launcher(tmp_path, {"default": "keyboard_interrupt"}, 2, "--stop-grace", "20", preexec=preexec)
     leftovers.extend(_ready_pids(tmp_path, 2, launcher))
-    os.kill(launcher.pid, signal.SIGINT)
+    os.kill(launcher.pid, stop_signal)
     output, _ = launcher.communicate(timeout=120)
-    assert launcher.returncode == 130, output
-    assert all((tmp_path / "out" / f"sigint_{i}").exists() for i in range(2)), output
-    assert "sent SIGTERM" not in output
-
-
-def test_members_see_ctrl_c_even_when_the_launcher_inherited_sigint_blocked(tmp_path, leftovers):
-    # A Ray worker (which runs each member's task) blocks SIGINT in its threads, and a signal mask survives exec:
-    # members inheriting it would hold Ctrl-C pending and only stop at SIGTERM after the grace period.
-    def block_sigint() -> None:
-        signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT,))
-
-    launcher = _start_launcher(
-        tmp_path, {"default": "keyboard_interrupt"}, 2, "--stop-grace", "20", preexec=block_sigint
-    )
-    leftovers.extend(_ready_pids(tmp_path, 2, launcher))
-    # The launcher itself holds SIGINT blocked here; SIGTERM is its other stop signal, sent on to members as SIGINT.
-    os.kill(launcher.pid, signal.SIGTERM)
-    output, _ = launcher.communicate(timeout=120)
-    assert launcher.returncode == 143, output
+    assert launcher.returncode == 128 + stop_signal, output
     assert all((tmp_path / "out" / f"sigint_{i}").exists() for i in range(2)), output
     assert "sent SIGTERM" not in output
 
