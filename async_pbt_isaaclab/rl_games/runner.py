@@ -50,16 +50,35 @@ def train_member(
         session, agent_cfg = start_member(
             agent_cfg, cfg, train_dir=train_dir, task=task, checkpoint=checkpoint, reward_config=reward_config
         )
-    if register_env is not None:
-        register_env()
+        if session.already_finished:
+            # rl_games trains at least one epoch whatever its limits: a finished member must not even start.
+            print(
+                f"[async-pbt] member {session.member}: nothing to train: {session.already_finished}; its records, "
+                f"evidence and checkpoints stay as they are",
+                flush=True,
+            )
+            session.audit.append("stop", {"status": "finished", "reason": session.already_finished})
+            session.close()
+            return None
+    try:
+        if register_env is not None:
+            register_env()
+        from rl_games.common.algo_observer import IsaacAlgoObserver
+        from rl_games.torch_runner import Runner
 
-    from rl_games.common.algo_observer import IsaacAlgoObserver
-    from rl_games.torch_runner import Runner
-
-    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
-    from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
-    from async_pbt_isaaclab.rl_games.observer import PbtObserver
-    from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalarsObserver
+        from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
+        from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
+        from async_pbt_isaaclab.rl_games.observer import PbtObserver
+        from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalarsObserver
+    except BaseException as exc:
+        if session is None:
+            raise
+        session.close()  # the member is claimed: a failed or stopped load must not keep it
+        if not isinstance(exc, KeyboardInterrupt):
+            raise
+        # Ctrl-C while rl_games loads (seconds after a start or an exec restart): a stop like any other.
+        print(f"[async-pbt] {describe_resume(session.ws.root, session.cfg.policy_idx)}", flush=True)
+        return None
 
     # Every training entry point goes through here: a yaml naming pbt_bounded_actor_critic just works.
     register_bounded_exploration()
@@ -72,16 +91,6 @@ def train_member(
         runner.run({"train": True, "play": False, "checkpoint": checkpoint, "sigma": sigma})
         return None
 
-    if session.already_finished:
-        # rl_games trains at least one epoch whatever its limits: a finished member must not even start.
-        print(
-            f"[async-pbt] member {session.member}: nothing to train: {session.already_finished}; its records, "
-            f"evidence and checkpoints stay as they are",
-            flush=True,
-        )
-        session.audit.append("stop", {"status": "finished", "reason": session.already_finished})
-        session.close()
-        return None
     observer = PbtObserver(session, summary_source=summary_source)
     stop = _StopOnSignal()
     # pbt/* scalars in the member's TensorBoard run; after the PBT observer, which publishes the record it reads.

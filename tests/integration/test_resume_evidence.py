@@ -6,7 +6,8 @@ function ``scripts/train_pbt.py`` and the CPU member call. What is shown here:
    trained, its record, evidence, state and checkpoints are left as they were, and it says why;
 2. started again with a larger limit it resumes, and its first record (written before any episode of the
    new process has finished: Pendulum episodes last 200 steps, an epoch is 128) already carries the saved,
-   settled window, so peers can compare it at once instead of waiting a whole window.
+   settled window, so peers can compare it at once instead of waiting a whole window;
+3. a stop while rl_games loads, after the member was claimed, releases it and says where it resumes.
 """
 
 from __future__ import annotations
@@ -144,3 +145,20 @@ def test_initial_mutation_perturbs_every_member_but_zero_once_and_is_replayable(
     entries = [json.loads(x) for x in (session.dir / "audit.jsonl").read_text().splitlines()]
     assert [e["kind"] for e in entries] == ["initial_mutation", "start", "start"]
     assert verify_log(session.dir / "audit.jsonl")[1] == []
+
+
+def test_a_stop_while_rl_games_loads_releases_the_member_and_says_where_it_resumes(tmp_path, capsys):
+    """Ctrl-C in the seconds after the member is claimed and before rl_games is loaded (here from the env
+    registration that train_member calls there) is a stop like any other: the member is released and the line
+    says where it resumes. The next start in this very process may claim it again, so nothing still holds it."""
+    agent_cfg, cfg, task = _configs(tmp_path, 1)
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    result = train_member(agent_cfg, cfg, train_dir=str(tmp_path / "runs"), task=task, register_env=interrupted)
+    assert result is None
+    out = capsys.readouterr().out
+    assert "[async-pbt] member 000 stopped before its first publish with no checkpoint yet" in out, out
+    assert _train(tmp_path, 1) is not None
+    assert json.loads((tmp_path / "ws" / "members" / "000" / "record.json").read_text())["status"] == "finished"
