@@ -330,8 +330,9 @@ def register_gym_vecenv(env_ids: str | Iterable[str] = ()) -> list[str]:
     return names
 
 
-def register_gym_vecenv_for(agent_cfg: Mapping[str, Any]) -> str:
-    """Register the gymnasium id an agent yaml names in ``params.config.env_name``; returns it.
+def gym_id_for(agent_cfg: Mapping[str, Any]) -> str:
+    """The gymnasium id an agent yaml names in ``params.config.env_name``, checked against gymnasium's registry
+    without loading rl_games (``KeyError`` when the key is missing, ``UnregisteredEnv`` for an unknown id).
 
     Accepts the whole yaml dict (with ``params``) or its ``params`` mapping.
     """
@@ -340,6 +341,14 @@ def register_gym_vecenv_for(agent_cfg: Mapping[str, Any]) -> str:
         env_name = params["config"]["env_name"]
     except (KeyError, TypeError):
         raise KeyError("agent config has no params.config.env_name") from None
+    if env_name not in gymnasium.registry:
+        raise gymnasium.error.UnregisteredEnv(f"{env_name!r} is not a registered gymnasium id")
+    return env_name
+
+
+def register_gym_vecenv_for(agent_cfg: Mapping[str, Any]) -> str:
+    """Register the gymnasium id an agent yaml names in ``params.config.env_name`` (:func:`gym_id_for`); returns it."""
+    env_name = gym_id_for(agent_cfg)
     register_gym_vecenv(env_name)
     return env_name
 
@@ -350,6 +359,7 @@ __all__ = [
     "SUMMARY_SOURCE_ATTR",
     "VECENV_TYPE",
     "find_summary_source",
+    "gym_id_for",
     "register_gym_vecenv",
     "register_gym_vecenv_for",
 ]

@@ -97,17 +97,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import gymnasium
 
-    task = rl_cfg.get("env_name")
-    if task not in gymnasium.registry:
-        why = "is missing" if not task else f"{task!r} is not a registered gymnasium id"
+    from async_pbt_isaaclab.envs.gym_vec_env import gym_id_for, register_gym_vecenv
+
+    try:
+        task = gym_id_for(agent_cfg)
+    except (KeyError, gymnasium.error.UnregisteredEnv) as exc:
+        why = "is missing" if isinstance(exc, KeyError) else str(exc)
         print(f"error: {args.agent}: params.config.env_name {why} (the gymnasium task to train on)", file=sys.stderr)
         return 2
 
     def register_env() -> None:
         # Imports rl_games' env registry (seconds): train_member calls this once the member is claimed.
-        from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
-
-        register_gym_vecenv_for(agent_cfg)
+        register_gym_vecenv(task)
 
     if args.train_dir is not None:
         train_dir = os.path.abspath(args.train_dir)

@@ -77,7 +77,7 @@ def train_member(
         if not isinstance(exc, KeyboardInterrupt):
             raise
         # Ctrl-C while rl_games loads (seconds after a start or an exec restart): a stop like any other.
-        print(f"[async-pbt] {describe_resume(session.ws.root, session.cfg.policy_idx)}", flush=True)
+        _say_where_it_resumes(session)
         return None
 
     # Every training entry point goes through here: a yaml naming pbt_bounded_actor_critic just works.
@@ -117,8 +117,12 @@ def train_member(
             session.close()
         if status == "stopped":
             # A stop writes no checkpoint (it may land inside an optimizer step): say what it costs.
-            print(f"[async-pbt] {describe_resume(session.ws.root, session.cfg.policy_idx)}", flush=True)
+            _say_where_it_resumes(session)
     return observer
+
+
+def _say_where_it_resumes(session: Any) -> None:
+    print(f"[async-pbt] {describe_resume(session.ws.root, session.cfg.policy_idx)}", flush=True)
 
 
 class _StopOnSignal:
