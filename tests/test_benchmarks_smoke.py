@@ -176,55 +176,5 @@ def test_population_vs_independent_refuses_a_used_folder(tmp_path, capsys):
     assert "exists and is not empty" in capsys.readouterr().err
 
 
-EXPLOIT_LATENCY = Path(__file__).resolve().parents[1] / "scripts" / "benchmarks" / "exploit_latency.py"
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1200)  # a donor run and two member runs: minutes on a busy 2-core machine
-def test_exploit_latency_smoke_measures_both_paths(tmp_path):
-    """One in-process and one restart exploit of the same decision; the report is complete and consistent
-    (no speed assertion: the goal is for the full benchmark on a quiet machine)."""
-    import json
-    import subprocess
-
-    out_json = tmp_path / "latency.json"
-    proc = subprocess.run(
-        [sys.executable, str(EXPLOIT_LATENCY), "--smoke", "--json", str(out_json)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = proc.stdout
-    result = json.loads(out_json.read_text())
-    assert result["smoke"] and result["pairs"] == 1
-    assert [r["path"] for r in result["repeats"]] == ["inprocess", "restart"]
-    # Same member, donor, decision and restored weights on both paths.
-    assert result["same_decision_every_repeat"] is True
-    assert "same decision, donor and restored weights in every repeat: yes" in out
-    for row in result["repeats"]:
-        # The phases are in time order: decision, exploit step, first step with the donor's weights.
-        assert 0 < row["decision_to_act_s"] < row["decision_to_first_step_s"]
-        assert 0 < row["act_to_first_step_s"] < row["decision_to_first_step_s"]
-    inproc, restart = result["repeats"]
-    assert 0 < inproc["apply_seconds"] < inproc["act_seconds"] < inproc["act_to_first_step_s"]
-    phases = (
-        "act_to_exec_s",
-        "exec_to_process_start_s",
-        "process_start_to_agent_ready_s",
-        "agent_ready_to_first_step_s",
-    )
-    assert all(restart[k] > 0 for k in phases)
-    assert abs(sum(restart[k] for k in phases) - restart["act_to_first_step_s"]) < 1e-5
-    ratio = result["ratios"]["decision_to_first_step_s"]
-    assert ratio == pytest.approx(restart["decision_to_first_step_s"] / inproc["decision_to_first_step_s"])
-    assert re.search(
-        rf"^(PASS|FAIL): restart / in-process, decision -> first step, medians = {ratio:.1f}x", out, re.MULTILINE
-    ), out
-    shares = result["compute_share"]
-    assert len(shares) == 5 and all(0 < s[k] < 1 for s in shares for k in ("inprocess_share", "restart_share"))
-    # The assumed Isaac Sim start-up is added to the restart's cost only.
-    assert shares[2]["restart_share"] > shares[1]["restart_share"]
-    assert shares[2]["inprocess_share"] == shares[1]["inprocess_share"]
-    assert result["exploit_cost_s"] == {"inprocess": inproc["act_seconds"], "restart": restart["act_to_first_step_s"]}
+# The exploit-latency benchmark's smoke run is in tests/integration/test_exploit_paths.py: the same run also
+# shows that both exploit paths build the same agent.

@@ -357,10 +357,12 @@ def test_rl_games_runner_trains_in_process(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_example_yaml_learns_pendulum(tmp_path, capsys):
-    """The example config improves a random policy (about -1200) to better than -400 in 60 epochs (123k frames).
+    """The example config improves a random policy (about -1200) to better than -400 in 40 epochs (82k frames).
 
-    Measured with this seed: about -200 over epochs 40-60 (seed 7 too), so the bar has room on a loaded machine."""
-    cfg = pendulum_cfg(tmp_path, max_epochs=60)
+    Mean return over epochs 20-40, measured: about -190 with the example's seed (42), -270 with seed 7, -385 with
+    seed 3. Seed 3 falls back to about -460 over epochs 40-60: this small PPO config is not stable on every seed,
+    so the test keeps the example's own."""
+    cfg = pendulum_cfg(tmp_path, max_epochs=40)
     obs = make_observer()
     t0 = time.perf_counter()
     run_runner(cfg, obs)

@@ -8,10 +8,10 @@ exploit that peer each time, says what happened in its audit log and on stderr, 
 members exploit in-process (``--pbt-exploit-mode inprocess``): a bad donor must be refused before anything
 touches the running agent, and the member loses nothing (same process, same generation, no exploit left
 pending). The donor is fetched and checked by the same code before either path is taken, so this covers the
-restart path's refusals too.
+restart path's refusals too. Member 0 starts over the lock a killed process left behind, and takes it over.
 
-Part 2 covers the cases that stop a member before it trains (out-of-range index, a claimed index, a
-stale lock, an unwritable workspace, an unloadable warm-start checkpoint) with their exact messages.
+Part 2 covers the cases that stop a member before it trains (out-of-range index, a claimed index, an
+unwritable workspace, an unloadable warm-start checkpoint) with their exact messages.
 """
 
 from __future__ import annotations
@@ -146,6 +146,10 @@ def _fake_record(template: MemberRecord, member: int, *, checkpoint: str, sha: s
 def live(tmp_path_factory):
     root = tmp_path_factory.mktemp("bad_inputs")
     ws = root / "ws"
+    # Member 0's lock is left behind by a process that claimed it and was killed: member 0 must take it over.
+    stale = _hold_member_lock(ws, members=6)
+    stale.send_signal(signal.SIGKILL)
+    stale.wait()
     logs, procs = [], []
     for index in (0, 1):
         log = open(root / f"member{index}.log", "w")
@@ -165,6 +169,7 @@ def live(tmp_path_factory):
     stuck: list[int] = []
     try:
         template = _wait(lambda: _try_read(ws / "members/000/record.json"), 480, "member 0's first record")
+        lock_owner = json.loads((ws / "members/000/lock").read_text())  # read while member 0 runs
         real_ckpt = _wait(lambda: _published_checkpoint(ws), 480, "a published checkpoint")
         mdir = {i: ws / "members" / f"{i:03d}" for i in (2, 3, 4, 5, 7)}
         for d in mdir.values():
@@ -253,6 +258,9 @@ def live(tmp_path_factory):
         "output": output,
         "kept": kept,
         "stuck": stuck,
+        "stale_lock_pid": stale.pid,
+        "member_pids": [p.pid for p in procs],
+        "lock_owner": lock_owner,
     }
 
 
@@ -372,8 +380,9 @@ def _run_member(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.
     )
 
 
-def _hold_member_lock(ws: Path) -> subprocess.Popen:
-    """A process that claims member 0 of ``ws`` and sleeps (returns once the lock is held)."""
+def _hold_member_lock(ws: Path, members: int = 2) -> subprocess.Popen:
+    """A process that claims member 0 of ``ws`` (a workspace of ``members``) and sleeps (returns once the lock is
+    held)."""
     holder = subprocess.Popen(
         [
             sys.executable,
@@ -381,7 +390,7 @@ def _hold_member_lock(ws: Path) -> subprocess.Popen:
             (
                 "import time; from async_pbt_isaaclab.core.workspace import Workspace; "
                 "from async_pbt_isaaclab.core.member_lock import MemberLock;"
-                f"w=Workspace({str(ws)!r}); w.ensure(2,'episode_return','Pendulum-v1');"
+                f"w=Workspace({str(ws)!r}); w.ensure({members},'episode_return','Pendulum-v1');"
                 "l=MemberLock(w.member_dir(0)/'lock'); l.acquire(0); print('held', flush=True); time.sleep(120)"
             ),
         ],
@@ -425,30 +434,10 @@ def test_second_process_claiming_a_live_members_index_is_refused(tmp_path):
         holder.wait()
 
 
-def test_stale_lock_of_a_killed_member_is_recovered(tmp_path):
-    ws = tmp_path / "ws"
-    holder = _hold_member_lock(ws)
-    holder.send_signal(signal.SIGKILL)
-    holder.wait()
-    args = [
-        *MEMBER,
-        "--pbt-workspace",
-        str(ws),
-        "--pbt-members",
-        "2",
-        "--pbt-index",
-        "0",
-        "--max_iterations",
-        "2",
-        "--train-dir",
-        str(tmp_path / "runs"),
-        "--num_envs",
-        "4",
-    ]
-    result = _run_member(args, tmp_path)
-    assert result.returncode == 0, result.stderr[-2000:]
-    owner = json.loads((ws / "members/000/lock").read_text())
-    assert owner["pid"] != holder.pid
+def test_stale_lock_of_a_killed_member_is_recovered(live):
+    """Member 0 of the live population started over the lock a killed process left (see ``live``)."""
+    assert live["lock_owner"]["pid"] == live["member_pids"][0] != live["stale_lock_pid"]
+    assert [e["mode"] for e in _audit(live["ws"], 0) if e["kind"] == "start"][:1] == ["fresh"]
 
 
 def test_workspace_that_is_not_writable_is_refused(tmp_path):

@@ -24,7 +24,9 @@ import pytest
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
-pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)
+# rlgames_compat: also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x). slow: every check starts Isaac Lab
+# in a child process (a minute of CPU for the file), so test workers take this file early, not last.
+pytestmark = [pytest.mark.rlgames_compat, pytest.mark.slow]
 
 sys.path.insert(0, str(HERE))
 import isaaclab_real  # noqa: E402
