@@ -60,6 +60,8 @@ def train_member(
             session.audit.append("stop", {"status": "finished", "reason": session.already_finished})
             session.close()
             return None
+        if session.start_mode == "warm_start":
+            _check_warm_start(session)
     try:
         if register_env is not None:
             register_env()
@@ -119,6 +121,19 @@ def train_member(
             # A stop writes no checkpoint (it may land inside an optimizer step): say what it costs.
             _say_where_it_resumes(session)
     return observer
+
+
+def _check_warm_start(session: Any) -> None:
+    """Load the user's ``--checkpoint`` once before rl_games is: a file the member cannot load (missing, not a
+    checkpoint, a disallowed global) is refused now, not after rl_games and the agent are built. The member is
+    released first. The observer loads it again when it restores the agent (and checks it again)."""
+    from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
+
+    try:
+        load_checkpoint(session.start_checkpoint, trusted=session.cfg.trusted_workspace)
+    except BaseException:
+        session.close()
+        raise
 
 
 def _say_where_it_resumes(session: Any) -> None:

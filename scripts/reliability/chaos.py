@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--finish-iterations",
         type=int,
         default=4,
-        help="epochs past the furthest member that the second launch trains every member to",
+        help="epochs past where it stopped that the second launch trains each member to",
     )
     p.add_argument("--interval", type=int, default=2048, help="--pbt-interval-steps (frames between decisions)")
     p.add_argument(

@@ -7,7 +7,10 @@ function ``scripts/train_pbt.py`` and the CPU member call. What is shown here:
 2. started again with a larger limit it resumes, and its first record (written before any episode of the
    new process has finished: Pendulum episodes last 200 steps, an epoch is 128) already carries the saved,
    settled window, so peers can compare it at once instead of waiting a whole window;
-3. a stop while rl_games loads, after the member was claimed, releases it and says where it resumes.
+3. a stop while rl_games loads, after the member was claimed, releases it and says where it resumes;
+4. a warm start (``--checkpoint`` on a member that never ran) from a file the member cannot load is refused
+   before rl_games is loaded, and the member is released; from a plain rl_games checkpoint it trains from
+   those weights, with a warning that says what such a file cannot tell it.
 """
 
 from __future__ import annotations
@@ -162,3 +165,46 @@ def test_a_stop_while_rl_games_loads_releases_the_member_and_says_where_it_resum
     assert "[async-pbt] member 000 stopped before its first publish with no checkpoint yet" in out, out
     assert _train(tmp_path, 1) is not None
     assert json.loads((tmp_path / "ws" / "members" / "000" / "record.json").read_text())["status"] == "finished"
+
+
+def test_a_warm_start_is_checked_before_rl_games_loads_and_starts_from_the_users_weights(tmp_path, capsys):
+    from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError, load_checkpoint
+    from async_pbt_isaaclab.rl_games.inheritance import model_fingerprint
+
+    # A plain rl_games checkpoint: one of a member's own, without the PBT metadata rl_games does not write.
+    donor = tmp_path / "donor"
+    observer = _train(donor, epochs=1)
+    own = json.loads((donor / "ws/members/000/state.json").read_text())["last_checkpoint"]
+    plain = load_checkpoint(donor / "ws" / own)
+    assert plain.pop("pbt", None) is not None
+    torch.save(plain, tmp_path / "plain.pth")
+
+    bogus = tmp_path / "bogus.pth"
+    bogus.write_text("not a checkpoint")
+    agent_cfg, cfg, task = _configs(tmp_path, 1)
+    loads = []
+    with pytest.raises(CheckpointError, match="not a torch checkpoint"):
+        train_member(
+            agent_cfg,
+            cfg,
+            train_dir=str(tmp_path / "runs"),
+            task=task,
+            checkpoint=str(bogus),
+            register_env=lambda: loads.append("rl_games"),  # called just before rl_games is loaded
+        )
+    assert loads == []
+
+    # Released: the next start claims the member, and restores exactly the plain checkpoint's weights.
+    agent_cfg, cfg, task = _configs(tmp_path, 1)
+    threads = torch.get_num_threads()
+    try:
+        observer = train_member(
+            agent_cfg, cfg, train_dir=str(tmp_path / "runs"), task=task, checkpoint=str(tmp_path / "plain.pth")
+        )
+    finally:
+        torch.set_num_threads(threads)
+    assert observer.session.start_mode == "warm_start"
+    assert "is a plain rl_games checkpoint without PBT metadata" in capsys.readouterr().err
+    entries = [json.loads(x) for x in (tmp_path / "ws/members/000/audit.jsonl").read_text().splitlines()]
+    (restored,) = [e for e in entries if e["kind"] == "restored"]
+    assert restored["mode"] == "warm_start" and restored["model_sha256"] == model_fingerprint(plain["model"])

@@ -41,13 +41,6 @@ def _member(
     )
 
 
-def test_cpu_member_trains_with_the_bounded_network_named_only_in_an_override(tmp_path):
-    proc = _member(tmp_path, *BOUNDED)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "epoch: 2/2" in proc.stdout
-    assert list((tmp_path / "runs").rglob("*.pth")), "rl_games saved the trained policy"
-
-
 def test_cpu_member_refuses_a_bad_bounded_network_section_in_one_line(tmp_path):
     proc = _member(tmp_path, BOUNDED[0], "agent.params.network.log_std_bounds={low: 1.0, high: 0.5}")
     assert proc.returncode == 2, proc.stderr[-2000:]
@@ -57,9 +50,10 @@ def test_cpu_member_refuses_a_bad_bounded_network_section_in_one_line(tmp_path):
 
 
 def test_an_exploit_mutates_the_bounds_and_the_recipient_trains_and_plays_inside_them(tmp_path):
-    """Two CPU members with the bounded network; member 1 exploits member 0 (the forced-exploit test fixture)
-    with the log-std bounds among the mutated keys. The new bounds reach the running agent (in-process), the
-    recipient's published sigma lies inside them, and `async-pbt evaluate` plays its checkpoint."""
+    """Two CPU members with the bounded network, named only in overrides (the CPU member registers it); member 1
+    exploits member 0 (the forced-exploit test fixture) with the log-std bounds among the mutated keys. The new
+    bounds reach the running agent (in-process), the recipient's published sigma lies inside them, and
+    `async-pbt evaluate` plays its checkpoint."""
     import json
     import math
 
@@ -82,6 +76,8 @@ def test_an_exploit_mutates_the_bounds_and_the_recipient_trains_and_plays_inside
     for index, iterations in ((0, 8), (1, 14)):
         proc = _member(tmp_path, "--pbt-index", str(index), *common, iterations=iterations, timeout=1200, env=env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert f"epoch: {iterations}/{iterations}" in proc.stdout
+    assert list((tmp_path / "runs").rglob("*.pth")), "rl_games saved the trained policies"
     state = json.loads((tmp_path / "ws/members/001/state.json").read_text())
     (entry,) = state["lineage"]
     assert entry["outcome"] == "exploit" and entry["donor"] == 0
