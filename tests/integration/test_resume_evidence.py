@@ -173,7 +173,7 @@ def test_a_warm_start_is_checked_before_rl_games_loads_and_starts_from_the_users
 
     # A plain rl_games checkpoint: one of a member's own, without the PBT metadata rl_games does not write.
     donor = tmp_path / "donor"
-    observer = _train(donor, epochs=1)
+    _train(donor, epochs=1)
     own = json.loads((donor / "ws/members/000/state.json").read_text())["last_checkpoint"]
     plain = load_checkpoint(donor / "ws" / own)
     assert plain.pop("pbt", None) is not None
