@@ -23,13 +23,13 @@ MAX_WORKERS = 4
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto`` (pyproject's default): one worker more than the cores, at most :data:`MAX_WORKERS`.
+    """``-n auto`` (pyproject's default): one worker per core, at most :data:`MAX_WORKERS`.
 
-    A third of the time a test waits (member processes starting, fsync, file events): with two workers on CI's
-    2 cores, the whole run used 1.33 cores on average (user + system time / wall time), so a third worker fills
-    those gaps.
+    The slow files start populations whose members train until an event, so the cores are busy whenever such a
+    file runs; a worker more than the cores only adds members competing for them. Measured with .ci/run on a clean
+    clone (2 cores, one run each): 3 workers 952 s and 1,533 CPU-s; 2 workers 856 s and 1,352 CPU-s.
     """
-    return max(1, min((os.cpu_count() or 1) + 1, MAX_WORKERS))
+    return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
