@@ -60,9 +60,9 @@ def train_member(
             session.audit.append("stop", {"status": "finished", "reason": session.already_finished})
             session.close()
             return None
-        if session.start_mode == "warm_start":
-            _check_warm_start(session)
     try:
+        if session is not None and session.start_mode == "warm_start":
+            _check_warm_start(session)
         if register_env is not None:
             register_env()
         from rl_games.common.algo_observer import IsaacAlgoObserver
@@ -125,15 +125,11 @@ def train_member(
 
 def _check_warm_start(session: Any) -> None:
     """Load the user's ``--checkpoint`` once before rl_games is: a file the member cannot load (missing, not a
-    checkpoint, a disallowed global) is refused now, not after rl_games and the agent are built. The member is
-    released first. The observer loads it again when it restores the agent (and checks it again)."""
+    checkpoint, a disallowed global) is refused now, not after rl_games and the agent are built (the caller
+    releases the member). The observer loads it again when it restores the agent (and checks it again)."""
     from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
 
-    try:
-        load_checkpoint(session.start_checkpoint, trusted=session.cfg.trusted_workspace)
-    except BaseException:
-        session.close()
-        raise
+    load_checkpoint(session.start_checkpoint, trusted=session.cfg.trusted_workspace)
 
 
 def _say_where_it_resumes(session: Any) -> None:
