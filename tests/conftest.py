@@ -27,7 +27,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
     The slow files start populations whose members train until an event, so the cores are busy whenever such a
     file runs; a worker more than the cores only adds members competing for them. Measured with .ci/run on a clean
-    clone (2 cores, one run each): 3 workers 952 s and 1,533 CPU-s; 2 workers 856 s and 1,352 CPU-s.
+    clone (2 cores, two runs each): 3 workers 948 and 952 s; 2 workers 856 and 945 s. The gain is within this
+    machine's run-to-run noise; it was not a loss in either pair.
     """
     return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
 

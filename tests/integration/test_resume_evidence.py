@@ -62,7 +62,8 @@ class FirstRecord:
             self.record = json.loads(self.path.read_text())
 
 
-def _train(tmp: Path, epochs: int, probe=None):
+def _train(tmp: Path, epochs: int, probe=None, **kwargs):
+    """``train_member`` on the test config in ``tmp`` (``kwargs`` passed on), torch's thread count kept."""
     agent_cfg, cfg, task = _configs(tmp, epochs)
     threads = torch.get_num_threads()
     try:
@@ -72,6 +73,7 @@ def _train(tmp: Path, epochs: int, probe=None):
             train_dir=str(tmp / "runs"),
             task=task,
             extra_observers=[probe] if probe else (),
+            **kwargs,
         )
     finally:
         torch.set_num_threads(threads)
@@ -154,13 +156,11 @@ def test_a_stop_while_rl_games_loads_releases_the_member_and_says_where_it_resum
     """Ctrl-C in the seconds after the member is claimed and before rl_games is loaded (here from the env
     registration that train_member calls there) is a stop like any other: the member is released and the line
     says where it resumes. The next start in this very process may claim it again, so nothing still holds it."""
-    agent_cfg, cfg, task = _configs(tmp_path, 1)
 
     def interrupted() -> None:
         raise KeyboardInterrupt
 
-    result = train_member(agent_cfg, cfg, train_dir=str(tmp_path / "runs"), task=task, register_env=interrupted)
-    assert result is None
+    assert _train(tmp_path, 1, register_env=interrupted) is None
     out = capsys.readouterr().out
     assert "[async-pbt] member 000 stopped before its first publish with no checkpoint yet" in out, out
     assert _train(tmp_path, 1) is not None
@@ -181,28 +181,14 @@ def test_a_warm_start_is_checked_before_rl_games_loads_and_starts_from_the_users
 
     bogus = tmp_path / "bogus.pth"
     bogus.write_text("not a checkpoint")
-    agent_cfg, cfg, task = _configs(tmp_path, 1)
     loads = []
     with pytest.raises(CheckpointError, match="not a torch checkpoint"):
-        train_member(
-            agent_cfg,
-            cfg,
-            train_dir=str(tmp_path / "runs"),
-            task=task,
-            checkpoint=str(bogus),
-            register_env=lambda: loads.append("rl_games"),  # called just before rl_games is loaded
-        )
+        # register_env is called just before rl_games is loaded.
+        _train(tmp_path, 1, checkpoint=str(bogus), register_env=lambda: loads.append("rl_games"))
     assert loads == []
 
     # Released: the next start claims the member, and restores exactly the plain checkpoint's weights.
-    agent_cfg, cfg, task = _configs(tmp_path, 1)
-    threads = torch.get_num_threads()
-    try:
-        observer = train_member(
-            agent_cfg, cfg, train_dir=str(tmp_path / "runs"), task=task, checkpoint=str(tmp_path / "plain.pth")
-        )
-    finally:
-        torch.set_num_threads(threads)
+    observer = _train(tmp_path, 1, checkpoint=str(tmp_path / "plain.pth"))
     assert observer.session.start_mode == "warm_start"
     assert "is a plain rl_games checkpoint without PBT metadata" in capsys.readouterr().err
     entries = [json.loads(x) for x in (tmp_path / "ws/members/000/audit.jsonl").read_text().splitlines()]
