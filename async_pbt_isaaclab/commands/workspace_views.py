@@ -209,7 +209,7 @@ def audit_data(ws, member: int | None = None) -> dict[str, Any]:
         head = None
         try:
             state = load_state(ws.member_dir(index) / "state.json")
-            head = state.audit_head if state is not None else None
+            head = state.audit_head.to_dict() if state is not None and state.audit_head is not None else None
         except (OSError, RecordError) as exc:
             item["problems"].append(
                 {"line": None, "seq": None, "problem": f"cannot check the log's head against state.json: {exc}"}

@@ -21,7 +21,7 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -30,7 +30,8 @@ from async_pbt_isaaclab.core.config import ConfigError
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.records import RecordError
-from async_pbt_isaaclab.core.step import PopulationView, initial_step, pbt_step, replay_records
+from async_pbt_isaaclab.core.generation import applied_mismatches
+from async_pbt_isaaclab.core.step import PopulationView, StepResult, initial_step, pbt_step, replay_records
 
 GENESIS = "0" * 64
 """``prev_hash`` of the first entry."""
@@ -160,9 +161,9 @@ class VerifyProblem:
         return f"{self.path}:{self.line}{seq}: {self.problem}"
 
 
-def recompute_decision(entry: dict[str, Any]) -> list[str]:
-    """Replay a decision entry through :func:`~async_pbt_isaaclab.core.step.pbt_step`; returns the
-    differences (empty when it reproduces)."""
+def replay_decision(entry: dict[str, Any]) -> tuple[StepResult | None, list[str]]:
+    """Replay a decision entry through :func:`~async_pbt_isaaclab.core.step.pbt_step`: the recomputed step (``None``
+    when the entry cannot be replayed) and the differences from what was recorded (empty when it reproduces)."""
     try:
         # A recorded fixture decision replays as it ran; this does not enable the fixture anywhere else.
         cfg = population_config_from_dict(entry["config"], allow_test_fixture=True)
@@ -170,15 +171,15 @@ def recompute_decision(entry: dict[str, Any]) -> list[str]:
         rng_before = entry["rng_before"]
         MemberRng.from_state(rng_before)
     except (KeyError, TypeError, ValueError, OverflowError, ConfigError, RecordError) as exc:
-        return [f"entry cannot be replayed: {exc}"]
+        return None, [f"entry cannot be replayed: {exc}"]
     try:
         step = pbt_step(PopulationView(me, tuple(peers), now), cfg, rng_before)
     except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
         # Recorded inputs a member could not have produced (e.g. a start value missing for a mutated key).
-        return [f"entry cannot be replayed: {type(exc).__name__}: {exc}"]
+        return None, [f"entry cannot be replayed: {type(exc).__name__}: {exc}"]
     recorded = entry.get("decision")
     if not isinstance(recorded, dict):
-        return [f"decision: recorded {recorded!r:.80} is not an object"]
+        return step, [f"decision: recorded {recorded!r:.80} is not an object"]
     problems: list[str] = []
     mine = step.decision.to_dict()
     for key in ("outcome", "donor", "compared", "excluded", "donor_entry"):
@@ -191,7 +192,12 @@ def recompute_decision(entry: dict[str, Any]) -> list[str]:
         problems.append("changes: recorded mutation changes do not match the recomputed ones")
     if step.rng_after != entry.get("rng_after"):
         problems.append("rng_after: recorded RNG state does not match the state after replay")
-    return problems
+    return step, problems
+
+
+def recompute_decision(entry: dict[str, Any]) -> list[str]:
+    """The differences between a decision entry and its replay (empty when it reproduces)."""
+    return replay_decision(entry)[1]
 
 
 def recompute_initial_mutation(entry: dict[str, Any]) -> list[str]:
@@ -213,41 +219,23 @@ def recompute_initial_mutation(entry: dict[str, Any]) -> list[str]:
 
 
 def applied_exploit_mismatches(applied: dict[str, Any], decision: dict[str, Any] | None) -> list[str]:
-    """How an ``exploit_applied`` entry differs from what the ``decision`` entry before it decided (empty when
-    it carries out exactly that decision): the donor, the donor checkpoint and its sha256 (the decision's
-    ``donor_entry``; for an explore the member's own published checkpoint), the generation and the new
-    hyperparameters and changes."""
+    """How an ``exploit_applied`` entry differs from the generation its ``decision`` entry plans (empty when it
+    carries out exactly that decision): the plan is replayed through
+    :func:`~async_pbt_isaaclab.core.generation.plan_generation`, as the member made it, and its donor source,
+    generation, hyperparameters and changes compared."""
     if decision is None:
         return ["no exploit or explore decision precedes it (an exploit applied that no logged decision made)"]
+    step, _ = replay_decision(decision)
+    if step is None or step.decision.outcome.value not in ("exploit", "explore"):
+        return [f"its decision (seq {decision.get('seq')!r}) cannot be replayed into a plan"]
     try:
-        decided, me = decision["decision"], decision["inputs"]["me"]
-        if decided["outcome"] == "exploit":
-            source = decided["donor_entry"]
-            expected = {
-                "donor": decided["donor"],
-                "donor_checkpoint": source["checkpoint"],
-                "donor_sha256": source["checkpoint_sha256"],
-                "donor_generation": source["generation"],
-            }
-        else:  # explore: the member's own weights, as published just before the decision
-            expected = {
-                "donor": me["member"],
-                "donor_checkpoint": me["checkpoint"],
-                "donor_sha256": me["checkpoint_sha256"],
-                "donor_generation": me["generation"],
-            }
-        expected.update(
-            generation=int(me["generation"]) + 1,
-            hyperparameters=decision["new_hyperparameters"],
-            changes=decision["changes"],
-        )
-    except (KeyError, TypeError, ValueError) as exc:
+        me = replay_records(decision)[0]
+        mismatches = applied_mismatches(applied, step, me)
+    except (KeyError, TypeError, ValueError, RecordError) as exc:
         return [f"its decision (seq {decision.get('seq')!r}) cannot be read: {type(exc).__name__}: {exc}"]
     return [
-        f"{key}: applied {applied.get(key)!r:.200}, but the decision at seq {decision.get('seq')!r} decided "
-        f"{value!r:.200}"
-        for key, value in expected.items()
-        if applied.get(key) != value
+        f"{key}: applied {value!r:.200}, but the decision at seq {decision.get('seq')!r} decided {planned!r:.200}"
+        for key, value, planned in mismatches
     ]
 
 
@@ -257,106 +245,121 @@ def verify_log(path: str | os.PathLike, head: dict[str, Any] | None = None) -> t
 
     ``head`` (``{seq, hash}``, what the member's ``state.json`` recorded as its last entry when it last saved)
     catches what the chain alone cannot: whole entries cut from the end leave a valid, shorter chain."""
-    path = Path(path)
-    problems: list[VerifyProblem] = []
-    prev_hash = GENESIS
-    expected_seq = 0
-    count = 0
-    rng_stream: Any = None  # rng_after of the newest entry that drew from the member's RNG
-    acting: dict[str, Any] | None = None  # the newest exploit/explore decision not yet aborted or superseded
-    head_found = False
-    last_seq: Any = None
-    for lineno, entry, err in read_entries(path):
+    walk = _LogWalk(str(path), head)
+    for lineno, entry, err in read_entries(Path(path)):
         if entry is None:
-            problems.append(VerifyProblem(str(path), lineno, None, err or "unreadable"))
+            walk.problems.append(VerifyProblem(walk.path, lineno, None, err or "unreadable"))
             continue
-        count += 1
+        walk.count += 1
+        walk.check_chain(lineno, entry)
+        walk.check_content(lineno, entry)
+        walk.check_head(lineno, entry)
+        walk.check_rng_stream(lineno, entry)
+        walk.advance(entry)
+    walk.check_head_reached()
+    return walk.count, walk.problems
+
+
+@dataclass
+class _LogWalk:
+    """What :func:`verify_log` carries from one entry to the next."""
+
+    path: str
+    head: dict[str, Any] | None
+    problems: list[VerifyProblem] = field(default_factory=list)
+    count: int = 0
+    prev_hash: str = GENESIS
+    expected_seq: int = 0
+    rng_stream: Any = None
+    """``rng_after`` of the newest entry that drew from the member's RNG."""
+    acting: dict[str, Any] | None = None
+    """The newest exploit/explore decision not yet aborted or superseded."""
+    head_found: bool = False
+    last_seq: Any = None
+
+    def problem(self, lineno: int, seq: Any, text: str) -> None:
+        self.problems.append(VerifyProblem(self.path, lineno, seq, text))
+
+    def check_chain(self, lineno: int, entry: dict[str, Any]) -> None:
+        """Sequence number, link to the previous entry, and the entry's own hash."""
         seq = entry.get("seq")
-        if seq != expected_seq:
-            problems.append(
-                VerifyProblem(
-                    str(path),
-                    lineno,
-                    seq,
-                    f"sequence number {seq!r}, expected {expected_seq} (entry missing, duplicated or reordered)",
-                )
+        if seq != self.expected_seq:
+            self.problem(
+                lineno,
+                seq,
+                f"sequence number {seq!r}, expected {self.expected_seq} (entry missing, duplicated or reordered)",
             )
-        if entry.get("prev_hash") != prev_hash:
-            problems.append(
-                VerifyProblem(
-                    str(path), lineno, seq, "chain broken: prev_hash does not match the previous entry's hash"
-                )
-            )
+        if entry.get("prev_hash") != self.prev_hash:
+            self.problem(lineno, seq, "chain broken: prev_hash does not match the previous entry's hash")
         try:
-            recomputed = entry_hash(str(entry.get("prev_hash")), entry)
+            recomputed: str | None = entry_hash(str(entry.get("prev_hash")), entry)
         except ValueError:  # NaN / Infinity: no writer of this log produces them
             recomputed = None
-            problems.append(
-                VerifyProblem(str(path), lineno, seq, "entry holds NaN or Infinity, which no member writes")
-            )
+            self.problem(lineno, seq, "entry holds NaN or Infinity, which no member writes")
         if recomputed is not None and entry.get("hash") != recomputed:
-            problems.append(
-                VerifyProblem(str(path), lineno, seq, "hash mismatch: the entry was edited after it was written")
-            )
-        kind = entry.get("kind")
+            self.problem(lineno, seq, "hash mismatch: the entry was edited after it was written")
+
+    def check_content(self, lineno: int, entry: dict[str, Any]) -> None:
+        """Replay what can be replayed: decisions, the exploits applied for them, initial mutations."""
+        kind, seq = entry.get("kind"), entry.get("seq")
         if kind == "decision":
             for p in recompute_decision(entry):
-                problems.append(VerifyProblem(str(path), lineno, seq, f"decision does not reproduce: {p}"))
-            outcome = entry.get("decision", {}).get("outcome") if isinstance(entry.get("decision"), dict) else None
-            acting = entry if outcome in ("exploit", "explore") else None
+                self.problem(lineno, seq, f"decision does not reproduce: {p}")
+            decided = entry.get("decision")
+            outcome = decided.get("outcome") if isinstance(decided, dict) else None
+            self.acting = entry if outcome in ("exploit", "explore") else None
         elif kind == "exploit_applied":
-            for p in applied_exploit_mismatches(entry, acting):
-                problems.append(
-                    VerifyProblem(str(path), lineno, seq, f"applied exploit does not match its decision: {p}")
-                )
+            for p in applied_exploit_mismatches(entry, self.acting):
+                self.problem(lineno, seq, f"applied exploit does not match its decision: {p}")
         elif kind == "exploit_aborted":
-            acting = None
+            self.acting = None
         elif kind == "initial_mutation":
             for p in recompute_initial_mutation(entry):
-                problems.append(VerifyProblem(str(path), lineno, seq, f"initial mutation does not reproduce: {p}"))
-        if head is not None and seq == head.get("seq"):
-            head_found = True
-            if entry.get("hash") != head.get("hash"):
-                problems.append(
-                    VerifyProblem(
-                        str(path),
-                        lineno,
-                        seq,
-                        (
-                            f"this entry's hash {str(entry.get('hash'))[:16]}... is not the "
-                            f"{str(head.get('hash'))[:16]}... "
-                            f"state.json recorded for seq {seq}: the log was rewritten after the member saved its state"
-                        ),
-                    )
-                )
-        last_seq = seq
-        rng_in = entry.get("rng_state") if kind == "start" else entry.get("rng_before")
-        if kind in ("start", "decision", "initial_mutation") and rng_in is not None:
-            if rng_stream is not None and rng_in != rng_stream:
-                problems.append(
-                    VerifyProblem(
-                        str(path),
-                        lineno,
-                        seq,
-                        (
-                            "RNG stream broken: this entry's RNG state does not continue the previous decision's "
-                            "rng_after (was the member's state.json replaced or deleted?)"
-                        ),
-                    )
-                )
-            rng_stream = entry.get("rng_after", rng_in) if kind != "start" else rng_in
-        prev_hash = str(entry.get("hash"))
-        expected_seq = (seq if isinstance(seq, int) else expected_seq) + 1
-    if head is not None and not head_found:
-        problems.append(
-            VerifyProblem(
-                str(path),
-                count + 1,
-                head.get("seq"),
-                (
-                    f"log ends at seq {last_seq!r} but state.json records seq {head.get('seq')!r} as the member's last "
-                    f"entry: entries were removed from the end of the log"
-                ),
+                self.problem(lineno, seq, f"initial mutation does not reproduce: {p}")
+
+    def check_head(self, lineno: int, entry: dict[str, Any]) -> None:
+        """The entry state.json named as the last one must still be the one at that seq."""
+        seq = entry.get("seq")
+        if self.head is None or seq != self.head.get("seq"):
+            return
+        self.head_found = True
+        if entry.get("hash") != self.head.get("hash"):
+            self.problem(
+                lineno,
+                seq,
+                f"this entry's hash {str(entry.get('hash'))[:16]}... is not the "
+                f"{str(self.head.get('hash'))[:16]}... "
+                f"state.json recorded for seq {seq}: the log was rewritten after the member saved its state",
             )
+
+    def check_rng_stream(self, lineno: int, entry: dict[str, Any]) -> None:
+        """Every entry that draws continues the member's random stream where the previous one left it."""
+        kind = entry.get("kind")
+        rng_in = entry.get("rng_state") if kind == "start" else entry.get("rng_before")
+        if kind not in ("start", "decision", "initial_mutation") or rng_in is None:
+            return
+        if self.rng_stream is not None and rng_in != self.rng_stream:
+            self.problem(
+                lineno,
+                entry.get("seq"),
+                "RNG stream broken: this entry's RNG state does not continue the previous decision's "
+                "rng_after (was the member's state.json replaced or deleted?)",
+            )
+        self.rng_stream = entry.get("rng_after", rng_in) if kind != "start" else rng_in
+
+    def advance(self, entry: dict[str, Any]) -> None:
+        seq = entry.get("seq")
+        self.last_seq = seq
+        self.prev_hash = str(entry.get("hash"))
+        self.expected_seq = (seq if isinstance(seq, int) else self.expected_seq) + 1
+
+    def check_head_reached(self) -> None:
+        """Entries cut from the end leave a valid, shorter chain: only the saved head shows it."""
+        if self.head is None or self.head_found:
+            return
+        self.problem(
+            self.count + 1,
+            self.head.get("seq"),
+            f"log ends at seq {self.last_seq!r} but state.json records seq {self.head.get('seq')!r} as the member's "
+            f"last entry: entries were removed from the end of the log",
         )
-    return count, problems

@@ -116,6 +116,9 @@ class PopulationConfig:
     """``welch``: significance level of the one-sided Welch t-test (donor better than me)."""
     explore_without_donor: bool = True
     """``isaaclab``: an underperformer with no leader explores from its own weights (Isaac Lab does)."""
+    explore: str = "random"
+    """How a new generation's hyperparameters are proposed: a strategy of :mod:`async_pbt_isaaclab.core.explore`
+    (``random``: bounded random mutation)."""
     hparams_from: str = "donor"
     """Exploit starts from the ``donor``'s hyperparameters (PBT) or keeps its ``own`` before mutation."""
     exploit_mode: str = "auto"
@@ -188,7 +191,7 @@ class PopulationConfig:
             "change_range window min_episodes settle_max_steps max_heartbeat_age_s max_clock_skew_s max_frame_lag "
             "worst_fraction top_fraction gap_std_fraction gap_donor_fraction trim_fraction min_members "
             "start_grace_frames restart_grace_frames protect_interval_best welch_alpha explore_without_donor "
-            "hparams_from mutation max_restarts objective_direction"
+            "hparams_from mutation max_restarts objective_direction explore"
         ).split()
         d = self.to_dict()
         return {k: d[k] for k in keys}

@@ -15,17 +15,97 @@ Two-phase exploit across a process restart::
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceError, EvidenceSummary
+from async_pbt_isaaclab.core.generation import LineageEntry, PendingExploit
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.records import HistoryEntry, RecordError
+from async_pbt_isaaclab.core.retention import BestEntry
 
 STATE_SCHEMA_VERSION = 2
 """Version of ``state.json`` (2: evidence, history, origin and finish kept with the member)."""
+
+
+@dataclass(frozen=True)
+class SavedEvidence:
+    """The evidence window at the last save, so a resumed member publishes at once instead of waiting."""
+
+    summary: EvidenceSummary
+    """The window's episodes and statistics."""
+    condition: ConditionLabel
+    """The condition they were collected under."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"summary": self.summary.to_dict(), "condition": self.condition.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> SavedEvidence:
+        """Parse ``state.evidence``; raises :class:`RecordError`."""
+        if not isinstance(data, Mapping):
+            raise RecordError(f"{where}: expected null or an object, got {data!r:.80}")
+        try:
+            return cls(
+                EvidenceSummary.from_dict(data.get("summary"), f"{where}.summary"),
+                ConditionLabel.from_dict(data.get("condition"), f"{where}.condition"),
+            )
+        except EvidenceError as exc:
+            raise RecordError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class FinishedMark:
+    """Where a member reached its training limit."""
+
+    frame: int
+    """Frame at the end."""
+    epoch: int
+    """Epoch at the end."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"frame": self.frame, "epoch": self.epoch}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> FinishedMark:
+        """Parse ``state.finished``; raises :class:`RecordError`."""
+        if not isinstance(data, Mapping):
+            raise RecordError(f"{where}: expected null or an object, got {data!r:.80}")
+        values = [data.get("frame", 0), data.get("epoch", 0)]
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+            raise RecordError(f"{where}: expected integer frame and epoch, got {dict(data)!r:.80}")
+        return cls(frame=values[0], epoch=values[1])
+
+
+@dataclass(frozen=True)
+class AuditHead:
+    """The member's last audit entry when its state was saved: cutting entries from the log's end shows."""
+
+    seq: int
+    """Sequence number."""
+    hash: str
+    """Its chain hash."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"seq": self.seq, "hash": self.hash}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> AuditHead:
+        """Parse ``state.audit_head``; raises :class:`RecordError`."""
+        if not (
+            isinstance(data, Mapping)
+            and set(data) == {"seq", "hash"}
+            and type(data["seq"]) is int
+            and data["seq"] >= 0
+            and isinstance(data["hash"], str)
+        ):
+            raise RecordError(f"{where}: expected null or {{seq: int >= 0, hash: str}}, got {data!r:.80}")
+        return cls(seq=data["seq"], hash=data["hash"])
 
 
 @dataclass
@@ -39,84 +119,96 @@ class MemberState:
     generation_start_frame: int = 0
     """Frame at which the current generation started."""
     restarts: int = 0
-    """Exploit/explore restarts so far."""
+    """Generation changes so far (exploits and explores, in-process or by restart)."""
     process_starts: int = 0
     """How many times a process started as this member (exec restarts, crashes and resumes included)."""
     rng_state: dict[str, Any] = field(default_factory=dict)
-    """State of the member's mutation/selection RNG (PCG64, JSON)."""
+    """State of the member's mutation/selection RNG (numpy's PCG64 state as JSON, opaque here)."""
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     """Current values of the mutated hyperparameters (short names); applied at every start."""
-    lineage: list[dict[str, Any]] = field(default_factory=list)
-    """One entry per generation change: generation, outcome, donor, donor generation, frame, changes."""
+    lineage: list[LineageEntry] = field(default_factory=list)
+    """One entry per generation change."""
     experiment_name: str = ""
     """rl_games ``full_experiment_name``: the same log dir and TensorBoard run across restarts."""
     last_checkpoint: str = ""
     """This member's newest checkpoint (workspace-relative) to resume from after a crash."""
     last_checkpoint_sha256: str = ""
     """Its sha256."""
-    pending_exploit: dict[str, Any] | None = None
-    """Set just before an exploit restart; cleared once the new process verified and loaded it."""
-    best: list[dict[str, Any]] = field(default_factory=list)
+    pending_exploit: PendingExploit | None = None
+    """Set once an exploit's recipient checkpoint is written; cleared once it runs."""
+    best: list[BestEntry] = field(default_factory=list)
     """Historical best checkpoints of this member (best first), mirrored to ``best.json``."""
-    evidence: dict[str, Any] | None = None
-    """The evidence window at the last save (``EvidenceSummary`` + ``condition``), so a resumed member
-    publishes at once instead of waiting for a new window."""
-    history: list[dict[str, Any]] = field(default_factory=list)
-    """The record's interval entries (``HistoryEntry`` dicts, oldest first); continues across restarts."""
+    evidence: SavedEvidence | None = None
+    """The evidence window at the last save, so a resumed member publishes at once instead of waiting for a new
+    window."""
+    history: list[HistoryEntry] = field(default_factory=list)
+    """The record's interval entries (oldest first); continues across restarts."""
     origin_sha256: str = ""
     """sha256 of the donor checkpoint the current generation was copied from ("" when not copied)."""
-    finished: dict[str, Any] | None = None
-    """``{frame, epoch}`` once the member reached its training limit; a later start with the same limit
-    exits at once instead of training another epoch."""
+    finished: FinishedMark | None = None
+    """Set once the member reached its training limit; a later start with the same limit exits at once instead
+    of training another epoch."""
     wandb_run_id: str = ""
     """The member's Weights & Biases run id, set at its first start and reused by every later process (exploit
     restart, resume) so the member stays one W&B run; a recipient keeps its own, never the donor's ("" in a
     state written before the id was kept: the next start sets it)."""
-    audit_head: dict[str, Any] | None = None
-    """``{seq, hash}`` of the last audit entry when the state was saved (``None`` before the first): the
-    verifier reports a log that is shorter, or holds another entry at that seq (entries cut from its end)."""
+    audit_head: AuditHead | None = None
+    """The last audit entry when the state was saved (``None`` before the first): the verifier reports a log that
+    is shorter, or holds another entry at that seq (entries cut from its end)."""
     schema_version: int = STATE_SCHEMA_VERSION
     """Layout version."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON form of ``state.json`` (the same layout as every release with this schema version)."""
+        return {
+            "member": self.member,
+            "generation": self.generation,
+            "generation_start_frame": self.generation_start_frame,
+            "restarts": self.restarts,
+            "process_starts": self.process_starts,
+            "rng_state": self.rng_state,
+            "hyperparameters": dict(self.hyperparameters),
+            "lineage": [e.to_dict() for e in self.lineage],
+            "experiment_name": self.experiment_name,
+            "last_checkpoint": self.last_checkpoint,
+            "last_checkpoint_sha256": self.last_checkpoint_sha256,
+            "pending_exploit": None if self.pending_exploit is None else self.pending_exploit.to_dict(),
+            "best": [b.to_dict() for b in self.best],
+            "evidence": None if self.evidence is None else self.evidence.to_dict(),
+            "history": [h.to_dict() for h in self.history],
+            "origin_sha256": self.origin_sha256,
+            "finished": None if self.finished is None else self.finished.to_dict(),
+            "wandb_run_id": self.wandb_run_id,
+            "audit_head": None if self.audit_head is None else self.audit_head.to_dict(),
+            "schema_version": self.schema_version,
+        }
 
     # ---- transitions (the only places these fields change together) ----
     def published(self, checkpoint: str, sha256: str) -> None:
         """A checkpoint of the current generation was written: it is the resume point now."""
         self.last_checkpoint, self.last_checkpoint_sha256 = checkpoint, sha256
 
-    def add_history(self, entry: dict[str, Any], limit: int) -> None:
+    def add_history(self, entry: HistoryEntry, limit: int) -> None:
         """Append an interval entry, keeping the newest ``limit``."""
         self.history = [*self.history, entry][-limit:]
 
-    def begin_generation(
-        self,
-        *,
-        frame: int,
-        hyperparameters: dict[str, Any],
-        lineage_entry: dict[str, Any],
-        checkpoint: str,
-        sha256: str,
-        origin_sha256: str,
-        pending: dict[str, Any],
-    ) -> int:
-        """Exploit or explore decided and its recipient checkpoint written: the next generation starts at
-        ``frame`` from ``checkpoint``. ``pending`` is what the next start must verify and apply. Returns the
-        new generation."""
-        self.generation += 1
-        self.generation_start_frame = frame
+    def begin_generation(self, pending: PendingExploit, lineage_entry: LineageEntry, origin_sha256: str) -> int:
+        """Exploit or explore decided and its recipient checkpoint written (``pending``): the next generation starts
+        at ``pending.frame`` from ``pending.checkpoint``. Returns the new generation."""
+        self.generation = pending.generation
+        self.generation_start_frame = pending.frame
         self.restarts += 1
-        self.hyperparameters = dict(hyperparameters)
+        self.hyperparameters = dict(pending.hyperparameters)
         self.lineage.append(lineage_entry)
-        self.published(checkpoint, sha256)
+        self.published(pending.checkpoint, pending.sha256)
         self.origin_sha256 = origin_sha256
         self.evidence = None
-        self.pending_exploit = dict(pending)
+        self.pending_exploit = pending
         return self.generation
 
     @classmethod
-    def from_dict(cls, data: Any, where: str) -> "MemberState":
+    def from_dict(cls, data: Any, where: str) -> MemberState:
+        """Parse ``state.json``: the schema version, every key and its type; raises :class:`RecordError`."""
         if not isinstance(data, dict):
             raise RecordError(f"{where}: expected a JSON object")
         if data.get("schema_version") != STATE_SCHEMA_VERSION or isinstance(data.get("schema_version"), bool):
@@ -124,81 +216,79 @@ class MemberState:
                 f"{where}: schema_version {data.get('schema_version')!r} is not supported "
                 f"(expected {STATE_SCHEMA_VERSION})"
             )
-        known = set(cls.__dataclass_fields__)
-        unknown = set(data) - known
+        unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
             raise RecordError(f"{where}: unknown keys {sorted(unknown)}")
-        try:
-            state = cls(**data)
-        except TypeError as exc:
-            raise RecordError(f"{where}: {exc}") from None
+        if "member" not in data:
+            raise RecordError(f"{where}: missing key 'member'")
         for key in ("member", "generation", "generation_start_frame", "restarts", "process_starts"):
-            value = getattr(state, key)
+            value = data.get(key, 0)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise RecordError(f"{where}.{key}: expected a non-negative integer, got {value!r}")
-        _check_types(state, where)
+        for key, typ in _PLAIN_TYPES.items():
+            if key in data and not isinstance(data[key], typ):
+                raise RecordError(f"{where}.{key}: expected {typ.__name__}, got {data[key]!r:.80}")
+        state = cls(
+            **{k: data[k] for k in _PLAIN_KEYS if k in data},
+            lineage=_items(data, "lineage", where, LineageEntry.from_dict),
+            best=_items(data, "best", where, _best_entry),
+            history=_items(data, "history", where, HistoryEntry.from_dict),
+            pending_exploit=_optional(data, "pending_exploit", where, PendingExploit.from_dict),
+            evidence=_optional(data, "evidence", where, SavedEvidence.from_dict),
+            finished=_optional(data, "finished", where, FinishedMark.from_dict),
+            audit_head=_optional(data, "audit_head", where, AuditHead.from_dict),
+        )
+        if state.rng_state:  # {}: not drawn from yet (the member sets it at its first start)
+            try:
+                MemberRng.from_state(state.rng_state)
+            except ValueError as exc:
+                raise RecordError(f"{where}.rng_state: {exc}") from None
+        try:
+            fsio.canonical_json(state.to_dict())  # save_state must be able to write it back
+        except ValueError:
+            raise RecordError(f"{where}: contains NaN or infinite values") from None
         return state
 
 
-_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+_PLAIN_TYPES: dict[str, type] = {
     "rng_state": dict,
     "hyperparameters": dict,
-    "lineage": list,
     "experiment_name": str,
     "last_checkpoint": str,
     "last_checkpoint_sha256": str,
-    "best": list,
-    "history": list,
     "origin_sha256": str,
     "wandb_run_id": str,
-    "evidence": (dict, type(None)),
-    "finished": (dict, type(None)),
-    "audit_head": (dict, type(None)),
 }
+"""Fields kept as they are in JSON, and their types."""
+
+_PLAIN_KEYS = (
+    "member",
+    "generation",
+    "generation_start_frame",
+    "restarts",
+    "process_starts",
+    "schema_version",
+    *_PLAIN_TYPES,
+)
 
 
-def _check_types(state: MemberState, where: str) -> None:
-    """Refuse a state the member could not use (it would fail later, mid-training, with a bare TypeError)."""
-    for key, typ in _FIELD_TYPES.items():
-        if not isinstance(getattr(state, key), typ):
-            name = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
-            raise RecordError(f"{where}.{key}: expected {name}, got {getattr(state, key)!r:.80}")
-    if not all(isinstance(e, dict) for e in state.lineage):
-        raise RecordError(f"{where}.lineage: every entry must be an object")
-    for i, e in enumerate(state.best):
-        if not isinstance(e, dict) or not isinstance(e.get("checkpoint"), str):
-            raise RecordError(f"{where}.best[{i}]: expected an object with a checkpoint path, got {e!r:.80}")
-    head = state.audit_head
-    if head is not None and not (
-        set(head) == {"seq", "hash"} and type(head["seq"]) is int and head["seq"] >= 0 and isinstance(head["hash"], str)
-    ):
-        raise RecordError(f"{where}.audit_head: expected null or {{seq: int >= 0, hash: str}}, got {head!r:.80}")
-    pending = state.pending_exploit
-    if pending is not None and not (
-        isinstance(pending, dict)
-        and isinstance(pending.get("checkpoint"), str)
-        and isinstance(pending.get("sha256"), str)
-    ):
-        raise RecordError(
-            f"{where}.pending_exploit: expected null or an object with checkpoint and sha256, got {pending!r:.80}"
-        )
-    for i, e in enumerate(state.history):
-        HistoryEntry.from_dict(e, f"{where}.history[{i}]")
-    if state.evidence is not None:
-        try:
-            EvidenceSummary.from_dict(state.evidence.get("summary"), f"{where}.evidence.summary")
-            ConditionLabel.from_dict(state.evidence.get("condition"), f"{where}.evidence.condition")
-        except EvidenceError as exc:
-            raise RecordError(str(exc)) from None
-    if state.rng_state:  # {}: not drawn from yet (the member sets it at its first start)
-        try:
-            MemberRng.from_state(state.rng_state)
-        except ValueError as exc:
-            raise RecordError(f"{where}.rng_state: {exc}") from None
+def _best_entry(data: Any, where: str) -> BestEntry:
     try:
-        fsio.canonical_json(state.to_dict())  # save_state must be able to write it back
-    except ValueError:
-        raise RecordError(f"{where}: contains NaN or infinite values") from None
+        return BestEntry.from_dict(data, where)
+    except ValueError as exc:
+        raise RecordError(str(exc)) from None
+
+
+def _items(data: Mapping[str, Any], key: str, where: str, parse: Any) -> list[Any]:
+    items = data.get(key, [])
+    if not isinstance(items, list):
+        raise RecordError(f"{where}.{key}: expected list, got {items!r:.80}")
+    return [parse(item, f"{where}.{key}[{i}]") for i, item in enumerate(items)]
+
+
+def _optional(data: Mapping[str, Any], key: str, where: str, parse: Any) -> Any:
+    value = data.get(key)
+    return None if value is None else parse(value, f"{where}.{key}")
 
 
 def load_state(path: Path) -> MemberState | None:

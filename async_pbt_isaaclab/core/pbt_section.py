@@ -15,7 +15,7 @@ import difflib
 import math
 from typing import Any, Mapping
 
-from async_pbt_isaaclab.core import rules
+from async_pbt_isaaclab.core import explore, rules
 from async_pbt_isaaclab.core.config import (
     EXPLOIT_MODES,
     HPARAM_SOURCES,
@@ -185,6 +185,10 @@ def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool
     need(
         cfg.hparams_from in HPARAM_SOURCES,
         f"hparams_from: {cfg.hparams_from!r} is not accepted; accepted: {', '.join(HPARAM_SOURCES)}",
+    )
+    need(
+        cfg.explore in explore.STRATEGIES,
+        f"explore: {cfg.explore!r} is not accepted; accepted: {', '.join(explore.STRATEGIES)}",
     )
     need(bool(cfg.objective.strip()), "objective: must name a per-episode quantity, e.g. episode_return or success")
     low_b, high_b = cfg.mutation.get("network.log_std_bounds.low"), cfg.mutation.get("network.log_std_bounds.high")

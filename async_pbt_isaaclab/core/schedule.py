@@ -118,22 +118,6 @@ class ScheduleFollower:
 
 # ============================================================================ applying to a run
 
-AGENT_ATTRIBUTES: dict[str, tuple[str, ...]] = {
-    "learning_rate": ("last_lr",),
-    "entropy_coef": ("entropy_coef",),
-    "e_clip": ("e_clip",),
-    "critic_coef": ("critic_coef",),
-    "gamma": ("gamma",),
-    "tau": ("tau",),
-    "bounds_loss_coef": ("bounds_loss_coef",),
-    "grad_norm": ("grad_norm",),
-    "mini_epochs": ("mini_epochs_num",),
-    "kl_threshold": ("kl_threshold", "scheduler.kl_threshold"),
-}
-"""Where a running rl_games (1.6.x) agent reads each live hyperparameter: attribute paths on the agent. The
-learning rate must also be written into the optimizer's param groups (``agent.update_lr(agent.last_lr)``)."""
-
-
 def replay_problems(schedule: Schedule) -> list[str]:
     """Why a single run cannot follow ``schedule``: unknown keys, or a key that is not live (the network's
     log-std bounds need a rebuilt network) changing after frame 0. Empty when it can."""
@@ -177,15 +161,6 @@ def initial_overrides(schedule: Schedule) -> dict[tuple[str, ...], Any]:
     if not schedule.steps:
         raise ScheduleError(f"schedule of member {schedule.member} has no steps")
     return {agent_path(k): v for k, v in sorted(schedule.steps[0].values.items())}
-
-
-def live_assignments(values: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """``(attribute path on the agent, value)`` to set for each live hyperparameter in ``values``."""
-    out = []
-    for key, value in sorted(values.items()):
-        for attr in AGENT_ATTRIBUTES.get(key, ()):
-            out.append((attr, value))
-    return out
 
 
 # ============================================================================ files

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from async_pbt_isaaclab.core import explore
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.mutation import Change, MutationSpec, mutate
@@ -82,7 +83,8 @@ class StepResult:
 
 
 def pbt_step(view: PopulationView, cfg: PopulationConfig, rng_state: Mapping[str, Any]) -> StepResult:
-    """Decide, and for an exploit or explore mutate the starting hyperparameters. Pure."""
+    """Decide, and for an exploit or explore propose the new generation's hyperparameters with the configured
+    explore strategy (:mod:`async_pbt_isaaclab.core.explore`). Pure."""
     rng = MemberRng.from_state(rng_state)
     rng_before = rng.get_state()
     decision = decide(view.me, view.peers, cfg, rng, view.now)
@@ -91,7 +93,8 @@ def pbt_step(view: PopulationView, cfg: PopulationConfig, rng_state: Mapping[str
     if decision.outcome is not Outcome.KEEP:
         donor = decision.donor_entry if decision.outcome is Outcome.EXPLOIT else None
         start = start_hyperparameters(view.me, donor, cfg)
-        new, changes = mutate(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
+        context = explore.ExploreContext(view.me, view.peers)
+        new, changes = explore.strategy(cfg.explore).propose(start, context, cfg, rng)
     return StepResult(decision, start, new, tuple(changes), rng_before, rng.get_state())
 
 

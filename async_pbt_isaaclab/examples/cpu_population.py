@@ -102,9 +102,9 @@ def summarize(workspace: Path) -> list[str]:
             continue
         r = records[index]
         state = load_state(ws.member_dir(index) / "state.json")
-        exploits = [e for e in (state.lineage if state else []) if e.get("outcome") == "exploit"]
+        exploits = [e for e in (state.lineage if state else []) if e.outcome == "exploit"]
         total_exploits += len(exploits)
-        donors = ", ".join(f"gen {e['generation']} <- member {e['donor']}" for e in exploits) or "none"
+        donors = ", ".join(f"gen {e.generation} <- member {e.source.member}" for e in exploits) or "none"
         ev = r.evidence
         objective = f"{ev.mean:9.1f} over {ev.count} episodes" if ev.count else "no evidence yet"
         lines.append(

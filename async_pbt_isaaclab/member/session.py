@@ -16,6 +16,7 @@ the yaml and command line, because after an exploit they *are* this member's con
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -33,7 +34,7 @@ from async_pbt_isaaclab.core.config import PopulationConfig, objective_term
 from async_pbt_isaaclab.core.evidence import ConditionLabel
 from async_pbt_isaaclab.core.member_lock import MemberLock
 from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.member_state import MemberState, load_state, save_state
+from async_pbt_isaaclab.core.member_state import AuditHead, FinishedMark, MemberState, load_state, save_state
 from async_pbt_isaaclab.core.mutation import agent_path
 from async_pbt_isaaclab.core.workspace import Workspace
 from async_pbt_isaaclab.member.restart import capture_argv
@@ -91,7 +92,7 @@ class MemberSession:
         """Write ``state.json``, with the audit log's head: saved after every append that matters, so cutting
         entries from the end of the log is detected (``async-pbt audit``)."""
         if self.audit.last_seq >= 0:
-            self.state.audit_head = {"seq": self.audit.last_seq, "hash": self.audit.last_hash}
+            self.state.audit_head = AuditHead(self.audit.last_seq, self.audit.last_hash)
         save_state(self.dir / "state.json", self.state)
 
     def close(self) -> None:
@@ -136,39 +137,13 @@ def start_member(
 
 
 def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term):
-    import copy
-
     mdir = ws.member_dir(cfg.policy_idx)
-    ws.checked_member_dir(cfg.policy_idx, "checkpoints", create=True)
-    fsio.remove_stale_temp_files(mdir, cfg.temp_grace_s)
-    fsio.remove_stale_temp_files(mdir / "checkpoints", cfg.temp_grace_s)
-    # pins/ is written by other members (a recipient killed while pinning leaves a temp file there).
-    fsio.remove_stale_temp_files(mdir / "pins", cfg.temp_grace_s)
-    # incoming/ holds donor copies of this member's own exploits in flight. We hold the lock, so none is in
-    # flight now: whatever is there (a partial temp copy, a verified copy) was left by a killed process.
-    _clear_incoming(mdir / "incoming")
+    _clear_leftovers(ws, cfg)
     agent_cfg = copy.deepcopy(agent_cfg)
-    rl_cfg = agent_cfg["params"]["config"]
     state = load_state(mdir / "state.json")
     fresh_member = state is None
-    if state is None:
-        name = rl_cfg.get("full_experiment_name") or f"{rl_cfg.get('name', 'member')}_pbt_{cfg.policy_idx:03d}"
-        state = MemberState(
-            member=cfg.policy_idx,
-            rng_state=MemberRng(cfg.resolved_mutation_seed()).get_state(),
-            hyperparameters=current_hyperparameters(agent_cfg, cfg),
-            experiment_name=name,
-        )
-    else:
-        # Keys added to pbt.mutation since the member last ran start from the yaml's value.
-        for key, value in current_hyperparameters(agent_cfg, cfg).items():
-            state.hyperparameters.setdefault(key, value)
-    state.process_starts += 1
     audit = AuditLog.open(mdir / "audit.jsonl")
-    if not fresh_member:
-        _recover_after_crash(state, mdir)
-    elif cfg.initial_mutation and cfg.mutation:
-        _initial_mutation(state, cfg, audit)
+    state = _member_state(state, agent_cfg, cfg, audit)
     session = MemberSession(
         cfg=cfg,
         ws=ws,
@@ -178,52 +153,11 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
         condition=ConditionLabel(task=task, objective=term, reward_config=reward_config),
         argv=argv,
     )
-
-    if state.pending_exploit:
-        pending = state.pending_exploit
-        path = ws.checkpoint_path(pending["checkpoint"])
-        if _verified(path, pending["sha256"]):
-            session.start_checkpoint, session.start_mode = path, "exploit_applied"
-            session.start_sha256 = pending["sha256"]
-            # Applied by this new process: through the restart path, whatever path was planned (a member killed
-            # in the middle of an in-process exploit ends up here too).
-            audit.append(
-                "exploit_applied",
-                dict(
-                    pending,
-                    path="restart",
-                    planned_path=pending.get("path", "restart"),
-                    pid=os.getpid(),
-                    process_starts=state.process_starts,
-                ),
-            )
-        else:
-            # The recipient checkpoint is damaged or gone: carry on from our own last weights rather than die.
-            audit.append(
-                "exploit_aborted",
-                {
-                    "reason": f"recipient checkpoint {path} missing or sha256 mismatch "
-                    f"after restart; resuming from {state.last_checkpoint or 'fresh weights'}",
-                    "pending": pending,
-                },
-            )
-            session.notes.append(f"exploit checkpoint {path} failed verification; resumed from own last checkpoint")
-            _resume_from_last(session)
-        state.pending_exploit = None
-    elif state.last_checkpoint:
-        _resume_from_last(session)
-    elif checkpoint:
-        session.start_checkpoint, session.start_mode = Path(checkpoint).absolute(), "warm_start"
-    if not fresh_member and checkpoint and session.start_mode in ("resume", "exploit_applied"):
-        if Path(checkpoint).absolute() != session.start_checkpoint:
-            session.notes.append(
-                f"--checkpoint {checkpoint} ignored: member {cfg.policy_idx} already has its own "
-                f"state in {mdir}; it {session.start_mode.replace('_', 's ')} from "
-                f"{session.start_checkpoint}"
-            )
-
+    _choose_start_checkpoint(session, checkpoint, fresh_member)
     if state.finished and not state.pending_exploit:
-        session.already_finished = _finished_reason(state.finished, rl_cfg)
+        session.already_finished = _finished_reason(state.finished, agent_cfg["params"]["config"])
+    # The agent is built with the member's own values; the live setters apply them again once it is restored
+    # (rl_games/agent.py), so every path ends with the recorded values on the running agent.
     for key, value in state.hyperparameters.items():
         if key in cfg.mutation:
             set_path(agent_cfg, agent_path(key), value)
@@ -252,9 +186,102 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
     return session, agent_cfg
 
 
-def _finished_reason(finished: dict[str, Any], rl_cfg: dict[str, Any]) -> str:
+def _clear_leftovers(ws: Workspace, cfg: PopulationConfig) -> None:
+    """Remove what killed processes of this member left: temp files, donor copies of exploits in flight."""
+    mdir = ws.member_dir(cfg.policy_idx)
+    ws.checked_member_dir(cfg.policy_idx, "checkpoints", create=True)
+    fsio.remove_stale_temp_files(mdir, cfg.temp_grace_s)
+    fsio.remove_stale_temp_files(mdir / "checkpoints", cfg.temp_grace_s)
+    # pins/ is written by other members (a recipient killed while pinning leaves a temp file there).
+    fsio.remove_stale_temp_files(mdir / "pins", cfg.temp_grace_s)
+    # incoming/ holds donor copies of this member's own exploits in flight. We hold the lock, so none is in
+    # flight now: whatever is there (a partial temp copy, a verified copy) was left by a killed process.
+    _clear_incoming(mdir / "incoming")
+
+
+def _member_state(
+    state: MemberState | None, agent_cfg: dict[str, Any], cfg: PopulationConfig, audit: AuditLog
+) -> MemberState:
+    """The saved state (repaired after a crash), or a new member's, whose RNG and yaml values start here."""
+    mdir = audit.path.parent
+    if state is None:
+        rl_cfg = agent_cfg["params"]["config"]
+        name = rl_cfg.get("full_experiment_name") or f"{rl_cfg.get('name', 'member')}_pbt_{cfg.policy_idx:03d}"
+        state = MemberState(
+            member=cfg.policy_idx,
+            rng_state=MemberRng(cfg.resolved_mutation_seed()).get_state(),
+            hyperparameters=current_hyperparameters(agent_cfg, cfg),
+            experiment_name=name,
+        )
+        state.process_starts += 1
+        if cfg.initial_mutation and cfg.mutation:
+            _initial_mutation(state, cfg, audit)
+        return state
+    # Keys added to pbt.mutation since the member last ran start from the yaml's value.
+    for key, value in current_hyperparameters(agent_cfg, cfg).items():
+        state.hyperparameters.setdefault(key, value)
+    state.process_starts += 1
+    _recover_after_crash(state, mdir)
+    return state
+
+
+def _choose_start_checkpoint(session: MemberSession, checkpoint: str | None, fresh_member: bool) -> None:
+    """Which checkpoint this process starts from: a pending exploit's, our own last one, or ``--checkpoint``."""
+    state = session.state
+    if state.pending_exploit:
+        _apply_pending(session)
+    elif state.last_checkpoint:
+        _resume_from_last(session)
+    elif checkpoint:
+        session.start_checkpoint, session.start_mode = Path(checkpoint).absolute(), "warm_start"
+    if not fresh_member and checkpoint and session.start_mode in ("resume", "exploit_applied"):
+        if Path(checkpoint).absolute() != session.start_checkpoint:
+            session.notes.append(
+                f"--checkpoint {checkpoint} ignored: member {session.member} already has its own "
+                f"state in {session.dir}; it {session.start_mode.replace('_', 's ')} from "
+                f"{session.start_checkpoint}"
+            )
+
+
+def _apply_pending(session: MemberSession) -> None:
+    """Restarted by an exploit (or killed in the middle of one): start from its verified recipient checkpoint."""
+    state, audit = session.state, session.audit
+    pending = state.pending_exploit
+    assert pending is not None
+    path = session.ws.checkpoint_path(pending.checkpoint)
+    if _verified(path, pending.sha256):
+        session.start_checkpoint, session.start_mode = path, "exploit_applied"
+        session.start_sha256 = pending.sha256
+        # Applied by this new process: through the restart path, whatever path was planned (a member killed
+        # in the middle of an in-process exploit ends up here too).
+        audit.append(
+            "exploit_applied",
+            dict(
+                pending.to_dict(),
+                path="restart",
+                planned_path=pending.path,
+                pid=os.getpid(),
+                process_starts=state.process_starts,
+            ),
+        )
+    else:
+        # The recipient checkpoint is damaged or gone: carry on from our own last weights rather than die.
+        audit.append(
+            "exploit_aborted",
+            {
+                "reason": f"recipient checkpoint {path} missing or sha256 mismatch "
+                f"after restart; resuming from {state.last_checkpoint or 'fresh weights'}",
+                "pending": pending.to_dict(),
+            },
+        )
+        session.notes.append(f"exploit checkpoint {path} failed verification; resumed from own last checkpoint")
+        _resume_from_last(session)
+    state.pending_exploit = None
+
+
+def _finished_reason(finished: FinishedMark, rl_cfg: dict[str, Any]) -> str:
     """Why a member that finished before must not train again ("" when its limit grew since)."""
-    frame, epoch = int(finished.get("frame", 0)), int(finished.get("epoch", 0))
+    frame, epoch = finished.frame, finished.epoch
     max_epochs, max_frames = int(rl_cfg.get("max_epochs", -1) or -1), int(rl_cfg.get("max_frames", -1) or -1)
     if max_epochs != -1 and epoch >= max_epochs:
         return f"finished at epoch {epoch} >= max_epochs={max_epochs} (frame {frame})"
@@ -316,8 +343,9 @@ def _recover_after_crash(state: MemberState, mdir: Path) -> None:
         on_disk = None
     except ValueError:
         on_disk = "corrupt"
-    if on_disk != state.best and (on_disk is not None or state.best):
-        fsio.atomic_write_json(best_path, state.best)
+    best = [b.to_dict() for b in state.best]
+    if on_disk != best and (on_disk is not None or best):
+        fsio.atomic_write_json(best_path, best)
 
 
 def _resume_from_last(session: MemberSession) -> None:
@@ -333,10 +361,10 @@ def _resume_from_last(session: MemberSession) -> None:
             f"last checkpoint {path} missing or corrupt (sha256 mismatch); trying the best checkpoints"
         )
     for entry in state.best:
-        path = ws.checkpoint_path(entry["checkpoint"])
-        if entry.get("sha256") and _verified(path, entry["sha256"]):
+        path = ws.checkpoint_path(entry.checkpoint)
+        if entry.sha256 and _verified(path, entry.sha256):
             session.start_checkpoint, session.start_mode = path, "resume"
-            session.start_sha256 = entry["sha256"]
+            session.start_sha256 = entry.sha256
             session.notes.append(f"resumed from best checkpoint {path}")
             return
     if state.last_checkpoint:

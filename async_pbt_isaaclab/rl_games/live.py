@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 Setter = Callable[[Any, Any], None]
+"""``(agent, value) -> None``: sets one hyperparameter on a running rl_games agent."""
 
 
 def _attr(name: str, cast: Callable[[Any], Any] = float) -> Setter:
@@ -44,6 +45,12 @@ def _attr(name: str, cast: Callable[[Any], Any] = float) -> Setter:
     return set_
 
 
+def _learning_rate(algo: Any, value: Any) -> None:
+    # rl_games reads the optimizer's rate, which it rewrites from last_lr after every minibatch: both, always.
+    algo.last_lr = float(value)
+    algo.update_lr(algo.last_lr)
+
+
 def _kl_threshold(algo: Any, value: Any) -> None:
     algo.kl_threshold = float(value)
     scheduler: Any = getattr(algo, "scheduler", None)
@@ -51,7 +58,19 @@ def _kl_threshold(algo: Any, value: Any) -> None:
         scheduler.kl_threshold = float(value)
 
 
+def _log_std_bound(index: int) -> Setter:
+    def set_(algo: Any, value: Any) -> None:
+        from async_pbt_isaaclab.rl_games.exploration import get_log_std_bounds, set_log_std_bounds
+
+        bounds = list(get_log_std_bounds(algo.model))
+        bounds[index] = float(value)
+        set_log_std_bounds(algo.model, bounds[0], bounds[1])
+
+    return set_
+
+
 LIVE_SETTERS: dict[str, Setter] = {
+    "learning_rate": _learning_rate,
     "e_clip": _attr("e_clip"),
     "entropy_coef": _attr("entropy_coef"),
     "critic_coef": _attr("critic_coef"),
@@ -61,12 +80,24 @@ LIVE_SETTERS: dict[str, Setter] = {
     "tau": _attr("tau"),
     "mini_epochs": _attr("mini_epochs_num", int),
     "kl_threshold": _kl_threshold,
+    "network.log_std_bounds.low": _log_std_bound(0),
+    "network.log_std_bounds.high": _log_std_bound(1),
 }
-"""Setters for every live hyperparameter but the learning rate (set with the optimizer state) and the
-exploration bounds (set together, see :func:`apply_live_hyperparameters`)."""
+"""The one function that sets each live hyperparameter on a running agent. Every path that changes one goes
+through :func:`apply_live_hyperparameters`: the in-process exploit, the restore at a restart or resume, and the
+schedule replay."""
 
 BOUND_KEYS = ("network.log_std_bounds.low", "network.log_std_bounds.high")
-"""The bounded exploration network's mutable keys."""
+"""The bounded exploration network's mutable keys (live only when the model has such a network)."""
+
+READ_ATTRIBUTES = {"mini_epochs": "mini_epochs_num", "learning_rate": "last_lr"}
+"""Agent attributes whose name differs from the hyperparameter's (read back by :func:`live_values`)."""
+
+
+def _has_bounded_network(algo: Any) -> bool:
+    from async_pbt_isaaclab.rl_games.exploration import find_bounded_networks
+
+    return bool(find_bounded_networks(algo.model))
 
 
 def blockers(algo: Any, keys: Any) -> list[str]:
@@ -77,36 +108,33 @@ def blockers(algo: Any, keys: Any) -> list[str]:
     if getattr(algo, "is_rnn", False):
         out.append("recurrent policy: its hidden states belong to the old weights")
     for key in sorted(keys):
-        if key == "learning_rate" or key in LIVE_SETTERS:
-            continue
         if key in BOUND_KEYS:
-            from async_pbt_isaaclab.rl_games.exploration import find_bounded_networks
-
-            if find_bounded_networks(algo.model):
-                continue
-            out.append(f"{key}: the model has no bounded exploration network to set it on")
-        else:
+            if not _has_bounded_network(algo):
+                out.append(f"{key}: the model has no bounded exploration network to set it on")
+        elif key not in LIVE_SETTERS:
             out.append(f"{key} cannot be set on a running rl_games agent")
     return out
 
 
 def apply_live_hyperparameters(algo: Any, hyperparameters: Mapping[str, Any]) -> None:
-    """Set every hyperparameter of ``hyperparameters`` (but the learning rate) on the running agent."""
-    for key, value in hyperparameters.items():
-        if key in LIVE_SETTERS:
-            LIVE_SETTERS[key](algo, value)
-    if any(k in hyperparameters for k in BOUND_KEYS):
-        from async_pbt_isaaclab.rl_games.exploration import get_log_std_bounds, set_log_std_bounds
+    """Set every live hyperparameter of ``hyperparameters`` on the running agent, each through its one setter.
 
-        low, high = get_log_std_bounds(algo.model)
-        set_log_std_bounds(
-            algo.model, float(hyperparameters.get(BOUND_KEYS[0], low)), float(hyperparameters.get(BOUND_KEYS[1], high))
-        )
+    Keys that are not live are left to the agent config the agent was built from (a restart rebuilds it); the
+    exploration bounds are skipped on a model without a bounded network (nothing reads them there)."""
+    bounded = None
+    for key in sorted(hyperparameters):
+        setter = LIVE_SETTERS.get(key)
+        if setter is None:
+            continue
+        if key in BOUND_KEYS:
+            bounded = _has_bounded_network(algo) if bounded is None else bounded
+            if not bounded:
+                continue
+        setter(algo, hyperparameters[key])
 
 
 def live_values(algo: Any, keys: Any) -> dict[str, Any]:
-    """The values ``keys`` have on the running agent (what a test compares between the two exploit paths)."""
-    attrs = {"mini_epochs": "mini_epochs_num", "learning_rate": "last_lr"}
+    """The values ``keys`` have on the running agent (what the tests compare with the recorded ones)."""
     out: dict[str, Any] = {}
     for key in keys:
         if key in BOUND_KEYS:
@@ -114,5 +142,5 @@ def live_values(algo: Any, keys: Any) -> dict[str, Any]:
 
             out[key] = get_log_std_bounds(algo.model)[BOUND_KEYS.index(key)]
         else:
-            out[key] = getattr(algo, attrs.get(key, key))
+            out[key] = getattr(algo, READ_ATTRIBUTES.get(key, key))
     return out

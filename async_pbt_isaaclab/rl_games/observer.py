@@ -15,8 +15,9 @@ Everything happens in ``after_steps``:
 * when ``algo.frame`` crosses a multiple of ``interval_steps``: save a checkpoint, publish the record,
   read the peers, decide and log the decision.
 
-What is published (evidence window, record, checkpoints, history, best list, retention) is
-:class:`~async_pbt_isaaclab.rl_games.publisher.MemberPublisher`, the observer's base class. A decided exploit or
+What is published (evidence window, record, checkpoints, history, best list, retention) is the observer's
+:class:`~async_pbt_isaaclab.rl_games.publisher.MemberPublisher`'s; the agent is read and changed through its
+:class:`~async_pbt_isaaclab.rl_games.agent.LiveAgent`. A decided exploit or
 explore is carried out in ``after_print_stats`` of the same epoch, once its update is
 done, by :func:`async_pbt_isaaclab.rl_games.exploit.act` (donor copy, recipient checkpoint, restart or
 in-process swap).
@@ -29,30 +30,37 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from rl_games.common.algo_observer import AlgoObserver
 
-from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-from async_pbt_isaaclab.core.selection import Decision
-from async_pbt_isaaclab.core.step import PopulationView, pbt_step
+from async_pbt_isaaclab.core.member_state import FinishedMark
+from async_pbt_isaaclab.core.records import MemberRecord
+from async_pbt_isaaclab.core.step import PopulationView, StepResult, pbt_step
 from async_pbt_isaaclab.envs.summary_source import find_summary_source
-from async_pbt_isaaclab.member.session import MemberSession, print_notes
+from async_pbt_isaaclab.member.session import RAW_CHECKPOINT_GAPS, MemberSession, print_notes
 from async_pbt_isaaclab.rl_games import exploit
+from async_pbt_isaaclab.rl_games.agent import LiveAgent
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
 from async_pbt_isaaclab.rl_games.held_stop import HeldStop
-from async_pbt_isaaclab.rl_games.inheritance import model_fingerprint
 from async_pbt_isaaclab.rl_games.publisher import MemberPublisher
 
 
-class PbtObserver(MemberPublisher, AlgoObserver):
+class PbtObserver(AlgoObserver):
     """One population member inside an rl_games training process: the rl_games hooks, the restore at start, and
-    the decision at every interval (what it publishes is :class:`MemberPublisher`'s)."""
+    the decision at every interval. What it publishes is its :class:`MemberPublisher`'s; what it does with a
+    decision is :func:`async_pbt_isaaclab.rl_games.exploit.act`'s."""
 
     def __init__(self, session: MemberSession, summary_source: Any = None, exit_on_restart: bool = False):
         AlgoObserver.__init__(self)
-        MemberPublisher.__init__(self, session, summary_source)
+        self.session = session
+        """The claimed member (workspace, lock, state, audit)."""
+        self.cfg = session.cfg
+        """Population config."""
+        self.publisher = MemberPublisher(session, summary_source)
+        """Evidence window, record, checkpoints, history and best list."""
+        self.agent: LiveAgent | None = None
+        """The rl_games agent, set once it is restored (a stop before that publishes nothing)."""
         self.interval_index: int | None = None
         """``algo.frame // interval_steps`` at the last publish."""
         self.hook_seconds = 0.0
@@ -61,101 +69,83 @@ class PbtObserver(MemberPublisher, AlgoObserver):
         """Number of ``after_steps`` calls."""
         self.exit_on_restart = exit_on_restart
         """Raise SystemExit instead of exec'ing (for in-process tests of the act step)."""
-        self.pending_act: tuple[Decision, dict[str, Any], Any] | None = None
-        """A decided exploit or explore, carried out in ``after_print_stats`` once the epoch's update is done."""
-        self.held_stop: HeldStop | None = None
-        """Holds Ctrl-C / SIGTERM while a step is written; a restart asked for inside it stops instead."""
+        self.pending_act: tuple[StepResult, MemberRecord] | None = None
+        """A decided exploit or explore and the record it was decided on, carried out in ``after_print_stats``
+        once the epoch's update is done."""
+
+    @property
+    def algo(self) -> Any:
+        """The rl_games agent (``None`` before it is restored)."""
+        return None if self.agent is None else self.agent.algo
 
     # ------------------------------------------------------------------ rl_games hooks
     def after_init(self, algo) -> None:
-        if self.summary_source is None:
-            self.summary_source = find_summary_source(algo)
-        if self.summary_source is None:
+        source = self.publisher.summary_source or find_summary_source(algo)
+        if source is None:
             raise RuntimeError(
                 "population member: the rl_games vec-env exposes no 'pbt_summary_source' (completed-episode "
                 "summaries). Use async_pbt_isaaclab's gym vec-env (CPU) or the Isaac Lab wrapper "
                 "(async_pbt_isaaclab.envs.isaaclab), or pass summary_source= to PbtObserver"
             )
-        if hasattr(self.summary_source, "set_settle_max_steps"):
-            self.summary_source.set_settle_max_steps(self.cfg.settle_max_steps)
-        self.summary_source.start_generation(self.session.state.generation)
-        self._restore_start_checkpoint(algo)
-        self._restore_evidence()
-        # Set only once restored: a stop before that must not publish the agent's fresh counters (frame 0,
+        if hasattr(source, "set_settle_max_steps"):
+            source.set_settle_max_steps(self.cfg.settle_max_steps)
+        source.start_generation(self.session.state.generation)
+        self.publisher.summary_source = source
+        agent = LiveAgent(algo)
+        self._restore_start_checkpoint(agent)
+        saved = self.session.state.evidence
+        if saved is not None and self.session.start_mode == "resume":
+            # A resumed member (crash, Ctrl-C, launcher restart) continues its saved window and publishes at once:
+            # the envs restart at step 0, but the window was settled evidence of this very policy generation.
+            self.publisher.restore_evidence(saved)
+        # Attached only once restored: a stop before that must not publish the agent's fresh counters (frame 0,
         # no checkpoint) as this member's "stopped" record; finish() needs a live, restored agent.
-        self.algo = algo
+        self.publisher.attach(agent)
+        self.agent = agent
         print_notes(self.session)
 
-    def _restore_evidence(self) -> None:
-        """A resumed member (crash, Ctrl-C, launcher restart) continues its saved window and publishes at once.
-
-        The envs restart at step 0, but the saved window was settled evidence of this very policy generation;
-        new episodes join it once the env-side gate settles again.
-        """
-        saved, state = self.session.state.evidence, self.session.state
-        if not saved or self.session.start_mode != "resume":
-            return
-        summary = EvidenceSummary.from_dict(saved["summary"], "state.evidence.summary")
-        condition = ConditionLabel.from_dict(saved["condition"], "state.evidence.condition")
-        if summary.generation == state.generation and summary.objective == self.objective():
-            self.window.restore(summary)
-            self.condition = condition
-
-    def _restore_start_checkpoint(self, algo) -> None:
-        path = self.session.start_checkpoint
-        if path is None:
-            return
-        # Checked again at load: the file is read once, and those bytes are what was verified.
-        state = load_checkpoint(
-            path,
-            trusted=self.cfg.trusted_workspace,
-            map_location=algo.ppo_device,
-            expected_sha256=self.session.start_sha256,
-        )
-        pbt = state.get("pbt")
-        if pbt is None and self.session.start_mode == "warm_start":
-            from async_pbt_isaaclab.member.session import RAW_CHECKPOINT_GAPS
-
-            gaps = "\n  - ".join(RAW_CHECKPOINT_GAPS)
-            print(
-                f"[async-pbt] WARNING: {path} is a plain rl_games checkpoint without PBT metadata; "
-                f"warm-starting member {self.session.member} from its weights. It cannot reconstruct:\n  - {gaps}",
-                file=sys.stderr,
-                flush=True,
+    def _restore_start_checkpoint(self, agent: LiveAgent) -> None:
+        """Load the start checkpoint the session chose (if any), then set the member's own hyperparameters: the
+        same setters as an in-process exploit, so every path ends with the recorded values on the agent."""
+        path, mine = self.session.start_checkpoint, self.session.state
+        learning_rate = agent.last_lr  # the config's value, unless the checkpoint carries a live one
+        state = None
+        if path is not None:
+            # Checked again at load: the file is read once, and those bytes are what was verified.
+            state = load_checkpoint(
+                path,
+                trusted=self.cfg.trusted_workspace,
+                map_location=agent.algo.ppo_device,
+                expected_sha256=self.session.start_sha256,
             )
-        algo.set_full_state_weights(state, set_epoch=True)
-        # The live learning rate travels with our checkpoints (an adaptive schedule's reached rate, or an
-        # exploit's donor rate x mutation factor); rl_games would restart it from the config's value.
-        if isinstance(pbt, dict) and isinstance(pbt.get("last_lr"), (int, float)):
-            algo.last_lr = float(pbt["last_lr"])
-        algo.update_lr(algo.last_lr)
-        mine = self.session.state
+            pbt = state.get("pbt")
+            if pbt is None and self.session.start_mode == "warm_start":
+                gaps = "\n  - ".join(RAW_CHECKPOINT_GAPS)
+                print(
+                    f"[async-pbt] WARNING: {path} is a plain rl_games checkpoint without PBT metadata; "
+                    f"warm-starting member {self.session.member} from its weights. It cannot reconstruct:\n  - {gaps}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            # The live learning rate travels with our checkpoints (an adaptive schedule's reached rate, or an
+            # exploit's donor rate x mutation factor); rl_games would restart it from the config's value.
+            if isinstance(pbt, dict) and isinstance(pbt.get("last_lr"), (int, float)):
+                learning_rate = float(pbt["last_lr"])
+        hyperparameters = {k: v for k, v in mine.hyperparameters.items() if k in self.cfg.mutation}
+        hyperparameters["learning_rate"] = learning_rate
+        if state is None:
+            agent.set_hyperparameters(hyperparameters)
+            return
+        agent.load(state, hyperparameters)
         if mine.last_checkpoint and path == self.session.ws.checkpoint_path(mine.last_checkpoint):
             # Our own published checkpoint (resume, or the exploit's recipient checkpoint): keep publishing it
             # until the next one replaces it, or the records of a restarted or stopped member lose it.
-            self.last_checkpoint = (mine.last_checkpoint, mine.last_checkpoint_sha256)
-        self.algo = algo
-        self.audit_restored(self.session.start_mode, path)
+            self.publisher.last_checkpoint = (mine.last_checkpoint, mine.last_checkpoint_sha256)
+        exploit.audit_restored(self.session, agent, self.session.start_mode, path)
         print(
             f"[async-pbt] member {self.session.member}: {self.session.start_mode} from {path} "
-            f"(frame {algo.frame}, epoch {algo.epoch_num}, lr {algo.last_lr:g})",
+            f"(frame {agent.frame}, epoch {agent.algo.epoch_num}, lr {agent.last_lr:g})",
             flush=True,
-        )
-
-    def audit_restored(self, mode: str, path: Path) -> None:
-        """Log a ``restored`` entry: the live agent now trains from ``path`` (counters, rates, model hash)."""
-        algo = self.algo
-        self.session.audit.append(
-            "restored",
-            {
-                "mode": mode,
-                "checkpoint": str(path),
-                "frame": int(algo.frame),
-                "epoch": int(algo.epoch_num),
-                "last_lr": float(algo.last_lr),
-                "optimizer_lr": [float(g["lr"]) for g in algo.optimizer.param_groups],
-                "model_sha256": model_fingerprint(algo.model.state_dict()),
-            },
         )
 
     def process_infos(self, infos, done_indices) -> None:
@@ -165,64 +155,73 @@ class PbtObserver(MemberPublisher, AlgoObserver):
         pass
 
     def after_print_stats(self, frame, epoch_num, total_time) -> None:
-        if self.pending_act is None:
+        if self.pending_act is None or self.agent is None:
             return
         t0 = time.perf_counter()
-        pending, self.pending_act = self.pending_act, None
+        (step, me), self.pending_act = self.pending_act, None
         try:
-            with HeldStop() as self.held_stop:
-                exploit.act(self, *pending)
-            self.held_stop = None
+            with HeldStop() as held_stop:
+                exploit.act(
+                    step,
+                    me,
+                    session=self.session,
+                    publisher=self.publisher,
+                    agent=self.agent,
+                    held_stop=held_stop,
+                    exit_on_restart=self.exit_on_restart,
+                )
         finally:
             self.hook_seconds += time.perf_counter() - t0
 
     def after_steps(self) -> None:
+        if self.agent is None:
+            return
         t0 = time.perf_counter()
         self.hook_calls += 1
-        self.in_epoch = True
+        self.agent.in_epoch = True
         try:
-            self._tick()
+            self._tick(self.agent)
         finally:
-            self.in_epoch = False
+            self.agent.in_epoch = False
             self.hook_seconds += time.perf_counter() - t0
 
     # ------------------------------------------------------------------ the member loop
-    def _tick(self) -> None:
-        frame = int(self.algo.frame)
-        index = frame // self.cfg.interval_steps
+    def _tick(self, agent: LiveAgent) -> None:
+        index = agent.frame // self.cfg.interval_steps
         if self.interval_index is None:
             self.interval_index = index
-            self.heartbeat()
+            self.publisher.heartbeat()
             return
         if index > self.interval_index:
             self.interval_index = index
-            with HeldStop() as self.held_stop:
+            with HeldStop():
                 self.publish_and_decide()
-            self.held_stop = None
-        elif time.time() - self.last_heartbeat >= self.cfg.heartbeat_interval_s:
-            self.heartbeat()
+        elif time.time() - self.publisher.last_heartbeat >= self.cfg.heartbeat_interval_s:
+            self.publisher.heartbeat()
 
     def publish_and_decide(self) -> None:
-        me = self.publish(persist=False)  # record.json and state.json are written once, after the decision
+        """Publish a checkpoint and record, read the peers, decide, log the decision (write-ahead) and keep an
+        exploit or explore for :meth:`after_print_stats`."""
+        publisher, state = self.publisher, self.session.state
+        me = publisher.publish(persist=False)  # record.json and state.json are written once, after the decision
         records, unreadable = self.session.ws.read_records(self.cfg.num_policies)
         view = PopulationView(
             me, tuple(r for m, r in sorted(records.items()) if m != me.member), time.time(), unreadable
         )
-        state = self.session.state
         step = pbt_step(view, self.cfg, state.rng_state)
         # Write-ahead: the decision is on disk before anything acts on it.
         self.session.audit.append("decision", step.audit_body(view, self.cfg), now=view.now)
         state.rng_state = step.rng_after
         self.session.save()
         decision = step.decision
-        self.decisions.append(decision)
-        self.interval_best = None
-        self.write_record(self.record(decision.summary(), next_generation=step.acts))
+        publisher.decisions.append(decision)
+        publisher.interval_best = None
+        publisher.write_record(publisher.record(decision.summary(), next_generation=step.acts))
         print(f"[async-pbt] member {me.member} frame {me.frame}: {decision.summary()}", flush=True)
         if step.acts:
             # Carried out in after_print_stats, once this epoch's update is done: the rollout just collected
             # belongs to the old policy, and both exploit paths then start from the same counters.
-            self.pending_act = (decision, step.new_hyperparameters or {}, step.changes)
+            self.pending_act = (step, me)
 
     # ------------------------------------------------------------------ end of training
     def finish(self, status: str = "finished") -> None:
@@ -231,14 +230,15 @@ class PbtObserver(MemberPublisher, AlgoObserver):
         ``finished``: publish a final checkpoint. ``stopped``: the interrupt may have landed inside an
         optimizer step, so no checkpoint is written; a later start resumes from the last published one.
         """
-        if self.algo is None:
+        if self.agent is None:
             return
+        publisher = self.publisher
         if status == "finished":
-            self.session.state.finished = {"frame": int(self.algo.frame), "epoch": int(self.algo.epoch_num)}
-            self.publish()
+            self.session.state.finished = FinishedMark(self.agent.frame, int(self.agent.algo.epoch_num))
+            publisher.publish()
         else:
             # No checkpoint (see above), so the saved evidence stays the one of the last published checkpoint.
-            self.collect()
-        self.write_record(self.record(status=status))
-        self.session.audit.append("stop", {"status": status, "frame": int(self.algo.frame)})
+            publisher.collect()
+        publisher.write_record(publisher.record(status=status))
+        self.session.audit.append("stop", {"status": status, "frame": self.agent.frame})
         self.session.close()

@@ -4,7 +4,9 @@
 it drains completed episodes from the env's summary source into the evidence window, builds the member's record,
 writes ``record.json`` (the heartbeat peers read), saves checkpoints with their ``pbt`` metadata, appends history
 entries once the evidence is settled, keeps the best list and applies checkpoint retention. *When* to publish and
-what to decide is the observer's; carrying out an exploit is :mod:`async_pbt_isaaclab.rl_games.exploit`'s.
+what to decide is the observer's; carrying out an exploit is :mod:`async_pbt_isaaclab.rl_games.exploit`'s, which
+changes what is published only through :meth:`MemberPublisher.begin_generation` and
+:meth:`MemberPublisher.generation_running`.
 """
 
 from __future__ import annotations
@@ -18,16 +20,19 @@ from typing import Any
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.evidence import EvidenceSummary, EvidenceWindow
+from async_pbt_isaaclab.core.generation import GenerationPlan
+from async_pbt_isaaclab.core.member_state import SavedEvidence
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
-from async_pbt_isaaclab.core.retention import apply_retention, update_best
+from async_pbt_isaaclab.core.retention import BestEntry, apply_retention, update_best
 from async_pbt_isaaclab.core.selection import Decision
 from async_pbt_isaaclab.core.workspace import checkpoint_name
 from async_pbt_isaaclab.member.session import MemberSession
+from async_pbt_isaaclab.rl_games.agent import LiveAgent
 from async_pbt_isaaclab.rl_games.checkpoint import save_checkpoint
 
 
 class MemberPublisher:
-    """The member's published state, kept up to date from a running rl_games agent (:attr:`algo`)."""
+    """The member's published state, kept up to date from a running rl_games agent (:attr:`agent`)."""
 
     def __init__(self, session: MemberSession, summary_source: Any = None):
         self.session = session
@@ -40,8 +45,8 @@ class MemberPublisher:
         """Evidence of the current generation."""
         self.condition = session.condition
         """Condition label of the evidence in the window."""
-        self.algo: Any = None
-        """The rl_games agent (set once it is restored)."""
+        self.agent: LiveAgent | None = None
+        """The rl_games agent (set by :meth:`attach` once it is restored)."""
         self.interval_best: float | None = None
         """Best window mean seen at a drain during the current interval."""
         self.last_heartbeat = 0.0
@@ -50,9 +55,18 @@ class MemberPublisher:
         """(workspace-relative path, sha256) of the newest checkpoint this member published."""
         self.decisions: list[Decision] = []
         """Decisions taken by this process (newest last); the record names the latest."""
-        self.in_epoch = False
-        """Inside ``after_steps``: the current epoch's update has not run yet (see :meth:`completed_epochs`)."""
         self._warned: set[str] = set()
+
+    def attach(self, agent: LiveAgent) -> None:
+        """Publish from ``agent`` from now on (once it is restored: a stop before that publishes nothing)."""
+        self.agent = agent
+
+    @property
+    def live(self) -> LiveAgent:
+        """The attached agent (an error before :meth:`attach`)."""
+        if self.agent is None:
+            raise RuntimeError("member publisher: no agent attached yet")
+        return self.agent
 
     def objective(self) -> str:
         """The population objective (a completed-episode value name)."""
@@ -117,10 +131,24 @@ class MemberPublisher:
         except OSError:
             pass
 
-    def completed_epochs(self) -> int:
-        """Epochs whose update finished. Inside ``after_steps`` the current epoch's update has not run,
-        so a checkpoint taken there belongs to the previous epoch (its frames are not counted either)."""
-        return int(self.algo.epoch_num) - (1 if self.in_epoch else 0)
+    def restore_evidence(self, saved: SavedEvidence) -> None:
+        """Continue the window a resumed member saved with its last checkpoint (same generation and objective)."""
+        if saved.summary.generation == self.session.state.generation and saved.summary.objective == self.objective():
+            self.window.restore(saved.summary)
+            self.condition = saved.condition
+
+    def begin_generation(self, plan: GenerationPlan, checkpoint: str, sha256: str) -> None:
+        """The act step wrote the recipient checkpoint of ``plan``: publish it, and from now on no evidence of the
+        old generation (peers must not compare it with anything)."""
+        self.window.start_generation(plan.generation)
+        self.last_checkpoint = (checkpoint, sha256)
+        self.write_record(self.record(plan.summary))
+
+    def generation_running(self) -> None:
+        """The new generation's weights are training: episodes in flight began under the old policy, so they are
+        dropped, and the new generation must settle before its evidence counts."""
+        self.summary_source.start_generation(self.session.state.generation)
+        self.interval_best = None
 
     def record(self, last_decision: str = "", status: str = "running", next_generation: bool = False) -> MemberRecord:
         """This member's record now. ``next_generation``: an exploit/explore was decided and is being carried
@@ -134,8 +162,8 @@ class MemberPublisher:
         return MemberRecord(
             member=self.session.member,
             generation=generation,
-            frame=int(self.algo.frame),
-            generation_start_frame=int(self.algo.frame) if next_generation else state.generation_start_frame,
+            frame=self.live.frame,
+            generation_start_frame=self.live.frame if next_generation else state.generation_start_frame,
             restarts=state.restarts,
             heartbeat=time.time(),
             evidence=evidence,
@@ -145,11 +173,11 @@ class MemberPublisher:
             checkpoint_sha256=None if ckpt is None else ckpt[1],
             interval_best=self.interval_best,
             status=status,
-            epoch=self.completed_epochs(),
+            epoch=self.live.completed_epochs(),
             last_decision=last_decision or (self.decisions[-1].summary() if self.decisions else ""),
             host=socket.gethostname(),
             pid=os.getpid(),
-            history=tuple(HistoryEntry.from_dict(e, "state.history") for e in state.history),
+            history=tuple(state.history),
             origin_sha256=state.origin_sha256,
         )
 
@@ -171,7 +199,7 @@ class MemberPublisher:
         """Save ``state`` in this member's checkpoints/ at the current frame: (workspace-relative path, sha256)."""
         # Checked at every save: a checkpoints/ replaced by a link while training would put our files elsewhere.
         folder = self.session.ws.checked_member_dir(self.session.member, "checkpoints")
-        path = folder / checkpoint_name(generation, int(self.algo.frame))
+        path = folder / checkpoint_name(generation, self.live.frame)
         sha = save_checkpoint(path, state)
         return self.session.ws.relative(path), sha
 
@@ -181,12 +209,12 @@ class MemberPublisher:
         return {
             "member": self.session.member,
             "generation": generation,
-            "frame": int(self.algo.frame),
-            "epoch": self.completed_epochs(),
+            "frame": self.live.frame,
+            "epoch": self.live.completed_epochs(),
             "hyperparameters": dict(hparams),
             "rng_state": state.rng_state,
-            "lineage": list(state.lineage),
-            "last_lr": float(self.algo.last_lr),
+            "lineage": [e.to_dict() for e in state.lineage],
+            "last_lr": self.live.last_lr,
             "experiment_name": state.experiment_name,
             "objective": self.objective(),
             **extra,
@@ -197,7 +225,7 @@ class MemberPublisher:
         from the configured value, and an exploit must start from the donor's live rate."""
         state = self.session.state
         if "learning_rate" in state.hyperparameters:
-            state.hyperparameters["learning_rate"] = float(self.algo.last_lr)
+            state.hyperparameters["learning_rate"] = self.live.last_lr
 
     def publish(self, persist: bool = True) -> MemberRecord:
         """Save a checkpoint, add a history entry when the evidence is publishable, publish the record
@@ -210,8 +238,7 @@ class MemberPublisher:
         self.collect()
         self.sync_live_hyperparameters()
         state = self.session.state
-        weights = self.algo.get_full_state_weights()
-        weights["epoch"] = self.completed_epochs()
+        weights = self.live.full_state()
         weights["pbt"] = self.pbt_metadata(state.generation, state.hyperparameters)
         # What state.json and record.json on disk name until they are saved again (after the decision when
         # persist is False): a crash before that resumes from it, so retention must not delete it yet.
@@ -220,11 +247,11 @@ class MemberPublisher:
         self.last_checkpoint = (rel, sha)
         state.published(rel, sha)
         summary = self.window.summary()
-        state.evidence = {"summary": summary.to_dict(), "condition": self.condition.to_dict()}
+        state.evidence = SavedEvidence(summary, self.condition)
         if self.publishable():
             state.add_history(
                 HistoryEntry(
-                    frame=int(self.algo.frame),
+                    frame=self.live.frame,
                     generation=state.generation,
                     mean=summary.mean,
                     std=summary.std,
@@ -233,36 +260,36 @@ class MemberPublisher:
                     checkpoint=rel,
                     checkpoint_sha256=sha,
                     hyperparameters=dict(state.hyperparameters),
-                ).to_dict(),
+                ),
                 self.cfg.history_length,
             )
             if self.cfg.keep_best_checkpoints > 0:
                 best = update_best(
                     state.best,
-                    {
-                        "objective": summary.mean,
-                        "direction": self.cfg.objective_direction,
-                        "checkpoint": rel,
-                        "sha256": sha,
-                        "frame": int(self.algo.frame),
-                        "generation": state.generation,
-                        "episodes": summary.count,
-                        "time": time.time(),
-                    },
+                    BestEntry(
+                        objective=summary.mean,
+                        direction=self.cfg.objective_direction,
+                        checkpoint=rel,
+                        sha256=sha,
+                        frame=self.live.frame,
+                        generation=state.generation,
+                        episodes=summary.count,
+                        time=time.time(),
+                    ),
                     self.cfg.keep_best_checkpoints,
                 )
                 if best != state.best:  # unchanged when this checkpoint did not make the list
                     state.best = best
-                    fsio.atomic_write_json(self.session.dir / "best.json", state.best)
+                    fsio.atomic_write_json(self.session.dir / "best.json", [b.to_dict() for b in best])
         record = self.record()
         if persist:
             self.write_record(record)
         # Peers behind us may copy any checkpoint our history offers: those stay until their entry leaves it.
         keep = {
             rel,
-            *(b["checkpoint"] for b in state.best),
+            *(b.checkpoint for b in state.best),
             *([previous] if previous else []),
-            *(e["checkpoint"] for e in state.history if e.get("checkpoint")),
+            *(e.checkpoint for e in state.history if e.checkpoint),
         }
         apply_retention(self.session.ws, self.session.member, self.cfg.keep_last_checkpoints, keep)
         if persist:

@@ -6,8 +6,9 @@ of the epoch), it sets the values of every schedule step the run has reached on 
 frame F governs the update of the epoch that starts at frame F, as it did in the population. rl_games' own
 ``info/*`` scalars for that epoch are written at step F, and the observer writes ``pbt/hp/<name>`` there too.
 
-Only hyperparameters rl_games reads live can change within a run
-(:data:`~async_pbt_isaaclab.core.schedule.AGENT_ATTRIBUTES`); :func:`prepare_replay` refuses a schedule that
+Only hyperparameters rl_games reads live can change within a run, each set by its one setter
+(:data:`~async_pbt_isaaclab.rl_games.live.LIVE_SETTERS`, the same the members use); :func:`prepare_replay` refuses
+a schedule that
 changes another one and puts the first step's values into the agent config before the agent is built.
 
 Both training entry points (the CPU member and ``scripts/train_pbt.py``) take ``--pbt-replay SCHEDULE`` the same way:
@@ -27,9 +28,9 @@ from async_pbt_isaaclab.core.schedule import (
     ScheduleFollower,
     check_replayable,
     initial_overrides,
-    live_assignments,
     replay_experiment_name,
 )
+from async_pbt_isaaclab.rl_games.live import apply_live_hyperparameters
 from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalars
 
 
@@ -47,15 +48,6 @@ def start_replay(agent_cfg: dict[str, Any], schedule: Schedule, where: str = "sc
     rl_cfg = agent_cfg["params"]["config"]
     rl_cfg["full_experiment_name"] = replay_experiment_name(rl_cfg["name"], schedule)
     return ScheduleReplayObserver(schedule)
-
-
-def _set_attr(obj: Any, dotted: str, value: Any) -> None:
-    *parents, last = dotted.split(".")
-    for name in parents:
-        obj = getattr(obj, name, None)
-        if obj is None:
-            return  # e.g. scheduler.kl_threshold without an adaptive scheduler: nothing reads it
-    setattr(obj, last, value)
 
 
 class ScheduleReplayObserver(AlgoObserver):
@@ -84,10 +76,7 @@ class ScheduleReplayObserver(AlgoObserver):
         values = self.follower.due(frame)
         if values is None:
             return
-        for attr, value in live_assignments(values):
-            _set_attr(algo, attr, value)
-        if "learning_rate" in values and hasattr(algo, "update_lr"):
-            algo.update_lr(algo.last_lr)  # rl_games reads the optimizer's rate, not only last_lr
+        apply_live_hyperparameters(algo, values)
         self.applied.append((frame, dict(values)))
         if self._scalars is not None:
             self._scalars.hyperparameters(values, frame)

@@ -171,13 +171,13 @@ def verify(
         if state.pending_exploit:
             failures.append(f"member {m}: finished with an exploit still pending")
         best_file = json.loads((mdir / "best.json").read_text()) if (mdir / "best.json").exists() else []
-        for src, entries in (("state.best", state.best), ("best.json", best_file)):
+        for src, entries in (("state.best", [b.to_dict() for b in state.best]), ("best.json", best_file)):
             for e in entries:
                 r = _sha_ok(ws, e["checkpoint"], e["sha256"])
                 refs[f"{src} {r}"] += 1
                 if r != "ok":
                     failures.append(f"member {m}: {src} entry {e['checkpoint']} {r}")
-        for e in state.lineage:
+        for e in (entry.to_dict() for entry in state.lineage):
             if e.get("outcome") != "exploit":
                 continue
             r = _sha_ok(ws, e["donor_checkpoint"], e["donor_sha256"])
@@ -217,13 +217,13 @@ def verify(
             applied
         )
         # Lineage = state.json generations; each must come from an exploit decision and be applied.
-        gens = [e["generation"] for e in state.lineage]
+        gens = [e.generation for e in state.lineage]
         if gens != list(range(1, len(gens) + 1)) or state.generation != len(gens):
             lineage_problems.append(f"member {m}: lineage generations {gens}, state generation {state.generation}")
         applied_gens = sorted(e["generation"] for e in applied.values())
         if applied_gens != gens:
             lineage_problems.append(f"member {m}: applied generations {applied_gens} != lineage {gens}")
-        for e in state.lineage:
+        for e in (entry.to_dict() for entry in state.lineage):
             if e.get("outcome") != "exploit":
                 continue
             # The exploit is carried out after the update of the epoch it was decided in: the lineage frame is

@@ -243,7 +243,7 @@ class Watcher:
         seen = self.pending_seen.get(member)
         now = time.monotonic()
         d, mdir = self.driver, self.driver.mdir(member)
-        if seen is not None and (pending is None or pending.get("checkpoint") != seen[0]):
+        if seen is not None and (pending is None or pending.checkpoint != seen[0]):
             del self.pending_seen[member]
             if seen[2] == "inprocess":
                 if pending is None and state.last_checkpoint == seen[0] and self.chaos_on:
@@ -317,8 +317,8 @@ class Watcher:
             state = load_state(mdir / "state.json")
         except RecordError:
             state = None
-        pending = (state.pending_exploit if state is not None else None) or {}
-        checkpoint = str(pending.get("checkpoint", ""))
+        pending = state.pending_exploit if state is not None else None
+        checkpoint = pending.checkpoint if pending is not None else ""
         if point == "inprocess_pending":
             detail = f"held at its pause point: state.json names the in-process exploit to {checkpoint}"
             return detail, functools.partial(inprocess_pending, mdir, checkpoint)

@@ -131,7 +131,7 @@ def decision_not_acted_on(mdir: Path, seq: int, generation: int | None, rng_afte
 def restart_in_flight(mdir: Path, checkpoint: str, execd: bool) -> str | None:
     """The exploit restart to ``checkpoint`` has not applied it yet (``execd``: the image after execv)."""
     state = _state(mdir)
-    if state is None or not state.pending_exploit or state.pending_exploit.get("checkpoint") != checkpoint:
+    if state is None or not state.pending_exploit or state.pending_exploit.checkpoint != checkpoint:
         return None
     return (
         "restart in flight: "
@@ -156,7 +156,7 @@ def inprocess_pending(mdir: Path, checkpoint: str) -> str | None:
     """``state.json`` names the in-process exploit to ``checkpoint`` as pending; ``exploit_applied`` not logged."""
     state = _state(mdir)
     pending = state.pending_exploit if state is not None else None
-    if not pending or pending.get("checkpoint") != checkpoint or pending.get("path") != "inprocess":
+    if not pending or pending.checkpoint != checkpoint or pending.path != "inprocess":
         return None
     if _applied(_audit(mdir), checkpoint):
         return None
@@ -169,7 +169,7 @@ def inprocess_applied(mdir: Path, checkpoint: str) -> str | None:
     """``exploit_applied`` (path inprocess) is logged for ``checkpoint``, ``state.json`` still names it pending."""
     state = _state(mdir)
     pending = state.pending_exploit if state is not None else None
-    if not pending or pending.get("checkpoint") != checkpoint:
+    if not pending or pending.checkpoint != checkpoint:
         return None
     entries = _audit(mdir)
     applied = _applied(entries, checkpoint)

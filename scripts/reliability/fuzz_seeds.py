@@ -12,11 +12,12 @@ from typing import Any
 
 from async_pbt_isaaclab.core.audit import AuditLog
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
+from async_pbt_isaaclab.core.generation import RecipientCounters, plan_generation
 from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.member_state import MemberState
+from async_pbt_isaaclab.core.member_state import STATE_SCHEMA_VERSION, MemberState
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
-from async_pbt_isaaclab.core.retention import update_best
+from async_pbt_isaaclab.core.retention import BestEntry, update_best
 from async_pbt_isaaclab.core.step import PopulationView, pbt_step
 
 NOW = 1_700_000_000.0
@@ -128,7 +129,8 @@ def seed_records() -> list[MemberRecord]:
 def seed_state() -> dict[str, Any]:
     rng = MemberRng(1_000_003)
     rec = seed_records()[2]
-    state = MemberState(
+    data = dict(
+        schema_version=STATE_SCHEMA_VERSION,
         member=2,
         generation=2,
         generation_start_frame=16_384,
@@ -145,6 +147,8 @@ def seed_state() -> dict[str, Any]:
                 "frame": 8192,
                 "donor_checkpoint": "members/000/checkpoints/g0000_f000000008192.pth",
                 "donor_sha256": "a" * 64,
+                "donor_frame": 8192,
+                "time": NOW,
                 "changes": [{"key": "learning_rate", "old": 1e-3, "new": 5e-4, "factor": 0.5}],
             }
         ],
@@ -158,7 +162,14 @@ def seed_state() -> dict[str, Any]:
             "frame": 16_384,
             "hyperparameters": dict(rec.hyperparameters),
             "changes": [],
+            "last_lr": 5e-4,
+            "path": "restart",
+            "path_reason": "exploit_mode: restart",
             "donor": 0,
+            "donor_generation": 1,
+            "donor_checkpoint": "members/000/checkpoints/g0001_f000000016384.pth",
+            "donor_sha256": "d" * 64,
+            "donor_frame": 16_384,
         },
         best=[
             {
@@ -169,29 +180,31 @@ def seed_state() -> dict[str, Any]:
                 "generation": 1,
                 "episodes": 16,
                 "time": NOW,
+                "direction": "max",
             }
         ],
     )
+    state = MemberState.from_dict(data, "seed_state")
     return state.to_dict()
 
 
 def seed_best() -> list[dict[str, Any]]:
-    best: list[dict[str, Any]] = []
+    best: list[BestEntry] = []
     for i, obj in enumerate((-300.0, -180.5, -250.0, -3.0)):
         best = update_best(
             best,
-            {
-                "objective": obj,
-                "checkpoint": f"members/001/checkpoints/g0000_f{i:012d}.pth",
-                "sha256": f"{i:064x}",
-                "frame": 4096 * i,
-                "generation": 0,
-                "episodes": 16,
-                "time": NOW + i,
-            },
+            BestEntry(
+                objective=obj,
+                checkpoint=f"members/001/checkpoints/g0000_f{i:012d}.pth",
+                sha256=f"{i:064x}",
+                frame=4096 * i,
+                generation=0,
+                episodes=16,
+                time=NOW + i,
+            ),
             keep=3,
         )
-    return best
+    return [b.to_dict() for b in best]
 
 
 def seed_population_meta() -> dict[str, Any]:
@@ -233,25 +246,10 @@ def build_audit_log(path: Path) -> bytes:
         result = pbt_step(view, cfg, rng.get_state())
         rng.set_state(result.rng_after)
         log.append("decision", result.audit_body(view, cfg), now=now)
-    source = result.decision.donor_entry  # the applied exploit carries out the last decision, as a member's does
-    log.append(
-        "exploit_applied",
-        {
-            "checkpoint": me.checkpoint,
-            "sha256": me.checkpoint_sha256,
-            "donor": result.decision.donor,
-            "donor_checkpoint": source.checkpoint,
-            "donor_sha256": source.checkpoint_sha256,
-            "donor_generation": source.generation,
-            "hyperparameters": result.new_hyperparameters,
-            "changes": [c.to_dict() for c in result.changes],
-            "generation": 1,
-            "frame": me.frame,
-            "pid": 1,
-            "process_starts": 2,
-        },
-        now=NOW + 1,
-    )
+    # The applied exploit carries out the last decision's plan, as a member's does.
+    plan = plan_generation(result, me, "", RecipientCounters(epoch=4, frame=me.frame, last_mean_rewards=0.0), NOW)
+    pending = plan.pending(me.checkpoint, me.checkpoint_sha256, 5e-4, "restart", "exploit_mode: restart")
+    log.append("exploit_applied", dict(pending.to_dict(), pid=1, process_starts=2), now=NOW + 1)
     log.append("exploit_aborted", {"donor": 0, "reason": "vanished"}, now=NOW + 2)
     log.append("stop", {"status": "stopped", "frame": me.frame}, now=NOW + 3)
     return path.read_bytes()

@@ -107,6 +107,26 @@ def _decide_cfg(rule: str) -> PopulationConfig:
     return _DECIDE_CFGS[rule]
 
 
+def check_state(state: MemberState) -> None:
+    """An accepted state must be fully typed (from_dict builds every part) and writable back."""
+    for key, typ in _STATE_TYPES.items():
+        value = getattr(state, key)
+        if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+            raise InvariantError(f"accepted state has {key}={value!r:.80} (expected {typ.__name__})")
+    parts = [*state.lineage, *state.best, *state.history]
+    parts += [p for p in (state.pending_exploit, state.evidence, state.finished, state.audit_head) if p is not None]
+    if any(isinstance(p, dict) for p in parts):
+        raise InvariantError("accepted state holds a plain dict where a typed part belongs")
+    try:
+        if state.rng_state:  # {}: not drawn from yet (a fresh member sets it at its first start)
+            MemberRng.from_state(state.rng_state)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InvariantError(f"accepted state has an unusable rng_state: {exc}") from None
+    _canonical(state.to_dict(), "state")  # save_state refuses NaN
+    if MemberState.from_dict(state.to_dict(), "round trip") != state:
+        raise InvariantError("accepted state does not round-trip through its JSON form")
+
+
 _STATE_TYPES = {
     "member": int,
     "generation": int,
@@ -122,31 +142,6 @@ _STATE_TYPES = {
     "best": list,
     "schema_version": int,
 }
-
-
-def check_state(state: MemberState) -> None:
-    for key, typ in _STATE_TYPES.items():
-        value = getattr(state, key)
-        if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
-            raise InvariantError(f"accepted state has {key}={value!r:.80} (expected {typ.__name__})")
-    if not all(isinstance(e, dict) for e in state.lineage):
-        raise InvariantError("accepted state has a lineage entry that is not an object")
-    for e in state.best:
-        if not isinstance(e, dict) or not isinstance(e.get("checkpoint"), str):
-            raise InvariantError(f"accepted state has a best entry without a checkpoint path: {e!r:.80}")
-    pending = state.pending_exploit
-    if pending is not None and not (
-        isinstance(pending, dict)
-        and isinstance(pending.get("checkpoint"), str)
-        and isinstance(pending.get("sha256"), str)
-    ):
-        raise InvariantError(f"accepted state has an unusable pending_exploit {pending!r:.80}")
-    try:
-        if state.rng_state:  # {}: not drawn from yet (a fresh member sets it at its first start)
-            MemberRng.from_state(state.rng_state)
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise InvariantError(f"accepted state has an unusable rng_state: {exc}") from None
-    _canonical(state.to_dict(), "state")  # save_state refuses NaN
 
 
 def check_config(cfg: PopulationConfig) -> None:

@@ -446,14 +446,14 @@ def test_rewritten_tail_is_caught_by_the_recorded_head(chain):
 
 def test_audit_command_reports_truncation_against_state_json(tmp_path, chain, capsys):
     from async_pbt_isaaclab import cli
-    from async_pbt_isaaclab.core.member_state import MemberState, load_state, save_state
+    from async_pbt_isaaclab.core.member_state import AuditHead, MemberState, load_state, save_state
     from async_pbt_isaaclab.core.workspace import Workspace
 
     ws = Workspace(tmp_path)
     ws.ensure(4, "episode_return")
     state_path = ws.member_dir(0) / "state.json"
-    save_state(state_path, MemberState(member=0, audit_head=_head(chain)))
-    assert load_state(state_path).audit_head["seq"] == 4
+    save_state(state_path, MemberState(member=0, audit_head=AuditHead(**_head(chain))))
+    assert load_state(state_path).audit_head.seq == 4
     assert cli.main(["audit", str(ws.root)]) == 0
     capsys.readouterr()
     chain.write_text("".join(chain.read_text().splitlines(keepends=True)[:4]))
@@ -507,7 +507,7 @@ def test_member_start_records_the_head_and_truncation_is_reported(tmp_path, caps
     log = session.dir / "audit.jsonl"
     entries = _lines(log)
     assert [e["kind"] for e in entries] == ["start", "start"]
-    assert load_state(session.dir / "state.json").audit_head == {"seq": 1, "hash": entries[-1]["hash"]}
+    assert load_state(session.dir / "state.json").audit_head.to_dict() == {"seq": 1, "hash": entries[-1]["hash"]}
     assert cli.main(["audit", str(session.ws.root)]) == 0
     log.write_text(log.read_text().splitlines(keepends=True)[0])
     capsys.readouterr()

@@ -37,6 +37,7 @@ from async_pbt_isaaclab.core.retention import (
     list_checkpoints,
     pin_checkpoint,
     population_best,
+    BestEntry,
     update_best,
 )
 from async_pbt_isaaclab.core.workspace import (
@@ -317,11 +318,11 @@ def test_unreadable_pin_protects_everything(ws):
 def test_update_best_ranks_numerically_with_negative_objectives():
     best: list = []
     for obj, frame in [(-10.0, 1), (-100.0, 2), (-3.0, 3), (-25.5, 4), (-3.0, 5)]:
-        best = update_best(best, {"checkpoint": f"c{frame}", "objective": obj, "frame": frame}, keep=3)
-    assert [(e["objective"], e["frame"]) for e in best] == [(-3.0, 5), (-3.0, 3), (-10.0, 1)]
+        best = update_best(best, BestEntry(checkpoint=f"c{frame}", objective=obj, frame=frame), keep=3)
+    assert [(e.objective, e.frame) for e in best] == [(-3.0, 5), (-3.0, 3), (-10.0, 1)]
     # Re-publishing a checkpoint replaces its entry instead of duplicating it.
-    best = update_best(best, {"checkpoint": "c1", "objective": -1.0, "frame": 1}, keep=3)
-    assert [e["checkpoint"] for e in best] == ["c1", "c5", "c3"]
+    best = update_best(best, BestEntry(checkpoint="c1", objective=-1.0, frame=1), keep=3)
+    assert [e.checkpoint for e in best] == ["c1", "c5", "c3"]
 
 
 def test_population_best_merges_members(ws):
@@ -330,9 +331,9 @@ def test_population_best_merges_members(ws):
         best = []
         for i, obj in enumerate(entries):
             best = update_best(
-                best, {"checkpoint": f"members/{member:03d}/checkpoints/c{i}.pth", "objective": obj, "frame": i}, keep=3
+                best, BestEntry(checkpoint=f"members/{member:03d}/checkpoints/c{i}.pth", objective=obj, frame=i), keep=3
             )
-        fsio.atomic_write_json(ws.member_dir(member) / "best.json", best)
+        fsio.atomic_write_json(ws.member_dir(member) / "best.json", [b.to_dict() for b in best])
     (ws.member_dir(3)).mkdir()
     (ws.member_dir(3) / "best.json").write_text("{corrupt")  # skipped, not fatal
     top = population_best(ws, top=4)

@@ -1,0 +1,81 @@
+"""Explore strategies, registered by name: how a new generation's hyperparameters are proposed.
+
+An exploit or explore decision (:mod:`async_pbt_isaaclab.core.rules`) says *whether* a member starts a new
+generation and from whose weights; the strategy named by ``pbt.explore`` says *with which hyperparameters*. A
+strategy is a pure function ``(start, context, cfg, rng) -> (new hyperparameters, changes)`` that draws only
+through ``rng``, so :func:`~async_pbt_isaaclab.core.step.pbt_step` and the audit verifier run the same draws.
+Every value it returns must lie inside the key's mutation bounds.
+
+To add one: write the function and one :func:`register` call here (or in a module imported by
+:mod:`async_pbt_isaaclab.core.pbt_section`); ``pbt.explore`` then accepts its name, ``check-config`` lists it and
+the verifier replays it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from async_pbt_isaaclab.core.config import PopulationConfig
+from async_pbt_isaaclab.core.member_rng import MemberRng
+from async_pbt_isaaclab.core.mutation import Change, mutate
+from async_pbt_isaaclab.core.records import MemberRecord
+
+
+@dataclass(frozen=True)
+class ExploreContext:
+    """What a strategy may look at besides the starting values: the population as the decision saw it."""
+
+    me: MemberRecord
+    """My record at the decision (its history holds my past hyperparameters and objectives)."""
+    peers: Sequence[MemberRecord]
+    """Every peer record the decision read (histories included)."""
+
+
+ExploreFunction = Callable[
+    [Mapping[str, Any], ExploreContext, PopulationConfig, MemberRng], tuple[dict[str, Any], list[Change]]
+]
+"""``(start, context, cfg, rng) -> (new, changes)``: pure; draws only through ``rng``; results inside bounds."""
+
+
+@dataclass(frozen=True)
+class ExploreStrategy:
+    """One explore strategy."""
+
+    name: str
+    """Value of ``pbt.explore``."""
+    propose: ExploreFunction
+    """The proposal function."""
+    summary: str = ""
+    """One line for ``--help``, ``check-config`` and the docs."""
+
+
+STRATEGIES: dict[str, ExploreStrategy] = {}
+"""Every registered strategy by name."""
+
+
+def register(strategy: ExploreStrategy) -> ExploreStrategy:
+    """Add ``strategy`` to :data:`STRATEGIES` (a name registered twice is a programming error)."""
+    if strategy.name in STRATEGIES:
+        raise ValueError(f"explore strategy {strategy.name!r} is registered twice")
+    STRATEGIES[strategy.name] = strategy
+    return strategy
+
+
+def strategy(name: str) -> ExploreStrategy:
+    """The strategy registered as ``name``; a ``ValueError`` lists the accepted names."""
+    try:
+        return STRATEGIES[name]
+    except KeyError:
+        raise ValueError(f"unknown explore strategy {name!r}; accepted: {', '.join(STRATEGIES)}") from None
+
+
+def random_mutation(
+    start: Mapping[str, Any], context: ExploreContext, cfg: PopulationConfig, rng: MemberRng
+) -> tuple[dict[str, Any], list[Change]]:
+    """Bounded random mutation: each key of ``pbt.mutation`` changes with probability ``mutation_rate`` by a
+    factor drawn from ``change_range`` (:func:`~async_pbt_isaaclab.core.mutation.mutate`)."""
+    return mutate(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
+
+
+register(ExploreStrategy("random", random_mutation, "bounded random mutation of each key (DexPBT, Isaac Lab)"))

@@ -1,0 +1,315 @@
+"""The bookkeeping of a new generation (an exploit or an explore), as a pure function.
+
+    step = pbt_step(view, cfg, rng_state)                      # decide, explore (core/step.py)
+    plan = plan_generation(step, view.me, counters, now)       # this module: what the new generation is
+    ... copy and verify the donor, write the recipient checkpoint ...       (rl_games/exploit.py, the I/O)
+    state.begin_generation(plan.pending(checkpoint, sha256, lr, path, why))  (core/member_state.py)
+
+A plan says, from plain data alone, which weights the new generation starts from (:class:`DonorSource`), its
+number, hyperparameters and changes, the counters the recipient keeps, the origin of its weights and its lineage
+entry. The act step adds only what needs the files and the agent (the recipient checkpoint, the live learning
+rate, the exploit path). The audit verifier replays the plan of every ``exploit_applied`` entry from the
+``decision`` before it (:func:`applied_mismatches`), exactly as it replays :func:`~.step.pbt_step`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from async_pbt_isaaclab.core.mutation import Change
+from async_pbt_isaaclab.core.records import MemberRecord, RecordError
+from async_pbt_isaaclab.core.selection import Outcome
+from async_pbt_isaaclab.core.step import StepResult
+
+
+@dataclass(frozen=True)
+class DonorSource:
+    """Whose weights a new generation starts from: a peer's history entry (exploit) or my own (explore)."""
+
+    member: int
+    """Donor member index (my own for an explore)."""
+    generation: int
+    """Generation of the donor's weights."""
+    checkpoint: str
+    """Workspace-relative checkpoint the weights were published in."""
+    sha256: str
+    """Its sha256."""
+    frame: int
+    """Donor frame of those weights."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``donor*`` keys of lineage entries, pending exploits and ``exploit_applied`` audit entries."""
+        return {
+            "donor": self.member,
+            "donor_generation": self.generation,
+            "donor_checkpoint": self.checkpoint,
+            "donor_sha256": self.sha256,
+            "donor_frame": self.frame,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str) -> DonorSource:
+        """Read the ``donor*`` keys of ``data`` (a lineage entry or pending exploit); raises :class:`RecordError`."""
+        return cls(
+            member=_int(data, "donor", where),
+            generation=_int(data, "donor_generation", where),
+            checkpoint=_str(data, "donor_checkpoint", where),
+            sha256=_str(data, "donor_sha256", where),
+            frame=_int(data, "donor_frame", where),
+        )
+
+
+@dataclass(frozen=True)
+class RecipientCounters:
+    """What the recipient keeps of its own progress across an exploit (docs/checkpoint-restart.md)."""
+
+    epoch: int
+    """Completed epochs."""
+    frame: int
+    """Env frames."""
+    last_mean_rewards: float
+    """rl_games' best-so-far guard of the recipient's own ``nn/`` folder."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The checkpoint keys these counters are saved under."""
+        return {"epoch": self.epoch, "frame": self.frame, "last_mean_rewards": self.last_mean_rewards}
+
+
+@dataclass(frozen=True)
+class LineageEntry:
+    """One generation change of a member, as ``state.json`` and the lineage views keep it."""
+
+    generation: int
+    """The generation this change started."""
+    outcome: str
+    """``exploit`` or ``explore``."""
+    frame: int
+    """Recipient frame at the change."""
+    time: float
+    """Wall-clock time of the change (unix seconds)."""
+    changes: tuple[Change, ...]
+    """The hyperparameters that changed."""
+    source: DonorSource
+    """Whose weights the generation started from."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (the ``lineage`` list of ``state.json`` and of checkpoints' ``pbt`` metadata)."""
+        return {
+            "generation": self.generation,
+            "outcome": self.outcome,
+            "frame": self.frame,
+            "time": self.time,
+            "changes": [c.to_dict() for c in self.changes],
+            **self.source.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> LineageEntry:
+        """Parse one lineage entry; raises :class:`RecordError` naming ``where`` and the key."""
+        if not isinstance(data, Mapping):
+            raise RecordError(f"{where}: expected an object, got {data!r:.80}")
+        outcome = _str(data, "outcome", where)
+        if outcome not in (Outcome.EXPLOIT.value, Outcome.EXPLORE.value):
+            raise RecordError(f"{where}.outcome: expected 'exploit' or 'explore', got {outcome!r}")
+        when = data.get("time")
+        if isinstance(when, bool) or not isinstance(when, (int, float)):
+            raise RecordError(f"{where}.time: expected a number, got {when!r:.40}")
+        return cls(
+            generation=_int(data, "generation", where),
+            outcome=outcome,
+            frame=_int(data, "frame", where),
+            time=float(when),
+            changes=changes_from_list(data.get("changes"), f"{where}.changes"),
+            source=DonorSource.from_dict(data, where),
+        )
+
+
+@dataclass(frozen=True)
+class GenerationPlan:
+    """Everything a new generation is, decided from plain data before any file is touched."""
+
+    outcome: str
+    """``exploit`` or ``explore``."""
+    generation: int
+    """The new generation's number."""
+    source: DonorSource
+    """Whose weights it starts from."""
+    origin_sha256: str
+    """sha256 of the checkpoint its weights were copied from: the donor's (exploit), unchanged (explore)."""
+    hyperparameters: dict[str, Any]
+    """What it trains with."""
+    changes: tuple[Change, ...]
+    """Which hyperparameters changed."""
+    counters: RecipientCounters
+    """The recipient's own counters, kept."""
+    lineage_entry: LineageEntry
+    """The entry it adds to the member's lineage."""
+    summary: str = ""
+    """The decision's one-line summary (what the record's ``last_decision`` says)."""
+
+    def pending(self, checkpoint: str, sha256: str, last_lr: float, path: str, path_reason: str) -> PendingExploit:
+        """The plan with the recipient checkpoint written: what the next start must verify and apply."""
+        return PendingExploit(
+            checkpoint=checkpoint,
+            sha256=sha256,
+            generation=self.generation,
+            frame=self.counters.frame,
+            hyperparameters=dict(self.hyperparameters),
+            changes=self.changes,
+            last_lr=float(last_lr),
+            path=path,
+            path_reason=path_reason,
+            source=self.source,
+        )
+
+
+@dataclass(frozen=True)
+class PendingExploit:
+    """An exploit or explore whose recipient checkpoint is written but not yet running (``state.pending_exploit``).
+
+    A kill from here on resumes through it: the next start verifies the checkpoint and applies it."""
+
+    checkpoint: str
+    """Recipient checkpoint (workspace-relative)."""
+    sha256: str
+    """Its sha256."""
+    generation: int
+    """The new generation."""
+    frame: int
+    """Recipient frame at the change."""
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    """The new generation's hyperparameters."""
+    changes: tuple[Change, ...] = ()
+    """What changed."""
+    last_lr: float = 0.0
+    """The learning rate the new generation starts with (also in the checkpoint's ``pbt.last_lr``)."""
+    path: str = "restart"
+    """``inprocess`` or ``restart``: how it was planned to be applied."""
+    path_reason: str = ""
+    """Why that path."""
+    source: DonorSource | None = None
+    """Whose weights (``None`` only in states written before the source was kept with it)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form, the body of the ``exploit_applied`` audit entry (without pid and process count)."""
+        out: dict[str, Any] = {
+            "checkpoint": self.checkpoint,
+            "sha256": self.sha256,
+            "generation": self.generation,
+            "frame": self.frame,
+            "hyperparameters": dict(self.hyperparameters),
+            "changes": [c.to_dict() for c in self.changes],
+            "last_lr": self.last_lr,
+            "path": self.path,
+            "path_reason": self.path_reason,
+        }
+        if self.source is not None:
+            out.update(self.source.to_dict())
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> PendingExploit:
+        """Parse ``state.pending_exploit``; raises :class:`RecordError` naming ``where`` and the key."""
+        if not isinstance(data, Mapping):
+            raise RecordError(f"{where}: expected null or an object, got {data!r:.80}")
+        lr = data.get("last_lr", 0.0)
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)):
+            raise RecordError(f"{where}.last_lr: expected a number, got {lr!r:.40}")
+        hparams = data.get("hyperparameters", {})
+        if not isinstance(hparams, dict):
+            raise RecordError(f"{where}.hyperparameters: expected an object, got {hparams!r:.80}")
+        return cls(
+            checkpoint=_str(data, "checkpoint", where),
+            sha256=_str(data, "sha256", where),
+            generation=_int(data, "generation", where),
+            frame=_int(data, "frame", where),
+            hyperparameters=dict(hparams),
+            changes=changes_from_list(data.get("changes", []), f"{where}.changes"),
+            last_lr=float(lr),
+            path=str(data.get("path", "restart")),
+            path_reason=str(data.get("path_reason", "")),
+            source=DonorSource.from_dict(data, where) if "donor" in data else None,
+        )
+
+
+def plan_generation(
+    step: StepResult, me: MemberRecord, origin_sha256: str, counters: RecipientCounters, now: float
+) -> GenerationPlan:
+    """The new generation that ``step`` (an exploit or explore, decided on my record ``me``) starts. Pure.
+
+    ``origin_sha256`` is what my current generation was copied from (an explore keeps it); ``counters`` are
+    mine when the act step runs (after the epoch's update); ``now`` stamps the lineage entry."""
+    decision = step.decision
+    if decision.outcome is Outcome.KEEP or step.new_hyperparameters is None:
+        raise ValueError("a keep decision starts no generation")
+    if decision.outcome is Outcome.EXPLOIT:
+        entry = decision.donor_entry
+        if decision.donor is None or entry is None or not entry.checkpoint or not entry.checkpoint_sha256:
+            raise ValueError("an exploit decision names no donor entry with a checkpoint")
+        source = DonorSource(decision.donor, entry.generation, entry.checkpoint, entry.checkpoint_sha256, entry.frame)
+        origin = entry.checkpoint_sha256
+    else:  # explore: my own weights, as published at the decision
+        source = DonorSource(me.member, me.generation, me.checkpoint or "", me.checkpoint_sha256 or "", counters.frame)
+        origin = origin_sha256
+    generation = me.generation + 1
+    lineage_entry = LineageEntry(generation, decision.outcome.value, counters.frame, now, step.changes, source)
+    return GenerationPlan(
+        outcome=decision.outcome.value,
+        generation=generation,
+        source=source,
+        origin_sha256=origin,
+        hyperparameters=dict(step.new_hyperparameters),
+        changes=step.changes,
+        counters=counters,
+        lineage_entry=lineage_entry,
+        summary=decision.summary(),
+    )
+
+
+def applied_mismatches(
+    applied: Mapping[str, Any], decision_step: StepResult, me: MemberRecord
+) -> list[tuple[str, Any, Any]]:
+    """How an ``exploit_applied`` entry differs from the plan its decision makes, as ``(key, applied, planned)``
+    (empty when it carries the plan out).
+
+    The plan is replayed with the recipient frame the entry recorded; the recipient's other counters and the
+    lineage time do not appear in the entry, and the verifier does not need them."""
+    counters = RecipientCounters(epoch=0, frame=_int(applied, "frame", "exploit_applied"), last_mean_rewards=0.0)
+    plan = plan_generation(decision_step, me, origin_sha256="", counters=counters, now=0.0)
+    expected = {
+        **plan.source.to_dict(),
+        "generation": plan.generation,
+        "hyperparameters": plan.hyperparameters,
+        "changes": [c.to_dict() for c in plan.changes],
+    }
+    return [(key, applied.get(key), value) for key, value in expected.items() if applied.get(key) != value]
+
+
+def changes_from_list(data: Any, where: str) -> tuple[Change, ...]:
+    """Parse a list of recorded mutation changes; raises :class:`RecordError`."""
+    if not isinstance(data, list):
+        raise RecordError(f"{where}: expected a list, got {data!r:.80}")
+    out = []
+    for i, item in enumerate(data):
+        if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
+            raise RecordError(f"{where}[{i}]: expected an object with a key, got {item!r:.80}")
+        factor = item.get("factor")
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))):
+            raise RecordError(f"{where}[{i}].factor: expected a number or null, got {factor!r:.40}")
+        out.append(Change(item["key"], item.get("old"), item.get("new"), None if factor is None else float(factor)))
+    return tuple(out)
+
+
+def _int(data: Mapping[str, Any], key: str, where: str) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise RecordError(f"{where}.{key}: expected a non-negative integer, got {value!r:.40}")
+    return value
+
+
+def _str(data: Mapping[str, Any], key: str, where: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str):
+        raise RecordError(f"{where}.{key}: expected a string, got {value!r:.40}")
+    return value
