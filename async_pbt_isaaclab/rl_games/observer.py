@@ -105,37 +105,33 @@ class PbtObserver(AlgoObserver):
         print_notes(self.session)
 
     def _restore_start_checkpoint(self, agent: LiveAgent) -> None:
-        """Load the start checkpoint the session chose (if any), then set the member's own hyperparameters: the
-        same setters as an in-process exploit, so every path ends with the recorded values on the agent."""
+        """Load the start checkpoint the session chose (if any) with the member's own hyperparameters, through the
+        same setters as an in-process exploit: every path ends with the recorded values on the agent."""
         path, mine = self.session.start_checkpoint, self.session.state
-        learning_rate = agent.last_lr  # the config's value, unless the checkpoint carries a live one
-        state = None
-        if path is not None:
-            # Checked again at load: the file is read once, and those bytes are what was verified.
-            state = load_checkpoint(
-                path,
-                trusted=self.cfg.trusted_workspace,
-                map_location=agent.algo.ppo_device,
-                expected_sha256=self.session.start_sha256,
+        if path is None:
+            return  # built from the config, which holds the member's values (session.start_member)
+        # Checked again at load: the file is read once, and those bytes are what was verified.
+        state = load_checkpoint(
+            path,
+            trusted=self.cfg.trusted_workspace,
+            map_location=agent.algo.ppo_device,
+            expected_sha256=self.session.start_sha256,
+        )
+        pbt = state.get("pbt")
+        if pbt is None and self.session.start_mode == "warm_start":
+            gaps = "\n  - ".join(RAW_CHECKPOINT_GAPS)
+            print(
+                f"[async-pbt] WARNING: {path} is a plain rl_games checkpoint without PBT metadata; "
+                f"warm-starting member {self.session.member} from its weights. It cannot reconstruct:\n  - {gaps}",
+                file=sys.stderr,
+                flush=True,
             )
-            pbt = state.get("pbt")
-            if pbt is None and self.session.start_mode == "warm_start":
-                gaps = "\n  - ".join(RAW_CHECKPOINT_GAPS)
-                print(
-                    f"[async-pbt] WARNING: {path} is a plain rl_games checkpoint without PBT metadata; "
-                    f"warm-starting member {self.session.member} from its weights. It cannot reconstruct:\n  - {gaps}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            # The live learning rate travels with our checkpoints (an adaptive schedule's reached rate, or an
-            # exploit's donor rate x mutation factor); rl_games would restart it from the config's value.
-            if isinstance(pbt, dict) and isinstance(pbt.get("last_lr"), (int, float)):
-                learning_rate = float(pbt["last_lr"])
         hyperparameters = {k: v for k, v in mine.hyperparameters.items() if k in self.cfg.mutation}
-        hyperparameters["learning_rate"] = learning_rate
-        if state is None:
-            agent.set_hyperparameters(hyperparameters)
-            return
+        # The live learning rate travels with our checkpoints (an adaptive schedule's reached rate, or an
+        # exploit's donor rate x mutation factor); rl_games would restart it from the config's value.
+        learning_rate = pbt.get("last_lr") if isinstance(pbt, dict) else None
+        is_rate = isinstance(learning_rate, (int, float)) and not isinstance(learning_rate, bool)
+        hyperparameters["learning_rate"] = float(learning_rate) if is_rate else agent.last_lr
         agent.load(state, hyperparameters)
         if mine.last_checkpoint and path == self.session.ws.checkpoint_path(mine.last_checkpoint):
             # Our own published checkpoint (resume, or the exploit's recipient checkpoint): keep publishing it

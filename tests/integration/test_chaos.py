@@ -126,6 +126,7 @@ def test_a_kill_counts_only_when_its_window_was_still_open(tmp_path):
     chaos = _load_chaos()
     from async_pbt_isaaclab.core import fsio
     from async_pbt_isaaclab.core.audit import AuditLog
+    from async_pbt_isaaclab.core.generation import PendingExploit
     from async_pbt_isaaclab.core.member_rng import MemberRng
     from async_pbt_isaaclab.core.member_state import MemberState, save_state
 
@@ -171,11 +172,11 @@ def test_a_kill_counts_only_when_its_window_was_still_open(tmp_path):
     save_state(mdir / "state.json", state)
     assert chaos.decision_not_acted_on(mdir, seq, 0, rng_after).startswith("decision logged and state.json saved")
     # ... closed once the exploit is pending, or anything followed the decision in the audit log
-    state.pending_exploit = {"checkpoint": "members/001/checkpoints/g0001_f000000004096.pth", "sha256": "a" * 64}
+    state.pending_exploit = PendingExploit("members/001/checkpoints/g0001_f000000004096.pth", "a" * 64, 1, 4096)
     save_state(mdir / "state.json", state)
     assert chaos.decision_not_acted_on(mdir, seq, 0, rng_after) is None
     # restart_pending: open while that exploit is pending, closed once applied (pending cleared)
-    pending = state.pending_exploit["checkpoint"]
+    pending = state.pending_exploit.checkpoint
     assert chaos.restart_in_flight(mdir, pending, execd=True).startswith("restart in flight: new image after execv")
     assert chaos.restart_in_flight(mdir, "members/001/checkpoints/other.pth", execd=True) is None
     state.pending_exploit, state.generation = None, 1
@@ -196,6 +197,7 @@ def test_in_process_windows_open_and_close_with_each_write_of_the_exploit(tmp_pa
     from async_pbt_isaaclab.core import fsio
     from async_pbt_isaaclab.core.audit import AuditLog
     from async_pbt_isaaclab.core.member_rng import MemberRng
+    from async_pbt_isaaclab.core.generation import DonorSource, LineageEntry, PendingExploit
     from async_pbt_isaaclab.core.member_state import MemberState, save_state
 
     mdir = tmp_path / "members" / "002"
@@ -210,14 +212,11 @@ def test_in_process_windows_open_and_close_with_each_write_of_the_exploit(tmp_pa
 
     # The recipient checkpoint and state.json with the pending in-process exploit, record not yet rewritten.
     state = MemberState(member=2, rng_state=MemberRng(2).get_state())
+    source = DonorSource(0, 0, "members/000/checkpoints/g0000_f000000004096.pth", "a" * 64, 4096)
     state.begin_generation(
-        frame=4096,
-        hyperparameters={},
-        lineage_entry={"generation": 1},
-        checkpoint=recipient,
-        sha256="a" * 64,
+        PendingExploit(recipient, "a" * 64, 1, 4096, path="inprocess", source=source),
+        LineageEntry(1, "exploit", 4096, 0.0, (), source),
         origin_sha256="a" * 64,
-        pending={"checkpoint": recipient, "sha256": "a" * 64, "generation": 1, "path": "inprocess"},
     )
     save_state(mdir / "state.json", state)
     stamp("record.json", 10**18)
@@ -251,7 +250,7 @@ def test_in_process_windows_open_and_close_with_each_write_of_the_exploit(tmp_pa
     audit.append("start", {"mode": "resume"})
     assert chaos.inprocess_done(mdir, recipient, 1) is None and chaos.inprocess_saved(mdir, recipient, 1) is None
     # An exploit applied by a new process after a kill (path restart) is not the live agent's window.
-    state.pending_exploit = {"checkpoint": recipient, "sha256": "a" * 64, "generation": 1, "path": "inprocess"}
+    state.pending_exploit = PendingExploit(recipient, "a" * 64, 1, 4096, path="inprocess")
     save_state(mdir / "state.json", state)
     audit.append("exploit_applied", {"checkpoint": recipient, "path": "restart", "planned_path": "inprocess"})
     assert chaos.inprocess_applied(mdir, recipient) is None

@@ -26,6 +26,7 @@ import async_pbt_isaaclab.examples as examples  # noqa: E402
 from async_pbt_isaaclab.core import fsio  # noqa: E402
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml, validate_agent_config  # noqa: E402
 from async_pbt_isaaclab.core.config import ConfigError  # noqa: E402
+from async_pbt_isaaclab.core.generation import PendingExploit  # noqa: E402
 from async_pbt_isaaclab.core.member_state import MemberState, save_state  # noqa: E402
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict  # noqa: E402
 from async_pbt_isaaclab.core.workspace import Workspace  # noqa: E402
@@ -262,15 +263,9 @@ def _pending_exploit(tmp: Path, schedule: str, recipient_ckpt: dict, epochs_befo
             experiment_name="member",
             last_checkpoint=rel,
             last_checkpoint_sha256=sha,
-            pending_exploit={
-                "checkpoint": rel,
-                "sha256": sha,
-                "generation": 1,
-                "frame": 6144,
-                "hyperparameters": {"learning_rate": NEW_LR},
-                "changes": [],
-                "donor": 1,
-            },
+            pending_exploit=PendingExploit(
+                checkpoint=rel, sha256=sha, generation=1, frame=6144, hyperparameters={"learning_rate": NEW_LR}
+            ),
         ),
     )
     return agent_cfg, cfg, mdir

@@ -173,7 +173,7 @@ class DrainCounter:
     episodes = nonempty = 0
 
     def after_init(self, algo):
-        source = self.observer.summary_source
+        source = self.observer.publisher.summary_source
 
         def drain():
             batch = source.drain()
@@ -181,7 +181,7 @@ class DrainCounter:
             self.nonempty += len(batch) > 0
             return batch
 
-        self.observer.summary_source = SimpleNamespace(drain=drain, start_generation=source.start_generation)
+        self.observer.publisher.summary_source = SimpleNamespace(drain=drain, start_generation=source.start_generation)
 
 
 def test_real_training_goes_through_every_hook_and_clear_stats_reaches_both_observers(missing_objective_run):
@@ -207,7 +207,7 @@ def test_missing_objective_term_is_reported_once_and_training_continues(missing_
     # Two drains returned completed episodes (after epochs 2 and 4: Pendulum episodes last 200 steps), and
     # none of them entered the window.
     assert run.nonempty_drains == 2 and run.episodes_drained == 32
-    assert run.observer.window.episodes_seen == 0 and len(run.observer.window) == 0
+    assert run.observer.publisher.window.episodes_seen == 0 and len(run.observer.publisher.window) == 0
     lines = [line for line in run.stderr.splitlines() if "is not among the completed-episode values" in line]
     assert len(lines) == 1, run.stderr
     assert "'success'" in lines[0] and "episode_return" in lines[0] and "episode_length" in lines[0]
@@ -228,7 +228,7 @@ def test_nan_objective_values_from_the_env_are_counted_reported_once_and_kept_ou
     finally:
         session.close()
     assert agent.epoch_num == 4
-    assert observer.window.rejected_non_finite == 32 and len(observer.window) == 0
+    assert observer.publisher.window.rejected_non_finite == 32 and len(observer.publisher.window) == 0
     err = capfd.readouterr().err
     assert err.count("had NaN or infinite values") == 1, err
     warnings = [e for e in audit(session) if e["kind"] == "warning"]
@@ -271,8 +271,8 @@ def test_nan_and_inf_values_never_enter_the_evidence(tmp_path, capfd):
             algo.frame, algo.epoch_num = epoch * FRAMES_PER_EPOCH, epoch
     finally:
         session.close()
-    assert list(observer.window.summary().values) == [1.0, 0.0, 1.0, 0.5]
-    assert observer.window.rejected_non_finite == 4 and observer.window.episodes_seen == 8
+    assert list(observer.publisher.window.summary().values) == [1.0, 0.0, 1.0, 0.5]
+    assert observer.publisher.window.rejected_non_finite == 4 and observer.publisher.window.episodes_seen == 8
     assert capfd.readouterr().err.count("had NaN or infinite values") == 1
     assert [e["kind"] for e in audit(session)].count("warning") == 1
     rec = record(session)
