@@ -27,10 +27,10 @@ from typing import Any, Iterator
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.config import ConfigError
+from async_pbt_isaaclab.core.generation import applied_mismatches
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.records import RecordError
-from async_pbt_isaaclab.core.generation import applied_mismatches
 from async_pbt_isaaclab.core.step import PopulationView, StepResult, initial_step, pbt_step, replay_records
 
 GENESIS = "0" * 64
@@ -69,7 +69,7 @@ class AuditLog:
         """Hash of the last entry (``GENESIS`` when empty)."""
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> "AuditLog":
+    def open(cls, path: str | os.PathLike[str]) -> "AuditLog":
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         return cls(path, *cls._tail(path))
@@ -239,7 +239,7 @@ def applied_exploit_mismatches(applied: dict[str, Any], decision: dict[str, Any]
     ]
 
 
-def verify_log(path: str | os.PathLike, head: dict[str, Any] | None = None) -> tuple[int, list[VerifyProblem]]:
+def verify_log(path: str | os.PathLike[str], head: dict[str, Any] | None = None) -> tuple[int, list[VerifyProblem]]:
     """Check the chain, replay every decision and check every applied exploit against its decision. Returns
     (entries checked, problems).
 

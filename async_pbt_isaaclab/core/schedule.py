@@ -118,6 +118,7 @@ class ScheduleFollower:
 
 # ============================================================================ applying to a run
 
+
 def replay_problems(schedule: Schedule) -> list[str]:
     """Why a single run cannot follow ``schedule``: unknown keys, or a key that is not live (the network's
     log-std bounds need a rebuilt network) changing after frame 0. Empty when it can."""

@@ -130,8 +130,10 @@ class PbtObserver(AlgoObserver):
         # The live learning rate travels with our checkpoints (an adaptive schedule's reached rate, or an
         # exploit's donor rate x mutation factor); rl_games would restart it from the config's value.
         learning_rate = pbt.get("last_lr") if isinstance(pbt, dict) else None
-        is_rate = isinstance(learning_rate, (int, float)) and not isinstance(learning_rate, bool)
-        hyperparameters["learning_rate"] = float(learning_rate) if is_rate else agent.last_lr
+        if isinstance(learning_rate, (int, float)) and not isinstance(learning_rate, bool):
+            hyperparameters["learning_rate"] = float(learning_rate)
+        else:
+            hyperparameters["learning_rate"] = agent.last_lr
         agent.load(state, hyperparameters)
         if mine.last_checkpoint and path == self.session.ws.checkpoint_path(mine.last_checkpoint):
             # Our own published checkpoint (resume, or the exploit's recipient checkpoint): keep publishing it

@@ -32,12 +32,12 @@ from async_pbt_isaaclab.core.member_lock import MemberLock
 from async_pbt_isaaclab.core.records import SCHEMA_VERSION, MemberRecord, RecordError, read_record
 from async_pbt_isaaclab.core.retention import (
     PIN_TTL_S,
+    BestEntry,
     active_pins,
     apply_retention,
     list_checkpoints,
     pin_checkpoint,
     population_best,
-    BestEntry,
     update_best,
 )
 from async_pbt_isaaclab.core.workspace import (

@@ -196,8 +196,8 @@ def test_in_process_windows_open_and_close_with_each_write_of_the_exploit(tmp_pa
     chaos = _load_chaos()
     from async_pbt_isaaclab.core import fsio
     from async_pbt_isaaclab.core.audit import AuditLog
-    from async_pbt_isaaclab.core.member_rng import MemberRng
     from async_pbt_isaaclab.core.generation import DonorSource, LineageEntry, PendingExploit
+    from async_pbt_isaaclab.core.member_rng import MemberRng
     from async_pbt_isaaclab.core.member_state import MemberState, save_state
 
     mdir = tmp_path / "members" / "002"

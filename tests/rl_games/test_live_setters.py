@@ -14,24 +14,24 @@ import pytest
 
 pytest.importorskip("rl_games")
 
-from async_pbt_isaaclab.core.agent_config import load_population_config  # noqa: E402
-from async_pbt_isaaclab.core.evidence import EpisodeBatch  # noqa: E402
-from async_pbt_isaaclab.core.generation import PendingExploit  # noqa: E402
-from async_pbt_isaaclab.core.member_state import MemberState, save_state  # noqa: E402
-from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS  # noqa: E402
-from async_pbt_isaaclab.core.schedule import Schedule, ScheduleStep  # noqa: E402
-from async_pbt_isaaclab.core.workspace import Workspace  # noqa: E402
-from async_pbt_isaaclab.member.session import start_member  # noqa: E402
-from async_pbt_isaaclab.rl_games import exploit  # noqa: E402
-from async_pbt_isaaclab.rl_games.agent import LiveAgent  # noqa: E402
-from async_pbt_isaaclab.rl_games.checkpoint import save_checkpoint  # noqa: E402
-from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration  # noqa: E402
-from async_pbt_isaaclab.rl_games.exploration_config import NETWORK_NAME  # noqa: E402
-from async_pbt_isaaclab.rl_games.live import BOUND_KEYS, LIVE_SETTERS, live_values  # noqa: E402
-from async_pbt_isaaclab.rl_games.observer import PbtObserver  # noqa: E402
-from async_pbt_isaaclab.rl_games.publisher import MemberPublisher  # noqa: E402
-from async_pbt_isaaclab.rl_games.schedule_replay import ScheduleReplayObserver  # noqa: E402
-from async_pbt_isaaclab.testing.tiny_agent import small_pendulum_agent_cfg, train_agent  # noqa: E402
+from async_pbt_isaaclab.core.agent_config import load_population_config
+from async_pbt_isaaclab.core.evidence import EpisodeBatch
+from async_pbt_isaaclab.core.generation import PendingExploit
+from async_pbt_isaaclab.core.member_state import MemberState, save_state
+from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS
+from async_pbt_isaaclab.core.schedule import Schedule, ScheduleStep
+from async_pbt_isaaclab.core.workspace import Workspace
+from async_pbt_isaaclab.member.session import start_member
+from async_pbt_isaaclab.rl_games import exploit
+from async_pbt_isaaclab.rl_games.agent import LiveAgent
+from async_pbt_isaaclab.rl_games.checkpoint import save_checkpoint
+from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
+from async_pbt_isaaclab.rl_games.exploration_config import NETWORK_NAME
+from async_pbt_isaaclab.rl_games.live import BOUND_KEYS, LIVE_SETTERS, live_values
+from async_pbt_isaaclab.rl_games.observer import PbtObserver
+from async_pbt_isaaclab.rl_games.publisher import MemberPublisher
+from async_pbt_isaaclab.rl_games.schedule_replay import ScheduleReplayObserver
+from async_pbt_isaaclab.testing.tiny_agent import small_pendulum_agent_cfg, train_agent
 
 PATHS = ("inprocess_exploit", "restart_restore", "resume", "replay")
 
@@ -159,9 +159,7 @@ def test_every_path_leaves_the_recorded_values_on_the_running_agent(algo, tmp_pa
 
     # 4. The schedule replay, at the epoch boundary its step names.
     values = values_for("replay")
-    replay = ScheduleReplayObserver(
-        Schedule(0, (ScheduleStep(0, dict(values), 0, 0, 0, "start"),)), verbose=False
-    )
+    replay = ScheduleReplayObserver(Schedule(0, (ScheduleStep(0, dict(values), 0, 0, 0, "start"),)), verbose=False)
     replay.after_init(algo)
     replay.after_steps()
     assert replay.applied and replay.applied[0][1] == values
