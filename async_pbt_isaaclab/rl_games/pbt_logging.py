@@ -23,6 +23,9 @@ import math
 import os
 from typing import Any, Mapping
 
+from async_pbt_isaaclab.core.generation import LineageEntry
+from async_pbt_isaaclab.member.session import MemberSession
+
 TAG_PREFIX = "pbt/"
 """Every scalar written here starts with this."""
 
@@ -94,7 +97,7 @@ class PbtScalarsObserver:
     sees its generation change in place.
     """
 
-    def __init__(self, session: Any):
+    def __init__(self, session: MemberSession):
         self.session = session
         """The claimed member (:class:`~async_pbt_isaaclab.member.session.MemberSession`)."""
         self.scalars = PbtScalars(None)
@@ -122,15 +125,13 @@ class PbtScalarsObserver:
             )
         except OSError:
             pass  # a display aid: never stop training over it
-        lineage = list(getattr(self.session.state, "lineage", []) or [])
-        self._generation = getattr(self.session.state, "generation", None)
-        if getattr(self.session, "start_mode", "") == "exploit_applied" and lineage:
-            self._log_change(lineage[-1], int(getattr(algo, "frame", 0)))
+        lineage = self.session.state.lineage
+        self._generation = self.session.state.generation
+        if self.session.start_mode == "exploit_applied" and lineage:
+            self._log_change(lineage[-1])
 
-    def _log_change(self, entry: Mapping[str, Any], default_frame: int) -> None:
-        logged = entry.get("frame")
-        frame = logged if isinstance(logged, int) else default_frame
-        self.scalars.exploit(frame, entry.get("donor"), self.session.member)
+    def _log_change(self, entry: LineageEntry) -> None:
+        self.scalars.exploit(entry.frame, entry.source.member, self.session.member)
 
     def process_infos(self, infos, done_indices) -> None:
         pass
@@ -161,8 +162,8 @@ class PbtScalarsObserver:
             return
         self._frame = record.frame
         if self._generation is not None and record.generation > self._generation:
-            for entry in getattr(self.session.state, "lineage", []) or []:
-                if isinstance(entry.get("generation"), int) and entry["generation"] > self._generation:
-                    self._log_change(entry, record.frame)
+            for entry in self.session.state.lineage:
+                if entry.generation > self._generation:
+                    self._log_change(entry)
         self._generation = record.generation
         self.scalars.record(record)

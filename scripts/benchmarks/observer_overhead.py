@@ -222,7 +222,7 @@ def one_run(variant: str, args: argparse.Namespace, profile: cProfile.Profile | 
                 hook_split=dict(timed.seconds),
                 hook_calls_split=dict(timed.calls),
                 after_steps_s=list(timed.after_steps_s),
-                publishes=len(observer.decisions),
+                publishes=len(observer.publisher.decisions),
                 fsync_calls=fsyncs.calls,
                 fsync_s=fsyncs.seconds,
             )
