@@ -190,6 +190,10 @@ def replay_decision(entry: dict[str, Any]) -> tuple[StepResult | None, list[str]
             problems.append(f"{key}: recorded {entry.get(key)!r}, recomputed {getattr(step, key)!r}")
     if [c.to_dict() for c in step.changes] != entry.get("changes"):
         problems.append("changes: recorded mutation changes do not match the recomputed ones")
+    if step.explore_note != entry.get("explore_note", ""):
+        problems.append(
+            f"explore_note: recorded {entry.get('explore_note')!r:.200}, recomputed {step.explore_note!r:.200}"
+        )
     if step.rng_after != entry.get("rng_after"):
         problems.append("rng_after: recorded RNG state does not match the state after replay")
     return step, problems

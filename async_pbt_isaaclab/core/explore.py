@@ -32,10 +32,20 @@ class ExploreContext:
     """Every peer record the decision read (histories included)."""
 
 
-ExploreFunction = Callable[
-    [Mapping[str, Any], ExploreContext, PopulationConfig, MemberRng], tuple[dict[str, Any], list[Change]]
-]
-"""``(start, context, cfg, rng) -> (new, changes)``: pure; draws only through ``rng``; results inside bounds."""
+@dataclass(frozen=True)
+class Proposal:
+    """What a strategy proposes for the new generation."""
+
+    hyperparameters: dict[str, Any]
+    """Every mutated key's new value (inside its bounds); keys not proposed keep their start value."""
+    changes: tuple[Change, ...]
+    """The keys whose value differs from the start."""
+    note: str = ""
+    """Why, when it is not the strategy's plain rule (a fallback, say); recorded in the audit entry and replayed."""
+
+
+ExploreFunction = Callable[[Mapping[str, Any], ExploreContext, PopulationConfig, MemberRng], Proposal]
+"""``(start, context, cfg, rng) -> Proposal``: pure; draws only through ``rng``; results inside bounds."""
 
 
 @dataclass(frozen=True)
@@ -72,10 +82,11 @@ def strategy(name: str) -> ExploreStrategy:
 
 def random_mutation(
     start: Mapping[str, Any], context: ExploreContext, cfg: PopulationConfig, rng: MemberRng
-) -> tuple[dict[str, Any], list[Change]]:
+) -> Proposal:
     """Bounded random mutation: each key of ``pbt.mutation`` changes with probability ``mutation_rate`` by a
     factor drawn from ``change_range`` (:func:`~async_pbt_isaaclab.core.mutation.mutate`)."""
-    return mutate(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
+    new, changes = mutate(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
+    return Proposal(new, tuple(changes))
 
 
 register(ExploreStrategy("random", random_mutation, "bounded random mutation of each key (DexPBT, Isaac Lab)"))

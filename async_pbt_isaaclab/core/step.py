@@ -57,6 +57,8 @@ class StepResult:
     """Member RNG state before the step."""
     rng_after: dict[str, Any]
     """Member RNG state after the step (the member persists it)."""
+    explore_note: str = ""
+    """What the explore strategy said about its proposal (a fallback, say); empty for keep."""
 
     @property
     def acts(self) -> bool:
@@ -79,6 +81,7 @@ class StepResult:
             "new_hyperparameters": self.new_hyperparameters,
             "changes": [c.to_dict() for c in self.changes],
             "rng_after": self.rng_after,
+            **({"explore_note": self.explore_note} if self.explore_note else {}),
         }
 
 
@@ -88,14 +91,20 @@ def pbt_step(view: PopulationView, cfg: PopulationConfig, rng_state: Mapping[str
     rng = MemberRng.from_state(rng_state)
     rng_before = rng.get_state()
     decision = decide(view.me, view.peers, cfg, rng, view.now)
-    start = new = None
-    changes: list[Change] = []
-    if decision.outcome is not Outcome.KEEP:
-        donor = decision.donor_entry if decision.outcome is Outcome.EXPLOIT else None
-        start = start_hyperparameters(view.me, donor, cfg)
-        context = explore.ExploreContext(view.me, view.peers)
-        new, changes = explore.strategy(cfg.explore).propose(start, context, cfg, rng)
-    return StepResult(decision, start, new, tuple(changes), rng_before, rng.get_state())
+    if decision.outcome is Outcome.KEEP:
+        return StepResult(decision, None, None, (), rng_before, rng.get_state())
+    donor = decision.donor_entry if decision.outcome is Outcome.EXPLOIT else None
+    start = start_hyperparameters(view.me, donor, cfg)
+    proposal = explore.strategy(cfg.explore).propose(start, explore.ExploreContext(view.me, view.peers), cfg, rng)
+    return StepResult(
+        decision,
+        start,
+        proposal.hyperparameters,
+        proposal.changes,
+        rng_before,
+        rng.get_state(),
+        proposal.note,
+    )
 
 
 def start_hyperparameters(me: MemberRecord, donor: HistoryEntry | None, cfg: PopulationConfig) -> dict[str, Any]:
