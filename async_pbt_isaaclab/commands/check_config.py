@@ -66,7 +66,7 @@ def _resolved_values(cfg: PopulationConfig) -> dict[str, tuple[Any, str]]:
     iv = cfg.interval_steps
     out: dict[str, tuple[Any, str]] = {}
     if cfg.max_frame_lag < 0:
-        out["max_frame_lag"] = (cfg.resolved_max_frame_lag(), f"10 x interval_steps={iv}")
+        out["max_frame_lag"] = (None, "no limit: a stopped peer is left out by max_heartbeat_age_s")
     if cfg.settle_max_steps < 0:
         out["settle_max_steps"] = (
             "no cap",

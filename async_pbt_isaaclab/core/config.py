@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,23 +86,26 @@ class PopulationConfig:
     """Settling gate: evidence of a new generation counts once every env has finished an episode begun in
     it, or after this many env steps of the generation (for tasks whose episodes may never end); -1: no cap."""
     history_length: int = 12
-    """Interval entries (frame, evidence stats, checkpoint) each member keeps in its record, so peers behind
-    it can compare at matching progress; their checkpoints are kept on disk too. Should cover
-    ``max_frame_lag`` / ``interval_steps``."""
+    """Newest interval entries (frame, evidence stats, checkpoint) each member keeps in its record at full
+    resolution, so peers behind it compare at matching progress; as many older entries are kept thinned out
+    over the whole run (a member that starts late still finds one); their checkpoints stay on disk too."""
     max_heartbeat_age_s: float = 600.0
     """A peer whose heartbeat is older than this (seconds) is stale and not compared."""
     max_clock_skew_s: float = 60.0
     """A heartbeat further than this in the future is refused as clock skew."""
     max_frame_lag: int = -1
-    """A peer whose newest entry lags more than this many frames behind me is stale; -1: 10 ``interval_steps``."""
+    """A peer whose newest entry lags more than this many frames behind me is not compared; -1: no limit (a peer
+    that stopped is left out by its heartbeat age, and one that started late is compared at its newest entry)."""
     worst_fraction: float = 0.25
     """``dexpbt``/``welch``: the bottom fraction of compared members that may exploit."""
     top_fraction: float = 0.25
     """``dexpbt``/``welch``: the top fraction from which a donor is drawn."""
     gap_std_fraction: float = 0.5
-    """``dexpbt``: copy the donor only if the gap to it exceeds this fraction of the trimmed std..."""
-    gap_donor_fraction: float = 0.05
-    """``dexpbt``: ...and this fraction of the donor's absolute objective; a smaller gap explores in place."""
+    """``dexpbt``: copy the donor only if the gap to it exceeds this fraction of the trimmed std (the population's
+    spread: the same decision whatever constant is added to every objective)..."""
+    gap_donor_fraction: float = 0.0
+    """``dexpbt``: ...and this fraction of the donor's absolute objective (0: off; when set, decisions depend on
+    the objective's offset); a smaller gap explores in place."""
     trim_fraction: float = 0.2
     """``dexpbt``: fraction of the lowest objectives left out before taking the std (the low tail only)."""
     min_members: int = 2
@@ -146,7 +150,7 @@ class PopulationConfig:
 
     # ---- derived values ----
     def resolved_max_frame_lag(self) -> int:
-        return 10 * self.interval_steps if self.max_frame_lag < 0 else self.max_frame_lag
+        return sys.maxsize if self.max_frame_lag < 0 else self.max_frame_lag
 
     def resolved_start_grace(self) -> int:
         return 2 * self.interval_steps if self.start_grace_frames < 0 else self.start_grace_frames

@@ -189,8 +189,8 @@ class MemberState:
         self.last_checkpoint, self.last_checkpoint_sha256 = checkpoint, sha256
 
     def add_history(self, entry: HistoryEntry, limit: int) -> None:
-        """Append an interval entry, keeping the newest ``limit``."""
-        self.history = [*self.history, entry][-limit:]
+        """Append an interval entry: the newest ``limit`` stay, older ones are thinned (:func:`thin_history`)."""
+        self.history = thin_history([*self.history, entry], limit)
 
     def begin_generation(self, pending: PendingExploit, lineage_entry: LineageEntry, origin_sha256: str) -> int:
         """Exploit or explore decided and its recipient checkpoint written (``pending``): the next generation starts
@@ -248,6 +248,24 @@ class MemberState:
         except ValueError:
             raise RecordError(f"{where}: contains NaN or infinite values") from None
         return state
+
+
+def thin_history(history: list[HistoryEntry], limit: int) -> list[HistoryEntry]:
+    """The newest ``limit`` entries, and at most ``limit`` older ones spread evenly over the whole run.
+
+    The older part keeps the first entry of each frame bucket, with the narrowest power-of-two bucket width that
+    leaves at most ``limit``: the width only grows as the run does, so an entry once dropped would be dropped again,
+    and the archive always reaches back to the first entry. A member far behind (a late start, a long crash)
+    finds an entry at or before its own frame, at most one bucket earlier. Pure."""
+    recent, archive = history[-limit:], history[:-limit]
+    width = 1
+    while True:
+        kept: dict[int, HistoryEntry] = {}
+        for entry in archive:
+            kept.setdefault(entry.frame // width, entry)
+        if len(kept) <= limit:
+            return [*kept.values(), *recent]
+        width *= 2
 
 
 _PLAIN_TYPES: dict[str, type] = {

@@ -159,7 +159,8 @@ class MemberRecord:
     pid: int = 0
     """Process id of the writer."""
     history: tuple[HistoryEntry, ...] = ()
-    """Interval entries, oldest first, at most ``history_length``; only settled evidence makes an entry."""
+    """Interval entries, oldest first: the newest ``history_length`` and as many older ones thinned out over the run
+    (``member_state.thin_history``); only settled evidence makes an entry."""
     origin_sha256: str = ""
     """sha256 of the donor checkpoint the current generation was copied from ("" when not copied), so the
     member never copies the same checkpoint again."""

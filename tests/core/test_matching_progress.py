@@ -20,7 +20,7 @@ from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
 from async_pbt_isaaclab.core.rules import decide
-from async_pbt_isaaclab.core.selection import Outcome
+from async_pbt_isaaclab.core.selection import Outcome, entry_at_or_before
 
 NOW = 1_700_000_000.0
 INTERVAL = 100_000  # Isaac Lab's PbtCfg default interval_steps
@@ -161,3 +161,31 @@ def test_objective_direction_min_ranks_smaller_first():
     assert d.compared == (1, 0) and d.outcome is Outcome.EXPLOIT and d.donor == 1
     assert decide(better, [me, better], cfg, MemberRng(0), NOW).outcome is Outcome.KEEP
     assert decide(me, [me, better], cfg_(), MemberRng(0), NOW).outcome is Outcome.KEEP  # under max, 5 > 1
+
+
+def test_the_thinned_history_reaches_back_to_the_first_entry_evenly():
+    """A record keeps its newest ``history_length`` entries and as many older ones spread over the run, so a member
+    that starts 30 intervals late finds an entry at or before its frame, less than one bucket earlier."""
+    from async_pbt_isaaclab.core.member_state import MemberState
+
+    interval, limit = 2048, 12
+    state = MemberState(member=0)
+    entries = []
+    for i in range(1, 101):
+        entry = HistoryEntry(i * interval, 0, float(i), 1.0, 16, ConditionLabel(task="t"), f"c{i}", "%064x" % i)
+        entries.append(entry)
+        state.add_history(entry, limit)
+        kept = [e.frame for e in state.history]
+        assert kept == sorted(kept) and len(kept) <= 2 * limit
+        assert state.history[-limit:] == entries[-limit:]  # the newest at full resolution
+        assert state.history[0] == entries[0]  # the oldest always stays
+    frames = [e.frame for e in state.history]
+    gaps = [b - a for a, b in zip(frames, frames[1:])]
+    assert max(gaps) <= 8 * interval  # evenly spread: 88 older intervals over 12 entries
+    late_frame = 30 * interval + 100
+    entry = entry_at_or_before(tuple(state.history), late_frame)
+    assert entry is not None and late_frame - entry.frame < 8 * interval
+    # Entries once dropped never come back (retention may have deleted their checkpoints).
+    again = MemberState(member=0, history=list(state.history))
+    again.add_history(HistoryEntry(101 * interval, 0, 1.0, 1.0, 16, ConditionLabel(task="t")), limit)
+    assert {e.frame for e in again.history} - {e.frame for e in state.history} == {101 * interval}

@@ -106,7 +106,7 @@ STALE_CASES = {
     "old-generation evidence": (dict(generation=1, evidence_generation=0, generation_start_frame=0), "generation 0"),
     "too few episodes": (dict(values=const(100.0, n=7)), "min_episodes"),
     "no entry at or before my frame": (dict(frame=FRAME + 1001), "no history entry at or before my frame"),
-    "lagging past the cap": (dict(frame=FRAME - 10_001), "max_frame_lag"),
+    "lagging past a set cap": (dict(frame=FRAME - 10_001, cfg={"max_frame_lag": 10_000}), "max_frame_lag"),
     "other task": (dict(task="Isaac-Other-v0"), "incompatible condition"),
 }
 
@@ -118,8 +118,9 @@ def test_stale_or_incompatible_peer_is_never_the_donor(make_record, case):
     ok = make_record(1, const(10.0), now=NOW, frame=FRAME)
     stale_kw = dict(values=const(100.0), now=NOW, frame=FRAME)
     stale_kw.update(kwargs)
+    config = stale_kw.pop("cfg", {})
     stale = make_record(2, stale_kw.pop("values"), **stale_kw)
-    d = decide(me, [me, ok, stale], cfg_(), MemberRng(0), NOW)
+    d = decide(me, [me, ok, stale], cfg_(**config), MemberRng(0), NOW)
     # Had the stale member counted, it would be the only top member and the donor.
     assert d.outcome is Outcome.EXPLOIT and d.donor == 1
     assert 2 not in d.compared and 2 not in d.objectives
@@ -229,9 +230,12 @@ def test_dexpbt_only_the_worst_group_exploits(make_record):
 def test_dexpbt_required_gap(make_record):
     me = make_record(0, const(9.5), now=NOW, frame=FRAME)
     peer = make_record(1, const(10.0), now=NOW, frame=FRAME)
-    # required gap = max(0.5 * std(9.5, 10) = 0.125, 0.05 * |donor 10| = 0.5) = 0.5 >= gap 0.5: too close to
-    # be worth a copy, so explore in place (mutate my hyperparameters, keep my weights), as DexPBT does
+    # By default the required gap is the spread term alone: 0.5 * std(9.5, 10) = 0.125 < gap 0.5: exploit.
     d = decide(me, [me, peer], cfg_(), MemberRng(0), NOW)
+    assert d.outcome is Outcome.EXPLOIT and d.thresholds["required_gap"] == pytest.approx(0.125)
+    # With the donor term set: max(0.125, 0.05 * |donor 10| = 0.5) = 0.5 >= gap 0.5: too close to be worth a
+    # copy, so explore in place (mutate my hyperparameters, keep my weights), as DexPBT does
+    d = decide(me, [me, peer], cfg_(gap_donor_fraction=0.05), MemberRng(0), NOW)
     assert d.outcome is Outcome.EXPLORE and d.donor is None and "explore in place" in d.reasons[-1]
     assert d.thresholds["required_gap"] == pytest.approx(0.5)
     assert d.thresholds["gap"] == pytest.approx(0.5)
@@ -495,3 +499,27 @@ def test_fixture_exploit_every_decision_exploits_the_best_peer_at_every_decision
     assert decide(early, [early, best], cfg, MemberRng(0), NOW).outcome is Outcome.KEEP
     d = decide(best, [best, best_no_ckpt], cfg, MemberRng(0), NOW)
     assert d.outcome is Outcome.KEEP and "no peer with a checkpoint" in d.reasons[-1]
+
+
+# ------------------------------------------------------------------ decisions do not depend on the objective's offset
+@SETTINGS
+@given(
+    windows=st.lists(
+        st.lists(st.integers(-200, 200).map(lambda q: q / 4), min_size=8, max_size=8), min_size=2, max_size=8
+    ),
+    rule=st.sampled_from(["dexpbt", "isaaclab", "welch"]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_every_rule_decides_alike_whatever_constant_is_added_to_every_objective(make_record, windows, rule, seed):
+    """Returns near -1000, near 0 and near +5000 give the same decision: the same outcome, donor, compared members
+    and RNG draws. Values are multiples of 1/4 over windows of 8, so the shifted means and spreads are exact and a
+    tie cannot fall differently by rounding."""
+    cfg = cfg_(rule=rule)  # the package's defaults for every threshold
+    outcomes = []
+    for offset in (-1000.0, 0.0, 5000.0):
+        recs = [make_record(i, [v + offset for v in w], now=NOW, frame=FRAME) for i, w in enumerate(windows)]
+        rng = MemberRng(seed)
+        d = decide(recs[-1], recs, cfg, rng, NOW)
+        outcomes.append((d.outcome, d.donor, d.compared, sorted(d.excluded), rng.get_state()))
+        event(f"{rule}:{d.outcome.value}")
+    assert outcomes[0] == outcomes[1] == outcomes[2]
