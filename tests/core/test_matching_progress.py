@@ -14,6 +14,7 @@ What is shown here, with records that go through the same JSON round trip as the
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
 from async_pbt_isaaclab.core.member_rng import MemberRng
@@ -180,7 +181,7 @@ def test_the_thinned_history_reaches_back_to_the_first_entry_evenly():
         assert state.history[-limit:] == entries[-limit:]  # the newest at full resolution
         assert state.history[0] == entries[0]  # the oldest always stays
     frames = [e.frame for e in state.history]
-    gaps = [b - a for a, b in zip(frames, frames[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(frames)]
     assert max(gaps) <= 8 * interval  # evenly spread: 88 older intervals over 12 entries
     late_frame = 30 * interval + 100
     entry = entry_at_or_before(tuple(state.history), late_frame)
