@@ -1,0 +1,181 @@
+"""No member left behind: a member that starts 30 intervals after its peers, with real CPU member processes.
+
+Members 0 and 1 start together; member 2 starts once member 0 has published 30 intervals. Each record keeps its
+newest ``history_length`` entries and as many older ones spread over the run (``member_state.thin_history``), so
+the late member finds member 0's entry at or before its own frame, is compared with it, and exploits it (the
+fixture rule makes every generation-0 member above the lowest index exploit the lowest-index compared one); once
+its own evidence has settled, members 0 and 1 compare it again (there is no frame-lag cap by default, and its
+heartbeat is fresh). Everything is read back from what the processes wrote; every wait is for an event in the
+workspace, with a safety net only.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("rl_games")
+
+from async_pbt_isaaclab.core.audit import verify_log
+from async_pbt_isaaclab.core.member_state import load_state
+from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env
+
+pytestmark = pytest.mark.slow
+
+INTERVAL = 2048
+"""One epoch of the CPU member (16 envs x 128 steps): one decision per epoch."""
+LATE_BY = 30
+"""Intervals member 0 has published when member 2 starts."""
+SAFETY_S = 900.0
+
+
+def _entries(path: Path) -> list[dict]:
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+    except FileNotFoundError:
+        return []
+
+
+def _record_frame(ws: Path, member: int) -> int:
+    try:
+        return int(json.loads((ws / "members" / f"{member:03d}" / "record.json").read_text())["frame"])
+    except (FileNotFoundError, ValueError, KeyError):
+        return -1
+
+
+def _decisions(ws: Path, member: int) -> list[dict]:
+    return [e for e in _entries(ws / "members" / f"{member:03d}" / "audit.jsonl") if e["kind"] == "decision"]
+
+
+def _compared_late_member(ws: Path, member: int) -> bool:
+    return any(2 in d["decision"]["compared"] for d in _decisions(ws, member))
+
+
+def _late_member_stuck(ws: Path) -> None:
+    """Fail at once (rather than at the safety net) when the late member keeps deciding without ever comparing:
+    what happens when peers keep only their newest entries."""
+    decisions = _decisions(ws, 2)
+    if len(decisions) >= 20 and not any(d["decision"]["outcome"] == "exploit" for d in decisions):
+        raise AssertionError(f"the late member decided 20 times, never exploiting: {decisions[-1]['decision']}")
+
+
+def _wait(what: str, done, procs: list[subprocess.Popen], logs: list[Path]) -> None:
+    deadline = time.monotonic() + SAFETY_S
+    while not done():
+        dead = [i for i, p in enumerate(procs) if p.poll() is not None and p.returncode != 0]
+        if dead:
+            raise AssertionError(
+                f"member {dead[0]} exited {procs[dead[0]].returncode}:\n{logs[dead[0]].read_text()[-3000:]}"
+            )
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {SAFETY_S:.0f} s for {what}")
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def late_population(tmp_path_factory):
+    root = tmp_path_factory.mktemp("late")
+    ws = root / "ws"
+    common = [
+        sys.executable,
+        "-m",
+        "async_pbt_isaaclab.examples.cpu_member",
+        "--pbt-workspace",
+        str(ws),
+        "--pbt-members",
+        "3",
+        *forced_exploit_flags(interval_steps=INTERVAL, heartbeat_interval_s=0.5),
+        "--pbt-max-heartbeat-age-s",
+        "100000000",
+        "--num_envs",
+        "16",
+        "--max_iterations",
+        "2000",  # stopped by the test once it saw what it waits for
+        "agent.pbt.mutation.entropy_coef=mutate_float",
+        "agent.params.config.mini_epochs=1",
+        "agent.params.torch_threads=1",
+    ]
+    procs: list[subprocess.Popen] = []
+    logs: list[Path] = []
+
+    def start(index: int) -> None:
+        logs.append(root / f"member{index}.log")
+        with open(logs[-1], "w") as log:
+            procs.append(
+                subprocess.Popen(
+                    [*common, "--pbt-index", str(index), "--seed", str(index)],
+                    cwd=root,
+                    env=member_env(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+
+    try:
+        start(0)
+        start(1)
+        _wait(f"member 0 at {LATE_BY} intervals", lambda: _record_frame(ws, 0) >= LATE_BY * INTERVAL, procs, logs)
+        start(2)
+        late_state = ws / "members" / "002" / "state.json"
+        _wait(
+            "the late member's exploit and members 0 and 1 comparing it",
+            lambda: (
+                (load_state(late_state) or None) is not None
+                and load_state(late_state).generation >= 1
+                and _compared_late_member(ws, 0)
+                and _compared_late_member(ws, 1)
+            ),
+            procs,
+            logs,
+        )
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)  # a clean stop: each member saves its state and says where it resumes
+        for proc in procs:
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    return ws, [p.read_text() for p in logs]
+
+
+def test_the_late_member_is_compared_at_its_own_frame_and_exploits(late_population):
+    ws, _ = late_population
+    late = _decisions(ws, 2)
+    (exploit,) = [d for d in late if d["decision"]["outcome"] == "exploit"]
+    me = exploit["inputs"]["me"]
+    assert me["frame"] < LATE_BY * INTERVAL  # it was far behind member 0 when it decided
+    entry = exploit["decision"]["donor_entry"]
+    assert exploit["decision"]["donor"] == 0 and entry["frame"] <= me["frame"]  # member 0 at matching progress
+    peer0 = next(p for p in exploit["inputs"]["peers"] if p["member"] == 0)
+    assert peer0["frame"] >= LATE_BY * INTERVAL and len(peer0["history"]) > 12  # its archive reached back
+    state = load_state(ws / "members" / "002" / "state.json")
+    assert state.lineage[0].source.member == 0 and state.lineage[0].source.frame == entry["frame"]
+
+
+def test_the_others_compare_the_late_member_again_once_it_settled(late_population):
+    ws, _ = late_population
+    for member in (0, 1):
+        decisions = _decisions(ws, member)
+        first = next(d for d in decisions if 2 in d["decision"]["compared"])
+        late = next(p for p in first["inputs"]["peers"] if p["member"] == 2)
+        assert late["history"] and late["frame"] < first["inputs"]["me"]["frame"]  # behind, and compared
+        # Before that it was left out only while it had no settled evidence of its generation.
+        reasons = [d["decision"]["excluded"].get("2", "") for d in decisions if d["seq"] < first["seq"]]
+        reasons = [r for r in reasons if r]
+        assert all("no settled evidence" in r or "has not settled" in r for r in reasons), reasons
+
+
+def test_every_decision_of_the_late_population_verifies(late_population):
+    ws, _ = late_population
+    for member in range(3):
+        count, problems = verify_log(ws / "members" / f"{member:03d}" / "audit.jsonl")
+        assert count > 0 and problems == [], problems[:3]
