@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from async_pbt_isaaclab.commands.common import OneLineParser
+from async_pbt_isaaclab.console import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
 from async_pbt_isaaclab.core.config import ConfigError
 from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides

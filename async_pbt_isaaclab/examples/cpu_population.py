@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from async_pbt_isaaclab.commands.common import OneLineParser
+from async_pbt_isaaclab.console import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
 from async_pbt_isaaclab.core.config import ConfigError
 from async_pbt_isaaclab.core.flags import add_population_args, population_overrides

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from async_pbt_isaaclab.commands.doctor import doctor_report
+from async_pbt_isaaclab.core.filesystem_checks import doctor_report
 from async_pbt_isaaclab.core.fsio import folder_problem
 from async_pbt_isaaclab.exit_codes import EXIT_CHECK_FAILED, EXIT_USAGE
 from async_pbt_isaaclab.launch.arguments import LaunchError, check_indices, check_member_command

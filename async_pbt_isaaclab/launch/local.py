@@ -24,7 +24,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from async_pbt_isaaclab.commands.common import OneLineParser
+from async_pbt_isaaclab.console import OneLineParser
 from async_pbt_isaaclab.exit_codes import EXIT_USAGE
 from async_pbt_isaaclab.launch.arguments import LaunchError
 from async_pbt_isaaclab.launch.backends import add_backend_arguments, run_backend
