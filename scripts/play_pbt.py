@@ -45,7 +45,7 @@ from async_pbt_isaaclab.envs.isaaclab import (
     parse_script_args,
     plain_config,
 )
-from async_pbt_isaaclab.envs.isaaclab_api import Session
+from async_pbt_isaaclab.envs.isaaclab.api import Session
 
 LAUNCHER_NOTE = (
     "Simulator flags (--headless, --device, --enable_cameras, ...) are added by Isaac Lab's AppLauncher and appear "
@@ -241,10 +241,10 @@ def _play(
     from async_pbt_isaaclab.core.config import objective_term
     from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE
     from async_pbt_isaaclab.core.mutation import agent_path
-    from async_pbt_isaaclab.envs import isaaclab_api
+    from async_pbt_isaaclab.envs.isaaclab import api as isaaclab_api
     from async_pbt_isaaclab.envs.isaaclab import register_rl_games_env, rl_games_wrapper_options
-    from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
-    from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source
+    from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
+    from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
     from async_pbt_isaaclab.rl_games.checkpoint import read_pbt_metadata
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
 

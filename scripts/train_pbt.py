@@ -20,7 +20,7 @@ What differs from Isaac Lab's script, and why:
   (``os.execv`` of this same command with a new ``--checkpoint`` and the mutated ``agent.params.config.*``
   overrides appended) keeps every flag;
 * with the population enabled the env is wrapped in
-  :class:`~async_pbt_isaaclab.envs.isaaclab_wrapper.PbtIsaacLabEnv` inside
+  :class:`~async_pbt_isaaclab.envs.isaaclab.wrapper.PbtIsaacLabEnv` inside
   ``RlGamesVecEnvWrapper`` (per-episode evidence), the member's seed is ``seed + pbt_index`` (members must not be N
   copies of one run), and the run's log folder is the member's own, kept across restarts
   (``logs/rl_games/<name>/<name>_pbt_<NNN>``);
@@ -33,7 +33,7 @@ What differs from Isaac Lab's script, and why:
   process; use ``async-pbt launch --gpus`` to give each member its own GPU.
 
 The simulator-facing calls go through :class:`~async_pbt_isaaclab.envs.isaaclab.ScriptHooks`; what differs between
-Isaac Lab 2.x and 3.0 (flags, launch order, config resolution) is in :mod:`async_pbt_isaaclab.envs.isaaclab_api`.
+Isaac Lab 2.x and 3.0 (flags, launch order, config resolution) is in :mod:`async_pbt_isaaclab.envs.isaaclab.api`.
 On 3.0 there is no ``--headless`` (it runs headless by default): drop the flag there.
 """
 
@@ -62,7 +62,7 @@ from async_pbt_isaaclab.envs.isaaclab import (  # noqa: E402
     parse_script_args,
     plain_config,
 )
-from async_pbt_isaaclab.envs.isaaclab_api import Session  # noqa: E402
+from async_pbt_isaaclab.envs.isaaclab.api import Session  # noqa: E402
 
 LAUNCHER_NOTE = (
     "Simulator flags (--headless, --device, --enable_cameras, --livestream, ...) are added by Isaac Lab's "
@@ -214,11 +214,11 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
 
     from async_pbt_isaaclab.core.agent_config import load_population_config
     from async_pbt_isaaclab.core.config import ConfigError, objective_term
-    from async_pbt_isaaclab.envs import isaaclab_api
+    from async_pbt_isaaclab.envs.isaaclab import api as isaaclab_api
     from async_pbt_isaaclab.envs.isaaclab import register_rl_games_env, rl_games_wrapper_options
-    from async_pbt_isaaclab.envs.isaaclab_condition import reward_fingerprint
-    from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
-    from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source
+    from async_pbt_isaaclab.envs.isaaclab.condition import reward_fingerprint
+    from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
+    from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
     from async_pbt_isaaclab.rl_games.exploration_config import validate_exploration_config
     from async_pbt_isaaclab.rl_games.runner import train_member

@@ -32,7 +32,7 @@ from async_pbt_isaaclab.core.config import objective_term
 from async_pbt_isaaclab.core.evidence import LENGTH_OBJECTIVE, RETURN_OBJECTIVE
 from async_pbt_isaaclab.core.mutation import agent_path
 from async_pbt_isaaclab.envs.isaaclab import ISAACLAB_INSTALL_HINT
-from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
+from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
 from async_pbt_isaaclab.tasks.registry import (
     TASK_IDS,
     TASKS,
