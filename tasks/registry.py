@@ -24,7 +24,7 @@ convention (``AsyncPbt-Cartpole-Direct-v0`` on 2.x, ``AsyncPbt-Cartpole-Direct``
 both, since an unversioned id shadows its ``-v0``).
 
 The pure-torch CPU task ``AsyncPbt-TorchReach-v0`` is not an Isaac Lab task and is not registered here
-(:func:`async_pbt_isaaclab.envs.torch_reach_task.register_torch_envs` registers it for the CPU examples).
+(:func:`async_pbt_isaaclab.testing.torch_reach_task.register_torch_envs` registers it for the tests and benchmarks).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from async_pbt_isaaclab.envs.isaaclab import ISAACLAB_INSTALL_HINT, IsaacLabHook
 from async_pbt_isaaclab.envs.isaaclab.condition import format_stage, reward_fingerprint
 from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg, TermSpec, parse_term_spec
 from async_pbt_isaaclab.envs.isaaclab.wrapper import PbtIsaacLabEnv, attach_summary_source
-from async_pbt_isaaclab.envs.torch_reach_task import REWARD_TERMS, TorchReachEnvCfg, register_torch_envs
+from async_pbt_isaaclab.testing.torch_reach_task import REWARD_TERMS, TorchReachEnvCfg, register_torch_envs
 
 TASK = "AsyncPbt-TorchReach-v0"
 register_torch_envs()
