@@ -85,7 +85,7 @@ def test_loading_the_entry_point_registers_ids_without_heavy_imports():
 
 def test_at_least_the_three_kinds_of_task_are_registered():
     assert set(UPSTREAM) == set(TASK_IDS)
-    assert "AsyncPbt-TorchReach-v0" not in TASK_IDS, "not an Isaac Lab task: registered by testing.torch_reach_task only"
+    assert "AsyncPbt-TorchReach-v0" not in TASK_IDS, "not an Isaac Lab task: testing.torch_reach_task registers it"
     kinds = {"Allegro": "dexterous", "Anymal": "locomotion", "Cartpole": "classic"}
     assert all(any(k in t for t in TASK_IDS) for k in kinds)
 
