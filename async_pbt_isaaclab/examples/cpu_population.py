@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     from async_pbt_isaaclab.launch.arguments import LaunchError
-    from async_pbt_isaaclab.launch.population import launch_population
+    from async_pbt_isaaclab.launch.local_backend import launch_population
 
     resumed = meta is not None
     if meta is not None:

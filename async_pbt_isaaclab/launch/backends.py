@@ -3,7 +3,7 @@
 This module adds the backend options to the launch parser (:func:`add_backend_arguments`) and runs what every
 backend shares before members start (:func:`prepare_launch`: validate, run the filesystem doctor), then hands
 over to :mod:`~async_pbt_isaaclab.launch.slurm` or :mod:`~async_pbt_isaaclab.launch.ray_backend`. The local
-backend is :mod:`~async_pbt_isaaclab.launch.population`.
+backend is :mod:`~async_pbt_isaaclab.launch.local_backend`.
 
 Imports only the standard library and the pure core; ``ray`` only when the Ray backend runs.
 """

@@ -16,7 +16,7 @@ Why one job array and not one job per member
 
 What runs in each task
 ----------------------
-``python -m async_pbt_isaaclab.launch.local --members N --workspace W --indices $SLURM_ARRAY_TASK_ID
+``python -m async_pbt_isaaclab.launch --members N --workspace W --indices $SLURM_ARRAY_TASK_ID
 --gpus none -- COMMAND``: the local supervisor for that one member. It restarts the member after a crash
 inside the allocation (bounded retries), forwards SIGTERM from SLURM to the member (which then saves and
 stops, resumable), writes ``W/logs/member_NNN.log`` and the journal, and runs ``async-pbt doctor``'s checks
@@ -141,7 +141,7 @@ def batch_script(
             [
                 *(shlex.quote(a) for a in shlex.split(options.python)),
                 "-m",
-                "async_pbt_isaaclab.launch.local",
+                "async_pbt_isaaclab.launch",
                 "--members",
                 str(members),
                 "--workspace",

@@ -1,4 +1,4 @@
-"""Starting a population on this machine: :func:`launch_population`.
+"""The local backend: start a population on this machine, :func:`launch_population`.
 
 It checks the arguments (:mod:`~async_pbt_isaaclab.launch.arguments`), puts each member on its GPU
 (:mod:`~async_pbt_isaaclab.launch.gpus`), builds every member's command and environment once (identical at
