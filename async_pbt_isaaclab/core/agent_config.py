@@ -23,7 +23,7 @@ from async_pbt_isaaclab.core.mutation import agent_path
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 
 
-class _YamlLoader(yaml.SafeLoader):
+class _YamlLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML's classes are untyped (Any) here
     """SafeLoader that also reads YAML 1.2 floats without a dot (``3e-4``, ``1e-3``) as numbers.
 
     PyYAML follows YAML 1.1, where ``3e-4`` is a *string*; rl_games and Isaac Lab yamls (and Hydra
@@ -53,7 +53,7 @@ def _numeric(value: Any) -> Any:
     return value
 
 
-def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
+def load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     try:
         with open(path) as fh:

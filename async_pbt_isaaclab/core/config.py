@@ -163,7 +163,7 @@ class PopulationConfig:
         """``value`` on a larger-is-better scale (negated under ``objective_direction: min``)."""
         return value if self.objective_direction == "max" else -value
 
-    def workspace_path(self, train_dir: str | os.PathLike = "") -> Path:
+    def workspace_path(self, train_dir: str | os.PathLike[str] = "") -> Path:
         ws = Path(self.workspace).expanduser()
         if ws.is_absolute():
             return ws

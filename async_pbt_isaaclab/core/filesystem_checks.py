@@ -254,7 +254,7 @@ def _mount_of(path: Path) -> tuple[str, str]:
     return best
 
 
-def run_checks(workspace: str | os.PathLike, create: bool = False, now: float | None = None) -> list[Check]:
+def run_checks(workspace: str | os.PathLike[str], create: bool = False, now: float | None = None) -> list[Check]:
     """All checks on ``workspace`` (created when ``create``); the probe files are removed afterwards."""
     root = Path(os.path.expanduser(os.fspath(workspace))).absolute()
     if create:
@@ -311,7 +311,7 @@ def format_checks(checks: list[Check]) -> list[str]:
     return [f"{c.status.upper() if c.status != 'ok' else 'ok':4s}  {c.name}: {c.detail}" for c in checks]
 
 
-def doctor_report(workspace: str | os.PathLike) -> tuple[list[str], list[Check]]:
+def doctor_report(workspace: str | os.PathLike[str]) -> tuple[list[str], list[Check]]:
     """For launchers: (lines to print, failed checks), creating the workspace first."""
     try:
         checks = run_checks(workspace, create=True)

@@ -91,7 +91,7 @@ def resolve_inside(root: Path, relative: str) -> Path:
 class Workspace:
     """A population workspace rooted at ``root``."""
 
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(root).absolute()
         """Absolute path of the workspace folder."""
         self.members_dir = self.root / "members"
