@@ -10,6 +10,7 @@ version raises :class:`RecordError` naming the file and the key, and the reader 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -200,21 +201,7 @@ class MemberRecord:
                 f"{where}: schema_version {version!r} is not supported (this version reads {SCHEMA_VERSION}); "
                 f"the writer runs a different async-pbt-isaaclab version"
             )
-
-        def get(key: str, types: type | tuple[type, ...], optional: bool = False) -> Any:
-            if key not in data:
-                if optional:
-                    return None
-                raise RecordError(f"{where}: missing key {key!r}")
-            value = data[key]
-            if value is None and optional:
-                return None
-            if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-                raise RecordError(f"{where}.{key}: expected {types}, got {value!r}")
-            if not isinstance(value, types):
-                raise RecordError(f"{where}.{key}: expected {getattr(types, '__name__', types)}, got {value!r}")
-            return value
-
+        get = functools.partial(_typed_field, data, where)
         heartbeat = _finite(get("heartbeat", (int, float)), f"{where}.heartbeat")
         interval_best = get("interval_best", (int, float), optional=True)
         if interval_best is not None:
@@ -223,10 +210,7 @@ class MemberRecord:
         if status not in STATUSES:
             raise RecordError(f"{where}.status: {status!r} is not one of {', '.join(STATUSES)}")
         hparams = _checked_hyperparameters(get("hyperparameters", dict), f"{where}.hyperparameters")
-        raw_history = get("history", list)
-        history = tuple(HistoryEntry.from_dict(e, f"{where}.history[{i}]") for i, e in enumerate(raw_history))
-        if any(a.frame > b.frame for a, b in itertools.pairwise(history)):
-            raise RecordError(f"{where}.history: entries are not in frame order")
+        history = _read_history(get("history", list), where)
         origin = get("origin_sha256", str)
         if origin and not _SHA256_HEX.fullmatch(origin):
             raise RecordError(f"{where}.origin_sha256: not a sha256 hex digest: {origin!r:.80}")
@@ -301,6 +285,32 @@ def _checked_hyperparameters(hparams: Any, where: str) -> dict[str, Any]:
     except (ValueError, TypeError):
         raise RecordError(f"{where}: contains NaN, infinite or non-JSON values") from None
     return dict(hparams)
+
+
+def _typed_field(
+    data: Mapping[str, Any], where: str, key: str, types: type | tuple[type, ...], optional: bool = False
+) -> Any:
+    """``data[key]`` checked against ``types`` (a bool is not an int here); ``None`` for an absent optional key."""
+    if key not in data:
+        if optional:
+            return None
+        raise RecordError(f"{where}: missing key {key!r}")
+    value = data[key]
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        raise RecordError(f"{where}.{key}: expected {types}, got {value!r}")
+    if not isinstance(value, types):
+        raise RecordError(f"{where}.{key}: expected {getattr(types, '__name__', types)}, got {value!r}")
+    return value
+
+
+def _read_history(raw_history: list[Any], where: str) -> tuple[HistoryEntry, ...]:
+    """A record's ``history``: its entries, parsed, in frame order."""
+    history = tuple(HistoryEntry.from_dict(e, f"{where}.history[{i}]") for i, e in enumerate(raw_history))
+    if any(a.frame > b.frame for a, b in itertools.pairwise(history)):
+        raise RecordError(f"{where}.history: entries are not in frame order")
+    return history
 
 
 def _finite(value: int | float, where: str) -> float:
