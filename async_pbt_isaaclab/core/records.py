@@ -63,6 +63,7 @@ class HistoryEntry:
     """Hyperparameters at this entry; ``learning_rate`` is the live rate (adaptive schedule included)."""
 
     def to_dict(self) -> dict[str, Any]:
+        """The entry as the JSON mapping a record's ``history`` holds."""
         return {
             "frame": self.frame,
             "generation": self.generation,
@@ -77,6 +78,7 @@ class HistoryEntry:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "HistoryEntry":
+        """An entry from its JSON mapping, every field checked; :class:`RecordError` naming ``where`` otherwise."""
         if not isinstance(data, Mapping):
             raise RecordError(f"{where}: expected a JSON object, got {type(data).__name__}")
         unknown = set(data) - {
@@ -168,6 +170,7 @@ class MemberRecord:
     """Layout version of this record."""
 
     def to_dict(self) -> dict[str, Any]:
+        """The record as the JSON object ``record.json`` holds."""
         return {
             "schema_version": self.schema_version,
             "member": self.member,
@@ -193,6 +196,8 @@ class MemberRecord:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "record") -> "MemberRecord":
+        """A record from its JSON object, schema version and every field checked; :class:`RecordError` naming
+        ``where`` otherwise."""
         if not isinstance(data, Mapping):
             raise RecordError(f"{where}: expected a JSON object, got {type(data).__name__}")
         version = data.get("schema_version")
@@ -266,6 +271,7 @@ def parse_record_bytes(data: bytes, where: str) -> MemberRecord:
 
 
 def read_record(path: Path) -> MemberRecord:
+    """The record in ``path``; :class:`RecordError` naming the file when it cannot be read or parsed."""
     try:
         data = path.read_bytes()
     except OSError as exc:
