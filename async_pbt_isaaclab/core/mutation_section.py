@@ -66,16 +66,21 @@ def _read_entry(key: str, raw_key: Any, raw_spec: Any, label: str) -> MutationSp
         raise _Problem(f"{label}: {raw_key!r} is not a supported hyperparameter{why}; supported: {supported}")
     default = SUPPORTED_HYPERPARAMETERS[key].spec
     if isinstance(raw_spec, str):
-        kind = ISAACLAB_KIND_NAMES.get(raw_spec, raw_spec)
-        if kind not in MUTATION_KINDS:
-            raise _Problem(f"{label}: unknown mutation {raw_spec!r}; accepted: {_accepted_kinds()}")
-        spec, why = _spec_for_kind(key, default, kind, raw_spec)
-        if spec is None:
-            raise _Problem(f"{label}: {why}")
-        return spec
+        return _spec_for_kind_name(key, default, raw_spec, label, "mutation")
     if not isinstance(raw_spec, Mapping):
         raise _Problem(f"{label}: expected a kind name or a mapping with kind/low/high, got {raw_spec!r}")
     return _read_mapping(key, default, raw_spec, label)
+
+
+def _spec_for_kind_name(key: str, default: MutationSpec, raw_kind: str, where: str, noun: str) -> MutationSpec:
+    """The key's spec for a kind name, Isaac Lab's (``mutate_float``) or ours; ``noun`` names it in the problem."""
+    kind = ISAACLAB_KIND_NAMES.get(raw_kind, raw_kind)
+    if kind not in MUTATION_KINDS:
+        raise _Problem(f"{where}: unknown {noun} {raw_kind!r}; accepted: {_accepted_kinds()}")
+    spec, why = _spec_for_kind(key, default, kind, raw_kind)
+    if spec is None:
+        raise _Problem(f"{where}: {why}")
+    return spec
 
 
 def _read_mapping(key: str, default: MutationSpec, raw_spec: Mapping[str, Any], label: str) -> MutationSpec:
@@ -88,13 +93,8 @@ def _read_mapping(key: str, default: MutationSpec, raw_spec: Mapping[str, Any], 
     raw_kind = raw_spec.get("kind", default.kind)
     if not isinstance(raw_kind, str):
         raise _Problem(f"{label}.kind: expected a kind name, got {raw_kind!r}; accepted: {', '.join(MUTATION_KINDS)}")
-    kind = ISAACLAB_KIND_NAMES.get(raw_kind, raw_kind)
-    if kind not in MUTATION_KINDS:
-        raise _Problem(f"{label}.kind: unknown kind {raw_kind!r}; accepted: {_accepted_kinds()}")
     # The same key/kind check as the short form: mutate_float on mini_epochs is an int step, never a float.
-    base, why = _spec_for_kind(key, default, kind, raw_kind)
-    if base is None:
-        raise _Problem(f"{label}.kind: {why}")
+    base = _spec_for_kind_name(key, default, raw_kind, f"{label}.kind", "kind")
     low, high = _read_bounds(base, raw_spec, label)
     raw_cr = raw_spec.get("change_range", base.change_range)
     cr = None if raw_cr is None else valid_change_range(raw_cr)
