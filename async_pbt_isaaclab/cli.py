@@ -23,7 +23,7 @@ subcommands live in :mod:`async_pbt_isaaclab.commands`: ``evaluate`` in
 :mod:`~async_pbt_isaaclab.commands.check_config`, ``status``/``audit``/``best`` in
 :mod:`~async_pbt_isaaclab.commands.workspace_views`, ``lineage`` in :mod:`~async_pbt_isaaclab.commands.lineage_view`,
 :class:`CliError` in :mod:`~async_pbt_isaaclab.commands.common` and the exit codes in
-:mod:`async_pbt_isaaclab.exit_codes`; ``launch`` comes from :mod:`async_pbt_isaaclab.launch.local`.
+:mod:`async_pbt_isaaclab.exit_codes`; ``launch`` comes from :mod:`async_pbt_isaaclab.launch.cli`.
 Import a subcommand's names from its own module.
 
 It imports only the pure core (no torch, rl_games or Isaac Lab), so every subcommand here
@@ -51,15 +51,16 @@ from typing import Callable, Sequence
 from async_pbt_isaaclab._version import __version__
 from async_pbt_isaaclab.commands.check_config import add_check_config_parser
 from async_pbt_isaaclab.commands.cluster import add_stop_parser
-from async_pbt_isaaclab.commands.common import CliError, OneLineParser
+from async_pbt_isaaclab.commands.common import CliError
 from async_pbt_isaaclab.commands.doctor import add_doctor_parser
 from async_pbt_isaaclab.commands.evaluate import add_evaluate_parser  # torch/rl_games imported lazily
 from async_pbt_isaaclab.commands.lineage_view import add_lineage_parser
 from async_pbt_isaaclab.commands.replay import add_replay_parser
 from async_pbt_isaaclab.commands.report import add_report_parser  # matplotlib is imported when it runs
 from async_pbt_isaaclab.commands.workspace_views import add_audit_parser, add_best_parser, add_status_parser
+from async_pbt_isaaclab.console import OneLineParser
 from async_pbt_isaaclab.exit_codes import EXIT_OK, EXIT_USAGE
-from async_pbt_isaaclab.launch.local import add_launch_parser  # stdlib + core only
+from async_pbt_isaaclab.launch.cli import add_launch_parser  # stdlib + core only
 
 # ============================================================================ entry point
 

@@ -45,7 +45,7 @@ from async_pbt_isaaclab.envs.isaaclab import (
     parse_script_args,
     plain_config,
 )
-from async_pbt_isaaclab.envs.isaaclab_api import Session
+from async_pbt_isaaclab.envs.isaaclab.api import Session
 
 LAUNCHER_NOTE = (
     "Simulator flags (--headless, --device, --enable_cameras, ...) are added by Isaac Lab's AppLauncher and appear "
@@ -234,19 +234,11 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: ScriptHooks 
 def _play(
     args: argparse.Namespace, session: Session, hooks: ScriptHooks, path: Path, source: str, state: dict[str, Any]
 ) -> PlayResult:
-    import torch
-    from rl_games.torch_runner import Runner
-
     from async_pbt_isaaclab.core.agent_config import set_path
-    from async_pbt_isaaclab.core.config import objective_term
-    from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE
     from async_pbt_isaaclab.core.mutation import agent_path
-    from async_pbt_isaaclab.envs import isaaclab_api
+    from async_pbt_isaaclab.envs.isaaclab import api as isaaclab_api
     from async_pbt_isaaclab.envs.isaaclab import register_rl_games_env, rl_games_wrapper_options
-    from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
-    from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source
     from async_pbt_isaaclab.rl_games.checkpoint import read_pbt_metadata
-    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
 
     env_cfg, agent_cfg = session.env_cfg, session.agent_cfg
     agent_cfg = plain_config(agent_cfg)
@@ -259,20 +251,54 @@ def _play(
     params["load_checkpoint"] = False  # restored below through the safe loader
     isaaclab_api.apply_cli_overrides(session, args, env_cfg)
 
-    raw_objective = meta.get("objective") or (agent_cfg.get("pbt") or {}).get("objective") or RETURN_OBJECTIVE
-    objective = objective_term(str(raw_objective))
     run_dir = os.path.dirname(os.path.dirname(os.path.abspath(path)))
     env = hooks.make_env(session, args.task, env_cfg, args, run_dir, lambda step: step == 0)
-    try:
-        env = attach_summary_source(env, SummaryCfg.from_agent_cfg(agent_cfg), objective=objective, task=args.task)
-    except ValueError as exc:
-        print(f"[WARN] no per-episode {objective!r} while playing ({exc}); reporting the return only", file=sys.stderr)
-        objective = RETURN_OBJECTIVE
-        env = attach_summary_source(env, SummaryCfg(), task=args.task)
+    env, objective = _with_evidence(env, args.task, agent_cfg, meta)
     rl_device, clip_obs, clip_actions, extra = rl_games_wrapper_options(agent_cfg)
     vec_env = hooks.vec_env_wrapper(env, rl_device, clip_obs, clip_actions, **extra)
     register_rl_games_env(vec_env, hooks)
     rl_cfg["num_actors"] = vec_env.unwrapped.num_envs
+
+    steps = _run_player(args, session, vec_env, _restored_player(agent_cfg, state))
+    batch = env.pbt_summary_source.drain()
+    values = batch.objective_values(objective) if len(batch) else []
+    result = PlayResult(
+        checkpoint=str(path),
+        source=source,
+        steps=steps,
+        episodes=len(batch),
+        mean_return=math.fsum(batch.returns) / len(batch) if len(batch) else math.nan,
+        objective=objective,
+        mean_objective=math.fsum(values) / len(values) if values else math.nan,
+        pbt=meta,
+    )
+    vec_env.close()
+    return result
+
+
+def _with_evidence(env: Any, task: str, agent_cfg: dict[str, Any], meta: dict[str, Any]) -> tuple[Any, str]:
+    """``env`` with the evidence wrapper, and the objective it reports: the member's, else the return alone."""
+    from async_pbt_isaaclab.core.config import objective_term
+    from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE
+    from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
+    from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
+
+    raw_objective = meta.get("objective") or (agent_cfg.get("pbt") or {}).get("objective") or RETURN_OBJECTIVE
+    objective = objective_term(str(raw_objective))
+    try:
+        return attach_summary_source(
+            env, SummaryCfg.from_agent_cfg(agent_cfg), objective=objective, task=task
+        ), objective
+    except ValueError as exc:
+        print(f"[WARN] no per-episode {objective!r} while playing ({exc}); reporting the return only", file=sys.stderr)
+        return attach_summary_source(env, SummaryCfg(), task=task), RETURN_OBJECTIVE
+
+
+def _restored_player(agent_cfg: dict[str, Any], state: dict[str, Any]) -> Any:
+    """The rl_games player of ``agent_cfg`` with the checkpoint's weights and statistics, reset."""
+    from rl_games.torch_runner import Runner
+
+    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
 
     # A policy trained with the bounded exploration network is played with the same network.
     register_bounded_exploration()
@@ -281,6 +307,12 @@ def _play(
     player = runner.create_player()
     restore_player(player, state)
     player.reset()
+    return player
+
+
+def _run_player(args: argparse.Namespace, session: Session, vec_env: Any, player: Any) -> int:
+    """Step the env with the player's actions until the app stops, ``--num_steps`` or the video ends; the steps."""
+    import torch
 
     dt = float(getattr(vec_env.unwrapped, "step_dt", 0.0))
     obs = vec_env.reset()
@@ -305,21 +337,7 @@ def _play(
         sleep = dt - (time.time() - started)
         if args.real_time and sleep > 0:
             time.sleep(sleep)
-
-    batch = env.pbt_summary_source.drain()
-    values = batch.objective_values(objective) if len(batch) else []
-    result = PlayResult(
-        checkpoint=str(path),
-        source=source,
-        steps=steps,
-        episodes=len(batch),
-        mean_return=math.fsum(batch.returns) / len(batch) if len(batch) else math.nan,
-        objective=objective,
-        mean_objective=math.fsum(values) / len(values) if values else math.nan,
-        pbt=meta,
-    )
-    vec_env.close()
-    return result
+    return steps
 
 
 if __name__ == "__main__":

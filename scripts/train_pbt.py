@@ -20,7 +20,7 @@ What differs from Isaac Lab's script, and why:
   (``os.execv`` of this same command with a new ``--checkpoint`` and the mutated ``agent.params.config.*``
   overrides appended) keeps every flag;
 * with the population enabled the env is wrapped in
-  :class:`~async_pbt_isaaclab.envs.isaaclab_wrapper.PbtIsaacLabEnv` inside
+  :class:`~async_pbt_isaaclab.envs.isaaclab.wrapper.PbtIsaacLabEnv` inside
   ``RlGamesVecEnvWrapper`` (per-episode evidence), the member's seed is ``seed + pbt_index`` (members must not be N
   copies of one run), and the run's log folder is the member's own, kept across restarts
   (``logs/rl_games/<name>/<name>_pbt_<NNN>``);
@@ -33,7 +33,7 @@ What differs from Isaac Lab's script, and why:
   process; use ``async-pbt launch --gpus`` to give each member its own GPU.
 
 The simulator-facing calls go through :class:`~async_pbt_isaaclab.envs.isaaclab.ScriptHooks`; what differs between
-Isaac Lab 2.x and 3.0 (flags, launch order, config resolution) is in :mod:`async_pbt_isaaclab.envs.isaaclab_api`.
+Isaac Lab 2.x and 3.0 (flags, launch order, config resolution) is in :mod:`async_pbt_isaaclab.envs.isaaclab.api`.
 On 3.0 there is no ``--headless`` (it runs headless by default): drop the flag there.
 """
 
@@ -62,7 +62,7 @@ from async_pbt_isaaclab.envs.isaaclab import (  # noqa: E402
     parse_script_args,
     plain_config,
 )
-from async_pbt_isaaclab.envs.isaaclab_api import Session  # noqa: E402
+from async_pbt_isaaclab.envs.isaaclab.api import Session  # noqa: E402
 
 LAUNCHER_NOTE = (
     "Simulator flags (--headless, --device, --enable_cameras, --livestream, ...) are added by Isaac Lab's "
@@ -208,102 +208,30 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: ScriptHooks 
         return _train(args, session, hooks)
 
 
+class _Refused(Exception):
+    """A setting the member cannot run with, found after the simulator started: printed as it is, exit code 2."""
+
+
 def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> int:
     # Everything heavy is imported after the simulator started, as Isaac Lab's scripts do.
-    from rl_games.common.algo_observer import IsaacAlgoObserver
-
-    from async_pbt_isaaclab.core.agent_config import load_population_config
     from async_pbt_isaaclab.core.config import ConfigError, objective_term
-    from async_pbt_isaaclab.envs import isaaclab_api
     from async_pbt_isaaclab.envs.isaaclab import register_rl_games_env, rl_games_wrapper_options
-    from async_pbt_isaaclab.envs.isaaclab_condition import reward_fingerprint
-    from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
-    from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source
-    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
-    from async_pbt_isaaclab.rl_games.exploration_config import validate_exploration_config
+    from async_pbt_isaaclab.envs.isaaclab.condition import reward_fingerprint
+    from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
     from async_pbt_isaaclab.rl_games.runner import train_member
 
-    env_cfg, agent_cfg = session.env_cfg, session.agent_cfg
-    agent_cfg = plain_config(agent_cfg)
+    env_cfg = session.env_cfg
     try:
-        agent_cfg, cfg = load_population_config(
-            agent_cfg,
-            population_overrides(args),
-            source=f"{args.task} ({args.agent})",
-            origins=population_flag_origins(args),
-        )
-        replay = None
-        if getattr(args, "pbt_replay", None):
-            from dataclasses import replace
-
-            from async_pbt_isaaclab.rl_games.schedule_replay import start_replay
-
-            # A replay is one plain run that follows the schedule (no workspace, no selection), in its own run
-            # folder <name>_replay_<NNN>, as the CPU member's --pbt-replay.
-            cfg = replace(cfg, enabled=False)
-            replay = start_replay(agent_cfg, args.pbt_replay_schedule, args.pbt_replay)
-        summary = SummaryCfg.from_agent_cfg(agent_cfg) if cfg.enabled else None
-        register_bounded_exploration()
-        validate_exploration_config(agent_cfg)  # a bad log_std_bounds is one line here, not a build traceback
+        agent_cfg, cfg, replay, summary = _population_config(args, plain_config(session.agent_cfg))
     except (ConfigError, ValueError) as exc:  # ScheduleError is a ValueError naming the schedule file
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    params = agent_cfg["params"]
-    rl_cfg = params["config"]
-
-    # -- the CLI overrides the installed release's own script applies
-    isaaclab_api.apply_cli_overrides(session, args, env_cfg)
-    if args.seed == -1:
-        args.seed = random.randint(0, 10000)
-    seed = int(args.seed if args.seed is not None else params.get("seed", 42))
-    if cfg.enabled:
-        # Members must not share a seed, or the population starts as N copies of one run.
-        seed += cfg.policy_idx
-    if args.max_iterations is not None:
-        rl_cfg["max_epochs"] = args.max_iterations
-    resume_path = hooks.resolve_checkpoint(args.checkpoint) if args.checkpoint else None
-    if resume_path and not cfg.enabled:
-        params["load_checkpoint"] = True
-        params["load_path"] = resume_path
-        print(f"[INFO]: Loading model checkpoint from: {resume_path}")
-    train_sigma = float(args.sigma) if args.sigma is not None else None
-    if args.distributed:
-        if cfg.enabled:
-            print(DISTRIBUTED_MEMBER, file=sys.stderr)
-            return 2
-        rank, local = isaaclab_api.distributed_placement(session)
-        seed += rank
-        rl_cfg["device"] = rl_cfg["device_name"] = local
-        rl_cfg["multi_gpu"] = True
-        env_cfg.sim.device = local
-    params["seed"] = seed
-    # Certain randomisations happen when the env is built: seed the env config too.
-    if hasattr(env_cfg, "seed"):
-        env_cfg.seed = seed
-
-    # -- log folders: logs/rl_games/<name>/<run>, the member's run kept across restarts
-    config_name = rl_cfg["name"]
-    log_root = os.path.join("logs", "rl_games", config_name)
-    pbt_directory = str((agent_cfg.get("pbt") or {}).get("directory", "."))
-    # Isaac Lab's pbt.directory roots the log folders elsewhere (e.g. on a shared filesystem).
-    log_root = os.path.abspath(log_root if pbt_directory == "." else os.path.join(pbt_directory, log_root))
-    if cfg.enabled:
-        run_name = member_experiment_name(rl_cfg, cfg, log_root)
-    else:
-        run_name = (
-            rl_cfg.get("full_experiment_name")
-            or getattr(args, "run_timestamp", None)
-            or datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-        )
-    rl_cfg["train_dir"] = log_root
-    rl_cfg["full_experiment_name"] = run_name
-    log_dir = os.path.join(log_root, run_name)
-    print(f"[INFO] Logging experiment in directory: {log_root}")
-    if cfg.enabled:
-        print(
-            f"[INFO] PBT member {cfg.policy_idx}/{cfg.num_policies}, workspace {cfg.workspace_path(log_root)}, "
-            f"objective {cfg.objective!r}, seed {seed}"
-        )
+    try:
+        seed, resume_path, sigma = _run_settings(args, session, hooks, agent_cfg, cfg)
+    except _Refused as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    log_root, log_dir = _log_folders(args, agent_cfg, cfg, seed)
     _dump_configs(hooks, log_dir, env_cfg, agent_cfg)
     if hasattr(env_cfg, "log_dir"):
         env_cfg.log_dir = log_dir  # where the env writes its own files (Isaac Lab sets it too)
@@ -323,14 +251,9 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
     rl_device, clip_obs, clip_actions, extra = rl_games_wrapper_options(agent_cfg)
     vec_env = hooks.vec_env_wrapper(env, rl_device, clip_obs, clip_actions, **extra)
     register_rl_games_env(vec_env, hooks)
-    rl_cfg["num_actors"] = vec_env.unwrapped.num_envs
+    agent_cfg["params"]["config"]["num_actors"] = vec_env.unwrapped.num_envs
 
-    observers: list[Any] = [IsaacAlgoObserver()] + ([replay] if replay is not None else [])
-    if args.track and int(os.getenv("RANK", "0")) == 0:
-        if args.wandb_entity is None:
-            raise ValueError("Weights and Biases entity must be specified for tracking.")
-        observers.append(make_wandb_observer(args, env_cfg, agent_cfg, cfg, log_root))
-
+    observers = _observers(args, env_cfg, agent_cfg, cfg, log_root, replay)
     if getattr(args, "deterministic", False):  # Isaac Lab 3.0's flag: deterministic torch kernels too
         from isaaclab.utils.seed import configure_seed
 
@@ -342,13 +265,125 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
         train_dir=log_root,
         task=args.task,
         checkpoint=resume_path,
-        sigma=train_sigma,
+        sigma=sigma,
         extra_observers=observers,
         reward_config=reward_config,
     )
     print(f"Training time: {round(time.time() - start, 2)} seconds")
     vec_env.close()
     return 0
+
+
+def _population_config(args: argparse.Namespace, agent_cfg: dict[str, Any]) -> tuple[dict[str, Any], Any, Any, Any]:
+    """The agent config with the population flags applied, its population config, the ``--pbt-replay`` observer
+    (or ``None``) and the ``pbt_summary:`` section (``None`` without the population). A bad setting raises
+    ``ConfigError`` or ``ValueError``, one line for the user."""
+    from async_pbt_isaaclab.core.agent_config import load_population_config
+    from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
+    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
+    from async_pbt_isaaclab.rl_games.exploration_config import validate_exploration_config
+
+    agent_cfg, cfg = load_population_config(
+        agent_cfg,
+        population_overrides(args),
+        source=f"{args.task} ({args.agent})",
+        origins=population_flag_origins(args),
+    )
+    replay = None
+    if getattr(args, "pbt_replay", None):
+        from dataclasses import replace
+
+        from async_pbt_isaaclab.rl_games.schedule_replay import start_replay
+
+        # A replay is one plain run that follows the schedule (no workspace, no selection), in its own run
+        # folder <name>_replay_<NNN>, as the CPU member's --pbt-replay.
+        cfg = replace(cfg, enabled=False)
+        replay = start_replay(agent_cfg, args.pbt_replay_schedule, args.pbt_replay)
+    summary = SummaryCfg.from_agent_cfg(agent_cfg) if cfg.enabled else None
+    register_bounded_exploration()
+    validate_exploration_config(agent_cfg)  # a bad log_std_bounds is one line here, not a build traceback
+    return agent_cfg, cfg, replay, summary
+
+
+def _run_settings(
+    args: argparse.Namespace, session: Session, hooks: ScriptHooks, agent_cfg: dict[str, Any], cfg: Any
+) -> tuple[int, str | None, float | None]:
+    """The CLI overrides the installed release's own script applies, then ``(seed, checkpoint to start from,
+    initial sigma)``: a member adds its index to the seed; ``--distributed`` places the run on its rank's GPU, and
+    is refused for a member."""
+    from async_pbt_isaaclab.envs.isaaclab import api as isaaclab_api
+
+    env_cfg, params = session.env_cfg, agent_cfg["params"]
+    rl_cfg = params["config"]
+    isaaclab_api.apply_cli_overrides(session, args, env_cfg)
+    if args.seed == -1:
+        args.seed = random.randint(0, 10000)
+    seed = int(args.seed if args.seed is not None else params.get("seed", 42))
+    if cfg.enabled:
+        # Members must not share a seed, or the population starts as N copies of one run.
+        seed += cfg.policy_idx
+    if args.max_iterations is not None:
+        rl_cfg["max_epochs"] = args.max_iterations
+    resume_path = hooks.resolve_checkpoint(args.checkpoint) if args.checkpoint else None
+    if resume_path and not cfg.enabled:
+        params["load_checkpoint"] = True
+        params["load_path"] = resume_path
+        print(f"[INFO]: Loading model checkpoint from: {resume_path}")
+    sigma = float(args.sigma) if args.sigma is not None else None
+    if args.distributed:
+        if cfg.enabled:
+            raise _Refused(DISTRIBUTED_MEMBER)
+        rank, local = isaaclab_api.distributed_placement(session)
+        seed += rank
+        rl_cfg["device"] = rl_cfg["device_name"] = local
+        rl_cfg["multi_gpu"] = True
+        env_cfg.sim.device = local
+    params["seed"] = seed
+    # Certain randomisations happen when the env is built: seed the env config too.
+    if hasattr(env_cfg, "seed"):
+        env_cfg.seed = seed
+    return seed, resume_path, sigma
+
+
+def _log_folders(args: argparse.Namespace, agent_cfg: dict[str, Any], cfg: Any, seed: int) -> tuple[str, str]:
+    """``(log root, run folder)``: logs/rl_games/<name>/<run>, the member's run kept across restarts."""
+    rl_cfg = agent_cfg["params"]["config"]
+    config_name = rl_cfg["name"]
+    log_root = os.path.join("logs", "rl_games", config_name)
+    pbt_directory = str((agent_cfg.get("pbt") or {}).get("directory", "."))
+    # Isaac Lab's pbt.directory roots the log folders elsewhere (e.g. on a shared filesystem).
+    log_root = os.path.abspath(log_root if pbt_directory == "." else os.path.join(pbt_directory, log_root))
+    if cfg.enabled:
+        run_name = member_experiment_name(rl_cfg, cfg, log_root)
+    else:
+        run_name = (
+            rl_cfg.get("full_experiment_name")
+            or getattr(args, "run_timestamp", None)
+            or datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        )
+    rl_cfg["train_dir"] = log_root
+    rl_cfg["full_experiment_name"] = run_name
+    print(f"[INFO] Logging experiment in directory: {log_root}")
+    if cfg.enabled:
+        print(
+            f"[INFO] PBT member {cfg.policy_idx}/{cfg.num_policies}, workspace {cfg.workspace_path(log_root)}, "
+            f"objective {cfg.objective!r}, seed {seed}"
+        )
+    return log_root, os.path.join(log_root, run_name)
+
+
+def _observers(
+    args: argparse.Namespace, env_cfg: Any, agent_cfg: dict[str, Any], cfg: Any, log_root: str, replay: Any
+) -> list[Any]:
+    """The rl_games observers beside the member's own: Isaac Lab's, the replay's, W&B's with ``--track``."""
+    from rl_games.common.algo_observer import IsaacAlgoObserver
+
+    observers: list[Any] = [IsaacAlgoObserver()] + ([replay] if replay is not None else [])
+    if args.track and int(os.getenv("RANK", "0")) == 0:
+        if args.wandb_entity is None:
+            raise ValueError("Weights and Biases entity must be specified for tracking.")
+        observers.append(make_wandb_observer(args, env_cfg, agent_cfg, cfg, log_root))
+    return observers
 
 
 def member_experiment_name(rl_cfg: dict, cfg: Any, train_dir: str) -> str:

@@ -6,7 +6,7 @@ Lab resolve when an env or a config is actually built (after ``AppLauncher`` sta
 A PBT variant is the *upstream Isaac Lab task unchanged* (same env class, same env config) paired with its own
 rl_games agent yaml in ``agents/``, whose ``pbt:`` section chooses the objective and the mutation bounds, and whose
 ``pbt_summary:`` section says where the per-episode objective terms come from
-(:class:`async_pbt_isaaclab.envs.isaaclab_terms.SummaryCfg`). The upstream task is reached *through its own gymnasium
+(:class:`async_pbt_isaaclab.envs.isaaclab.terms.SummaryCfg`). The upstream task is reached *through its own gymnasium
 registration* (``base_task``), not through hard-coded module paths, because those moved between Isaac Lab releases
 (for example Cartpole's config class moved from ``cartpole_env`` to ``cartpole_env_cfg``):
 
@@ -24,7 +24,7 @@ convention (``AsyncPbt-Cartpole-Direct-v0`` on 2.x, ``AsyncPbt-Cartpole-Direct``
 both, since an unversioned id shadows its ``-v0``).
 
 The pure-torch CPU task ``AsyncPbt-TorchReach-v0`` is not an Isaac Lab task and is not registered here
-(:func:`async_pbt_isaaclab.envs.torch_reach_task.register_torch_envs` registers it for the CPU examples).
+(:func:`async_pbt_isaaclab.testing.torch_reach_task.register_torch_envs` registers it for the tests and benchmarks).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from async_pbt_isaaclab.envs.isaaclab_release import SERIES_2, SERIES_3, UnsupportedIsaacLab, detect
+from async_pbt_isaaclab.envs.isaaclab.release import SERIES_2, SERIES_3, UnsupportedIsaacLab, detect
 
 PACKAGE = "async_pbt_isaaclab.tasks"
 """Import name of this package (the yamls live in its ``agents/`` folder)."""

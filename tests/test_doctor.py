@@ -14,7 +14,7 @@ import sys
 import time
 
 from async_pbt_isaaclab.cli import main
-from async_pbt_isaaclab.commands.doctor import SKEW_FAIL_S, run_checks
+from async_pbt_isaaclab.core.filesystem_checks import SKEW_FAIL_S, run_checks
 from async_pbt_isaaclab.core.fsio import atomic_write_json
 
 

@@ -6,7 +6,9 @@ What is shown here:
    of ``async_pbt_isaaclab.core`` and ``async_pbt_isaaclab.cli`` import fine, a decision with every rule
    (welch pulls in scipy lazily) and a mutation run, and none of those names is in ``sys.modules``
    afterwards, nor was an import of them even attempted;
-2. statically, no file in ``core/`` has an import statement naming them (lazy ones included).
+2. statically, no file in ``core/`` has an import statement naming them (lazy ones included);
+3. statically, the layers under the ``async-pbt`` command (core, member, envs, rl_games, launch, the one-line
+   parser) never import ``commands/`` or ``cli.py``, lazily or not: what both need lives below them.
 """
 
 from __future__ import annotations
@@ -145,3 +147,23 @@ def test_static_check_would_catch_an_import(tmp_path):
         "    importlib.import_module('omni.kit')\n"
     )
     assert [n for _, n in _imported_names(sample)] == ["torch.nn", "isaaclab.envs", "omni.kit"]
+
+
+LAYERS_UNDER_THE_COMMANDS = ("core", "member", "envs", "rl_games", "launch", "console.py")
+"""Rooms of the package that ``commands/`` and ``cli.py`` import, and so must not import back."""
+
+
+def test_layers_under_the_commands_never_import_them():
+    files = sorted(
+        path
+        for layer in LAYERS_UNDER_THE_COMMANDS
+        for path in ([PACKAGE_DIR / layer] if layer.endswith(".py") else (PACKAGE_DIR / layer).rglob("*.py"))
+    )
+    assert {p.parent.name for p in files} >= {"core", "member", "envs", "isaaclab", "rl_games", "launch"}
+    offenders = [
+        f"{path.relative_to(PACKAGE_DIR)}:{line}: {name}"
+        for path in files
+        for line, name in _imported_names(path)
+        if name.startswith(("async_pbt_isaaclab.commands", "async_pbt_isaaclab.cli"))
+    ]
+    assert offenders == []

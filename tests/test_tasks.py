@@ -32,7 +32,7 @@ from async_pbt_isaaclab.core.config import objective_term
 from async_pbt_isaaclab.core.evidence import LENGTH_OBJECTIVE, RETURN_OBJECTIVE
 from async_pbt_isaaclab.core.mutation import agent_path
 from async_pbt_isaaclab.envs.isaaclab import ISAACLAB_INSTALL_HINT
-from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
+from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
 from async_pbt_isaaclab.tasks.registry import (
     TASK_IDS,
     TASKS,
@@ -85,7 +85,7 @@ def test_loading_the_entry_point_registers_ids_without_heavy_imports():
 
 def test_at_least_the_three_kinds_of_task_are_registered():
     assert set(UPSTREAM) == set(TASK_IDS)
-    assert "AsyncPbt-TorchReach-v0" not in TASK_IDS, "not an Isaac Lab task: registered by envs.torch_reach_task only"
+    assert "AsyncPbt-TorchReach-v0" not in TASK_IDS, "not an Isaac Lab task: testing.torch_reach_task registers it"
     kinds = {"Allegro": "dexterous", "Anymal": "locomotion", "Cartpole": "classic"}
     assert all(any(k in t for t in TASK_IDS) for k in kinds)
 
@@ -106,11 +106,11 @@ def test_upstream_variant_registration_has_isaaclab_shape(task_id):
 
 def test_a_variant_builds_the_upstream_envs_own_class():
     """Delegation through the upstream id's registration (here a stand-in upstream: the pure-torch env)."""
-    from async_pbt_isaaclab.envs.torch_reach_task import TorchReachEnv, TorchReachEnvCfg
+    from async_pbt_isaaclab.testing.torch_reach_task import TorchReachEnv, TorchReachEnvCfg
 
     gym.register(
         id="Isaac-StandInUpstream-v0",
-        entry_point="async_pbt_isaaclab.envs.torch_reach_task:TorchReachEnv",
+        entry_point="async_pbt_isaaclab.testing.torch_reach_task:TorchReachEnv",
         disable_env_checker=True,
         kwargs={"env_cfg_entry_point": "unused:Cfg"},
     )
@@ -217,11 +217,11 @@ def test_objectives_suit_their_tasks():
 
 
 def test_cpu_task_is_the_envs_own_registration_with_the_packaged_yaml():
-    from async_pbt_isaaclab.envs import torch_reach_task
+    from async_pbt_isaaclab.testing import torch_reach_task
 
     torch_reach_task.register_torch_envs()
     spec = gym.spec("AsyncPbt-TorchReach-v0")
-    assert spec.entry_point == "async_pbt_isaaclab.envs.torch_reach_task:TorchReachEnv"
+    assert spec.entry_point == "async_pbt_isaaclab.testing.torch_reach_task:TorchReachEnv"
     env = gym.make("AsyncPbt-TorchReach-v0", num_envs=3)
     assert env.unwrapped.num_envs == 3
     _, agent = _isaaclab_yaml("async_pbt_isaaclab.tasks:agents/torch_reach_pbt.yaml")

@@ -11,6 +11,6 @@
 * :mod:`~async_pbt_isaaclab.commands.common`: :class:`~async_pbt_isaaclab.commands.common.CliError` and the
   formatting helpers they share; the exit codes are :mod:`async_pbt_isaaclab.exit_codes`.
 
-``launch`` is registered from :mod:`async_pbt_isaaclab.launch.local`. Like the CLI, these modules import only
+``launch`` is registered from :mod:`async_pbt_isaaclab.launch.cli`. Like the CLI, these modules import only
 the pure core (no torch, rl_games or Isaac Lab); matplotlib is imported only when ``report`` runs.
 """

@@ -109,25 +109,74 @@ def _fmt_value(v: Any) -> str:
 def cmd_check_config(args: argparse.Namespace) -> int:
     source = str(args.agent_yaml)
     try:
-        agent_cfg = load_yaml(source)
-        merged, cfg = load_population_config(agent_cfg, args.overrides, source=source)
-        # load_population_config checks the agent settings only for an enabled member; check-config
-        # always checks them, as they would be used once pbt.enabled is true.
-        if not cfg.enabled:
-            validate_agent_config(merged, cfg, source)
+        merged, cfg = _load_checked(source, args.overrides)
     except OSError as exc:  # a directory, no permission: load_yaml converts only a missing file
         print(f"async-pbt check-config: error: {source}: cannot read ({exc.strerror})", file=sys.stderr)
         return EXIT_USAGE
     except ConfigError as exc:
-        where = exc.source or source  # "the command line" when every problem comes from an override
-        if len(exc.problems) == 1:
-            print(f"async-pbt check-config: error: {where}: {exc.problems[0]}", file=sys.stderr)
-            return EXIT_USAGE
-        print(f"async-pbt check-config: error: invalid population config in {where}:", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  {where}: {problem}" if where == source else f"  {problem}", file=sys.stderr)
+        _print_config_error(exc, source)
         return EXIT_USAGE
 
+    current = current_hyperparameters(merged, cfg)
+    notes, warnings = _notes_and_warnings(merged, cfg, current, source)
+    train_dir, train_dir_from = _train_dir(merged, args.train_dir)
+    ws_path = cfg.workspace_path(train_dir)
+    resolved = _resolved_values(cfg)
+    hparams = _hyperparameter_table(cfg, current)
+    if args.json:
+        emit_json(
+            {
+                "source": source,
+                "overrides": list(args.overrides),
+                "valid": True,
+                "config": cfg.to_dict(),
+                "resolved": {k: {"value": v, "why": why} for k, (v, why) in resolved.items()},
+                "workspace": str(ws_path),
+                "hyperparameters": hparams,
+                "warnings": warnings,
+                "notes": notes,
+            }
+        )
+    else:
+        ov = f" with {len(args.overrides)} override(s)" if args.overrides else ""
+        print(f"{source}{ov}: population config is valid")
+        for note in notes:
+            print(f"note: {note}")
+        print("\n".join(format_table(_config_rows(cfg, resolved), indent="  ")))
+        print(f"workspace: {ws_path}  ({_workspace_origin(cfg, train_dir, train_dir_from)})")
+        if hparams:
+            print("mutated hyperparameters:")
+            print("\n".join(format_table(_hyperparameter_rows(hparams), indent="  ")))
+    for w in warnings:
+        print(f"async-pbt check-config: warning: {w}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _load_checked(source: str, overrides: list[str]) -> tuple[dict[str, Any], PopulationConfig]:
+    """The agent yaml with ``overrides`` applied and its population config, checked as a member would use it."""
+    agent_cfg = load_yaml(source)
+    merged, cfg = load_population_config(agent_cfg, overrides, source=source)
+    # load_population_config checks the agent settings only for an enabled member; check-config
+    # always checks them, as they would be used once pbt.enabled is true.
+    if not cfg.enabled:
+        validate_agent_config(merged, cfg, source)
+    return merged, cfg
+
+
+def _print_config_error(exc: ConfigError, source: str) -> None:
+    where = exc.source or source  # "the command line" when every problem comes from an override
+    if len(exc.problems) == 1:
+        print(f"async-pbt check-config: error: {where}: {exc.problems[0]}", file=sys.stderr)
+        return
+    print(f"async-pbt check-config: error: invalid population config in {where}:", file=sys.stderr)
+    for problem in exc.problems:
+        print(f"  {where}: {problem}" if where == source else f"  {problem}", file=sys.stderr)
+
+
+def _notes_and_warnings(
+    merged: Mapping[str, Any], cfg: PopulationConfig, current: Mapping[str, Any], source: str
+) -> tuple[list[str], list[str]]:
+    """What a valid config may still get wrong: keys the chosen rule ignores, starting values outside the bounds."""
     warnings: list[str] = []
     notes: list[str] = []
     if not cfg.enabled:
@@ -148,7 +197,6 @@ def cmd_check_config(args: argparse.Namespace) -> int:
                 f"{cfg.rule!r}; it is ignored"
                 + (" (set pbt.rule=isaaclab for Isaac Lab's selection)" if key_rules == ("isaaclab",) else "")
             )
-    current = current_hyperparameters(merged, cfg)
     for key, spec in sorted(cfg.mutation.items()):
         if spec.kind != "choice" and not within_bounds(current[key], spec):
             warnings.append(
@@ -157,19 +205,23 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             )
         elif spec.kind == "choice" and current[key] not in spec.choices:
             warnings.append(f"{source}: {key}={current[key]!r} is not one of pbt.mutation.{key}.choices")
+    return notes, warnings
 
-    train_dir, train_dir_from = _train_dir(merged, args.train_dir)
-    ws_path = cfg.workspace_path(train_dir)
+
+def _workspace_origin(cfg: PopulationConfig, train_dir: str, train_dir_from: str) -> str:
+    """How the workspace path was resolved, in words."""
     if Path(cfg.workspace).expanduser().is_absolute():
-        ws_how = "absolute pbt.workspace"
-    elif cfg.directory:
-        ws_how = f"pbt.workspace relative to pbt.directory {cfg.directory!r}"
-    else:
-        ws_how = (
-            f"pbt.workspace relative to the train dir {train_dir!r} ({train_dir_from}; Isaac Lab's "
-            f"train script sets it to logs/rl_games/<name>, pass --train-dir to match)"
-        )
-    resolved = _resolved_values(cfg)
+        return "absolute pbt.workspace"
+    if cfg.directory:
+        return f"pbt.workspace relative to pbt.directory {cfg.directory!r}"
+    return (
+        f"pbt.workspace relative to the train dir {train_dir!r} ({train_dir_from}; Isaac Lab's "
+        f"train script sets it to logs/rl_games/<name>, pass --train-dir to match)"
+    )
+
+
+def _hyperparameter_table(cfg: PopulationConfig, current: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One entry per mutated hyperparameter: its kind, bounds, change, current value and agent key."""
     hparams = []
     for key, spec in sorted(cfg.mutation.items()):
         cr = spec.change_range or cfg.change_range
@@ -187,60 +239,41 @@ def cmd_check_config(args: argparse.Namespace) -> int:
                 "live": SUPPORTED_HYPERPARAMETERS[key].live,
             }
         )
+    return hparams
 
-    if args.json:
-        emit_json(
-            {
-                "source": source,
-                "overrides": list(args.overrides),
-                "valid": True,
-                "config": cfg.to_dict(),
-                "resolved": {k: {"value": v, "why": why} for k, (v, why) in resolved.items()},
-                "workspace": str(ws_path),
-                "hyperparameters": hparams,
-                "warnings": warnings,
-                "notes": notes,
-            }
+
+def _config_rows(cfg: PopulationConfig, resolved: Mapping[str, tuple[Any, str]]) -> list[list[str]]:
+    rows = []
+    for name, value in cfg.to_dict().items():
+        if name == "mutation":
+            shown = f"{len(value)} hyperparameter(s), below" if value else "{} (none)"
+        else:
+            shown = _fmt_value(value)
+        if name in resolved:
+            rv, why = resolved[name]
+            shown += f"  ({why})" if rv is None else f"  -> {_fmt_value(rv)} ({why})"
+        rows.append([name, shown])
+    return rows
+
+
+def _hyperparameter_rows(hparams: list[dict[str, Any]]) -> list[list[str]]:
+    rows = [["name", "kind", "low", "high", "change", "current", "agent key"]]
+    for h in hparams:
+        if h["change_range"] is not None:
+            change = "x[" + ", ".join(format_number(x) for x in h["change_range"]) + "]"
+        elif h["step"] is not None:
+            change = f"+-1..{h['step']}"
+        else:
+            change = "of " + _fmt_value(h["choices"])
+        rows.append(
+            [
+                h["name"],
+                h["kind"],
+                format_number(h["low"]),
+                format_number(h["high"]),
+                change,
+                _fmt_value(h["current"]),
+                h["agent_key"] + ("" if h["live"] else "  (restart)"),
+            ]
         )
-    else:
-        ov = f" with {len(args.overrides)} override(s)" if args.overrides else ""
-        print(f"{source}{ov}: population config is valid")
-        for note in notes:
-            print(f"note: {note}")
-        rows = []
-        for name, value in cfg.to_dict().items():
-            if name == "mutation":
-                shown = f"{len(value)} hyperparameter(s), below" if value else "{} (none)"
-            else:
-                shown = _fmt_value(value)
-            if name in resolved:
-                rv, why = resolved[name]
-                shown += f"  ({why})" if rv is None else f"  -> {_fmt_value(rv)} ({why})"
-            rows.append([name, shown])
-        print("\n".join(format_table(rows, indent="  ")))
-        print(f"workspace: {ws_path}  ({ws_how})")
-        if hparams:
-            print("mutated hyperparameters:")
-            rows = [["name", "kind", "low", "high", "change", "current", "agent key"]]
-            for h in hparams:
-                if h["change_range"] is not None:
-                    change = "x[" + ", ".join(format_number(x) for x in h["change_range"]) + "]"
-                elif h["step"] is not None:
-                    change = f"+-1..{h['step']}"
-                else:
-                    change = "of " + _fmt_value(h["choices"])
-                rows.append(
-                    [
-                        h["name"],
-                        h["kind"],
-                        format_number(h["low"]),
-                        format_number(h["high"]),
-                        change,
-                        _fmt_value(h["current"]),
-                        h["agent_key"] + ("" if h["live"] else "  (restart)"),
-                    ]
-                )
-            print("\n".join(format_table(rows, indent="  ")))
-    for w in warnings:
-        print(f"async-pbt check-config: warning: {w}", file=sys.stderr)
-    return EXIT_OK
+    return rows

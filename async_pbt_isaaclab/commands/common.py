@@ -1,34 +1,21 @@
-"""What every ``async-pbt`` subcommand shares: :class:`CliError`, the one-line parser, output and workspace helpers.
+"""What every ``async-pbt`` subcommand shares: :class:`CliError`, output and workspace helpers.
 
 Separate from the subcommand modules so that :mod:`async_pbt_isaaclab.cli` (which turns a :class:`CliError` into
 exit code 2) and each subcommand group use the same definitions without importing one another. The exit codes
-are :mod:`async_pbt_isaaclab.exit_codes`. Imports only the pure core.
+are :mod:`async_pbt_isaaclab.exit_codes`, the one-line parser :mod:`async_pbt_isaaclab.console`. Imports only the
+pure core.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from async_pbt_isaaclab.exit_codes import EXIT_USAGE
-
 
 class CliError(Exception):
     """A user-facing error: printed as ``async-pbt <cmd>: error: <message>``, exit code 2."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are one line naming the value, exit code 2.
-
-    argparse's default prints the whole usage block before the error; in a terminal full of training
-    output the one line that matters gets lost. ``--help`` still shows the usage.
-    """
-
-    def error(self, message: str):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 # ============================================================================ helpers

@@ -51,14 +51,7 @@ def lineage_events(member: int, entries: Iterable[tuple[int, Mapping[str, Any] |
     events: list[dict[str, Any]] = []
     unreadable: list[str] = []
     start: dict[str, Any] | None = None
-    pending: dict[str, Any] | None = None
-
-    def close(state: str, **extra: Any) -> None:
-        nonlocal pending
-        if pending is not None:
-            pending.update(state=state, **extra)
-            events.append(pending)
-            pending = None
+    pending: dict[str, Any] | None = None  # the last exploit/explore decided, until applied, aborted or replaced
 
     for line, entry, err in entries:
         if entry is None:
@@ -66,79 +59,104 @@ def lineage_events(member: int, entries: Iterable[tuple[int, Mapping[str, Any] |
             continue
         kind = entry.get("kind")
         if kind == "start" and start is None:
-            start = {
-                "generation": entry.get("generation", 0),
-                "frame": entry.get("frame"),
-                "mode": entry.get("mode"),
-                "checkpoint": entry.get("checkpoint"),
-                "seq": entry.get("seq"),
-                "line": line,
-                "time": entry.get("time"),
-            }
+            start = _start_event(entry, line)
         elif kind == "decision":
-            raw_decision = entry.get("decision")
-            decision = raw_decision if isinstance(raw_decision, Mapping) else {}
-            outcome = decision.get("outcome")
-            if outcome not in ("exploit", "explore"):
-                continue
-            close("not applied")
-            me = (entry.get("inputs") or {}).get("me") or {}
-            donor = decision.get("donor")
-            gen = me.get("generation")
-            pending = {
-                "generation": gen + 1 if isinstance(gen, int) else None,
-                "frame": me.get("frame"),
-                "outcome": outcome,
-                "donor": donor,
-                "donor_generation": _donor_generation(entry, donor) if donor is not None else None,
-                "donor_checkpoint": None,
-                "changes": entry.get("changes") or [],
-                "reason": (decision.get("reasons") or [""])[-1],
-                "seq": entry.get("seq"),
-                "line": line,
-                "time": entry.get("time"),
-            }
+            decided = _decided_event(entry, line)
+            if decided is not None:
+                if pending is not None:
+                    events.append({**pending, "state": "not applied"})
+                pending = decided
         elif kind == "exploit_applied":
-            donor = entry.get("donor")
-            ev: dict[str, Any] = (
-                dict(pending)
-                if pending is not None
-                else {"outcome": "explore" if donor is None or donor == member else "exploit", "reason": ""}
-            )
+            events.append(_applied_event(entry, line, pending, member))
             pending = None
-            for key in ("generation", "frame", "donor", "donor_generation", "donor_checkpoint", "changes"):
-                if entry.get(key) is not None:
-                    ev[key] = entry[key]
-                else:
-                    ev.setdefault(key, None)
-            ev.update(state="applied", seq=entry.get("seq"), line=line, time=entry.get("time"))
-            if "hyperparameters" in entry:
-                ev["hyperparameters"] = entry["hyperparameters"]
-            events.append(ev)
         elif kind == "exploit_aborted":
             why = entry.get("reason") or entry.get("error") or ""
             if pending is not None:
-                close("aborted", abort_reason=why, abort_seq=entry.get("seq"))
+                events.append({**pending, "state": "aborted", "abort_reason": why, "abort_seq": entry.get("seq")})
+                pending = None
             else:
-                events.append(
-                    {
-                        "generation": entry.get("generation"),
-                        "frame": entry.get("frame"),
-                        "outcome": "exploit",
-                        "donor": entry.get("donor"),
-                        "donor_generation": entry.get("donor_generation"),
-                        "donor_checkpoint": None,
-                        "changes": entry.get("changes") or [],
-                        "reason": "",
-                        "state": "aborted",
-                        "abort_reason": why,
-                        "seq": entry.get("seq"),
-                        "line": line,
-                        "time": entry.get("time"),
-                    }
-                )
-    close("pending")
+                events.append(_aborted_event(entry, line, why))
+    if pending is not None:
+        events.append({**pending, "state": "pending"})
     return {"member": member, "start": start, "events": events, "unreadable": unreadable}
+
+
+def _start_event(entry: Mapping[str, Any], line: int) -> dict[str, Any]:
+    """The member's first start: its generation, frame, mode and checkpoint."""
+    return {
+        "generation": entry.get("generation", 0),
+        "frame": entry.get("frame"),
+        "mode": entry.get("mode"),
+        "checkpoint": entry.get("checkpoint"),
+        "seq": entry.get("seq"),
+        "line": line,
+        "time": entry.get("time"),
+    }
+
+
+def _decided_event(entry: Mapping[str, Any], line: int) -> dict[str, Any] | None:
+    """The generation an exploit or explore decision starts (its state still open); ``None`` for a keep."""
+    raw_decision = entry.get("decision")
+    decision = raw_decision if isinstance(raw_decision, Mapping) else {}
+    outcome = decision.get("outcome")
+    if outcome not in ("exploit", "explore"):
+        return None
+    me = (entry.get("inputs") or {}).get("me") or {}
+    donor = decision.get("donor")
+    gen = me.get("generation")
+    return {
+        "generation": gen + 1 if isinstance(gen, int) else None,
+        "frame": me.get("frame"),
+        "outcome": outcome,
+        "donor": donor,
+        "donor_generation": _donor_generation(entry, donor) if donor is not None else None,
+        "donor_checkpoint": None,
+        "changes": entry.get("changes") or [],
+        "reason": (decision.get("reasons") or [""])[-1],
+        "seq": entry.get("seq"),
+        "line": line,
+        "time": entry.get("time"),
+    }
+
+
+def _applied_event(
+    entry: Mapping[str, Any], line: int, pending: Mapping[str, Any] | None, member: int
+) -> dict[str, Any]:
+    """An applied exploit: the decision it applies (if logged) completed by what the entry says was done."""
+    donor = entry.get("donor")
+    ev: dict[str, Any] = (
+        dict(pending)
+        if pending is not None
+        else {"outcome": "explore" if donor is None or donor == member else "exploit", "reason": ""}
+    )
+    for key in ("generation", "frame", "donor", "donor_generation", "donor_checkpoint", "changes"):
+        if entry.get(key) is not None:
+            ev[key] = entry[key]
+        else:
+            ev.setdefault(key, None)
+    ev.update(state="applied", seq=entry.get("seq"), line=line, time=entry.get("time"))
+    if "hyperparameters" in entry:
+        ev["hyperparameters"] = entry["hyperparameters"]
+    return ev
+
+
+def _aborted_event(entry: Mapping[str, Any], line: int, why: str) -> dict[str, Any]:
+    """An aborted exploit whose decision is not in the log: what the abort entry says."""
+    return {
+        "generation": entry.get("generation"),
+        "frame": entry.get("frame"),
+        "outcome": "exploit",
+        "donor": entry.get("donor"),
+        "donor_generation": entry.get("donor_generation"),
+        "donor_checkpoint": None,
+        "changes": entry.get("changes") or [],
+        "reason": "",
+        "state": "aborted",
+        "abort_reason": why,
+        "seq": entry.get("seq"),
+        "line": line,
+        "time": entry.get("time"),
+    }
 
 
 def format_changes(changes: Any) -> str:

@@ -56,14 +56,7 @@ def render_status(data: dict[str, Any], width: int | None = None) -> list[str]:
 
     ``width`` cuts the last column (the decision) so each row fits a terminal that wide.
     """
-    out: list[str] = []
-    meta = data.get("population")
-    root = data.get("workspace")
-    if meta is not None:
-        task = f", task {meta.get('task')}" if meta.get("task") else ""
-        out.append(f"workspace {root}: {meta.get('num_policies')} members, objective {meta.get('objective')}{task}")
-    else:
-        out.append(f"workspace {root}")
+    out = [_header_line(data)]
     if not data["members"]:
         out.append("no members yet")
         return out
@@ -93,26 +86,7 @@ def render_status(data: dict[str, Any], width: int | None = None) -> list[str]:
                 + (f" [{m['scheduler']}]" if m.get("scheduler") else "")
             )
             continue
-        obj = "-" if m["objective_mean"] is None else f"{m['objective_mean']:.4g} ± {m['objective_std']:.3g}"
-        if m["evidence_generation"] != m["generation"]:
-            obj += f" (gen {m['evidence_generation']})"
-        status = m["status"] + (" (stale?)" if m["stale"] else "")
-        rate = m.get("frames_per_s")
-        eta = m.get("eta_s")
-        rows.append(
-            [
-                f"{m['member']:03d}",
-                _fmt_frames(m["frame"], m.get("target_frames")),
-                str(m["generation"]),
-                obj,
-                str(m["episodes"]),
-                format_age(m["heartbeat_age_s"]),
-                status,
-                "-" if not rate else f"{rate:.4g}",
-                "-" if eta is None else format_age(eta),
-                m.get("decision") or m.get("last_decision") or "-",
-            ]
-        )
+        rows.append(_member_row(m))
         if scheduled:
             rows[-1].insert(7, m.get("scheduler") or "-")
     if len(rows) > 1:
@@ -122,6 +96,38 @@ def render_status(data: dict[str, Any], width: int | None = None) -> list[str]:
         out += lines
     out += problems
     return out
+
+
+def _header_line(data: dict[str, Any]) -> str:
+    """``workspace W: N members, objective O, task T`` (what population.json says, when it is readable)."""
+    meta = data.get("population")
+    root = data.get("workspace")
+    if meta is None:
+        return f"workspace {root}"
+    task = f", task {meta.get('task')}" if meta.get("task") else ""
+    return f"workspace {root}: {meta.get('num_policies')} members, objective {meta.get('objective')}{task}"
+
+
+def _member_row(m: dict[str, Any]) -> list[str]:
+    """The table row of a member whose record is readable (without the scheduler column)."""
+    obj = "-" if m["objective_mean"] is None else f"{m['objective_mean']:.4g} ± {m['objective_std']:.3g}"
+    if m["evidence_generation"] != m["generation"]:
+        obj += f" (gen {m['evidence_generation']})"
+    status = m["status"] + (" (stale?)" if m["stale"] else "")
+    rate = m.get("frames_per_s")
+    eta = m.get("eta_s")
+    return [
+        f"{m['member']:03d}",
+        _fmt_frames(m["frame"], m.get("target_frames")),
+        str(m["generation"]),
+        obj,
+        str(m["episodes"]),
+        format_age(m["heartbeat_age_s"]),
+        status,
+        "-" if not rate else f"{rate:.4g}",
+        "-" if eta is None else format_age(eta),
+        m.get("decision") or m.get("last_decision") or "-",
+    ]
 
 
 def watch(

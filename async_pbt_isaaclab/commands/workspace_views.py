@@ -73,34 +73,7 @@ def status_data(ws, now: float, stale_after: float) -> dict[str, Any]:
     members = []
     for index in ws.member_indices():
         if index in records:
-            rec: MemberRecord = records[index]
-            ev = rec.evidence
-            age = now - rec.heartbeat
-            members.append(
-                {
-                    "member": index,
-                    "state": "ok",
-                    "frame": rec.frame,
-                    "epoch": rec.epoch,
-                    "generation": rec.generation,
-                    "restarts": rec.restarts,
-                    "objective": ev.objective,
-                    "objective_mean": ev.mean if ev.count else None,
-                    "objective_std": ev.std if ev.count else None,
-                    "episodes": ev.count,
-                    "evidence_generation": ev.generation,
-                    "heartbeat": rec.heartbeat,
-                    "heartbeat_age_s": age,
-                    "stale": rec.status == "running" and age > stale_after,
-                    "status": rec.status,
-                    "last_decision": rec.last_decision,
-                    "checkpoint": rec.checkpoint,
-                    "host": rec.host,
-                    "pid": rec.pid,
-                    "hyperparameters": rec.hyperparameters,
-                    "target_frames": getattr(rec, "target_frames", None),
-                }
-            )
+            members.append(_member_status(index, records[index], now, stale_after))
         elif index in errors:
             members.append({"member": index, "state": "unreadable", "error": errors[index]})
         else:
@@ -126,6 +99,35 @@ def status_data(ws, now: float, stale_after: float) -> dict[str, Any]:
         "population_error": meta_error,
         "now": now,
         "members": members,
+    }
+
+
+def _member_status(index: int, rec: MemberRecord, now: float, stale_after: float) -> dict[str, Any]:
+    """What ``status`` shows of a member whose record is readable."""
+    ev = rec.evidence
+    age = now - rec.heartbeat
+    return {
+        "member": index,
+        "state": "ok",
+        "frame": rec.frame,
+        "epoch": rec.epoch,
+        "generation": rec.generation,
+        "restarts": rec.restarts,
+        "objective": ev.objective,
+        "objective_mean": ev.mean if ev.count else None,
+        "objective_std": ev.std if ev.count else None,
+        "episodes": ev.count,
+        "evidence_generation": ev.generation,
+        "heartbeat": rec.heartbeat,
+        "heartbeat_age_s": age,
+        "stale": rec.status == "running" and age > stale_after,
+        "status": rec.status,
+        "last_decision": rec.last_decision,
+        "checkpoint": rec.checkpoint,
+        "host": rec.host,
+        "pid": rec.pid,
+        "hyperparameters": rec.hyperparameters,
+        "target_frames": getattr(rec, "target_frames", None),
     }
 
 

@@ -23,7 +23,7 @@ from async_pbt_isaaclab.core.mutation import agent_path
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 
 
-class _YamlLoader(yaml.SafeLoader):
+class _YamlLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML's classes are untyped (Any) here
     """SafeLoader that also reads YAML 1.2 floats without a dot (``3e-4``, ``1e-3``) as numbers.
 
     PyYAML follows YAML 1.1, where ``3e-4`` is a *string*; rl_games and Isaac Lab yamls (and Hydra
@@ -53,7 +53,10 @@ def _numeric(value: Any) -> Any:
     return value
 
 
-def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
+def load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """An agent yaml as a mapping (YAML 1.2 floats such as ``3e-4`` read as numbers).
+
+    :class:`ConfigError` naming the file when it is missing, unreadable, not YAML or not a mapping."""
     path = Path(path)
     try:
         with open(path) as fh:
@@ -133,6 +136,7 @@ def apply_overrides(agent_cfg: Mapping[str, Any], overrides: Iterable[str]) -> d
 
 
 def get_path(cfg: Mapping[str, Any], path: Iterable[str]) -> Any:
+    """The value at ``path`` (keys from the root) in a nested mapping; :class:`KeyError` naming the path when absent."""
     node: Any = cfg
     for part in path:
         if not isinstance(node, Mapping) or part not in node:
@@ -142,6 +146,7 @@ def get_path(cfg: Mapping[str, Any], path: Iterable[str]) -> Any:
 
 
 def set_path(cfg: dict[str, Any], path: Iterable[str], value: Any) -> None:
+    """Set the value at ``path`` in a nested dict, creating the mappings on the way."""
     parts = list(path)
     node = cfg
     for part in parts[:-1]:

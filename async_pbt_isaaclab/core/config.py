@@ -150,15 +150,19 @@ class PopulationConfig:
 
     # ---- derived values ----
     def resolved_max_frame_lag(self) -> int:
+        """``max_frame_lag`` with its placeholder (< 0) resolved: no limit."""
         return sys.maxsize if self.max_frame_lag < 0 else self.max_frame_lag
 
     def resolved_start_grace(self) -> int:
+        """``start_grace_frames`` with its placeholder (< 0) resolved: 2 x ``interval_steps``."""
         return 2 * self.interval_steps if self.start_grace_frames < 0 else self.start_grace_frames
 
     def resolved_restart_grace(self) -> int:
+        """``restart_grace_frames`` with its placeholder (< 0) resolved: 2 x ``interval_steps``."""
         return 2 * self.interval_steps if self.restart_grace_frames < 0 else self.restart_grace_frames
 
     def resolved_mutation_seed(self) -> int:
+        """``mutation_seed`` with its placeholder (< 0) resolved: a seed derived from ``policy_idx``."""
         # Distinct per member and stable across restarts; the persisted RNG state takes over after start.
         return 1_000_003 * (self.policy_idx + 1) if self.mutation_seed < 0 else self.mutation_seed
 
@@ -170,7 +174,8 @@ class PopulationConfig:
         """``value`` on a larger-is-better scale (negated under ``objective_direction: min``)."""
         return value if self.objective_direction == "max" else -value
 
-    def workspace_path(self, train_dir: str | os.PathLike = "") -> Path:
+    def workspace_path(self, train_dir: str | os.PathLike[str] = "") -> Path:
+        """The workspace folder: ``workspace`` as given when absolute, else under ``directory`` or ``train_dir``."""
         ws = Path(self.workspace).expanduser()
         if ws.is_absolute():
             return ws
@@ -178,6 +183,7 @@ class PopulationConfig:
         return (root / ws).absolute()
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field as plain JSON data (tuples as lists, the mutation specs as mappings, sorted by key)."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)

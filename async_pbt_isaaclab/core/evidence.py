@@ -60,6 +60,7 @@ class ConditionLabel:
     """Fingerprint of the reward configuration (for example a hash of the reward-term weights)."""
 
     def to_dict(self) -> dict[str, str]:
+        """The label as the JSON mapping records carry."""
         return {
             "task": self.task,
             "objective": self.objective,
@@ -69,6 +70,7 @@ class ConditionLabel:
 
     @classmethod
     def from_dict(cls, data: object, where: str = "condition") -> "ConditionLabel":
+        """A label from its JSON mapping; :class:`EvidenceError` naming ``where`` for anything else."""
         if not isinstance(data, Mapping):
             raise EvidenceError(f"{where}: expected a mapping, got {type(data).__name__}")
         unknown = set(data) - {"task", "objective", "curriculum_stage", "reward_config"}
@@ -119,6 +121,7 @@ class EpisodeBatch:
         return len(self.returns)
 
     def validate(self) -> None:
+        """Refuse columns of different lengths or an objective column of another length (:class:`EvidenceError`)."""
         n = len(self.returns)
         if len(self.lengths) != n or len(self.truncated) != n:
             raise EvidenceError(
@@ -181,10 +184,12 @@ class EvidenceSummary:
 
     @property
     def count(self) -> int:
+        """Episodes in the window."""
         return len(self.values)
 
     @property
     def mean(self) -> float:
+        """Mean objective over the window; NaN for an empty window."""
         return math.fsum(self.values) / len(self.values) if self.values else float("nan")
 
     @property
@@ -198,9 +203,11 @@ class EvidenceSummary:
 
     @property
     def best(self) -> float:
+        """Best single episode's objective in the window; NaN for an empty window."""
         return max(self.values) if self.values else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
+        """The summary as the JSON mapping records carry."""
         return {
             "objective": self.objective,
             "generation": self.generation,
@@ -212,6 +219,7 @@ class EvidenceSummary:
 
     @classmethod
     def from_dict(cls, data: object, where: str = "evidence") -> "EvidenceSummary":
+        """A summary from its JSON mapping, every field checked; :class:`EvidenceError` naming ``where`` otherwise."""
         if not isinstance(data, Mapping):
             raise EvidenceError(f"{where}: expected a mapping, got {type(data).__name__}")
         if "values" not in data:
@@ -309,6 +317,7 @@ class EvidenceWindow:
         return added
 
     def summary(self) -> EvidenceSummary:
+        """The window as it stands, frozen: what a record publishes."""
         return EvidenceSummary(
             objective=self.objective,
             generation=self.generation,

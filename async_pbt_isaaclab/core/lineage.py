@@ -106,10 +106,26 @@ def lineage_schedule(
     ``end_frame`` is the member's current frame counter (its record's ``frame``); it only sets
     :attr:`Schedule.end_frame`. A donor whose audit log is missing raises :class:`ScheduleError`.
     """
-    # Walk back from the member to the fresh start its weights came from, one exploit at a time ...
-    hops: list[tuple[int, list[GenerationChange], int | None]] = []
+    steps, offset = _steps_forward(_hops_back(member, lineages), lineages)
+    # Two steps at one frame: the later one is what trained from there on.
+    merged: dict[int, ScheduleStep] = {}
+    for st in steps:
+        merged[st.frame] = st
+    end = None if end_frame is None else end_frame + offset
+    return Schedule(member, tuple(sorted(merged.values(), key=lambda st: st.frame)), workspace, end)
+
+
+_Hop = tuple[int, list[GenerationChange], int | None]
+"""One member on the way back: its changes up to the checkpoint copied from it, and the index of its last exploit
+among them (``None``: the fresh start the chain began from)."""
+
+
+def _hops_back(member: int, lineages: Mapping[int, MemberLineage]) -> list[_Hop]:
+    """Walk back from ``member`` to the fresh start its weights came from, one exploit at a time."""
+    hops: list[_Hop] = []
     seen: set[tuple[int, int]] = set()
-    current, upto = member, None
+    current: int = member
+    upto: tuple[int, int] | None = None
     while True:
         lin = lineages.get(current)
         if lin is None:
@@ -118,7 +134,7 @@ def lineage_schedule(
         last = max((i for i, c in enumerate(changes) if c.donor is not None and c.donor != current), default=None)
         hops.append((current, changes, last))
         if last is None:
-            break
+            return hops
         ex = changes[last]
         if (current, ex.generation) in seen:
             # Each exploit goes back to an earlier checkpoint; no real run visits a generation twice.
@@ -135,7 +151,11 @@ def lineage_schedule(
                 f"frame/generation, so the donor's history cannot be cut at its checkpoint"
             )
         current, upto = donor, (donor_generation, donor_frame)
-    # ... then forward again: each hop keeps the earlier history up to the copied checkpoint and continues.
+
+
+def _steps_forward(hops: list[_Hop], lineages: Mapping[int, MemberLineage]) -> tuple[list[ScheduleStep], int]:
+    """Forward again from the fresh start: each hop keeps the earlier history up to the copied checkpoint and
+    continues. The steps on the final member's frame axis, and the offset from its frame counter to that axis."""
     steps: list[ScheduleStep] = []
     offset = 0
     for current, changes, last in reversed(hops):
@@ -146,7 +166,7 @@ def lineage_schedule(
             rest = changes
         else:
             ex = changes[last]
-            assert ex.donor_frame is not None  # checked on the walk back above
+            assert ex.donor_frame is not None  # checked on the walk back
             at = ex.donor_frame + offset
             offset = at - ex.frame
             steps = [st for st in steps if st.frame <= at]
@@ -156,9 +176,4 @@ def lineage_schedule(
             ScheduleStep(max(0, c.frame + offset), dict(c.hyperparameters), current, c.frame, c.generation, "explore")
             for c in rest
         ]
-    # Two steps at one frame: the later one is what trained from there on.
-    merged: dict[int, ScheduleStep] = {}
-    for st in steps:
-        merged[st.frame] = st
-    end = None if end_frame is None else end_frame + offset
-    return Schedule(member, tuple(sorted(merged.values(), key=lambda st: st.frame)), workspace, end)
+    return steps, offset

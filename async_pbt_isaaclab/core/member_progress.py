@@ -36,7 +36,7 @@ RATE_POINTS = 4
 """How many newest checkpoints the frame rate is measured over."""
 
 
-def last_decision_entry(path: str | os.PathLike, limit: int = TAIL_LIMIT) -> dict[str, Any] | None:
+def last_decision_entry(path: str | os.PathLike[str], limit: int = TAIL_LIMIT) -> dict[str, Any] | None:
     """The newest complete ``decision`` entry of the audit log at ``path``; ``None`` if none or unreadable."""
     try:
         fh = open(path, "rb")

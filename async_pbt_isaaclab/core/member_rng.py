@@ -25,6 +25,7 @@ class MemberRng:
             self.set_state(state)
 
     def get_state(self) -> dict[str, Any]:
+        """The generator's state as plain JSON data (what ``state.json`` keeps)."""
         s = self.generator.bit_generator.state
         return {
             "bit_generator": s["bit_generator"],
@@ -35,6 +36,7 @@ class MemberRng:
         }
 
     def set_state(self, state: Mapping[str, Any]) -> None:
+        """Continue from a state written by :meth:`get_state`; :class:`ValueError` for anything else."""
         try:
             if state["bit_generator"] != "PCG64":
                 raise ValueError(f"unsupported bit generator {state['bit_generator']!r} (expected 'PCG64')")
@@ -49,16 +51,21 @@ class MemberRng:
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> "MemberRng":
+        """A generator that continues from a state written by :meth:`get_state`."""
         return cls(seed=0, state=state)
 
     def uniform(self, low: float, high: float) -> float:
+        """A float drawn uniformly from ``[low, high)``."""
         return float(self.generator.uniform(low, high))
 
     def random(self) -> float:
+        """A float drawn uniformly from ``[0, 1)``."""
         return float(self.generator.random())
 
     def integers(self, low: int, high_inclusive: int) -> int:
+        """An integer drawn uniformly from ``[low, high_inclusive]``."""
         return int(self.generator.integers(low, high_inclusive, endpoint=True))
 
     def choice_index(self, n: int) -> int:
+        """An index drawn uniformly from ``range(n)``."""
         return int(self.generator.integers(0, n))

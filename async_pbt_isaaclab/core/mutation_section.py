@@ -29,6 +29,15 @@ BAKED_IN = {
 """Keys people try to mutate that cannot change, with why (shown in the error)."""
 
 
+class _Problem(Exception):
+    """One problem of one hyperparameter's entry, the line :func:`parse_mutation_section` reports."""
+
+
+def _accepted_kinds() -> str:
+    """Every kind name a ``mutation:`` entry may use: Isaac Lab's, then ours."""
+    return ", ".join(list(ISAACLAB_KIND_NAMES) + list(MUTATION_KINDS))
+
+
 def parse_mutation_section(raw: Any, problems: list[str], where: str) -> dict[str, MutationSpec]:
     """Read ``mutation:``: Isaac Lab form ``{agent.params.config.lr: mutate_float}`` or ours with bounds.
 
@@ -40,101 +49,97 @@ def parse_mutation_section(raw: Any, problems: list[str], where: str) -> dict[st
         problems.append(f"{where}mutation: expected a mapping of hyperparameter -> kind, got {raw!r}")
         return {}
     specs: dict[str, MutationSpec] = {}
-    supported = ", ".join(SUPPORTED_HYPERPARAMETERS)
     for raw_key, raw_spec in raw.items():
         key = normalise_hparam_key(str(raw_key))
-        label = f"{where}mutation.{raw_key}"
-        if key not in SUPPORTED_HYPERPARAMETERS:
-            why = BAKED_IN.get(key, "")
-            problems.append(f"{label}: {raw_key!r} is not a supported hyperparameter{why}; supported: {supported}")
-            continue
-        default = SUPPORTED_HYPERPARAMETERS[key].spec
-        if isinstance(raw_spec, str):
-            kind = ISAACLAB_KIND_NAMES.get(raw_spec, raw_spec)
-            if kind not in MUTATION_KINDS:
-                problems.append(
-                    f"{label}: unknown mutation {raw_spec!r}; accepted: "
-                    f"{', '.join(list(ISAACLAB_KIND_NAMES) + list(MUTATION_KINDS))}"
-                )
-                continue
-            spec, why = _spec_for_kind(key, default, kind, raw_spec)
-            if spec is None:
-                problems.append(f"{label}: {why}")
-            else:
-                specs[key] = spec
-            continue
-        if not isinstance(raw_spec, Mapping):
-            problems.append(f"{label}: expected a kind name or a mapping with kind/low/high, got {raw_spec!r}")
-            continue
-        unknown = set(raw_spec) - {"kind", "low", "high", "change_range", "step", "choices"}
-        if unknown:
-            problems.append(
-                f"{label}: unknown keys {sorted(unknown)}; accepted: kind, low, high, change_range, step, choices"
-            )
-            continue
-        raw_kind = raw_spec.get("kind", default.kind)
-        if not isinstance(raw_kind, str):
-            problems.append(
-                f"{label}.kind: expected a kind name, got {raw_kind!r}; accepted: {', '.join(MUTATION_KINDS)}"
-            )
-            continue
-        kind = ISAACLAB_KIND_NAMES.get(raw_kind, raw_kind)
-        if kind not in MUTATION_KINDS:
-            problems.append(
-                f"{label}.kind: unknown kind {raw_kind!r}; accepted: "
-                f"{', '.join(list(ISAACLAB_KIND_NAMES) + list(MUTATION_KINDS))}"
-            )
-            continue
-        # The same key/kind check as the short form: mutate_float on mini_epochs is an int step, never a float.
-        base, why = _spec_for_kind(key, default, kind, raw_kind)
-        if base is None:
-            problems.append(f"{label}.kind: {why}")
-            continue
-        default, kind = base, base.kind
         try:
-            low = float(raw_spec.get("low", default.low))
-            high = float(raw_spec.get("high", default.high))
-        except (TypeError, ValueError, OverflowError):
-            problems.append(f"{label}: low/high must be numbers, got {raw_spec.get('low')!r}/{raw_spec.get('high')!r}")
-            continue
-        if not (math.isfinite(low) and math.isfinite(high)):
-            problems.append(f"{label}: low/high must be finite, got {low}/{high}")
-            continue
-        if low > high:
-            problems.append(f"{label}: low {low} > high {high}; low must be <= high")
-            continue
-        if kind == "log_float" and low <= 0:
-            problems.append(f"{label}: log_float needs low > 0 (it multiplies), got low={low}")
-            continue
-        if kind == "int" and math.ceil(low) > math.floor(high):
-            problems.append(f"{label}: int needs an integer inside [low, high], got [{low}, {high}]")
-            continue
-        if kind == "discount" and not (0 <= low and high < 1):
-            problems.append(f"{label}: discount needs 0 <= low and high < 1, got [{low}, {high}]")
-            continue
-        cr = raw_spec.get("change_range", default.change_range)
-        if cr is not None:
-            cr_ok = valid_change_range(cr)
-            if cr_ok is None:
-                problems.append(f"{label}.change_range: expected [min, max] with 1 <= min <= max, got {cr!r}")
-                continue
-            cr = cr_ok
-        step = raw_spec.get("step", default.step)
-        if not isinstance(step, int) or step < 1:
-            problems.append(f"{label}.step: expected an integer >= 1, got {step!r}")
-            continue
-        choices = raw_spec.get("choices", default.choices)
-        if not isinstance(choices, (list, tuple)) or not all(
-            c is None or isinstance(c, (str, bool, int)) or (isinstance(c, float) and math.isfinite(c)) for c in choices
-        ):
-            problems.append(f"{label}.choices: expected a list of strings, numbers or booleans, got {choices!r}")
-            continue
-        choices = tuple(choices)
-        if kind == "choice" and len(choices) < 2:
-            problems.append(f"{label}.choices: a choice mutation needs at least two choices, got {list(choices)}")
-            continue
-        specs[key] = MutationSpec(kind=kind, low=low, high=high, change_range=cr, step=step, choices=choices)
+            specs[key] = _read_entry(key, raw_key, raw_spec, f"{where}mutation.{raw_key}")
+        except _Problem as exc:
+            problems.append(str(exc))
     return specs
+
+
+def _read_entry(key: str, raw_key: Any, raw_spec: Any, label: str) -> MutationSpec:
+    """One entry, in either form; raises :class:`_Problem` with the first thing wrong with it."""
+    if key not in SUPPORTED_HYPERPARAMETERS:
+        why = BAKED_IN.get(key, "")
+        supported = ", ".join(SUPPORTED_HYPERPARAMETERS)
+        raise _Problem(f"{label}: {raw_key!r} is not a supported hyperparameter{why}; supported: {supported}")
+    default = SUPPORTED_HYPERPARAMETERS[key].spec
+    if isinstance(raw_spec, str):
+        return _spec_for_kind_name(key, default, raw_spec, label, "mutation")
+    if not isinstance(raw_spec, Mapping):
+        raise _Problem(f"{label}: expected a kind name or a mapping with kind/low/high, got {raw_spec!r}")
+    return _read_mapping(key, default, raw_spec, label)
+
+
+def _spec_for_kind_name(key: str, default: MutationSpec, raw_kind: str, where: str, noun: str) -> MutationSpec:
+    """The key's spec for a kind name, Isaac Lab's (``mutate_float``) or ours; ``noun`` names it in the problem."""
+    kind = ISAACLAB_KIND_NAMES.get(raw_kind, raw_kind)
+    if kind not in MUTATION_KINDS:
+        raise _Problem(f"{where}: unknown {noun} {raw_kind!r}; accepted: {_accepted_kinds()}")
+    spec, why = _spec_for_kind(key, default, kind, raw_kind)
+    if spec is None:
+        raise _Problem(f"{where}: {why}")
+    return spec
+
+
+def _read_mapping(key: str, default: MutationSpec, raw_spec: Mapping[str, Any], label: str) -> MutationSpec:
+    """Our form: ``kind`` (default: the key's own), bounds, change range, step and choices, each checked."""
+    unknown = set(raw_spec) - {"kind", "low", "high", "change_range", "step", "choices"}
+    if unknown:
+        raise _Problem(
+            f"{label}: unknown keys {sorted(unknown)}; accepted: kind, low, high, change_range, step, choices"
+        )
+    raw_kind = raw_spec.get("kind", default.kind)
+    if not isinstance(raw_kind, str):
+        raise _Problem(f"{label}.kind: expected a kind name, got {raw_kind!r}; accepted: {', '.join(MUTATION_KINDS)}")
+    # The same key/kind check as the short form: mutate_float on mini_epochs is an int step, never a float.
+    base = _spec_for_kind_name(key, default, raw_kind, f"{label}.kind", "kind")
+    low, high = _read_bounds(base, raw_spec, label)
+    raw_cr = raw_spec.get("change_range", base.change_range)
+    cr = None if raw_cr is None else valid_change_range(raw_cr)
+    if raw_cr is not None and cr is None:
+        raise _Problem(f"{label}.change_range: expected [min, max] with 1 <= min <= max, got {raw_cr!r}")
+    step = raw_spec.get("step", base.step)
+    if not isinstance(step, int) or step < 1:
+        raise _Problem(f"{label}.step: expected an integer >= 1, got {step!r}")
+    choices = _read_choices(base, raw_spec, label)
+    return MutationSpec(kind=base.kind, low=low, high=high, change_range=cr, step=step, choices=choices)
+
+
+def _read_bounds(base: MutationSpec, raw_spec: Mapping[str, Any], label: str) -> tuple[float, float]:
+    """``low`` and ``high`` (default: the key's own), finite, ordered and fit for the kind."""
+    kind = base.kind
+    try:
+        low = float(raw_spec.get("low", base.low))
+        high = float(raw_spec.get("high", base.high))
+    except (TypeError, ValueError, OverflowError):
+        raise _Problem(
+            f"{label}: low/high must be numbers, got {raw_spec.get('low')!r}/{raw_spec.get('high')!r}"
+        ) from None
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise _Problem(f"{label}: low/high must be finite, got {low}/{high}")
+    if low > high:
+        raise _Problem(f"{label}: low {low} > high {high}; low must be <= high")
+    if kind == "log_float" and low <= 0:
+        raise _Problem(f"{label}: log_float needs low > 0 (it multiplies), got low={low}")
+    if kind == "int" and math.ceil(low) > math.floor(high):
+        raise _Problem(f"{label}: int needs an integer inside [low, high], got [{low}, {high}]")
+    if kind == "discount" and not (0 <= low and high < 1):
+        raise _Problem(f"{label}: discount needs 0 <= low and high < 1, got [{low}, {high}]")
+    return low, high
+
+
+def _read_choices(base: MutationSpec, raw_spec: Mapping[str, Any], label: str) -> tuple[Any, ...]:
+    """``choices`` (default: the key's own): plain values, at least two for a ``choice`` mutation."""
+    choices = raw_spec.get("choices", base.choices)
+    if not isinstance(choices, (list, tuple)) or not all(
+        c is None or isinstance(c, (str, bool, int)) or (isinstance(c, float) and math.isfinite(c)) for c in choices
+    ):
+        raise _Problem(f"{label}.choices: expected a list of strings, numbers or booleans, got {choices!r}")
+    if base.kind == "choice" and len(choices) < 2:
+        raise _Problem(f"{label}.choices: a choice mutation needs at least two choices, got {list(choices)}")
+    return tuple(choices)
 
 
 def _spec_for_kind(key: str, default: MutationSpec, kind: str, raw: str) -> tuple[MutationSpec | None, str]:

@@ -10,6 +10,7 @@ version raises :class:`RecordError` naming the file and the key, and the reader 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -62,6 +63,7 @@ class HistoryEntry:
     """Hyperparameters at this entry; ``learning_rate`` is the live rate (adaptive schedule included)."""
 
     def to_dict(self) -> dict[str, Any]:
+        """The entry as the JSON mapping a record's ``history`` holds."""
         return {
             "frame": self.frame,
             "generation": self.generation,
@@ -76,6 +78,7 @@ class HistoryEntry:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "HistoryEntry":
+        """An entry from its JSON mapping, every field checked; :class:`RecordError` naming ``where`` otherwise."""
         if not isinstance(data, Mapping):
             raise RecordError(f"{where}: expected a JSON object, got {type(data).__name__}")
         unknown = set(data) - {
@@ -168,6 +171,7 @@ class MemberRecord:
     """Layout version of this record."""
 
     def to_dict(self) -> dict[str, Any]:
+        """The record as the JSON object ``record.json`` holds."""
         return {
             "schema_version": self.schema_version,
             "member": self.member,
@@ -193,6 +197,8 @@ class MemberRecord:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "record") -> "MemberRecord":
+        """A record from its JSON object, schema version and every field checked; :class:`RecordError` naming
+        ``where`` otherwise."""
         if not isinstance(data, Mapping):
             raise RecordError(f"{where}: expected a JSON object, got {type(data).__name__}")
         version = data.get("schema_version")
@@ -201,21 +207,7 @@ class MemberRecord:
                 f"{where}: schema_version {version!r} is not supported (this version reads {SCHEMA_VERSION}); "
                 f"the writer runs a different async-pbt-isaaclab version"
             )
-
-        def get(key: str, types: type | tuple[type, ...], optional: bool = False) -> Any:
-            if key not in data:
-                if optional:
-                    return None
-                raise RecordError(f"{where}: missing key {key!r}")
-            value = data[key]
-            if value is None and optional:
-                return None
-            if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-                raise RecordError(f"{where}.{key}: expected {types}, got {value!r}")
-            if not isinstance(value, types):
-                raise RecordError(f"{where}.{key}: expected {getattr(types, '__name__', types)}, got {value!r}")
-            return value
-
+        get = functools.partial(_typed_field, data, where)
         heartbeat = _finite(get("heartbeat", (int, float)), f"{where}.heartbeat")
         interval_best = get("interval_best", (int, float), optional=True)
         if interval_best is not None:
@@ -224,10 +216,7 @@ class MemberRecord:
         if status not in STATUSES:
             raise RecordError(f"{where}.status: {status!r} is not one of {', '.join(STATUSES)}")
         hparams = _checked_hyperparameters(get("hyperparameters", dict), f"{where}.hyperparameters")
-        raw_history = get("history", list)
-        history = tuple(HistoryEntry.from_dict(e, f"{where}.history[{i}]") for i, e in enumerate(raw_history))
-        if any(a.frame > b.frame for a, b in itertools.pairwise(history)):
-            raise RecordError(f"{where}.history: entries are not in frame order")
+        history = _read_history(get("history", list), where)
         origin = get("origin_sha256", str)
         if origin and not _SHA256_HEX.fullmatch(origin):
             raise RecordError(f"{where}.origin_sha256: not a sha256 hex digest: {origin!r:.80}")
@@ -283,6 +272,7 @@ def parse_record_bytes(data: bytes, where: str) -> MemberRecord:
 
 
 def read_record(path: Path) -> MemberRecord:
+    """The record in ``path``; :class:`RecordError` naming the file when it cannot be read or parsed."""
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -302,6 +292,32 @@ def _checked_hyperparameters(hparams: Any, where: str) -> dict[str, Any]:
     except (ValueError, TypeError):
         raise RecordError(f"{where}: contains NaN, infinite or non-JSON values") from None
     return dict(hparams)
+
+
+def _typed_field(
+    data: Mapping[str, Any], where: str, key: str, types: type | tuple[type, ...], optional: bool = False
+) -> Any:
+    """``data[key]`` checked against ``types`` (a bool is not an int here); ``None`` for an absent optional key."""
+    if key not in data:
+        if optional:
+            return None
+        raise RecordError(f"{where}: missing key {key!r}")
+    value = data[key]
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        raise RecordError(f"{where}.{key}: expected {types}, got {value!r}")
+    if not isinstance(value, types):
+        raise RecordError(f"{where}.{key}: expected {getattr(types, '__name__', types)}, got {value!r}")
+    return value
+
+
+def _read_history(raw_history: list[Any], where: str) -> tuple[HistoryEntry, ...]:
+    """A record's ``history``: its entries, parsed, in frame order."""
+    history = tuple(HistoryEntry.from_dict(e, f"{where}.history[{i}]") for i, e in enumerate(raw_history))
+    if any(a.frame > b.frame for a, b in itertools.pairwise(history)):
+        raise RecordError(f"{where}.history: entries are not in frame order")
+    return history
 
 
 def _finite(value: int | float, where: str) -> float:

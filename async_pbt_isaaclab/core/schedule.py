@@ -229,4 +229,5 @@ def load_schedule(path: str | Path) -> Schedule:
 
 
 def dump_schedule(schedule: Schedule) -> str:
-    return yaml.safe_dump(schedule.to_dict(), sort_keys=False, default_flow_style=False)
+    text: str = yaml.safe_dump(schedule.to_dict(), sort_keys=False, default_flow_style=False)
+    return text

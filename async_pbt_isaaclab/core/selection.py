@@ -69,6 +69,7 @@ class Decision:
     """The donor's history entry that was compared; its checkpoint is the one an exploit copies."""
 
     def to_dict(self) -> dict[str, Any]:
+        """The decision as the JSON mapping the audit log records."""
         return {
             "outcome": self.outcome.value,
             "rule": self.rule,
@@ -83,6 +84,7 @@ class Decision:
         }
 
     def summary(self) -> str:
+        """One line: the outcome, the donor and the last reason (``exploit from 3: in the worst 1 of 4``)."""
         head = self.outcome.value if self.donor is None else f"{self.outcome.value} from {self.donor}"
         return f"{head}: {self.reasons[-1]}" if self.reasons else head
 
@@ -122,6 +124,7 @@ class Field:
 
 
 def keep_decision(rule: str, reason: str, **kw: Any) -> Decision:
+    """A ``keep`` decision for ``reason`` (after any ``reasons=`` given); other keywords go to :class:`Decision`."""
     return Decision(Outcome.KEEP, rule, None, tuple(kw.pop("reasons", ())) + (reason,), **kw)
 
 
@@ -243,6 +246,7 @@ def donor_candidates(fld: Field, members: Sequence[int]) -> list[int]:
 def exploit_decision(
     rule: str, fld: Field, donor: int, reasons: Sequence[str], thresholds: dict[str, float]
 ) -> Decision:
+    """An ``exploit`` decision copying ``donor``, with the field's comparison and the donor's compared entry."""
     return Decision(
         Outcome.EXPLOIT,
         rule,
@@ -255,4 +259,5 @@ def exploit_decision(
 
 
 def explore_decision(rule: str, fld: Field, reasons: Sequence[str], thresholds: dict[str, float]) -> Decision:
+    """An ``explore`` decision (new hyperparameters, own weights), with the field's comparison."""
     return Decision(Outcome.EXPLORE, rule, None, tuple(reasons), thresholds=thresholds, **fld.common)

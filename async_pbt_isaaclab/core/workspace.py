@@ -58,10 +58,12 @@ def member_dirname(index: int) -> str:
 
 
 def parse_member_dirname(name: str) -> int | None:
+    """The member index of a folder name under ``members/`` (``003`` -> 3), else ``None``."""
     return int(name) if _MEMBER_DIR.match(name) else None
 
 
 def checkpoint_name(generation: int, frame: int) -> str:
+    """The file name of a member checkpoint (``g0001_f000000049152.pth``)."""
     return f"g{generation:04d}_f{frame:012d}.pth"
 
 
@@ -91,7 +93,7 @@ def resolve_inside(root: Path, relative: str) -> Path:
 class Workspace:
     """A population workspace rooted at ``root``."""
 
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(root).absolute()
         """Absolute path of the workspace folder."""
         self.members_dir = self.root / "members"
@@ -151,6 +153,8 @@ class Workspace:
         meta_path.with_name(".population.json.init").unlink(missing_ok=True)
 
     def population_meta(self) -> dict[str, Any]:
+        """``population.json`` (the population size and settings fixed at creation); :class:`WorkspaceError` when
+        missing, unsafe or unreadable."""
         path = self.root / "population.json"
         try:
             meta = json.loads(fsio.read_bytes_nofollow(path))
@@ -174,6 +178,7 @@ class Workspace:
 
     # ------------------------------------------------------------ members
     def member_dir(self, index: int) -> Path:
+        """``members/NNN`` of member ``index`` (not checked; see :meth:`checked_member_dir`)."""
         return self.members_dir / member_dirname(index)
 
     def checked_member_dir(self, index: int, subfolder: str = "", create: bool = False) -> Path:
@@ -216,6 +221,7 @@ class Workspace:
                 continue
 
     def member_indices(self) -> list[int]:
+        """Indices of the member folders present, in order."""
         try:
             names = os.listdir(self.members_dir)
         except FileNotFoundError:
@@ -258,7 +264,10 @@ class Workspace:
         return records, errors
 
     def checkpoint_path(self, relative: str) -> Path:
+        """A workspace-relative path from a record, resolved inside the workspace (:class:`WorkspaceError` when it
+        would leave it or pass a symbolic link)."""
         return resolve_inside(self.root, relative)
 
     def relative(self, path: Path) -> str:
+        """``path`` relative to the workspace root, as records store it."""
         return str(Path(path).absolute().relative_to(self.root))

@@ -175,6 +175,12 @@ class EpisodeSummaryEmitter:
             self._condition_fn = None
             self.condition = condition
 
+        self._allocate_buffers(fresh_start, settle_max_steps)
+        self._core = torch.compile(self._update, fullgraph=True, dynamic=False) if compile else self._update
+
+    def _allocate_buffers(self, fresh_start: bool, settle_max_steps: int | None) -> None:
+        """The device buffers: per-env accumulators, the settling gate, the ring buffer of finished episodes."""
+        layout, dtype, capacity = self.layout, self.dtype, self.capacity
         row = layout.row
         self._seg_row, self._settled_row, self._len_row = row["__segment"], row["__settled"], row["__length"]
         self._n_sum = layout.sum_rows
@@ -204,7 +210,6 @@ class EpisodeSummaryEmitter:
         self._ones = torch.ones(self.num_envs, dtype=dtype, device=self.device)
         self._log_buf = torch.full((len(self.layout.log_terms),), math.nan, dtype=dtype, device=self.device)
         self._log_cols = [self._log_buf[i].expand(self.num_envs) for i in range(len(self.layout.log_terms))]
-        self._core = torch.compile(self._update, fullgraph=True, dynamic=False) if compile else self._update
 
     # ------------------------------------------------------------------ per step (device only)
 

@@ -14,10 +14,11 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
-from async_pbt_isaaclab.commands.common import OneLineParser
+from async_pbt_isaaclab.console import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
-from async_pbt_isaaclab.core.config import ConfigError
+from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
 from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides
 from async_pbt_isaaclab.member.restart import capture_argv
 
@@ -53,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Refused(Exception):
+    """A problem the user must fix before the member can start: printed as ``error: <message>``, exit code 2."""
+
+
 def main(argv: list[str] | None = None) -> int:
     capture_argv()
     parser = build_parser()
@@ -72,70 +77,26 @@ def main(argv: list[str] | None = None) -> int:
         for problem in exc.problems:
             print(f"error: {where}: {problem}", file=sys.stderr)
         return 2
-    rl_cfg = agent_cfg["params"]["config"]
-    if args.seed is not None:
-        agent_cfg["params"]["seed"] = args.seed
-    elif cfg.enabled:
-        # Members must not share a seed, or the population starts as N copies of one run.
-        agent_cfg["params"]["seed"] = int(agent_cfg["params"].get("seed", 0)) + cfg.policy_idx
-    if args.max_iterations is not None:
-        rl_cfg["max_epochs"] = args.max_iterations
-    if args.num_envs is not None:
-        rl_cfg["num_actors"] = args.num_envs
+    _apply_run_flags(agent_cfg, cfg, args)
 
     from async_pbt_isaaclab.core.workspace import WorkspaceError
     from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError
-    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
-    from async_pbt_isaaclab.rl_games.exploration_config import validate_exploration_config
     from async_pbt_isaaclab.rl_games.runner import train_member
 
-    register_bounded_exploration()
     try:
-        validate_exploration_config(agent_cfg)
-    except ValueError as exc:
-        print(f"error: {args.agent}: {exc}", file=sys.stderr)
-        return 2
-    import gymnasium
-
-    from async_pbt_isaaclab.envs.gym_vec_env import gym_id_for, register_gym_vecenv
-
-    try:
-        task = gym_id_for(agent_cfg)
-    except (KeyError, gymnasium.error.UnregisteredEnv) as exc:
-        why = "is missing" if isinstance(exc, KeyError) else str(exc)
-        print(f"error: {args.agent}: params.config.env_name {why} (the gymnasium task to train on)", file=sys.stderr)
+        task = _checked_task(agent_cfg, args.agent)
+        train_dir, cfg = _train_dir(args, cfg)
+        extra, cfg = _replay_observers(args, agent_cfg, cfg, train_dir)
+    except _Refused as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
 
     def register_env() -> None:
         # Imports rl_games' env registry (seconds): train_member calls this once the member is claimed.
+        from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv
+
         register_gym_vecenv(task)
 
-    if args.train_dir is not None:
-        train_dir = os.path.abspath(args.train_dir)
-    elif cfg.enabled:
-        # The workspace resolves where it always did (relative to ./runs); the logs go inside it, whatever the
-        # current folder, so two experiments never write into one TensorBoard run.
-        workspace = cfg.workspace_path(os.path.abspath("runs"))
-        cfg = dataclasses.replace(cfg, workspace=str(workspace))
-        train_dir = str(workspace / "runs")
-    else:
-        train_dir = os.path.abspath("runs")
-    extra: list = []
-    if args.pbt_replay:
-        from rl_games.common.algo_observer import IsaacAlgoObserver
-
-        from async_pbt_isaaclab.core.schedule import ScheduleError, load_replay_schedule
-        from async_pbt_isaaclab.rl_games.schedule_replay import start_replay
-
-        try:
-            replay = start_replay(agent_cfg, load_replay_schedule(args.pbt_replay), args.pbt_replay)
-        except ScheduleError as exc:
-            print(f"error: --pbt-replay: {exc}", file=sys.stderr)
-            return 2
-        # A replay is one plain run: no workspace, no selection; its own run folder beside the members'.
-        cfg = dataclasses.replace(cfg, enabled=False)
-        rl_cfg["train_dir"] = train_dir
-        extra = [IsaacAlgoObserver(), replay]
     try:
         train_member(
             agent_cfg,
@@ -152,6 +113,73 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: member {cfg.policy_idx}: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _apply_run_flags(agent_cfg: dict[str, Any], cfg: PopulationConfig, args: argparse.Namespace) -> None:
+    """``--seed``, ``--max_iterations`` and ``--num_envs`` into the agent config; members get distinct seeds."""
+    rl_cfg = agent_cfg["params"]["config"]
+    if args.seed is not None:
+        agent_cfg["params"]["seed"] = args.seed
+    elif cfg.enabled:
+        # Members must not share a seed, or the population starts as N copies of one run.
+        agent_cfg["params"]["seed"] = int(agent_cfg["params"].get("seed", 0)) + cfg.policy_idx
+    if args.max_iterations is not None:
+        rl_cfg["max_epochs"] = args.max_iterations
+    if args.num_envs is not None:
+        rl_cfg["num_actors"] = args.num_envs
+
+
+def _checked_task(agent_cfg: dict[str, Any], source: str) -> str:
+    """The gymnasium task the agent trains on, once its exploration network settings are checked."""
+    from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
+    from async_pbt_isaaclab.rl_games.exploration_config import validate_exploration_config
+
+    register_bounded_exploration()
+    try:
+        validate_exploration_config(agent_cfg)
+    except ValueError as exc:
+        raise _Refused(f"{source}: {exc}") from None
+    import gymnasium
+
+    from async_pbt_isaaclab.envs.gym_vec_env import gym_id_for
+
+    try:
+        return gym_id_for(agent_cfg)
+    except (KeyError, gymnasium.error.UnregisteredEnv) as exc:
+        why = "is missing" if isinstance(exc, KeyError) else str(exc)
+        raise _Refused(f"{source}: params.config.env_name {why} (the gymnasium task to train on)") from None
+
+
+def _train_dir(args: argparse.Namespace, cfg: PopulationConfig) -> tuple[str, PopulationConfig]:
+    """rl_games' train dir, and the config with its workspace made absolute where the logs go inside it."""
+    if args.train_dir is not None:
+        return os.path.abspath(args.train_dir), cfg
+    if cfg.enabled:
+        # The workspace resolves where it always did (relative to ./runs); the logs go inside it, whatever the
+        # current folder, so two experiments never write into one TensorBoard run.
+        workspace = cfg.workspace_path(os.path.abspath("runs"))
+        return str(workspace / "runs"), dataclasses.replace(cfg, workspace=str(workspace))
+    return os.path.abspath("runs"), cfg
+
+
+def _replay_observers(
+    args: argparse.Namespace, agent_cfg: dict[str, Any], cfg: PopulationConfig, train_dir: str
+) -> tuple[list[Any], PopulationConfig]:
+    """With ``--pbt-replay``: the observers that follow the schedule, and the config of one plain run."""
+    if not args.pbt_replay:
+        return [], cfg
+    from rl_games.common.algo_observer import IsaacAlgoObserver
+
+    from async_pbt_isaaclab.core.schedule import ScheduleError, load_replay_schedule
+    from async_pbt_isaaclab.rl_games.schedule_replay import start_replay
+
+    try:
+        replay = start_replay(agent_cfg, load_replay_schedule(args.pbt_replay), args.pbt_replay)
+    except ScheduleError as exc:
+        raise _Refused(f"--pbt-replay: {exc}") from None
+    # A replay is one plain run: no workspace, no selection; its own run folder beside the members'.
+    agent_cfg["params"]["config"]["train_dir"] = train_dir
+    return [IsaacAlgoObserver(), replay], dataclasses.replace(cfg, enabled=False)
 
 
 if __name__ == "__main__":

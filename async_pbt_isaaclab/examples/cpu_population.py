@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from async_pbt_isaaclab.commands.common import OneLineParser
+from async_pbt_isaaclab.console import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
 from async_pbt_isaaclab.core.config import ConfigError
 from async_pbt_isaaclab.core.flags import add_population_args, population_overrides
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     from async_pbt_isaaclab.launch.arguments import LaunchError
-    from async_pbt_isaaclab.launch.population import launch_population
+    from async_pbt_isaaclab.launch.local_backend import launch_population
 
     resumed = meta is not None
     if meta is not None:

@@ -3,7 +3,7 @@
 This module adds the backend options to the launch parser (:func:`add_backend_arguments`) and runs what every
 backend shares before members start (:func:`prepare_launch`: validate, run the filesystem doctor), then hands
 over to :mod:`~async_pbt_isaaclab.launch.slurm` or :mod:`~async_pbt_isaaclab.launch.ray_backend`. The local
-backend is :mod:`~async_pbt_isaaclab.launch.population`.
+backend is :mod:`~async_pbt_isaaclab.launch.local_backend`.
 
 Imports only the standard library and the pure core; ``ray`` only when the Ray backend runs.
 """
@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from async_pbt_isaaclab.commands.doctor import doctor_report
+from async_pbt_isaaclab.core.filesystem_checks import doctor_report
 from async_pbt_isaaclab.core.fsio import folder_problem
 from async_pbt_isaaclab.exit_codes import EXIT_CHECK_FAILED, EXIT_USAGE
 from async_pbt_isaaclab.launch.arguments import LaunchError, check_indices, check_member_command

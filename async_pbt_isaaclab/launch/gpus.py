@@ -70,7 +70,7 @@ def resolve_gpu_placement(placement: str) -> str:
         raise LaunchError(f"gpu placement must be one of {', '.join(GPU_PLACEMENTS)}, got {placement!r}")
     if placement != "auto":
         return placement
-    from async_pbt_isaaclab.envs.isaaclab_release import SERIES_2, UnsupportedIsaacLab, detect
+    from async_pbt_isaaclab.envs.isaaclab.release import SERIES_2, UnsupportedIsaacLab, detect
 
     try:
         release = detect()

@@ -16,7 +16,7 @@ Why one job array and not one job per member
 
 What runs in each task
 ----------------------
-``python -m async_pbt_isaaclab.launch.local --members N --workspace W --indices $SLURM_ARRAY_TASK_ID
+``python -m async_pbt_isaaclab.launch --members N --workspace W --indices $SLURM_ARRAY_TASK_ID
 --gpus none -- COMMAND``: the local supervisor for that one member. It restarts the member after a crash
 inside the allocation (bounded retries), forwards SIGTERM from SLURM to the member (which then saves and
 stops, resumable), writes ``W/logs/member_NNN.log`` and the journal, and runs ``async-pbt doctor``'s checks
@@ -103,6 +103,23 @@ def batch_script(
     cwd: Path,
 ) -> str:
     """The sbatch script of one population submission (see the module docstring)."""
+    lines = [
+        *_sbatch_lines(workspace, indices, options, cwd),
+        "# Written by `async-pbt launch --backend slurm`. One array task per member: the task id is the member",
+        "# index. The local supervisor restarts the member after a crash within the allocation; on requeue",
+        "# (node failure, preemption, `scontrol requeue`) the member resumes from its own last checkpoint.",
+        "set -eo pipefail",
+        *options.setup,
+        'index="${SLURM_ARRAY_TASK_ID:?this script runs as a task of a SLURM job array}"',
+        'echo "[async-pbt] member $index: job ${SLURM_ARRAY_JOB_ID}_${index} on $(hostname), '
+        'start $(( ${SLURM_RESTART_COUNT:-0} + 1 )) of this task, $(date -u +%FT%TZ)"',
+        _supervisor_exec_line(supervisor_args, command, members, workspace, options),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _sbatch_lines(workspace: Path, indices: Sequence[int], options: SlurmOptions, cwd: Path) -> list[str]:
+    """The script's ``#SBATCH`` header: the job array, requeue, output and the options given."""
     name = options.job_name or f"async-pbt-{workspace.name}"
     lines = [
         "#!/bin/bash",
@@ -127,36 +144,31 @@ def batch_script(
         if "\n" in arg:
             raise LaunchError(f"--sbatch-arg {arg!r} contains a newline")
         lines.append(f"#SBATCH {arg}")
-    lines += [
-        "# Written by `async-pbt launch --backend slurm`. One array task per member: the task id is the member",
-        "# index. The local supervisor restarts the member after a crash within the allocation; on requeue",
-        "# (node failure, preemption, `scontrol requeue`) the member resumes from its own last checkpoint.",
-        "set -eo pipefail",
-        *options.setup,
-        'index="${SLURM_ARRAY_TASK_ID:?this script runs as a task of a SLURM job array}"',
-        'echo "[async-pbt] member $index: job ${SLURM_ARRAY_JOB_ID}_${index} on $(hostname), '
-        'start $(( ${SLURM_RESTART_COUNT:-0} + 1 )) of this task, $(date -u +%FT%TZ)"',
-        "exec "
-        + " ".join(
-            [
-                *(shlex.quote(a) for a in shlex.split(options.python)),
-                "-m",
-                "async_pbt_isaaclab.launch.local",
-                "--members",
-                str(members),
-                "--workspace",
-                shlex.quote(str(workspace)),
-                "--indices",
-                '"$index"',
-                "--gpus",
-                "none",
-                *(shlex.quote(a) for a in supervisor_args),
-                "--",
-                *(shlex.quote(c) for c in command),
-            ]
-        ),
-    ]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _supervisor_exec_line(
+    supervisor_args: Sequence[str], command: Sequence[str], members: int, workspace: Path, options: SlurmOptions
+) -> str:
+    """The task's last line: the local launcher for member ``$index`` replaces the shell."""
+    return "exec " + " ".join(
+        [
+            *(shlex.quote(a) for a in shlex.split(options.python)),
+            "-m",
+            "async_pbt_isaaclab.launch",
+            "--members",
+            str(members),
+            "--workspace",
+            shlex.quote(str(workspace)),
+            "--indices",
+            '"$index"',
+            "--gpus",
+            "none",
+            *(shlex.quote(a) for a in supervisor_args),
+            "--",
+            *(shlex.quote(c) for c in command),
+        ]
+    )
 
 
 def _require(tool: str) -> str:

@@ -1,11 +1,11 @@
 """The local launcher's supervisor: keep the members of a population on this machine running, restart crashed
 ones, stop them all on request (:class:`Supervisor`, a single-threaded state machine).
 
-:func:`async_pbt_isaaclab.launch.population.launch_population` checks the arguments, places the members on GPUs
+:func:`async_pbt_isaaclab.launch.local_backend.launch_population` checks the arguments, places the members on GPUs
 (:mod:`~async_pbt_isaaclab.launch.gpus`) and hands them to the supervisor; the results are
 :mod:`~async_pbt_isaaclab.launch.results`; the progress lines, crash tails and journal it writes are in
 :mod:`~async_pbt_isaaclab.launch.progress`; the ``async-pbt launch`` / ``python -m
-async_pbt_isaaclab.launch.local`` command line is :mod:`~async_pbt_isaaclab.launch.local`.
+async_pbt_isaaclab.launch`` command line is :mod:`~async_pbt_isaaclab.launch.cli`.
 
 Process model
 -------------

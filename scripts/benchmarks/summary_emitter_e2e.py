@@ -1,8 +1,8 @@
 """The ``e2e`` mode of ``summary_emitter.py``: the emitter inside a training loop on Isaac Lab's own wrappers.
 
 rl_games PPO on the reach task as an Isaac Lab ``DirectRLEnv`` (``tests/upstream/reach_task.py``: the dynamics of
-:class:`~async_pbt_isaaclab.envs.torch_reach_task.TorchReachEnv`), with and without the
-:class:`~async_pbt_isaaclab.envs.isaaclab_wrapper.PbtIsaacLabEnv` wrapper that feeds the emitter, same seed, side by
+:class:`~async_pbt_isaaclab.testing.torch_reach_task.TorchReachEnv`), with and without the
+:class:`~async_pbt_isaaclab.envs.isaaclab.wrapper.PbtIsaacLabEnv` wrapper that feeds the emitter, same seed, side by
 side in one process; frames/s of both and their ratio (target >= 0.97 on CPU at 4,096 envs)::
 
     python scripts/benchmarks/summary_emitter.py e2e --num-envs 4096 [--isaaclab 3.0.0|2.3.2]
@@ -143,7 +143,7 @@ def _epoch_observer(clocks: dict[str, _Clock], emitter: Any, drain_every: int) -
 
 def _e2e_agent_cfg(args: argparse.Namespace, epochs: int, root: str, name: str) -> dict[str, Any]:
     from async_pbt_isaaclab.core.agent_config import load_yaml
-    from async_pbt_isaaclab.envs.torch_reach_task import TorchReachEnvCfg
+    from async_pbt_isaaclab.testing.torch_reach_task import TorchReachEnvCfg
 
     agent = load_yaml(args.agent)
     params = agent["params"]
@@ -191,9 +191,9 @@ def e2e_run(variant: str, args: argparse.Namespace, epochs: int, profile: cProfi
 
     from async_pbt_isaaclab.core.config import objective_term
     from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks, register_rl_games_env, rl_games_wrapper_options
-    from async_pbt_isaaclab.envs.isaaclab_condition import reward_fingerprint
-    from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
-    from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source
+    from async_pbt_isaaclab.envs.isaaclab.condition import reward_fingerprint
+    from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
+    from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
     from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
 
     reach_task = _real_isaaclab(args.isaaclab)

@@ -1,7 +1,7 @@
 """The processes of a chaos run: the member and launcher command lines, starting and stopping a launcher.
 
 The members are real CPU population members (``async_pbt_isaaclab.examples.cpu_member``, rl_games PPO on
-Pendulum-v1) under the local launcher (``python -m async_pbt_isaaclab.launch.local``), which restarts a member
+Pendulum-v1) under the local launcher (``python -m async_pbt_isaaclab.launch``), which restarts a member
 the driver killed as it would after any crash.
 """
 
@@ -106,7 +106,7 @@ def launcher_command(
     return [
         sys.executable,
         "-m",
-        "async_pbt_isaaclab.launch.local",
+        "async_pbt_isaaclab.launch",
         "--members",
         str(args.members),
         "--workspace",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from async_pbt_isaaclab.envs.isaaclab_release import SUPPORTED, UnsupportedIsaacLab, classify
+from async_pbt_isaaclab.envs.isaaclab.release import SUPPORTED, UnsupportedIsaacLab, classify
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,7 +67,7 @@ def _layout(root: Path, kind: str) -> Path:
 
 
 def _detect(path: Path) -> str:
-    code = "from async_pbt_isaaclab.envs.isaaclab_release import detect; r = detect(); print(r.series, r.version)"
+    code = "from async_pbt_isaaclab.envs.isaaclab.release import detect; r = detect(); print(r.series, r.version)"
     proc = subprocess.run(
         [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(path)!r}); {code}"],
         capture_output=True,

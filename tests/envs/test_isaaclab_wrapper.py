@@ -27,10 +27,10 @@ import pytest
 import torch
 
 from async_pbt_isaaclab.envs.isaaclab import ISAACLAB_INSTALL_HINT, IsaacLabHooks
-from async_pbt_isaaclab.envs.isaaclab_condition import format_stage, reward_fingerprint
-from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg, TermSpec, parse_term_spec
-from async_pbt_isaaclab.envs.isaaclab_wrapper import PbtIsaacLabEnv, attach_summary_source
-from async_pbt_isaaclab.envs.torch_reach_task import REWARD_TERMS, TorchReachEnvCfg, register_torch_envs
+from async_pbt_isaaclab.envs.isaaclab.condition import format_stage, reward_fingerprint
+from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg, TermSpec, parse_term_spec
+from async_pbt_isaaclab.envs.isaaclab.wrapper import PbtIsaacLabEnv, attach_summary_source
+from async_pbt_isaaclab.testing.torch_reach_task import REWARD_TERMS, TorchReachEnvCfg, register_torch_envs
 
 TASK = "AsyncPbt-TorchReach-v0"
 register_torch_envs()
@@ -303,8 +303,8 @@ def test_module_imports_neither_torch_nor_isaaclab():
                     raise ImportError(f"{name} blocked")
         sys.meta_path.insert(0, Block())
         import async_pbt_isaaclab.envs.isaaclab as m
-        import async_pbt_isaaclab.envs.isaaclab_condition, async_pbt_isaaclab.envs.isaaclab_terms
-        import async_pbt_isaaclab.envs.isaaclab_wrapper
+        import async_pbt_isaaclab.envs.isaaclab.condition, async_pbt_isaaclab.envs.isaaclab.terms
+        import async_pbt_isaaclab.envs.isaaclab.wrapper
         import argparse
         hint = m.ISAACLAB_INSTALL_HINT
         try:

@@ -12,7 +12,7 @@ import torch
 
 from async_pbt_isaaclab.core.evidence import ConditionLabel
 from async_pbt_isaaclab.envs.summary_emitter import EpisodeSummaryEmitter
-from async_pbt_isaaclab.envs.torch_reach_task import (
+from async_pbt_isaaclab.testing.torch_reach_task import (
     PER_ENV_TERM_MODES,
     REWARD_TERMS,
     TASK_ID,

@@ -1,7 +1,7 @@
 """Stopping a whole population and starting it again resumes every member where it was.
 
 Two real CPU members (rl_games PPO on Pendulum-v1) run under the local launcher
-(``python -m async_pbt_isaaclab.launch.local``, a separate process) with a rule that makes the worse
+(``python -m async_pbt_isaaclab.launch``, a separate process) with a rule that makes the worse
 member exploit the better one at nearly every decision, so lineage, generations and the mutation RNG
 have moved before the population is stopped. The members exploit in-process (``--pbt-exploit-mode
 inprocess``; the exec restart's resume is covered by the chaos run's finishing launches and
@@ -107,7 +107,7 @@ def _command(ws: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "async_pbt_isaaclab.launch.local",
+        "async_pbt_isaaclab.launch",
         "--members",
         str(MEMBERS),
         "--workspace",

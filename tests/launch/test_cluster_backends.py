@@ -67,7 +67,7 @@ def test_dry_run_prints_the_batch_script(tmp_path, capsys):
         assert line in lines
     exec_line = lines[-1]
     assert exec_line.startswith(
-        f"exec {sys.executable} -m async_pbt_isaaclab.launch.local --members 4 "
+        f"exec {sys.executable} -m async_pbt_isaaclab.launch --members 4 "
         f'--workspace {ws} --indices "$index" --gpus none'
     )
     assert exec_line.endswith("-- python train.py --task 'Isaac Ant'")

@@ -1,4 +1,4 @@
-"""The local launcher (async_pbt_isaaclab.launch.local), with real member processes.
+"""The launcher (async_pbt_isaaclab.launch.cli) and its local backend (.local_backend), with real member processes.
 
 The "training command" is a tiny Python script written into ``tmp_path``; ``plan.json`` beside it
 says what each member index does (finish, crash twice, always crash, wait for a signal ...) and the
@@ -38,9 +38,9 @@ import pytest
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.member_state import MemberState, save_state
 from async_pbt_isaaclab.launch.arguments import LaunchError
+from async_pbt_isaaclab.launch.cli import add_launch_parser, cmd_launch, main, parse_indices
 from async_pbt_isaaclab.launch.gpus import detect_gpus, parse_nvidia_smi_list
-from async_pbt_isaaclab.launch.local import add_launch_parser, cmd_launch, main, parse_indices
-from async_pbt_isaaclab.launch.population import launch_population
+from async_pbt_isaaclab.launch.local_backend import launch_population
 from async_pbt_isaaclab.launch.progress import describe_exit, progress_lines
 
 MEMBER_SCRIPT = r"""
@@ -322,7 +322,7 @@ def _start_launcher(tmp_path: Path, plan: dict, members: int, *extra: str, preex
     args = [
         sys.executable,
         "-m",
-        "async_pbt_isaaclab.launch.local",
+        "async_pbt_isaaclab.launch",
         "--members",
         str(members),
         "--workspace",
@@ -599,7 +599,7 @@ def test_module_entry_point_runs_a_population(tmp_path):
         [
             sys.executable,
             "-m",
-            "async_pbt_isaaclab.launch.local",
+            "async_pbt_isaaclab.launch",
             "-n",
             "2",
             "-w",
@@ -616,6 +616,18 @@ def test_module_entry_point_runs_a_population(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "done (exit code 0): 000 finished, 001 finished" in proc.stdout
     assert _info(tmp_path, 1)["cuda"] == "3"
+
+
+def test_the_former_module_name_still_runs_the_launcher():
+    # SLURM batch scripts written by earlier releases run it; its usage errors name it as they did.
+    proc = subprocess.run(
+        [sys.executable, "-m", "async_pbt_isaaclab.launch.local", "--no-such-option"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("python -m async_pbt_isaaclab.launch.local: error: ")
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ position) and gets half the reward, so Isaac Lab's ``multi_agent_to_single_agent
 and actions in ``possible_agents`` order, sums rewards and ANDs the done flags) gives back the single-agent reach task.
 What is Isaac Lab's here: the config type (``DirectMARLEnvCfg``, a ``configclass``), the env type, the space set-up
 (``DirectMARLEnv._configure_env_spaces``) and the conversion. What is not: the simulator, hence the physics
-step (the dynamics are :class:`~async_pbt_isaaclab.envs.torch_reach_task.TorchReachEnv`'s, ``DirectMARLEnv.__init__``
+step (the dynamics are :class:`~async_pbt_isaaclab.testing.torch_reach_task.TorchReachEnv`'s, ``DirectMARLEnv.__init__``
 is not called) and ``env.sim`` / ``env.scene``, which are their configs (the conversion reads ``num_envs`` from the
 scene and ``device`` from the sim). Import it only after Isaac Lab is importable (see ``isaaclab_real.py``).
 """
@@ -17,7 +17,7 @@ from isaaclab.envs import DirectMARLEnv, DirectMARLEnvCfg
 from isaaclab.utils import configclass
 from reach_task import ReachTaskCfg, WithoutSimulator, register_task
 
-from async_pbt_isaaclab.envs.torch_reach_task import TorchReachEnv
+from async_pbt_isaaclab.testing.torch_reach_task import TorchReachEnv
 
 TASK_ID = "AsyncPbtTest-Reach-TwoAgent-Direct-v0"
 """Gymnasium id of the multi-agent test task."""

@@ -2,7 +2,7 @@
 
 Isaac Lab's config loading (``hydra_task_config`` on 2.x, ``resolve_task_config`` on 3.0) needs a ``configclass``
 config, and ``RlGamesVecEnvWrapper`` checks that ``env.unwrapped`` is a ``ManagerBasedRLEnv`` or ``DirectRLEnv``. This
-task is both, while its dynamics are those of :class:`async_pbt_isaaclab.envs.torch_reach_task.TorchReachEnv`: the
+task is both, while its dynamics are those of :class:`async_pbt_isaaclab.testing.torch_reach_task.TorchReachEnv`: the
 simulator is the only thing not real in these tests, so the env does not start one (``DirectRLEnv.__init__``, which
 builds the physics scene, is not called). Import it only after Isaac Lab is importable (see ``isaaclab_real.py``).
 """
@@ -15,7 +15,7 @@ from isaaclab.scene import InteractiveSceneCfg
 from isaaclab.sim import SimulationCfg
 from isaaclab.utils import configclass
 
-from async_pbt_isaaclab.envs.torch_reach_task import TorchReachEnv
+from async_pbt_isaaclab.testing.torch_reach_task import TorchReachEnv
 
 TASK_ID = "AsyncPbtTest-Reach-Direct-v0"
 """Gymnasium id of the test task."""

@@ -64,7 +64,7 @@ def batch(calls: str) -> None:
 
 
 def release() -> None:
-    from async_pbt_isaaclab.envs.isaaclab_release import detect
+    from async_pbt_isaaclab.envs.isaaclab.release import detect
 
     found = detect()
     _emit(
@@ -74,7 +74,7 @@ def release() -> None:
 
 def configs(task: str, *hydra_args: str) -> None:
     """Load ``task``'s configs through the release's own path (launch + Hydra), as train_pbt.py does."""
-    from async_pbt_isaaclab.envs import isaaclab_api
+    from async_pbt_isaaclab.envs.isaaclab import api as isaaclab_api
 
     parser = argparse.ArgumentParser()
     isaaclab_api.add_launcher_args(parser)
@@ -134,7 +134,7 @@ def restart_keeps_hydra_keys() -> None:
         typed, "/ws/c.pth", {"agent.params.config.pbt_probe_coef": 0.25, "agent.params.config.learning_rate": 0.0005}
     )
     hydra_args = [a for a in after[2:] if not a.startswith("--") and "=" in a]
-    from async_pbt_isaaclab.envs import isaaclab_api
+    from async_pbt_isaaclab.envs.isaaclab import api as isaaclab_api
 
     parser = argparse.ArgumentParser()
     isaaclab_api.add_launcher_args(parser)
@@ -154,8 +154,8 @@ def wrapper_chain() -> None:
     from rl_games.common import env_configurations
 
     from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks, register_rl_games_env
-    from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
-    from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source
+    from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
+    from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
     from async_pbt_isaaclab.envs.summary_source import find_summary_source
 
     cfg = reach_task.ReachDirectEnvCfg()
@@ -201,10 +201,10 @@ def multi_agent() -> None:
     import torch
     from isaaclab.envs import DirectMARLEnv, DirectRLEnv
 
-    from async_pbt_isaaclab.envs import isaaclab_api
     from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks
-    from async_pbt_isaaclab.envs.isaaclab_terms import SummaryCfg
-    from async_pbt_isaaclab.envs.isaaclab_wrapper import attach_summary_source
+    from async_pbt_isaaclab.envs.isaaclab import api as isaaclab_api
+    from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
+    from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
     from async_pbt_isaaclab.envs.summary_source import find_summary_source
 
     single = gym.make(reach_task.TASK_ID, cfg=reach_task.ReachDirectEnvCfg())
@@ -281,7 +281,7 @@ def train_flags() -> None:
     from pathlib import Path
 
     from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks, parse_script_args
-    from async_pbt_isaaclab.envs.isaaclab_release import SERIES_2, require
+    from async_pbt_isaaclab.envs.isaaclab.release import SERIES_2, require
 
     repo = Path(__file__).resolve().parents[2]
     spec = importlib.util.spec_from_file_location("_train_pbt_probe", repo / "scripts" / "train_pbt.py")

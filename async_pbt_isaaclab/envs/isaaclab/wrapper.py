@@ -1,7 +1,7 @@
 """The env wrapper that feeds the PBT evidence: per-episode summaries of an Isaac Lab env.
 
 :class:`PbtIsaacLabEnv` is a gymnasium wrapper; :func:`attach_summary_source` builds it from the agent yaml's
-``pbt_summary:`` section (:class:`~async_pbt_isaaclab.envs.isaaclab_terms.SummaryCfg`, where the term sources are
+``pbt_summary:`` section (:class:`~async_pbt_isaaclab.envs.isaaclab.terms.SummaryCfg`, where the term sources are
 described). It is separate from :mod:`async_pbt_isaaclab.envs.isaaclab` (the script-facing hooks that start the
 simulator and load tasks) because it only *reads* an env it is handed: it never imports ``isaaclab``, ``isaaclab_rl``
 or ``isaaclab_tasks``, and torch only inside the wrapper's methods.
@@ -40,7 +40,7 @@ emitter is exposed as :attr:`PbtIsaacLabEnv.pbt_summary_source` (``drain() -> Ep
 A multi-agent task (``DirectMARLEnv``) reaches the wrapper converted to one agent by Isaac Lab's
 ``multi_agent_to_single_agent`` (as its scripts do): ``env.unwrapped`` is then the conversion, a ``DirectRLEnv`` whose
 ``.env`` is the task's multi-agent env. Term sources, the curriculum source and the ``_reset_idx`` hook go to that
-inner env (:func:`~async_pbt_isaaclab.envs.isaaclab_terms.task_env`), where the task keeps its state and resets its
+inner env (:func:`~async_pbt_isaaclab.envs.isaaclab.terms.task_env`), where the task keeps its state and resets its
 finished envs.
 
 Values are taken at the end of each step and, for envs that finish, *just before the env resets them*: the
@@ -62,8 +62,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 import gymnasium
 
 from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE, ConditionLabel
-from async_pbt_isaaclab.envs.isaaclab_condition import curriculum_reader, format_stage
-from async_pbt_isaaclab.envs.isaaclab_terms import (
+from async_pbt_isaaclab.envs.isaaclab.condition import curriculum_reader, format_stage
+from async_pbt_isaaclab.envs.isaaclab.terms import (
     CALLABLE_PREFIX,
     SummaryCfg,
     TermSpec,

@@ -20,7 +20,7 @@ import math
 import re
 from typing import Any, Callable, Mapping
 
-from async_pbt_isaaclab.envs.isaaclab_terms import load_callable, resolve_attr
+from async_pbt_isaaclab.envs.isaaclab.terms import load_callable, resolve_attr
 
 
 def _host_value(value: Any) -> Any:

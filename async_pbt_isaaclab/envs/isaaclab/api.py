@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from async_pbt_isaaclab.envs.isaaclab_release import SERIES_2, IsaacLabRelease, require
+from async_pbt_isaaclab.envs.isaaclab.release import SERIES_2, IsaacLabRelease, require
 
 
 @dataclass

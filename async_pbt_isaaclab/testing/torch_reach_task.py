@@ -124,6 +124,32 @@ class TorchReachEnvCfg:
     """Weight of each reward term (see :data:`REWARD_TERMS`); values are also multiplied by ``step_dt``."""
 
 
+def _checked_cfg(
+    cfg: TorchReachEnvCfg | None,
+    render_mode: str | None,
+    num_envs: int | None,
+    device: str | torch.device | None,
+    seed: int | None,
+    kwargs: dict[str, Any],
+) -> TorchReachEnvCfg:
+    """The configuration :class:`TorchReachEnv` runs with: ``cfg`` (or the default) with the shortcuts applied."""
+    unknown = [k for k in kwargs if not k.endswith("_entry_point")]
+    if unknown:
+        raise TypeError(f"TorchReachEnv got unexpected keyword arguments {unknown}")
+    if render_mode is not None:
+        raise ValueError(f"TorchReachEnv does not render (render_mode={render_mode!r})")
+    cfg = cfg if cfg is not None else TorchReachEnvCfg()
+    if num_envs is not None:
+        cfg.scene.num_envs = int(num_envs)
+    if device is not None:
+        cfg.sim.device = str(device)
+    if seed is not None:
+        cfg.seed = int(seed)
+    if set(cfg.reward_weights) != set(REWARD_TERMS):
+        raise ValueError(f"reward_weights must name exactly {REWARD_TERMS}, got {sorted(cfg.reward_weights)}")
+    return cfg
+
+
 class TorchReachEnv(gym.Env):
     """Vectorized point-mass reach task in pure torch with Isaac Lab's ``ManagerBasedRLEnv`` contract.
 
@@ -156,20 +182,7 @@ class TorchReachEnv(gym.Env):
             seed: Shortcut overriding ``cfg.seed`` (when not None).
             kwargs: Registry entry points (``*_entry_point``) that ``gym.make`` forwards, ignored as Isaac Lab does.
         """
-        unknown = [k for k in kwargs if not k.endswith("_entry_point")]
-        if unknown:
-            raise TypeError(f"TorchReachEnv got unexpected keyword arguments {unknown}")
-        if render_mode is not None:
-            raise ValueError(f"TorchReachEnv does not render (render_mode={render_mode!r})")
-        cfg = cfg if cfg is not None else TorchReachEnvCfg()
-        if num_envs is not None:
-            cfg.scene.num_envs = int(num_envs)
-        if device is not None:
-            cfg.sim.device = str(device)
-        if seed is not None:
-            cfg.seed = int(seed)
-        if set(cfg.reward_weights) != set(REWARD_TERMS):
-            raise ValueError(f"reward_weights must name exactly {REWARD_TERMS}, got {sorted(cfg.reward_weights)}")
+        cfg = _checked_cfg(cfg, render_mode, num_envs, device, seed, kwargs)
         self.cfg = cfg
         """The configuration (``cfg.is_finite_horizon`` is read by the rl_games wrapper)."""
         self.render_mode = render_mode
@@ -205,16 +218,7 @@ class TorchReachEnv(gym.Env):
         self.extras: dict[str, Any] = {}
         """Persistent extras dict returned by :meth:`reset` and :meth:`step` (``"log"``, ``"time_outs"``)."""
 
-        self._pos = torch.zeros(n, 2, device=dev)
-        self._vel = torch.zeros(n, 2, device=dev)
-        self._goal = torch.zeros(n, 2, device=dev)
-        self._prev_dist = torch.zeros(n, device=dev)
-        self._actions = torch.zeros(n, 2, device=dev)
-        self._term_dones = torch.zeros(len(TERMINATION_TERMS), n, dtype=torch.bool, device=dev)
-        self._step_terms = torch.zeros(len(REWARD_TERMS), n, device=dev)
-        self._episode_sums = torch.zeros(len(REWARD_TERMS), n, device=dev)
-        self._success = torch.zeros(n, device=dev)
-        self._weights = torch.tensor([cfg.reward_weights[k] for k in REWARD_TERMS], device=dev).unsqueeze(1)
+        self._allocate_state()
 
         self.single_observation_space = gym.spaces.Dict(
             {"policy": gym.spaces.Box(low=-np.inf, high=np.inf, shape=(6,), dtype=np.float32)}
@@ -229,6 +233,20 @@ class TorchReachEnv(gym.Env):
 
         # Initial states so that a step before reset() is well defined; reset() resamples them.
         self._sample_states(torch.arange(n, device=dev))
+
+    def _allocate_state(self) -> None:
+        """The task's own buffers: point masses, goals, per-term rewards and episode sums."""
+        n, dev = self.num_envs, self.device
+        self._pos = torch.zeros(n, 2, device=dev)
+        self._vel = torch.zeros(n, 2, device=dev)
+        self._goal = torch.zeros(n, 2, device=dev)
+        self._prev_dist = torch.zeros(n, device=dev)
+        self._actions = torch.zeros(n, 2, device=dev)
+        self._term_dones = torch.zeros(len(TERMINATION_TERMS), n, dtype=torch.bool, device=dev)
+        self._step_terms = torch.zeros(len(REWARD_TERMS), n, device=dev)
+        self._episode_sums = torch.zeros(len(REWARD_TERMS), n, device=dev)
+        self._success = torch.zeros(n, device=dev)
+        self._weights = torch.tensor([self.cfg.reward_weights[k] for k in REWARD_TERMS], device=dev).unsqueeze(1)
 
     # ------------------------------------------------------------------ properties
 

@@ -1,20 +1,16 @@
-"""The Isaac Lab layer: the hooks the scripts launch Isaac Lab with.
+"""The hooks the scripts launch Isaac Lab with (the public face of :mod:`async_pbt_isaaclab.envs.isaaclab`).
 
-This is the only module of the package that imports ``isaaclab``, ``isaaclab_rl`` or ``isaaclab_tasks``, and it
-does so lazily, inside the functions that need them (:class:`IsaacLabHooks`). Importing it pulls in neither
-Isaac Lab nor torch, so the scripts can build their command line before the simulator starts.
+With :mod:`~async_pbt_isaaclab.envs.isaaclab.api`, this is the only module of the package that imports ``isaaclab``,
+``isaaclab_rl`` or ``isaaclab_tasks``, and it does so lazily, inside the functions that need them
+(:class:`IsaacLabHooks`). Importing it pulls in neither Isaac Lab, torch nor gymnasium (named in annotations only),
+so the scripts can build their command line before the simulator starts, and the launcher and the task registry
+can read :mod:`~async_pbt_isaaclab.envs.isaaclab.release` through this package.
 
 What is here: :class:`ScriptHooks`, the points where ``scripts/train_pbt.py`` and ``scripts/play_pbt.py`` touch Isaac
 Lab (simulator flags, the simulator session with the task configs, ``gym.make``, the RL-Games vec-env wrapper,
 checkpoint paths), and :class:`IsaacLabHooks`, their default implementation;
 :func:`parse_script_args`, :func:`register_rl_games_env`, :func:`rl_games_wrapper_options`, :func:`plain_config`
 and :func:`require_isaaclab`.
-
-The wrapper that turns the env's steps into per-episode evidence lives in
-:mod:`async_pbt_isaaclab.envs.isaaclab_wrapper` (:class:`PbtIsaacLabEnv`, :func:`attach_summary_source`, with the env
-contract in its docstring), its ``pbt_summary:`` configuration and term sources in
-:mod:`async_pbt_isaaclab.envs.isaaclab_terms`, and the curriculum-stage and reward parts of the condition label in
-:mod:`async_pbt_isaaclab.envs.isaaclab_condition`.
 """
 
 from __future__ import annotations
@@ -26,12 +22,13 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Mapping, Protocol, Sequence
 
-import gymnasium
+from async_pbt_isaaclab.envs.isaaclab import api as isaaclab_api
+from async_pbt_isaaclab.envs.isaaclab.release import SUPPORTED, UnsupportedIsaacLab
 
-from async_pbt_isaaclab.envs import isaaclab_api
-from async_pbt_isaaclab.envs.isaaclab_release import SUPPORTED, UnsupportedIsaacLab
+if TYPE_CHECKING:
+    import gymnasium
 
 ISAACLAB_INSTALL_HINT = (
     "install Isaac Lab (https://isaac-sim.github.io/IsaacLab; supported: " + SUPPORTED + ") and this package into "
@@ -148,7 +145,7 @@ class IsaacLabHooks:
     """The :class:`ScriptHooks` the scripts use, one swappable callable each, so a CPU test drives the same code path.
 
     The defaults import Isaac Lab lazily and do what the installed release's own RL-Games scripts do
-    (:mod:`async_pbt_isaaclab.envs.isaaclab_api` holds the calls that differ between 2.x and 3.0).
+    (:mod:`async_pbt_isaaclab.envs.isaaclab.api` holds the calls that differ between 2.x and 3.0).
     """
 
     # Callable[..., X] where a default or **kwargs cannot be spelled as a Callable; ScriptHooks has the signatures.

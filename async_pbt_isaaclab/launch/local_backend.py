@@ -1,4 +1,4 @@
-"""Starting a population on this machine: :func:`launch_population`.
+"""The local backend: start a population on this machine, :func:`launch_population`.
 
 It checks the arguments (:mod:`~async_pbt_isaaclab.launch.arguments`), puts each member on its GPU
 (:mod:`~async_pbt_isaaclab.launch.gpus`), builds every member's command and environment once (identical at
@@ -14,6 +14,7 @@ import os
 import shlex
 import sys
 import threading
+from pathlib import Path
 from typing import Callable, Mapping, Sequence, TextIO
 
 from async_pbt_isaaclab.core.workspace import member_dirname
@@ -95,16 +96,7 @@ def launch_population(
     check_device_flag(command, gpu_ids, placement)
     out = output if output is not None else sys.stdout
 
-    base_env = dict(os.environ)
-    base_env.update({str(k): str(v) for k, v in (extra_env or {}).items()})
-    table: dict[int, SupervisedMember] = {}
-    for i in chosen:
-        env = dict(base_env)
-        cmd = member_command(command, str(root), members, i)
-        gpu = place_member(i, cmd, env, gpu_ids, placement, base_env)
-        env["ASYNC_PBT_MEMBER_INDEX"] = str(i)
-        outcome = MemberOutcome(index=i, gpu=gpu, log_path=str(logs / f"member_{member_dirname(i)}.log"))
-        table[i] = SupervisedMember(outcome=outcome, command=cmd, env=env)
+    table = _member_table(command, members, chosen, root, logs, gpu_ids, placement, extra_env)
 
     sup = Supervisor(
         table,
@@ -130,3 +122,27 @@ def launch_population(
         f"logs {logs}/member_NNN.log; journal {root / 'launcher.jsonl'}; Ctrl-C stops all members"
     )
     return sup.run()
+
+
+def _member_table(
+    command: Sequence[str],
+    members: int,
+    chosen: Sequence[int],
+    root: Path,
+    logs: Path,
+    gpu_ids: Sequence[str],
+    placement: str,
+    extra_env: Mapping[str, str] | None,
+) -> dict[int, SupervisedMember]:
+    """Each chosen member's command, environment and GPU, built once: identical at every restart."""
+    base_env = dict(os.environ)
+    base_env.update({str(k): str(v) for k, v in (extra_env or {}).items()})
+    table: dict[int, SupervisedMember] = {}
+    for i in chosen:
+        env = dict(base_env)
+        cmd = member_command(command, str(root), members, i)
+        gpu = place_member(i, cmd, env, gpu_ids, placement, base_env)
+        env["ASYNC_PBT_MEMBER_INDEX"] = str(i)
+        outcome = MemberOutcome(index=i, gpu=gpu, log_path=str(logs / f"member_{member_dirname(i)}.log"))
+        table[i] = SupervisedMember(outcome=outcome, command=cmd, env=env)
+    return table

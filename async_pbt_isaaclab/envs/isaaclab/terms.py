@@ -4,7 +4,7 @@
 one term, :func:`make_term_reader` the reader of a term's per-env values, :func:`term_specs` and
 :func:`with_objective` the recorded terms of a wrapper (the objective included), :func:`task_env` the env they are
 read from. Nothing here imports ``isaaclab`` or torch.
-The wrapper that reads these sources every step is :class:`async_pbt_isaaclab.envs.isaaclab_wrapper.PbtIsaacLabEnv`.
+The wrapper that reads these sources every step is :class:`async_pbt_isaaclab.envs.isaaclab.wrapper.PbtIsaacLabEnv`.
 
 Per-episode terms (the candidates for the population objective) come from *sources*, written as strings so an
 agent yaml can name them (section ``pbt_summary:``, see :class:`SummaryCfg`):
@@ -108,7 +108,7 @@ def parse_term_spec(name: str, raw: Any, where: str = "terms") -> TermSpec:
 @dataclass(frozen=True)
 class SummaryCfg:
     """The ``pbt_summary:`` section of an agent yaml: how
-    :class:`~async_pbt_isaaclab.envs.isaaclab_wrapper.PbtIsaacLabEnv` builds episode evidence.
+    :class:`~async_pbt_isaaclab.envs.isaaclab.wrapper.PbtIsaacLabEnv` builds episode evidence.
 
     Example (Allegro hand reorientation)::
 
