@@ -53,6 +53,7 @@ replaced or deleted, restarting its random stream, is caught."""
 
 
 def entry_hash(prev_hash: str, entry: dict[str, Any]) -> str:
+    """The chain hash of ``entry``: sha256 of the previous hash and the entry's canonical JSON (without ``hash``)."""
     body = {k: v for k, v in entry.items() if k != "hash"}
     return hashlib.sha256(prev_hash.encode() + fsio.canonical_json(body)).hexdigest()
 
@@ -70,6 +71,7 @@ class AuditLog:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> "AuditLog":
+        """The log at ``path``, ready to append after its last complete entry (a torn tail is moved aside)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         return cls(path, *cls._tail(path))
@@ -99,6 +101,7 @@ class AuditLog:
         return last_seq, last_hash
 
     def append(self, kind: str, body: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+        """Append one entry of ``kind`` with ``body``, chained and fsynced; returns the entry as written."""
         if kind not in ENTRY_KINDS:
             raise ValueError(f"unknown audit entry kind {kind!r}")
         entry = {

@@ -325,4 +325,5 @@ def load_state(path: Path) -> MemberState | None:
 
 
 def save_state(path: Path, state: MemberState) -> None:
+    """Write ``state`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
     fsio.atomic_write_json(path, state.to_dict())

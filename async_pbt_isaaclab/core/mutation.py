@@ -50,6 +50,7 @@ class MutationSpec:
     """Allowed values for ``choice``."""
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON form (the ``mutation`` mapping of a recorded config)."""
         out: dict[str, Any] = {"kind": self.kind, "low": self.low, "high": self.high}
         if self.change_range is not None:
             out["change_range"] = list(self.change_range)
@@ -71,10 +72,12 @@ class Change:
     """The multiplicative factor applied (log_float/discount), ``None`` for int/choice."""
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON form (an item of a decision's ``changes``)."""
         return {"key": self.key, "old": self.old, "new": self.new, "factor": self.factor}
 
 
 def clip(value: float, low: float, high: float) -> float:
+    """``value`` brought into ``[low, high]``."""
     return min(max(value, low), high)
 
 
@@ -149,6 +152,7 @@ def mutate(
 
 
 def within_bounds(value: Any, spec: MutationSpec) -> bool:
+    """``value`` is one ``spec`` allows (a listed choice, or a number inside its bounds and not NaN)."""
     if spec.kind == "choice":
         return value in spec.choices
     return spec.low <= value <= spec.high and not (isinstance(value, float) and math.isnan(value))
@@ -196,6 +200,7 @@ dotted names starting with ``network.`` are ``params.network.<...>``."""
 
 
 def default_spec(key: str) -> MutationSpec:
+    """The default mutation spec of a supported hyperparameter."""
     return SUPPORTED_HYPERPARAMETERS[key].spec
 
 

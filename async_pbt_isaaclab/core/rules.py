@@ -58,6 +58,7 @@ RULES: dict[str, RuleSpec] = {}
 
 
 def register(spec: RuleSpec) -> RuleSpec:
+    """Add ``spec`` to :data:`RULES` (a name registered twice is a programming error)."""
     if spec.name in RULES:
         raise ValueError(f"selection rule {spec.name!r} is registered twice")
     RULES[spec.name] = spec
@@ -65,6 +66,7 @@ def register(spec: RuleSpec) -> RuleSpec:
 
 
 def rule_spec(name: str) -> RuleSpec:
+    """The rule registered as ``name``; a ``ValueError`` lists the production rules."""
     try:
         return RULES[name]
     except KeyError:
@@ -121,6 +123,7 @@ def decide(
 
 
 def group_size(fraction: float, n: int) -> int:
+    """How many of ``n`` members a group of ``fraction`` holds (at least one)."""
     return max(1, math.floor(fraction * n))
 
 

@@ -149,6 +149,7 @@ class InitialMutation:
     """Member RNG state after."""
 
     def audit_body(self, member: int, cfg: PopulationConfig) -> dict[str, Any]:
+        """The body of an ``initial_mutation`` audit entry: its inputs and what it produced."""
         return {
             "member": member,
             "config": cfg.selection_dict(),
