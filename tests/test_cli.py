@@ -173,6 +173,7 @@ def write_audit_chain(ws: Workspace, member: int = 1) -> Path:
             "donor_generation": 0,
             "donor_checkpoint": peers[decision.donor].checkpoint,
             "donor_sha256": SHA,
+            "donor_frame": decision.donor_entry.frame,
             "frame": me.frame,
             "hyperparameters": new,
             "changes": [c.to_dict() for c in changes],
@@ -463,13 +464,19 @@ def test_audit_edited_entry_exit_1_naming_member_and_line(tmp_path, capsys):
     assert code == 1
     assert re.search(r"member 001 line 2 \(seq 1\): hash mismatch", out), out
     assert re.search(r"member 001 line 2 \(seq 1\): decision does not reproduce", out), out
-    assert re.search(r"member 001 line 3 \(seq 2\): applied exploit does not match its decision: donor:", out), out
     assert "FAILED for member(s) 001" in out
     code, out, _ = run_main(capsys, "audit", str(ws.root), "--json")
     data = json.loads(out)
     assert code == 1 and data["failed_members"] == [1]
-    # The exploit applied at line 3 carried out the decision as written, so it no longer matches the edit.
-    assert {p["line"] for p in data["members"][1]["problems"]} == {2, 3}
+    # The exploit applied at line 3 is checked against the plan replayed from the decision's inputs, which it
+    # carried out: only the edited decision is reported. An applied entry edited the same way is caught there.
+    assert {p["line"] for p in data["members"][1]["problems"]} == {2}
+    entry = json.loads(lines[2])
+    entry["donor"] = 3 if entry["donor"] != 3 else 2
+    lines[2] = json.dumps(entry, sort_keys=True, separators=(",", ":"))
+    path.write_text("\n".join(lines) + "\n")
+    code, out, _ = run_main(capsys, "audit", str(ws.root))
+    assert re.search(r"member 001 line 3 \(seq 2\): applied exploit does not match its decision: donor:", out), out
 
 
 def test_audit_via_subprocess(tmp_path):
