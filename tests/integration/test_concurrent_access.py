@@ -46,7 +46,7 @@ WRITER = textwrap.dedent(
     from async_pbt_isaaclab.core.member_state import MemberState, save_state
     from async_pbt_isaaclab.core.records import MemberRecord
     from async_pbt_isaaclab.core.member_lock import MemberLock
-    from async_pbt_isaaclab.core.retention import apply_retention
+    from async_pbt_isaaclab.core.retention import BestEntry, apply_retention
     from async_pbt_isaaclab.core.workspace import Workspace, checkpoint_name
 
     root, member, control, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
@@ -84,7 +84,8 @@ WRITER = textwrap.dedent(
                       key=lambda e: -e["objective"])[:2]
         timed_json(mdir / "best.json", best)
         save_state(mdir / "state.json", MemberState(member=member, process_starts=1, last_checkpoint=rel,
-                                                    last_checkpoint_sha256=sha, best=best))
+                                                    last_checkpoint_sha256=sha,
+                                                    best=[BestEntry.from_dict(b, "best") for b in best]))
         audit.append("warning", {"message": "x" * (50 + i % 500), "frame": frame})
         apply_retention(ws, member, keep_last=2, keep={rel, *(b["checkpoint"] for b in best)})
     lock.release()
