@@ -259,9 +259,9 @@ class Watcher:
                         )
             else:
                 d.restart_durations.append(now - seen[1])
-        if not pending or (seen is not None and seen[0] == pending.get("checkpoint")):
+        if not pending or (seen is not None and seen[0] == pending.checkpoint):
             return
-        checkpoint, path_taken = pending["checkpoint"], pending.get("path", "restart")
+        checkpoint, path_taken = pending.checkpoint, pending.path
         self.pending_seen[member] = (checkpoint, now, path_taken)
         if not self.chaos_on:
             return
