@@ -17,7 +17,7 @@ proposes the values with the highest upper confidence bound at the member's curr
   exp(-|x - x'|^2 / (2 l^2))``, ``normalize_y`` and a noise term :data:`NOISE`. Its hyperparameters are fixed
   (:data:`EPSILON`, :data:`LENGTH_SCALE`) and ``optimizer=None``: fitting them would add a multi-start
   optimisation whose result can change with the starting points and the library version, and the audit
-  verifier must replay every proposal to the last bit.
+  verifier must replay every proposal to the last bit (for the same reason the fit runs on one BLAS thread).
 * **Acquisition.** UCB, ``mean + KAPPA * std``, at ``t`` = my current frame, maximised over the start point and
   :data:`CANDIDATES` points drawn uniformly (through the member RNG) in the normalised box; the best one is
   mapped back to values, ints rounded, everything clipped into the bounds. A key whose coordinate is the
@@ -84,6 +84,7 @@ def missing_dependency() -> str | None:
     """Why ``explore: pb2`` cannot run in this environment (one line naming the extra), or ``None``."""
     try:
         importlib.import_module("sklearn.gaussian_process")
+        importlib.import_module("threadpoolctl")
     except Exception as exc:  # noqa: BLE001 - ImportError or a broken install: refuse before training starts
         first_line = (str(exc).strip().splitlines() or [""])[0]
         return (
@@ -241,16 +242,22 @@ def _kernel_class() -> type:
 
 def ucb(obs: Sequence[Observation], t_now: float, candidates: np.ndarray) -> np.ndarray:
     """UCB (``mean + KAPPA * std``) of each row of ``candidates`` (normalised ``x``) at time ``t_now``, from a GP
-    fitted on ``obs``."""
+    fitted on ``obs``.
+
+    The linear algebra runs on one BLAS thread: a member and the verifier replaying it may have different thread
+    counts, and a threaded BLAS may then sum in another order; one thread gives the same bits (and at these sizes
+    costs nothing)."""
     gp_module = importlib.import_module("sklearn.gaussian_process")
+    threadpoolctl = importlib.import_module("threadpoolctl")  # a dependency of scikit-learn
     X = np.array([(o.t, *o.x) for o in obs], dtype=float)
     y = np.array([o.y for o in obs], dtype=float)
     gp = gp_module.GaussianProcessRegressor(
         kernel=_kernel_class()(EPSILON, LENGTH_SCALE), alpha=NOISE, optimizer=None, normalize_y=True
     )
-    gp.fit(X, y)
     query = np.column_stack([np.full(len(candidates), t_now), candidates])
-    mean, std = gp.predict(query, return_std=True)
+    with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
+        gp.fit(X, y)
+        mean, std = gp.predict(query, return_std=True)
     return np.asarray(mean + KAPPA * std, dtype=float)
 
 

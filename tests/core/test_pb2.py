@@ -20,6 +20,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -211,6 +215,44 @@ def test_same_inputs_and_rng_state_give_the_same_proposal_and_state():
     # And another state gives another proposal (the draws matter).
     other = pb2.propose(dict(START), _context(records), cfg, MemberRng(124))
     assert other.hyperparameters != first.hyperparameters
+
+
+def test_a_process_with_other_blas_threads_computes_the_same_bits(tmp_path):
+    # The verifier may run where BLAS has another thread count than the member had (here 1, in this process one per
+    # core); at the cap of 256 observations the proposal must come out the same, to the bit.
+    rng = np.random.default_rng(3)
+    records = []
+    for m in range(8):
+        steps = [({**START, "learning_rate": float(10 ** rng.uniform(-5, -2))}, float(rng.normal())) for _ in range(34)]
+        records.append(_record(m, steps))
+    cfg = _cfg({"learning_rate": SPECS["learning_rate"], "gamma": SPECS["gamma"]})
+    here = pb2.propose(dict(START), _context(records), cfg, MemberRng(8))
+    assert "GP-UCB on 256 observations" in here.note
+    (tmp_path / "records.json").write_text(json.dumps([r.to_dict() for r in records]))
+    script = textwrap.dedent(
+        f"""
+        import dataclasses, json
+        from pathlib import Path
+        from async_pbt_isaaclab.core import explore, pb2
+        from async_pbt_isaaclab.core.config import PopulationConfig
+        from async_pbt_isaaclab.core.member_rng import MemberRng
+        from async_pbt_isaaclab.core.mutation import MutationSpec
+        from async_pbt_isaaclab.core.records import MemberRecord
+        records = [MemberRecord.from_dict(r) for r in json.loads(Path({str(tmp_path / "records.json")!r}).read_text())]
+        specs = {{"learning_rate": MutationSpec(**{SPECS["learning_rate"].to_dict()!r}),
+                  "gamma": MutationSpec(**{dict(SPECS["gamma"].to_dict(), change_range=(1.1, 1.2))!r})}}
+        cfg = dataclasses.replace(PopulationConfig(), explore="pb2", interval_steps={INTERVAL}, mutation=specs)
+        p = pb2.propose({START!r}, explore.ExploreContext(records[0], tuple(records[1:])), cfg, MemberRng(8))
+        print(json.dumps({{"new": p.hyperparameters, "note": p.note}}))
+        """
+    )
+    threads = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=dict(os.environ, **threads)
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"new": here.hyperparameters, "note": here.note}
 
 
 # ------------------------------------------------------------------------------------------ 3. fallback
