@@ -13,7 +13,14 @@ import os
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.rules import RuleSpec, register
-from async_pbt_isaaclab.core.selection import Decision, Field, donor_candidates, exploit_decision, keep_decision
+from async_pbt_isaaclab.core.selection import (
+    Decision,
+    Field,
+    donor_candidates,
+    exploit_decision,
+    explore_decision,
+    keep_decision,
+)
 
 TEST_FIXTURE_ENV = "ASYNC_PBT_TEST_FIXTURE"
 """Environment variable that must equal a fixture rule's name for that rule to be accepted."""
@@ -63,6 +70,23 @@ register(
         exploit_every_decision,
         (),
         "test fixture: every decision exploits the best peer (chaos harness)",
+        fixture=True,
+    )
+)
+
+
+def explore_every_decision(fld: Field, cfg: PopulationConfig, rng: MemberRng) -> Decision:
+    """Every decision explores in place (my own weights, hyperparameters from ``pbt.explore``): an end-to-end test
+    of an explore strategy gets one explore per decision; ``restart_grace_frames`` spaces them out."""
+    return explore_decision("fixture_explore_every_decision", fld, ["fixture: explore at every decision"], {})
+
+
+register(
+    RuleSpec(
+        "fixture_explore_every_decision",
+        explore_every_decision,
+        (),
+        "test fixture: every decision explores in place (explore-strategy tests)",
         fixture=True,
     )
 )

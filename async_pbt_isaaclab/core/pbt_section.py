@@ -15,7 +15,7 @@ import difflib
 import math
 from typing import Any, Mapping
 
-from async_pbt_isaaclab.core import explore, rules
+from async_pbt_isaaclab.core import explore, pb2, rules
 from async_pbt_isaaclab.core.config import (
     EXPLOIT_MODES,
     HPARAM_SOURCES,
@@ -190,6 +190,9 @@ def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool
         cfg.explore in explore.STRATEGIES,
         f"explore: {cfg.explore!r} is not accepted; accepted: {', '.join(explore.STRATEGIES)}",
     )
+    if cfg.explore == pb2.NAME:
+        missing = pb2.missing_dependency()
+        need(missing is None, f"explore: {missing}")
     need(bool(cfg.objective.strip()), "objective: must name a per-episode quantity, e.g. episode_return or success")
     low_b, high_b = cfg.mutation.get("network.log_std_bounds.low"), cfg.mutation.get("network.log_std_bounds.high")
     if low_b is not None and high_b is not None and low_b.high >= high_b.low:
