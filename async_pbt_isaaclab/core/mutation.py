@@ -14,14 +14,20 @@ Kinds (``MutationSpec.kind``):
 * ``int``: add or subtract a step drawn uniformly from ``1..step``, clipped.
 * ``choice``: pick uniformly among the other ``choices``.
 
+A key that is not drawn keeps its value exactly, even outside the bounds (a donor's value under other bounds
+stays as it came). A ``log_float`` value of exactly 0 stays 0 when drawn, unless its spec sets ``from_zero``: it then
+jumps to that value (the recorded :class:`Change` says it came from 0 and has no factor).
+
 The draws come from the member's RNG (:class:`~async_pbt_isaaclab.core.member_rng.MemberRng`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from async_pbt_isaaclab.core.member_rng import MemberRng
 
@@ -30,6 +36,29 @@ MUTATION_KINDS = ("log_float", "discount", "log_shift", "int", "choice")
 
 ISAACLAB_KIND_NAMES = {"mutate_float": "log_float", "mutate_discount": "discount"}
 """Isaac Lab's mutation function names and the kind each one means here."""
+
+MUTATION_SEMANTICS = 2
+"""Recorded in every audit entry that mutates (``mutation_semantics``). Entries without it were written by
+0.1.x, whose :func:`mutate` clipped undrawn keys into bounds, moved a drawn 0 from the lower bound and kept an
+explore that changed nothing as an explore; the verifier replays those under :func:`legacy_semantics`."""
+
+_LEGACY = contextvars.ContextVar("async_pbt_legacy_mutation", default=False)
+
+
+@contextlib.contextmanager
+def legacy_semantics(on: bool = True) -> Iterator[None]:
+    """Within the block, :func:`mutate` (and :func:`~async_pbt_isaaclab.core.step.pbt_step`) behave as in
+    0.1.x; only the audit verifier uses it, to replay entries written then as they ran."""
+    token = _LEGACY.set(on)
+    try:
+        yield
+    finally:
+        _LEGACY.reset(token)
+
+
+def legacy() -> bool:
+    """Whether the 0.1.x semantics are in force (:func:`legacy_semantics`)."""
+    return _LEGACY.get()
 
 
 @dataclass(frozen=True)
@@ -48,6 +77,8 @@ class MutationSpec:
     """Largest step for ``int`` (a step in ``1..step`` is drawn)."""
     choices: tuple[Any, ...] = ()
     """Allowed values for ``choice``."""
+    from_zero: float | None = None
+    """``log_float``: where a drawn value of exactly 0 jumps to (inside the bounds); ``None``: a 0 stays 0."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (the ``mutation`` mapping of a recorded config)."""
@@ -58,6 +89,8 @@ class MutationSpec:
             out["step"] = self.step
         if self.kind == "choice":
             out["choices"] = list(self.choices)
+        if self.from_zero is not None:
+            out["from_zero"] = self.from_zero
         return out
 
 
@@ -69,11 +102,16 @@ class Change:
     old: Any
     new: Any
     factor: float | None = None
-    """The multiplicative factor applied (log_float/discount), ``None`` for int/choice."""
+    """The multiplicative factor applied (log_float/discount), ``None`` for int/choice and a jump from 0."""
+    from_zero: bool = False
+    """The value left 0 through its spec's ``from_zero`` (no factor means anything for it)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form (an item of a decision's ``changes``)."""
-        return {"key": self.key, "old": self.old, "new": self.new, "factor": self.factor}
+        """JSON form (an item of a decision's ``changes``); ``from_zero`` only when set, so older entries replay."""
+        out = {"key": self.key, "old": self.old, "new": self.new, "factor": self.factor}
+        if self.from_zero:
+            out["from_zero"] = True
+        return out
 
 
 def clip(value: float, low: float, high: float) -> float:
@@ -126,10 +164,43 @@ def mutate(
 ) -> tuple[dict[str, Any], list[Change]]:
     """Mutate each key of ``specs`` with probability ``mutation_rate``; keys in sorted order.
 
-    Keys are visited in sorted order so the RNG draw sequence never depends on dict insertion order.
-    Values are also clipped into bounds when not mutated, so a starting value outside the bounds
-    (for example a donor trained with other bounds) is brought back inside.
+    Keys are visited in sorted order so the RNG draw sequence never depends on dict insertion order. A key
+    that is not drawn keeps its value exactly (even one outside the bounds, such as a donor's). A drawn
+    numeric value of exactly 0 stays 0 unless the spec's ``from_zero`` says where it goes; the factor is
+    still drawn, so the number of draws does not depend on the values.
     """
+    if legacy():
+        return _mutate_0_1(hparams, specs, mutation_rate, change_range, rng)
+    new = dict(hparams)
+    changes: list[Change] = []
+    for key in sorted(specs):
+        spec = specs[key]
+        if key not in hparams:
+            raise KeyError(f"hyperparameter {key!r} has a mutation spec but no current value")
+        old = hparams[key]
+        if rng.random() >= mutation_rate:
+            continue
+        value, factor = mutate_value(old, spec, change_range, rng)
+        from_zero = False
+        if _is_zero(old, spec):
+            if spec.from_zero is None:
+                continue
+            value, factor, from_zero = spec.from_zero, None, True
+        if value != old:
+            new[key] = value
+            changes.append(Change(key, old, value, factor, from_zero))
+    return new, changes
+
+
+def _mutate_0_1(
+    hparams: Mapping[str, Any],
+    specs: Mapping[str, MutationSpec],
+    mutation_rate: float,
+    change_range: tuple[float, float],
+    rng: MemberRng,
+) -> tuple[dict[str, Any], list[Change]]:
+    """:func:`mutate` as 0.1.x ran it (undrawn keys clipped into bounds, a 0 moved from the lower bound): the
+    verifier replays entries written then with it."""
     new = dict(hparams)
     changes: list[Change] = []
     for key in sorted(specs):
@@ -149,6 +220,12 @@ def mutate(
             new[key] = value
             changes.append(Change(key, old, value, factor))
     return new, changes
+
+
+def _is_zero(value: Any, spec: MutationSpec) -> bool:
+    """A ``log_float`` value of exactly 0: a multiplicative change has no scale to start from (the additive
+    kinds, ``discount`` on 1-x and ``log_shift``, move a 0 by a meaningful amount)."""
+    return spec.kind == "log_float" and not isinstance(value, bool) and isinstance(value, (int, float)) and value == 0
 
 
 def within_bounds(value: Any, spec: MutationSpec) -> bool:

@@ -2,7 +2,7 @@
 
 Two forms load: Isaac Lab's ``{agent.params.config.learning_rate: mutate_float}`` (the key may carry the
 agent-config prefix, the value names a kind) and ours, a mapping with ``kind``, ``low``, ``high``,
-``change_range``, ``step`` and ``choices``. Each hyperparameter's kind must fit it (an integer stays an
+``change_range``, ``step``, ``choices`` and ``from_zero``. Each hyperparameter's kind must fit it (an integer stays an
 integer, ``discount`` only suits values in [0, 1)). :mod:`async_pbt_isaaclab.core.config` calls
 :func:`parse_mutation_section` and reports its problems with the rest of the section.
 """
@@ -85,10 +85,11 @@ def _spec_for_kind_name(key: str, default: MutationSpec, raw_kind: str, where: s
 
 def _read_mapping(key: str, default: MutationSpec, raw_spec: Mapping[str, Any], label: str) -> MutationSpec:
     """Our form: ``kind`` (default: the key's own), bounds, change range, step and choices, each checked."""
-    unknown = set(raw_spec) - {"kind", "low", "high", "change_range", "step", "choices"}
+    unknown = set(raw_spec) - {"kind", "low", "high", "change_range", "step", "choices", "from_zero"}
     if unknown:
         raise _Problem(
-            f"{label}: unknown keys {sorted(unknown)}; accepted: kind, low, high, change_range, step, choices"
+            f"{label}: unknown keys {sorted(unknown)}; accepted: kind, low, high, change_range, step, choices, "
+            f"from_zero"
         )
     raw_kind = raw_spec.get("kind", default.kind)
     if not isinstance(raw_kind, str):
@@ -104,7 +105,21 @@ def _read_mapping(key: str, default: MutationSpec, raw_spec: Mapping[str, Any], 
     if not isinstance(step, int) or step < 1:
         raise _Problem(f"{label}.step: expected an integer >= 1, got {step!r}")
     choices = _read_choices(base, raw_spec, label)
-    return MutationSpec(kind=base.kind, low=low, high=high, change_range=cr, step=step, choices=choices)
+    from_zero = _read_from_zero(base.kind, low, high, raw_spec.get("from_zero"), label)
+    return MutationSpec(
+        kind=base.kind, low=low, high=high, change_range=cr, step=step, choices=choices, from_zero=from_zero
+    )
+
+
+def _read_from_zero(kind: str, low: float, high: float, raw: Any, label: str) -> float | None:
+    """``from_zero``: absent, or (``log_float`` only) a number inside ``[low, high]``."""
+    if raw is None:
+        return None
+    if kind != "log_float":
+        raise _Problem(f"{label}.from_zero: only a log_float leaves 0 this way (a {kind} moves a 0 by itself)")
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not low <= float(raw) <= high:
+        raise _Problem(f"{label}.from_zero: expected a number inside [low, high] = [{low}, {high}], got {raw!r}")
+    return float(raw)
 
 
 def _read_bounds(base: MutationSpec, raw_spec: Mapping[str, Any], label: str) -> tuple[float, float]:

@@ -9,11 +9,13 @@ audit verifier (:func:`async_pbt_isaaclab.core.audit.recompute_decision`) calls 
 entry recorded and compares. Both go through this one function, so what is verified is what ran.
 
 :func:`initial_step` is the same for the optional mutation of a member's yaml hyperparameters at its first
-start (``initial_mutation``), logged as an ``initial_mutation`` entry and replayed the same way.
+start (``initial_mutation``), logged as an ``initial_mutation`` entry and replayed the same way; the diverse
+start (:func:`async_pbt_isaaclab.core.start.initial_draw`) returns the same :class:`InitialMutation`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -21,7 +23,7 @@ from typing import Any, Mapping, Sequence
 from async_pbt_isaaclab.core import explore
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.mutation import Change, MutationSpec, mutate
+from async_pbt_isaaclab.core.mutation import MUTATION_SEMANTICS, Change, MutationSpec, legacy, mutate
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
 from async_pbt_isaaclab.core.rules import decide
 from async_pbt_isaaclab.core.selection import Decision, Outcome
@@ -82,12 +84,14 @@ class StepResult:
             "changes": [c.to_dict() for c in self.changes],
             "rng_after": self.rng_after,
             **({"explore_note": self.explore_note} if self.explore_note else {}),
+            "mutation_semantics": MUTATION_SEMANTICS,
         }
 
 
 def pbt_step(view: PopulationView, cfg: PopulationConfig, rng_state: Mapping[str, Any]) -> StepResult:
     """Decide, and for an exploit or explore propose the new generation's hyperparameters with the configured
-    explore strategy (:mod:`async_pbt_isaaclab.core.explore`). Pure."""
+    explore strategy (:mod:`async_pbt_isaaclab.core.explore`). An explore whose proposal changes nothing
+    becomes a keep (an exploit that changes nothing still copies the donor's weights). Pure."""
     rng = MemberRng.from_state(rng_state)
     rng_before = rng.get_state()
     decision = decide(view.me, view.peers, cfg, rng, view.now)
@@ -96,6 +100,14 @@ def pbt_step(view: PopulationView, cfg: PopulationConfig, rng_state: Mapping[str
     donor = decision.donor_entry if decision.outcome is Outcome.EXPLOIT else None
     start = start_hyperparameters(view.me, donor, cfg)
     proposal = explore.strategy(cfg.explore).propose(start, explore.ExploreContext(view.me, view.peers), cfg, rng)
+    if decision.outcome is Outcome.EXPLORE and not proposal.changes and not legacy():
+        # Same weights, same values: no new generation and no grace. The draws stay consumed (and recorded).
+        keep = dataclasses.replace(
+            decision,
+            outcome=Outcome.KEEP,
+            reasons=(*decision.reasons, "the explore changed nothing (no drawn key moved): keep"),
+        )
+        return StepResult(keep, None, None, (), rng_before, rng.get_state(), proposal.note)
     return StepResult(
         decision,
         start,
@@ -135,7 +147,8 @@ def _mutable_value(value: Any, spec: MutationSpec) -> bool:
 
 @dataclass(frozen=True)
 class InitialMutation:
-    """The optional one-off mutation of a member's yaml hyperparameters at its first start."""
+    """What a member's first start did to its yaml hyperparameters: the optional one-off mutation
+    (``initial_mutation``) or the diverse start's draw (``initial_draw``)."""
 
     start_hyperparameters: dict[str, Any]
     """The yaml's values."""
@@ -158,6 +171,7 @@ class InitialMutation:
             "new_hyperparameters": self.new_hyperparameters,
             "changes": [c.to_dict() for c in self.changes],
             "rng_after": self.rng_after,
+            "mutation_semantics": MUTATION_SEMANTICS,
         }
 
 

@@ -76,8 +76,11 @@ def int_specs(draw):
 @given(spec=float_specs(), value=starting_float, rate=st.floats(0.0, 1.0), cr=change_ranges, seed=st.integers(0, 2**63))
 def test_float_kinds_always_inside_bounds(spec, value, rate, cr, seed):
     rng = MemberRng(seed)
-    new, _changes = mutate({"x": value}, {"x": spec}, rate, cr, rng)
-    assert spec.low <= new["x"] <= spec.high, (spec, value, new)
+    new, changes = mutate({"x": value}, {"x": spec}, rate, cr, rng)
+    if changes:  # a drawn key lands inside the bounds; an undrawn one (or a 0 that stays 0) is untouched
+        assert spec.low <= new["x"] <= spec.high, (spec, value, new)
+    else:
+        assert new["x"] == value
     # Direct mutation as well (rate 1 path), for any value.
     mutated, factor = mutate_value(value, spec, cr, MemberRng(seed))
     assert spec.low <= mutated <= spec.high
@@ -88,9 +91,12 @@ def test_float_kinds_always_inside_bounds(spec, value, rate, cr, seed):
 @SETTINGS
 @given(spec=int_specs(), value=st.integers(-1000, 1000), rate=st.floats(0.0, 1.0), seed=st.integers(0, 2**63))
 def test_int_kind_always_integer_inside_bounds(spec, value, rate, seed):
-    new, _ = mutate({"n": value}, {"n": spec}, rate, (1.1, 2.0), MemberRng(seed))
+    new, changes = mutate({"n": value}, {"n": spec}, rate, (1.1, 2.0), MemberRng(seed))
     assert isinstance(new["n"], int)
-    assert spec.low <= new["n"] <= spec.high, (spec, value, new)
+    if changes:
+        assert spec.low <= new["n"] <= spec.high, (spec, value, new)
+    else:
+        assert new["n"] == value
 
 
 @SETTINGS
@@ -126,16 +132,45 @@ def test_discount_mutates_one_minus_x(gamma, seed):
     assert 1.1 <= max(factor, 1 / factor) <= 1.2  # Isaac Lab's mutate_discount range, not change_range
 
 
-def test_zero_and_out_of_bounds_starting_values_come_back_inside():
+def test_undrawn_key_is_untouched_even_out_of_bounds():
     lr = MutationSpec(kind="log_float", low=1e-6, high=1e-2)
-    rng = MemberRng(1)
-    # Zero has no log scale: start from low and stay inside.
-    v, _ = mutate_value(0.0, lr, (1.1, 2.0), rng)
-    assert 1e-6 <= v <= 1e-2
-    # Not mutated (rate 0) but out of bounds: clipped back in and reported as a change.
-    new, changes = mutate({"learning_rate": 0.5}, {"learning_rate": lr}, 0.0, (1.1, 2.0), rng)
-    assert new["learning_rate"] == 1e-2
-    assert [(c.key, c.old, c.new, c.factor) for c in changes] == [("learning_rate", 0.5, 1e-2, None)]
+    # Not drawn (rate 0) and outside the bounds (a donor trained with other bounds): it stays as it came.
+    new, changes = mutate({"learning_rate": 0.5}, {"learning_rate": lr}, 0.0, (1.1, 2.0), MemberRng(1))
+    assert new["learning_rate"] == 0.5 and changes == []
+    # Drawn: the mutated value is brought inside.
+    new, changes = mutate({"learning_rate": 0.5}, {"learning_rate": lr}, 1.0, (1.1, 2.0), MemberRng(1))
+    assert new["learning_rate"] == 1e-2 and [c.key for c in changes] == ["learning_rate"]
+
+
+def test_zero_stays_zero_unless_the_spec_says_where_it_goes():
+    ent = MutationSpec(kind="log_float", low=1e-6, high=0.1)
+    new, changes = mutate({"entropy_coef": 0.0}, {"entropy_coef": ent}, 1.0, (1.1, 2.0), MemberRng(1))
+    assert new["entropy_coef"] == 0.0 and changes == []
+    jump = MutationSpec(kind="log_float", low=1e-6, high=0.1, from_zero=1e-3)
+    rng_a, rng_b = MemberRng(1), MemberRng(1)
+    new, changes = mutate({"entropy_coef": 0.0}, {"entropy_coef": jump}, 1.0, (1.1, 2.0), rng_a)
+    assert new["entropy_coef"] == 1e-3
+    assert [c.to_dict() for c in changes] == [
+        {"key": "entropy_coef", "old": 0.0, "new": 1e-3, "factor": None, "from_zero": True}
+    ]
+    # The same draws are consumed either way: the stream does not depend on the values.
+    mutate({"entropy_coef": 0.0}, {"entropy_coef": ent}, 1.0, (1.1, 2.0), rng_b)
+    assert rng_a.get_state() == rng_b.get_state()
+    # An ordinary change's JSON has no from_zero key (entries written before it replay unchanged).
+    _, changes = mutate({"entropy_coef": 0.01}, {"entropy_coef": ent}, 1.0, (1.1, 2.0), MemberRng(1))
+    assert "from_zero" not in changes[0].to_dict()
+
+
+def test_legacy_semantics_replay_the_0_1_mutation():
+    from async_pbt_isaaclab.core.mutation import legacy_semantics
+
+    lr = MutationSpec(kind="log_float", low=1e-6, high=1e-2)
+    with legacy_semantics():
+        new, changes = mutate({"learning_rate": 0.5}, {"learning_rate": lr}, 0.0, (1.1, 2.0), MemberRng(1))
+    assert new["learning_rate"] == 1e-2 and [(c.old, c.new, c.factor) for c in changes] == [(0.5, 1e-2, None)]
+    with legacy_semantics():
+        new, _ = mutate({"x": 0.0}, {"x": lr}, 1.0, (1.1, 2.0), MemberRng(1))
+    assert 1e-6 <= new["x"] <= 1e-2
 
 
 def test_int_step_is_between_one_and_step():
