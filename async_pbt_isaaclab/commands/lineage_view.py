@@ -46,11 +46,13 @@ def lineage_events(member: int, entries: Iterable[tuple[int, Mapping[str, Any] |
     Each event: ``generation`` (the new one), ``frame``, ``outcome`` (exploit/explore), ``donor``,
     ``donor_generation``, ``donor_checkpoint``, ``changes``, ``state`` (``applied``; ``aborted``;
     ``not applied``: a later decision came first; ``pending``: decided, nothing after it yet),
-    ``seq`` and ``line`` of the entry it comes from.
+    ``seq`` and ``line`` of the entry it comes from. ``initial``: the first start's ``initial_draw`` (diverse
+    start) or ``initial_mutation`` entry (``kind``, ``changes``, ``seq``, ``line``), ``None`` without one.
     """
     events: list[dict[str, Any]] = []
     unreadable: list[str] = []
     start: dict[str, Any] | None = None
+    initial: dict[str, Any] | None = None  # the first start's draw (initial_draw) or initial_mutation
     pending: dict[str, Any] | None = None  # the last exploit/explore decided, until applied, aborted or replaced
 
     for line, entry, err in entries:
@@ -60,6 +62,8 @@ def lineage_events(member: int, entries: Iterable[tuple[int, Mapping[str, Any] |
         kind = entry.get("kind")
         if kind == "start" and start is None:
             start = _start_event(entry, line)
+        elif kind in ("initial_draw", "initial_mutation") and initial is None:
+            initial = {"kind": kind, "changes": entry.get("changes"), "seq": entry.get("seq"), "line": line}
         elif kind == "decision":
             decided = _decided_event(entry, line)
             if decided is not None:
@@ -78,7 +82,7 @@ def lineage_events(member: int, entries: Iterable[tuple[int, Mapping[str, Any] |
                 events.append(_aborted_event(entry, line, why))
     if pending is not None:
         events.append({**pending, "state": "pending"})
-    return {"member": member, "start": start, "events": events, "unreadable": unreadable}
+    return {"member": member, "start": start, "initial": initial, "events": events, "unreadable": unreadable}
 
 
 def _start_event(entry: Mapping[str, Any], line: int) -> dict[str, Any]:
@@ -175,12 +179,21 @@ def format_changes(changes: Any) -> str:
             if isinstance(c, Mapping) and "key" in c:
                 f = c.get("factor")
                 fs = f" (x{f:.3g})" if isinstance(f, (int, float)) and not isinstance(f, bool) else ""
+                fs = " (from 0)" if c.get("from_zero") else fs
                 parts.append(f"{c['key']} {format_number(c.get('old'))} -> {format_number(c.get('new'))}{fs}")
             else:
                 parts.append(str(c))
     else:
         parts.append(str(changes))
     return ", ".join(parts)
+
+
+def initial_row(initial: Mapping[str, Any]) -> list[str]:
+    """The lineage row of a first start's draw: ``diverse start`` (``initial_draw``) or ``initial mutation``."""
+    what = "diverse start (drawn)" if initial.get("kind") == "initial_draw" else "initial mutation"
+    changes = initial.get("changes")
+    text = format_changes(changes) if changes else "yaml values kept (reference member)"
+    return ["gen 0", "frame 0", what, f"{text}  [seq {initial.get('seq')}]"]
 
 
 def lineage_data(ws, member: int | None = None) -> list[dict[str, Any]]:
@@ -233,6 +246,8 @@ def cmd_lineage(args: argparse.Namespace) -> int:
                     f"[seq {s.get('seq')}]",
                 ]
             )
+        if m.get("initial") is not None:
+            rows.append(initial_row(m["initial"]))
         for e in m["events"]:
             if e["outcome"] == "exploit":
                 dg = f" gen {e['donor_generation']}" if e.get("donor_generation") is not None else ""

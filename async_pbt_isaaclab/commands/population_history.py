@@ -81,6 +81,32 @@ def _decision_row(member: int, entry: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+INITIAL_OUTCOMES = ("diverse start", "initial mutation")
+"""Outcomes of the rows of a first start's draw (listed with the decisions, not counted as decisions)."""
+
+
+def _initial_row(member: int, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A first start's draw (``initial_draw``: the diverse start) or ``initial_mutation``, as a decision row."""
+    diverse = entry.get("kind") == "initial_draw"
+    changes = entry.get("changes") or []
+    why = "drawn within the mutation bounds from the population seed" if diverse else "initial_mutation: true"
+    return {
+        "member": member,
+        "seq": entry.get("seq"),
+        "time": entry.get("time"),
+        "frame": 0,
+        "generation": 0,
+        "outcome": "diverse start" if diverse else "initial mutation",
+        "donor": None,
+        "rule": None,
+        "reasons": [why if changes else "reference member: keeps the yaml's values"],
+        "compared": [],
+        "excluded": {},
+        "unreadable_peers": {},
+        "changes": changes,
+    }
+
+
 def member_history(ws, index: int, record: Any = None) -> dict[str, Any]:
     """Everything the report shows about member ``index`` (``record``: its parsed record, if readable)."""
     path = ws.member_dir(index) / "audit.jsonl"
@@ -97,6 +123,9 @@ def member_history(ws, index: int, record: Any = None) -> dict[str, Any]:
     decisions: list[dict[str, Any]] = []
     last_decision = None
     for _line, entry, _err in entries:
+        if entry is not None and entry.get("kind") in ("initial_draw", "initial_mutation"):
+            decisions.append(_initial_row(index, entry))
+            continue
         if entry is None or entry.get("kind") != "decision":
             continue
         last_decision = entry
@@ -184,7 +213,7 @@ def population_history(ws, now: float, top: int = 10) -> dict[str, Any]:
         "exploits": sum(1 for e in applied if e.get("outcome") == "exploit"),
         "explores": sum(1 for e in applied if e.get("outcome") == "explore"),
         "aborted": sum(1 for m in members for e in m["events"] if e.get("state") == "aborted"),
-        "decisions": sum(len(m["decisions"]) for m in members),
+        "decisions": sum(1 for m in members for d in m["decisions"] if d["outcome"] not in INITIAL_OUTCOMES),
         "best_training_objective": best[0] if best else None,
         "best_evaluation": evaluations[0] if evaluations else None,
         "objective": meta.get("objective") if meta else None,

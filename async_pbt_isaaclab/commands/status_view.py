@@ -8,8 +8,10 @@ and why. :func:`render_status` turns that into lines (pure: the same data always
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from async_pbt_isaaclab.commands.common import format_table
@@ -41,8 +43,29 @@ def enrich_status(ws, data: dict[str, Any], target_frames: int | None = None) ->
         m["target_frames"] = target
         m["frames_per_s"] = rate
         m["eta_s"] = eta_seconds(m["frame"], target, rate) if m["status"] == "running" else None
-        m["decision"] = decision_in_words(last_decision_entry(folder / "audit.jsonl"), m.get("last_decision") or "")
+        last = last_decision_entry(folder / "audit.jsonl")
+        m["start_draw"] = start_draw_in_words(folder / "audit.jsonl")
+        m["decision"] = decision_in_words(last, m.get("last_decision") or "") or (
+            m["start_draw"] if last is None else ""
+        )
     return data
+
+
+def start_draw_in_words(path: Path) -> str:
+    """The member's diverse start in words (its first audit entry when that is an ``initial_draw`` or
+    ``initial_mutation``): ``diverse start: learning_rate 0.0003 -> 0.0012``; "" without one."""
+    from async_pbt_isaaclab.commands.lineage_view import format_changes
+
+    try:
+        with open(path, "rb") as fh:
+            entry = json.loads(fh.readline(1 << 20))
+    except (OSError, ValueError, RecursionError):
+        return ""
+    if not isinstance(entry, dict) or entry.get("kind") not in ("initial_draw", "initial_mutation"):
+        return ""
+    what = "diverse start" if entry["kind"] == "initial_draw" else "initial mutation"
+    changes = entry.get("changes")
+    return f"{what}: " + (format_changes(changes) if changes else "yaml values kept (reference member)")
 
 
 def _fmt_frames(frame: int, target: int | None) -> str:
@@ -105,7 +128,8 @@ def _header_line(data: dict[str, Any]) -> str:
     if meta is None:
         return f"workspace {root}"
     task = f", task {meta.get('task')}" if meta.get("task") else ""
-    return f"workspace {root}: {meta.get('num_policies')} members, objective {meta.get('objective')}{task}"
+    seed = f", seed {meta['seed']}" if meta.get("seed") is not None else ""
+    return f"workspace {root}: {meta.get('num_policies')} members, objective {meta.get('objective')}{task}{seed}"
 
 
 def _member_row(m: dict[str, Any]) -> list[str]:

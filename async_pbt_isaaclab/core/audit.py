@@ -29,15 +29,25 @@ from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.config import ConfigError
 from async_pbt_isaaclab.core.generation import applied_mismatches
 from async_pbt_isaaclab.core.member_rng import MemberRng
+from async_pbt_isaaclab.core.mutation import legacy_semantics
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.records import RecordError
-from async_pbt_isaaclab.core.step import PopulationView, StepResult, initial_step, pbt_step, replay_records
+from async_pbt_isaaclab.core.start import initial_draw
+from async_pbt_isaaclab.core.step import (
+    InitialMutation,
+    PopulationView,
+    StepResult,
+    initial_step,
+    pbt_step,
+    replay_records,
+)
 
 GENESIS = "0" * 64
 """``prev_hash`` of the first entry."""
 
 ENTRY_KINDS = (
     "start",
+    "initial_draw",
     "initial_mutation",
     "restored",
     "decision",
@@ -46,8 +56,8 @@ ENTRY_KINDS = (
     "stop",
     "warning",
 )
-"""``decision`` and ``initial_mutation`` entries are recomputed by the verifier; the others are chained facts.
-The verifier also follows the member's RNG stream: every recomputed entry's ``rng_before`` must be the
+"""``decision``, ``initial_draw`` and ``initial_mutation`` entries are recomputed by the verifier; the others are
+chained facts. The verifier also follows the member's RNG stream: every recomputed entry's ``rng_before`` must be the
 previous one's ``rng_after`` (and a ``start`` entry's ``rng_state`` the same), so a member whose state.json was
 replaced or deleted, restarting its random stream, is caught."""
 
@@ -176,7 +186,8 @@ def replay_decision(entry: dict[str, Any]) -> tuple[StepResult | None, list[str]
     except (KeyError, TypeError, ValueError, OverflowError, ConfigError, RecordError) as exc:
         return None, [f"entry cannot be replayed: {exc}"]
     try:
-        step = pbt_step(PopulationView(me, tuple(peers), now), cfg, rng_before)
+        with legacy_semantics(_written_by_0_1(entry)):
+            step = pbt_step(PopulationView(me, tuple(peers), now), cfg, rng_before)
     except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
         # Recorded inputs a member could not have produced (e.g. a start value missing for a mutated key).
         return None, [f"entry cannot be replayed: {type(exc).__name__}: {exc}"]
@@ -202,16 +213,26 @@ def replay_decision(entry: dict[str, Any]) -> tuple[StepResult | None, list[str]
     return step, problems
 
 
+def _written_by_0_1(entry: dict[str, Any]) -> bool:
+    """An entry without ``mutation_semantics``: written by 0.1.x, replayed with its mutation semantics."""
+    return "mutation_semantics" not in entry
+
+
 def recompute_decision(entry: dict[str, Any]) -> list[str]:
     """The differences between a decision entry and its replay (empty when it reproduces)."""
     return replay_decision(entry)[1]
 
 
 def recompute_initial_mutation(entry: dict[str, Any]) -> list[str]:
-    """Replay an ``initial_mutation`` entry through :func:`~async_pbt_isaaclab.core.step.initial_step`."""
+    """Replay an ``initial_mutation`` entry through :func:`~async_pbt_isaaclab.core.step.initial_step`, or an
+    ``initial_draw`` entry (the diverse start) through :func:`~async_pbt_isaaclab.core.start.initial_draw`."""
+    replay = initial_draw if entry.get("kind") == "initial_draw" else initial_step
     try:
         cfg = population_config_from_dict(entry["config"], allow_test_fixture=True)
-        step = initial_step(int(entry["member"]), entry["start_hyperparameters"], cfg, entry["rng_before"])
+        with legacy_semantics(_written_by_0_1(entry)):
+            step: InitialMutation = replay(
+                int(entry["member"]), entry["start_hyperparameters"], cfg, entry["rng_before"]
+            )
     except (KeyError, TypeError, ValueError, OverflowError, ArithmeticError, ConfigError) as exc:
         return [f"entry cannot be replayed: {exc}"]
     problems = []
@@ -220,6 +241,8 @@ def recompute_initial_mutation(entry: dict[str, Any]) -> list[str]:
             f"new_hyperparameters: recorded {entry.get('new_hyperparameters')!r}, "
             f"recomputed {step.new_hyperparameters!r}"
         )
+    if [c.to_dict() for c in step.changes] != entry.get("changes"):
+        problems.append("changes: recorded changes do not match the recomputed ones")
     if step.rng_after != entry.get("rng_after"):
         problems.append("rng_after: recorded RNG state does not match the state after replay")
     return problems
@@ -320,9 +343,10 @@ class _LogWalk:
                 self.problem(lineno, seq, f"applied exploit does not match its decision: {p}")
         elif kind == "exploit_aborted":
             self.acting = None
-        elif kind == "initial_mutation":
+        elif kind in ("initial_mutation", "initial_draw"):
+            what = "initial mutation" if kind == "initial_mutation" else "initial draw (diverse start)"
             for p in recompute_initial_mutation(entry):
-                self.problem(lineno, seq, f"initial mutation does not reproduce: {p}")
+                self.problem(lineno, seq, f"{what} does not reproduce: {p}")
 
     def check_head(self, lineno: int, entry: dict[str, Any]) -> None:
         """The entry state.json named as the last one must still be the one at that seq."""
@@ -343,7 +367,7 @@ class _LogWalk:
         """Every entry that draws continues the member's random stream where the previous one left it."""
         kind = entry.get("kind")
         rng_in = entry.get("rng_state") if kind == "start" else entry.get("rng_before")
-        if kind not in ("start", "decision", "initial_mutation") or rng_in is None:
+        if kind not in ("start", "decision", "initial_mutation", "initial_draw") or rng_in is None:
             return
         if self.rng_stream is not None and rng_in != self.rng_stream:
             self.problem(

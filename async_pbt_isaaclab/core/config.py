@@ -130,9 +130,16 @@ class PopulationConfig:
     the process; ``inprocess``: never restart (an exploit that cannot be done live is aborted, with why);
     ``restart``: always the exec restart."""
     initial_mutation: bool = False
-    """At a member's first start, mutate its yaml hyperparameters once (member 0 keeps them), as DexPBT can."""
+    """At a member's first start, mutate its yaml hyperparameters once (member 0 keeps them), as DexPBT can;
+    when true it replaces the diverse start (``start_spread``)."""
+    start_spread: float = 1.0
+    """Diverse start: at a member's first start its ``mutation`` keys are drawn within this fraction of their
+    bounds' range around the yaml value (1: the whole bounds; 0: off, every member starts from the yaml)."""
+    seed: int = -1
+    """Population seed: each member's mutation RNG starts from (seed, index); -1 draws one from OS entropy
+    when the workspace is created and records it in ``population.json``."""
     mutation_seed: int = -1
-    """Seed of the member's mutation RNG; -1 derives it from ``policy_idx`` (distinct per member)."""
+    """Seed of this member's mutation RNG when set (>= 0; it wins over ``seed``); -1: from ``seed``."""
     keep_last_checkpoints: int = 3
     """Retention: the newest K checkpoints of each member stay (and every one its history references)."""
     keep_best_checkpoints: int = 3
@@ -201,7 +208,7 @@ class PopulationConfig:
             "change_range window min_episodes settle_max_steps max_heartbeat_age_s max_clock_skew_s max_frame_lag "
             "worst_fraction top_fraction gap_std_fraction gap_donor_fraction trim_fraction min_members "
             "start_grace_frames restart_grace_frames protect_interval_best welch_alpha explore_without_donor "
-            "hparams_from mutation max_restarts objective_direction explore"
+            "hparams_from mutation max_restarts objective_direction explore start_spread"
         ).split()
         d = self.to_dict()
         return {k: d[k] for k in keys}

@@ -18,7 +18,7 @@ class MemberRng:
     PCG64 state is two 128-bit integers; JSON keeps them exactly (Python ints are arbitrary size).
     """
 
-    def __init__(self, seed: int | None = None, state: Mapping[str, Any] | None = None):
+    def __init__(self, seed: int | np.random.SeedSequence | None = None, state: Mapping[str, Any] | None = None):
         self.generator = np.random.Generator(np.random.PCG64(seed))
         """The underlying numpy generator; draw only through the methods below to keep replays exact."""
         if state is not None:
@@ -48,6 +48,12 @@ class MemberRng:
             }
         except (KeyError, TypeError, OverflowError) as exc:  # OverflowError: numbers outside PCG64's range
             raise ValueError(f"invalid RNG state {state!r:.300}: {exc}") from None
+
+    @classmethod
+    def for_member(cls, population_seed: int, member: int) -> "MemberRng":
+        """Member ``member``'s stream of the population seeded ``population_seed``: PCG64 from
+        ``SeedSequence([population_seed, member])``, distinct per member and per population."""
+        return cls(seed=np.random.SeedSequence([population_seed, member]))
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> "MemberRng":

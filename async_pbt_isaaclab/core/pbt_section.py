@@ -167,6 +167,7 @@ def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool
     ):
         v = getattr(cfg, name)
         need(v >= 0, f"{name}: must be >= 0, got {v}")
+    need(0.0 <= cfg.start_spread <= 1.0, f"start_spread: {cfg.start_spread} is outside [0, 1] (0: off)")
     need(cfg.window >= 1, f"window: must be >= 1, got {cfg.window}")
     need(1 <= cfg.min_episodes <= cfg.window, f"min_episodes: {cfg.min_episodes} must be in [1, window={cfg.window}]")
     need(cfg.min_members >= 2, f"min_members: must be >= 2 (a member needs a peer), got {cfg.min_members}")
@@ -176,6 +177,7 @@ def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool
         "restart_grace_frames",
         "settle_max_steps",
         "mutation_seed",
+        "seed",
         "max_restarts",
     ):
         v = getattr(cfg, name)

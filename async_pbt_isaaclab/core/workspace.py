@@ -3,7 +3,7 @@
 Layout (``docs/reliability.md`` explains the guarantees)::
 
     WORKSPACE/
-      population.json            created by the first member; others check they agree with it
+      population.json            created by the first member (with the population seed); others check they agree
       members/
         003/                     one folder per member, written only by the process holding its lock
           lock                   POSIX record lock (fcntl.lockf) + owner info (pid, host, since)
@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import stat
 import time
 from pathlib import Path
@@ -100,8 +101,12 @@ class Workspace:
         """Folder holding one sub-folder per member."""
 
     # ------------------------------------------------------------ population metadata
-    def ensure(self, num_policies: int, objective: str, task: str = "") -> dict[str, Any]:
-        """Create the workspace (or check an existing one agrees). Returns ``population.json``'s content."""
+    def ensure(self, num_policies: int, objective: str, task: str = "", seed: int = -1) -> dict[str, Any]:
+        """Create the workspace (or check an existing one agrees). Returns ``population.json``'s content.
+
+        ``seed`` is ``pbt.seed``: the population seed recorded when the workspace is created (-1: one drawn from
+        OS entropy). Later members read it from there; one that asks for another seed is refused. A workspace
+        written before seeds were recorded has none (its members keep their own streams)."""
         try:
             self.members_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -116,8 +121,15 @@ class Workspace:
             "task": task,
         }
         if not meta_path.exists():
-            self._create_population_meta(meta_path, dict(wanted, created=time.time()))
+            population_seed = seed if seed >= 0 else secrets.randbits(63)
+            self._create_population_meta(meta_path, dict(wanted, created=time.time(), seed=population_seed))
         meta = self.population_meta()
+        recorded = meta.get("seed")
+        if seed >= 0 and recorded is not None and recorded != seed:
+            raise WorkspaceError(
+                f"{meta_path}: this population's seed is {recorded!r} but this member runs with pbt.seed={seed}; "
+                f"leave pbt.seed unset (or set it to {recorded!r}) to join it, or use a new workspace"
+            )
         for key in ("num_policies", "objective", "task"):
             if meta.get(key) != wanted[key] and not (key == "task" and not wanted[key]):
                 raise WorkspaceError(
@@ -151,6 +163,11 @@ class Workspace:
         # An older layout made population.json behind an exclusive marker file; a member killed between the
         # two left the marker alone and the workspace stuck. The marker means nothing now: remove it.
         meta_path.with_name(".population.json.init").unlink(missing_ok=True)
+
+    def population_seed(self, meta: dict[str, Any]) -> int | None:
+        """The seed ``population.json`` records (``None`` for a workspace written before seeds were recorded)."""
+        seed = meta.get("seed")
+        return seed if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 else None
 
     def population_meta(self) -> dict[str, Any]:
         """``population.json`` (the population size and settings fixed at creation); :class:`WorkspaceError` when

@@ -43,7 +43,7 @@ from async_pbt_isaaclab.member.wandb_run import assign_wandb_run_id
 RAW_CHECKPOINT_GAPS = (
     "hyperparameters the donor trained with (entropy_coef, grad_norm, kl_threshold, ... are taken from this "
     "member's yaml instead)",
-    "the mutation RNG state (a fresh stream seeded from pbt.mutation_seed / policy_idx is used)",
+    "the mutation RNG state (a fresh stream from the population seed and policy_idx is used)",
     "lineage (the checkpoint's history is unknown; lineage starts here)",
     "the adaptive learning rate reached (agent.last_lr restarts from learning_rate)",
 )
@@ -124,26 +124,27 @@ def start_member(
     argv = capture_argv()
     ws = Workspace(cfg.workspace_path(train_dir))
     term = objective_term(cfg.objective)
-    ws.ensure(cfg.num_policies, term, task)
+    meta = ws.ensure(cfg.num_policies, term, task, cfg.seed)
     # Before the lock file is opened: a planted link must not make this member write or delete outside.
     ws.check_member(cfg.policy_idx)
     lock = MemberLock(ws.member_dir(cfg.policy_idx) / "lock")
     lock.acquire(cfg.policy_idx, wait_s=lock_wait_s)
     try:
-        return _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term)
+        seed = ws.population_seed(meta)
+        return _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term, seed)
     except BaseException:
         lock.release()
         raise
 
 
-def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term):
+def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term, seed):
     mdir = ws.member_dir(cfg.policy_idx)
     _clear_leftovers(ws, cfg)
     agent_cfg = copy.deepcopy(agent_cfg)
     state = load_state(mdir / "state.json")
     fresh_member = state is None
     audit = AuditLog.open(mdir / "audit.jsonl")
-    state = _member_state(state, agent_cfg, cfg, audit)
+    state = _member_state(state, agent_cfg, cfg, audit, seed)
     session = MemberSession(
         cfg=cfg,
         ws=ws,
@@ -200,22 +201,29 @@ def _clear_leftovers(ws: Workspace, cfg: PopulationConfig) -> None:
 
 
 def _member_state(
-    state: MemberState | None, agent_cfg: dict[str, Any], cfg: PopulationConfig, audit: AuditLog
+    state: MemberState | None,
+    agent_cfg: dict[str, Any],
+    cfg: PopulationConfig,
+    audit: AuditLog,
+    population_seed: int | None = None,
 ) -> MemberState:
-    """The saved state (repaired after a crash), or a new member's, whose RNG and yaml values start here."""
+    """The saved state (repaired after a crash), or a new member's, whose RNG and yaml values start here: its
+    stream from (population seed, index), then its diverse start (or ``initial_mutation``)."""
     mdir = audit.path.parent
     if state is None:
         rl_cfg = agent_cfg["params"]["config"]
         name = rl_cfg.get("full_experiment_name") or f"{rl_cfg.get('name', 'member')}_pbt_{cfg.policy_idx:03d}"
         state = MemberState(
             member=cfg.policy_idx,
-            rng_state=MemberRng(cfg.resolved_mutation_seed()).get_state(),
+            rng_state=_first_rng(cfg, population_seed).get_state(),
             hyperparameters=current_hyperparameters(agent_cfg, cfg),
             experiment_name=name,
         )
         state.process_starts += 1
         if cfg.initial_mutation and cfg.mutation:
             _initial_mutation(state, cfg, audit)
+        elif cfg.start_spread > 0 and cfg.mutation:
+            _initial_draw(state, cfg, audit)
         return state
     # Keys added to pbt.mutation since the member last ran start from the yaml's value.
     for key, value in current_hyperparameters(agent_cfg, cfg).items():
@@ -288,6 +296,28 @@ def _finished_reason(finished: FinishedMark, rl_cfg: dict[str, Any]) -> str:
     if max_frames != -1 and frame >= max_frames:
         return f"finished at frame {frame} >= max_frames={max_frames}"
     return ""
+
+
+def _first_rng(cfg: PopulationConfig, population_seed: int | None) -> MemberRng:
+    """A new member's stream: ``mutation_seed`` when set, else from (population seed, index); in a workspace
+    written before population seeds (and without ``pbt.seed``), from the index alone, as then."""
+    if cfg.mutation_seed >= 0:
+        return MemberRng(cfg.mutation_seed)
+    seed = population_seed if population_seed is not None else (cfg.seed if cfg.seed >= 0 else None)
+    if seed is None:
+        return MemberRng(cfg.resolved_mutation_seed())
+    return MemberRng.for_member(seed, cfg.policy_idx)
+
+
+def _initial_draw(state: MemberState, cfg: PopulationConfig, audit: AuditLog) -> None:
+    """The diverse start: draw the searched hyperparameters within their bounds at the member's first start
+    (member 0 keeps the yaml's); logged as an ``initial_draw`` entry and replayed by the verifier."""
+    from async_pbt_isaaclab.core.start import initial_draw
+
+    step = initial_draw(cfg.policy_idx, state.hyperparameters, cfg, state.rng_state)
+    audit.append("initial_draw", step.audit_body(cfg.policy_idx, cfg))
+    state.hyperparameters = dict(step.new_hyperparameters)
+    state.rng_state = step.rng_after
 
 
 def _initial_mutation(state: MemberState, cfg: PopulationConfig, audit: AuditLog) -> None:

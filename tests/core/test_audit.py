@@ -506,10 +506,11 @@ def test_member_start_records_the_head_and_truncation_is_reported(tmp_path, caps
         session.close()
     log = session.dir / "audit.jsonl"
     entries = _lines(log)
-    assert [e["kind"] for e in entries] == ["start", "start"]
-    assert load_state(session.dir / "state.json").audit_head.to_dict() == {"seq": 1, "hash": entries[-1]["hash"]}
+    # The diverse start is drawn at the first start only; the second start (a resume) draws nothing.
+    assert [e["kind"] for e in entries] == ["initial_draw", "start", "start"]
+    assert load_state(session.dir / "state.json").audit_head.to_dict() == {"seq": 2, "hash": entries[-1]["hash"]}
     assert cli.main(["audit", str(session.ws.root)]) == 0
-    log.write_text(log.read_text().splitlines(keepends=True)[0])
+    log.write_text("".join(log.read_text().splitlines(keepends=True)[:2]))
     capsys.readouterr()
     assert cli.main(["audit", str(session.ws.root)]) == 1
     assert "log ends at seq 0 but state.json records seq 1" in capsys.readouterr().out
