@@ -513,4 +513,4 @@ def test_member_start_records_the_head_and_truncation_is_reported(tmp_path, caps
     log.write_text("".join(log.read_text().splitlines(keepends=True)[:2]))
     capsys.readouterr()
     assert cli.main(["audit", str(session.ws.root)]) == 1
-    assert "log ends at seq 0 but state.json records seq 1" in capsys.readouterr().out
+    assert "log ends at seq 1 but state.json records seq 2" in capsys.readouterr().out
