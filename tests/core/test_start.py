@@ -1,0 +1,191 @@
+"""The diverse start (core/start.py), the population seed and the mutation semantics around them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from async_pbt_isaaclab.core.audit import AuditLog, verify_log
+from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
+from async_pbt_isaaclab.core.member_rng import MemberRng
+from async_pbt_isaaclab.core.mutation import MutationSpec, default_spec
+from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
+from async_pbt_isaaclab.core.start import initial_draw
+from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
+
+SPECS = {
+    "learning_rate": default_spec("learning_rate"),
+    "gamma": default_spec("gamma"),
+    "mini_epochs": default_spec("mini_epochs"),
+    "network.log_std_bounds.low": default_spec("network.log_std_bounds.low"),
+    "optimizer": MutationSpec(kind="choice", choices=("adam", "sgd", "lamb")),
+}
+YAML = {
+    "learning_rate": 3e-4,
+    "gamma": 0.99,
+    "mini_epochs": 5,
+    "network.log_std_bounds.low": -5.0,
+    "optimizer": "adam",
+    "unsearched": 1.5,
+}
+
+
+def _cfg(**kw) -> PopulationConfig:
+    return dataclasses.replace(PopulationConfig(), mutation=dict(SPECS), **kw)
+
+
+def _draw(member: int, seed: int = 11, **kw):
+    return initial_draw(member, YAML, _cfg(**kw), MemberRng.for_member(seed, member).get_state())
+
+
+def test_draw_is_reproducible_from_seed_and_index_and_differs_between_seeds_and_members():
+    assert _draw(1).new_hyperparameters == _draw(1).new_hyperparameters
+    assert _draw(1).rng_after == _draw(1).rng_after
+    assert _draw(1).new_hyperparameters != _draw(2).new_hyperparameters
+    assert _draw(1, seed=11).new_hyperparameters != _draw(1, seed=12).new_hyperparameters
+    # The stream comes from (seed, index): not the index-only stream of 0.1.x.
+    assert MemberRng.for_member(11, 1).get_state() != MemberRng.for_member(12, 1).get_state()
+    assert MemberRng.for_member(11, 1).get_state() != MemberRng.for_member(11, 2).get_state()
+
+
+def test_member_zero_keeps_the_yaml_and_draws_nothing():
+    step = _draw(0)
+    assert step.new_hyperparameters == YAML and step.changes == () and step.rng_after == step.rng_before
+
+
+@pytest.mark.parametrize("member", range(1, 40))
+def test_every_kind_lands_inside_its_bounds(member):
+    step = _draw(member)
+    for key, spec in SPECS.items():
+        value = step.new_hyperparameters[key]
+        if spec.kind == "choice":
+            assert value in spec.choices
+        else:
+            assert spec.low <= value <= spec.high, (key, value)
+        if spec.kind == "int":
+            assert isinstance(value, int)
+    assert step.new_hyperparameters["unsearched"] == 1.5
+    assert {c.key for c in step.changes} <= set(SPECS)
+
+
+def test_draws_cover_the_bounds_on_their_scales():
+    lrs = [_draw(m).new_hyperparameters["learning_rate"] for m in range(1, 200)]
+    logs = [math.log10(v) for v in lrs]  # bounds 1e-6 .. 1e-2: log-uniform puts ~1/4 of draws per decade
+    assert sum(v < -5 for v in logs) > 20 and sum(v > -3 for v in logs) > 20
+    gammas = [_draw(m).new_hyperparameters["gamma"] for m in range(1, 200)]
+    assert sum(g < 0.99 for g in gammas) > 20 and sum(g > 0.999 for g in gammas) > 20  # uniform on log(1-x)
+
+
+def test_spread_zero_is_off():
+    step = _draw(3, start_spread=0.0)
+    assert step.new_hyperparameters == YAML and step.changes == ()
+
+
+@pytest.mark.parametrize("member", range(1, 30))
+def test_a_narrowed_spread_stays_within_its_fraction_around_the_yaml_value(member):
+    step = _draw(member, start_spread=0.1)
+    lr_span = math.log(1e-2) - math.log(1e-6)
+    assert abs(math.log(step.new_hyperparameters["learning_rate"]) - math.log(3e-4)) <= 0.05 * lr_span + 1e-9
+    g_span = math.log(1 - 0.9) - math.log(1 - 0.9999)
+    assert abs(math.log(1 - step.new_hyperparameters["gamma"]) - math.log(1 - 0.99)) <= 0.05 * g_span + 1e-9
+    shift = step.new_hyperparameters["network.log_std_bounds.low"]
+    assert abs(shift - -5.0) <= 0.05 * 7.0 + 1e-9
+
+
+def test_a_yaml_value_near_a_bound_gets_a_window_moved_inside_the_bounds():
+    cfg = dataclasses.replace(_cfg(), start_spread=0.2)
+    for member in range(1, 30):
+        rng = MemberRng.for_member(5, member).get_state()
+        value = initial_draw(member, dict(YAML, learning_rate=1e-2), cfg, rng).new_hyperparameters["learning_rate"]
+        span = math.log(1e-2) - math.log(1e-6)
+        assert math.log(1e-2) - 0.2 * span - 1e-9 <= math.log(value) <= math.log(1e-2)
+
+
+def test_a_log_float_zero_stays_zero_unless_from_zero_and_is_recorded_from_zero():
+    ent = {"entropy_coef": default_spec("entropy_coef")}
+    cfg = dataclasses.replace(PopulationConfig(), mutation=ent)
+    step = initial_draw(1, {"entropy_coef": 0.0}, cfg, MemberRng.for_member(1, 1).get_state())
+    assert step.new_hyperparameters["entropy_coef"] == 0.0 and step.changes == ()
+    jump = {"entropy_coef": dataclasses.replace(default_spec("entropy_coef"), from_zero=1e-3)}
+    cfg = dataclasses.replace(PopulationConfig(), mutation=jump)
+    step = initial_draw(1, {"entropy_coef": 0.0}, cfg, MemberRng.for_member(1, 1).get_state())
+    assert 1e-6 <= step.new_hyperparameters["entropy_coef"] <= 0.1
+    assert [c.to_dict()["from_zero"] for c in step.changes] == [True]
+
+
+def test_initial_draw_is_replayed_and_a_forged_one_is_caught(tmp_path):
+    # Only supported keys: the verifier reads the recorded config back through pbt_section.
+    cfg = dataclasses.replace(PopulationConfig(), mutation={k: v for k, v in SPECS.items() if k != "optimizer"})
+    step = initial_draw(2, YAML, cfg, MemberRng.for_member(3, 2).get_state())
+    log = AuditLog.open(tmp_path / "audit.jsonl")
+    log.append("initial_draw", step.audit_body(2, cfg))
+    log.append("start", {"mode": "fresh", "rng_state": step.rng_after})
+    assert verify_log(tmp_path / "audit.jsonl") == (2, [])
+
+    forged = step.audit_body(2, cfg)
+    forged["new_hyperparameters"] = dict(forged["new_hyperparameters"], learning_rate=0.005)
+    bad = AuditLog.open(tmp_path / "forged.jsonl")
+    bad.append("initial_draw", forged)
+    _, problems = verify_log(tmp_path / "forged.jsonl")
+    assert any("initial draw (diverse start) does not reproduce: new_hyperparameters" in p.problem for p in problems)
+
+    # A start whose RNG does not continue the draw's rng_after (a restarted stream) is caught too.
+    broken = AuditLog.open(tmp_path / "broken.jsonl")
+    broken.append("initial_draw", step.audit_body(2, cfg))
+    broken.append("start", {"mode": "fresh", "rng_state": step.rng_before})
+    _, problems = verify_log(tmp_path / "broken.jsonl")
+    assert any("RNG stream broken" in p.problem for p in problems)
+
+
+def test_start_spread_and_seed_are_checked():
+    cfg = population_config_from_dict({"start_spread": 0.5, "seed": 42})
+    assert (cfg.start_spread, cfg.seed) == (0.5, 42)
+    assert PopulationConfig().start_spread == 1.0 and PopulationConfig().seed == -1
+    with pytest.raises(ConfigError, match=r"start_spread: 1.5 is outside \[0, 1\]"):
+        population_config_from_dict({"start_spread": 1.5})
+    with pytest.raises(ConfigError, match="seed: must be >= 0, or -1"):
+        population_config_from_dict({"seed": -2})
+    with pytest.raises(ConfigError, match="from_zero: only a log_float"):
+        population_config_from_dict({"mutation": {"gamma": {"kind": "discount", "from_zero": 0.9}}})
+    with pytest.raises(ConfigError, match=r"from_zero: expected a number inside \[low, high\]"):
+        population_config_from_dict({"mutation": {"entropy_coef": {"from_zero": 5.0}}})
+    cfg = population_config_from_dict({"mutation": {"entropy_coef": {"from_zero": 1e-4}}})
+    assert cfg.mutation["entropy_coef"].from_zero == 1e-4
+    assert cfg.selection_dict()["mutation"]["entropy_coef"]["from_zero"] == 1e-4
+
+
+def test_population_json_records_a_seed_and_refuses_an_explicit_other_one(tmp_path):
+    ws = Workspace(tmp_path / "a")
+    meta = ws.ensure(2, "episode_return")
+    assert isinstance(meta["seed"], int) and meta["seed"] >= 0
+    assert ws.ensure(2, "episode_return")["seed"] == meta["seed"]  # every member reads the same one
+    assert ws.ensure(2, "episode_return", seed=meta["seed"])["seed"] == meta["seed"]
+    with pytest.raises(WorkspaceError, match=rf"seed is {meta['seed']} but this member runs with pbt.seed=7"):
+        ws.ensure(2, "episode_return", seed=7)
+    # Two populations differ by default; an explicit seed is recorded as given.
+    assert Workspace(tmp_path / "b").ensure(2, "episode_return")["seed"] != meta["seed"]
+    assert Workspace(tmp_path / "c").ensure(2, "episode_return", seed=7)["seed"] == 7
+
+
+def test_a_workspace_written_before_seeds_keeps_working(tmp_path):
+    ws = Workspace(tmp_path / "old")
+    ws.ensure(2, "episode_return")
+    meta_path = ws.root / "population.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["seed"]
+    meta_path.write_text(json.dumps(meta))
+    assert "seed" not in ws.ensure(2, "episode_return", seed=7)  # no recorded seed: nothing to disagree with
+    assert ws.population_seed(ws.population_meta()) is None
+
+
+def test_a_new_member_in_an_old_workspace_derives_its_stream_from_its_index(tmp_path):
+    from async_pbt_isaaclab.member.session import _first_rng
+
+    cfg = dataclasses.replace(PopulationConfig(), policy_idx=3)
+    assert _first_rng(cfg, None).get_state() == MemberRng(cfg.resolved_mutation_seed()).get_state()
+    assert _first_rng(cfg, 9).get_state() == MemberRng.for_member(9, 3).get_state()
+    explicit = dataclasses.replace(cfg, mutation_seed=5)
+    assert _first_rng(explicit, 9).get_state() == MemberRng(5).get_state()  # mutation_seed wins
