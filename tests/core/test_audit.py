@@ -514,3 +514,36 @@ def test_member_start_records_the_head_and_truncation_is_reported(tmp_path, caps
     capsys.readouterr()
     assert cli.main(["audit", str(session.ws.root)]) == 1
     assert "log ends at seq 1 but state.json records seq 2" in capsys.readouterr().out
+
+
+def test_an_explore_that_changes_nothing_is_a_keep_and_replays(tmp_path, make_record, monkeypatch):
+    """mutation_rate 0: the explore's proposal changes nothing, so no new generation: a keep whose reason says so,
+    its draws consumed and recorded; the verifier replays it; an entry without ``mutation_semantics`` (0.1.x)
+    replays as the explore it was then."""
+    monkeypatch.setenv("ASYNC_PBT_TEST_FIXTURE", "fixture_explore_every_decision")
+    raw = dict(_cfg().selection_dict(), rule="fixture_explore_every_decision", policy_idx=1, mutation_rate=0.0)
+    cfg = population_config_from_dict(raw)
+    recs = _population(make_record, [5.0, 1.0, 2.0, 3.0])
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog.open(path)
+    rng = MemberRng(5)
+    before = rng.get_state()
+    step = _log_step(log, recs[1], recs, cfg, rng, NOW)
+    assert step.decision.outcome is Outcome.KEEP and not step.acts
+    assert step.decision.reasons[-1].startswith("the explore changed nothing")
+    assert step.changes == () and step.new_hyperparameters is None
+    assert step.rng_after != before  # the mutation's draws stay consumed
+    monkeypatch.delenv("ASYNC_PBT_TEST_FIXTURE")
+    assert verify_log(path) == (1, [])
+
+    # The same inputs written by 0.1.x (an explore with no changes): replayed with 0.1.x's semantics.
+    from async_pbt_isaaclab.core.mutation import legacy_semantics
+
+    with legacy_semantics():
+        old = pbt_step(PopulationView(recs[1], tuple(recs), NOW, {3: "bad json"}), cfg, before)
+    assert old.decision.outcome is Outcome.EXPLORE and old.changes == ()
+    body = old.audit_body(PopulationView(recs[1], tuple(recs), NOW, {3: "bad json"}), cfg)
+    del body["mutation_semantics"]
+    legacy_log = AuditLog.open(tmp_path / "legacy.jsonl")
+    legacy_log.append("decision", body, now=NOW)
+    assert verify_log(tmp_path / "legacy.jsonl") == (1, [])
