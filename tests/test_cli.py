@@ -224,7 +224,8 @@ def test_check_config_overrides_and_json(tmp_path, capsys):
     data = json.loads(out)
     assert data["valid"] and data["config"]["policy_idx"] == 3
     assert data["workspace"] == "/abs/ws"
-    assert data["resolved"]["mutation_seed"]["value"] == 4 * 1_000_003
+    assert data["resolved"]["mutation_seed"]["why"] == "the population seed with policy_idx=3"
+    assert "population.json" in data["resolved"]["seed"]["why"]
     assert data["resolved"]["objective"]["value"] == "Episode_Reward/success"
     lr = next(h for h in data["hyperparameters"] if h["name"] == "learning_rate")
     assert lr["current"] == 3e-4 and lr["kind"] == "log_float" and lr["low"] == 1e-6

@@ -76,8 +76,10 @@ def _resolved_values(cfg: PopulationConfig) -> dict[str, tuple[Any, str]]:
         out["start_grace_frames"] = (cfg.resolved_start_grace(), f"2 x interval_steps={iv}")
     if cfg.restart_grace_frames < 0:
         out["restart_grace_frames"] = (cfg.resolved_restart_grace(), f"2 x interval_steps={iv}")
+    if cfg.seed < 0:
+        out["seed"] = (None, "drawn from OS entropy when the workspace is created; recorded in population.json")
     if cfg.mutation_seed < 0:
-        out["mutation_seed"] = (cfg.resolved_mutation_seed(), f"derived from policy_idx={cfg.policy_idx}")
+        out["mutation_seed"] = (None, f"the population seed with policy_idx={cfg.policy_idx}")
     if cfg.max_restarts < 0:
         out["max_restarts"] = (None, "no limit")
     if not cfg.launcher_prefix:

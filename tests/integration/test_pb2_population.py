@@ -155,3 +155,52 @@ def test_async_pbt_audit_verifies_every_pb2_decision(population):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "audit: all entries verified" in proc.stdout
+
+
+def _entries(ws: Path, index: int) -> list[dict]:
+    return [json.loads(line) for line in (ws / "members" / f"{index:03d}" / "audit.jsonl").read_text().splitlines()]
+
+
+def test_members_start_diverse_from_the_population_seed(population):
+    """The diverse start: member 0 keeps the yaml's values, member 1 starts from values drawn within the bounds
+    from (the seed population.json records, 1); both are each member's first audit entry."""
+    from async_pbt_isaaclab.core.member_rng import MemberRng
+
+    seed = json.loads((population / "population.json").read_text())["seed"]
+    first = [_entries(population, index)[0] for index in (0, 1)]
+    assert [e["kind"] for e in first] == ["initial_draw", "initial_draw"]
+    assert first[0]["changes"] == [] and first[0]["new_hyperparameters"] == first[0]["start_hyperparameters"]
+    assert first[1]["rng_before"] == MemberRng.for_member(seed, 1).get_state()
+    assert {c["key"] for c in first[1]["changes"]} == set(KEYS)
+    starts = [next(e for e in _entries(population, i) if e["kind"] == "start") for i in (0, 1)]
+    assert all(starts[i]["hyperparameters"] == first[i]["new_hyperparameters"] for i in (0, 1))
+    assert all(within_bounds(starts[1]["hyperparameters"][k], default_spec(k)) for k in KEYS)
+    assert {k: starts[0]["hyperparameters"][k] for k in KEYS} != {k: starts[1]["hyperparameters"][k] for k in KEYS}
+
+
+def test_a_second_start_of_the_workspace_does_not_redraw(population, tmp_path):
+    """Start member 1 again on the finished workspace (it exits at once, already finished): one initial_draw
+    still, a new start entry with the values it had, and the audit still verifies."""
+    before = _entries(population, 1)
+    state = json.loads((population / "members" / "001" / "state.json").read_text())
+    proc = subprocess.run(
+        _member_command(population, population.parent / "train", 1),
+        cwd=tmp_path,
+        env=member_env(RULE),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    after = _entries(population, 1)
+    assert after[: len(before)] == before and len(after) > len(before)
+    assert [e["kind"] for e in after].count("initial_draw") == 1
+    restart = next(e for e in after[len(before) :] if e["kind"] == "start")
+    assert restart["hyperparameters"] == state["hyperparameters"]
+    audit = subprocess.run(
+        [sys.executable, "-m", "async_pbt_isaaclab.cli", "audit", str(population)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert audit.returncode == 0, audit.stdout + audit.stderr
