@@ -318,3 +318,44 @@ def test_replay_bad_member_exit_2(tmp_path, capsys):
     assert "member 5 has no folder" in capsys.readouterr().err
     assert cli.main(["replay", str(ws.root), "--member", "0"]) == 2
     assert "has not started yet" in capsys.readouterr().err
+
+
+def test_diverse_start_is_shown_by_lineage_status_and_the_report(tmp_path, capsys):
+    """An ``initial_draw`` entry (the diverse start) is generation 0's row in ``lineage``, the decision column of
+    ``status`` until the first decision, and a row of the report's decision table (not counted as a decision)."""
+    import dataclasses
+
+    from async_pbt_isaaclab.commands.lineage_view import lineage_data
+    from async_pbt_isaaclab.commands.population_history import member_history
+    from async_pbt_isaaclab.commands.status_view import start_draw_in_words
+    from async_pbt_isaaclab.core.config import PopulationConfig
+    from async_pbt_isaaclab.core.member_rng import MemberRng
+    from async_pbt_isaaclab.core.mutation import default_spec
+    from async_pbt_isaaclab.core.start import initial_draw
+
+    ws = Workspace(tmp_path / "ws")
+    ws.ensure(2, "episode_return")
+    spec = dataclasses.replace(default_spec("entropy_coef"), from_zero=1e-3)
+    cfg = dataclasses.replace(
+        PopulationConfig(), mutation={"learning_rate": default_spec("learning_rate"), "entropy_coef": spec}
+    )
+    for member in (0, 1):
+        step = initial_draw(
+            member, {"learning_rate": 3e-4, "entropy_coef": 0.0}, cfg, MemberRng.for_member(1, member).get_state()
+        )
+        log = AuditLog.open(ws.member_dir(member) / "audit.jsonl")
+        log.append("initial_draw", step.audit_body(member, cfg))
+        log.append("start", {"mode": "fresh", "generation": 0, "hyperparameters": step.new_hyperparameters})
+    assert start_draw_in_words(ws.member_dir(0) / "audit.jsonl") == "diverse start: yaml values kept (reference member)"
+    words = start_draw_in_words(ws.member_dir(1) / "audit.jsonl")
+    assert words.startswith("diverse start: entropy_coef 0 -> ") and "(from 0)" in words and "learning_rate" in words
+    assert [m["initial"]["kind"] for m in lineage_data(ws)] == ["initial_draw", "initial_draw"]
+    assert cli.main(["lineage", str(ws.root)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("diverse start (drawn)") == 2 and "(from 0)" in out and "reference member" in out
+    rows = member_history(ws, 1)["decisions"]
+    assert [r["outcome"] for r in rows] == ["diverse start"] and rows[0]["changes"]
+    page = tmp_path / "r.html"
+    assert cli.main(["report", str(ws.root), "--out", str(page)]) == 0
+    html = page.read_text()
+    assert html.count("diverse start") >= 2 and "reference member" in html
