@@ -166,41 +166,10 @@ def mutate(
 
     Keys are visited in sorted order so the RNG draw sequence never depends on dict insertion order. A key
     that is not drawn keeps its value exactly (even one outside the bounds, such as a donor's). A drawn
-    numeric value of exactly 0 stays 0 unless the spec's ``from_zero`` says where it goes; the factor is
+    ``log_float`` value of exactly 0 stays 0 unless the spec's ``from_zero`` says where it goes; the factor is
     still drawn, so the number of draws does not depend on the values.
     """
-    if legacy():
-        return _mutate_0_1(hparams, specs, mutation_rate, change_range, rng)
-    new = dict(hparams)
-    changes: list[Change] = []
-    for key in sorted(specs):
-        spec = specs[key]
-        if key not in hparams:
-            raise KeyError(f"hyperparameter {key!r} has a mutation spec but no current value")
-        old = hparams[key]
-        if rng.random() >= mutation_rate:
-            continue
-        value, factor = mutate_value(old, spec, change_range, rng)
-        from_zero = False
-        if _is_zero(old, spec):
-            if spec.from_zero is None:
-                continue
-            value, factor, from_zero = spec.from_zero, None, True
-        if value != old:
-            new[key] = value
-            changes.append(Change(key, old, value, factor, from_zero))
-    return new, changes
-
-
-def _mutate_0_1(
-    hparams: Mapping[str, Any],
-    specs: Mapping[str, MutationSpec],
-    mutation_rate: float,
-    change_range: tuple[float, float],
-    rng: MemberRng,
-) -> tuple[dict[str, Any], list[Change]]:
-    """:func:`mutate` as 0.1.x ran it (undrawn keys clipped into bounds, a 0 moved from the lower bound): the
-    verifier replays entries written then with it."""
+    old_rules = legacy()  # replaying an entry written by 0.1.x (legacy_semantics)
     new = dict(hparams)
     changes: list[Change] = []
     for key in sorted(specs):
@@ -209,17 +178,28 @@ def _mutate_0_1(
             raise KeyError(f"hyperparameter {key!r} has a mutation spec but no current value")
         old = hparams[key]
         value: Any = old
-        factor = None
+        factor, from_zero = None, False
         if rng.random() < mutation_rate:
             value, factor = mutate_value(old, spec, change_range, rng)
-        elif spec.kind in ("log_float", "discount", "log_shift"):
-            value = clip(float(old), spec.low, spec.high)
-        elif spec.kind == "int":
-            value = clip_int(old, spec.low, spec.high)
+            if _is_zero(old, spec) and not old_rules:
+                if spec.from_zero is None:
+                    continue
+                value, factor, from_zero = spec.from_zero, None, True
+        elif old_rules:  # 0.1.x clipped an undrawn key into the bounds
+            value = _clip_0_1(old, spec)
         if value != old:
             new[key] = value
-            changes.append(Change(key, old, value, factor))
+            changes.append(Change(key, old, value, factor, from_zero))
     return new, changes
+
+
+def _clip_0_1(value: Any, spec: MutationSpec) -> Any:
+    """What 0.1.x made of an undrawn key: clipped into the bounds (a ``choice`` as it was)."""
+    if spec.kind in ("log_float", "discount", "log_shift"):
+        return clip(float(value), spec.low, spec.high)
+    if spec.kind == "int":
+        return clip_int(value, spec.low, spec.high)
+    return value
 
 
 def _is_zero(value: Any, spec: MutationSpec) -> bool:

@@ -146,13 +146,15 @@ def test_every_member_trains_with_what_its_pb2_decisions_proposed(population):
         assert state["hyperparameters"]["gamma"] == mine[len(applied) - 1]["new_hyperparameters"]["gamma"]
 
 
-def test_async_pbt_audit_verifies_every_pb2_decision(population):
-    proc = subprocess.run(
-        [sys.executable, "-m", "async_pbt_isaaclab.cli", "audit", str(population)],
-        capture_output=True,
-        text=True,
-        timeout=300,
+def _audit(ws: Path) -> subprocess.CompletedProcess:
+    """``async-pbt audit WS`` in its own process."""
+    return subprocess.run(
+        [sys.executable, "-m", "async_pbt_isaaclab.cli", "audit", str(ws)], capture_output=True, text=True, timeout=300
     )
+
+
+def test_async_pbt_audit_verifies_every_pb2_decision(population):
+    proc = _audit(population)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "audit: all entries verified" in proc.stdout
 
@@ -197,10 +199,5 @@ def test_a_second_start_of_the_workspace_does_not_redraw(population, tmp_path):
     assert [e["kind"] for e in after].count("initial_draw") == 1
     restart = next(e for e in after[len(before) :] if e["kind"] == "start")
     assert restart["hyperparameters"] == state["hyperparameters"]
-    audit = subprocess.run(
-        [sys.executable, "-m", "async_pbt_isaaclab.cli", "audit", str(population)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    audit = _audit(population)
     assert audit.returncode == 0, audit.stdout + audit.stderr
