@@ -145,7 +145,10 @@ def test_replay_schedule_follows_the_exploit_back_to_the_donor(population, tmp_p
         for l in (ws / "members/001/audit.jsonl").read_text().splitlines()
         if json.loads(l)["kind"] == "exploit_applied"
     ]
-    start0 = [json.loads(l) for l in (ws / "members/000/audit.jsonl").read_text().splitlines()][0]
+    # Member 0's first start entry (after its diverse start's initial_draw: the reference keeps the yaml).
+    start0 = next(
+        e for e in map(json.loads, (ws / "members/000/audit.jsonl").read_text().splitlines()) if e["kind"] == "start"
+    )
     assert len(applied) == 1
     first, exploit = schedule.steps
     # Before the exploit, member 1's weights are member 0's: member 0's start values from frame 0 ...
@@ -282,5 +285,9 @@ def test_members_write_pbt_scalars_continuous_across_the_exec_restart(population
     assert any(
         v == pytest.approx(applied["hyperparameters"]["learning_rate"]) for f, v in lr.items() if f >= applied["frame"]
     )
-    assert min(lr) < applied["frame"] and lr[min(lr)] == pytest.approx(0.001)
+    # Before it, the rate member 1 started with: its diverse start's draw.
+    start1 = next(
+        e for e in map(json.loads, (ws / "members/001/audit.jsonl").read_text().splitlines()) if e["kind"] == "start"
+    )
+    assert min(lr) < applied["frame"] and lr[min(lr)] == pytest.approx(start1["hyperparameters"]["learning_rate"])
     assert all(n > 0 for _, n in s["pbt/objective_count"][-1:]) and s["pbt/objective_mean"]
