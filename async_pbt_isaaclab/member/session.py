@@ -220,7 +220,13 @@ def _member_state(
             experiment_name=name,
         )
         state.process_starts += 1
-        if cfg.initial_mutation and cfg.mutation:
+        logged = _logged_first_draw(audit) if audit.last_seq >= 0 else None
+        if logged is not None:
+            # A first start killed before it saved state.json: keep what it drew (drawing again from the same
+            # stream would log the same values twice and break the RNG stream the verifier follows).
+            state.hyperparameters.update(logged["new_hyperparameters"])
+            state.rng_state = logged["rng_after"]
+        elif cfg.initial_mutation and cfg.mutation:
             _initial_mutation(state, cfg, audit)
         elif cfg.start_spread > 0 and cfg.mutation:
             _initial_draw(state, cfg, audit)
@@ -307,6 +313,22 @@ def _first_rng(cfg: PopulationConfig, population_seed: int | None) -> MemberRng:
     if seed is None:
         return MemberRng(cfg.resolved_mutation_seed())
     return MemberRng.for_member(seed, cfg.policy_idx)
+
+
+def _logged_first_draw(audit: AuditLog) -> dict[str, Any] | None:
+    """The ``initial_draw``/``initial_mutation`` entry a killed first start logged (``None`` without one)."""
+    from async_pbt_isaaclab.core.audit import read_entries
+
+    found = None
+    try:
+        for _, entry, _ in read_entries(audit.path):
+            if entry is not None and entry.get("kind") in ("initial_draw", "initial_mutation"):
+                found = entry
+    except OSError:
+        return None
+    if found is None or not isinstance(found.get("new_hyperparameters"), dict) or "rng_after" not in found:
+        return None
+    return found
 
 
 def _initial_draw(state: MemberState, cfg: PopulationConfig, audit: AuditLog) -> None:
