@@ -113,7 +113,22 @@ def member_history(ws, index: int, record: Any = None) -> dict[str, Any]:
     hp_steps: list[dict[str, Any]] = [
         {"frame": lin.start_frame, "generation": 0, "values": dict(lin.start_hyperparameters)}
     ]
-    hp_steps += [{"frame": c.frame, "generation": c.generation, "values": dict(c.hyperparameters)} for c in lin.changes]
+    # Which keys each generation change mutated (the rest of a change is inherited from the donor, or a
+    # schedule's own move such as the adaptive learning rate, which the report draws apart).
+    mutated = {
+        e.get("generation"): sorted(str(c.get("key")) for c in e.get("changes") or [] if isinstance(c, dict))
+        for e in lineage["events"]
+        if e.get("state") == "applied"
+    }
+    hp_steps += [
+        {
+            "frame": c.frame,
+            "generation": c.generation,
+            "values": dict(c.hyperparameters),
+            "mutated": mutated.get(c.generation, []),
+        }
+        for c in lin.changes
+    ]
     if record is not None and record.frame > hp_steps[-1]["frame"]:
         hp_steps.append(
             {

@@ -60,19 +60,71 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import study_analysis as analysis  # noqa: E402  (next to this script)
 
-DEFAULT_SET = ["gamma=0.8"]
-"""Mis-set starting values (short keys mean ``agent.params.config.KEY``)."""
-DEFAULT_MUTATE = [
-    "gamma={kind: mutate_discount, low: 0.5, high: 0.995, change_range: [1.2, 2.0]}",
-    "learning_rate=mutate_float",
-]
-"""Mutation specs (``KEY=SPEC`` -> ``agent.pbt.mutation.KEY=SPEC``)."""
+GAMMA_SPEC = "gamma={kind: mutate_discount, low: 0.5, high: 0.995, change_range: [1.2, 2.0]}"
+"""The discount's search range: it contains the mis-set 0.8, so the population has to find a good discount by
+search, not by the mutation clipping it into the default bounds [0.9, 0.9999]."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """A named study case: the start the members get, what the population searches, and the bars fixed before
+    any run of it (from the tuned reference's curve)."""
+
+    summary: str
+    """One line: what is mis-set and why it matters."""
+    set_values: tuple[str, ...]
+    """Starting values (``KEY=VALUE``; a short KEY means ``agent.params.config.KEY``) of both arms."""
+    mutate: tuple[str, ...]
+    """Mutation specs (``KEY=SPEC`` -> ``agent.pbt.mutation.KEY=SPEC``): the keys the population searches."""
+    tuned: dict[str, float]
+    """The tuned values of the searched keys (the packaged yaml's), against which their end points are read."""
+    targets: tuple[float, ...]
+    """Held-out returns to reach, the first being the headline target."""
+    goal: str
+    """``faster``: reach each target with <= 0.5 x the frames of the best independent run; ``no_worse``: end
+    within the independent runs' noise."""
+
+
+CASES = {
+    "gamma": Case(
+        "discount mis-set to 0.8 (tuned 0.95): an independent run improves slowly and stays below a tuned one",
+        ("gamma=0.8",),
+        (GAMMA_SPEC, "learning_rate=mutate_float"),
+        {"gamma": 0.95, "learning_rate": 1e-3},
+        (-400.0, -600.0, -300.0),
+        "faster",
+    ),
+    "no_learn": Case(
+        "learning rate 100x too low (1e-5, tuned 1e-3) under the constant schedule, which cannot correct it: "
+        "an independent run does not learn within the budget",
+        ("learning_rate=1e-5", "lr_schedule=constant"),
+        ("learning_rate=mutate_float",),
+        {"learning_rate": 1e-3},
+        (-800.0, -600.0, -400.0),
+        "faster",
+    ),
+    "tuned": Case(
+        "the packaged tuned yaml (gamma 0.95, learning rate 1e-3 adaptive): what searching costs",
+        (),
+        (GAMMA_SPEC, "learning_rate=mutate_float"),
+        {"gamma": 0.95, "learning_rate": 1e-3},
+        (-400.0, -300.0, -250.0),
+        "no_worse",
+    ),
+}
+"""The study's cases; targets were fixed from the tuned reference before the cases were run (docs/validation.md)."""
+NEW_POPULATION_SEED = "agent.pbt.seed={seed}"
+"""How the study passes its seed to the population: every random stream of the search follows it."""
+INDEPENDENT_ARM = ("--pbt-max-restarts", "0", "agent.pbt.start_spread=0")
+"""What makes the independent arm independent runs of the case's start: never exploit or explore, and no diverse
+start (each run trains the values it was given, as a user's run of the yaml would)."""
 FULL = {
     "seeds": [0, 1, 2],
     "members": 4,
@@ -80,7 +132,6 @@ FULL = {
     "interval": 8192,
     "eval_every": 2,
     "eval_episodes": 16,
-    "target": -400.0,
 }
 """Defaults: 3 seeds x 2 arms x 4 members x 196,608 frames (96 epochs of 2,048)."""
 SMOKE = {
@@ -90,11 +141,8 @@ SMOKE = {
     "interval": 4096,
     "eval_every": 1,
     "eval_episodes": 4,
-    "target": -1000.0,
 }
 """``--smoke``: every step once, a minute or two."""
-SWEEP = (-600.0, -500.0, -300.0, -250.0)
-"""Targets also reported (a held-out return's first crossing depends on where the bar is; all are shown)."""
 ARMS = ("population", "independent")
 
 
@@ -104,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", required=True, help="new folder for the workspaces, results.json and the plot")
     p.add_argument("--task", default="Pendulum-v1", help="gymnasium task id (default Pendulum-v1)")
+    p.add_argument(
+        "--case",
+        choices=sorted(CASES),
+        default="gamma",
+        help="named case: its start, searched keys, tuned values and targets (default gamma); "
+        + "; ".join(f"{k}: {c.summary}" for k, c in sorted(CASES.items())),
+    )
     p.add_argument("--agent-yaml", default=None, help="rl_games agent yaml (default: the packaged Pendulum PPO yaml)")
     p.add_argument(
         "--set",
@@ -111,15 +166,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=None,
         metavar="KEY=VALUE",
-        help=f"mis-set starting value, repeatable (default {DEFAULT_SET}); KEY without a dot is "
-        f"agent.params.config.KEY",
+        help="starting value, repeatable (default: the case's); KEY without a dot is agent.params.config.KEY",
     )
     p.add_argument(
         "--mutate",
         action="append",
         default=None,
         metavar="KEY=SPEC",
-        help=f"mutation spec, repeatable (default {DEFAULT_MUTATE})",
+        help="mutation spec, repeatable (default: the case's)",
     )
     p.add_argument("--seeds", type=int, nargs="+", default=None, help=f"study seeds (default {FULL['seeds']})")
     p.add_argument("--members", type=int, default=None, help=f"members per arm (default {FULL['members']})")
@@ -148,26 +202,26 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"held-out episodes per checkpoint, for selection and again for the report "
         f"(default {FULL['eval_episodes']})",
     )
-    p.add_argument("--target", type=float, default=None, help=f"held-out return to reach (default {FULL['target']})")
+    p.add_argument("--target", type=float, default=None, help="held-out return to reach (default: the case's first)")
     p.add_argument(
         "--sweep",
         type=float,
         nargs="*",
         default=None,
         metavar="RETURN",
-        help=f"more targets to report from the same runs (default {list(SWEEP)})",
+        help="more targets to report from the same runs (default: the case's others)",
     )
     p.add_argument(
         "--reanalyze",
         action="store_true",
         help="no training: recompute figures, table and plot from --out/results.json (e.g. other targets)",
     )
-    p.add_argument("--rule", default="dexpbt", help="selection rule of the population (default dexpbt)")
+    p.add_argument("--rule", default=None, help="selection rule of the population (default: the package's)")
     p.add_argument(
         "--mutation-rate",
         type=float,
-        default=0.5,
-        help="probability that each mutated hyperparameter changes at an explore (default 0.5)",
+        default=None,
+        help="probability that each mutated hyperparameter changes at an explore (default: the package's)",
     )
     p.add_argument(
         "--member-flag",
@@ -186,9 +240,13 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     for key, value in preset.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    args.sweep = list(SWEEP) if args.sweep is None else args.sweep
-    args.set_values = DEFAULT_SET if args.set_values is None else args.set_values
-    args.mutate = DEFAULT_MUTATE if args.mutate is None else args.mutate
+    case = CASES[args.case]
+    args.target = case.targets[0] if args.target is None else args.target
+    args.sweep = list(case.targets[1:]) if args.sweep is None else args.sweep
+    args.set_values = list(case.set_values) if args.set_values is None else args.set_values
+    args.mutate = list(case.mutate) if args.mutate is None else args.mutate
+    args.tuned = dict(case.tuned)
+    args.goal = case.goal
     for flag, value in (
         ("--members", args.members),
         ("--frames-per-member", args.frames_per_member),
@@ -233,12 +291,8 @@ def member_command(args: argparse.Namespace, seed: int, workspace: Path, epochs:
         str(epochs),
         "--train-dir",
         str(workspace / "runs"),
-        "--pbt-rule",
-        args.rule,
         "--pbt-interval-steps",
         str(args.interval),
-        "--pbt-mutation-rate",
-        str(args.mutation_rate),
         "--pbt-heartbeat-interval-s",
         "5",
         # Retention off: the held-out evaluation afterwards needs every interval's checkpoint.
@@ -251,8 +305,12 @@ def member_command(args: argparse.Namespace, seed: int, workspace: Path, epochs:
     ]
     if args.agent_yaml:
         cmd[3:3] = ["--agent", str(Path(args.agent_yaml).absolute())]
+    # The population arm runs the package's defaults for a new population; only what is given here changes them.
+    cmd += ["--pbt-rule", args.rule] if args.rule else []
+    cmd += ["--pbt-mutation-rate", str(args.mutation_rate)] if args.mutation_rate is not None else []
+    cmd.append(NEW_POPULATION_SEED.format(seed=seed))
     if arm == "independent":
-        cmd += ["--pbt-max-restarts", "0"]
+        cmd += INDEPENDENT_ARM
     return cmd + list(args.member_flag)
 
 
