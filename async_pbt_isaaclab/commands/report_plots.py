@@ -201,9 +201,41 @@ def _steps_with(member: dict[str, Any], name: str) -> list[dict[str, Any]]:
     ]
 
 
+def _plot_member_steps(ax: Any, m: dict[str, Any], name: str, n: int) -> list[float]:
+    """Member ``m``'s values of ``name`` as a step line with a marker at each generation change; its values."""
+    steps = [(s["frame"], float(s["values"][name])) for s in _steps_with(m, name)]
+    if not steps:
+        return []
+    color = member_color(m["member"], n)
+    # Members often share a value: distinct dash patterns keep the lines underneath visible.
+    ax.step(
+        [f for f, _ in steps],
+        [v for _, v in steps],
+        where="post",
+        color=color,
+        label=_label(m["member"]),
+        linewidth=1.6,
+        alpha=0.85,
+        linestyle=_DASHES[m["member"] % len(_DASHES)],
+    )
+    # A generation change moves a value in one of two ways: the explore strategy mutated it (filled triangle), or
+    # it came with the donor or from a schedule's own moves (the adaptive learning rate; hollow circle). The start,
+    # the record's latest value and unchanged values are plain dots.
+    previous = None
+    for s_, (x, y) in zip(_steps_with(m, name), steps, strict=True):
+        changed, previous = y != previous, y
+        if "mutated" not in s_ or not changed:
+            style = {"marker": ".", "color": color}
+        elif name in s_["mutated"]:
+            style = {"marker": "^", "color": color, "edgecolors": "black", "s": 46}
+        else:
+            style = {"marker": "o", "facecolors": "none", "edgecolors": color, "s": 30}
+        ax.scatter([x], [y], zorder=4, **style)
+    return [v for _, v in steps]
+
+
 def hyperparameter_figure(data: dict[str, Any]) -> Figure:
     members = data["members"]
-    moved = False
     names = _numeric_hparams(members)
     n = max([m["member"] for m in members], default=0) + 1
     rows = max(1, math.ceil(len(names) / 2))
@@ -218,42 +250,7 @@ def hyperparameter_figure(data: dict[str, Any]) -> Figure:
     for ax, name in zip(flat, names, strict=False):  # an odd count leaves one axis empty
         values_all = []
         for m in members:
-            steps = [
-                (s["frame"], s["values"][name])
-                for s in m["hyperparameters"]
-                if isinstance(s["values"].get(name), (int, float)) and not isinstance(s["values"].get(name), bool)
-            ]
-            if not steps:
-                continue
-            xs = [f for f, _ in steps]
-            ys = [float(v) for _, v in steps]
-            values_all += ys
-            # Members often share a value: distinct dash patterns keep the lines underneath visible.
-            color = member_color(m["member"], n)
-            ax.step(
-                xs,
-                ys,
-                where="post",
-                color=color,
-                label=_label(m["member"]),
-                linewidth=1.6,
-                alpha=0.85,
-                linestyle=_DASHES[m["member"] % len(_DASHES)],
-            )
-            # A generation change moves a value in one of two ways: the explore strategy mutated it (filled
-            # triangle), or it came with the donor or from a schedule's own moves (the adaptive learning rate;
-            # hollow circle). Steps without a change (the start, the record's latest value) are plain dots.
-            previous = None
-            for s_, (x, y) in zip(_steps_with(m, name), steps, strict=True):
-                changed, previous = y != previous, y
-                if "mutated" not in s_ or not changed:
-                    style = {"marker": ".", "color": color}
-                elif name in s_["mutated"]:
-                    style = {"marker": "^", "color": color, "edgecolors": "black", "s": 46}
-                else:
-                    style = {"marker": "o", "facecolors": "none", "edgecolors": color, "s": 30}
-                ax.scatter([x], [y], zorder=4, **style)
-            moved = True
+            values_all += _plot_member_steps(ax, m, name, n)
         positive = [v for v in values_all if v > 0]
         if positive and len(positive) == len(values_all) and max(positive) / min(positive) > 20:
             ax.set_yscale("log")
@@ -262,10 +259,9 @@ def hyperparameter_figure(data: dict[str, Any]) -> Figure:
         ax.grid(alpha=0.3)
     for ax in flat[len(names) :] if names else flat[1:]:
         ax.set_visible(False)
-    if names and moved:
+    if names:
         flat[0].scatter([], [], marker="^", color="0.5", edgecolors="black", label="mutated by the explore strategy")
         flat[0].scatter([], [], marker="o", facecolors="none", edgecolors="0.5", label="inherited or a schedule's move")
-    if names:
         flat[0].legend(fontsize=7, loc="best")
     fig.suptitle("Mutated hyperparameters over frames")
     return fig
