@@ -7,6 +7,7 @@ import io
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -359,3 +360,32 @@ def test_diverse_start_is_shown_by_lineage_status_and_the_report(tmp_path, capsy
     assert cli.main(["report", str(ws.root), "--out", str(page)]) == 0
     html = page.read_text()
     assert html.count("diverse start") >= 2 and "reference member" in html
+
+
+def test_report_against_independent_runs_and_mutations_told_apart(tmp_path):
+    """Real workspaces (tests/data: written by release 0.1.0 members): a population and a set of independent runs
+    at equal frames; the hyperparameter steps say which keys the explore strategy mutated."""
+    from async_pbt_isaaclab.commands.population_history import population_history
+    from async_pbt_isaaclab.commands.report_plots import _curve
+
+    data = Path(__file__).resolve().parent / "data" / "workspace_0_1_0"
+    out, png = tmp_path / "r.html", tmp_path / "png"
+    argv = ["report", str(data / "inprocess"), "--independent", str(data / "restart"), "--out", str(out)]
+    assert cli.main([*argv, "--png", str(png)]) == 0
+    page = out.read_text()
+    assert 'id="against-independent-runs"' in page and "independent: best of 2 runs" in page
+    assert "baseline.png" in {p.name for p in png.iterdir()}
+    # The curves: at each frame, the best (or median) member's latest window mean at or before it.
+    members = [
+        {"objective": [{"frame": 10, "mean": -5.0}, {"frame": 30, "mean": -1.0}]},
+        {"objective": [{"frame": 20, "mean": -3.0}]},
+        {"objective": [{"frame": 20, "mean": -9.0}]},
+    ]
+    assert _curve(members, [5, 10, 20, 30], "best")[1:] == [-5.0, -3.0, -1.0]
+    assert _curve(members, [20, 30], "median") == [-5.0, -3.0]
+    # Member 1 exploited member 0: its generation change lists exactly the keys its decision mutated.
+    history = population_history(Workspace(data / "inprocess"), 0.0)
+    recipient = next(m for m in history["members"] if m["member"] == 1)
+    change = next(s for s in recipient["hyperparameters"] if s["generation"] == 1)
+    decided = [e for e in recipient["events"] if e.get("state") == "applied"][0]["changes"]
+    assert change["mutated"] == sorted(c["key"] for c in decided) and change["mutated"]

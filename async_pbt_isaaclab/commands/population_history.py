@@ -107,6 +107,38 @@ def _initial_row(member: int, entry: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _hyperparameter_steps(lin: MemberLineage, events: list[dict[str, Any]], record: Any) -> list[dict[str, Any]]:
+    """The member's hyperparameters over frames: its start, each generation change (with the keys that change
+    mutated; the others were inherited from the donor, or moved by a schedule such as the adaptive learning
+    rate), and its record's latest values."""
+    mutated = {
+        e.get("generation"): sorted(str(c.get("key")) for c in e.get("changes") or [] if isinstance(c, dict))
+        for e in events
+        if e.get("state") == "applied"
+    }
+    steps: list[dict[str, Any]] = [
+        {"frame": lin.start_frame, "generation": 0, "values": dict(lin.start_hyperparameters)}
+    ]
+    steps += [
+        {
+            "frame": c.frame,
+            "generation": c.generation,
+            "values": dict(c.hyperparameters),
+            "mutated": mutated.get(c.generation, []),
+        }
+        for c in lin.changes
+    ]
+    if record is not None and record.frame > steps[-1]["frame"]:
+        steps.append(
+            {
+                "frame": record.frame,
+                "generation": record.generation,
+                "values": dict(record.hyperparameters or steps[-1]["values"]),
+            }
+        )
+    return steps
+
+
 def member_history(ws, index: int, record: Any = None) -> dict[str, Any]:
     """Everything the report shows about member ``index`` (``record``: its parsed record, if readable)."""
     path = ws.member_dir(index) / "audit.jsonl"
@@ -139,18 +171,7 @@ def member_history(ws, index: int, record: Any = None) -> dict[str, Any]:
             objective.append(point)
     lineage = lineage_events(index, entries)
     lin: MemberLineage = member_lineage(index, entries)
-    hp_steps: list[dict[str, Any]] = [
-        {"frame": lin.start_frame, "generation": 0, "values": dict(lin.start_hyperparameters)}
-    ]
-    hp_steps += [{"frame": c.frame, "generation": c.generation, "values": dict(c.hyperparameters)} for c in lin.changes]
-    if record is not None and record.frame > hp_steps[-1]["frame"]:
-        hp_steps.append(
-            {
-                "frame": record.frame,
-                "generation": record.generation,
-                "values": dict(record.hyperparameters or hp_steps[-1]["values"]),
-            }
-        )
+    hp_steps = _hyperparameter_steps(lin, lineage["events"], record)
     return {
         "member": index,
         "objective": objective,

@@ -36,6 +36,13 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, metavar="FILE", help="HTML file to write (default: WORKSPACE/report.html)")
     p.add_argument("--png", default=None, metavar="DIR", help="also write each plot as DIR/<name>.png")
     p.add_argument(
+        "--independent",
+        default=None,
+        metavar="WORKSPACE",
+        help="a workspace of independent runs of the same task (e.g. a study's independent arm, or runs with "
+        "--pbt-max-restarts 0): the report adds the population against them at equal frames",
+    )
+    p.add_argument(
         "--max-decisions",
         type=int,
         default=DEFAULT_MAX_DECISIONS,
@@ -66,7 +73,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise CliError(f"--out {out} is a directory; name a file")
     plots = _plots()
     data = population_history(ws, time.time())
-    svgs = {name: plots.figure_svg(build(data)) for name, build in plots.FIGURES.items()}
+    figures = dict(plots.FIGURES)
+    if args.independent:
+        data["baseline"] = population_history(open_workspace(args.independent), time.time())
+        figures["baseline"] = plots.baseline_figure
+    svgs = {name: plots.figure_svg(build(data)) for name, build in figures.items()}
     page = render_html(data, svgs, args.max_decisions)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -78,11 +89,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         png_dir = Path(args.png).expanduser()
         try:
             png_dir.mkdir(parents=True, exist_ok=True)
-            for name, build in plots.FIGURES.items():
+            for name, build in figures.items():
                 plots.figure_png(build(data), png_dir / f"{name}.png")
         except OSError as exc:
             raise CliError(f"cannot write PNGs to {png_dir}: {exc.strerror}") from None
-        print(f"report: wrote {', '.join(f'{n}.png' for n in plots.FIGURES)} to {png_dir}")
+        print(f"report: wrote {', '.join(f'{n}.png' for n in figures)} to {png_dir}")
     for problem in data["evaluation_problems"]:
         print(f"async-pbt report: warning: skipped {problem}", file=sys.stderr)
     return EXIT_OK
@@ -330,6 +341,18 @@ def render_html(data: dict[str, Any], svgs: dict[str, str], max_decisions: int =
         ("Summary", _summary(data) + warn),
         ("Members", _members_table(data)),
         ("Objective over frames", f'<div class="plot">{svgs.get("objective", "")}</div>'),
+        *(
+            [
+                (
+                    "Against independent runs",
+                    f'<div class="plot">{svgs["baseline"]}</div><p class="note">Training objective at equal frames '
+                    "per member; held-out figures are what <code>async-pbt evaluate</code> and the validation study "
+                    "measure.</p>",
+                )
+            ]
+            if "baseline" in svgs
+            else []
+        ),
         ("Lineage", f'<div class="plot">{svgs.get("lineage", "")}</div>' + _exploits_table(data)),
         ("Hyperparameters", f'<div class="plot">{svgs.get("hyperparameters", "")}</div>'),
         ("Best checkpoints", _best_table(data)),

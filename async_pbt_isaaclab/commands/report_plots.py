@@ -192,6 +192,48 @@ def _numeric_hparams(members: Sequence[dict[str, Any]]) -> list[str]:
     return sorted(names)
 
 
+def _steps_with(member: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """The member's hyperparameter steps that hold a numeric ``name``."""
+    return [
+        s
+        for s in member["hyperparameters"]
+        if isinstance(s["values"].get(name), (int, float)) and not isinstance(s["values"].get(name), bool)
+    ]
+
+
+def _plot_member_steps(ax: Any, m: dict[str, Any], name: str, n: int) -> list[float]:
+    """Member ``m``'s values of ``name`` as a step line with a marker at each generation change; its values."""
+    steps = [(s["frame"], float(s["values"][name])) for s in _steps_with(m, name)]
+    if not steps:
+        return []
+    color = member_color(m["member"], n)
+    # Members often share a value: distinct dash patterns keep the lines underneath visible.
+    ax.step(
+        [f for f, _ in steps],
+        [v for _, v in steps],
+        where="post",
+        color=color,
+        label=_label(m["member"]),
+        linewidth=1.6,
+        alpha=0.85,
+        linestyle=_DASHES[m["member"] % len(_DASHES)],
+    )
+    # A generation change moves a value in one of two ways: the explore strategy mutated it (filled triangle), or
+    # it came with the donor or from a schedule's own moves (the adaptive learning rate; hollow circle). The start,
+    # the record's latest value and unchanged values are plain dots.
+    previous = None
+    for s_, (x, y) in zip(_steps_with(m, name), steps, strict=True):
+        changed, previous = y != previous, y
+        if "mutated" not in s_ or not changed:
+            style = {"marker": ".", "color": color}
+        elif name in s_["mutated"]:
+            style = {"marker": "^", "color": color, "edgecolors": "black", "s": 46}
+        else:
+            style = {"marker": "o", "facecolors": "none", "edgecolors": color, "s": 30}
+        ax.scatter([x], [y], zorder=4, **style)
+    return [v for _, v in steps]
+
+
 def hyperparameter_figure(data: dict[str, Any]) -> Figure:
     members = data["members"]
     names = _numeric_hparams(members)
@@ -208,28 +250,7 @@ def hyperparameter_figure(data: dict[str, Any]) -> Figure:
     for ax, name in zip(flat, names, strict=False):  # an odd count leaves one axis empty
         values_all = []
         for m in members:
-            steps = [
-                (s["frame"], s["values"][name])
-                for s in m["hyperparameters"]
-                if isinstance(s["values"].get(name), (int, float)) and not isinstance(s["values"].get(name), bool)
-            ]
-            if not steps:
-                continue
-            xs = [f for f, _ in steps]
-            ys = [float(v) for _, v in steps]
-            values_all += ys
-            # Members often share a value: distinct dash patterns keep the lines underneath visible.
-            ax.step(
-                xs,
-                ys,
-                where="post",
-                color=member_color(m["member"], n),
-                label=_label(m["member"]),
-                marker=".",
-                linewidth=1.6,
-                alpha=0.85,
-                linestyle=_DASHES[m["member"] % len(_DASHES)],
-            )
+            values_all += _plot_member_steps(ax, m, name, n)
         positive = [v for v in values_all if v > 0]
         if positive and len(positive) == len(values_all) and max(positive) / min(positive) > 20:
             ax.set_yscale("log")
@@ -239,8 +260,47 @@ def hyperparameter_figure(data: dict[str, Any]) -> Figure:
     for ax in flat[len(names) :] if names else flat[1:]:
         ax.set_visible(False)
     if names:
+        flat[0].scatter([], [], marker="^", color="0.5", edgecolors="black", label="mutated by the explore strategy")
+        flat[0].scatter([], [], marker="o", facecolors="none", edgecolors="0.5", label="inherited or a schedule's move")
         flat[0].legend(fontsize=7, loc="best")
     fig.suptitle("Mutated hyperparameters over frames")
+    return fig
+
+
+def _curve(members: Sequence[dict[str, Any]], grid: Sequence[int], pick: str) -> list[float]:
+    """At each frame of ``grid``, the ``best`` member's or the ``median`` member's latest window mean."""
+    import statistics
+
+    out = []
+    for frame in grid:
+        values = [before[-1]["mean"] for m in members if (before := [p for p in m["objective"] if p["frame"] <= frame])]
+        out.append(math.nan if not values else max(values) if pick == "best" else statistics.median(values))
+    return out
+
+
+def baseline_figure(data: dict[str, Any]) -> Figure:
+    """The population against independent runs (``data["baseline"]``) at equal frames per member: the
+    population's best member, the best independent run and the median one, by their training objective."""
+    population, runs = data["members"], data["baseline"]["members"]
+    frames = sorted({p["frame"] for m in [*population, *runs] for p in m["objective"]})
+    fig, ax = plt.subplots(figsize=(10, 4.4), layout="constrained")
+    styles = (
+        (population, "best", "tab:blue", "-", f"population: best of {len(population)} members"),
+        (runs, "best", "tab:orange", "--", f"independent: best of {len(runs)} runs"),
+        (runs, "median", "tab:orange", "-", "independent: median run"),
+    )
+    for members, pick, color, ls, label in styles:
+        ax.plot(frames, _curve(members, frames, pick), color=color, ls=ls, lw=2, label=label)
+    objective = (data.get("summary") or {}).get("objective") or "objective"
+    ax.set_xlabel(
+        f"frames per member (equal totals: {len(population)} members / {len(runs)} runs)"
+        if len(population) == len(runs)
+        else f"frames per member ({len(population)} members, {len(runs)} runs: totals differ)"
+    )
+    ax.set_ylabel(_plain(f"{objective} (training window mean)"))
+    ax.set_title(_plain(f"Against independent runs in {data['baseline']['workspace']}"), fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
     return fig
 
 

@@ -212,7 +212,9 @@ def _kernel_class() -> type:
     """The time-varying kernel as a scikit-learn ``Kernel`` (built on first use: sklearn is an optional extra)."""
     kernels = importlib.import_module("sklearn.gaussian_process.kernels")
 
-    class TimeVaryingSquaredExponential(kernels.Kernel):  # type: ignore[name-defined]
+    base: Any = kernels.Kernel  # untyped optional dependency
+
+    class TimeVaryingSquaredExponential(base):  # type: ignore[misc]
         """``(1 - epsilon)^(|t - t'| / 2) * exp(-|x - x'|^2 / (2 length_scale^2))`` on rows ``(t, x...)``:
         column 0 is time, the others the normalised hyperparameters. No fitted hyperparameters: ``theta`` is
         empty, so ``GaussianProcessRegressor`` never optimises it."""

@@ -249,38 +249,7 @@ class MemberPublisher:
         summary = self.window.summary()
         state.evidence = SavedEvidence(summary, self.condition)
         if self.publishable():
-            state.add_history(
-                HistoryEntry(
-                    frame=self.live.frame,
-                    generation=state.generation,
-                    mean=summary.mean,
-                    std=summary.std,
-                    count=summary.count,
-                    condition=self.condition,
-                    checkpoint=rel,
-                    checkpoint_sha256=sha,
-                    hyperparameters=dict(state.hyperparameters),
-                ),
-                self.cfg.history_length,
-            )
-            if self.cfg.keep_best_checkpoints > 0:
-                best = update_best(
-                    state.best,
-                    BestEntry(
-                        objective=summary.mean,
-                        direction=self.cfg.objective_direction,
-                        checkpoint=rel,
-                        sha256=sha,
-                        frame=self.live.frame,
-                        generation=state.generation,
-                        episodes=summary.count,
-                        time=time.time(),
-                    ),
-                    self.cfg.keep_best_checkpoints,
-                )
-                if best != state.best:  # unchanged when this checkpoint did not make the list
-                    state.best = best
-                    fsio.atomic_write_json(self.session.dir / "best.json", [b.to_dict() for b in best])
+            self._add_history_entry(summary, rel, sha)
         record = self.record()
         if persist:
             self.write_record(record)
@@ -295,3 +264,40 @@ class MemberPublisher:
         if persist:
             self.session.save()
         return record
+
+    def _add_history_entry(self, summary: EvidenceSummary, rel: str, sha: str) -> None:
+        """The settled window at this checkpoint becomes a history entry (peers behind compare with it, may copy
+        it), and the checkpoint joins the best list if it makes it (``best.json`` rewritten then)."""
+        state = self.session.state
+        state.add_history(
+            HistoryEntry(
+                frame=self.live.frame,
+                generation=state.generation,
+                mean=summary.mean,
+                std=summary.std,
+                count=summary.count,
+                condition=self.condition,
+                checkpoint=rel,
+                checkpoint_sha256=sha,
+                hyperparameters=dict(state.hyperparameters),
+            ),
+            self.cfg.history_length,
+        )
+        if self.cfg.keep_best_checkpoints > 0:
+            best = update_best(
+                state.best,
+                BestEntry(
+                    objective=summary.mean,
+                    direction=self.cfg.objective_direction,
+                    checkpoint=rel,
+                    sha256=sha,
+                    frame=self.live.frame,
+                    generation=state.generation,
+                    episodes=summary.count,
+                    time=time.time(),
+                ),
+                self.cfg.keep_best_checkpoints,
+            )
+            if best != state.best:  # unchanged when this checkpoint did not make the list
+                state.best = best
+                fsio.atomic_write_json(self.session.dir / "best.json", [b.to_dict() for b in best])

@@ -168,17 +168,45 @@ def seed_summary(
             str(t): {
                 "population": frames_to_target(pop_curve, points, t),
                 "independent_median": statistics.median(frames_to_target(c, points, t) for c in runs.values()),
+                "independent_best_of_arm": frames_to_target(best_ind_curve, points, t),
                 "ratio": ratio(
                     frames_to_target(pop_curve, points, t),
                     statistics.median(frames_to_target(c, points, t) for c in runs.values()),
                     points[-1],
                 ),
+                "ratio_best_of_arm": ratio(
+                    frames_to_target(pop_curve, points, t), frames_to_target(best_ind_curve, points, t), points[-1]
+                ),
             }
             for t in sweep
         },
+        "hyperparameters": searched_endpoints(pop, n),
         "exploits": sum((v.get("exploits") or 0) for v in pop["members"].values()),
         "exploits_without_change": sum((v.get("exploits_without_change") or 0) for v in pop["members"].values()),
     }
+
+
+def searched_endpoints(pop: dict[str, Any], n: int) -> dict[str, Any]:
+    """Where the searched hyperparameters ended: every member's final values, and those of the member the
+    population would hand over (the best by selection return at the last point)."""
+    finals = {m: v.get("final_hyperparameters") or {} for m, v in pop["members"].items()}
+    rows = [(m, v["points"][n - 1]) for m, v in pop["members"].items() if v["points"][n - 1]["selection"] is not None]
+    best = max(rows, key=lambda r: r[1]["selection"])[0] if rows else None
+    return {"members": finals, "best_member": best, "best": finals.get(best, {}) if best is not None else {}}
+
+
+def _toward_tuned(key: str, start: float | None, end: float | None, tuned: float) -> str:
+    """Did ``key`` move toward its tuned value (compared on the scale it is mutated on)?"""
+    if start is None or end is None:
+        return "?"
+
+    def scale(v: float) -> float:
+        if key in ("gamma", "tau"):
+            return math.log(max(1.0 - v, 1e-12))
+        return math.log(max(v, 1e-12))
+
+    before, after = abs(scale(start) - scale(tuned)), abs(scale(end) - scale(tuned))
+    return "toward" if after < before else "no closer" if after == before else "away"
 
 
 def _spread(values: list[float]) -> dict[str, Any]:
@@ -214,7 +242,30 @@ def study_summary(results: dict[str, Any], target: float, members: int) -> dict[
         },
         "exploits": [s["exploits"] for s in seeds],
         "goal_met": (median_ratio is not None and median_ratio <= 0.5 and relations <= {"=", "<"}),
+        "case_goal": case_goal(results, target),
     }
+
+
+def case_goal(results: dict[str, Any], target: float) -> dict[str, Any]:
+    """The case's goal. ``faster``: at every target, in every seed, the population needs at most 0.5 x the frames
+    of the best independent run (where that run never reaches a target, a population that does counts as met).
+    ``no_worse``: in every seed the population's final held-out return is at least the lowest independent run's
+    (the independent runs' own spread is the noise)."""
+    goal = results["settings"].get("goal", "faster")
+    seeds = list(results["seeds"].values())
+    if goal == "no_worse":
+        per_seed = [
+            s["final"]["population"] is not None
+            and s["final"]["population"] >= min(v for v in s["final"]["independent_runs"].values() if v is not None)
+            for s in seeds
+        ]
+        return {"goal": goal, "per_seed": per_seed, "met": bool(seeds) and all(per_seed)}
+    checks = []
+    for s in seeds:
+        ratios = [s["ratio_population_over_best_of_arm_independent"]]
+        ratios += [c["ratio_best_of_arm"] for c in s.get("target_sweep", {}).values()]
+        checks.append(all(r["relation"] in ("=", "<") and r["value"] is not None and r["value"] <= 0.5 for r in ratios))
+    return {"goal": goal, "per_seed": checks, "met": bool(seeds) and all(checks)}
 
 
 def _fmt_frames(v: float | None, members: int) -> str:
@@ -289,8 +340,42 @@ def report(results: dict[str, Any], target: float, members: int) -> list[str]:
         f"population exploits per seed: {s['exploits']}; of them without any hyperparameter change: "
         f"{[x.get('exploits_without_change') for x in seeds]}"
     )
+    tuned = results["settings"].get("tuned") or {}
+    if tuned:
+        lines.append("searched hyperparameters at the end (the population's handed-over member; tuned value; start):")
+        starts = _start_values(results["settings"])
+        for key, value in sorted(tuned.items()):
+            ends = [x.get("hyperparameters", {}).get("best", {}).get(key) for x in seeds]
+            moved = [_toward_tuned(key, starts.get(key), e, value) for e in ends]
+            shown = ", ".join("-" if e is None else f"{e:.4g}" for e in ends)
+            lines.append(f"  {key:14s} per seed {shown}; tuned {value:g}; start {starts.get(key)}; {moved}")
     lines.append(f"{'PASS' if s['goal_met'] else 'FAIL'}: goal population <= 0.5 x median independent frames to target")
+    goal = s.get("case_goal") or case_goal(results, target)
+    what = (
+        "population <= 0.5 x the frames of the best independent run, at every target and seed"
+        if goal["goal"] == "faster"
+        else "population ends no worse than the independent runs (at least the lowest run's final return)"
+    )
+    lines.append(f"{'PASS' if goal['met'] else 'FAIL'}: case goal, {what}; per seed {goal['per_seed']}")
     return lines
+
+
+def _start_values(settings: dict[str, Any]) -> dict[str, float]:
+    """The case's start values of the searched keys: what ``--set`` gave, else the packaged yaml's."""
+    from async_pbt_isaaclab.commands.evaluate import DEFAULT_AGENT_YAML
+    from async_pbt_isaaclab.core.agent_config import load_yaml
+
+    config = load_yaml(settings.get("agent_yaml") or DEFAULT_AGENT_YAML)["params"]["config"]
+    out = {k: config.get(k) for k in settings.get("tuned") or {}}
+    for item in settings.get("set_values") or []:
+        key, value = item.split("=", 1)
+        key = key.rsplit(".", 1)[-1]
+        if key in out:
+            try:
+                out[key] = float(value)
+            except ValueError:
+                pass
+    return out
 
 
 def plot(results: dict[str, Any], target: float, members: int, path: Path) -> None:
