@@ -243,7 +243,14 @@ def test_check_config_warns_out_of_bounds_start_value(tmp_path, capsys):
     cfg["params"]["config"]["learning_rate"] = 0.5
     code, _, err = run_main(capsys, "check-config", str(write_yaml(tmp_path / "a.yaml", cfg)))
     assert code == 0
-    assert "warning" in err and "learning_rate=0.5 is outside" in err
+    assert "warning" in err and "learning_rate=0.5 is outside" in err and "stays there until" in err
+
+
+def test_check_config_says_a_log_float_zero_stays_zero(tmp_path, capsys):
+    cfg = agent_cfg(mutation={"entropy_coef": "mutate_float"})  # the yaml's entropy_coef is 0.0
+    code, _, err = run_main(capsys, "check-config", str(write_yaml(tmp_path / "a.yaml", cfg)))
+    assert code == 0
+    assert "entropy_coef=0.0 is outside" in err and "from_zero" in err
 
 
 @pytest.mark.parametrize(

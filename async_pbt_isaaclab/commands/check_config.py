@@ -201,9 +201,14 @@ def _notes_and_warnings(
             )
     for key, spec in sorted(cfg.mutation.items()):
         if spec.kind != "choice" and not within_bounds(current[key], spec):
+            stays = (
+                f"a log_float 0 stays 0 (set pbt.mutation.{key}.from_zero to let it move)"
+                if spec.kind == "log_float" and current[key] == 0 and spec.from_zero is None
+                else "it stays there until a mutation draws the key (member 0 starts from it)"
+            )
             warnings.append(
                 f"{source}: {isaaclab_key(key)[len('agent.') :]}={current[key]!r} is outside pbt.mutation.{key} "
-                f"[{spec.low:g}, {spec.high:g}]; the first exploit/explore clips it into the bounds"
+                f"[{spec.low:g}, {spec.high:g}]; {stays}"
             )
         elif spec.kind == "choice" and current[key] not in spec.choices:
             warnings.append(f"{source}: {key}={current[key]!r} is not one of pbt.mutation.{key}.choices")
