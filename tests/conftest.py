@@ -100,3 +100,33 @@ def build_record(
 def make_record() -> Callable[..., MemberRecord]:
     """Factory for :class:`MemberRecord` (see :func:`build_record` for the keyword arguments)."""
     return build_record
+
+
+def _start_pendulum_member(tmp_path, mutation):
+    """Claim member 1 of a two-member Pendulum workspace under ``tmp_path`` (what a member process does before
+    rl_games builds its agent), release it, and return its session."""
+    from pathlib import Path
+
+    from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
+    from async_pbt_isaaclab.member.session import start_member
+
+    raw = load_yaml(Path(__file__).resolve().parents[1] / "async_pbt_isaaclab" / "examples" / "pendulum_ppo.yaml")
+    raw["pbt"] = {
+        "enabled": True,
+        "policy_idx": 1,
+        "num_policies": 2,
+        "workspace": str(tmp_path / "ws"),
+        "interval_steps": 10**9,
+        "mutation": mutation,
+    }
+    agent_cfg, cfg = load_population_config(raw)
+    session, _ = start_member(agent_cfg, cfg, train_dir=str(tmp_path / "runs"), task="Pendulum-v1")
+    session.close()
+    return session
+
+
+@pytest.fixture
+def start_pendulum_member() -> Callable[..., Any]:
+    """``start_pendulum_member(tmp_path, mutation)``: a real member start of Pendulum member 1 (claim, state,
+    audit entries), released; returns the session."""
+    return _start_pendulum_member

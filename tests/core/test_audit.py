@@ -481,29 +481,14 @@ def test_state_without_audit_head_still_loads(tmp_path):
         load_state(path)
 
 
-def test_member_start_records_the_head_and_truncation_is_reported(tmp_path, capsys):
+def test_member_start_records_the_head_and_truncation_is_reported(tmp_path, capsys, start_pendulum_member):
     """Real member starts (claim, start entry, state.json saved): the head follows the log; cutting the last
     start entry is what `async-pbt audit` then reports."""
-    from pathlib import Path
-
     from async_pbt_isaaclab import cli
-    from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
     from async_pbt_isaaclab.core.member_state import load_state
-    from async_pbt_isaaclab.member.session import start_member
 
-    raw = load_yaml(Path(__file__).resolve().parents[2] / "async_pbt_isaaclab" / "examples" / "pendulum_ppo.yaml")
-    raw["pbt"] = {
-        "enabled": True,
-        "policy_idx": 1,
-        "num_policies": 2,
-        "workspace": str(tmp_path / "ws"),
-        "interval_steps": 10**9,
-        "mutation": {"learning_rate": "mutate_float"},
-    }
-    agent_cfg, cfg = load_population_config(raw)
     for _ in range(2):
-        session, _ = start_member(agent_cfg, cfg, train_dir=str(tmp_path / "runs"), task="Pendulum-v1")
-        session.close()
+        session = start_pendulum_member(tmp_path, {"learning_rate": "mutate_float"})
     log = session.dir / "audit.jsonl"
     entries = _lines(log)
     # The diverse start is drawn at the first start only; the second start (a resume) draws nothing.

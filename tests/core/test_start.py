@@ -191,32 +191,16 @@ def test_a_new_member_in_an_old_workspace_derives_its_stream_from_its_index(tmp_
     assert _first_rng(explicit, 9).get_state() == MemberRng(5).get_state()  # mutation_seed wins
 
 
-def test_a_first_start_killed_before_it_saved_its_state_keeps_its_draw(tmp_path):
+def test_a_first_start_killed_before_it_saved_its_state_keeps_its_draw(tmp_path, start_pendulum_member):
     """Killed between the initial_draw entry and state.json: the next start reuses the draw (one entry, the RNG
     stream continuous), and the audit verifies."""
-    from pathlib import Path
-
-    from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
-    from async_pbt_isaaclab.member.session import start_member
-
-    raw = load_yaml(Path(__file__).resolve().parents[2] / "async_pbt_isaaclab" / "examples" / "pendulum_ppo.yaml")
-    raw["pbt"] = {
-        "enabled": True,
-        "policy_idx": 1,
-        "num_policies": 2,
-        "workspace": str(tmp_path / "ws"),
-        "interval_steps": 10**9,
-        "mutation": {"learning_rate": "mutate_float", "gamma": "mutate_discount"},
-    }
-    agent_cfg, cfg = load_population_config(raw)
-    session, _ = start_member(agent_cfg, cfg, train_dir=str(tmp_path / "runs"), task="Pendulum-v1")
-    session.close()
+    mutation = {"learning_rate": "mutate_float", "gamma": "mutate_discount"}
+    session = start_pendulum_member(tmp_path, mutation)
     drawn = dict(session.state.hyperparameters)
     (session.dir / "state.json").unlink()  # as if killed before the first save
     log = session.dir / "audit.jsonl"
     log.write_text(log.read_text().splitlines(keepends=True)[0])  # only the initial_draw entry was written
-    session, _ = start_member(agent_cfg, cfg, train_dir=str(tmp_path / "runs"), task="Pendulum-v1")
-    session.close()
+    session = start_pendulum_member(tmp_path, mutation)
     kinds = [json.loads(line)["kind"] for line in log.read_text().splitlines()]
     assert kinds == ["initial_draw", "start"]
     assert session.state.hyperparameters == drawn
