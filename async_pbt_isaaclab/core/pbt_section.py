@@ -127,11 +127,17 @@ def population_config_from_dict(
 
 
 def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool = False) -> list[str]:
+    """Every problem with ``cfg``'s values, each prefixed with ``where`` (the file, when known)."""
+    return [where + problem for problem in [*_range_problems(cfg), *_choice_problems(cfg, allow_test_fixture)]]
+
+
+def _range_problems(cfg: PopulationConfig) -> list[str]:
+    """Numbers outside what they accept: counts, fractions, thresholds, -1 placeholders."""
     p: list[str] = []
 
     def need(ok: bool, msg: str) -> None:
         if not ok:
-            p.append(where + msg)
+            p.append(msg)
 
     need(cfg.num_policies >= 1, f"num_policies: must be >= 1, got {cfg.num_policies}")
     need(
@@ -144,15 +150,6 @@ def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool
         v = getattr(cfg, name)
         need(0.0 <= v <= 1.0, f"{name}: {v} is outside [0, 1]")
     need(0.0 <= cfg.trim_fraction < 1.0, f"trim_fraction: {cfg.trim_fraction} is outside [0, 1)")
-    need(
-        cfg.objective_direction in OBJECTIVE_DIRECTIONS,
-        f"objective_direction: {cfg.objective_direction!r} is not accepted; "
-        f"accepted: {', '.join(OBJECTIVE_DIRECTIONS)}",
-    )
-    need(
-        cfg.exploit_mode in EXPLOIT_MODES,
-        f"exploit_mode: {cfg.exploit_mode!r} is not accepted; accepted: {', '.join(EXPLOIT_MODES)}",
-    )
     need(cfg.history_length >= 1, f"history_length: must be >= 1, got {cfg.history_length}")
     need(0.0 < cfg.welch_alpha < 1.0, f"welch_alpha: {cfg.welch_alpha} is outside (0, 1)")
     for name in (
@@ -184,6 +181,26 @@ def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool
         need(v >= -1, f"{name}: must be >= 0, or -1 for the default, got {v}")
     need(cfg.keep_last_checkpoints >= 1, f"keep_last_checkpoints: must be >= 1, got {cfg.keep_last_checkpoints}")
     need(cfg.keep_best_checkpoints >= 0, f"keep_best_checkpoints: must be >= 0, got {cfg.keep_best_checkpoints}")
+    return p
+
+
+def _choice_problems(cfg: PopulationConfig, allow_test_fixture: bool) -> list[str]:
+    """Names outside what they accept (rule, explore strategy, modes) and bounds that could cross."""
+    p: list[str] = []
+
+    def need(ok: bool, msg: str) -> None:
+        if not ok:
+            p.append(msg)
+
+    need(
+        cfg.objective_direction in OBJECTIVE_DIRECTIONS,
+        f"objective_direction: {cfg.objective_direction!r} is not accepted; "
+        f"accepted: {', '.join(OBJECTIVE_DIRECTIONS)}",
+    )
+    need(
+        cfg.exploit_mode in EXPLOIT_MODES,
+        f"exploit_mode: {cfg.exploit_mode!r} is not accepted; accepted: {', '.join(EXPLOIT_MODES)}",
+    )
     need(
         cfg.hparams_from in HPARAM_SOURCES,
         f"hparams_from: {cfg.hparams_from!r} is not accepted; accepted: {', '.join(HPARAM_SOURCES)}",
@@ -199,7 +216,7 @@ def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool
     low_b, high_b = cfg.mutation.get("network.log_std_bounds.low"), cfg.mutation.get("network.log_std_bounds.high")
     if low_b is not None and high_b is not None and low_b.high >= high_b.low:
         p.append(
-            f"{where}mutation: network.log_std_bounds.low may reach {low_b.high} but "
+            f"mutation: network.log_std_bounds.low may reach {low_b.high} but "
             f"network.log_std_bounds.high may fall to {high_b.low}; the ranges must not overlap "
             f"(low's high < high's low), or a mutation could produce low >= high"
         )
