@@ -179,7 +179,7 @@ def replay_decision(entry: dict[str, Any]) -> tuple[StepResult | None, list[str]
     when the entry cannot be replayed) and the differences from what was recorded (empty when it reproduces)."""
     try:
         # A recorded fixture decision replays as it ran; this does not enable the fixture anywhere else.
-        cfg = population_config_from_dict(entry["config"], allow_test_fixture=True)
+        cfg = population_config_from_dict(recorded_config(entry), allow_test_fixture=True)
         me, peers, now = replay_records(entry)
         rng_before = entry["rng_before"]
         MemberRng.from_state(rng_before)
@@ -218,6 +218,16 @@ def _written_by_0_1(entry: dict[str, Any]) -> bool:
     return "mutation_semantics" not in entry
 
 
+ADDED_CONFIG_KEYS = {"min_mutated_keys": 0}
+"""Config keys added after entries were first written, with the value that reproduces what an entry recorded
+without them did (before ``min_mutated_keys``, the per-key coin alone decided)."""
+
+
+def recorded_config(entry: dict[str, Any]) -> dict[str, Any]:
+    """The ``config`` an entry recorded, with :data:`ADDED_CONFIG_KEYS` filled in where it predates them."""
+    return {**ADDED_CONFIG_KEYS, **entry["config"]}
+
+
 def recompute_decision(entry: dict[str, Any]) -> list[str]:
     """The differences between a decision entry and its replay (empty when it reproduces)."""
     return replay_decision(entry)[1]
@@ -226,13 +236,15 @@ def recompute_decision(entry: dict[str, Any]) -> list[str]:
 def recompute_initial_mutation(entry: dict[str, Any]) -> list[str]:
     """Replay an ``initial_mutation`` entry through :func:`~async_pbt_isaaclab.core.step.initial_step`, or an
     ``initial_draw`` entry (the diverse start) through :func:`~async_pbt_isaaclab.core.start.initial_draw`."""
-    replay = initial_draw if entry.get("kind") == "initial_draw" else initial_step
     try:
-        cfg = population_config_from_dict(entry["config"], allow_test_fixture=True)
+        cfg = population_config_from_dict(recorded_config(entry), allow_test_fixture=True)
+        member, start, rng_before = int(entry["member"]), entry["start_hyperparameters"], entry["rng_before"]
         with legacy_semantics(_written_by_0_1(entry)):
-            step: InitialMutation = replay(
-                int(entry["member"]), entry["start_hyperparameters"], cfg, entry["rng_before"]
-            )
+            if entry.get("kind") == "initial_draw":
+                strata_seed = entry.get("strata_seed")
+                step: InitialMutation = initial_draw(member, start, cfg, rng_before, _optional_int(strata_seed))
+            else:
+                step = initial_step(member, start, cfg, rng_before)
     except (KeyError, TypeError, ValueError, OverflowError, ArithmeticError, ConfigError) as exc:
         return [f"entry cannot be replayed: {exc}"]
     problems = []
@@ -246,6 +258,13 @@ def recompute_initial_mutation(entry: dict[str, Any]) -> list[str]:
     if step.rng_after != entry.get("rng_after"):
         problems.append("rng_after: recorded RNG state does not match the state after replay")
     return problems
+
+
+def _optional_int(value: Any) -> int | None:
+    """A recorded optional integer (``strata_seed``): ``None`` or an int; anything else cannot be replayed."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise ValueError(f"strata_seed: expected an integer, got {value!r}")
 
 
 def applied_exploit_mismatches(applied: dict[str, Any], decision: dict[str, Any] | None) -> list[str]:

@@ -68,6 +68,9 @@ class PopulationConfig:
     """``isaaclab`` rule: absolute band half-width floor."""
     mutation_rate: float = 0.25
     """Probability that each mutable hyperparameter changes at an explore."""
+    min_mutated_keys: int = 1
+    """At least this many ``mutation`` keys change at every exploit and explore: when the per-key coin
+    (``mutation_rate``) draws fewer, more are drawn uniformly among the rest. 0: the coin alone (Isaac Lab)."""
     change_range: tuple[float, float] = (1.1, 2.0)
     """Range of the multiplicative factor of ``log_float`` mutations (Isaac Lab's change_min, change_max)."""
     mutation: dict[str, MutationSpec] = field(default_factory=dict)
@@ -208,7 +211,7 @@ class PopulationConfig:
             "change_range window min_episodes settle_max_steps max_heartbeat_age_s max_clock_skew_s max_frame_lag "
             "worst_fraction top_fraction gap_std_fraction gap_donor_fraction trim_fraction min_members "
             "start_grace_frames restart_grace_frames protect_interval_best welch_alpha explore_without_donor "
-            "hparams_from mutation max_restarts objective_direction explore start_spread"
+            "hparams_from mutation max_restarts objective_direction explore start_spread min_mutated_keys"
         ).split()
         d = self.to_dict()
         return {k: d[k] for k in keys}

@@ -84,8 +84,9 @@ def random_mutation(
     start: Mapping[str, Any], context: ExploreContext, cfg: PopulationConfig, rng: MemberRng
 ) -> Proposal:
     """Bounded random mutation: each key of ``pbt.mutation`` changes with probability ``mutation_rate`` by a
-    factor drawn from ``change_range`` (:func:`~async_pbt_isaaclab.core.mutation.mutate`)."""
-    new, changes = mutate(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng)
+    factor drawn from ``change_range``, and at least ``min_mutated_keys`` of them change
+    (:func:`~async_pbt_isaaclab.core.mutation.mutate`)."""
+    new, changes = mutate(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng, cfg.min_mutated_keys)
     return Proposal(new, tuple(changes))
 
 

@@ -161,36 +161,67 @@ def mutate(
     mutation_rate: float,
     change_range: tuple[float, float],
     rng: MemberRng,
+    min_keys: int = 0,
 ) -> tuple[dict[str, Any], list[Change]]:
     """Mutate each key of ``specs`` with probability ``mutation_rate``; keys in sorted order.
 
     Keys are visited in sorted order so the RNG draw sequence never depends on dict insertion order. A key
     that is not drawn keeps its value exactly (even one outside the bounds, such as a donor's). A drawn
     ``log_float`` value of exactly 0 stays 0 unless the spec's ``from_zero`` says where it goes; the factor is
-    still drawn, so the number of draws does not depend on the values.
+    still drawn, so the number of draws does not depend on the values. When the coin drew fewer than
+    ``min_keys`` keys that can move, more are picked uniformly among the undrawn ones that can, one at a time
+    (``pbt.min_mutated_keys``: with one searched key and rate 0.25, three of four exploits would otherwise copy
+    weights and change nothing).
     """
     old_rules = legacy()  # replaying an entry written by 0.1.x (legacy_semantics)
     new = dict(hparams)
     changes: list[Change] = []
+    undrawn: list[str] = []
+    drawn = 0
     for key in sorted(specs):
-        spec = specs[key]
         if key not in hparams:
             raise KeyError(f"hyperparameter {key!r} has a mutation spec but no current value")
-        old = hparams[key]
-        value: Any = old
-        factor, from_zero = None, False
         if rng.random() < mutation_rate:
-            value, factor = mutate_value(old, spec, change_range, rng)
-            if _is_zero(old, spec) and not old_rules:
-                if spec.from_zero is None:
-                    continue
-                value, factor, from_zero = spec.from_zero, None, True
+            drawn += 1
+            _mutate_key(key, hparams[key], specs[key], change_range, rng, new, changes)
         elif old_rules:  # 0.1.x clipped an undrawn key into the bounds
-            value = _clip_0_1(old, spec)
-        if value != old:
-            new[key] = value
-            changes.append(Change(key, old, value, factor, from_zero))
+            value = _clip_0_1(hparams[key], specs[key])
+            if value != hparams[key]:
+                new[key] = value
+                changes.append(Change(key, hparams[key], value, None, False))
+        elif _can_move(hparams[key], specs[key]):
+            undrawn.append(key)
+    while not old_rules and drawn < min_keys and undrawn:
+        key = undrawn.pop(rng.choice_index(len(undrawn)))
+        drawn += 1
+        _mutate_key(key, hparams[key], specs[key], change_range, rng, new, changes)
     return new, changes
+
+
+def _mutate_key(
+    key: str,
+    old: Any,
+    spec: MutationSpec,
+    change_range: tuple[float, float],
+    rng: MemberRng,
+    new: dict[str, Any],
+    changes: list[Change],
+) -> None:
+    """Draw one key's new value into ``new`` and record it in ``changes`` when it differs."""
+    value, factor = mutate_value(old, spec, change_range, rng)
+    from_zero = False
+    if _is_zero(old, spec) and not legacy():
+        if spec.from_zero is None:
+            return
+        value, factor, from_zero = spec.from_zero, None, True
+    if value != old:
+        new[key] = value
+        changes.append(Change(key, old, value, factor, from_zero))
+
+
+def _can_move(value: Any, spec: MutationSpec) -> bool:
+    """Whether a mutation of this key can change it (a 0 without ``from_zero`` cannot)."""
+    return not (_is_zero(value, spec) and spec.from_zero is None)
 
 
 def _clip_0_1(value: Any, spec: MutationSpec) -> Any:

@@ -164,6 +164,10 @@ def _range_problems(cfg: PopulationConfig) -> list[str]:
     ):
         v = getattr(cfg, name)
         need(v >= 0, f"{name}: must be >= 0, got {v}")
+    need(
+        cfg.min_mutated_keys >= 0,
+        f"min_mutated_keys: must be >= 0 (0: the per-key coin alone), got {cfg.min_mutated_keys}",
+    )
     need(0.0 <= cfg.start_spread <= 1.0, f"start_spread: {cfg.start_spread} is outside [0, 1] (0: off)")
     need(cfg.window >= 1, f"window: must be >= 1, got {cfg.window}")
     need(1 <= cfg.min_episodes <= cfg.window, f"min_episodes: {cfg.min_episodes} must be in [1, window={cfg.window}]")

@@ -160,6 +160,8 @@ class InitialMutation:
     """Member RNG state before."""
     rng_after: dict[str, Any]
     """Member RNG state after."""
+    strata_seed: int | None = None
+    """The population seed that dealt the diverse start's strata (``None``: independent draws)."""
 
     def audit_body(self, member: int, cfg: PopulationConfig) -> dict[str, Any]:
         """The body of an ``initial_mutation`` audit entry: its inputs and what it produced."""
@@ -172,6 +174,7 @@ class InitialMutation:
             "changes": [c.to_dict() for c in self.changes],
             "rng_after": self.rng_after,
             "mutation_semantics": MUTATION_SEMANTICS,
+            **({"strata_seed": self.strata_seed} if self.strata_seed is not None else {}),
         }
 
 

@@ -229,7 +229,7 @@ def _member_state(
         elif cfg.initial_mutation and cfg.mutation:
             _initial_mutation(state, cfg, audit)
         elif cfg.start_spread > 0 and cfg.mutation:
-            _initial_draw(state, cfg, audit)
+            _initial_draw(state, cfg, audit, population_seed)
         return state
     # Keys added to pbt.mutation since the member last ran start from the yaml's value.
     for key, value in current_hyperparameters(agent_cfg, cfg).items():
@@ -331,12 +331,15 @@ def _logged_first_draw(audit: AuditLog) -> dict[str, Any] | None:
     return found
 
 
-def _initial_draw(state: MemberState, cfg: PopulationConfig, audit: AuditLog) -> None:
+def _initial_draw(
+    state: MemberState, cfg: PopulationConfig, audit: AuditLog, population_seed: int | None
+) -> None:
     """The diverse start: draw the searched hyperparameters within their bounds at the member's first start
-    (member 0 keeps the yaml's); logged as an ``initial_draw`` entry and replayed by the verifier."""
+    (member 0 keeps the yaml's), stratified across the population by its seed (none in a workspace written
+    before seeds were recorded); logged as an ``initial_draw`` entry and replayed by the verifier."""
     from async_pbt_isaaclab.core.start import initial_draw
 
-    step = initial_draw(cfg.policy_idx, state.hyperparameters, cfg, state.rng_state)
+    step = initial_draw(cfg.policy_idx, state.hyperparameters, cfg, state.rng_state, population_seed)
     audit.append("initial_draw", step.audit_body(cfg.policy_idx, cfg))
     state.hyperparameters = dict(step.new_hyperparameters)
     state.rng_state = step.rng_after

@@ -243,6 +243,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra argument for every member of both arms, repeatable (e.g. --member-flag=--pbt-window=32)",
     )
     p.add_argument("--sequential", action="store_true", help="train the two arms of a seed one after the other")
+    p.add_argument(
+        "--tuned-reference",
+        default=None,
+        help="results.json of a finished `--case tuned` study with the same seeds and frames: reports, per seed and "
+        "target, the frames the tuned start's best independent run needs (what no search can beat)",
+    )
+    p.add_argument(
+        "--independent-from",
+        default=None,
+        help="a finished study folder of the same case and settings: reuse its independent arm (its runs never "
+        "exploit, explore or draw a start, so the population's search code does not change them) instead of "
+        "training it again; the settings that define that arm must match",
+    )
     p.add_argument("--smoke", action="store_true", help="tiny run (1 seed, 2 members, 12k frames) of every step")
     return p
 
@@ -356,7 +369,8 @@ def start_seed(args: argparse.Namespace, seed: int, epochs: int) -> dict:
     """Start the seed's arms (both at once, or the first with ``--sequential``); see :func:`finish_seed`."""
     seed_dir = Path(args.out) / f"seed{seed}"
     seed_dir.mkdir(parents=True)
-    first = ARMS if not args.sequential else ARMS[:1]
+    trained = trained_arms(args)
+    first = trained if not args.sequential else trained[:1]
     return {
         "seed": seed,
         "dir": seed_dir,
@@ -378,7 +392,7 @@ def finish_seed(args: argparse.Namespace, job: dict) -> dict:
                 except subprocess.TimeoutExpired:
                     job["load"].append(os.getloadavg()[0])
             job["codes"][arm] = proc.returncode
-        remaining = [a for a in ARMS if a not in job["codes"]]
+        remaining = [a for a in trained_arms(args) if a not in job["codes"]]
         if not remaining:
             break
         job["procs"] = {arm: launch(args, job["seed"], arm, job["dir"] / arm, job["epochs"]) for arm in remaining}
@@ -389,6 +403,64 @@ def finish_seed(args: argparse.Namespace, job: dict) -> dict:
         flush=True,
     )
     return {"wall_s": wall, "launcher_exit": job["codes"], "load_average": [min(load), max(load)]}
+
+
+REUSE_MUST_MATCH = (
+    "case task agent_yaml set_values mutate members frames_per_member interval eval_every eval_episodes member_flag"
+).split()
+"""The settings that define the independent arm and its evaluation: a reused arm must have run with these."""
+
+
+def trained_arms(args: argparse.Namespace) -> tuple[str, ...]:
+    """The arms this command trains (the independent arm is skipped when reused)."""
+    return ARMS[:1] if args.independent_from else ARMS
+
+
+def reused_independent(args: argparse.Namespace) -> dict | None:
+    """The finished study whose independent arm is reused (``--independent-from``), after checking it ran with
+    the settings that define that arm; ``None`` without the flag."""
+    import json
+
+    if not args.independent_from:
+        return None
+    path = Path(args.independent_from) / "results.json"
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"error: --independent-from needs {path} from a finished study ({exc})") from None
+    differ = [k for k in REUSE_MUST_MATCH if old["settings"].get(k) != getattr(args, k)]
+    missing = [s for s in args.seeds if str(s) not in old["seeds"]]
+    if differ or missing:
+        raise SystemExit(
+            f"error: {path} cannot stand in for this independent arm: "
+            + "; ".join([f"{k}: {old['settings'].get(k)!r} there, {getattr(args, k)!r} here" for k in differ])
+            + (f"; seeds {missing} not in it" if missing else "")
+        )
+    return old
+
+
+def tuned_reference(args: argparse.Namespace) -> dict | None:
+    """``--tuned-reference``'s results.json (``None`` without the flag)."""
+    import json
+
+    if not args.tuned_reference:
+        return None
+    try:
+        return json.loads(Path(args.tuned_reference).read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"error: --tuned-reference {args.tuned_reference}: {exc}") from None
+
+
+def add_tuned_bound(args: argparse.Namespace, results: dict) -> list[str]:
+    """Store and describe the tuned reference's bound (:func:`study_analysis.tuned_bound`), if one was given."""
+    tuned = tuned_reference(args)
+    if tuned is None:
+        return []
+    try:
+        results["tuned_bound"] = analysis.tuned_bound(results, tuned, [args.target, *args.sweep])
+    except ValueError as exc:
+        raise SystemExit(f"error: --tuned-reference {args.tuned_reference}: {exc}") from None
+    return analysis.tuned_bound_lines(results["tuned_bound"], int(results["settings"]["members"]))
 
 
 def reanalyze(args: argparse.Namespace, out: Path) -> int:
@@ -407,7 +479,7 @@ def reanalyze(args: argparse.Namespace, out: Path) -> int:
     results["settings"].update(target=args.target, sweep=args.sweep)
     plot = out / f"population_vs_independent_target{args.target:g}.png"
     analysis.plot(results, args.target, members, plot)
-    for line in analysis.report(results, args.target, members):
+    for line in analysis.report(results, args.target, members) + add_tuned_bound(args, results):
         print(line)
     print(f"plot: {plot} (results.json left as it was)")
     return 0
@@ -421,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     if out.exists() and any(out.iterdir()):
         print(f"error: --out {out} exists and is not empty; a study needs a new folder", file=sys.stderr)
         return 2
+    reused = reused_independent(args)
     out.mkdir(parents=True, exist_ok=True)
     per_epoch = frames_per_epoch(args)
     epochs = math.ceil(args.frames_per_member / per_epoch)
@@ -447,10 +520,13 @@ def main(argv: list[str] | None = None) -> int:
         run = finish_seed(args, job)
         if k + 1 < len(args.seeds):
             job = start_seed(args, args.seeds[k + 1], epochs)
-        for arm in ARMS:
+        for arm in trained_arms(args):
             run[arm] = analysis.evaluate_arm(
                 evaluator, out / f"seed{seed}" / arm, args.members, points, args.eval_episodes
             )
+        if reused is not None:
+            run["independent"] = reused["seeds"][str(seed)]["independent"]
+            run["independent_reused_from"] = str(Path(args.independent_from).absolute() / f"seed{seed}")
         run.update(analysis.seed_summary(run, points, args.target, args.sweep))
         results["seeds"][str(seed)] = run
         analysis.write_json(out / "results.json", results)
@@ -459,7 +535,9 @@ def main(argv: list[str] | None = None) -> int:
     results["summary"] = analysis.study_summary(results, args.target, args.members)
     analysis.write_json(out / "results.json", results)
     analysis.plot(results, args.target, args.members, out / "population_vs_independent.png")
-    for line in analysis.report(results, args.target, args.members):
+    bound_lines = add_tuned_bound(args, results)
+    analysis.write_json(out / "results.json", results)
+    for line in analysis.report(results, args.target, args.members) + bound_lines:
         print(line)
     print(f"raw numbers: {out / 'results.json'}; plot: {out / 'population_vs_independent.png'}")
     return 0

@@ -268,6 +268,51 @@ def case_goal(results: dict[str, Any], target: float) -> dict[str, Any]:
     return {"goal": goal, "per_seed": checks, "met": bool(seeds) and all(checks)}
 
 
+def tuned_bound(results: dict[str, Any], tuned: dict[str, Any], targets: list[float]) -> dict[str, Any]:
+    """What no search could beat: per seed and target, the frames the best independent run *started at the tuned
+    values* (``tuned``: the results of the ``tuned`` case, same seeds, frames and evaluation) needs, and the
+    ratio that gives against this case's best independent run. A ratio above 0.5 means the 0.5x goal is out of
+    reach at that target even for a population that starts at the tuned values (evaluation points are
+    ``eval_every`` intervals apart, so frames to a target are multiples of that)."""
+    if tuned.get("eval_points") != results.get("eval_points"):
+        raise ValueError("the tuned reference was evaluated at other frames; run both with the same settings")
+    points = results["eval_points"]
+    out: dict[str, Any] = {}
+    for seed, run in results["seeds"].items():
+        ref = tuned["seeds"].get(seed)
+        if ref is None:
+            continue
+        ref_curve = [_best_by_selection(ref["independent"], k) for k in range(len(points))]
+        ind_curve = run["curves"]["independent_best_of_arm"]
+        out[seed] = {
+            str(t): {
+                "tuned_best_of_arm": frames_to_target(ref_curve, points, t),
+                "lowest_ratio": ratio(
+                    frames_to_target(ref_curve, points, t), frames_to_target(ind_curve, points, t), points[-1]
+                ),
+            }
+            for t in targets
+        }
+    return out
+
+
+def tuned_bound_lines(bound: dict[str, Any], members: int) -> list[str]:
+    """The report's lines for :func:`tuned_bound`."""
+    lines = ["the best any search could do (the tuned start's best independent run, same seed), per seed:"]
+    for seed, per_target in bound.items():
+        cells = [
+            f"target {float(t):g}: {_fmt_frames(c['tuned_best_of_arm'], members)}, lowest ratio "
+            + ("n/a" if c["lowest_ratio"]["value"] is None else _fmt_ratio(c["lowest_ratio"]))
+            for t, c in per_target.items()
+        ]
+        lines.append(f"  seed {seed}: " + "; ".join(cells))
+    return lines
+
+
+def _fmt_ratio(r: dict[str, Any]) -> str:
+    return f"{r['relation']}{r['value']:.2f}".replace("=", "")
+
+
 def _fmt_frames(v: float | None, members: int) -> str:
     if v is None or not math.isfinite(v):
         return "not reached"

@@ -502,11 +502,17 @@ def test_member_start_records_the_head_and_truncation_is_reported(tmp_path, caps
 
 
 def test_an_explore_that_changes_nothing_is_a_keep_and_replays(tmp_path, make_record, monkeypatch):
-    """mutation_rate 0: the explore's proposal changes nothing, so no new generation: a keep whose reason says so,
-    its draws consumed and recorded; the verifier replays it; an entry without ``mutation_semantics`` (0.1.x)
+    """mutation_rate 0, min_mutated_keys 0: the proposal changes nothing, so no new generation: a keep whose reason says
+    so, its draws consumed and recorded; the verifier replays it; an entry without ``mutation_semantics`` (0.1.x)
     replays as the explore it was then."""
     monkeypatch.setenv("ASYNC_PBT_TEST_FIXTURE", "fixture_explore_every_decision")
-    raw = dict(_cfg().selection_dict(), rule="fixture_explore_every_decision", policy_idx=1, mutation_rate=0.0)
+    raw = dict(
+        _cfg().selection_dict(),
+        rule="fixture_explore_every_decision",
+        policy_idx=1,
+        mutation_rate=0.0,
+        min_mutated_keys=0,
+    )
     cfg = population_config_from_dict(raw)
     recs = _population(make_record, [5.0, 1.0, 2.0, 3.0])
     path = tmp_path / "audit.jsonl"

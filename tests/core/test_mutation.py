@@ -273,3 +273,29 @@ def test_defaults_are_valid_specs():
         if spec.kind == "discount":
             assert 0 <= spec.low and spec.high < 1, key
         assert not math.isnan(spec.low)
+
+
+@given(seed=st.integers(0, 2**32 - 1), rate=st.sampled_from([0.0, 0.1, 0.25]), keys=st.integers(1, 4))
+@settings(max_examples=80, deadline=None)
+def test_at_least_min_keys_change_and_the_rest_stay(seed, rate, keys):
+    """``min_keys`` (``pbt.min_mutated_keys``): however the coin falls, at least that many keys change, the others
+    keep their values exactly; with min_keys 0 the draws are those of the coin alone."""
+    specs = {f"k{i}": MutationSpec(kind="log_float", low=1e-6, high=1.0) for i in range(keys)}
+    start = {k: 1e-3 for k in specs}
+    for wanted in range(0, keys + 1):
+        new, changes = mutate(start, specs, rate, (1.1, 2.0), MemberRng(seed), min_keys=wanted)
+        assert len(changes) >= wanted
+        assert {k for k in specs if new[k] != start[k]} == {c.key for c in changes}
+    coin_only = mutate(start, specs, rate, (1.1, 2.0), MemberRng(seed))
+    assert coin_only == mutate(start, specs, rate, (1.1, 2.0), MemberRng(seed), min_keys=0)
+
+
+def test_min_keys_skips_a_zero_that_cannot_move():
+    """A log_float 0 without ``from_zero`` cannot change, so the forced key is the other one."""
+    specs = {
+        "entropy_coef": MutationSpec(kind="log_float", low=1e-6, high=0.1),
+        "learning_rate": MutationSpec(kind="log_float", low=1e-6, high=1e-2),
+    }
+    for seed in range(30):
+        new, changes = mutate({"entropy_coef": 0.0, "learning_rate": 1e-3}, specs, 0.0, (1.1, 2.0), MemberRng(seed), 1)
+        assert [c.key for c in changes] == ["learning_rate"] and new["entropy_coef"] == 0.0

@@ -13,7 +13,7 @@ from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.mutation import MutationSpec, default_spec
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
-from async_pbt_isaaclab.core.start import initial_draw
+from async_pbt_isaaclab.core.start import initial_draw, stratum
 from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
 
 SPECS = {
@@ -138,6 +138,68 @@ def test_initial_draw_is_replayed_and_a_forged_one_is_caught(tmp_path):
     broken.append("start", {"mode": "fresh", "rng_state": step.rng_before})
     _, problems = verify_log(tmp_path / "broken.jsonl")
     assert any("RNG stream broken" in p.problem for p in problems)
+
+
+def _strata_of(seed: int, members: int, key: str, spec: MutationSpec, yaml: dict) -> list[int]:
+    """Which stratum (0..members-2) each non-reference member's stratified draw of ``key`` landed in."""
+    cfg = dataclasses.replace(PopulationConfig(), mutation={key: spec}, num_policies=members)
+    lo, hi = math.log(spec.low), math.log(spec.high)
+    found = []
+    for m in range(1, members):
+        rng = MemberRng.for_member(seed, m).get_state()
+        value = initial_draw(m, yaml, cfg, rng, strata_seed=seed).new_hyperparameters[key]
+        found.append(min(int((math.log(value) - lo) / (hi - lo) * (members - 1)), members - 2))
+    return found
+
+
+@pytest.mark.parametrize("seed", range(25))
+@pytest.mark.parametrize("members", [2, 4, 8])
+def test_a_stratified_start_puts_one_member_in_each_part_of_the_range(seed, members):
+    """Latin hypercube: the non-reference members' learning rates cover every part of the log range once; with
+    independent draws, some seeds leave all of them in the lower half (the study's no_learn miss)."""
+    found = _strata_of(seed, members, "learning_rate", default_spec("learning_rate"), {"learning_rate": 1e-5})
+    assert sorted(found) == list(range(members - 1))
+
+
+def test_stratified_deals_differ_between_seeds_and_keys_and_every_member_computes_the_same_deal():
+    deals = {tuple(stratum(seed, 8, m, 0).index for m in range(1, 8)) for seed in range(20)}
+    assert len(deals) > 10  # the seed shuffles which member gets which part
+    assert [stratum(3, 8, m, 0).index for m in range(1, 8)] != [stratum(3, 8, m, 1).index for m in range(1, 8)]
+    assert stratum(3, 8, 5, 1) == stratum(3, 8, 5, 1)
+
+
+@pytest.mark.parametrize("member", range(1, 8))
+def test_a_stratified_draw_of_every_kind_stays_in_bounds_and_replays(tmp_path, member):
+    cfg = dataclasses.replace(
+        PopulationConfig(), mutation={k: v for k, v in SPECS.items() if k != "optimizer"}, num_policies=8
+    )
+    step = initial_draw(member, YAML, cfg, MemberRng.for_member(9, member).get_state(), strata_seed=9)
+    for key, spec in cfg.mutation.items():
+        assert spec.low <= step.new_hyperparameters[key] <= spec.high
+    assert isinstance(step.new_hyperparameters["mini_epochs"], int)
+    body = step.audit_body(member, cfg)
+    assert body["strata_seed"] == 9
+    log = AuditLog.open(tmp_path / "audit.jsonl")
+    log.append("initial_draw", body)
+    assert verify_log(tmp_path / "audit.jsonl") == (1, [])
+    # The same draw claimed without its strata (independent draws) does not reproduce.
+    del body["strata_seed"]
+    bad = AuditLog.open(tmp_path / "unstratified.jsonl")
+    bad.append("initial_draw", body)
+    _, problems = verify_log(tmp_path / "unstratified.jsonl")
+    assert any("new_hyperparameters" in p.problem for p in problems)
+
+
+def test_a_stratified_choice_deals_every_choice_when_members_match_the_choices():
+    spec = MutationSpec(kind="choice", choices=("adam", "sgd", "lamb"))
+    cfg = dataclasses.replace(PopulationConfig(), mutation={"optimizer": spec}, num_policies=4)
+    got = {
+        initial_draw(m, YAML, cfg, MemberRng.for_member(4, m).get_state(), strata_seed=4).new_hyperparameters[
+            "optimizer"
+        ]
+        for m in range(1, 4)
+    }
+    assert got == {"adam", "sgd", "lamb"}
 
 
 def test_start_spread_and_seed_are_checked():
