@@ -236,6 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="probability that each mutated hyperparameter changes at an explore (default: the package's)",
     )
     p.add_argument(
+        "--explore",
+        default=None,
+        help="explore strategy of the population arm (`random`, `pb2`; default: the package's); the independent "
+        "arm never explores, so it is the same either way",
+    )
+    p.add_argument(
         "--member-flag",
         action="append",
         default=[],
@@ -333,6 +339,7 @@ def member_command(args: argparse.Namespace, seed: int, workspace: Path, epochs:
     # The population arm runs the package's defaults for a new population; only what is given here changes them.
     cmd += ["--pbt-rule", args.rule] if args.rule else []
     cmd += ["--pbt-mutation-rate", str(args.mutation_rate)] if args.mutation_rate is not None else []
+    cmd += [f"agent.pbt.explore={args.explore}"] if args.explore and arm == "population" else []
     cmd.append(NEW_POPULATION_SEED.format(seed=seed))
     if arm == "independent":
         cmd += INDEPENDENT_ARM
