@@ -218,9 +218,10 @@ def _written_by_0_1(entry: dict[str, Any]) -> bool:
     return "mutation_semantics" not in entry
 
 
-ADDED_CONFIG_KEYS = {"min_mutated_keys": 0}
+ADDED_CONFIG_KEYS = {"min_mutated_keys": 0, "gap_z": 0.0}
 """Config keys added after entries were first written, with the value that reproduces what an entry recorded
-without them did (before ``min_mutated_keys``, the per-key coin alone decided)."""
+without them did (before ``min_mutated_keys``, the per-key coin alone decided; before ``gap_z``, the dexpbt gap
+had no sampling-noise floor)."""
 
 
 def recorded_config(entry: dict[str, Any]) -> dict[str, Any]:

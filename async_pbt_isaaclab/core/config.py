@@ -109,6 +109,10 @@ class PopulationConfig:
     gap_donor_fraction: float = 0.0
     """``dexpbt``: ...and this fraction of the donor's absolute objective (0: off; when set, decisions depend on
     the objective's offset); a smaller gap explores in place."""
+    gap_z: float = 1.64
+    """``dexpbt``: ...and this many standard errors of the difference of the two windows' means
+    (``sqrt(s_d^2/n_d + s_m^2/n_m)``; 1.64 is a one-sided 5 % test): a gap within the windows' own sampling noise
+    explores instead of copying (0: off)."""
     trim_fraction: float = 0.2
     """``dexpbt``: fraction of the lowest objectives left out before taking the std (the low tail only)."""
     min_members: int = 2
@@ -209,7 +213,7 @@ class PopulationConfig:
         keys = (
             "rule policy_idx num_policies objective interval_steps threshold_std threshold_abs mutation_rate "
             "change_range window min_episodes settle_max_steps max_heartbeat_age_s max_clock_skew_s max_frame_lag "
-            "worst_fraction top_fraction gap_std_fraction gap_donor_fraction trim_fraction min_members "
+            "worst_fraction top_fraction gap_std_fraction gap_donor_fraction gap_z trim_fraction min_members "
             "start_grace_frames restart_grace_frames protect_interval_best welch_alpha explore_without_donor "
             "hparams_from mutation max_restarts objective_direction explore start_spread min_mutated_keys"
         ).split()

@@ -157,6 +157,7 @@ def _range_problems(cfg: PopulationConfig) -> list[str]:
         "threshold_abs",
         "gap_std_fraction",
         "gap_donor_fraction",
+        "gap_z",
         "max_heartbeat_age_s",
         "max_clock_skew_s",
         "temp_grace_s",

@@ -25,6 +25,7 @@ from async_pbt_isaaclab.core.records import MemberRecord
 from async_pbt_isaaclab.core.selection import (
     Decision,
     Field,
+    Standing,
     build_field,
     donor_candidates,
     exploit_decision,
@@ -142,6 +143,12 @@ def low_trimmed_std(values: list[float], trim: float) -> float:
     return math.sqrt(math.fsum((v - m) ** 2 for v in core) / len(core))
 
 
+def standard_error_of_difference(a: Standing, b: Standing) -> float:
+    """Standard error of the difference of two window means, ``sqrt(s_a^2/n_a + s_b^2/n_b)`` (sample stds): how
+    far apart two members' means lie by sampling noise alone. Invariant to a constant added to every objective."""
+    return math.sqrt(sum(s.std**2 / s.count for s in (a, b) if s.count > 0))
+
+
 def welch_p_value(donor: tuple[float, float, int], mine: tuple[float, float, int]) -> float:
     """One-sided p-value of Welch's t-test for "donor's mean > my mean", from (mean, sample std, count)."""
     from scipy import stats
@@ -196,14 +203,15 @@ def dexpbt(fld: Field, cfg: PopulationConfig, rng: MemberRng) -> Decision:
         return explore_decision("dexpbt", fld, reasons, thresholds)
     donor = candidates[rng.choice_index(len(candidates))]
     donor_mean = fld.standings[donor].mean
-    required_gap = max(cfg.gap_std_fraction * t_std, cfg.gap_donor_fraction * abs(donor_mean))
+    noise = standard_error_of_difference(fld.standings[donor], fld.standings[me])
+    required_gap = max(cfg.gap_std_fraction * t_std, cfg.gap_donor_fraction * abs(donor_mean), cfg.gap_z * noise)
     gap = scores[donor] - scores[me]
-    thresholds.update(required_gap=required_gap, gap=gap)
+    thresholds.update(required_gap=required_gap, gap=gap, standard_error=noise)
     if gap <= required_gap:
         reasons.append(
             f"in the worst {k_worst} of {n}; gap to donor {donor} is {gap:.6g} <= required "
-            f"{required_gap:.6g} (max(gap_std_fraction*trimmed_std, gap_donor_fraction*|donor|)): "
-            f"explore in place"
+            f"{required_gap:.6g} (max(gap_std_fraction*trimmed_std, gap_donor_fraction*|donor|, "
+            f"gap_z*standard error {noise:.6g})): explore in place"
         )
         return explore_decision("dexpbt", fld, reasons, thresholds)
     reasons.append(
@@ -300,6 +308,7 @@ register(
             "top_fraction",
             "gap_std_fraction",
             "gap_donor_fraction",
+            "gap_z",
             "trim_fraction",
             "protect_interval_best",
         ),

@@ -331,9 +331,7 @@ def _logged_first_draw(audit: AuditLog) -> dict[str, Any] | None:
     return found
 
 
-def _initial_draw(
-    state: MemberState, cfg: PopulationConfig, audit: AuditLog, population_seed: int | None
-) -> None:
+def _initial_draw(state: MemberState, cfg: PopulationConfig, audit: AuditLog, population_seed: int | None) -> None:
     """The diverse start: draw the searched hyperparameters within their bounds at the member's first start
     (member 0 keeps the yaml's), stratified across the population by its seed (none in a workspace written
     before seeds were recorded); logged as an ``initial_draw`` entry and replayed by the verifier."""

@@ -230,12 +230,12 @@ def test_dexpbt_only_the_worst_group_exploits(make_record):
 def test_dexpbt_required_gap(make_record):
     me = make_record(0, const(9.5), now=NOW, frame=FRAME)
     peer = make_record(1, const(10.0), now=NOW, frame=FRAME)
-    # By default the required gap is the spread term alone: 0.5 * std(9.5, 10) = 0.125 < gap 0.5: exploit.
-    d = decide(me, [me, peer], cfg_(), MemberRng(0), NOW)
+    # Without the noise floor (gap_z 0, below) the required gap is the spread term: 0.5 * std(9.5, 10) = 0.125.
+    d = decide(me, [me, peer], cfg_(gap_z=0.0), MemberRng(0), NOW)
     assert d.outcome is Outcome.EXPLOIT and d.thresholds["required_gap"] == pytest.approx(0.125)
     # With the donor term set: max(0.125, 0.05 * |donor 10| = 0.5) = 0.5 >= gap 0.5: too close to be worth a
     # copy, so explore in place (mutate my hyperparameters, keep my weights), as DexPBT does
-    d = decide(me, [me, peer], cfg_(gap_donor_fraction=0.05), MemberRng(0), NOW)
+    d = decide(me, [me, peer], cfg_(gap_donor_fraction=0.05, gap_z=0.0), MemberRng(0), NOW)
     assert d.outcome is Outcome.EXPLORE and d.donor is None and "explore in place" in d.reasons[-1]
     assert d.thresholds["required_gap"] == pytest.approx(0.5)
     assert d.thresholds["gap"] == pytest.approx(0.5)
@@ -317,6 +317,26 @@ def test_isaaclab_explores_without_a_leader_unless_disabled(make_record):
     assert d.outcome is Outcome.EXPLOIT and d.donor in (1, 2, 3)
 
 
+@pytest.mark.parametrize("offset", [-1000.0, 0.0, 5000.0])
+def test_dexpbt_does_not_copy_within_the_windows_sampling_noise(make_record, offset):
+    """``gap_z``: a gap smaller than gap_z standard errors of the difference of the two window means explores
+    instead of copying (the no_learn study, seed 1: the one member with a working learning rate was the worst by
+    40 points of noise at its first decision and was overwritten); a clear gap still copies; the same at any
+    offset added to every objective."""
+    rnd = random.Random(3)
+    noise = [rnd.gauss(0.0, 216.0) for _ in range(64)]
+    noise = [v - statistics.fmean(noise) for v in noise]  # window means exactly as given: the gaps are 40 and 594
+    windows = [[offset + mean + v for v in noise] for mean in (-1194.0, -1154.0, -600.0)]
+    me, near, far = (make_record(i, w, now=NOW, frame=FRAME) for i, w in enumerate(windows))
+    d = decide(me, [me, near], cfg_(), MemberRng(0), NOW)
+    se = (statistics.stdev(windows[0]) ** 2 / 64 + statistics.stdev(windows[1]) ** 2 / 64) ** 0.5
+    assert d.thresholds["standard_error"] == pytest.approx(se)
+    assert d.thresholds["gap"] <= 1.64 * se and d.outcome is Outcome.EXPLORE and "gap_z" in d.reasons[-1]
+    assert decide(me, [me, near], cfg_(gap_z=0.0), MemberRng(0), NOW).outcome is Outcome.EXPLOIT
+    d = decide(me, [me, far], cfg_(), MemberRng(0), NOW)
+    assert d.outcome is Outcome.EXPLOIT and d.donor == 2
+
+
 # ------------------------------------------------------------------ welch
 
 
@@ -332,8 +352,9 @@ def test_welch_uses_per_episode_windows_at_alpha(make_record):
     d = decide(me, [me, noisy], cfg_(rule="welch"), MemberRng(0), NOW)
     assert d.outcome is Outcome.KEEP
     assert d.thresholds["p_value"] == pytest.approx(p_noisy) and d.thresholds["alpha"] == 0.05
-    # dexpbt on the means alone would copy here: the welch rule is stricter by design.
-    assert decide(me, [me, noisy], cfg_(gap_donor_fraction=0.0), MemberRng(0), NOW).outcome is Outcome.EXPLOIT
+    # dexpbt on the means alone (no noise floor) would copy here: the welch rule is stricter by design.
+    d = decide(me, [me, noisy], cfg_(gap_donor_fraction=0.0, gap_z=0.0), MemberRng(0), NOW)
+    assert d.outcome is Outcome.EXPLOIT
     # A permissive alpha above the p-value exploits.
     d = decide(me, [me, noisy], cfg_(rule="welch", welch_alpha=min(0.99, p_noisy + 0.01)), MemberRng(0), NOW)
     assert d.outcome is Outcome.EXPLOIT and d.donor == 1
