@@ -64,7 +64,8 @@ def add_population_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGr
         if f.name in _SKIP:
             continue
         default = getattr(defaults, f.name)
-        help_text = f"{docs.get(f.name, '')} (yaml key pbt.{f.name}; default {default!r})"
+        # argparse %-formats help strings: a docstring's "5 %" must reach it as "5 %%".
+        help_text = f"{docs.get(f.name, '')} (yaml key pbt.{f.name}; default {default!r})".replace("%", "%%")
         dest = "pbt_" + f.name
         if isinstance(default, bool):
             group.add_argument(
