@@ -103,38 +103,15 @@ def draw_value(
 ) -> tuple[Any, bool]:
     """One key's start value (one draw from ``rng``, within ``part`` of the window when given) and whether it
     left 0 through ``from_zero``."""
-    if part is not None:
-        return _draw_in_stratum(value, spec, spread, rng.uniform(0.0, 1.0), part)
-    if spec.kind == "choice":
+    if part is None and spec.kind == "choice":
         return spec.choices[rng.choice_index(len(spec.choices))], False
-    if spec.kind == "int":
+    if part is None and spec.kind == "int":
         lo, hi = _window(float(value), float(math.ceil(spec.low)), float(math.floor(spec.high)), spread)
         return clip_int(rng.integers(math.ceil(lo), max(math.ceil(lo), math.floor(hi))), spec.low, spec.high), False
-    if spec.kind == "log_shift":
-        lo, hi = _window(float(value), spec.low, spec.high, spread)
-        return clip(rng.uniform(lo, hi), spec.low, spec.high), False
-    if spec.kind == "discount":
-        # On u = log(1 - x): u runs from log(1 - high) to log(1 - low).
-        u_low, u_high = math.log(1.0 - spec.high), math.log(1.0 - spec.low)
-        centre = math.log(1.0 - float(value)) if float(value) < 1.0 else u_low
-        lo, hi = _window(centre, u_low, u_high, spread)
-        return clip(1.0 - math.exp(rng.uniform(lo, hi)), spec.low, spec.high), False
-    if spec.kind == "log_float":
-        zero = not isinstance(value, bool) and float(value) == 0.0
-        u = rng.uniform(0.0, 1.0)  # drawn even for a 0 that stays, so the stream does not depend on values
-        if zero and spec.from_zero is None:
-            return value, False
-        centre_value = spec.from_zero if zero and spec.from_zero is not None else float(value)
-        l_low, l_high = math.log(spec.low), math.log(spec.high)
-        centre = math.log(centre_value) if centre_value > 0 else l_low
-        lo, hi = _window(centre, l_low, l_high, spread)
-        return clip(math.exp(lo + u * (hi - lo)), spec.low, spec.high), zero
-    raise ValueError(f"unknown mutation kind {spec.kind!r}")
-
-
-def _draw_in_stratum(value: Any, spec: MutationSpec, spread: float, u: float, part: Stratum) -> tuple[Any, bool]:
-    """:func:`draw_value` for a stratified start: ``u`` (one uniform draw) placed in ``part`` of the window."""
-    f = part.place(u)
+    # One uniform draw, even for a 0 that stays, so the stream does not depend on values. Unstratified, this is
+    # exactly numpy's uniform(lo, hi) = lo + (hi - lo) * u of the releases before strata.
+    u = rng.uniform(0.0, 1.0)
+    f = u if part is None else part.place(u)
     if spec.kind == "choice":
         return spec.choices[min(int(f * len(spec.choices)), len(spec.choices) - 1)], False
     if spec.kind == "int":
@@ -145,6 +122,7 @@ def _draw_in_stratum(value: Any, spec: MutationSpec, spread: float, u: float, pa
         lo, hi = _window(float(value), spec.low, spec.high, spread)
         return clip(lo + f * (hi - lo), spec.low, spec.high), False
     if spec.kind == "discount":
+        # On u = log(1 - x): u runs from log(1 - high) to log(1 - low).
         u_low, u_high = math.log(1.0 - spec.high), math.log(1.0 - spec.low)
         centre = math.log(1.0 - float(value)) if float(value) < 1.0 else u_low
         lo, hi = _window(centre, u_low, u_high, spread)
