@@ -21,7 +21,7 @@ from async_pbt_isaaclab.commands.workspace_views import best_data
 from async_pbt_isaaclab.core.audit import read_entries
 from async_pbt_isaaclab.core.evidence import EvidenceError, EvidenceSummary
 from async_pbt_isaaclab.core.lineage import MemberLineage, member_lineage
-from async_pbt_isaaclab.core.member_progress import decision_in_words
+from async_pbt_isaaclab.core.member_progress import decision_in_words, generation_changes
 
 EVALUATIONS_FILE = "evaluations.jsonl"
 """Held-out evaluation results, one JSON object per line, in the workspace root (optional)."""
@@ -174,6 +174,7 @@ def member_history(ws, index: int, record: Any = None) -> dict[str, Any]:
     hp_steps = _hyperparameter_steps(lin, lineage["events"], record)
     return {
         "member": index,
+        "generation_changes": generation_changes(index, path),
         "objective": objective,
         "events": lineage["events"],
         "start": lineage["start"],

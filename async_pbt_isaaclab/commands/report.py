@@ -199,13 +199,22 @@ def _members_table(data: dict[str, Any]) -> str:
                 _e(rec.frame),
                 _e(rec.generation),
                 _e(obj),
-                _e(rec.restarts),
+                _e(m["generation_changes"].breakdown() or "none"),
                 _e(format_age(data["now"] - rec.heartbeat)),
                 _e(m.get("last_decision") or "-"),
             ]
         )
     return format_table(
-        ["member", "status", "frames", "generation", "objective", "restarts", "heartbeat age", "last decision"],
+        [
+            "member",
+            "status",
+            "frames",
+            "generation",
+            "objective",
+            "generation changes",
+            "heartbeat age",
+            "last decision",
+        ],
         rows,
         "members",
         ids,
