@@ -235,7 +235,8 @@ def _exploits_table(data: dict[str, Any]) -> str:
                     _e(f"member {m['member']:03d}"),
                     f'<span class="{_e(kind)}">{_e(kind)}</span>',
                     donor,
-                    _e(e.get("frame")),
+                    _e(e.get("decided_frame") if e.get("decided_frame") is not None else "-"),
+                    _e(e.get("applied_frame") if e.get("applied_frame") is not None else "-"),
                     _e(e.get("generation")),
                     _changes(e.get("changes")),
                     _e(state),
@@ -243,7 +244,10 @@ def _exploits_table(data: dict[str, Any]) -> str:
             )
     if not rows:
         return '<p class="note">No exploit or explore yet.</p>'
-    return format_table(["recipient", "kind", "donor", "frame", "new generation", "changes", "state"], rows)
+    return FRAMES_NOTE + format_table(
+        ["recipient", "kind", "donor", "decided at frame", "applied at frame", "new generation", "changes", "state"],
+        rows,
+    )
 
 
 def _best_table(data: dict[str, Any]) -> str:
@@ -289,7 +293,28 @@ def _evaluations_table(data: dict[str, Any]) -> str:
     return format_table(["label", "member", "checkpoint", "objective", "episodes", "time"], rows)
 
 
+FRAMES_NOTE = (
+    '<p class="note">A change is <b>decided at</b> the frame of the evidence it was decided on and <b>applied at</b> '
+    "the first frame the new generation trained (one epoch later): the frame of the lineage, of the plots' markers "
+    "and of TensorBoard's <code>pbt/exploit</code>.</p>"
+)
+
+
+def _applied_at(data: dict[str, Any]) -> dict[tuple[int, Any], str]:
+    """(member, decision seq) -> what became of an exploit or explore decision: ``applied at frame`` value or state."""
+    out = {}
+    for m in data["members"]:
+        for e in m["events"]:
+            if e.get("decision_seq") is None:
+                continue
+            out[(m["member"], e["decision_seq"])] = (
+                format_number(e["applied_frame"]) if e.get("applied_frame") is not None else str(e.get("state"))
+            )
+    return out
+
+
 def _decisions_table(data: dict[str, Any], limit: int) -> str:
+    applied_at = _applied_at(data)
     decisions = sorted(
         (d for m in data["members"] for d in m["decisions"]),
         key=lambda d: (d["time"] if isinstance(d["time"], (int, float)) else 0, d["member"]),
@@ -308,6 +333,7 @@ def _decisions_table(data: dict[str, Any], limit: int) -> str:
                 _e(_when(d["time"])),
                 _e(f"member {d['member']:03d}"),
                 _e(d["frame"]),
+                _e(applied_at.get((d["member"], d["seq"]), "-")),
                 _e(d["generation"]),
                 f'<span class="{_e(d["outcome"] or "")}">{_e(outcome)}</span>',
                 _e("; ".join(d["reasons"])),
@@ -325,7 +351,18 @@ def _decisions_table(data: dict[str, Any], limit: int) -> str:
     if not decisions:
         return '<p class="note">No decisions yet.</p>'
     return note + format_table(
-        ["time", "member", "frame", "gen", "outcome", "reasons", "compared", "excluded peers (why)", "changes"],
+        [
+            "time",
+            "member",
+            "decided at frame",
+            "applied at frame",
+            "gen",
+            "outcome",
+            "reasons",
+            "compared",
+            "excluded peers (why)",
+            "changes",
+        ],
         rows,
         "decisions",
     )

@@ -73,14 +73,17 @@ def last_decision_entry(path: str | os.PathLike[str], limit: int = TAIL_LIMIT) -
 
 
 def decision_in_words(entry: Mapping[str, Any] | None, fallback: str = "") -> str:
-    """``outcome[ <- donor]: reasons; left out NNN: why; ...``. ``fallback`` (a record's ``last_decision``)
-    when there is no entry."""
+    """``outcome[ <- donor][ (decided at frame F)]: reasons; left out NNN: why; ...``. ``fallback`` (a record's
+    ``last_decision``) when there is no entry."""
     if not isinstance(entry, Mapping) or not isinstance(entry.get("decision"), Mapping):
         return fallback
     d = entry["decision"]
     head = str(d.get("outcome") or "?")
     if d.get("donor") is not None:
         head += f" <- {_member(d['donor'])}"
+    me = (entry.get("inputs") or {}).get("me") if isinstance(entry.get("inputs"), Mapping) else None
+    if d.get("outcome") in ("exploit", "explore") and isinstance(me, Mapping) and me.get("frame") is not None:
+        head += f" (decided at frame {me['frame']})"  # applied one epoch later: `async-pbt lineage` says where
     reasons = [str(r) for r in d.get("reasons") or []]
     text = head + (": " + "; ".join(reasons) if reasons else "")
     excluded = d.get("excluded") if isinstance(d.get("excluded"), Mapping) else {}

@@ -109,7 +109,7 @@ def summarize(workspace: Path) -> list[str]:
         changes = ", ".join(
             f"gen {e.generation} <- "
             + (f"member {e.source.member}" if e.outcome == "exploit" else "explore")
-            + f" at frame {e.frame}"
+            + f" applied at frame {e.frame}"
             for e in lineage
         )
         ev = r.evidence
