@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from async_pbt_isaaclab.commands.common import CliError, format_number, open_workspace
+from async_pbt_isaaclab.core.install_hint import extra_install_command
 from async_pbt_isaaclab.core.member_progress import format_age
 from async_pbt_isaaclab.exit_codes import EXIT_OK
 
@@ -30,7 +31,7 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> None:
         help="write one self-contained HTML report (plots, lineage, decisions, best checkpoints)",
         description="Write an HTML file that opens offline: objective over frames with exploits marked, the "
         "lineage tree, hyperparameters over frames, best checkpoints, decisions with reasons and a summary. "
-        "Needs matplotlib (pip install 'async-pbt-isaaclab[report]').",
+        'Needs matplotlib (the report extra: pip install -e ".[report]" in the clone, as the README installs).',
     )
     p.add_argument("workspace", help="population workspace folder")
     p.add_argument("--out", default=None, metavar="FILE", help="HTML file to write (default: WORKSPACE/report.html)")
@@ -57,7 +58,7 @@ def _plots():
         from async_pbt_isaaclab.commands import report_plots
     except ImportError as exc:
         raise CliError(
-            f"the report needs matplotlib ({exc}); install it with pip install 'async-pbt-isaaclab[report]'"
+            f"the report needs matplotlib ({exc}); install it with {extra_install_command('report')}"
         ) from None
     return report_plots
 
