@@ -78,6 +78,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.independent:
         data["baseline"] = population_history(open_workspace(args.independent), time.time())
         figures["baseline"] = plots.baseline_figure
+    data["unchanged_hyperparameters"] = plots.split_hyperparameters(data["members"])[1]
     svgs = {name: plots.figure_svg(build(data)) for name, build in figures.items()}
     page = render_html(data, svgs, args.max_decisions)
     try:
@@ -369,6 +370,15 @@ def _decisions_table(data: dict[str, Any], limit: int) -> str:
     )
 
 
+def _unchanged_note(data: dict[str, Any]) -> str:
+    """One line for the hyperparameters that held one value in every member all along (not drawn)."""
+    unchanged = data.get("unchanged_hyperparameters") or {}
+    if not unchanged:
+        return ""
+    values = ", ".join(f"{name} = {format_number(value)}" for name, value in sorted(unchanged.items()))
+    return f'<p class="note" id="unchanged-hyperparameters">Unchanged in every member: {_e(values)}.</p>'
+
+
 def render_html(data: dict[str, Any], svgs: dict[str, str], max_decisions: int = DEFAULT_MAX_DECISIONS) -> str:
     """The whole page. ``svgs``: name -> inline SVG from :func:`report_plots.figure_svg` (matplotlib output)."""
     from async_pbt_isaaclab._version import __version__
@@ -401,7 +411,7 @@ def render_html(data: dict[str, Any], svgs: dict[str, str], max_decisions: int =
             else []
         ),
         ("Lineage", f'<div class="plot">{svgs.get("lineage", "")}</div>' + _exploits_table(data)),
-        ("Hyperparameters", f'<div class="plot">{svgs.get("hyperparameters", "")}</div>'),
+        ("Hyperparameters", f'<div class="plot">{svgs.get("hyperparameters", "")}</div>' + _unchanged_note(data)),
         ("Best checkpoints", _best_table(data)),
         ("Held-out evaluations", _evaluations_table(data)),
         ("Decisions", _decisions_table(data, max_decisions)),

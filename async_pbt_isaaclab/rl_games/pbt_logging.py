@@ -22,26 +22,75 @@ The member's Weights & Biases run (one per member for the whole population run) 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
+from pathlib import Path
 from typing import Any, Mapping
 
+from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.member.session import MemberSession
 
 TAG_PREFIX = "pbt/"
 """Every scalar written here starts with this."""
 
 
-class PbtScalars:
-    """Writes ``pbt/*`` scalars for one member into an rl_games ``SummaryWriter`` (``add_scalar(tag, v, step)``)."""
+SCALARS_FILE = "pbt_scalars.jsonl"
+"""In a member's folder: every ``pbt/*`` scalar written to TensorBoard, one JSON line per frame
+(``{"frame": F, "scalars": {"pbt/hp/gamma": 0.99, ...}}``): what ``async-pbt report`` plots, read from the workspace
+wherever the TensorBoard runs are."""
 
-    def __init__(self, writer: Any):
+
+class ScalarFile:
+    """Appends the scalars of one hook to ``members/NNN/pbt_scalars.jsonl``: one line per frame, one ``write`` each
+    (no fsync: a display aid; a line lost in a crash is one epoch's values)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._pending: dict[int, dict[str, float]] = {}
+        self._failed = False
+
+    def add(self, tag: str, value: float, frame: int) -> None:
+        self._pending.setdefault(int(frame), {})[tag] = float(value)
+
+    def flush(self) -> None:
+        """Write what was added since the last flush (a failed write is reported once; training goes on)."""
+        pending, self._pending = self._pending, {}
+        if not pending or self._failed:
+            return
+        data = "".join(json.dumps({"frame": f, "scalars": s}, sort_keys=True) + "\n" for f, s in pending.items())
+        try:
+            fd = fsio.open_nofollow(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            try:
+                os.write(fd, data.encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self._failed = True
+            print(f"[async-pbt] WARNING: cannot append to {self.path} ({exc}); the report lacks its values", flush=True)
+
+
+class PbtScalars:
+    """Writes ``pbt/*`` scalars for one member into an rl_games ``SummaryWriter`` (``add_scalar(tag, v, step)``)
+    and, when given, a :class:`ScalarFile`."""
+
+    def __init__(self, writer: Any, file: ScalarFile | None = None):
         self.writer = writer
-        """The agent's writer (``algo.writer``); ``None`` turns every call into a no-op (writer disabled)."""
+        """The agent's writer (``algo.writer``); ``None`` (writer disabled) writes to :attr:`file` only."""
+        self.file = file
+        """The member's ``pbt_scalars.jsonl`` (``None``: TensorBoard only); with no writer either, calls do nothing."""
         self._choices: dict[str, list[Any]] = {}
 
+    @property
+    def active(self) -> bool:
+        """Something is written."""
+        return self.writer is not None or self.file is not None
+
     def _scalar(self, tag: str, value: float, frame: int) -> None:
-        self.writer.add_scalar(TAG_PREFIX + tag, value, int(frame))
+        if self.writer is not None:
+            self.writer.add_scalar(TAG_PREFIX + tag, value, int(frame))
+        if self.file is not None:
+            self.file.add(TAG_PREFIX + tag, value, frame)
 
     def record(
         self,
@@ -52,7 +101,7 @@ class PbtScalars:
     ) -> None:
         """Objective window, generation and (``with_hyperparameters``) hyperparameters of a :class:`MemberRecord`
         at its ``frame``."""
-        if self.writer is None:
+        if not self.active:
             return
         step = record.frame if frame is None else frame
         ev = record.evidence
@@ -65,11 +114,11 @@ class PbtScalars:
 
     def generation(self, generation: int, frame: int) -> None:
         """``pbt/generation`` at ``frame``."""
-        if self.writer is not None:
+        if self.active:
             self._scalar("generation", float(generation), frame)
 
     def hyperparameters(self, values: Mapping[str, Any], frame: int) -> None:
-        if self.writer is None:
+        if not self.active:
             return
         for name, value in sorted(values.items()):
             number = self._number(name, value)
@@ -91,7 +140,7 @@ class PbtScalars:
 
     def exploit(self, frame: int, donor: int | None, member: int | None = None) -> None:
         """Mark a change of generation at ``frame``: the donor's index, ``-1`` for an explore of own weights."""
-        if self.writer is None:
+        if not self.active:
             return
         # An explore of own weights: no donor, or the member itself (member None matches no donor index).
         self._scalar("exploit", -1.0 if donor is None or donor == member else float(donor), frame)
@@ -99,6 +148,8 @@ class PbtScalars:
     def flush(self) -> None:
         if self.writer is not None and hasattr(self.writer, "flush"):
             self.writer.flush()
+        if self.file is not None:
+            self.file.flush()
 
 
 class PbtScalarsObserver:
@@ -137,7 +188,12 @@ class PbtScalarsObserver:
         from async_pbt_isaaclab.core.member_progress import target_frames, write_target
 
         self.algo = algo
-        self.scalars = PbtScalars(getattr(algo, "writer", None))
+        self.scalars = PbtScalars(getattr(algo, "writer", None), ScalarFile(self.session.dir / SCALARS_FILE))
+        try:  # the record on disk is the last process's: only records this process writes are logged
+            st = os.stat(self.session.dir / "record.json")
+            self._stamp = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            pass
         # Where this member stops, for `async-pbt status` (frames/target, ETA) and the launcher's progress lines.
         try:
             write_target(
@@ -156,6 +212,11 @@ class PbtScalarsObserver:
         applied_here = self.session.start_mode == "exploit_applied" and bool(state.lineage)
         self._logged_generation = state.generation - (1 if applied_here else 0)
         self._log_new_changes()
+        self._flush_file()
+
+    def _flush_file(self) -> None:
+        if self.scalars.file is not None:
+            self.scalars.file.flush()
 
     def _log_new_changes(self) -> None:
         state = self.session.state
@@ -166,7 +227,7 @@ class PbtScalarsObserver:
                 self._logged_generation = entry.generation
 
     def _log_live_hyperparameters(self) -> None:
-        if self.algo is None or self.scalars.writer is None:
+        if self.algo is None or not self.scalars.active:
             return
         from async_pbt_isaaclab.rl_games.live import live_values
 
@@ -189,12 +250,19 @@ class PbtScalarsObserver:
     def after_print_stats(self, frame, epoch_num, total_time) -> None:
         # An in-process exploit or explore has just been applied (by the PBT observer's same hook).
         self._log_new_changes()
+        self._flush_file()
 
     def after_steps(self) -> None:
-        from async_pbt_isaaclab.core.records import RecordError, read_record
-
         self._log_new_changes()
         self._log_live_hyperparameters()
+        try:
+            self._log_record()
+        finally:
+            self._flush_file()
+
+    def _log_record(self) -> None:
+        from async_pbt_isaaclab.core.records import RecordError, read_record
+
         path = self.session.dir / "record.json"
         try:
             st = os.stat(path)
