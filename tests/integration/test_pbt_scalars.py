@@ -111,3 +111,55 @@ def test_objective_window_at_every_decision_is_the_one_decided_on(population, me
         assert count[me["frame"]] == len(values), me["frame"]
         if values and me["evidence"]["generation"] == me["generation"]:
             assert mean[me["frame"]] == pytest.approx(sum(values) / len(values), rel=1e-5)
+
+
+@pytest.mark.parametrize("member", sorted(MIXED_PATHS))
+def test_the_workspace_copy_the_report_reads_equals_tensorboard(population, member):
+    from async_pbt_isaaclab.commands.population_history import read_member_scalars
+    from async_pbt_isaaclab.core.workspace import Workspace
+
+    ws, _, scalars = population
+    copy = read_member_scalars(Workspace(ws), member)
+    tb = scalars[member]
+    assert sorted(copy) == sorted(tb)
+    for tag, points in tb.items():
+        # TensorBoard keeps float32; one point per (frame, tag) write in both.
+        assert [f for f, _ in copy[tag]] == [f for f, _ in points], tag
+        assert [v for _, v in copy[tag]] == pytest.approx([v for _, v in points], rel=1e-6), tag
+
+
+def test_report_draws_live_values_and_puts_every_marker_on_its_curve(population):
+    pytest.importorskip("matplotlib")
+    from async_pbt_isaaclab.commands import report_plots
+    from async_pbt_isaaclab.commands.population_history import population_history
+    from async_pbt_isaaclab.core.workspace import Workspace
+
+    ws, audits, scalars = population
+    data = population_history(Workspace(ws), 0.0)
+    names, unchanged = report_plots.split_hyperparameters(data["members"])
+    # entropy_coef is 0 in every member and stays 0 (a mutation keeps 0): one line of text, no panel.
+    assert unchanged == {"entropy_coef": 0.0} and names == ["gamma", "learning_rate"]
+    for m in data["members"]:
+        index = m["member"]
+        live = report_plots.live_hyperparameters(m)
+        # What the report plots is what the member trained with, every epoch (the adaptive rate's own moves too).
+        assert [f for f, _ in live["learning_rate"]] == [f for f, _ in scalars[index]["pbt/hp/learning_rate"]]
+        curve = report_plots.training_curve(m)
+        assert len(curve) > len([d for d in m["decisions"] if d["outcome"] in ("keep", "exploit", "explore")])
+        applied = [e for e in audits[index] if e["kind"] == "exploit_applied"]
+        events = [e for e in m["events"] if e["state"] == "applied"]
+        assert [(e["applied_frame"], e["generation"]) for e in events] == [
+            (a["frame"], a["generation"]) for a in applied
+        ]
+        for e in events:
+            decision = next(d for d in audits[index] if d.get("seq") == e["decision_seq"])
+            assert e["decided_frame"] == decision["inputs"]["me"]["frame"] < e["applied_frame"]
+            # The marker's height is the curve's at the applied frame: linear between the curve's own points.
+            y = report_plots._on_curve(curve, e["applied_frame"])
+            before = [p for p in curve if p["frame"] <= e["applied_frame"]][-1]
+            after = next((p for p in curve if p["frame"] >= e["applied_frame"]), before)  # past the end: its last
+            assert min(before["mean"], after["mean"]) <= y <= max(before["mean"], after["mean"])
+            markers = report_plots._change_markers(m, "gamma", live["gamma"])
+            assert (e["applied_frame"], e["hyperparameters"]["gamma"], True) in [
+                (f, pytest.approx(v), mut) for f, v, mut in markers
+            ]
