@@ -80,6 +80,7 @@ class PbtScalars:
         self.file = file
         """The member's ``pbt_scalars.jsonl`` (``None``: TensorBoard only); with no writer either, calls do nothing."""
         self._choices: dict[str, list[Any]] = {}
+        self._last_generation: tuple[int, int] | None = None
 
     @property
     def active(self) -> bool:
@@ -113,8 +114,9 @@ class PbtScalars:
             self.hyperparameters(record.hyperparameters, step)
 
     def generation(self, generation: int, frame: int) -> None:
-        """``pbt/generation`` at ``frame``."""
-        if self.active:
+        """``pbt/generation`` at ``frame`` (once: the change and the record written right after it share a frame)."""
+        if self.active and self._last_generation != (int(frame), int(generation)):
+            self._last_generation = (int(frame), int(generation))
             self._scalar("generation", float(generation), frame)
 
     def hyperparameters(self, values: Mapping[str, Any], frame: int) -> None:
