@@ -22,7 +22,7 @@ class FileProgress:
         self.expected: Counter[str] | None = None
         self.finished: Counter[str] = Counter()
         self.outcomes: defaultdict[str, Counter[str]] = defaultdict(Counter)
-        self.first_report: dict[str, float] = {}
+        self.seconds: Counter[str] = Counter()
         self.files_done = 0
         self.t0 = time.monotonic()
 
@@ -43,7 +43,7 @@ class FileProgress:
     def pytest_runtest_logreport(self, report) -> None:
         path = report.nodeid.split("::")[0]
         now = time.monotonic()
-        self.first_report.setdefault(path, now)
+        self.seconds[path] += report.duration  # setup (fixtures: populations), call and teardown
         if report.when == "call" or report.outcome != "passed":
             outcome = report.outcome if report.when == "call" or report.skipped else "error"
             self.outcomes[path][outcome] += 1
@@ -56,7 +56,7 @@ class FileProgress:
         counts = ", ".join(f"{n} {what}" for what, n in sorted(self.outcomes[path].items()))
         elapsed = _duration(now - self.t0)
         line = (
-            f"{path}: {counts or 'nothing ran'} in {now - self.first_report[path]:.1f}s  "
+            f"{path}: {counts or 'nothing ran'} in {self.seconds[path]:.1f}s  "
             f"[{self.files_done}/{len(self.expected)} files, {elapsed}]"
         )
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
