@@ -237,7 +237,7 @@ def lineage_figure(data: dict[str, Any]) -> Figure:
                     },
                 )
                 ax.annotate(
-                    f"f {e.get('frame')}",
+                    f"applied at {e.get('applied_frame', e.get('frame'))}",
                     (g, idx),
                     textcoords="offset points",
                     xytext=(6, -12),

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-VIEWPORT = {"width": 1150, "height": 900}
+WIDTH, HEIGHT = 1150, 900
 """The browser window (the README screenshot's width)."""
 
 
@@ -66,7 +66,7 @@ def open_report(
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         try:
-            page = browser.new_page(viewport=VIEWPORT)
+            page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
             page.on("console", lambda m: _console(seen, m))
             page.on("pageerror", lambda e: seen.problems.append(f"page error: {e}"))
             page.on("requestfailed", lambda r: seen.problems.append(f"request failed: {r.url}"))
@@ -77,12 +77,14 @@ def open_report(
                 seen.text[section.get_attribute("id") or ""] = section.inner_text()
             seen.member_rows = [r.get_attribute("id") or "" for r in page.locator("table.members tbody tr").all()]
             if screenshot is not None:
-                clip = None
-                if clip_to_section:
-                    box = page.locator(f"#{clip_to_section}").bounding_box()
-                    if box:
-                        clip = {"x": 0, "y": 0, "width": VIEWPORT["width"], "height": box["y"] + box["height"] + 16}
-                page.screenshot(path=str(screenshot), full_page=True, clip=clip)
+                box = page.locator(f"#{clip_to_section}").bounding_box() if clip_to_section else None
+                if box:
+                    bottom = box["y"] + box["height"] + 16
+                    page.screenshot(
+                        path=str(screenshot), full_page=True, clip={"x": 0, "y": 0, "width": WIDTH, "height": bottom}
+                    )
+                else:
+                    page.screenshot(path=str(screenshot), full_page=True)
         finally:
             browser.close()
     return seen
