@@ -33,6 +33,17 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """With xdist workers, one progress line per finished test file instead of a dot per test (file_progress.py)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from file_progress import register
+
+    register(config)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Files with ``slow`` tests (real member processes, tens of seconds each) run first, in collection order.
 

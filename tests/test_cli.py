@@ -560,15 +560,18 @@ def test_lineage_from_audit_log(tmp_path, capsys):
     assert lines[0] == "member 001: 1 change(s) of generation"
     assert re.search(r"gen 0\s+frame -\s+start \(fresh\)", out), out
     assert re.search(
-        r"gen 1\s+frame 10000\s+exploit <- member 0 gen 0\s+gamma 0.95 -> .*, "
-        r"learning_rate 0.001 -> .*\[applied, seq 2\]",
+        r"gen 1\s+applied at frame 10000\s+exploit <- member 0 gen 0\s+gamma 0.95 -> .*, "
+        r"learning_rate 0.001 -> .*\[applied, seq 2, decided at frame \d+\]",
         out,
     ), out
     assert re.search(
-        r"gen 2\s+frame 30000\s+explore \(own weights\)\s+gamma 0.95 -> 0.94 \(x1.2\)\s+\[aborted: checksum mismatch",
+        r"gen 2\s+decided at frame 30000\s+explore \(own weights\)\s+gamma 0.95 -> 0.94 \(x1.2\)\s+"
+        r"\[aborted: checksum mismatch",
         out,
     )
-    assert re.search(r"gen 2\s+frame 40000\s+exploit <- member 3 gen 2\s+no hyperparameter changed\s+\[pending", out)
+    assert re.search(
+        r"gen 2\s+decided at frame 40000\s+exploit <- member 3 gen 2\s+no hyperparameter changed\s+\[pending", out
+    )
     code, out, _ = run_main(capsys, "lineage", str(ws.root), "--json")
     data = {m["member"]: m for m in json.loads(out)["members"]}
     ev = data[1]["events"][0]
@@ -597,7 +600,9 @@ def test_lineage_exploit_applied_without_decision_and_corrupt_line(tmp_path, cap
         fh.write(b"not json\n")
     code, out, _ = run_main(capsys, "lineage", str(ws.root), "--member", "2")
     assert code == 0
-    assert re.search(r"gen 1\s+frame 500\s+exploit <- member 0 gen 3\s+learning_rate 0.001 -> 0.002 \(x2\)", out)
+    assert re.search(
+        r"gen 1\s+applied at frame 500\s+exploit <- member 0 gen 3\s+learning_rate 0.001 -> 0.002 \(x2\)", out
+    )
     assert "skipped unreadable audit entry at line 2" in out
 
 
@@ -728,7 +733,9 @@ def test_lineage_explore_written_as_exploit_applied_from_self(tmp_path, capsys):
     code, out, _ = run_main(capsys, "lineage", str(ws.root), "--member", "3")
     assert code == 0
     assert re.search(
-        r"gen 1\s+frame 8000\s+explore \(own weights\)\s+gamma 0.95 -> 0.96 \(x0.8\)\s+\[applied, seq 2\]", out
+        r"gen 1\s+applied at frame 8000\s+explore \(own weights\)\s+gamma 0.95 -> 0.96 \(x0.8\)\s+"
+        r"\[applied, seq 2, decided at frame 8000\]",
+        out,
     ), out
     assert "start (fresh)" in out and out.count("gen ") == 2
 

@@ -150,3 +150,69 @@ def test_bad_yaml_and_non_checkpoint_files(checkpoints, capsys, tmp_path):
     junk.write_bytes(b"not a checkpoint at all")
     code, _, err = run_cli(capsys, junk)
     assert code == 2 and "junk.pth" in err and "not a torch checkpoint" in err
+
+
+@pytest.fixture
+def member_checkpoint(checkpoints, tmp_path):
+    """Our checkpoint (member 3, generation 2) placed where a population's member 3 publishes it."""
+    import shutil
+
+    ours, _ = checkpoints
+    ws = tmp_path / "ws"
+    folder = ws / "members" / "003" / "checkpoints"
+    folder.mkdir(parents=True)
+    (ws / "population.json").write_text(json.dumps({"num_policies": 4, "objective": "episode_return"}))
+    path = folder / "g0002_f000000004096.pth"
+    shutil.copyfile(ours, path)
+    return ws, path
+
+
+def test_a_members_checkpoint_is_recorded_for_the_report_and_only_the_table_is_printed(member_checkpoint, capsys):
+    from async_pbt_isaaclab.commands.population_history import read_evaluations
+    from async_pbt_isaaclab.core.workspace import Workspace
+
+    ws, path = member_checkpoint
+    code, out, err = run_cli(capsys, path, "--episodes", "2", "--seed", "5")
+    assert code == 0, err
+    # Only the command's own output: no rl_games lines (self.seed = 42, build mlp, RunningMeanStd) anywhere.
+    assert err == ""
+    assert out.splitlines()[0].startswith("held-out return on Pendulum-v1")
+    assert (
+        out.splitlines()[-1]
+        == f"recorded 1 result in {ws / 'evaluations.jsonl'} (async-pbt report shows them; --no-record: not)"
+    )
+    (line,) = (ws / "evaluations.jsonl").read_text().splitlines()
+    entry = json.loads(line)
+    row = [r for r in out.splitlines() if str(path) in r][0].split()
+    assert entry["objective"] == pytest.approx(float(row[2]), abs=0.01)
+    assert (entry["member"], entry["generation"], entry["episodes"], entry["seed"]) == (3, 2, 2, 5)
+    assert entry["checkpoint"] == "members/003/checkpoints/g0002_f000000004096.pth" and "frame" in entry
+    evaluations, problems = read_evaluations(Workspace(ws))  # what the report reads
+    assert problems == [] and evaluations == [entry]
+    # --no-record: nothing more is written.
+    assert run_cli(capsys, path, "--episodes", "1", "--no-record")[0] == 0
+    assert len((ws / "evaluations.jsonl").read_text().splitlines()) == 1
+
+
+def test_verbose_shows_rl_games_lines_on_stderr(member_checkpoint, capsys):
+    _, path = member_checkpoint
+    code, _, err = run_cli(capsys, path, "--episodes", "1", "--no-record", "--verbose")
+    assert code == 0 and "RunningMeanStd" in err
+
+
+def test_record_refuses_what_it_cannot_record(checkpoints, member_checkpoint, capsys, tmp_path):
+    ours, _ = checkpoints
+    code, out, err = run_cli(capsys, ours, "--episodes", "1", "--record")
+    assert code == 2 and "--workspace WS" in err and str(ours) in err and out == ""
+    ws, path = member_checkpoint
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    elsewhere.write_text("")
+    (ws / "evaluations.jsonl").symlink_to(elsewhere)  # a planted link is never followed
+    code, _, err = run_cli(capsys, path, "--episodes", "1")
+    assert code == 2 and "evaluations.jsonl" in err and elsewhere.read_text() == ""
+    # An explicit workspace takes a checkpoint from anywhere.
+    (ws / "evaluations.jsonl").unlink()
+    code, _, err = run_cli(capsys, ours, "--episodes", "1", "--record", "--workspace", ws, "--label", "final")
+    assert code == 0, err
+    entry = json.loads((ws / "evaluations.jsonl").read_text())
+    assert entry["label"] == "final" and entry["checkpoint"] == str(ours.resolve()) and entry["member"] == 3

@@ -389,3 +389,20 @@ def test_report_against_independent_runs_and_mutations_told_apart(tmp_path):
     change = next(s for s in recipient["hyperparameters"] if s["generation"] == 1)
     decided = [e for e in recipient["events"] if e.get("state") == "applied"][0]["changes"]
     assert change["mutated"] == sorted(c["key"] for c in decided) and change["mutated"]
+
+
+def test_generation_changes_count_what_they_name_and_read_only_what_was_appended(tmp_path):
+    from async_pbt_isaaclab.core.member_progress import generation_changes
+
+    path = tmp_path / "audit.jsonl"
+    assert generation_changes(2, path).words() == "generations: 0 (no exploit or explore yet)"
+    log = AuditLog.open(path)
+    log.append("decision", {"decision": {"outcome": "exploit", "donor": 0}})  # decided, not applied: not counted
+    log.append("exploit_applied", {"donor": 0, "path": "inprocess", "generation": 1, "frame": 10})
+    assert generation_changes(2, path).words() == "generations: 1 (1 exploit, 0 explores; 1 in-process, 0 by restart)"
+    log.append("exploit_applied", {"donor": 2, "path": "restart", "generation": 2, "frame": 20})
+    with open(path, "a") as fh:
+        fh.write('{"kind": "exploit_applied", "donor": 1, "pa')  # a line still being written
+    changes = generation_changes(2, path)
+    assert (changes.exploits_inprocess, changes.explores_restart, changes.total, changes.restarts) == (1, 1, 2, 1)
+    assert changes.breakdown() == "1 exploit, 1 explore; 1 in-process, 1 by restart"

@@ -14,6 +14,17 @@ CPU member use (the yaml's ``params.seed`` plus the member index, then one seed 
 are held out from training. The return is the undiscounted sum of the env's own rewards (no reward
 shaping).
 
+Recording: a member's checkpoint (one under ``WS/members/NNN/checkpoints/`` of a workspace with a
+``population.json``) is recorded by default as one JSON line in ``WS/evaluations.jsonl``, the file
+``async-pbt report`` reads (docs/observability.md, "Held-out evaluations"): ``objective`` (the mean return),
+``member``, ``checkpoint`` (workspace-relative), ``frame``, ``generation``, ``episodes``, ``std``, ``task``,
+``seed``, ``label`` and ``time``. ``--no-record`` turns that off; ``--record`` makes a checkpoint that is not a
+member's (or one copied elsewhere) recorded into ``--workspace WS``.
+
+rl_games' own lines while it builds the player (``self.seed = 42``, ``build mlp``, ``RunningMeanStd``) are
+kept out of the output: the command prints only its table (or JSON) and errors; ``--verbose`` shows them on
+stderr.
+
 Only the command's parser lives at the top: torch, rl_games and gymnasium are imported inside
 :func:`evaluate_checkpoint`, so ``async-pbt --help`` stays light.
 """
@@ -22,9 +33,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
+import json
 import math
+import os
 import statistics
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -81,7 +96,13 @@ class Evaluator:
     Raises :class:`CliError` for an unreadable yaml, an unknown task or a checkpoint that does not fit.
     """
 
-    def __init__(self, task: str | None = None, agent_yaml: str | Path | None = None, trusted: bool = False):
+    def __init__(
+        self,
+        task: str | None = None,
+        agent_yaml: str | Path | None = None,
+        trusted: bool = False,
+        verbose: bool = False,
+    ):
         from async_pbt_isaaclab.core.agent_config import load_yaml
         from async_pbt_isaaclab.core.config import ConfigError
 
@@ -111,6 +132,8 @@ class Evaluator:
             raise CliError(f"agent yaml {self.agent_yaml}: no params.config.env_name; pass --task")
         self.cfg = cfg
         self.trusted = trusted
+        self.verbose = verbose
+        """Show rl_games' own lines (on stderr) instead of keeping them out of the output."""
         self._player_cache: dict[str, Any] = {}
         self._spaces = self._task_spaces()
 
@@ -178,16 +201,20 @@ class Evaluator:
             "value_size": 1,
         }
         try:
-            # rl_games prints progress chatter on stdout while building; keep stdout for our results (--json).
+            # rl_games prints its own lines on stdout while building (self.seed, build mlp, RunningMeanStd): kept
+            # out of our output (the table or --json), shown on stderr with --verbose or when the build fails.
             # Runner.load applies params.torch_threads process-wide, as training does: on a busy machine the
             # default thread count makes a small MLP's forward pass spin (measured 10x slower under load).
-            with contextlib.redirect_stdout(sys.stderr):
+            chatter = sys.stderr if self.verbose else io.StringIO()
+            with contextlib.redirect_stdout(chatter):
                 runner = Runner()
                 runner.load(cfg)
                 player = runner.create_player()
         except Exception as exc:  # noqa: BLE001 - rl_games raises plain Exceptions for config problems
+            said = chatter.getvalue().strip() if isinstance(chatter, io.StringIO) else ""
             raise CliError(
                 f"agent yaml {self.agent_yaml}: rl_games cannot build a player ({type(exc).__name__}: {exc})"
+                + (f"; rl_games said: {' | '.join(said.splitlines()[-5:])}" if said else "")
             ) from None
         player.has_batch_dimension = True
         self._player_cache[key] = player
@@ -262,10 +289,67 @@ def evaluate_checkpoints(
     episodes: int = 16,
     seed: int = DEFAULT_EVAL_SEED,
     trusted: bool = False,
+    verbose: bool = False,
 ) -> list[Evaluation]:
     """Evaluate each checkpoint on the same held-out episodes; what ``async-pbt evaluate`` prints."""
-    evaluator = Evaluator(task, agent_yaml, trusted=trusted)
+    evaluator = Evaluator(task, agent_yaml, trusted=trusted, verbose=verbose)
     return [evaluator.evaluate(c, episodes, seed) for c in checkpoints]
+
+
+def member_workspace(checkpoint: str | Path) -> tuple[Path, int] | None:
+    """``(workspace, member)`` when ``checkpoint`` lies in ``WS/members/NNN/checkpoints/`` of a workspace (one with
+    a ``population.json``), else ``None``."""
+    from async_pbt_isaaclab.core.workspace import parse_member_dirname
+
+    path = Path(checkpoint).resolve()
+    folder, member_dir = path.parent, path.parent.parent
+    if folder.name != "checkpoints" or member_dir.parent.name != "members":
+        return None
+    member = parse_member_dirname(member_dir.name)
+    ws = member_dir.parent.parent
+    if member is None or not (ws / "population.json").is_file():
+        return None
+    return ws, member
+
+
+def evaluation_line(result: Evaluation, workspace: Path, label: str = "") -> dict[str, Any]:
+    """The ``evaluations.jsonl`` object of ``result`` (the format docs/observability.md documents)."""
+    d = result.as_dict()
+    path = Path(result.checkpoint).resolve()
+    try:
+        checkpoint = path.relative_to(workspace.resolve()).as_posix()
+    except ValueError:
+        checkpoint = str(path)
+    line = {
+        "objective": d["mean"],
+        "std": d["std"],
+        "episodes": d["episodes"],
+        "checkpoint": checkpoint,
+        "task": result.task,
+        "seed": result.seed,
+        "label": label or f"evaluate seeds {result.seed}..{result.seed + d['episodes'] - 1}",
+        "time": time.time(),
+    }
+    for key in ("member", "generation", "frame"):
+        if key in d["pbt"]:
+            line[key] = d["pbt"][key]
+    return line
+
+
+def record_evaluation(workspace: Path, line: dict[str, Any]) -> Path:
+    """Append ``line`` to ``workspace/evaluations.jsonl`` in one write (concurrent evaluations never interleave
+    within a line), refusing a planted link; returns the file."""
+    from async_pbt_isaaclab.commands.population_history import EVALUATIONS_FILE
+    from async_pbt_isaaclab.core import fsio
+
+    target = workspace / EVALUATIONS_FILE
+    data = (json.dumps(line, sort_keys=True, allow_nan=False) + "\n").encode()
+    fd = fsio.open_nofollow(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    return target
 
 
 # ============================================================================ command line
@@ -298,8 +382,49 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--trusted", action="store_true", help="load with full pickle (only for checkpoints whose writers you trust)"
     )
+    p.add_argument(
+        "--record",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="append each result to WS/evaluations.jsonl, which `async-pbt report` shows (default: on for a member's "
+        "checkpoint, WS/members/NNN/checkpoints/*.pth; --no-record: never)",
+    )
+    p.add_argument(
+        "--workspace",
+        default=None,
+        metavar="WS",
+        help="with --record: the workspace to record into (default: the checkpoint's own workspace)",
+    )
+    p.add_argument("--label", default="", help="label of the recorded results (default: the env seeds)")
+    p.add_argument("--verbose", action="store_true", help="show rl_games' own lines (on stderr) while it builds")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_evaluate)
+
+
+def _record_targets(args: argparse.Namespace) -> list[Path | None]:
+    """The workspace each checkpoint is recorded into (``None``: not recorded); checked before anything runs."""
+    from async_pbt_isaaclab.commands.common import open_workspace
+
+    explicit = open_workspace(args.workspace).root if args.workspace else None
+    if explicit is not None and args.record is False:
+        raise CliError("--workspace names where to record, but --no-record says not to record")
+    out: list[Path | None] = []
+    for c in args.checkpoints:
+        found = member_workspace(c)
+        if args.record is False:
+            out.append(None)
+        elif explicit is not None:
+            out.append(explicit)
+        elif found is not None:
+            out.append(found[0])
+        elif args.record:
+            raise CliError(
+                f"--record: checkpoint {c} is not in a workspace's members/NNN/checkpoints/ folder; "
+                f"name the workspace with --workspace WS"
+            )
+        else:
+            out.append(None)
+    return out
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -310,7 +435,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             raise CliError(
                 f"checkpoint {c} does not exist" if not Path(c).exists() else f"checkpoint {c} is not a file"
             )
-    results = evaluate_checkpoints(args.checkpoints, args.task, args.agent_yaml, args.episodes, args.seed, args.trusted)
+    targets = _record_targets(args)
+    results = evaluate_checkpoints(
+        args.checkpoints, args.task, args.agent_yaml, args.episodes, args.seed, args.trusted, args.verbose
+    )
+    recorded: list[Path] = []
+    for result, ws in zip(results, targets, strict=True):
+        if ws is not None:
+            try:
+                recorded.append(record_evaluation(ws, evaluation_line(result, ws, args.label)))
+            except OSError as exc:
+                raise CliError(f"cannot record into {ws}: {exc}") from None
     if args.json:
         emit_json([r.as_dict() for r in results])
         return 0
@@ -333,5 +468,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     )
     for line in format_table(rows, indent="  "):
         print(line)
+    for target in sorted(set(recorded)):
+        n = recorded.count(target)
+        print(f"recorded {n} result{'s' if n > 1 else ''} in {target} (async-pbt report shows them; --no-record: not)")
     sys.stdout.flush()
     return 0

@@ -43,7 +43,10 @@ def _donor_generation(entry: Mapping[str, Any], donor: Any) -> Any:
 def lineage_events(member: int, entries: Iterable[tuple[int, Mapping[str, Any] | None, str | None]]) -> dict[str, Any]:
     """Generations of one member from its audit entries ``(line, entry or None, error or None)``.
 
-    Each event: ``generation`` (the new one), ``frame``, ``outcome`` (exploit/explore), ``donor``,
+    Each event: ``generation`` (the new one), ``frame`` (``applied_frame`` once applied, else ``decided_frame``),
+    ``decided_frame`` (the frame of the record the decision was taken on), ``applied_frame`` (the first frame the
+    new generation trained: the lineage's and TensorBoard's frame of the change; ``None`` until applied),
+    ``outcome`` (exploit/explore), ``donor``,
     ``donor_generation``, ``donor_checkpoint``, ``changes``, ``state`` (``applied``; ``aborted``;
     ``not applied``: a later decision came first; ``pending``: decided, nothing after it yet),
     ``seq`` and ``line`` of the entry it comes from. ``initial``: the first start's ``initial_draw`` (diverse
@@ -111,6 +114,9 @@ def _decided_event(entry: Mapping[str, Any], line: int) -> dict[str, Any] | None
     return {
         "generation": gen + 1 if isinstance(gen, int) else None,
         "frame": me.get("frame"),
+        "decided_frame": me.get("frame"),
+        "applied_frame": None,
+        "decision_seq": entry.get("seq"),
         "outcome": outcome,
         "donor": donor,
         "donor_generation": _donor_generation(entry, donor) if donor is not None else None,
@@ -131,14 +137,19 @@ def _applied_event(
     ev: dict[str, Any] = (
         dict(pending)
         if pending is not None
-        else {"outcome": "explore" if donor is None or donor == member else "exploit", "reason": ""}
+        else {
+            "outcome": "explore" if donor is None or donor == member else "exploit",
+            "reason": "",
+            "decided_frame": None,
+            "decision_seq": None,
+        }
     )
     for key in ("generation", "frame", "donor", "donor_generation", "donor_checkpoint", "changes"):
         if entry.get(key) is not None:
             ev[key] = entry[key]
         else:
             ev.setdefault(key, None)
-    ev.update(state="applied", seq=entry.get("seq"), line=line, time=entry.get("time"))
+    ev.update(state="applied", seq=entry.get("seq"), line=line, time=entry.get("time"), applied_frame=ev["frame"])
     if "hyperparameters" in entry:
         ev["hyperparameters"] = entry["hyperparameters"]
     return ev
@@ -149,6 +160,9 @@ def _aborted_event(entry: Mapping[str, Any], line: int, why: str) -> dict[str, A
     return {
         "generation": entry.get("generation"),
         "frame": entry.get("frame"),
+        "decided_frame": entry.get("frame"),
+        "applied_frame": None,
+        "decision_seq": None,
         "outcome": "exploit",
         "donor": entry.get("donor"),
         "donor_generation": entry.get("donor_generation"),
@@ -161,6 +175,20 @@ def _aborted_event(entry: Mapping[str, Any], line: int, why: str) -> dict[str, A
         "line": line,
         "time": entry.get("time"),
     }
+
+
+def event_frame_text(event: Mapping[str, Any]) -> str:
+    """``applied at frame A`` for an applied change, else ``decided at frame D``: the labels every view uses."""
+    if event.get("applied_frame") is not None:
+        return f"applied at frame {format_number(event['applied_frame'])}"
+    return f"decided at frame {format_number(event.get('decided_frame', event.get('frame')))}"
+
+
+def decided_text(event: Mapping[str, Any]) -> str:
+    """``, decided at frame D`` for an applied change whose decision is in the log (else empty)."""
+    if event.get("applied_frame") is not None and event.get("decided_frame") is not None:
+        return f", decided at frame {format_number(event['decided_frame'])}"
+    return ""
 
 
 def format_changes(changes: Any) -> str:
@@ -260,9 +288,9 @@ def cmd_lineage(args: argparse.Namespace) -> int:
             rows.append(
                 [
                     f"gen {format_number(e.get('generation'))}",
-                    f"frame {format_number(e.get('frame'))}",
+                    event_frame_text(e),
                     what,
-                    f"{format_changes(e.get('changes'))}  [{state}, seq {e.get('seq')}]",
+                    f"{format_changes(e.get('changes'))}  [{state}, seq {e.get('seq')}{decided_text(e)}]",
                 ]
             )
         print("\n".join(format_table(rows, indent="  ")))

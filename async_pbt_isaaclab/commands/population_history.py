@@ -21,10 +21,44 @@ from async_pbt_isaaclab.commands.workspace_views import best_data
 from async_pbt_isaaclab.core.audit import read_entries
 from async_pbt_isaaclab.core.evidence import EvidenceError, EvidenceSummary
 from async_pbt_isaaclab.core.lineage import MemberLineage, member_lineage
-from async_pbt_isaaclab.core.member_progress import decision_in_words
+from async_pbt_isaaclab.core.member_progress import decision_in_words, generation_changes
 
 EVALUATIONS_FILE = "evaluations.jsonl"
 """Held-out evaluation results, one JSON object per line, in the workspace root (optional)."""
+
+SCALARS_FILE = "pbt_scalars.jsonl"
+"""A member's ``pbt/*`` TensorBoard scalars, one line per frame (written by
+:class:`async_pbt_isaaclab.rl_games.pbt_logging.ScalarFile`)."""
+
+
+def read_member_scalars(ws, index: int) -> dict[str, list[tuple[int, float]]]:
+    """Member ``index``'s ``pbt/*`` scalars as ``tag -> [(frame, value), ...]`` in frame order (``{}`` without the
+    file). A process that resumed from an earlier checkpoint logs frames again: as TensorBoard does, the points
+    the earlier process wrote at or after the frame the later one started from are dropped. Unreadable lines (the
+    last one of a killed process) are skipped."""
+    path = ws.member_dir(index) / SCALARS_FILE
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return {}
+    out: dict[str, list[tuple[int, float]]] = {}
+    last = None
+    for line in text.splitlines():
+        try:
+            obj = json.loads(line)
+            frame, scalars = obj["frame"], obj["scalars"]
+        except (ValueError, KeyError, TypeError, RecursionError):
+            continue
+        if not isinstance(frame, int) or isinstance(frame, bool) or not isinstance(scalars, dict):
+            continue
+        if last is not None and frame < last:
+            for tag, points in out.items():
+                out[tag] = [p for p in points if p[0] < frame]
+        last = frame
+        for tag, value in scalars.items():
+            if _finite_number(value):
+                out.setdefault(str(tag), []).append((frame, float(value)))
+    return out
 
 
 def _finite_number(v: Any) -> bool:
@@ -174,6 +208,8 @@ def member_history(ws, index: int, record: Any = None) -> dict[str, Any]:
     hp_steps = _hyperparameter_steps(lin, lineage["events"], record)
     return {
         "member": index,
+        "scalars": read_member_scalars(ws, index),
+        "generation_changes": generation_changes(index, path),
         "objective": objective,
         "events": lineage["events"],
         "start": lineage["start"],

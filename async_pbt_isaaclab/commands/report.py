@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from async_pbt_isaaclab.commands.common import CliError, format_number, open_workspace
+from async_pbt_isaaclab.core.install_hint import extra_install_command
 from async_pbt_isaaclab.core.member_progress import format_age
 from async_pbt_isaaclab.exit_codes import EXIT_OK
 
@@ -30,7 +31,7 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> None:
         help="write one self-contained HTML report (plots, lineage, decisions, best checkpoints)",
         description="Write an HTML file that opens offline: objective over frames with exploits marked, the "
         "lineage tree, hyperparameters over frames, best checkpoints, decisions with reasons and a summary. "
-        "Needs matplotlib (pip install 'async-pbt-isaaclab[report]').",
+        'Needs matplotlib (the report extra: pip install -e ".[report]" in the clone, as the README installs).',
     )
     p.add_argument("workspace", help="population workspace folder")
     p.add_argument("--out", default=None, metavar="FILE", help="HTML file to write (default: WORKSPACE/report.html)")
@@ -57,7 +58,7 @@ def _plots():
         from async_pbt_isaaclab.commands import report_plots
     except ImportError as exc:
         raise CliError(
-            f"the report needs matplotlib ({exc}); install it with pip install 'async-pbt-isaaclab[report]'"
+            f"the report needs matplotlib ({exc}); install it with {extra_install_command('report')}"
         ) from None
     return report_plots
 
@@ -77,6 +78,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.independent:
         data["baseline"] = population_history(open_workspace(args.independent), time.time())
         figures["baseline"] = plots.baseline_figure
+    data["unchanged_hyperparameters"] = plots.split_hyperparameters(data["members"])[1]
     svgs = {name: plots.figure_svg(build(data)) for name, build in figures.items()}
     page = render_html(data, svgs, args.max_decisions)
     try:
@@ -199,13 +201,22 @@ def _members_table(data: dict[str, Any]) -> str:
                 _e(rec.frame),
                 _e(rec.generation),
                 _e(obj),
-                _e(rec.restarts),
+                _e(m["generation_changes"].breakdown() or "none"),
                 _e(format_age(data["now"] - rec.heartbeat)),
                 _e(m.get("last_decision") or "-"),
             ]
         )
     return format_table(
-        ["member", "status", "frames", "generation", "objective", "restarts", "heartbeat age", "last decision"],
+        [
+            "member",
+            "status",
+            "frames",
+            "generation",
+            "objective",
+            "generation changes",
+            "heartbeat age",
+            "last decision",
+        ],
         rows,
         "members",
         ids,
@@ -226,7 +237,8 @@ def _exploits_table(data: dict[str, Any]) -> str:
                     _e(f"member {m['member']:03d}"),
                     f'<span class="{_e(kind)}">{_e(kind)}</span>',
                     donor,
-                    _e(e.get("frame")),
+                    _e(e.get("decided_frame") if e.get("decided_frame") is not None else "-"),
+                    _e(e.get("applied_frame") if e.get("applied_frame") is not None else "-"),
                     _e(e.get("generation")),
                     _changes(e.get("changes")),
                     _e(state),
@@ -234,7 +246,10 @@ def _exploits_table(data: dict[str, Any]) -> str:
             )
     if not rows:
         return '<p class="note">No exploit or explore yet.</p>'
-    return format_table(["recipient", "kind", "donor", "frame", "new generation", "changes", "state"], rows)
+    return FRAMES_NOTE + format_table(
+        ["recipient", "kind", "donor", "decided at frame", "applied at frame", "new generation", "changes", "state"],
+        rows,
+    )
 
 
 def _best_table(data: dict[str, Any]) -> str:
@@ -280,7 +295,28 @@ def _evaluations_table(data: dict[str, Any]) -> str:
     return format_table(["label", "member", "checkpoint", "objective", "episodes", "time"], rows)
 
 
+FRAMES_NOTE = (
+    '<p class="note">A change is <b>decided at</b> the frame of the evidence it was decided on and <b>applied at</b> '
+    "the first frame the new generation trained (one epoch later): the frame of the lineage, of the plots' markers "
+    "and of TensorBoard's <code>pbt/exploit</code>.</p>"
+)
+
+
+def _applied_at(data: dict[str, Any]) -> dict[tuple[int, Any], str]:
+    """(member, decision seq) -> what became of an exploit or explore decision: ``applied at frame`` value or state."""
+    out = {}
+    for m in data["members"]:
+        for e in m["events"]:
+            if e.get("decision_seq") is None:
+                continue
+            out[(m["member"], e["decision_seq"])] = (
+                format_number(e["applied_frame"]) if e.get("applied_frame") is not None else str(e.get("state"))
+            )
+    return out
+
+
 def _decisions_table(data: dict[str, Any], limit: int) -> str:
+    applied_at = _applied_at(data)
     decisions = sorted(
         (d for m in data["members"] for d in m["decisions"]),
         key=lambda d: (d["time"] if isinstance(d["time"], (int, float)) else 0, d["member"]),
@@ -299,6 +335,7 @@ def _decisions_table(data: dict[str, Any], limit: int) -> str:
                 _e(_when(d["time"])),
                 _e(f"member {d['member']:03d}"),
                 _e(d["frame"]),
+                _e(applied_at.get((d["member"], d["seq"]), "-")),
                 _e(d["generation"]),
                 f'<span class="{_e(d["outcome"] or "")}">{_e(outcome)}</span>',
                 _e("; ".join(d["reasons"])),
@@ -316,10 +353,30 @@ def _decisions_table(data: dict[str, Any], limit: int) -> str:
     if not decisions:
         return '<p class="note">No decisions yet.</p>'
     return note + format_table(
-        ["time", "member", "frame", "gen", "outcome", "reasons", "compared", "excluded peers (why)", "changes"],
+        [
+            "time",
+            "member",
+            "decided at frame",
+            "applied at frame",
+            "gen",
+            "outcome",
+            "reasons",
+            "compared",
+            "excluded peers (why)",
+            "changes",
+        ],
         rows,
         "decisions",
     )
+
+
+def _unchanged_note(data: dict[str, Any]) -> str:
+    """One line for the hyperparameters that held one value in every member all along (not drawn)."""
+    unchanged = data.get("unchanged_hyperparameters") or {}
+    if not unchanged:
+        return ""
+    values = ", ".join(f"{name} = {format_number(value)}" for name, value in sorted(unchanged.items()))
+    return f'<p class="note" id="unchanged-hyperparameters">Unchanged in every member: {_e(values)}.</p>'
 
 
 def render_html(data: dict[str, Any], svgs: dict[str, str], max_decisions: int = DEFAULT_MAX_DECISIONS) -> str:
@@ -354,7 +411,7 @@ def render_html(data: dict[str, Any], svgs: dict[str, str], max_decisions: int =
             else []
         ),
         ("Lineage", f'<div class="plot">{svgs.get("lineage", "")}</div>' + _exploits_table(data)),
-        ("Hyperparameters", f'<div class="plot">{svgs.get("hyperparameters", "")}</div>'),
+        ("Hyperparameters", f'<div class="plot">{svgs.get("hyperparameters", "")}</div>' + _unchanged_note(data)),
         ("Best checkpoints", _best_table(data)),
         ("Held-out evaluations", _evaluations_table(data)),
         ("Decisions", _decisions_table(data, max_decisions)),

@@ -1,7 +1,9 @@
 """The report's plots, drawn with matplotlib from :func:`~.population_history.population_history` data.
 
-Three figures: the objective over frames for every member with exploits marked (donor -> recipient), the
-lineage as a tree over generations, and each mutated hyperparameter over frames per member. Each is returned
+Three figures: the training objective over frames for every member at its logging resolution, with its
+decisions and generation changes marked on its curve (and the held-out returns beside it when any were recorded),
+the lineage as a tree over generations, and each hyperparameter that moved, as each member trained with it per
+epoch. Each is returned
 as a matplotlib ``Figure`` (non-interactive Agg backend) so the caller can embed it as SVG or write a PNG.
 Needs the ``report`` extra (matplotlib); imported lazily by the ``report`` command.
 """
@@ -38,74 +40,153 @@ def _plain(text: str) -> str:
     return str(text).replace("$", r"\$")
 
 
-def _objective_at(points: Sequence[dict[str, Any]], frame: Any) -> float | None:
-    """Objective of the last point at or before ``frame`` (else the first point), for placing a marker."""
+def training_curve(member: dict[str, Any]) -> list[dict[str, Any]]:
+    """The member's objective over frames at its own logging resolution: its ``pbt/objective_mean`` scalars (every
+    publish and heartbeat, ``members/NNN/pbt_scalars.jsonl``), else the window mean at each decision."""
+    points = (member.get("scalars") or {}).get("pbt/objective_mean")
+    if not points:
+        return list(member["objective"])
+    by_frame = {f: v for f, v in points}  # one point per frame: the last value written at it
+    return [{"frame": f, "mean": by_frame[f]} for f in sorted(by_frame)]
+
+
+def _on_curve(points: Sequence[dict[str, Any]], frame: Any) -> float | None:
+    """The curve's value at ``frame`` (linear between its points, as it is drawn), so a marker sits on the line."""
     if not points or not isinstance(frame, (int, float)):
         return None
-    before = [p for p in points if p["frame"] <= frame]
-    return (before[-1] if before else points[0])["mean"]
+    if frame <= points[0]["frame"]:
+        return points[0]["mean"]
+    for a, b in zip(points, points[1:], strict=False):
+        if a["frame"] <= frame <= b["frame"]:
+            span = b["frame"] - a["frame"]
+            return a["mean"] if span == 0 else a["mean"] + (b["mean"] - a["mean"]) * (frame - a["frame"]) / span
+    return points[-1]["mean"]
 
 
-def objective_figure(data: dict[str, Any]) -> Figure:
-    members = data["members"]
-    fig, ax = plt.subplots(figsize=(10, 4.8), layout="constrained")
-    by_member = {m["member"]: m for m in members}
-    n = max([m["member"] for m in members], default=0) + 1
-    drew = False
-    for m in members:
-        pts = m["objective"]
-        if not pts:
-            continue
-        drew = True
-        ax.plot(
-            [p["frame"] for p in pts],
-            [p["mean"] for p in pts],
-            marker="o",
-            markersize=3,
-            linewidth=1.4,
-            color=member_color(m["member"], n),
-            label=_label(m["member"]),
-        )
-    exploits = [
-        (m["member"], e)
-        for m in members
-        for e in m["events"]
-        if e.get("state") == "applied" and e.get("outcome") == "exploit"
+def _decided_frames(member: dict[str, Any]) -> list[int]:
+    return [
+        d["frame"]
+        for d in member["decisions"]
+        if isinstance(d.get("frame"), int) and d.get("outcome") not in ("diverse start", "initial mutation")
     ]
-    for recipient, e in exploits:
-        y = _objective_at(by_member[recipient]["objective"], e.get("frame"))
+
+
+def _held_out(data: dict[str, Any]) -> dict[int, list[tuple[int, float]]]:
+    """Held-out results with a member and a frame, per member in frame order."""
+    out: dict[int, list[tuple[int, float]]] = {}
+    for e in data.get("evaluations") or []:
+        member, frame = e.get("member"), e.get("frame")
+        if isinstance(member, int) and isinstance(frame, int) and not isinstance(frame, bool):
+            out.setdefault(member, []).append((frame, float(e["objective"])))
+    return {m: sorted(v) for m, v in out.items()}
+
+
+def _draw_changes(ax: Any, members: Sequence[dict[str, Any]], curves: dict[int, list], n: int) -> list[tuple]:
+    """Each applied generation change on its member's curve at the frame it was applied at; returns them."""
+    changes = [
+        (m["member"], e) for m in members for e in m["events"] if e.get("state") == "applied" and e.get("outcome")
+    ]
+    exploits = [c for c in changes if c[1]["outcome"] == "exploit"]
+    for recipient, e in changes:
+        frame = e.get("applied_frame", e.get("frame"))
+        y = _on_curve(curves[recipient], frame)
         if y is None:
             continue
         color = member_color(recipient, n)
-        ax.scatter([e["frame"]], [y], marker="v", s=90, color=color, edgecolors="black", zorder=5)
+        if e["outcome"] == "explore":
+            ax.scatter([frame], [y], marker="D", s=40, color=color, edgecolors="black", zorder=5)
+            continue
+        ax.scatter([frame], [y], marker="v", s=90, color=color, edgecolors="black", zorder=5)
         donor = e.get("donor")
         donor_frame = _donor_frame(e)
-        if donor in by_member and donor_frame is not None:
-            dy = _objective_at(by_member[donor]["objective"], donor_frame)
+        if donor in curves and donor_frame is not None:
+            dy = _on_curve(curves[donor], donor_frame)
             if dy is not None:
                 ax.annotate(
                     "",
-                    xy=(e["frame"], y),
+                    xy=(frame, y),
                     xytext=(donor_frame, dy),
                     arrowprops={"arrowstyle": "->", "linestyle": "--", "color": "0.35", "lw": 1},
                 )
         if len(exploits) <= MAX_LABELLED_EXPLOITS:
-            ax.annotate(
-                f"{donor}\u2192{recipient}", (e["frame"], y), textcoords="offset points", xytext=(4, 8), fontsize=8
-            )
-    if exploits:
-        ax.scatter([], [], marker="v", s=60, color="white", edgecolors="black", label="exploit (donor\u2192recipient)")
+            ax.annotate(f"{donor}\u2192{recipient}", (frame, y), textcoords="offset points", xytext=(4, 8), fontsize=8)
+    return changes
+
+
+def _draw_held_out(ax: Any, held_out: dict[int, list[tuple[int, float]]], n: int) -> None:
+    for member, points in sorted(held_out.items()):
+        ax.plot(
+            [f for f, _ in points],
+            [v for _, v in points],
+            marker="o",
+            markersize=4,
+            linewidth=1.2,
+            color=member_color(member, n),
+            label=_label(member),
+        )
+    ax.set_xlabel("frames of the evaluated checkpoint")
+    ax.set_ylabel("held-out return (mean)")
+    ax.set_title("Held-out return (async-pbt evaluate)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+
+
+def objective_figure(data: dict[str, Any]) -> Figure:
+    """Each member's training objective at its logging resolution, its decisions (hollow dots, at the frame each was
+    decided at) and its generation changes (at the frame each was applied at: triangles for exploits, with a dashed
+    arrow from the donor's curve at the copied checkpoint's frame; diamonds for explores); beside it, when there are
+    any, the held-out returns ``async-pbt evaluate`` recorded."""
+    members = data["members"]
+    held_out = _held_out(data)
+    if held_out:
+        fig, (ax, ax_held) = plt.subplots(
+            1, 2, figsize=(12, 4.8), layout="constrained", gridspec_kw={"width_ratios": [3, 2]}
+        )
+    else:
+        fig, ax = plt.subplots(figsize=(10, 4.8), layout="constrained")
+        ax_held = None
+    curves = {m["member"]: training_curve(m) for m in members}
+    n = max([m["member"] for m in members], default=0) + 1
+    drew = False
+    for m in members:
+        pts = curves[m["member"]]
+        if not pts:
+            continue
+        drew = True
+        color = member_color(m["member"], n)
+        ax.plot(
+            [p["frame"] for p in pts], [p["mean"] for p in pts], linewidth=1.4, color=color, label=_label(m["member"])
+        )
+        decided = _decided_frames(m)
+        ax.scatter(
+            decided,
+            [_on_curve(pts, f) for f in decided],
+            s=14,
+            facecolors="white",
+            edgecolors=color,
+            linewidths=1,
+            zorder=4,
+        )
+    changes = _draw_changes(ax, members, curves, n)
+    if drew:
+        ax.scatter([], [], s=14, facecolors="white", edgecolors="0.3", label="decision (decided at)")
+    if any(e["outcome"] == "exploit" for _, e in changes):
+        ax.scatter([], [], marker="v", s=60, color="white", edgecolors="black", label="exploit (applied at)")
+    if any(e["outcome"] == "explore" for _, e in changes):
+        ax.scatter([], [], marker="D", s=34, color="white", edgecolors="black", label="explore (applied at)")
     if not drew:
         ax.text(
             0.5, 0.5, "no completed-episode evidence recorded yet", ha="center", va="center", transform=ax.transAxes
         )
     objective = (data.get("summary") or {}).get("objective") or "objective"
     ax.set_xlabel("frames (each member's own counter)")
-    ax.set_ylabel(_plain(f"{objective} (window mean)"))
-    ax.set_title("Objective over frames")
+    ax.set_ylabel(_plain(f"{objective} (training window mean)"))
+    ax.set_title("Training objective over frames")
     ax.grid(alpha=0.3)
     if drew:
-        ax.legend(fontsize=8, loc="best", ncol=2 if len(members) > 8 else 1)
+        ax.legend(fontsize=8, loc="best", ncol=2 if len(members) > 6 else 1)
+    if ax_held is not None:
+        _draw_held_out(ax_held, held_out, n)
     return fig
 
 
@@ -156,7 +237,7 @@ def lineage_figure(data: dict[str, Any]) -> Figure:
                     },
                 )
                 ax.annotate(
-                    f"f {e.get('frame')}",
+                    f"applied at {e.get('applied_frame', e.get('frame'))}",
                     (g, idx),
                     textcoords="offset points",
                     xytext=(6, -12),
@@ -182,61 +263,63 @@ def lineage_figure(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def _numeric_hparams(members: Sequence[dict[str, Any]]) -> list[str]:
-    names: set[str] = set()
+def live_hyperparameters(member: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
+    """``name -> [(frame, value)]``: what the member trained with, every epoch (its ``pbt/hp/<name>`` scalars);
+    for a workspace written before members logged them, its values at each generation change."""
+    scalars = member.get("scalars") or {}
+    live = {tag[len("pbt/hp/") :]: list(points) for tag, points in scalars.items() if tag.startswith("pbt/hp/")}
+    if live:
+        return live
+    out: dict[str, list[tuple[int, float]]] = {}
+    for step in member["hyperparameters"]:
+        for name, value in step["values"].items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out.setdefault(name, []).append((step["frame"], float(value)))
+    return out
+
+
+def _same(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def split_hyperparameters(members: Sequence[dict[str, Any]]) -> tuple[list[str], dict[str, float]]:
+    """(names whose value moved in some member or differs between members, ``name -> value`` of those that held
+    one value in every member all along)."""
+    values: dict[str, list[float]] = {}
     for m in members:
-        for step in m["hyperparameters"]:
-            names.update(
-                k for k, v in step["values"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-            )
-    return sorted(names)
+        for name, points in live_hyperparameters(m).items():
+            values.setdefault(name, []).extend(v for _, v in points)
+    varying = sorted(n for n, vs in values.items() if any(not _same(v, vs[0]) for v in vs))
+    unchanged = {n: vs[0] for n, vs in sorted(values.items()) if vs and n not in varying}
+    return varying, unchanged
 
 
-def _steps_with(member: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    """The member's hyperparameter steps that hold a numeric ``name``."""
-    return [
-        s
-        for s in member["hyperparameters"]
-        if isinstance(s["values"].get(name), (int, float)) and not isinstance(s["values"].get(name), bool)
-    ]
-
-
-def _plot_member_steps(ax: Any, m: dict[str, Any], name: str, n: int) -> list[float]:
-    """Member ``m``'s values of ``name`` as a step line with a marker at each generation change; its values."""
-    steps = [(s["frame"], float(s["values"][name])) for s in _steps_with(m, name)]
-    if not steps:
-        return []
-    color = member_color(m["member"], n)
-    # Members often share a value: distinct dash patterns keep the lines underneath visible.
-    ax.step(
-        [f for f, _ in steps],
-        [v for _, v in steps],
-        where="post",
-        color=color,
-        label=_label(m["member"]),
-        linewidth=1.6,
-        alpha=0.85,
-        linestyle=_DASHES[m["member"] % len(_DASHES)],
-    )
-    # A generation change moves a value in one of two ways: the explore strategy mutated it (filled triangle), or
-    # it came with the donor or from a schedule's own moves (the adaptive learning rate; hollow circle). The start,
-    # the record's latest value and unchanged values are plain dots.
-    previous = None
-    for s_, (x, y) in zip(_steps_with(m, name), steps, strict=True):
-        changed, previous = y != previous, y
-        if "mutated" not in s_ or not changed:
-            style = {"marker": ".", "color": color}
-        elif name in s_["mutated"]:
-            style = {"marker": "^", "color": color, "edgecolors": "black", "s": 46}
-        else:
-            style = {"marker": "o", "facecolors": "none", "edgecolors": color, "s": 30}
-        ax.scatter([x], [y], zorder=4, **style)
-    return [v for _, v in steps]
+def _change_markers(
+    member: dict[str, Any], name: str, points: Sequence[tuple[int, float]]
+) -> list[tuple[int, float, bool]]:
+    """At each applied generation change that moved ``name``: (applied frame, new value, mutated by the explore
+    strategy); a move without a mutation was inherited from the donor (its values, its live learning rate)."""
+    out = []
+    for e in member["events"]:
+        frame = e.get("applied_frame", e.get("frame"))
+        if e.get("state") != "applied" or not isinstance(frame, int):
+            continue
+        before = [v for f, v in points if f < frame]
+        after = [v for f, v in points if f >= frame]
+        if not after or (before and _same(before[-1], after[0])):
+            continue
+        mutated = any(isinstance(c, dict) and c.get("key") == name for c in e.get("changes") or [])
+        out.append((frame, after[0], mutated))
+    return out
 
 
 def hyperparameter_figure(data: dict[str, Any]) -> Figure:
+    """One panel per hyperparameter that moved: each member's live value per epoch as a step line (a schedule's
+    own moves, such as the adaptive learning rate, are the line itself), with a filled triangle where a generation
+    change mutated it and a hollow circle where it came with the donor. Hyperparameters that held one value in every
+    member are not drawn (the report lists them in one line: :func:`split_hyperparameters`)."""
     members = data["members"]
-    names = _numeric_hparams(members)
+    names, _ = split_hyperparameters(members)
     n = max([m["member"] for m in members], default=0) + 1
     rows = max(1, math.ceil(len(names) / 2))
     fig, axes = plt.subplots(
@@ -245,12 +328,34 @@ def hyperparameter_figure(data: dict[str, Any]) -> Figure:
     flat = [a for row in axes for a in row]
     if not names:
         flat[0].text(
-            0.5, 0.5, "no mutated hyperparameters recorded", ha="center", va="center", transform=flat[0].transAxes
+            0.5, 0.5, "no hyperparameter moved in any member", ha="center", va="center", transform=flat[0].transAxes
         )
     for ax, name in zip(flat, names, strict=False):  # an odd count leaves one axis empty
-        values_all = []
+        values_all: list[float] = []
         for m in members:
-            values_all += _plot_member_steps(ax, m, name, n)
+            points = live_hyperparameters(m).get(name) or []
+            if not points:
+                continue
+            color = member_color(m["member"], n)
+            # Members often share a value: distinct dash patterns keep the lines underneath visible.
+            ax.step(
+                [f for f, _ in points],
+                [v for _, v in points],
+                where="post",
+                color=color,
+                label=_label(m["member"]),
+                linewidth=1.6,
+                alpha=0.85,
+                linestyle=_DASHES[m["member"] % len(_DASHES)],
+            )
+            values_all += [v for _, v in points]
+            for frame, value, mutated in _change_markers(m, name, points):
+                style = (
+                    {"marker": "^", "color": color, "edgecolors": "black", "s": 46}
+                    if mutated
+                    else {"marker": "o", "facecolors": "none", "edgecolors": color, "s": 34, "linewidths": 1.4}
+                )
+                ax.scatter([frame], [value], zorder=4, **style)
         positive = [v for v in values_all if v > 0]
         if positive and len(positive) == len(values_all) and max(positive) / min(positive) > 20:
             ax.set_yscale("log")
@@ -260,10 +365,10 @@ def hyperparameter_figure(data: dict[str, Any]) -> Figure:
     for ax in flat[len(names) :] if names else flat[1:]:
         ax.set_visible(False)
     if names:
-        flat[0].scatter([], [], marker="^", color="0.5", edgecolors="black", label="mutated by the explore strategy")
-        flat[0].scatter([], [], marker="o", facecolors="none", edgecolors="0.5", label="inherited or a schedule's move")
+        flat[0].scatter([], [], marker="^", color="0.5", edgecolors="black", label="mutated at a change")
+        flat[0].scatter([], [], marker="o", facecolors="none", edgecolors="0.5", label="inherited at a change")
         flat[0].legend(fontsize=7, loc="best")
-    fig.suptitle("Mutated hyperparameters over frames")
+    fig.suptitle("Hyperparameters each member trained with (per epoch; markers at the frame a change was applied)")
     return fig
 
 

@@ -24,6 +24,7 @@ from async_pbt_isaaclab.commands.common import (
 )
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.config import PopulationConfig
+from async_pbt_isaaclab.core.member_progress import generation_changes
 from async_pbt_isaaclab.core.records import MemberRecord
 from async_pbt_isaaclab.exit_codes import EXIT_AUDIT_FAILED, EXIT_OK
 
@@ -74,6 +75,8 @@ def status_data(ws, now: float, stale_after: float) -> dict[str, Any]:
     for index in ws.member_indices():
         if index in records:
             members.append(_member_status(index, records[index], now, stale_after))
+            changes = generation_changes(index, ws.member_dir(index) / "audit.jsonl")
+            members[-1]["generation_changes"] = dict(vars(changes), words=changes.words())
         elif index in errors:
             members.append({"member": index, "state": "unreadable", "error": errors[index]})
         else:
@@ -112,7 +115,7 @@ def _member_status(index: int, rec: MemberRecord, now: float, stale_after: float
         "frame": rec.frame,
         "epoch": rec.epoch,
         "generation": rec.generation,
-        "restarts": rec.restarts,
+        "restarts": rec.restarts,  # generation changes (the record's counter); see generation_changes
         "objective": ev.objective,
         "objective_mean": ev.mean if ev.count else None,
         "objective_std": ev.std if ev.count else None,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, SupportsInt, TypeGuard
 
@@ -72,14 +73,17 @@ def last_decision_entry(path: str | os.PathLike[str], limit: int = TAIL_LIMIT) -
 
 
 def decision_in_words(entry: Mapping[str, Any] | None, fallback: str = "") -> str:
-    """``outcome[ <- donor]: reasons; left out NNN: why; ...``. ``fallback`` (a record's ``last_decision``)
-    when there is no entry."""
+    """``outcome[ <- donor][ (decided at frame F)]: reasons; left out NNN: why; ...``. ``fallback`` (a record's
+    ``last_decision``) when there is no entry."""
     if not isinstance(entry, Mapping) or not isinstance(entry.get("decision"), Mapping):
         return fallback
     d = entry["decision"]
     head = str(d.get("outcome") or "?")
     if d.get("donor") is not None:
         head += f" <- {_member(d['donor'])}"
+    me = (entry.get("inputs") or {}).get("me") if isinstance(entry.get("inputs"), Mapping) else None
+    if d.get("outcome") in ("exploit", "explore") and isinstance(me, Mapping) and me.get("frame") is not None:
+        head += f" (decided at frame {me['frame']})"  # applied one epoch later: `async-pbt lineage` says where
     reasons = [str(r) for r in d.get("reasons") or []]
     text = head + (": " + "; ".join(reasons) if reasons else "")
     excluded = d.get("excluded") if isinstance(d.get("excluded"), Mapping) else {}
@@ -189,3 +193,92 @@ def format_age(seconds: float) -> str:
     if s < 86400:
         return f"{s // 3600}h{(s % 3600) // 60:02d}m"
     return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+@dataclass(frozen=True)
+class GenerationChanges:
+    """A member's generation changes so far, by kind and by how they were applied (from its ``exploit_applied``
+    audit entries: an explore names the member itself as donor; ``path`` is ``inprocess`` or ``restart``)."""
+
+    exploits_inprocess: int = 0
+    exploits_restart: int = 0
+    explores_inprocess: int = 0
+    explores_restart: int = 0
+
+    @property
+    def exploits(self) -> int:
+        """Exploits (a peer's weights copied)."""
+        return self.exploits_inprocess + self.exploits_restart
+
+    @property
+    def explores(self) -> int:
+        """Explores (own weights, new values)."""
+        return self.explores_inprocess + self.explores_restart
+
+    @property
+    def restarts(self) -> int:
+        """Changes applied by replacing the process (exec restart, or a start after a kill in the middle)."""
+        return self.exploits_restart + self.explores_restart
+
+    @property
+    def total(self) -> int:
+        """Every generation change."""
+        return self.exploits + self.explores
+
+    def breakdown(self) -> str:
+        """``2 exploits, 1 explore; 2 in-process, 1 by restart`` (empty when there was no change)."""
+        if not self.total:
+            return ""
+        kinds = f"{_plural(self.exploits, 'exploit')}, {_plural(self.explores, 'explore')}"
+        return f"{kinds}; {self.total - self.restarts} in-process, {self.restarts} by restart"
+
+    def words(self) -> str:
+        """``generations: 3 (2 exploits, 1 explore; 2 in-process, 1 by restart)``: what each counter counts."""
+        if not self.total:
+            return "generations: 0 (no exploit or explore yet)"
+        return f"generations: {self.total} ({self.breakdown()})"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+_CHANGES_CACHE: dict[str, tuple[int, int, GenerationChanges]] = {}
+"""Per audit log: (inode, bytes read, counts so far), so a watch or the launcher reads only what was appended."""
+
+
+def generation_changes(member: int, audit_path: str | os.PathLike[str]) -> GenerationChanges:
+    """Member ``member``'s generation changes, counted from its audit log (an unreadable log counts nothing).
+
+    Lines are parsed only when they hold an ``exploit_applied`` entry; a log read before is read on from where
+    the last call stopped."""
+    key = os.fspath(audit_path)
+    try:
+        fh = open(key, "rb")
+    except OSError:
+        return GenerationChanges()
+    with fh:
+        try:
+            inode = os.fstat(fh.fileno()).st_ino
+        except OSError:
+            return GenerationChanges()
+        cached = _CHANGES_CACHE.get(key)
+        offset, counts = (cached[1], cached[2]) if cached and cached[0] == inode else (0, GenerationChanges())
+        fh.seek(offset)
+        data = fh.read()
+    end = data.rfind(b"\n") + 1  # a line still being written is read next time
+    n = dict(vars(counts))
+    for raw in data[:end].split(b"\n"):
+        if b"exploit_applied" not in raw:
+            continue
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict) or entry.get("kind") != "exploit_applied":
+            continue
+        kind = "explores" if entry.get("donor") == member else "exploits"
+        n[f"{kind}_{'inprocess' if entry.get('path') == 'inprocess' else 'restart'}"] += 1
+    result = GenerationChanges(**n)
+    _CHANGES_CACHE[key] = (inode, offset + end, result)
+    return result

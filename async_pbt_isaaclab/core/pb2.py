@@ -47,6 +47,7 @@ import numpy as np
 
 from async_pbt_isaaclab.core import explore
 from async_pbt_isaaclab.core.config import PopulationConfig
+from async_pbt_isaaclab.core.install_hint import extra_install_command
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.mutation import Change, MutationSpec, clip, clip_int, mutate
 from async_pbt_isaaclab.core.records import MemberRecord
@@ -55,7 +56,7 @@ NAME = "pb2"
 """Value of ``pbt.explore`` that selects this strategy."""
 
 EXTRA = "pb2"
-"""The optional extra that installs what this strategy needs (``pip install 'async-pbt-isaaclab[pb2]'``)."""
+"""The optional extra that installs what this strategy needs (``pip install -e ".[pb2]"`` in the clone)."""
 
 MIN_OBSERVATIONS = 4
 """Fewest observations the model is fitted on; with ``d`` modelled keys at least ``2 * d`` are needed."""
@@ -89,7 +90,7 @@ def missing_dependency() -> str | None:
         first_line = (str(exc).strip().splitlines() or [""])[0]
         return (
             f"pb2 needs scikit-learn, which cannot be imported here ({type(exc).__name__}: {first_line:.200}); "
-            f"install the extra: pip install 'async-pbt-isaaclab[{EXTRA}]'"
+            f"install the extra: {extra_install_command(EXTRA)}"
         )
     return None
 

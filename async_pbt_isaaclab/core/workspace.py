@@ -12,6 +12,7 @@ Layout (``docs/reliability.md`` explains the guarantees)::
           audit.jsonl            append-only, hash-chained decision log
           best.json              this member's historical best checkpoints, best first
           target.json            frame count at which the member's training stops (for status and ETA)
+          pbt_scalars.jsonl      the member's pbt/* TensorBoard scalars, one line per frame (for the report)
           checkpoints/           g0002_f000001234567.pth ... (written atomically, sha256 in record)
           pins/                  pins other members hold on this member's checkpoints during an exploit
 
@@ -43,7 +44,15 @@ CHECKPOINT_NAME = re.compile(r"^g(\d{4,})_f(\d{12,})\.pth$")
 
 MEMBER_SUBFOLDERS = ("checkpoints", "pins", "incoming")
 """Folders inside a member folder (``incoming/``: donor copies of this member's exploits in flight)."""
-MEMBER_FILES = ("lock", "record.json", "state.json", "audit.jsonl", "audit.jsonl.torn", "best.json")
+MEMBER_FILES = (
+    "lock",
+    "record.json",
+    "state.json",
+    "audit.jsonl",
+    "audit.jsonl.torn",
+    "best.json",
+    "pbt_scalars.jsonl",
+)
 """Files a member writes in its folder."""
 
 

@@ -29,6 +29,7 @@ from async_pbt_isaaclab.core.agent_config import load_population_config, load_ya
 from async_pbt_isaaclab.core.config import ConfigError
 from async_pbt_isaaclab.core.flags import add_population_args, population_overrides
 from async_pbt_isaaclab.core.fsio import folder_problem
+from async_pbt_isaaclab.core.member_progress import generation_changes
 from async_pbt_isaaclab.core.member_state import load_state
 from async_pbt_isaaclab.core.pbt_section import SELECTION_RULES
 from async_pbt_isaaclab.core.retention import population_best
@@ -95,21 +96,28 @@ def summarize(workspace: Path) -> list[str]:
     ws = Workspace(workspace)
     records, errors = ws.read_records()
     lines = [f"population in {workspace}: {len(records)} members"]
-    total_exploits = 0
+    total_exploits = total_explores = 0
     for index in sorted(set(records) | set(errors)):
         if index in errors:
             lines.append(f"  member {index}: unreadable record: {errors[index]}")
             continue
         r = records[index]
         state = load_state(ws.member_dir(index) / "state.json")
-        exploits = [e for e in (state.lineage if state else []) if e.outcome == "exploit"]
-        total_exploits += len(exploits)
-        donors = ", ".join(f"gen {e.generation} <- member {e.source.member}" for e in exploits) or "none"
+        lineage = state.lineage if state else []
+        total_exploits += sum(1 for e in lineage if e.outcome == "exploit")
+        total_explores += sum(1 for e in lineage if e.outcome == "explore")
+        changes = ", ".join(
+            f"gen {e.generation} <- "
+            + (f"member {e.source.member}" if e.outcome == "exploit" else "explore")
+            + f" applied at frame {e.frame}"
+            for e in lineage
+        )
         ev = r.evidence
         objective = f"{ev.mean:9.1f} over {ev.count} episodes" if ev.count else "no evidence yet"
         lines.append(
             f"  member {index}: {r.frame:>8} frames, generation {r.generation}, objective {objective}, "
-            f"status {r.status}; exploits: {donors}"
+            f"status {r.status}; {generation_changes(index, ws.member_dir(index) / 'audit.jsonl').words()}"
+            + (f": {changes}" if changes else "")
         )
     best = population_best(ws, top=1)
     if best:
@@ -117,7 +125,10 @@ def summarize(workspace: Path) -> list[str]:
         lines.append(
             f"best checkpoint: member {b['member']} objective {b['objective']:.1f} -> {workspace / b['checkpoint']}"
         )
-    lines.append(f"exploits completed: {total_exploits}")
+    lines.append(
+        f"generation changes: {total_exploits} exploit{'' if total_exploits == 1 else 's'}, "
+        f"{total_explores} explore{'' if total_explores == 1 else 's'}"
+    )
     lines.append(f"inspect: async-pbt status {workspace} | async-pbt lineage {workspace} | async-pbt audit {workspace}")
     return lines
 

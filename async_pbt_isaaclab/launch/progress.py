@@ -20,7 +20,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from async_pbt_isaaclab.core.member_progress import decision_in_words, format_age, last_decision_entry, read_target
+from async_pbt_isaaclab.core.member_progress import (
+    decision_in_words,
+    format_age,
+    generation_changes,
+    last_decision_entry,
+    read_target,
+)
 from async_pbt_isaaclab.core.member_state import load_state
 from async_pbt_isaaclab.core.records import read_record
 from async_pbt_isaaclab.core.workspace import Workspace, member_dirname
@@ -120,11 +126,11 @@ def progress_lines(
         objective = f"{ev.mean:.4g}" if ev.count else "-"
         target = getattr(rec, "target_frames", None) or read_target(ws.member_dir(i)) or target_frames
         frames = _fmt_frames(rec.frame) + (f"/{_fmt_frames(target)}" if target else "")
+        changes = generation_changes(i, ws.member_dir(i) / "audit.jsonl").breakdown()
         parts = [
             f"frames {frames}",
-            f"gen {rec.generation}",
+            f"gen {rec.generation}" + (f" ({changes})" if changes else ""),
             f"{ev.objective or 'objective'} {objective} (n={ev.count})",
-            f"pbt restarts {rec.restarts}",
             f"heartbeat {format_age(now - rec.heartbeat)} ago",
         ]
         if rec.status != "running":

@@ -24,7 +24,7 @@ any host) writes ``W/cluster/ray_stop.json``: each task sees it within a second 
 which saves and stops (SIGTERM after ``--stop-grace``); the next launch resumes every member. A second Ctrl-C
 cancels the tasks at once.
 
-``ray`` is imported only when this backend runs (``pip install 'async-pbt-isaaclab[cluster]'``).
+``ray`` is imported only when this backend runs (the ``cluster`` extra: ``pip install -e ".[cluster]"``).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from async_pbt_isaaclab.core.fsio import atomic_write_json
+from async_pbt_isaaclab.core.install_hint import extra_install_command
 from async_pbt_isaaclab.core.workspace import member_dirname
 from async_pbt_isaaclab.launch.arguments import LaunchError, member_command
 from async_pbt_isaaclab.launch.member_process import member_preexec, spawn_member
@@ -187,7 +188,7 @@ def launch_ray(args, command: list[str], workspace: Path, indices: list[int]) ->
     try:
         import ray
     except ImportError:
-        raise LaunchError("the Ray backend needs ray: pip install 'async-pbt-isaaclab[cluster]'") from None
+        raise LaunchError(f"the Ray backend needs ray: {extra_install_command('cluster')}") from None
     logs = Path(args.log_dir).absolute() if args.log_dir else workspace / "logs"
     launch_id = f"{socket.gethostname()}-{os.getpid()}-{int(time.time())}"
     init: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}

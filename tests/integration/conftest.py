@@ -1,4 +1,5 @@
-"""The forced-exploit populations that several files read (test_cpu_exploit.py, test_observability.py).
+"""The forced-exploit populations that several files read (test_cpu_exploit.py, test_observability.py,
+test_pbt_scalars.py).
 
 Each is two real CPU members (``async_pbt_isaaclab.testing.forced_exploit.run_population``) and costs tens of
 seconds of CPU, so a session runs each exploit path's population once, whichever test worker asks first: the run
@@ -47,3 +48,23 @@ def forced_exploit_population(tmp_path_factory, worker_id) -> Callable[[str], tu
         return root, root / "ws", logs
 
     return get
+
+
+@pytest.fixture(scope="session")
+def mixed_population(tmp_path_factory, worker_id) -> tuple[Path, Path]:
+    """``(root, workspace)`` of the four-member population with every way a generation changes (in-process exploit,
+    restart exploit, explores, and a resume afterwards: ``run_mixed_population``), run once per test session across
+    xdist workers. Only read by the tests."""
+    from async_pbt_isaaclab.testing.forced_exploit import run_mixed_population
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base if worker_id == "master" else base.parent
+    root = shared / "mixed_population"
+    done = root / "member_logs.json"
+    with open(shared / "mixed_population.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            done.write_text(json.dumps(run_mixed_population(root, MUTATIONS)))
+    return root, root / "ws"

@@ -484,6 +484,12 @@ def _write_records(ws: Path, make_record, now: float) -> None:
     )
     (ws / "members" / "000").mkdir(parents=True)
     fsio.atomic_write_json(ws / "members" / "000" / "record.json", rec.to_dict())
+    from async_pbt_isaaclab.core.audit import AuditLog
+
+    # Generation 2 came from an exploit of member 3 in the running process and an explore applied by a restart.
+    audit = AuditLog.open(ws / "members" / "000" / "audit.jsonl")
+    audit.append("exploit_applied", {"donor": 3, "path": "inprocess", "generation": 1, "frame": 1000})
+    audit.append("exploit_applied", {"donor": 0, "path": "restart", "generation": 2, "frame": 2000})
     (ws / "members" / "001").mkdir(parents=True)
     (ws / "members" / "001" / "record.json").write_text('{"schema_version": 1, "member": ')  # truncated
     (ws / "members" / "002").mkdir(parents=True)  # started, nothing published yet
@@ -497,8 +503,15 @@ def test_progress_lines_read_records_and_survive_missing_and_corrupt_ones(tmp_pa
     lines = progress_lines(ws, [0, 1, 2, 3], {0: "running pid 12 gpu 1"}, now=now)
 
     assert len(lines) == 4
-    assert lines[0].startswith("member 000 [running pid 12 gpu 1] frames 1.5M | gen 2 | episode_return 2 (n=3)")
-    assert "pbt restarts 2" in lines[0] and "heartbeat 5s ago" in lines[0] and "last: exploit <- 3" in lines[0]
+    assert lines[0].startswith(
+        "member 000 [running pid 12 gpu 1] frames 1.5M | gen 2 (1 exploit, 1 explore; 1 in-process, 1 by restart) "
+        "| episode_return 2 (n=3)"
+    )
+    assert (
+        "restarts" not in lines[0].replace("by restart", "")
+        and "heartbeat 5s ago" in lines[0]
+        and "last: exploit <- 3" in lines[0]
+    )
     assert lines[1].startswith("member 001 record unreadable:") and "not valid JSON" in lines[1]
     assert lines[2] == "member 002 no record yet" and lines[3] == "member 003 no record yet"
     assert progress_lines(tmp_path / "missing", [0]) == ["member 000 no record yet"]
