@@ -3,7 +3,8 @@
 Layout (``docs/reliability.md`` explains the guarantees)::
 
     WORKSPACE/
-      population.json            created by the first member (with the population seed); others check they agree
+      population.json            created by the first member (population seed and id); others check they agree
+      launchers/                 member_NNN.lock: held by the launcher that runs member NNN (one launcher each)
       members/
         003/                     one folder per member, written only by the process holding its lock
           lock                   POSIX record lock (fcntl.lockf) + owner info (pid, host, since)
@@ -122,7 +123,8 @@ class Workspace:
         }
         if not meta_path.exists():
             population_seed = seed if seed >= 0 else secrets.randbits(63)
-            self._create_population_meta(meta_path, dict(wanted, created=time.time(), seed=population_seed))
+            meta = dict(wanted, created=time.time(), seed=population_seed, id=secrets.token_hex(16))
+            self._create_population_meta(meta_path, meta)
         meta = self.population_meta()
         recorded = meta.get("seed")
         if seed >= 0 and recorded is not None and recorded != seed:
@@ -163,6 +165,13 @@ class Workspace:
         # An older layout made population.json behind an exclusive marker file; a member killed between the
         # two left the marker alone and the workspace stuck. The marker means nothing now: remove it.
         meta_path.with_name(".population.json.init").unlink(missing_ok=True)
+
+    def population_id(self, meta: dict[str, Any]) -> str | None:
+        """The population id ``population.json`` records (random, drawn at creation); every member's audit chain
+        is bound to it (:func:`~async_pbt_isaaclab.core.audit.genesis_hash`). ``None`` for a workspace created
+        before ids were recorded."""
+        value = meta.get("id")
+        return value if isinstance(value, str) and value else None
 
     def population_seed(self, meta: dict[str, Any]) -> int | None:
         """The seed ``population.json`` records (``None`` for a workspace written before seeds were recorded)."""

@@ -29,7 +29,7 @@ from typing import Any
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.agent_config import current_hyperparameters, set_path
-from async_pbt_isaaclab.core.audit import AuditLog
+from async_pbt_isaaclab.core.audit import AuditLog, genesis_hash
 from async_pbt_isaaclab.core.config import PopulationConfig, objective_term
 from async_pbt_isaaclab.core.evidence import ConditionLabel
 from async_pbt_isaaclab.core.member_lock import MemberLock
@@ -95,6 +95,13 @@ class MemberSession:
             self.state.audit_head = AuditHead(self.audit.last_seq, self.audit.last_hash)
         save_state(self.dir / "state.json", self.state)
 
+    def log(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Append an audit entry and save ``state.json`` with it as the head, so the newest entry is anchored
+        too (for entries no other save follows: warnings, aborted exploits, the final ``stop``)."""
+        entry = self.audit.append(kind, body)
+        self.save()
+        return entry
+
     def close(self) -> None:
         self.lock.release()
 
@@ -143,8 +150,11 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
     agent_cfg = copy.deepcopy(agent_cfg)
     state = load_state(mdir / "state.json")
     fresh_member = state is None
-    audit = AuditLog.open(mdir / "audit.jsonl")
+    population = ws.population_id(ws.population_meta())
+    audit = AuditLog.open(mdir / "audit.jsonl", genesis=genesis_hash(population, cfg.policy_idx))
     state = _member_state(state, agent_cfg, cfg, audit, seed)
+    if state.population is None:
+        state.population = population
     session = MemberSession(
         cfg=cfg,
         ws=ws,

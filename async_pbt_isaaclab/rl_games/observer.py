@@ -238,5 +238,5 @@ class PbtObserver(AlgoObserver):
             # No checkpoint (see above), so the saved evidence stays the one of the last published checkpoint.
             publisher.collect()
         publisher.write_record(publisher.record(status=status))
-        self.session.audit.append("stop", {"status": status, "frame": self.agent.frame})
+        self.session.log("stop", {"status": status, "frame": self.agent.frame})
         self.session.close()
