@@ -202,6 +202,23 @@ class Workspace:
             )
         return meta
 
+    SHARED_FOLDERS = ("", "cluster", "cluster/ray")
+    """Folders every member and launcher writes (atomically, so killed writers leave temp files there)."""
+
+    def clear_temp_files(self, grace_s: float) -> list[Path]:
+        """Remove the temp files killed writers left in the shared folders (:data:`SHARED_FOLDERS`): a dead process
+        of this host's at once, another host's once older than ``grace_s``, a live writer's never
+        (:func:`~async_pbt_isaaclab.core.fsio.remove_stale_temp_files`). A folder that is a link is left alone."""
+        removed: list[Path] = []
+        for sub in self.SHARED_FOLDERS:
+            folder = self.root / sub if sub else self.root
+            try:
+                fsio.check_no_links(self.root, folder)
+                removed += fsio.remove_stale_temp_files(folder, grace_s)
+            except OSError:
+                continue  # a planted link or an unreadable folder: the writers there refuse it themselves
+        return removed
+
     # ------------------------------------------------------------ members
     def member_dir(self, index: int) -> Path:
         """``members/NNN`` of member ``index`` (not checked; see :meth:`checked_member_dir`)."""

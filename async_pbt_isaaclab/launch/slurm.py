@@ -260,6 +260,24 @@ def task_states(workspace: Path) -> dict[int, str] | None:
     return states
 
 
+ACTIVE_STATES = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED")
+"""SLURM task states in which a submitted member will still run (or runs): a second submission would duplicate it."""
+
+
+def check_not_queued(workspace: Path, indices: Sequence[int]) -> None:
+    """Refuse a submission of members an earlier submission of ``workspace`` still has in the queue: a task that is
+    running holds its launcher lock (the command line refused this launch then), but a pending one holds nothing
+    yet. Without ``squeue`` on this machine only the locks are checked."""
+    states = task_states(workspace) or {}
+    queued = {i: text for i, text in states.items() if i in indices and text.split(" ", 1)[0] in ACTIVE_STATES}
+    if queued:
+        listed = "; ".join(f"member {i}: {text}" for i, text in sorted(queued.items()))
+        raise LaunchError(
+            f"workspace {workspace} is already launched on SLURM ({listed}); nothing submitted: "
+            f"`async-pbt stop {workspace}` cancels it"
+        )
+
+
 def cancel(workspace: Path) -> list[str]:
     """``scancel`` every recorded job of ``workspace`` (SIGTERM first: members save and stop); returns the ids."""
     jobs = read_jobs(workspace)
@@ -315,6 +333,7 @@ def launch_slurm(args, command: list[str], workspace: Path, indices: list[int]) 
     if args.dry_run:
         sys.stdout.write(script)
         return 0
+    check_not_queued(workspace, indices)
     job_id = submit(script, workspace, args.members, indices)
     print(
         f"submitted job array {job_id} ({len(indices)} members, tasks {array_spec(indices)}) for {workspace}\n"

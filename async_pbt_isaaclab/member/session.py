@@ -200,6 +200,7 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
 def _clear_leftovers(ws: Workspace, cfg: PopulationConfig) -> None:
     """Remove what killed processes of this member left: temp files, donor copies of exploits in flight."""
     mdir = ws.member_dir(cfg.policy_idx)
+    ws.clear_temp_files(cfg.temp_grace_s)  # e.g. a population.json half-published by a member killed at creation
     ws.checked_member_dir(cfg.policy_idx, "checkpoints", create=True)
     fsio.remove_stale_temp_files(mdir, cfg.temp_grace_s)
     fsio.remove_stale_temp_files(mdir / "checkpoints", cfg.temp_grace_s)
