@@ -254,7 +254,9 @@ def _audit_member(ws, index: int, population: str | None, known: bool) -> dict[s
     # at the member's own genesis without an id. Without population.json there is nothing to bind to.
     genesis = (genesis_hash(population, index),) if population else (genesis_hash(None, index), GENESIS)
     try:
-        count, problems = verify_log(path, head, genesis=genesis if known else None, final=not item["running"])
+        # Releases before population ids wrote the final stop entry after the last save: their logs end unanchored.
+        final = not item["running"] and population is not None
+        count, problems = verify_log(path, head, genesis=genesis if known else None, final=final)
     except OSError as exc:
         item["problems"].append({"line": None, "seq": None, "problem": f"cannot read: {exc.strerror}"})
         return item

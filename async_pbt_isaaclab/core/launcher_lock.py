@@ -71,10 +71,12 @@ def acquire_launcher_locks(root: str | os.PathLike[str], indices: Iterable[int])
         raise WorkspaceError(f"cannot create {folder}: {exc.strerror}") from None
     taken: list[Path] = []
     busy: dict[str, list[int]] = {}
+    # One claim for every lock of this launch: a holder is named the same way in each (grouped in the refusal).
+    claim = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "argv": sys.argv[:8]}
     try:
         for index in sorted(set(indices)):
             path = launcher_lock_path(root, index)
-            owner = _take(path)
+            owner = _take(path, claim)
             if owner is None:
                 taken.append(path)
             else:
@@ -92,7 +94,7 @@ def acquire_launcher_locks(root: str | os.PathLike[str], indices: Iterable[int])
     return taken
 
 
-def _take(path: Path) -> str | None:
+def _take(path: Path, claim: dict) -> str | None:
     """Lock ``path`` for this process (or count one more holder in it); ``None`` when taken, else who holds it."""
     held = _HELD.get(path)
     if held is not None:
@@ -110,7 +112,6 @@ def _take(path: Path) -> str | None:
         if exc.errno in (errno.EACCES, errno.EAGAIN):
             return f"a live launcher, {owner}"
         raise WorkspaceError(f"{path}: cannot lock ({exc.strerror})") from None
-    claim = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "argv": sys.argv[:8]}
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(claim).encode(), 0)
     os.fsync(fd)

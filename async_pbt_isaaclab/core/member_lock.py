@@ -50,7 +50,7 @@ class MemberLock:
                 f"member {member} is already claimed by this process (pid {os.getpid()}); lock file {self.path}"
             )
         try:
-            fd = fsio.open_nofollow(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = fsio.open_in_place(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except fsio.UnsafePathError as exc:
             raise WorkspaceError(f"member {member}: {exc}") from None
         deadline = time.monotonic() + wait_s

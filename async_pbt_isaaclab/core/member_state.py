@@ -183,7 +183,8 @@ class MemberState:
             "finished": None if self.finished is None else self.finished.to_dict(),
             "wandb_run_id": self.wandb_run_id,
             "audit_head": None if self.audit_head is None else self.audit_head.to_dict(),
-            "population": self.population,
+            # Only when known, so a state of a workspace created before population ids writes back unchanged.
+            **({"population": self.population} if self.population is not None else {}),
             "schema_version": self.schema_version,
         }
 

@@ -44,8 +44,11 @@ CHECKPOINT_NAME = re.compile(r"^g(\d{4,})_f(\d{12,})\.pth$")
 
 MEMBER_SUBFOLDERS = ("checkpoints", "pins", "incoming")
 """Folders inside a member folder (``incoming/``: donor copies of this member's exploits in flight)."""
-MEMBER_FILES = ("lock", "record.json", "state.json", "audit.jsonl", "audit.jsonl.torn", "best.json")
+MEMBER_FILES = ("lock", "record.json", "state.json", "audit.jsonl", "audit.jsonl.torn", "best.json", "target.json")
 """Files a member writes in its folder."""
+IN_PLACE_FILES = ("lock", "audit.jsonl", "audit.jsonl.torn")
+"""Member files written in place (locked and rewritten, appended, truncated) rather than replaced: a hard link there
+would have the member write into the file it shares its content with."""
 
 
 class WorkspaceError(RuntimeError):
@@ -249,19 +252,23 @@ class Workspace:
 
     def check_member(self, index: int) -> None:
         """Before a member claims its folder: refuse it when the folder, a subfolder or one of its files is a
-        symbolic link (it would make the member read, write or delete outside the workspace)."""
+        symbolic link, or a file it writes in place is a hard link (either would make the member read, write or
+        delete outside the workspace)."""
         for sub in ("", *MEMBER_SUBFOLDERS):
             self.checked_member_dir(index, sub)
         for name in MEMBER_FILES:
             path = self.member_dir(index) / name
             try:
-                if stat.S_ISLNK(os.lstat(path).st_mode):
-                    raise WorkspaceError(
-                        f"member {index}: refusing {path}: it is a symbolic link (files and "
-                        f"folders in a workspace must not be symbolic links; remove it)"
-                    )
+                st = os.lstat(path)
             except FileNotFoundError:
                 continue
+            why = ""
+            if stat.S_ISLNK(st.st_mode):
+                why = "it is a symbolic link"
+            elif name in IN_PLACE_FILES and st.st_nlink > 1:
+                why = f"it is a hard link ({st.st_nlink} names share its content)"
+            if why:
+                raise WorkspaceError(str(fsio.UnsafePathError(path, why)))
 
     def member_indices(self) -> list[int]:
         """Indices of the member folders present, in order."""

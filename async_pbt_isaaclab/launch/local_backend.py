@@ -23,6 +23,7 @@ from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, member_
 from async_pbt_isaaclab.launch.arguments import (
     LaunchError,
     check_indices,
+    check_launch_paths,
     check_member_command,
     check_supervision,
     make_folders,
@@ -148,6 +149,8 @@ def _supervise(
     out = output if output is not None else sys.stdout
 
     table = _member_table(command, members, chosen, root, logs, gpu_ids, placement, extra_env)
+    # Before anything is written: no journal line or member output through a link planted in the workspace.
+    check_launch_paths(root, [Path(m.outcome.log_path) for m in table.values()])
 
     sup = Supervisor(table, workspace=root, num_members=members, output=out, base_command=command, **supervisor_options)
     gpu_text = describe_placement({i: m.outcome.gpu for i, m in table.items()}, gpu_ids, placement)

@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from async_pbt_isaaclab.core.fsio import atomic_write_json
-from async_pbt_isaaclab.launch.arguments import LaunchError
+from async_pbt_isaaclab.core.fsio import atomic_write_bytes, atomic_write_json
+from async_pbt_isaaclab.launch.arguments import LaunchError, check_launch_paths
 
 JOBS_FILE = "cluster/slurm_jobs.json"
 """Submissions of this workspace, relative to it."""
@@ -185,11 +185,12 @@ def submit(script: str, workspace: Path, members: int, indices: Sequence[int]) -
     """Write ``script`` under ``workspace/cluster/``, ``sbatch`` it, record the job id; returns the job id."""
     sbatch = _require("sbatch")
     folder = workspace / "cluster"
-    (workspace / "logs").mkdir(parents=True, exist_ok=True)
-    folder.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     path = folder / f"slurm_{stamp}.sbatch"
-    path.write_text(script)
+    check_launch_paths(workspace, [workspace / "logs", folder / JOBS_FILE.split("/")[-1], path])
+    (workspace / "logs").mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, script.encode())
     proc = subprocess.run([sbatch, "--parsable", str(path)], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         why = proc.stderr.strip() or proc.stdout.strip()
