@@ -94,7 +94,7 @@ def acquire_launcher_locks(root: str | os.PathLike[str], indices: Iterable[int])
     return taken
 
 
-def _take(path: Path, claim: dict) -> str | None:
+def _take(path: Path, claim: dict[str, object]) -> str | None:
     """Lock ``path`` for this process (or count one more holder in it); ``None`` when taken, else who holds it."""
     held = _HELD.get(path)
     if held is not None:
