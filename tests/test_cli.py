@@ -151,7 +151,11 @@ def selection_cfg() -> PopulationConfig:
 
 
 def write_audit_chain(ws: Workspace, member: int = 1) -> Path:
-    """start, a real exploit decision (replayable), then exploit_applied; the member is the worst."""
+    """start, a real exploit decision (replayable), then exploit_applied; the member is the worst. As a member writes
+    it: the chain begins at the member's genesis in this workspace, and state.json records its head."""
+    from async_pbt_isaaclab.core.audit import genesis_hash
+    from async_pbt_isaaclab.core.member_state import AuditHead, MemberState, save_state
+
     cfg = selection_cfg()
     now = 1_700_000_000.0
     peers = [record(i, m, heartbeat=now - 5) for i, m in enumerate((-200.0, -900.0, -300.0, -250.0))]
@@ -162,7 +166,8 @@ def write_audit_chain(ws: Workspace, member: int = 1) -> Path:
     assert decision.outcome is Outcome.EXPLOIT, decision
     assert changes
     path = ws.member_dir(member) / "audit.jsonl"
-    log = AuditLog.open(path)
+    population = ws.population_id(ws.population_meta())
+    log = AuditLog.open(path, genesis=genesis_hash(population, member))
     log.append("start", {"mode": "fresh", "generation": 0, "pid": 1, "argv": ["train.py"]}, now=now - 100)
     log.append("decision", step.audit_body(view, cfg), now=now)
     log.append(
@@ -180,6 +185,8 @@ def write_audit_chain(ws: Workspace, member: int = 1) -> Path:
         },
         now=now + 1,
     )
+    head = AuditHead(log.last_seq, log.last_hash)
+    save_state(ws.member_dir(member) / "state.json", MemberState(member=member, audit_head=head, population=population))
     return path
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from async_pbt_isaaclab.commands.common import CliError, format_number, open_workspace
+from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.install_hint import extra_install_command
 from async_pbt_isaaclab.core.member_progress import format_age
 from async_pbt_isaaclab.exit_codes import EXIT_OK
@@ -83,7 +84,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     page = render_html(data, svgs, args.max_decisions)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(page, encoding="utf-8")
+        fsio.atomic_write_bytes(out, page.encode("utf-8"))  # never through a link planted at its name
+    except fsio.UnsafePathError as exc:
+        raise CliError(str(exc)) from None
     except OSError as exc:
         raise CliError(f"cannot write {out}: {exc.strerror}") from None
     print(f"report: wrote {out} ({len(page) // 1024} KiB, {len(data['members'])} members)")

@@ -193,59 +193,94 @@ def member_list(ws, member: int | None) -> list[int]:
 
 
 def audit_data(ws, member: int | None = None) -> dict[str, Any]:
-    from async_pbt_isaaclab.core.audit import verify_log
+    from async_pbt_isaaclab.core.workspace import WorkspaceError
+
+    try:
+        population: str | None = ws.population_id(ws.population_meta())
+        known = True
+    except WorkspaceError:
+        population, known = None, False  # a workspace without its population.json: chains not bound checked
+    out = [_audit_member(ws, index, population, known) for index in member_list(ws, member)]
+    failed = [m["member"] for m in out if m["problems"]]
+    return {"workspace": str(ws.root), "members": out, "ok": not failed, "failed_members": failed}
+
+
+def _member_anchor(ws, index: int, population: str | None) -> tuple[Any, str | None]:
+    """(the member's state.json, or ``None``; why it cannot anchor the log, or ``None`` when it can)."""
     from async_pbt_isaaclab.core.member_state import load_state
     from async_pbt_isaaclab.core.records import RecordError
 
-    out = []
-    for index in member_list(ws, member):
-        path = ws.member_dir(index) / "audit.jsonl"
-        torn = path.with_name(path.name + ".torn")
-        item: dict[str, Any] = {
-            "member": index,
-            "path": str(path),
-            "exists": path.exists(),
-            "entries": 0,
-            "problems": [],
-            "torn_tails": 0,
-        }
-        # state.json before the log: a running member appends, then saves, so the head read first is never
-        # ahead of the log read after it.
-        head = None
-        try:
-            state = load_state(ws.member_dir(index) / "state.json")
-            head = state.audit_head.to_dict() if state is not None and state.audit_head is not None else None
-        except (OSError, RecordError) as exc:
-            item["problems"].append(
-                {"line": None, "seq": None, "problem": f"cannot check the log's head against state.json: {exc}"}
-            )
-        if head is not None and not item["exists"]:
-            item["problems"].append(
-                {
-                    "line": None,
-                    "seq": head["seq"],
-                    "problem": (
-                        f"log missing but {ws.member_dir(index) / 'state.json'} records seq {head['seq']} as the "
-                        f"member's last entry: the log was deleted"
-                    ),
-                }
-            )
-        if torn.exists():
-            try:
-                item["torn_tails"] = sum(1 for line in fsio.read_bytes_nofollow(torn).splitlines() if line.strip())
-            except OSError:
-                item["torn_tails"] = -1
-        if path.exists():
-            try:
-                count, problems = verify_log(path, head)
-            except OSError as exc:
-                item["problems"].append({"line": None, "seq": None, "problem": f"cannot read: {exc.strerror}"})
-            else:
-                item["entries"] = count
-                item["problems"] += [{"line": p.line, "seq": p.seq, "problem": p.problem} for p in problems]
-        out.append(item)
-    failed = [m["member"] for m in out if m["problems"]]
-    return {"workspace": str(ws.root), "members": out, "ok": not failed, "failed_members": failed}
+    path = ws.member_dir(index) / "state.json"
+    try:
+        state = load_state(path)
+    except (OSError, RecordError) as exc:
+        return None, f"{path} is unreadable (truncated or corrupt?): {exc}"
+    if state is None:
+        return None, f"{path} is missing (deleted, or the member was killed in its first start before saving it)"
+    if state.member != index:
+        return state, f"{path} is member {state.member}'s state, not member {index}'s (copied from another member?)"
+    if population is not None and state.population is not None and state.population != population:
+        return state, (
+            f"{path} belongs to another workspace (population id {state.population}, this workspace's is {population})"
+        )
+    return state, None
+
+
+def _audit_member(ws, index: int, population: str | None, known: bool) -> dict[str, Any]:
+    """Verify member ``index``'s log against its state.json and this workspace's genesis (:func:`audit_data`)."""
+    from async_pbt_isaaclab.core.audit import GENESIS, genesis_hash, verify_log
+    from async_pbt_isaaclab.core.member_lock import lock_holder
+
+    path = ws.member_dir(index) / "audit.jsonl"
+    item: dict[str, Any] = {
+        "member": index,
+        "path": str(path),
+        "exists": path.exists(),
+        "entries": 0,
+        "problems": [],
+        "torn_tails": _torn_tails(path),
+        "running": lock_holder(ws.member_dir(index) / "lock") is not None,
+    }
+    # state.json before the log: a running member appends, then saves, so the head read first is never
+    # ahead of the log read after it.
+    state, unusable = _member_anchor(ws, index, population)
+    head = state.audit_head.to_dict() if unusable is None and state is not None and state.audit_head else None
+    if head is not None and not item["exists"]:
+        problem = (
+            f"log missing but {ws.member_dir(index) / 'state.json'} records seq {head['seq']} as the "
+            f"member's last entry: the log was deleted"
+        )
+        item["problems"].append({"line": None, "seq": head["seq"], "problem": problem})
+    if not item["exists"]:
+        return item
+    # A workspace created before population ids: its logs begin at GENESIS (written before chains were bound) or
+    # at the member's own genesis without an id. Without population.json there is nothing to bind to.
+    genesis = (genesis_hash(population, index),) if population else (genesis_hash(None, index), GENESIS)
+    try:
+        # Releases before population ids wrote the final stop entry after the last save: their logs end unanchored.
+        final = not item["running"] and population is not None
+        count, problems = verify_log(path, head, genesis=genesis if known else None, final=final)
+    except OSError as exc:
+        item["problems"].append({"line": None, "seq": None, "problem": f"cannot read: {exc.strerror}"})
+        return item
+    item["entries"] = count
+    item["problems"] += [{"line": p.line, "seq": p.seq, "problem": p.problem} for p in problems]
+    # A running member's first start writes its first entries before its first save: its state.json may be missing.
+    if unusable is not None and count and not (state is None and item["running"]):
+        problem = f"{unusable}: nothing anchors the log's newest entries, which could be cut unnoticed"
+        item["problems"].append({"line": count, "seq": None, "problem": problem})
+    return item
+
+
+def _torn_tails(path) -> int:
+    """How many torn tails ``audit.jsonl.torn`` keeps beside ``path`` (-1: unreadable)."""
+    torn = path.with_name(path.name + ".torn")
+    if not torn.exists():
+        return 0
+    try:
+        return sum(1 for line in fsio.read_bytes_nofollow(torn).splitlines() if line.strip())
+    except OSError:
+        return -1
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

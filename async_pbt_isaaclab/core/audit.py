@@ -7,7 +7,14 @@ records, the selection config, ``now``, the RNG state before, the starting hyper
 what came out: the decision, the mutation changes and the RNG state after.
 
 Chain: ``hash = sha256(prev_hash + canonical_json(entry without "hash"))``. Editing any entry,
-removing one or reordering them breaks the chain at that point, and the verifier says where.
+removing one or reordering them breaks the chain at that point, and the verifier says where. The first entry's
+``prev_hash`` is :func:`genesis_hash` of the workspace's population id and the member index, so a log copied
+from another member or another workspace breaks at its first line.
+
+The newest entries are anchored outside the log: ``state.json`` records the last entry when the member saves it
+(after every append, the final ``stop`` included), and the verifier reports an entry after that head, a log
+that ends before it, or a ``state.json`` that is missing, unreadable or another member's or workspace's
+(``async-pbt audit``, :func:`verify_log`'s ``head`` and ``final``).
 
 A crash in the middle of an append leaves a line without its newline; since the entry was not
 complete, nothing it described was acted on. :meth:`AuditLog.open` moves such a torn tail to
@@ -23,7 +30,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.config import ConfigError
@@ -43,7 +50,7 @@ from async_pbt_isaaclab.core.step import (
 )
 
 GENESIS = "0" * 64
-"""``prev_hash`` of the first entry."""
+"""``prev_hash`` of the first entry of a log written before logs were bound to their member and workspace."""
 
 ENTRY_KINDS = (
     "start",
@@ -68,36 +75,46 @@ def entry_hash(prev_hash: str, entry: dict[str, Any]) -> str:
     return hashlib.sha256(prev_hash.encode() + fsio.canonical_json(body)).hexdigest()
 
 
+def genesis_hash(population: str | None, member: int) -> str:
+    """``prev_hash`` of member ``member``'s first entry in the workspace whose population id is ``population``
+    (``None`` for a workspace created before population ids): binds the chain to its member and workspace."""
+    body = {"audit_chain": 1, "member": int(member), "population": population}
+    return hashlib.sha256(fsio.canonical_json(body)).hexdigest()
+
+
 class AuditLog:
     """Appends entries to one member's ``audit.jsonl``. One writer: the process holding the member lock."""
 
-    def __init__(self, path: Path, last_seq: int, last_hash: str):
+    def __init__(self, path: Path, last_seq: int, last_hash: str, genesis: str = GENESIS):
         self.path = path
         """The log file."""
+        self.genesis = genesis
+        """``prev_hash`` of the first entry (:func:`genesis_hash`)."""
         self.last_seq = last_seq
         """Sequence number of the last entry (-1 when empty)."""
         self.last_hash = last_hash
         """Hash of the last entry (``GENESIS`` when empty)."""
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> "AuditLog":
-        """The log at ``path``, ready to append after its last complete entry (a torn tail is moved aside)."""
+    def open(cls, path: str | os.PathLike[str], genesis: str = GENESIS) -> "AuditLog":
+        """The log at ``path``, ready to append after its last complete entry (a torn tail is moved aside).
+        ``genesis`` (:func:`genesis_hash`) is the ``prev_hash`` of the first entry when the log is empty."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return cls(path, *cls._tail(path))
+        return cls(path, *cls._tail(path, genesis), genesis=genesis)
 
     @staticmethod
-    def _tail(path: Path) -> tuple[int, str]:
+    def _tail(path: Path, genesis: str = GENESIS) -> tuple[int, str]:
         """(seq, hash) of the last complete entry, after moving a torn tail to ``.torn``."""
-        last_seq, last_hash = -1, GENESIS
+        last_seq, last_hash = -1, genesis
         if path.exists() or path.is_symlink():
             data = fsio.read_bytes_nofollow(path)
             if data and not data.endswith(b"\n"):
                 cut = data.rfind(b"\n") + 1
                 torn = path.with_name(path.name + ".torn")
-                with os.fdopen(fsio.open_nofollow(torn, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as fh:
+                with os.fdopen(fsio.open_in_place(torn, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as fh:
                     fh.write(data[cut:] + b"\n")
-                with os.fdopen(fsio.open_nofollow(path, os.O_RDWR), "r+b") as fh:
+                with os.fdopen(fsio.open_in_place(path, os.O_RDWR), "r+b") as fh:
                     fh.truncate(cut)
                     os.fsync(fh.fileno())
                 data = data[:cut]
@@ -123,7 +140,7 @@ class AuditLog:
         }
         entry["hash"] = entry_hash(self.last_hash, entry)
         line = json.dumps(entry, sort_keys=True, separators=(",", ":"), allow_nan=False).encode() + b"\n"
-        fd = fsio.open_nofollow(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = fsio.open_in_place(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             if os.write(fd, line) != len(line):
                 raise OSError(errno.ENOSPC, f"{self.path}: short write (disk full?)")
@@ -133,7 +150,7 @@ class AuditLog:
             # Interrupted (Ctrl-C lands right after the write) or failed: the line may or may not be on disk.
             # Continue the chain from what is there, or the next entry would repeat this seq (a fork).
             try:
-                self.last_seq, self.last_hash = self._tail(self.path)
+                self.last_seq, self.last_hash = self._tail(self.path, self.genesis)
             except (OSError, RecordError):
                 pass
             raise
@@ -289,13 +306,22 @@ def applied_exploit_mismatches(applied: dict[str, Any], decision: dict[str, Any]
     ]
 
 
-def verify_log(path: str | os.PathLike[str], head: dict[str, Any] | None = None) -> tuple[int, list[VerifyProblem]]:
+def verify_log(
+    path: str | os.PathLike[str],
+    head: dict[str, Any] | None = None,
+    *,
+    genesis: Sequence[str] | None = None,
+    final: bool = False,
+) -> tuple[int, list[VerifyProblem]]:
     """Check the chain, replay every decision and check every applied exploit against its decision. Returns
     (entries checked, problems).
 
     ``head`` (``{seq, hash}``, what the member's ``state.json`` recorded as its last entry when it last saved)
-    catches what the chain alone cannot: whole entries cut from the end leave a valid, shorter chain."""
-    walk = _LogWalk(str(path), head)
+    catches what the chain alone cannot: whole entries cut from the end leave a valid, shorter chain. With
+    ``final`` (the member is not running, so its last save followed its last entry) an entry after the head is
+    reported too: nothing anchors it. ``genesis`` (:func:`genesis_hash`) lists the ``prev_hash`` values the first
+    entry may have: a log copied from another member or workspace starts elsewhere (``None``: not checked)."""
+    walk = _LogWalk(str(path), head, genesis=None if genesis is None else tuple(genesis), final=final)
     for lineno, entry, err in read_entries(Path(path)):
         if entry is None:
             walk.problems.append(VerifyProblem(walk.path, lineno, None, err or "unreadable"))
@@ -326,6 +352,12 @@ class _LogWalk:
     """The newest exploit/explore decision not yet aborted or superseded."""
     head_found: bool = False
     last_seq: Any = None
+    genesis: tuple[str, ...] | None = None
+    """Accepted ``prev_hash`` values of the first entry (``None``: any)."""
+    final: bool = False
+    """The member is not running: its head must be the log's last entry."""
+    unanchored: tuple[int, Any] | None = None
+    """(line, seq) of the first entry after the head."""
 
     def problem(self, lineno: int, seq: Any, text: str) -> None:
         self.problems.append(VerifyProblem(self.path, lineno, seq, text))
@@ -339,7 +371,9 @@ class _LogWalk:
                 seq,
                 f"sequence number {seq!r}, expected {self.expected_seq} (entry missing, duplicated or reordered)",
             )
-        if entry.get("prev_hash") != self.prev_hash:
+        if self.count == 1:
+            self.check_genesis(lineno, entry)
+        elif entry.get("prev_hash") != self.prev_hash:
             self.problem(lineno, seq, "chain broken: prev_hash does not match the previous entry's hash")
         try:
             recomputed: str | None = entry_hash(str(entry.get("prev_hash")), entry)
@@ -348,6 +382,18 @@ class _LogWalk:
             self.problem(lineno, seq, "entry holds NaN or Infinity, which no member writes")
         if recomputed is not None and entry.get("hash") != recomputed:
             self.problem(lineno, seq, "hash mismatch: the entry was edited after it was written")
+
+    def check_genesis(self, lineno: int, entry: dict[str, Any]) -> None:
+        """The first entry links to this member's genesis in this workspace (:func:`genesis_hash`)."""
+        if self.genesis is None or entry.get("prev_hash") in self.genesis:
+            return
+        self.problem(
+            lineno,
+            entry.get("seq"),
+            "the log does not begin this member's chain in this workspace (its first entry links to "
+            f"{str(entry.get('prev_hash'))[:16]}...): it was copied from another member or another workspace, "
+            "or its first entries were removed",
+        )
 
     def check_content(self, lineno: int, entry: dict[str, Any]) -> None:
         """Replay what can be replayed: decisions, the exploits applied for them, initial mutations."""
@@ -371,7 +417,12 @@ class _LogWalk:
     def check_head(self, lineno: int, entry: dict[str, Any]) -> None:
         """The entry state.json named as the last one must still be the one at that seq."""
         seq = entry.get("seq")
-        if self.head is None or seq != self.head.get("seq"):
+        if self.head is None:
+            return
+        head_seq = self.head.get("seq")
+        if self.unanchored is None and isinstance(seq, int) and isinstance(head_seq, int) and seq > head_seq:
+            self.unanchored = (lineno, seq)
+        if seq != head_seq:
             return
         self.head_found = True
         if entry.get("hash") != self.head.get("hash"):
@@ -405,7 +456,18 @@ class _LogWalk:
         self.expected_seq = (seq if isinstance(seq, int) else self.expected_seq) + 1
 
     def check_head_reached(self) -> None:
-        """Entries cut from the end leave a valid, shorter chain: only the saved head shows it."""
+        """Entries cut from the end leave a valid, shorter chain: only the saved head shows it. And when the member
+        is not running, no entry may follow the head: nothing would show it cut."""
+        if self.head is not None and self.final and self.unanchored is not None:
+            lineno, seq = self.unanchored
+            self.problem(
+                lineno,
+                seq,
+                f"not anchored: state.json's last save records seq {self.head.get('seq')!r} as the member's last "
+                f"entry, so this entry and any after it could be cut unnoticed (the member was killed between "
+                f"writing it and saving its state, or state.json was replaced by an older copy); starting the "
+                f"member again anchors it",
+            )
         if self.head is None or self.head_found:
             return
         self.problem(

@@ -152,7 +152,8 @@ class PopulationConfig:
     keep_best_checkpoints: int = 3
     """Retention: each member's K best checkpoints (by objective) stay."""
     temp_grace_s: float = 600.0
-    """Temp files older than this (left by killed writers) are removed."""
+    """Temp files that killed writers of other hosts left are removed once older than this (a dead writer of this
+    host's at the next start, whatever their age; a live writer's never: the temp name holds host and pid)."""
     heartbeat_interval_s: float = 10.0
     """How often (wall seconds) a member refreshes its heartbeat between publishes."""
     trusted_workspace: bool = False

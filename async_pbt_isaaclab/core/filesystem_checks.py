@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.fsio import fsync_dir
+from async_pbt_isaaclab.core.fsio import check_no_links, fsync_dir
 
 SKEW_WARN_S = 5.0
 """Clock differences above this are reported (heartbeat ages shift by as much)."""
@@ -79,7 +79,9 @@ class Check:
 
 def _probe_dir(root: Path) -> Path:
     probe = root / ".doctor" / f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    check_no_links(root, probe)  # a planted .doctor link would have the probes written (and removed) elsewhere
     probe.mkdir(parents=True)
+    check_no_links(root, probe)
     return probe
 
 

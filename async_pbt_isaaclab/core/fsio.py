@@ -24,9 +24,44 @@ TEMP_MARKER = ".tmp-"
 
 
 def temp_name(final: Path) -> Path:
-    """A temp path beside ``final`` that no other process or thread will pick."""
+    """A temp path beside ``final`` that no other process or thread will pick:
+    ``.NAME.tmp-HOST-PID-NANOSECONDS``. The writer's host and pid in the name let the next start tell a dead
+    writer's leftover from a live writer's file (:func:`temp_writer`, :func:`remove_stale_temp_files`)."""
     unique = f"{socket.gethostname()}-{os.getpid()}-{time.monotonic_ns()}"
     return final.with_name(f".{final.name}{TEMP_MARKER}{unique}")
+
+
+def temp_writer(name: str) -> tuple[str, int] | None:
+    """(host, pid) of the process that made the temp file ``name`` (:func:`temp_name`), ``None`` when the name
+    does not say (a host name may hold dashes: the pid and the counter are the last two fields)."""
+    if not is_temp_name(name):
+        return None
+    tail = name[name.rindex(TEMP_MARKER) + len(TEMP_MARKER) :]
+    parts = tail.rsplit("-", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit() or not parts[0]:
+        return None
+    return parts[0], int(parts[1])
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (one of another user counts as alive)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def writer_is_dead(name: str, host: str | None = None) -> bool:
+    """The temp file ``name`` was made by a process of this host that no longer exists (its pid is gone).
+    ``False`` when the writer is alive, on another host (which this host cannot see) or unknown."""
+    writer = temp_writer(name)
+    host = socket.gethostname() if host is None else host
+    return writer is not None and writer[0] == host and writer[1] != os.getpid() and not process_alive(writer[1])
 
 
 def fsync_dir(folder: Path) -> None:
@@ -49,6 +84,7 @@ def atomic_write(final: Path | str, write: Callable[[BinaryIO], object]) -> None
     If ``write`` raises, the temp file is removed and ``final`` is untouched.
     """
     final = Path(final)
+    refuse_links_at(final)
     tmp = temp_name(final)
     try:
         with open(tmp, "xb") as fh:
@@ -130,12 +166,13 @@ def is_temp_name(name: str) -> bool:
 
 
 class UnsafePathError(OSError):
-    """A workspace file or folder is a symbolic link (or another kind of file than expected): refused."""
+    """A workspace file or folder is a symbolic link, a hard link to another file, or another kind of file than
+    expected: refused."""
 
     def __init__(self, path: Path | str, why: str):
         super().__init__(
             errno.ELOOP,
-            f"refusing {path}: {why} (files and folders in a workspace must not be symbolic links; remove it)",
+            f"refusing {path}: {why} (files and folders in a workspace must not be symbolic or hard links; remove it)",
             str(path),
         )
 
@@ -181,6 +218,48 @@ def open_nofollow(path: Path | str, flags: int, mode: int = 0o644) -> int:
     return fd
 
 
+def open_in_place(path: Path | str, flags: int, mode: int = 0o644) -> int:
+    """:func:`open_nofollow` for a file written in place (appended, truncated, locked and rewritten): also
+    refuses a file with more than one hard link, whose content another name (perhaps outside the workspace)
+    shares, so nothing is written into that other file. An atomic replace needs no such check: it replaces the
+    name, never the content behind it."""
+    fd = open_nofollow(path, flags, mode)
+    try:
+        links = os.fstat(fd).st_nlink
+        if links > 1:
+            raise UnsafePathError(path, f"it is a hard link ({links} names share its content)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def refuse_links_at(final: Path | str) -> None:
+    """Refuse writing ``final`` when it or its folder is a symbolic link: an atomic replace would replace the
+    link (harmless), but a linked folder puts the new file, and the temp file, outside where it belongs."""
+    final = Path(final)
+    for path in (final, final.parent):
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                raise UnsafePathError(path, "it is a symbolic link")
+        except FileNotFoundError:
+            continue
+
+
+def append_line(path: Path | str, data: bytes, root: Path | str | None = None) -> None:
+    """Append ``data`` with one ``write(2)`` (``O_APPEND``: concurrent writers' lines do not interleave) to the
+    regular file ``path``, refusing a symbolic or hard link there and, with ``root``, a symbolic link in any
+    folder between ``root`` and ``path``."""
+    if root is not None:
+        check_no_links(Path(root), Path(path))
+    fd = open_in_place(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        if os.write(fd, data) != len(data):
+            raise OSError(errno.ENOSPC, f"{path}: short write (disk full?)")
+    finally:
+        os.close(fd)
+
+
 def read_bytes_nofollow(path: Path | str) -> bytes:
     """The content of the regular file ``path``; a symbolic link there raises :class:`UnsafePathError`."""
     with os.fdopen(open_nofollow(path, os.O_RDONLY), "rb") as fh:
@@ -223,8 +302,18 @@ def remove_files(
 
 
 def remove_stale_temp_files(folder: Path, older_than_s: float, now: float | None = None) -> list[Path]:
-    """Delete temp files in ``folder`` older than the grace period (left by killed writers)."""
-    return remove_files(folder, is_temp_name, older_than_s, now)
+    """Delete the temp files killed writers left in ``folder``: at once when the name says the writer was a process
+    of this host that is gone (:func:`writer_is_dead`), else once older than the grace period, unless the writer is
+    a live process of this host (a slow write of a large checkpoint is never pulled from under it)."""
+    host = socket.gethostname()
+    dead = remove_files(folder, lambda name: is_temp_name(name) and writer_is_dead(name, host))
+
+    def old_and_not_live(name: str) -> bool:
+        writer = temp_writer(name)
+        live_here = writer is not None and writer[0] == host and process_alive(writer[1])
+        return is_temp_name(name) and not live_here
+
+    return dead + remove_files(folder, old_and_not_live, older_than_s, now)
 
 
 def folder_problem(folder: Path | str) -> str | None:

@@ -148,9 +148,12 @@ class GenerationPlan:
     summary: str = ""
     """The decision's one-line summary (what the record's ``last_decision`` says)."""
 
-    def pending(self, checkpoint: str, sha256: str, last_lr: float, path: str, path_reason: str) -> PendingExploit:
+    def pending(
+        self, checkpoint: str, sha256: str, last_lr: float, path: str, path_reason: str, model_sha256: str = ""
+    ) -> PendingExploit:
         """The plan with the recipient checkpoint written: what the next start must verify and apply."""
         return PendingExploit(
+            model_sha256=model_sha256,
             checkpoint=checkpoint,
             sha256=sha256,
             generation=self.generation,
@@ -190,6 +193,9 @@ class PendingExploit:
     """Why that path."""
     source: DonorSource | None = None
     """Whose weights (``None`` only in states written before the source was kept with it)."""
+    model_sha256: str = ""
+    """Fingerprint of the weights the new generation trains from (``model_fingerprint`` of the recipient's model):
+    the weights of its first training step ("" in states written before it was kept)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, the body of the ``exploit_applied`` audit entry (without pid and process count)."""
@@ -206,6 +212,8 @@ class PendingExploit:
         }
         if self.source is not None:
             out.update(self.source.to_dict())
+        if self.model_sha256:
+            out["model_sha256"] = self.model_sha256
         return out
 
     @classmethod
@@ -230,16 +238,27 @@ class PendingExploit:
             path=str(data.get("path", "restart")),
             path_reason=str(data.get("path_reason", "")),
             source=DonorSource.from_dict(data, where) if "donor" in data else None,
+            model_sha256=str(data.get("model_sha256", "")),
         )
 
 
 def plan_generation(
-    step: StepResult, me: MemberRecord, origin_sha256: str, counters: RecipientCounters, now: float
+    step: StepResult,
+    me: MemberRecord,
+    origin_sha256: str,
+    counters: RecipientCounters,
+    now: float,
+    published_explore: bool = True,
 ) -> GenerationPlan:
     """The new generation that ``step`` (an exploit or explore, decided on my record ``me``) starts. Pure.
 
     ``origin_sha256`` is what my current generation was copied from (an explore keeps it); ``counters`` are
-    mine when the act step runs (after the epoch's update); ``now`` stamps the lineage entry."""
+    mine when the act step runs (after the epoch's update); ``now`` stamps the lineage entry.
+
+    An explore continues from the weights I published at the decision (``me.checkpoint``, at ``me.frame``): the
+    policy whose evidence was judged, as an exploit continues from the donor's published weights; the update of
+    the epoch in which the decision fell is not kept. ``published_explore=False`` replays an entry written before
+    that (the explore then named my published checkpoint but kept the updated weights, at the counters' frame)."""
     decision = step.decision
     if decision.outcome is Outcome.KEEP or step.new_hyperparameters is None:
         raise ValueError("a keep decision starts no generation")
@@ -250,7 +269,8 @@ def plan_generation(
         source = DonorSource(decision.donor, entry.generation, entry.checkpoint, entry.checkpoint_sha256, entry.frame)
         origin = entry.checkpoint_sha256
     else:  # explore: my own weights, as published at the decision
-        source = DonorSource(me.member, me.generation, me.checkpoint or "", me.checkpoint_sha256 or "", counters.frame)
+        frame = me.frame if published_explore else counters.frame
+        source = DonorSource(me.member, me.generation, me.checkpoint or "", me.checkpoint_sha256 or "", frame)
         origin = origin_sha256
     generation = me.generation + 1
     lineage_entry = LineageEntry(generation, decision.outcome.value, counters.frame, now, step.changes, source)
@@ -276,7 +296,9 @@ def applied_mismatches(
     The plan is replayed with the recipient frame the entry recorded; the recipient's other counters and the
     lineage time do not appear in the entry, and the verifier does not need them."""
     counters = RecipientCounters(epoch=0, frame=_int(applied, "frame", "exploit_applied"), last_mean_rewards=0.0)
-    plan = plan_generation(decision_step, me, origin_sha256="", counters=counters, now=0.0)
+    # Entries that record the weights' fingerprint continue an explore from the published weights.
+    published = "model_sha256" in applied
+    plan = plan_generation(decision_step, me, origin_sha256="", counters=counters, now=0.0, published_explore=published)
     expected = {
         **plan.source.to_dict(),
         "generation": plan.generation,

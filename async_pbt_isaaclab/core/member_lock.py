@@ -50,7 +50,7 @@ class MemberLock:
                 f"member {member} is already claimed by this process (pid {os.getpid()}); lock file {self.path}"
             )
         try:
-            fd = fsio.open_nofollow(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = fsio.open_in_place(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except fsio.UnsafePathError as exc:
             raise WorkspaceError(f"member {member}: {exc}") from None
         deadline = time.monotonic() + wait_s
@@ -100,3 +100,30 @@ def read_lock_owner(fd: int) -> str:
     except (OSError, ValueError, TypeError, OverflowError, RecursionError):
         # Only a diagnostic for the "already claimed" error: never let a garbled lock file replace that error.
         return "owner unknown"
+
+
+def lock_holder(path: Path) -> str | None:
+    """Who holds the lock on ``path`` now, in words (``None`` when nobody does, or there is no lock file). Takes a
+    shared lock for an instant to find out, on a read-only descriptor, so a reader writes nothing. A lock this
+    process holds is answered from its own table: probing it would drop it (POSIX locks are per process)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if (st.st_dev, st.st_ino) in _HELD_IN_PROCESS:
+        return f"pid {os.getpid()} (this process)"
+    try:
+        fd = fsio.open_nofollow(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EAGAIN):
+                return read_lock_owner(fd)
+            return None
+        fcntl.lockf(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

@@ -155,6 +155,9 @@ class MemberState:
     audit_head: AuditHead | None = None
     """The last audit entry when the state was saved (``None`` before the first): the verifier reports a log that
     is shorter, or holds another entry at that seq (entries cut from its end)."""
+    population: str | None = None
+    """The id of the population (``population.json``) whose member this is: a ``state.json`` copied from another
+    workspace is reported by the verifier (``None`` in a workspace or state written before ids)."""
     schema_version: int = STATE_SCHEMA_VERSION
     """Layout version."""
 
@@ -180,6 +183,8 @@ class MemberState:
             "finished": None if self.finished is None else self.finished.to_dict(),
             "wandb_run_id": self.wandb_run_id,
             "audit_head": None if self.audit_head is None else self.audit_head.to_dict(),
+            # Only when known, so a state of a workspace created before population ids writes back unchanged.
+            **({"population": self.population} if self.population is not None else {}),
             "schema_version": self.schema_version,
         }
 
@@ -225,6 +230,8 @@ class MemberState:
             value = data.get(key, 0)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise RecordError(f"{where}.{key}: expected a non-negative integer, got {value!r}")
+        if data.get("population") is not None and not isinstance(data["population"], str):
+            raise RecordError(f"{where}.population: expected null or a string, got {data['population']!r:.80}")
         for key, typ in _PLAIN_TYPES.items():
             if key in data and not isinstance(data[key], typ):
                 raise RecordError(f"{where}.{key}: expected {typ.__name__}, got {data[key]!r:.80}")
@@ -286,6 +293,7 @@ _PLAIN_KEYS = (
     "restarts",
     "process_starts",
     "schema_version",
+    "population",
     *_PLAIN_TYPES,
 )
 

@@ -3,7 +3,8 @@
 Layout (``docs/reliability.md`` explains the guarantees)::
 
     WORKSPACE/
-      population.json            created by the first member (with the population seed); others check they agree
+      population.json            created by the first member (population seed and id); others check they agree
+      launchers/                 member_NNN.lock: held by the launcher that runs member NNN (one launcher each)
       members/
         003/                     one folder per member, written only by the process holding its lock
           lock                   POSIX record lock (fcntl.lockf) + owner info (pid, host, since)
@@ -51,9 +52,13 @@ MEMBER_FILES = (
     "audit.jsonl",
     "audit.jsonl.torn",
     "best.json",
+    "target.json",
     "pbt_scalars.jsonl",
 )
 """Files a member writes in its folder."""
+IN_PLACE_FILES = ("lock", "audit.jsonl", "audit.jsonl.torn", "pbt_scalars.jsonl")
+"""Member files written in place (locked and rewritten, appended, truncated) rather than replaced: a hard link there
+would have the member write into the file it shares its content with."""
 
 
 class WorkspaceError(RuntimeError):
@@ -131,7 +136,8 @@ class Workspace:
         }
         if not meta_path.exists():
             population_seed = seed if seed >= 0 else secrets.randbits(63)
-            self._create_population_meta(meta_path, dict(wanted, created=time.time(), seed=population_seed))
+            meta = dict(wanted, created=time.time(), seed=population_seed, id=secrets.token_hex(16))
+            self._create_population_meta(meta_path, meta)
         meta = self.population_meta()
         recorded = meta.get("seed")
         if seed >= 0 and recorded is not None and recorded != seed:
@@ -173,6 +179,13 @@ class Workspace:
         # two left the marker alone and the workspace stuck. The marker means nothing now: remove it.
         meta_path.with_name(".population.json.init").unlink(missing_ok=True)
 
+    def population_id(self, meta: dict[str, Any]) -> str | None:
+        """The population id ``population.json`` records (random, drawn at creation); every member's audit chain
+        is bound to it (:func:`~async_pbt_isaaclab.core.audit.genesis_hash`). ``None`` for a workspace created
+        before ids were recorded."""
+        value = meta.get("id")
+        return value if isinstance(value, str) and value else None
+
     def population_seed(self, meta: dict[str, Any]) -> int | None:
         """The seed ``population.json`` records (``None`` for a workspace written before seeds were recorded)."""
         seed = meta.get("seed")
@@ -201,6 +214,23 @@ class Workspace:
                 f"is not supported (expected {WORKSPACE_SCHEMA_VERSION})"
             )
         return meta
+
+    SHARED_FOLDERS = ("", "cluster", "cluster/ray")
+    """Folders every member and launcher writes (atomically, so killed writers leave temp files there)."""
+
+    def clear_temp_files(self, grace_s: float) -> list[Path]:
+        """Remove the temp files killed writers left in the shared folders (:data:`SHARED_FOLDERS`): a dead process
+        of this host's at once, another host's once older than ``grace_s``, a live writer's never
+        (:func:`~async_pbt_isaaclab.core.fsio.remove_stale_temp_files`). A folder that is a link is left alone."""
+        removed: list[Path] = []
+        for sub in self.SHARED_FOLDERS:
+            folder = self.root / sub if sub else self.root
+            try:
+                fsio.check_no_links(self.root, folder)
+                removed += fsio.remove_stale_temp_files(folder, grace_s)
+            except OSError:
+                continue  # a planted link or an unreadable folder: the writers there refuse it themselves
+        return removed
 
     # ------------------------------------------------------------ members
     def member_dir(self, index: int) -> Path:
@@ -232,19 +262,23 @@ class Workspace:
 
     def check_member(self, index: int) -> None:
         """Before a member claims its folder: refuse it when the folder, a subfolder or one of its files is a
-        symbolic link (it would make the member read, write or delete outside the workspace)."""
+        symbolic link, or a file it writes in place is a hard link (either would make the member read, write or
+        delete outside the workspace)."""
         for sub in ("", *MEMBER_SUBFOLDERS):
             self.checked_member_dir(index, sub)
         for name in MEMBER_FILES:
             path = self.member_dir(index) / name
             try:
-                if stat.S_ISLNK(os.lstat(path).st_mode):
-                    raise WorkspaceError(
-                        f"member {index}: refusing {path}: it is a symbolic link (files and "
-                        f"folders in a workspace must not be symbolic links; remove it)"
-                    )
+                st = os.lstat(path)
             except FileNotFoundError:
                 continue
+            why = ""
+            if stat.S_ISLNK(st.st_mode):
+                why = "it is a symbolic link"
+            elif name in IN_PLACE_FILES and st.st_nlink > 1:
+                why = f"it is a hard link ({st.st_nlink} names share its content)"
+            if why:
+                raise WorkspaceError(str(fsio.UnsafePathError(path, why)))
 
     def member_indices(self) -> list[int]:
         """Indices of the member folders present, in order."""

@@ -8,10 +8,11 @@ Imports only the standard library and the pure core.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Sequence
 
-from async_pbt_isaaclab.core.fsio import folder_problem
+from async_pbt_isaaclab.core.fsio import UnsafePathError, check_no_links, folder_problem
 
 MEMBER_FLAGS = ("--pbt-workspace", "--pbt-members", "--pbt-index")
 """Flags the launcher appends to the member command; the user must not pass them too."""
@@ -70,6 +71,24 @@ def check_supervision(max_retries: int, retry_window_s: float | None, progress_i
         raise LaunchError(f"progress_interval_s must be positive, got {progress_interval_s}")
 
 
+def check_launch_paths(root: Path, paths: Sequence[Path]) -> None:
+    """Refuse (:class:`LaunchError`, one line naming the path) a launch whose files in the workspace ``root`` would
+    be written through a link planted there: a symbolic link on the way to a path, or a path that is a hard link
+    (an appended file sharing its content with another). Paths outside ``root`` are the user's choice."""
+    for path in paths:
+        if not path.is_relative_to(root):
+            continue
+        try:
+            check_no_links(root, path)
+            st = os.lstat(path)
+        except UnsafePathError as exc:
+            raise LaunchError(str(exc)) from None
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            raise LaunchError(str(UnsafePathError(path, f"it is a hard link ({st.st_nlink} names share its content)")))
+
+
 def make_folders(workspace: str | os.PathLike, log_dir: str | os.PathLike | None) -> tuple[Path, Path]:
     """Absolute workspace and log folders (default ``WORKSPACE/logs``), created; refuses a path that cannot be
     a folder (a file, a dangling link) with the reason."""
@@ -79,6 +98,7 @@ def make_folders(workspace: str | os.PathLike, log_dir: str | os.PathLike | None
         problem = folder_problem(folder)
         if problem:
             raise LaunchError(f"{what} {folder} {problem}")
+    check_launch_paths(root, [logs, root / "launcher.jsonl"])
     try:
         root.mkdir(parents=True, exist_ok=True)
         logs.mkdir(parents=True, exist_ok=True)

@@ -15,8 +15,11 @@ import os
 import sys
 from pathlib import Path
 
+from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.filesystem_checks import doctor_report
 from async_pbt_isaaclab.core.fsio import folder_problem
+from async_pbt_isaaclab.core.launcher_lock import acquire_launcher_locks
+from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
 from async_pbt_isaaclab.exit_codes import EXIT_CHECK_FAILED, EXIT_USAGE
 from async_pbt_isaaclab.launch.arguments import LaunchError, check_indices, check_member_command
 
@@ -151,9 +154,24 @@ def run_doctor(workspace: str | os.PathLike) -> bool:
     return not failed
 
 
-def run_backend(args: argparse.Namespace, command: list[str]) -> int | None:
+def hold_workspace(workspace: Path, indices: list[int], held: list[Path]) -> None:
+    """Create the workspace folder and take the launcher lock of each of ``indices`` into ``held``: a second
+    launcher of the same members is refused here, before anything else is written or started."""
+    try:
+        workspace.mkdir(parents=True, exist_ok=True)
+        held.extend(acquire_launcher_locks(workspace, indices))
+        Workspace(workspace).clear_temp_files(PopulationConfig.temp_grace_s)
+    except WorkspaceError as exc:
+        raise LaunchError(str(exc)) from None
+    except OSError as exc:
+        raise LaunchError(f"cannot create the workspace {workspace}: {exc.strerror}") from None
+
+
+def run_backend(args: argparse.Namespace, command: list[str], held: list[Path] | None = None) -> int | None:
     """Common launch steps; runs the SLURM or Ray backend and returns its exit code, or ``None`` for local
-    (after the doctor passed), which the caller then runs."""
+    (after the doctor passed), which the caller then runs. The launcher locks taken (:func:`hold_workspace`) are
+    added to ``held``, for the caller to release when the launch ends."""
+    held = [] if held is None else held
     backend = getattr(args, "backend", "local")
     try:
         check_backend_options(args, BACKEND_DEFAULTS)
@@ -167,9 +185,10 @@ def run_backend(args: argparse.Namespace, command: list[str]) -> int | None:
         problem = folder_problem(Path(os.path.expanduser(args.workspace)).absolute())
         if problem:
             raise LaunchError(f"workspace {args.workspace} {problem}")
+        workspace = Path(os.path.expanduser(args.workspace)).absolute()
+        hold_workspace(workspace, indices, held)
         if not args.no_doctor and not run_doctor(args.workspace):
             return EXIT_CHECK_FAILED  # nothing was launched
-        workspace = Path(os.path.expanduser(args.workspace)).absolute()
         if backend == "slurm":
             from async_pbt_isaaclab.launch.slurm import launch_slurm
 

@@ -26,6 +26,7 @@ import sys
 from typing import Sequence
 
 from async_pbt_isaaclab.console import OneLineParser
+from async_pbt_isaaclab.core.launcher_lock import release_launcher_locks
 from async_pbt_isaaclab.exit_codes import EXIT_USAGE
 from async_pbt_isaaclab.launch.arguments import LaunchError
 from async_pbt_isaaclab.launch.backends import add_backend_arguments, run_backend
@@ -198,9 +199,18 @@ def cmd_launch(args: argparse.Namespace) -> int:
             "exploits or explores; it trains alone with crash restarts",
             file=sys.stderr,
         )
-    code = run_backend(args, command)  # the filesystem doctor; SLURM and Ray backends
-    if code is not None:
-        return code
+    held: list = []
+    try:
+        # The launcher locks (one launcher per member), the filesystem doctor; SLURM and Ray backends.
+        code = run_backend(args, command, held)
+        if code is not None:
+            return code
+        return _launch_local(args, command)
+    finally:
+        release_launcher_locks(held)
+
+
+def _launch_local(args: argparse.Namespace, command: list[str]) -> int:
     try:
         result = launch_population(
             command,

@@ -17,9 +17,13 @@ import threading
 from pathlib import Path
 from typing import Callable, Mapping, Sequence, TextIO
 
-from async_pbt_isaaclab.core.workspace import member_dirname
+from async_pbt_isaaclab.core.config import PopulationConfig
+from async_pbt_isaaclab.core.launcher_lock import acquire_launcher_locks, release_launcher_locks
+from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, member_dirname
 from async_pbt_isaaclab.launch.arguments import (
+    LaunchError,
     check_indices,
+    check_launch_paths,
     check_member_command,
     check_supervision,
     make_folders,
@@ -91,30 +95,64 @@ def launch_population(
     chosen = check_indices(members, indices)
     check_supervision(max_retries, retry_window_s, progress_interval_s)
     root, logs = make_folders(workspace, log_dir)
+    try:
+        # One launcher per member: refused here, before anything starts, when a live launcher runs one of them.
+        held = acquire_launcher_locks(root, chosen)
+    except WorkspaceError as exc:
+        raise LaunchError(str(exc)) from None
+    Workspace(root).clear_temp_files(PopulationConfig.temp_grace_s)
+    try:
+        return _supervise(
+            command,
+            members,
+            chosen,
+            root,
+            logs,
+            gpus=gpus,
+            gpu_placement=gpu_placement,
+            extra_env=extra_env,
+            output=output,
+            supervisor_options=dict(
+                max_retries=max_retries,
+                retry_window_s=retry_window_s,
+                restart_backoff_s=restart_backoff_s,
+                max_backoff_s=max_backoff_s,
+                progress_interval_s=progress_interval_s,
+                stop_grace_s=stop_grace_s,
+                term_grace_s=term_grace_s,
+                die_with_launcher=die_with_launcher,
+                on_progress=on_progress,
+                stop_event=stop_event,
+            ),
+        )
+    finally:
+        release_launcher_locks(held)
+
+
+def _supervise(
+    command: list[str],
+    members: int,
+    chosen: list[int],
+    root: Path,
+    logs: Path,
+    *,
+    gpus: Sequence[str] | None,
+    gpu_placement: str,
+    extra_env: Mapping[str, str] | None,
+    output: TextIO | None,
+    supervisor_options: dict,
+) -> LaunchResult:
+    """Place the members and run the :class:`Supervisor` until the population ends (the locks are held)."""
     gpu_ids = detect_gpus() if gpus is None else [str(g) for g in gpus]
     placement = resolve_gpu_placement(gpu_placement)
     check_device_flag(command, gpu_ids, placement)
     out = output if output is not None else sys.stdout
 
     table = _member_table(command, members, chosen, root, logs, gpu_ids, placement, extra_env)
+    # Before anything is written: no journal line or member output through a link planted in the workspace.
+    check_launch_paths(root, [Path(m.outcome.log_path) for m in table.values()])
 
-    sup = Supervisor(
-        table,
-        workspace=root,
-        num_members=members,
-        max_retries=max_retries,
-        retry_window_s=retry_window_s,
-        restart_backoff_s=restart_backoff_s,
-        max_backoff_s=max_backoff_s,
-        progress_interval_s=progress_interval_s,
-        stop_grace_s=stop_grace_s,
-        term_grace_s=term_grace_s,
-        die_with_launcher=die_with_launcher,
-        output=out,
-        on_progress=on_progress,
-        stop_event=stop_event,
-        base_command=command,
-    )
+    sup = Supervisor(table, workspace=root, num_members=members, output=out, base_command=command, **supervisor_options)
     gpu_text = describe_placement({i: m.outcome.gpu for i, m in table.items()}, gpu_ids, placement)
     sup.say(
         f"launching {len(table)} of {members} members: {shlex.join(command)}\n"

@@ -12,7 +12,7 @@ this module is *how* a member process is started and signalled:
 * **Launcher death.** On Linux each member asks the kernel for SIGTERM when the launcher dies
   (``PR_SET_PDEATHSIG``), so a ``kill -9``'d or OOM-killed launcher leaves no member holding a GPU.
 
-Imports only the standard library.
+Imports only the standard library and the pure core.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
+
+from async_pbt_isaaclab.core import fsio
 
 
 class MemberStartError(Exception):
@@ -72,16 +74,24 @@ def spawn_member(
     header: str,
     preexec: Callable[[], None] | None,
     cwd: str | None = None,
+    root: Path | None = None,
 ) -> tuple[subprocess.Popen, int]:
     """Append ``header`` to ``log_path`` and start ``command`` (in ``cwd``, default this process's) as the leader of
     a new session, its output appended to the log. Returns the process and the log's size where its output begins
     (its crash tail is read from there).
 
+    The log is never opened through a symbolic or hard link, nor, when it lies in the workspace ``root``, through a
+    linked folder: a planted link would send the member's output into a file outside the workspace.
+
     Raises :class:`MemberStartError` when the log cannot be opened or the command cannot be started.
     """
     try:
+        if root is not None and log_path.is_relative_to(root):
+            fsio.check_no_links(root, log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(log_path, "ab")
+        log = os.fdopen(fsio.open_in_place(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644), "ab")
+    except fsio.UnsafePathError as exc:
+        raise MemberStartError(f"its log file: {exc}") from None
     except OSError as exc:
         raise MemberStartError(f"cannot open its log file {log_path}: {exc}") from exc
     try:

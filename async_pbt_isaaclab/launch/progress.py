@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.member_progress import (
     decision_in_words,
     format_age,
@@ -186,10 +187,12 @@ def resume_point(workspace: Path, index: int) -> str:
 
 class Journal:
     """Append-only ``launcher.jsonl``. One ``write`` per line so concurrent launchers (one per node,
-    different ``indices``) do not interleave within a line; a full disk is reported once, not fatal."""
+    different ``indices``) do not interleave within a line; a full disk is reported once, not fatal. Never
+    appended through a symbolic or hard link (:func:`~async_pbt_isaaclab.core.fsio.append_line`)."""
 
-    def __init__(self, path: Path, say: Callable[[str], None]):
+    def __init__(self, path: Path, say: Callable[[str], None], root: Path | None = None):
         self.path = path
+        self.root = root
         self._say = say
         self._failed = False
         self._host = socket.gethostname()
@@ -205,11 +208,7 @@ class Journal:
         }
         data = (json.dumps(entry, sort_keys=True, default=str) + "\n").encode()
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, data)  # a single write(2) with O_APPEND: lines never interleave
-            finally:
-                os.close(fd)
+            fsio.append_line(self.path, data, self.root)  # a single write(2) with O_APPEND: lines never interleave
         except OSError as exc:
             if not self._failed:
                 self._failed = True

@@ -42,7 +42,7 @@ from typing import Any, Sequence
 from async_pbt_isaaclab.core.fsio import atomic_write_json
 from async_pbt_isaaclab.core.install_hint import extra_install_command
 from async_pbt_isaaclab.core.workspace import member_dirname
-from async_pbt_isaaclab.launch.arguments import LaunchError, member_command
+from async_pbt_isaaclab.launch.arguments import LaunchError, check_launch_paths, member_command
 from async_pbt_isaaclab.launch.member_process import member_preexec, spawn_member
 from async_pbt_isaaclab.launch.progress import describe_exit, progress_lines
 
@@ -107,7 +107,7 @@ def run_member(
     }
     status_path.parent.mkdir(parents=True, exist_ok=True)
     header = f"\n[async-pbt ray] member {index} attempt {attempt} on {status['host']}\n"
-    proc, _ = spawn_member(argv, full_env, Path(log_path), header, member_preexec(True), cwd=cwd)
+    proc, _ = spawn_member(argv, full_env, Path(log_path), header, member_preexec(True), cwd=cwd, root=Path(workspace))
     atomic_write_json(status_path, {**status, "state": "running", "pid": proc.pid})
     stop_file = Path(workspace) / STOP_FILE
     try:
@@ -190,6 +190,9 @@ def launch_ray(args, command: list[str], workspace: Path, indices: list[int]) ->
     except ImportError:
         raise LaunchError(f"the Ray backend needs ray: {extra_install_command('cluster')}") from None
     logs = Path(args.log_dir).absolute() if args.log_dir else workspace / "logs"
+    # Before anything is written: no status file, stop file or member log through a link planted in the workspace.
+    logs_of = [logs / f"member_{member_dirname(i)}.log" for i in indices]
+    check_launch_paths(workspace, [workspace / STATUS_DIR, workspace / STOP_FILE, workspace / DRIVER_FILE, *logs_of])
     launch_id = f"{socket.gethostname()}-{os.getpid()}-{int(time.time())}"
     init: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
     if args.address:

@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from async_pbt_isaaclab.core.fsio import atomic_write_json
-from async_pbt_isaaclab.launch.arguments import LaunchError
+from async_pbt_isaaclab.core.fsio import atomic_write_bytes, atomic_write_json
+from async_pbt_isaaclab.launch.arguments import LaunchError, check_launch_paths
 
 JOBS_FILE = "cluster/slurm_jobs.json"
 """Submissions of this workspace, relative to it."""
@@ -185,11 +185,12 @@ def submit(script: str, workspace: Path, members: int, indices: Sequence[int]) -
     """Write ``script`` under ``workspace/cluster/``, ``sbatch`` it, record the job id; returns the job id."""
     sbatch = _require("sbatch")
     folder = workspace / "cluster"
-    (workspace / "logs").mkdir(parents=True, exist_ok=True)
-    folder.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     path = folder / f"slurm_{stamp}.sbatch"
-    path.write_text(script)
+    check_launch_paths(workspace, [workspace / "logs", folder / JOBS_FILE.split("/")[-1], path])
+    (workspace / "logs").mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, script.encode())
     proc = subprocess.run([sbatch, "--parsable", str(path)], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         why = proc.stderr.strip() or proc.stdout.strip()
@@ -260,6 +261,24 @@ def task_states(workspace: Path) -> dict[int, str] | None:
     return states
 
 
+ACTIVE_STATES = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED")
+"""SLURM task states in which a submitted member will still run (or runs): a second submission would duplicate it."""
+
+
+def check_not_queued(workspace: Path, indices: Sequence[int]) -> None:
+    """Refuse a submission of members an earlier submission of ``workspace`` still has in the queue: a task that is
+    running holds its launcher lock (the command line refused this launch then), but a pending one holds nothing
+    yet. Without ``squeue`` on this machine only the locks are checked."""
+    states = task_states(workspace) or {}
+    queued = {i: text for i, text in states.items() if i in indices and text.split(" ", 1)[0] in ACTIVE_STATES}
+    if queued:
+        listed = "; ".join(f"member {i}: {text}" for i, text in sorted(queued.items()))
+        raise LaunchError(
+            f"workspace {workspace} is already launched on SLURM ({listed}); nothing submitted: "
+            f"`async-pbt stop {workspace}` cancels it"
+        )
+
+
 def cancel(workspace: Path) -> list[str]:
     """``scancel`` every recorded job of ``workspace`` (SIGTERM first: members save and stop); returns the ids."""
     jobs = read_jobs(workspace)
@@ -315,6 +334,7 @@ def launch_slurm(args, command: list[str], workspace: Path, indices: list[int]) 
     if args.dry_run:
         sys.stdout.write(script)
         return 0
+    check_not_queued(workspace, indices)
     job_id = submit(script, workspace, args.members, indices)
     print(
         f"submitted job array {job_id} ({len(indices)} members, tasks {array_spec(indices)}) for {workspace}\n"

@@ -148,7 +148,7 @@ class Supervisor:
         self.on_progress = on_progress
         self.stop_event = stop_event
         self.preexec = member_preexec(die_with_launcher)
-        self.journal = Journal(workspace / "launcher.jsonl", self.say)
+        self.journal = Journal(workspace / "launcher.jsonl", self.say, root=workspace)
         self.poll_s = 0.05
         # Signals are only recorded in the handler; the loop acts on them (a handler interrupting a
         # Popen call half-way would leave a member unsupervised).
@@ -177,7 +177,9 @@ class Supervisor:
             f"$ {shlex.join(m.command)}\n"
         )
         try:
-            m.popen, m.log_offset = spawn_member(m.command, m.env, Path(o.log_path), header, self.preexec)
+            m.popen, m.log_offset = spawn_member(
+                m.command, m.env, Path(o.log_path), header, self.preexec, root=self.workspace
+            )
         except MemberStartError as exc:
             self.give_up(m, str(exc))
             return

@@ -29,14 +29,14 @@ from typing import Any
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.agent_config import current_hyperparameters, set_path
-from async_pbt_isaaclab.core.audit import AuditLog
+from async_pbt_isaaclab.core.audit import AuditLog, genesis_hash
 from async_pbt_isaaclab.core.config import PopulationConfig, objective_term
 from async_pbt_isaaclab.core.evidence import ConditionLabel
 from async_pbt_isaaclab.core.member_lock import MemberLock
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.member_state import AuditHead, FinishedMark, MemberState, load_state, save_state
 from async_pbt_isaaclab.core.mutation import agent_path
-from async_pbt_isaaclab.core.workspace import Workspace
+from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
 from async_pbt_isaaclab.member.restart import capture_argv
 from async_pbt_isaaclab.member.wandb_run import assign_wandb_run_id
 
@@ -95,6 +95,13 @@ class MemberSession:
             self.state.audit_head = AuditHead(self.audit.last_seq, self.audit.last_hash)
         save_state(self.dir / "state.json", self.state)
 
+    def log(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Append an audit entry and save ``state.json`` with it as the head, so the newest entry is anchored
+        too (for entries no other save follows: warnings, aborted exploits, the final ``stop``)."""
+        entry = self.audit.append(kind, body)
+        self.save()
+        return entry
+
     def close(self) -> None:
         self.lock.release()
 
@@ -143,8 +150,15 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
     agent_cfg = copy.deepcopy(agent_cfg)
     state = load_state(mdir / "state.json")
     fresh_member = state is None
-    audit = AuditLog.open(mdir / "audit.jsonl")
+    # Before anything here is written: rl_games' own files must not be written through a planted link either.
+    check_train_dir(
+        ws, Path(train_dir).absolute() / (_experiment_name(agent_cfg, cfg) if state is None else state.experiment_name)
+    )
+    population = ws.population_id(ws.population_meta())
+    audit = AuditLog.open(mdir / "audit.jsonl", genesis=genesis_hash(population, cfg.policy_idx))
     state = _member_state(state, agent_cfg, cfg, audit, seed)
+    if state.population is None:
+        state.population = population
     session = MemberSession(
         cfg=cfg,
         ws=ws,
@@ -187,9 +201,27 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
     return session, agent_cfg
 
 
+def check_train_dir(ws: Workspace, experiment_dir: Path) -> None:
+    """When rl_games' log folder (``train_dir/experiment``) lies in the workspace, refuse a link planted there:
+    rl_games writes its checkpoints (``nn/``) and TensorBoard files (``summaries/``) following links."""
+    if not experiment_dir.is_relative_to(ws.root):
+        return
+    try:
+        for sub in ("nn", "summaries"):
+            folder = experiment_dir / sub
+            fsio.check_no_links(ws.root, folder)
+            for entry in os.scandir(folder) if folder.is_dir() else ():
+                st = entry.stat(follow_symlinks=False)
+                if entry.is_symlink() or (entry.is_file(follow_symlinks=False) and st.st_nlink > 1):
+                    raise fsio.UnsafePathError(entry.path, "it is a symbolic or hard link")
+    except fsio.UnsafePathError as exc:
+        raise WorkspaceError(str(exc)) from None
+
+
 def _clear_leftovers(ws: Workspace, cfg: PopulationConfig) -> None:
     """Remove what killed processes of this member left: temp files, donor copies of exploits in flight."""
     mdir = ws.member_dir(cfg.policy_idx)
+    ws.clear_temp_files(cfg.temp_grace_s)  # e.g. a population.json half-published by a member killed at creation
     ws.checked_member_dir(cfg.policy_idx, "checkpoints", create=True)
     fsio.remove_stale_temp_files(mdir, cfg.temp_grace_s)
     fsio.remove_stale_temp_files(mdir / "checkpoints", cfg.temp_grace_s)
@@ -211,13 +243,11 @@ def _member_state(
     stream from (population seed, index), then its diverse start (or ``initial_mutation``)."""
     mdir = audit.path.parent
     if state is None:
-        rl_cfg = agent_cfg["params"]["config"]
-        name = rl_cfg.get("full_experiment_name") or f"{rl_cfg.get('name', 'member')}_pbt_{cfg.policy_idx:03d}"
         state = MemberState(
             member=cfg.policy_idx,
             rng_state=_first_rng(cfg, population_seed).get_state(),
             hyperparameters=current_hyperparameters(agent_cfg, cfg),
-            experiment_name=name,
+            experiment_name=_experiment_name(agent_cfg, cfg),
         )
         state.process_starts += 1
         logged = _logged_first_draw(audit) if audit.last_seq >= 0 else None
@@ -237,6 +267,12 @@ def _member_state(
     state.process_starts += 1
     _recover_after_crash(state, mdir)
     return state
+
+
+def _experiment_name(agent_cfg: dict[str, Any], cfg: PopulationConfig) -> str:
+    """A new member's rl_games experiment (its log folder under train_dir), kept in its state from then on."""
+    rl_cfg = agent_cfg["params"]["config"]
+    return rl_cfg.get("full_experiment_name") or f"{rl_cfg.get('name', 'member')}_pbt_{cfg.policy_idx:03d}"
 
 
 def _choose_start_checkpoint(session: MemberSession, checkpoint: str | None, fresh_member: bool) -> None:

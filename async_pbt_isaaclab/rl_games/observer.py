@@ -28,6 +28,7 @@ rl_games Runner's full-pickle ``restore``.
 
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from typing import Any
@@ -36,6 +37,7 @@ from rl_games.common.algo_observer import AlgoObserver
 
 from async_pbt_isaaclab.core.member_state import FinishedMark
 from async_pbt_isaaclab.core.records import MemberRecord
+from async_pbt_isaaclab.core.selection import Outcome
 from async_pbt_isaaclab.core.step import PopulationView, StepResult, pbt_step
 from async_pbt_isaaclab.envs.summary_source import find_summary_source
 from async_pbt_isaaclab.member.session import RAW_CHECKPOINT_GAPS, MemberSession, print_notes
@@ -69,8 +71,9 @@ class PbtObserver(AlgoObserver):
         """Number of ``after_steps`` calls."""
         self.exit_on_restart = exit_on_restart
         """Raise SystemExit instead of exec'ing (for in-process tests of the act step)."""
-        self.pending_act: tuple[StepResult, MemberRecord] | None = None
-        """A decided exploit or explore and the record it was decided on, carried out in ``after_print_stats``
+        self.pending_act: tuple[StepResult, MemberRecord, dict[str, Any] | None] | None = None
+        """A decided exploit or explore, the record it was decided on and, for an explore, a copy of the state
+        that record's checkpoint holds (where the explore continues from); carried out in ``after_print_stats``
         once the epoch's update is done."""
 
     @property
@@ -156,7 +159,7 @@ class PbtObserver(AlgoObserver):
         if self.pending_act is None or self.agent is None:
             return
         t0 = time.perf_counter()
-        (step, me), self.pending_act = self.pending_act, None
+        (step, me, published), self.pending_act = self.pending_act, None
         try:
             with HeldStop() as held_stop:
                 exploit.act(
@@ -167,6 +170,7 @@ class PbtObserver(AlgoObserver):
                     agent=self.agent,
                     held_stop=held_stop,
                     exit_on_restart=self.exit_on_restart,
+                    published_state=published,
                 )
         finally:
             self.hook_seconds += time.perf_counter() - t0
@@ -218,8 +222,11 @@ class PbtObserver(AlgoObserver):
         print(f"[async-pbt] member {me.member} frame {me.frame}: {decision.summary()}", flush=True)
         if step.acts:
             # Carried out in after_print_stats, once this epoch's update is done: the rollout just collected
-            # belongs to the old policy, and both exploit paths then start from the same counters.
-            self.pending_act = (step, me)
+            # belongs to the old policy, and both exploit paths then start from the same counters. An explore
+            # continues from the weights just published (those the decision judged): a copy, since the update
+            # changes the live tensors in place.
+            published = copy.deepcopy(publisher.live.full_state()) if decision.outcome is Outcome.EXPLORE else None
+            self.pending_act = (step, me, published)
 
     # ------------------------------------------------------------------ end of training
     def finish(self, status: str = "finished") -> None:
@@ -238,5 +245,5 @@ class PbtObserver(AlgoObserver):
             # No checkpoint (see above), so the saved evidence stays the one of the last published checkpoint.
             publisher.collect()
         publisher.write_record(publisher.record(status=status))
-        self.session.audit.append("stop", {"status": status, "frame": self.agent.frame})
+        self.session.log("stop", {"status": status, "frame": self.agent.frame})
         self.session.close()

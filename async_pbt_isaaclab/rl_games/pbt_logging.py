@@ -60,11 +60,7 @@ class ScalarFile:
             return
         data = "".join(json.dumps({"frame": f, "scalars": s}, sort_keys=True) + "\n" for f, s in pending.items())
         try:
-            fd = fsio.open_nofollow(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-            try:
-                os.write(fd, data.encode())
-            finally:
-                os.close(fd)
+            fsio.append_line(self.path, data.encode())  # refuses a planted symbolic or hard link
         except OSError as exc:
             self._failed = True
             print(f"[async-pbt] WARNING: cannot append to {self.path} ({exc}); the report lacks its values", flush=True)

@@ -127,7 +127,7 @@ class MemberPublisher:
         self._warned.add(key)
         print(f"[async-pbt] member {self.session.member}: WARNING: {message}", file=sys.stderr, flush=True)
         try:
-            self.session.audit.append("warning", {"message": message})
+            self.session.log("warning", {"message": message})
         except OSError:
             pass
 

@@ -57,7 +57,7 @@ def train_member(
                 f"evidence and checkpoints stay as they are",
                 flush=True,
             )
-            session.audit.append("stop", {"status": "finished", "reason": session.already_finished})
+            session.log("stop", {"status": "finished", "reason": session.already_finished})
             session.close()
             return None
     try:

@@ -18,7 +18,7 @@ import json
 
 import pytest
 
-from async_pbt_isaaclab.core.audit import GENESIS, AuditLog, entry_hash, verify_log
+from async_pbt_isaaclab.core.audit import GENESIS, AuditLog, entry_hash, genesis_hash, verify_log
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.selection import Outcome
@@ -109,9 +109,14 @@ def _applied_body(step, me):
 
 @pytest.fixture
 def chain(tmp_path, make_record):
-    """A member-0 log with start, keep, exploit (+ applied), and an isaaclab explore."""
+    """A member-0 log with start, keep, exploit (+ applied), and an isaaclab explore, in the workspace ``tmp_path``
+    (its chain begins at member 0's genesis there)."""
+    from async_pbt_isaaclab.core.workspace import Workspace
+
+    ws = Workspace(tmp_path)
+    population = ws.population_id(ws.ensure(4, "episode_return"))
     path = tmp_path / "members" / "000" / "audit.jsonl"
-    log = AuditLog.open(path)
+    log = AuditLog.open(path, genesis=genesis_hash(population, 0))
     rng = MemberRng(1_000_003)
     log.append("start", {"argv": ["train.py", "--pbt-index", "0"], "generation": 0}, now=NOW - 100)
 
@@ -138,7 +143,7 @@ def _lines(path):
 
 def _write(path, entries, rehash=False):
     if rehash:  # a forger who recomputes the whole chain
-        prev = GENESIS
+        prev = entries[0]["prev_hash"]
         for e in entries:
             e["prev_hash"] = prev
             e["hash"] = entry_hash(prev, e)
@@ -155,7 +160,10 @@ def test_chain_of_real_decisions_verifies(chain):
     assert count == 5 and problems == []
     entries = _lines(chain)
     assert [e["seq"] for e in entries] == [0, 1, 2, 3, 4]
-    assert entries[0]["prev_hash"] == GENESIS
+    assert entries[0]["prev_hash"] == genesis_hash(
+        json.loads((chain.parents[2] / "population.json").read_text())["id"], 0
+    )
+    assert entries[0]["prev_hash"] != GENESIS
     exploit = entries[2]
     assert exploit["decision"]["outcome"] == "exploit" and exploit["decision"]["donor"] == 2
     assert exploit["changes"], "the exploit mutated something (mutation_rate 0.8, three keys)"

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -89,11 +90,11 @@ def test_sigkilled_writer_never_exposes_a_partial_file(tmp_path):
     assert reads > 20 and len(versions) >= 5, (reads, versions)  # reads really overlapped many writes
     # After the kill the final name holds the last complete version, not the half-written one...
     assert _check_complete(final.read_bytes()) == 59
-    # ...and the killed write left only its temp file, which cleanup removes once stale.
+    # ...and the killed write left only its temp file, which names its dead writer: cleanup removes it at once.
     leftovers = [p for p in tmp_path.iterdir() if fsio.is_temp_file(p)]
     assert len(leftovers) == 1
-    assert fsio.remove_stale_temp_files(tmp_path, older_than_s=3600) == []
-    removed = fsio.remove_stale_temp_files(tmp_path, older_than_s=0.0, now=time.time() + 1)
+    assert fsio.temp_writer(leftovers[0].name) == (socket.gethostname(), proc.pid)
+    removed = fsio.remove_stale_temp_files(tmp_path, older_than_s=3600)
     assert removed == leftovers
     assert sorted(p.name for p in tmp_path.iterdir()) == ["record.bin"]
 
@@ -162,10 +163,10 @@ def test_verified_copy(tmp_path):
 def test_stale_temp_cleanup_keeps_fresh_temps_and_real_files(tmp_path):
     real = tmp_path / "record.json"
     real.write_text("{}")
-    old_tmp = fsio.temp_name(real)
+    old_tmp = tmp_path / f".record.json{fsio.TEMP_MARKER}other-host-1-2"
     old_tmp.write_text("partial")
     os.utime(old_tmp, (time.time() - 1000, time.time() - 1000))
-    fresh_tmp = tmp_path / f".other.json{fsio.TEMP_MARKER}host-1-2"
+    fresh_tmp = tmp_path / f".other.json{fsio.TEMP_MARKER}other-host-1-2"
     fresh_tmp.write_text("in progress")
     assert fsio.is_temp_file(old_tmp) and fsio.is_temp_file(fresh_tmp) and not fsio.is_temp_file(real)
     removed = fsio.remove_stale_temp_files(tmp_path, older_than_s=600)
@@ -174,8 +175,59 @@ def test_stale_temp_cleanup_keeps_fresh_temps_and_real_files(tmp_path):
     assert fsio.remove_stale_temp_files(tmp_path / "missing", 0) == []
 
 
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_dead_writers_temp_file_goes_at_once_and_a_live_writers_never(tmp_path):
+    """Temp names hold host and pid: a dead process of this host left it (removed at once, whatever its age); a live
+    one is writing it (kept, however old); another host's is judged by age alone."""
+    host = socket.gethostname()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        dead = tmp_path / f".population.json{fsio.TEMP_MARKER}{host}-{_dead_pid()}-1"
+        writing = tmp_path / f".population.json{fsio.TEMP_MARKER}{host}-{live.pid}-2"
+        mine = fsio.temp_name(tmp_path / "state.json")
+        other_old = tmp_path / f".record.json{fsio.TEMP_MARKER}node-7.cluster-{live.pid}-3"
+        other_new = tmp_path / f".record.json{fsio.TEMP_MARKER}node-7.cluster-{live.pid}-4"
+        for path in (dead, writing, mine, other_old, other_new):
+            path.write_text("partial")
+        for path in (writing, mine, other_old):
+            os.utime(path, (time.time() - 10_000, time.time() - 10_000))
+        assert fsio.temp_writer(other_old.name) == ("node-7.cluster", live.pid)
+        assert fsio.temp_writer(".x.tmp-nopid") is None and fsio.temp_writer("record.json") is None
+        removed = fsio.remove_stale_temp_files(tmp_path, older_than_s=600)
+        assert sorted(removed) == sorted([dead, other_old])
+        assert writing.exists() and mine.exists() and other_new.exists()
+    finally:
+        live.kill()
+        live.wait()
+    assert fsio.remove_stale_temp_files(tmp_path, older_than_s=600) == [writing]  # its writer is gone now
+
+
 def test_temp_names_are_unique_and_beside_the_final(tmp_path):
     final = tmp_path / "a.json"
     names = {fsio.temp_name(final) for _ in range(100)}
     assert len(names) == 100
     assert all(n.parent == tmp_path and n.name.startswith(".a.json") for n in names)
+
+
+def test_the_next_member_start_removes_a_dead_writers_population_json_temp(tmp_path, start_pendulum_member):
+    """A member killed while publishing population.json leaves ``.population.json.tmp-*`` at the workspace root:
+    the next member start removes it; a live writer's stays."""
+    start_pendulum_member(tmp_path, {})
+    root = tmp_path / "ws"
+    host = socket.gethostname()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        dead = root / f".population.json{fsio.TEMP_MARKER}{host}-{_dead_pid()}-1"
+        writing = root / f".population.json{fsio.TEMP_MARKER}{host}-{live.pid}-2"
+        for path in (dead, writing):
+            path.write_text('{"schema_version": 1')
+        start_pendulum_member(tmp_path, {})
+        assert not dead.exists() and writing.exists()
+    finally:
+        live.kill()
+        live.wait()

@@ -412,3 +412,96 @@ def test_exploit_under_adaptive_schedule_starts_from_the_donors_live_learning_ra
         again.close()
     assert seen.last_lr == pytest.approx(expected, rel=1e-12)
     assert seen.optimizer_lr == [pytest.approx(expected, rel=1e-12)]
+
+
+# ------------------------------------------------------------------------------------------- explore weights
+class Fingerprints:
+    """What each training step starts from: the model's fingerprint as an epoch is entered (after the restore at
+    start, and after the previous epoch's ``after_print_stats``, where an in-process explore loads its weights), and
+    the fingerprint of its parameters alone at ``after_steps`` (the rollout moves the normalisers' statistics, not
+    the parameters). Observers after the PbtObserver."""
+
+    def __init__(self):
+        self.entering: list[tuple[int, str]] = []
+        self.rollout_params: list[tuple[int, str]] = []
+
+    def _entering(self):
+        from async_pbt_isaaclab.rl_games.inheritance import model_fingerprint
+
+        self.entering.append((int(self.algo.frame), model_fingerprint(self.algo.model.state_dict())))
+
+    def after_init(self, algo):
+        self.algo = algo
+        self._entering()
+
+    def after_print_stats(self, frame, epoch_num, total_time):
+        self._entering()
+
+    def after_steps(self):
+        params = dict(self.algo.model.named_parameters())
+        self.rollout_params.append((int(self.algo.frame), params_fingerprint(params)))
+
+
+def params_fingerprint(state: dict) -> str:
+    from async_pbt_isaaclab.rl_games.inheritance import model_fingerprint
+
+    return model_fingerprint({k: v for k, v in state.items() if not k.split(".")[-1].startswith(("running", "count"))})
+
+
+@pytest.mark.parametrize("mode", ["inprocess", "restart"])
+def test_an_explore_records_the_weights_training_continues_from(tmp_path, monkeypatch, make_record, mode):
+    """An explore decided at frame 4096 (after epoch 2's rollout) is carried out once that epoch's update is done.
+    Its ``exploit_applied`` entry names the checkpoint published at the decision and the fingerprint of the weights
+    the next training step runs with; both are those weights (the checkpoint's model has that fingerprint)."""
+    from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV
+    from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
+    from async_pbt_isaaclab.rl_games.inheritance import model_fingerprint
+
+    monkeypatch.setenv(TEST_FIXTURE_ENV, "fixture_explore_every_decision")
+    pbt = dict(
+        interval_steps=2 * FRAMES_PER_EPOCH,
+        rule="fixture_explore_every_decision",
+        mutation_rate=1.0,
+        heartbeat_interval_s=3600.0,
+        exploit_mode=mode,
+        restart_grace_frames=10**9,
+        # The yaml's learning rate, far from its bounds, and a fixed population seed: the explore changes it.
+        start_spread=0.0,
+        seed=7,
+    )
+    session, agent_cfg = start(tmp_path, epochs=4, **pbt)
+    publish_donor(session.ws.root, make_record, frame=2 * FRAMES_PER_EPOCH)  # a live peer with evidence
+    seen = Fingerprints()
+    try:
+        if mode == "inprocess":
+            train(agent_cfg, [PbtObserver(session), seen])
+        else:
+            with pytest.raises(SystemExit, match="restart requested"):
+                train(agent_cfg, [PbtObserver(session, exit_on_restart=True), seen])
+    finally:
+        session.close()
+    if mode == "restart":  # the restarted process: a new start applies the pending explore
+        session, agent_cfg = start(tmp_path, epochs=4, **pbt)
+        try:
+            train(agent_cfg, [PbtObserver(session), seen])
+        finally:
+            session.close()
+    entries = audit(session)
+    decision = next(e for e in entries if e["kind"] == "decision")
+    assert decision["decision"]["outcome"] == "explore" and decision["changes"]
+    (applied,) = [e for e in entries if e["kind"] == "exploit_applied"]
+    assert applied["path"] == mode and applied["frame"] == 3 * FRAMES_PER_EPOCH
+    # The next training step (epoch 4's rollout and update) runs with the recorded weights...
+    entering = [fp for frame, fp in seen.entering if frame == 3 * FRAMES_PER_EPOCH]
+    assert entering[-1] == applied["model_sha256"]
+    # ...which are those of the checkpoint the entry names as its source, published at the decision (frame 4096)...
+    source = load_checkpoint(session.ws.root / applied["donor_checkpoint"], expected_sha256=applied["donor_sha256"])
+    assert model_fingerprint(source["model"]) == applied["model_sha256"] and applied["donor_frame"] == 4096
+    rollout = dict(seen.rollout_params)
+    assert rollout[3 * FRAMES_PER_EPOCH] == params_fingerprint(source["model"]) == rollout[2 * FRAMES_PER_EPOCH]
+    # (epoch 4's rollout ran with the parameters of epoch 3's: the update in which the decision fell is not kept)
+    restored = [e for e in entries if e["kind"] == "restored" and e["mode"] in ("exploit_inprocess", "exploit_applied")]
+    assert restored[-1]["model_sha256"] == applied["model_sha256"]
+    from async_pbt_isaaclab import cli
+
+    assert cli.main(["audit", str(session.ws.root)]) == 0
