@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow
 POPULATION = "async_pbt.examples.cpu_population"
 LAUNCHER_PATHS = ("launcher.jsonl", "logs", "launchers")
 """Top-level paths the launcher writes; everything else is the members'."""
-IN_PLACE = ("launcher.jsonl", "lock", "audit.jsonl")
+IN_PLACE = ("launcher.jsonl", "lock", "audit.jsonl", "pbt_scalars.jsonl")
 """Files written in place (besides member logs, launcher locks and rl_games' nn/ and summaries/ files)."""
 
 
