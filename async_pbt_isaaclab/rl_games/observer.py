@@ -72,6 +72,9 @@ class PbtObserver(AlgoObserver):
         self.pending_act: tuple[StepResult, MemberRecord] | None = None
         """A decided exploit or explore and the record it was decided on, carried out in ``after_print_stats``
         once the epoch's update is done."""
+        self.donor_from_memory: Any = None
+        """``f(source) -> donor state | None``: a donor living in this process (a slice member) is taken from
+        memory; ``None`` (or ``f`` returning ``None``): the donor's checkpoint is copied as usual."""
 
     @property
     def algo(self) -> Any:
@@ -91,7 +94,7 @@ class PbtObserver(AlgoObserver):
             source.set_settle_max_steps(self.cfg.settle_max_steps)
         source.start_generation(self.session.state.generation)
         self.publisher.summary_source = source
-        agent = LiveAgent(algo)
+        agent = self.make_agent(algo)
         self._restore_start_checkpoint(agent)
         saved = self.session.state.evidence
         if saved is not None and self.session.start_mode == "resume":
@@ -103,6 +106,10 @@ class PbtObserver(AlgoObserver):
         self.publisher.attach(agent)
         self.agent = agent
         print_notes(self.session)
+
+    def make_agent(self, algo: Any) -> LiveAgent:
+        """The member's view of its rl_games agent (a process hosting several members keeps published states)."""
+        return LiveAgent(algo)
 
     def _restore_start_checkpoint(self, agent: LiveAgent) -> None:
         """Load the start checkpoint the session chose (if any) with the member's own hyperparameters, through the
@@ -167,6 +174,7 @@ class PbtObserver(AlgoObserver):
                     agent=self.agent,
                     held_stop=held_stop,
                     exit_on_restart=self.exit_on_restart,
+                    donor_from_memory=self.donor_from_memory,
                 )
         finally:
             self.hook_seconds += time.perf_counter() - t0
