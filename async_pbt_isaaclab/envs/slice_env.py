@@ -110,7 +110,6 @@ class SlicedSummarySource:
         self.bounds = tuple(bounds)
         """``[start, stop)`` of every slice."""
         condition: Any = whole._condition_fn if whole._condition_fn is not None else whole.condition
-        fresh = whole.num_envs == 0 or bool((whole._acc[whole._seg_row] >= 0).all())
         self.parts = [
             EpisodeSummaryEmitter(
                 num_envs=stop - start,
@@ -120,12 +119,17 @@ class SlicedSummarySource:
                 generation=whole.generation,
                 term_modes=whole.term_modes,
                 dtype=whole.dtype,
-                fresh_start=fresh,
                 settle_max_steps=whole.settle_max_steps,
             )
             for start, stop in self.bounds
         ]
         """Each slice's emitter (its member's summary source)."""
+        for (start, stop), part in zip(self.bounds, self.parts, strict=True):
+            # Episodes in flight carry over (an env attached mid-episode stays "start unknown", segment -1): a copy
+            # on the device, no host read.
+            part._acc.copy_(whole._acc[:, start:stop])
+            segment = part._acc[part._seg_row]
+            torch.where(segment < 0, segment, part._init[part._seg_row, 0], out=segment)
 
     def step(self, rewards, terminated, truncated, terms=None, log=None) -> None:
         n = self.num_envs
