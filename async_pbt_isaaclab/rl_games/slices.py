@@ -42,7 +42,7 @@ from async_pbt_isaaclab.core.slices import SliceLayout, slice_problems
 from async_pbt_isaaclab.envs.slice_env import SharedVecEnv, SlicesStopped
 from async_pbt_isaaclab.rl_games.agent import LiveAgent
 from async_pbt_isaaclab.rl_games.inheritance import DonorMisfit, model_fingerprint
-from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS
+from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS, blockers
 from async_pbt_isaaclab.rl_games.observer import PbtObserver
 
 KEEP_PUBLISHED = 2
@@ -335,18 +335,15 @@ def train_slices(
     except KeyboardInterrupt:
         if shared is not None:
             shared.stop("stopped (Ctrl-C or SIGTERM)")
-        for m in host.members.values():
-            if m.observer is None or m.observer.algo is None:
-                m.status = "stopped"
     finally:
         stop_signal.restore()
         _join_all(host, shared)
         for m in host.members.values():
-            if m.observer is None or m.observer.algo is None:
-                m.session.close()  # never trained (a stop or error while building): release the member
-                if m.status in ("running", "stopped"):
-                    m.status = "stopped"
-                    _say_where_it_resumes(m.session)
+            if m.status == "running":
+                # Never trained (a stop or an error while the env or the agents were built): release the member.
+                m.status = "stopped"
+                m.session.close()
+                _say_where_it_resumes(m.session)
         if shared is not None and close_env:
             close = getattr(shared.env, "close", None)
             if close is not None:
@@ -399,6 +396,11 @@ def _build(
         runner.params["config"]["vec_env"] = shared.slices[m.slot]
         m.observer = observer
         m.agent = runner.algo_factory.create(runner.algo_name, base_name="run", params=runner.params)
+        blocked = blockers(m.agent, ())
+        if blocked:
+            raise ValueError(
+                f"member {member}: {'; '.join(blocked)}: slices exploit in memory only; run members as processes"
+            )
         if m.session.start_mode in ("fresh", "warm_start"):
             _override_sigma(m.agent, {"sigma": sigma})
     shared.reset()
