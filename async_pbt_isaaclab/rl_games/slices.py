@@ -340,9 +340,13 @@ def train_slices(
         _join_all(host, shared)
         for m in host.members.values():
             if m.status == "running":
-                # Never trained (a stop or an error while the env or the agents were built): release the member.
+                # Never trained (a stop or an error while the env or the agents were built): a restored agent ends
+                # like a process member's (record and audit say stopped), an unbuilt one just releases the member.
                 m.status = "stopped"
-                m.session.close()
+                if m.observer is not None and m.observer.algo is not None:
+                    m.observer.finish("stopped")
+                else:
+                    m.session.close()
                 _say_where_it_resumes(m.session)
         if shared is not None and close_env:
             close = getattr(shared.env, "close", None)
