@@ -11,7 +11,7 @@ running agent. Pure Python: the checks run before anything is claimed or built.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 ROLLOUT_KEYS = ("horizon_length", "minibatch_size", "num_actors")
 """Settings that shape the shared rollout (env steps per epoch, the PPO dataset, envs per slice): equal for every
@@ -103,3 +103,14 @@ def slice_problems(mutation_keys: Iterable[str], exploit_mode: str, live_keys: I
             f"({SLICES_FLAG} {count}); slices exploit in memory: use auto or inprocess"
         )
     return problems
+
+
+def rollout_key_problems(agent_cfg: Mapping[str, Any], count: int) -> list[str]:
+    """The slice refusal of :func:`slice_problems` for the rollout keys an agent config's raw ``pbt.mutation``
+    names: checked before the config is read, whose own refusal of those keys does not mention slices."""
+    pbt = agent_cfg.get("pbt") if isinstance(agent_cfg, Mapping) else None
+    mutation = pbt.get("mutation") if isinstance(pbt, Mapping) else None
+    if not isinstance(mutation, Mapping):
+        return []
+    keys = [k for k in mutation if str(k).rsplit(".", 1)[-1] in ROLLOUT_KEYS]
+    return slice_problems(keys, "auto", (), count)

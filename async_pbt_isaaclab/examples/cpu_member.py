@@ -74,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     bad = [o for o in overrides if "=" not in o]
     if bad:
         parser.error(f"unrecognized arguments: {' '.join(bad)}")
+    if args.pbt_slices != 1:
+        problems = _rollout_problems(args, overrides)
+        if problems:
+            for problem in problems:
+                print(f"error: {problem}", file=sys.stderr)
+            return 2
     try:
         agent_cfg, cfg = load_population_config(
             load_yaml(args.agent),
@@ -125,6 +131,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: member {cfg.policy_idx}: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _rollout_problems(args: argparse.Namespace, overrides: list[str]) -> list[str]:
+    """A searched key that shapes the shared rollout, refused in the words of slices (see core/slices.py)."""
+    from async_pbt_isaaclab.core.agent_config import apply_overrides
+    from async_pbt_isaaclab.core.slices import rollout_key_problems
+
+    try:
+        merged = apply_overrides(load_yaml(args.agent), [*population_overrides(args), *overrides])
+    except ConfigError:
+        return []  # the config reading below says what is wrong
+    return rollout_key_problems(merged, args.pbt_slices)
 
 
 def _train_slices(

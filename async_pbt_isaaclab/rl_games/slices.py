@@ -313,7 +313,7 @@ def train_slices(
     try:
         for slot, member in enumerate(layout.members):
             session, member_agent_cfg = start_member(
-                agent_cfg,
+                _member_agent_cfg(agent_cfg, layout.first, member),
                 dataclasses.replace(member_cfg, policy_idx=member),
                 train_dir=train_dir,
                 task=task,
@@ -358,6 +358,18 @@ def train_slices(
             "; ".join(f"member {m.session.member} failed: {type(m.error).__name__}: {m.error}" for m in failed)
         ) from failed[0].error
     return host
+
+
+def _member_agent_cfg(agent_cfg: dict[str, Any], first: int, member: int) -> dict[str, Any]:
+    """The agent config of ``member``: a run name given for the process (Isaac Lab's script names it after the
+    first member, ``<name>_pbt_<first>``) gets this member's suffix, so members never share a log folder."""
+    name = agent_cfg["params"]["config"].get("full_experiment_name")
+    if not name:
+        return agent_cfg
+    out = copy.deepcopy(agent_cfg)
+    base = name[: -len(f"_pbt_{first:03d}")] if name.endswith(f"_pbt_{first:03d}") else name
+    out["params"]["config"]["full_experiment_name"] = f"{base}_pbt_{member:03d}"
+    return out
 
 
 def _build(

@@ -42,3 +42,12 @@ def test_non_live_keys_and_restart_mode_are_refused():
     assert slice_problems(["learning_rate"], "auto", LIVE, 2) == []
     # One slice is a process member: nothing to refuse.
     assert slice_problems(["horizon_length"], "restart", LIVE, 1) == []
+
+
+def test_rollout_keys_of_a_raw_agent_config_are_refused_in_slice_words():
+    from async_pbt_isaaclab.core.slices import rollout_key_problems
+
+    raw = {"pbt": {"mutation": {"horizon_length": "mutate_int", "learning_rate": "mutate_float"}}}
+    assert rollout_key_problems(raw, 2) == [slice_problems(["horizon_length"], "auto", (), 2)[0]]
+    assert rollout_key_problems(raw, 1) == []
+    assert rollout_key_problems({"pbt": {}}, 4) == []

@@ -141,3 +141,20 @@ def test_ctrl_c_stops_every_slice_and_each_resumes_from_its_own_checkpoint(tmp_p
         assert [s["status"] for s in stops] == ["stopped", "stopped"]
         _, problems = verify_log(ws / "members" / f"{m:03d}" / "audit.jsonl")
         assert problems == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["agent.pbt.mutation.minibatch_size=mutate_int"], "pbt.mutation.minibatch_size: minibatch_size shapes the"),
+        (["--pbt-exploit-mode", "restart"], "pbt.exploit_mode: restart would restart all 2 slices"),
+        (["--pbt-slices", "3"], "members 0..2 are not all in the population of 2"),
+    ],
+)
+def test_a_slice_process_refuses_what_it_cannot_run_before_claiming(tmp_path, extra, needle):
+    ws = tmp_path / "ws"
+    cmd = [*MEMBER, "--pbt-workspace", str(ws), "--pbt-members", "2", "--pbt-slices", "2", *extra]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
+    assert not (ws / "members").exists()
