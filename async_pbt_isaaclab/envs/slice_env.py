@@ -221,7 +221,11 @@ class SharedVecEnv:
         """Each member's view."""
         self.steps = 0
         """Env steps taken (each advances all envs)."""
-        self._cond = threading.Condition()
+        # One lock; the main thread waits on its own condition (woken once, by the last submission of a step) and
+        # each slice on its own (woken once, by the step): M + 1 wake-ups per step, not M x M.
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)
+        self._slot_conds = [threading.Condition(lock) for _ in self.bounds]
         self._actions: list[Any] = [None] * len(self.bounds)
         self._active = [True] * len(self.bounds)
         self._outputs: Any = None
@@ -240,9 +244,8 @@ class SharedVecEnv:
         while True:
             with self._cond:
                 while self._active_count() and not self._all_submitted():
-                    self._cond.wait(
-                        timeout=1.0
-                    )  # a bounded wait: Ctrl-C is seen even where a wait is not interruptible
+                    # A bounded wait: Ctrl-C is seen even where a lock wait is not interruptible.
+                    self._cond.wait(timeout=1.0)
                 if not self._active_count():
                     return
                 parts = list(self._actions)
@@ -254,19 +257,20 @@ class SharedVecEnv:
                 with self._cond:
                     self._error = exc
                     self._stopping = f"the shared env failed: {type(exc).__name__}: {exc}"
-                    self._cond.notify_all()
+                    self._wake_slices()
                 raise
             with self._cond:
                 self.steps += 1
                 self._outputs = outputs
                 self._actions = [None] * len(self.bounds)
-                self._cond.notify_all()
+                self._wake_slices()
 
     def stop(self, reason: str) -> None:
         """Every member stops at its next env step (:class:`SlicesStopped` in its thread)."""
         with self._cond:
             if self._stopping is None:
                 self._stopping = reason
+            self._wake_slices()
             self._cond.notify_all()
 
     @property
@@ -280,7 +284,7 @@ class SharedVecEnv:
         with self._cond:
             self._active[slot] = False
             self._actions[slot] = None
-            self._cond.notify_all()
+            self._cond.notify_all()  # the others may all have submitted already
 
     def submit(self, slot: int, actions: Any) -> tuple[Any, Any, Any, Any]:
         """Hand in ``slot``'s actions; returns its part of the next env step once the env has stepped."""
@@ -290,10 +294,12 @@ class SharedVecEnv:
                 raise RuntimeError(f"slice {slot} stepped after it left the shared env")
             self._actions[slot] = actions
             step = self.steps
-            self._cond.notify_all()
+            if self._all_submitted():
+                self._cond.notify_all()  # only the main thread waits on it
+            mine = self._slot_conds[slot]
             while self.steps == step:
                 self._check_stop()
-                self._cond.wait()
+                mine.wait()
             outputs = self._outputs
         start, stop = self.bounds[slot]
         obs, rewards, dones, infos = outputs
@@ -310,6 +316,10 @@ class SharedVecEnv:
             raise RuntimeError("shared env: reset() it before the members start")
         start, stop = self.bounds[slot]
         return split_value(self._obs, start, stop, self.num_envs)
+
+    def _wake_slices(self) -> None:
+        for cond in self._slot_conds:
+            cond.notify_all()
 
     def _check_stop(self) -> None:
         if self._stopping is not None:
