@@ -63,6 +63,17 @@ RUNS = {
         "--windows",
         "inprocess_pending,inprocess_applied,inprocess_saved,inprocess_done",
     ],
+    # Both members as slices of one process (docs/slices.md): every kill takes both down, in one member's window.
+    "slices": [
+        "--slices",
+        "2",
+        "--exploit-mode",
+        "inprocess",
+        "--kills",
+        "4",
+        "--windows",
+        "inprocess_pending,inprocess_applied,inprocess_saved,inprocess_done",
+    ],
 }
 
 
@@ -104,7 +115,7 @@ def test_population_survives_kills_in_every_dangerous_window(tmp_path, mode):
     assert figures["lost"] == [] and figures["exploits"]["applied"] >= 1
     assert figures["audit_command_exit"] == 0
     assert all(frame >= figures["frame_targets"][m] for m, frame in figures["final_frames"].items())
-    if mode == "inprocess":
+    if mode in ("inprocess", "slices"):
         # Exploits ran in the live process; the ones a kill interrupted were applied by the process that came back.
         assert figures["exploits_by_path"].get("inprocess (planned inprocess)", 0) >= 1
         assert set(figures["exploits_by_path"]) <= {"inprocess (planned inprocess)", "restart (planned inprocess)"}
