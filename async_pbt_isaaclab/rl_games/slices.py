@@ -38,12 +38,14 @@ from typing import Any, Callable, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.generation import DonorSource
+from async_pbt_isaaclab.core.records import MemberRecord
 from async_pbt_isaaclab.core.slices import SliceLayout, slice_problems
 from async_pbt_isaaclab.envs.slice_env import SharedVecEnv, SlicesStopped
 from async_pbt_isaaclab.rl_games.agent import LiveAgent
 from async_pbt_isaaclab.rl_games.inheritance import DonorMisfit, model_fingerprint
 from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS, blockers
 from async_pbt_isaaclab.rl_games.observer import PbtObserver
+from async_pbt_isaaclab.rl_games.publisher import MemberPublisher
 
 KEEP_PUBLISHED = 2
 """Published states a member keeps in memory: the donor of a decision at matching progress is the newest one, or the
@@ -112,11 +114,29 @@ class SliceAgent(LiveAgent):
             return next((p for p in self.published if p.checkpoint == checkpoint), None)
 
 
+class SlicePublisher(MemberPublisher):
+    """A slice member's publisher: a published checkpoint is kept in memory before any record names it, so a
+    recipient in this process that decides on that record finds it there."""
+
+    def publish(self, persist: bool = True) -> MemberRecord:
+        agent = self.agent
+        if isinstance(agent, SliceAgent):
+            agent.taken = None
+        record = super().publish(persist=persist)
+        if isinstance(agent, SliceAgent):
+            taken, published = agent.taken, self.last_checkpoint
+            if taken is not None and published is not None:
+                agent.keep_published(published[0], published[1], taken)
+            agent.taken = None
+        return record
+
+
 class SliceObserver(PbtObserver):
     """A slice member's observer: the process member's, plus the published states and the fault check."""
 
     def __init__(self, session: Any, host: SliceHost, slot: int):
         super().__init__(session)
+        self.publisher = SlicePublisher(session)
         self.host = host
         """The process's members (where in-memory donors are found)."""
         self.slot = slot
@@ -127,16 +147,6 @@ class SliceObserver(PbtObserver):
 
     def make_agent(self, algo: Any) -> LiveAgent:
         return SliceAgent(algo)
-
-    def publish_and_decide(self) -> None:
-        agent = self.agent
-        assert isinstance(agent, SliceAgent)
-        agent.taken = None
-        super().publish_and_decide()
-        taken, published = agent.taken, self.publisher.last_checkpoint
-        if taken is not None and published is not None:
-            agent.keep_published(published[0], published[1], taken)
-        agent.taken = None
 
     def after_print_stats(self, frame, epoch_num, total_time) -> None:
         super().after_print_stats(frame, epoch_num, total_time)
@@ -151,7 +161,7 @@ class SliceObserver(PbtObserver):
         kept = donor.agent.find_published(source.checkpoint)
         reason = ""
         if kept is None:
-            reason = "no longer kept in memory"
+            reason = "not kept in memory (older than the last two it published)"
         elif kept.sha256 != source.sha256:
             reason = f"kept checksum {kept.sha256[:12]} is not the decision's {source.sha256[:12]}"
         else:
