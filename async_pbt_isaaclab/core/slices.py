@@ -114,3 +114,22 @@ def rollout_key_problems(agent_cfg: Mapping[str, Any], count: int) -> list[str]:
         return []
     keys = [k for k in mutation if str(k).rsplit(".", 1)[-1] in ROLLOUT_KEYS]
     return slice_problems(keys, "auto", (), count)
+
+
+def process_members(command: Iterable[str], first: int) -> list[int]:
+    """The members a training command started at ``--pbt-index first`` hosts: ``first`` alone, or with
+    ``--pbt-slices M`` in the command (its last value wins, as argparse reads it) ``first .. first+M-1``."""
+    args = list(command)
+    count = 1
+    for i, arg in enumerate(args):
+        value = None
+        if arg == SLICES_FLAG and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(SLICES_FLAG + "="):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            try:
+                count = max(1, int(value))
+            except ValueError:
+                count = 1
+    return list(range(first, first + count))

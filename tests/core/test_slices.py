@@ -51,3 +51,12 @@ def test_rollout_keys_of_a_raw_agent_config_are_refused_in_slice_words():
     assert rollout_key_problems(raw, 2) == [slice_problems(["horizon_length"], "auto", (), 2)[0]]
     assert rollout_key_problems(raw, 1) == []
     assert rollout_key_problems({"pbt": {}}, 4) == []
+
+
+def test_the_members_a_command_hosts_are_named_from_its_slices_flag():
+    from async_pbt_isaaclab.core.slices import process_members
+
+    assert process_members(["python", "-m", "x", "--num_envs", "8"], 3) == [3]
+    assert process_members(["x", "--pbt-slices", "4"], 4) == [4, 5, 6, 7]
+    assert process_members(["x", "--pbt-slices=2", "--pbt-slices", "3"], 0) == [0, 1, 2]
+    assert process_members(["x", "--pbt-slices", "no"], 2) == [2]
