@@ -136,6 +136,22 @@ def test_shared_step_calls_no_host_transfer_api(monkeypatch):
     assert sum(len(p.drain()) for p in sliced.parts) == 0  # nothing settled yet, but drain works after the patch
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_shared_step_does_not_synchronise_on_cuda():
+    """On a GPU, torch raises on any synchronising call while the sync debug mode is "error"."""
+    _, step, done = _one_shared_step("cuda")
+    patterns = [torch.arange(9, device="cuda") % (i + 2) == 0 for i in range(4)]  # made before the check
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for pattern in patterns:
+            done.copy_(pattern)  # device to device: no host involvement
+            step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
 # ---------------------------------------------------------------------------------------------- the barrier
 
 
