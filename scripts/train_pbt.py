@@ -53,6 +53,7 @@ from async_pbt_isaaclab.member.restart import capture_argv
 capture_argv()
 
 from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides  # noqa: E402
+from async_pbt_isaaclab.core.slices import SLICES_FLAG  # noqa: E402
 
 # torch-free; Isaac Lab is imported lazily inside the hooks
 from async_pbt_isaaclab.envs.isaaclab import (  # noqa: E402
@@ -155,7 +156,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="Train one run (no population) that follows a hyperparameter schedule written by "
         "`async-pbt replay WORKSPACE --member K --out SCHEDULE`.",
     )
-    add_population_args(parser)
+    group = add_population_args(parser)
+    group.add_argument(
+        SLICES_FLAG,
+        dest="pbt_slices",
+        type=int,
+        default=1,
+        help="members this process hosts on one simulator, each a full agent on its own slice of SLICES x "
+        "--num_envs envs: members --pbt-index .. --pbt-index+SLICES-1 (docs/slices.md)",
+    )
     return parser
 
 
@@ -228,6 +237,7 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
         return 2
     try:
         seed, resume_path, sigma = _run_settings(args, session, hooks, agent_cfg, cfg)
+        slices = _slices(args, env_cfg, agent_cfg, cfg)
     except _Refused as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -250,6 +260,10 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
             return 2
     rl_device, clip_obs, clip_actions, extra = rl_games_wrapper_options(agent_cfg)
     vec_env = hooks.vec_env_wrapper(env, rl_device, clip_obs, clip_actions, **extra)
+    if slices > 1:
+        return _train_slices(
+            args, slices, vec_env, env_cfg, agent_cfg, cfg, log_root, resume_path, sigma, reward_config
+        )
     register_rl_games_env(vec_env, hooks)
     agent_cfg["params"]["config"]["num_actors"] = vec_env.unwrapped.num_envs
 
@@ -274,6 +288,74 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
     return 0
 
 
+def _slices(args: argparse.Namespace, env_cfg: Any, agent_cfg: dict[str, Any], cfg: Any) -> int:
+    """``--pbt-slices M``: checked, and the env made M times as large (each member keeps ``--num_envs`` envs)."""
+    count = int(getattr(args, "pbt_slices", 1) or 1)
+    if count == 1:
+        return 1
+    from async_pbt_isaaclab.core.slices import slice_layout
+    from async_pbt_isaaclab.rl_games.slices import check_slices
+
+    if not cfg.enabled:
+        raise _Refused(f"error: {SLICES_FLAG} {count}: slices are population members; give --pbt-workspace")
+    if getattr(args, "pbt_replay", None) or args.track:
+        raise _Refused(f"error: {SLICES_FLAG} {count} cannot be combined with --pbt-replay or --track")
+    scene = getattr(env_cfg, "scene", None)
+    if scene is None or not isinstance(getattr(scene, "num_envs", None), int):
+        raise _Refused(f"error: {SLICES_FLAG} {count}: the task's env config has no scene.num_envs to enlarge")
+    try:
+        slice_layout(cfg.policy_idx, count, cfg.num_policies, scene.num_envs)
+    except ValueError as exc:
+        raise _Refused(f"error: {exc}") from None
+    problems = check_slices(cfg, count)
+    if problems:
+        raise _Refused("\n".join(f"error: {p}" for p in problems))
+    scene.num_envs *= count
+    return count
+
+
+def _train_slices(
+    args: argparse.Namespace,
+    count: int,
+    vec_env: Any,
+    env_cfg: Any,
+    agent_cfg: dict[str, Any],
+    cfg: Any,
+    log_root: str,
+    resume_path: str | None,
+    sigma: float | None,
+    reward_config: str,
+) -> int:
+    """Members ``--pbt-index .. +count-1`` in this process, each on its slice of ``vec_env`` (one simulator)."""
+    from dataclasses import replace
+
+    from async_pbt_isaaclab.core.slices import slice_layout
+    from async_pbt_isaaclab.rl_games.slices import train_slices
+
+    num_envs = int(vec_env.unwrapped.num_envs)
+    layout = slice_layout(cfg.policy_idx, count, cfg.num_policies, num_envs // count)
+    agent_cfg["params"]["config"]["num_actors"] = layout.envs_per_slice
+    print(
+        f"[INFO] {count} members ({layout.first}..{layout.first + count - 1}) on one simulator of {num_envs} envs, "
+        f"{layout.envs_per_slice} each"
+    )
+    start = time.time()
+    train_slices(
+        agent_cfg,
+        cfg,
+        layout,
+        lambda n: vec_env,
+        train_dir=log_root,
+        task=args.task,
+        checkpoint=resume_path,
+        sigma=sigma,
+        reward_config=reward_config,
+        extra_observers=lambda m: _observers(args, env_cfg, agent_cfg, replace(cfg, policy_idx=m), log_root, None),
+    )
+    print(f"Training time: {round(time.time() - start, 2)} seconds")
+    return 0
+
+
 def _population_config(args: argparse.Namespace, agent_cfg: dict[str, Any]) -> tuple[dict[str, Any], Any, Any, Any]:
     """The agent config with the population flags applied, its population config, the ``--pbt-replay`` observer
     (or ``None``) and the ``pbt_summary:`` section (``None`` without the population). A bad setting raises
@@ -283,6 +365,15 @@ def _population_config(args: argparse.Namespace, agent_cfg: dict[str, Any]) -> t
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
     from async_pbt_isaaclab.rl_games.exploration_config import validate_exploration_config
 
+    if int(getattr(args, "pbt_slices", 1) or 1) != 1:
+        from async_pbt_isaaclab.core.agent_config import apply_overrides
+        from async_pbt_isaaclab.core.slices import rollout_key_problems
+
+        # A searched key that shapes the shared rollout, refused in the words of slices before the config's own
+        # (which does not know this process hosts several members).
+        problems = rollout_key_problems(apply_overrides(agent_cfg, population_overrides(args)), args.pbt_slices)
+        if problems:
+            raise ValueError("; ".join(problems))
     agent_cfg, cfg = load_population_config(
         agent_cfg,
         population_overrides(args),

@@ -62,11 +62,15 @@ ENTRY_KINDS = (
     "exploit_aborted",
     "stop",
     "warning",
+    "donor_in_memory",
+    "fault",
 )
 """``decision``, ``initial_draw`` and ``initial_mutation`` entries are recomputed by the verifier; the others are
 chained facts. The verifier also follows the member's RNG stream: every recomputed entry's ``rng_before`` must be the
 previous one's ``rng_after`` (and a ``start`` entry's ``rng_state`` the same), so a member whose state.json was
-replaced or deleted, restarting its random stream, is caught."""
+replaced or deleted, restarting its random stream, is caught. ``donor_in_memory`` (a slice member took its donor's
+state from memory) and ``fault`` (non-finite weights repaired or the member stopped) are facts
+(``rl_games/slices.py``)."""
 
 
 def entry_hash(prev_hash: str, entry: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ from async_pbt_isaaclab.console import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
 from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides
+from async_pbt_isaaclab.core.slices import SLICES_FLAG
 from async_pbt_isaaclab.member.restart import capture_argv
 
 DEFAULT_AGENT = Path(__file__).with_name("pendulum_ppo.yaml")
@@ -50,7 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="train one run (no population) that follows a hyperparameter schedule written by "
         "`async-pbt replay WORKSPACE --member K --out SCHEDULE`",
     )
-    add_population_args(parser)
+    group = add_population_args(parser)
+    group.add_argument(
+        SLICES_FLAG,
+        dest="pbt_slices",
+        type=int,
+        default=1,
+        help="members this process hosts, each on its own slice of one vectorized env of SLICES x num_envs envs: "
+        "members --pbt-index .. --pbt-index+SLICES-1 (docs/slices.md)",
+    )
     return parser
 
 
@@ -65,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     bad = [o for o in overrides if "=" not in o]
     if bad:
         parser.error(f"unrecognized arguments: {' '.join(bad)}")
+    if args.pbt_slices != 1:
+        problems = _rollout_problems(args, overrides)
+        if problems:
+            for problem in problems:
+                print(f"error: {problem}", file=sys.stderr)
+            return 2
     try:
         agent_cfg, cfg = load_population_config(
             load_yaml(args.agent),
@@ -91,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
+    if args.pbt_slices != 1:
+        return _train_slices(args, agent_cfg, cfg, task, train_dir)
+
     def register_env() -> None:
         # Imports rl_games' env registry (seconds): train_member calls this once the member is claimed.
         from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv
@@ -111,6 +129,55 @@ def main(argv: list[str] | None = None) -> int:
         # Problems the user must fix (claimed index, unwritable workspace, unloadable checkpoint):
         # one clear line and exit code 2, which the launcher does not retry.
         print(f"error: member {cfg.policy_idx}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _rollout_problems(args: argparse.Namespace, overrides: list[str]) -> list[str]:
+    """A searched key that shapes the shared rollout, refused in the words of slices (see core/slices.py)."""
+    from async_pbt_isaaclab.core.agent_config import apply_overrides
+    from async_pbt_isaaclab.core.slices import rollout_key_problems
+
+    try:
+        merged = apply_overrides(load_yaml(args.agent), [*population_overrides(args), *overrides])
+    except ConfigError:
+        return []  # the config reading below says what is wrong
+    return rollout_key_problems(merged, args.pbt_slices)
+
+
+def _train_slices(
+    args: argparse.Namespace, agent_cfg: dict[str, Any], cfg: PopulationConfig, task: str, train_dir: str
+) -> int:
+    """``--pbt-slices M``: members ``--pbt-index .. +M-1`` in this process, on one gymnasium vec-env of M x num_envs."""
+    from async_pbt_isaaclab.core.slices import slice_layout
+    from async_pbt_isaaclab.core.workspace import WorkspaceError
+    from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError
+    from async_pbt_isaaclab.rl_games.slices import check_slices, train_slices
+
+    rl_cfg = agent_cfg["params"]["config"]
+    try:
+        if not cfg.enabled:
+            raise ValueError(f"{SLICES_FLAG} {args.pbt_slices}: slices are population members; give --pbt-workspace")
+        layout = slice_layout(cfg.policy_idx, args.pbt_slices, cfg.num_policies, int(rl_cfg["num_actors"]))
+        problems = check_slices(cfg, layout.count)
+        if problems:
+            raise ValueError("; ".join(problems))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    env_config = dict(rl_cfg.get("env_config") or {})
+    # The process's seed (the first member's, see _apply_run_flags): each slice's agent adds its slot to it.
+    env_config.setdefault("seed", int(agent_cfg["params"].get("seed", 0) or 0))
+
+    def make_env(num_envs: int) -> Any:
+        from async_pbt_isaaclab.envs.gym_vec_env import GymVecEnv
+
+        return GymVecEnv(task, num_envs, **env_config)
+
+    try:
+        train_slices(agent_cfg, cfg, layout, make_env, train_dir=train_dir, task=task, checkpoint=args.checkpoint)
+    except (WorkspaceError, CheckpointError) as exc:
+        print(f"error: members {layout.first}..{layout.first + layout.count - 1}: {exc}", file=sys.stderr)
         return 2
     return 0
 

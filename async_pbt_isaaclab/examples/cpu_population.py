@@ -3,8 +3,10 @@
     python -m async_pbt.examples.cpu_population --members 2 --smoke --workspace ./runs/cpu-smoke
 
 Each member is ``python -m async_pbt.examples.cpu_member`` with the population flags added by
-the local launcher. Members publish evidence, select, copy donors' checkpoints and restart themselves
-with ``os.execv``; the launcher restarts a crashed member from its own last checkpoint.
+the local launcher. With ``--slices M`` each process hosts M members on slices of one vectorized env
+(``--members 4 --slices 4``: the whole population in one process; docs/slices.md). Members publish
+evidence, select, copy donors' checkpoints and restart themselves with ``os.execv`` (slices copy in memory);
+the launcher restarts a crashed process from its members' own last checkpoints.
 
 ``--smoke`` is a short run (about a minute on 2 cores) that exercises every step; without it the run is
 long enough for the population to learn Pendulum (returns rise from about -1200 towards -200).
@@ -33,8 +35,10 @@ from async_pbt_isaaclab.core.member_progress import generation_changes
 from async_pbt_isaaclab.core.member_state import load_state
 from async_pbt_isaaclab.core.pbt_section import SELECTION_RULES
 from async_pbt_isaaclab.core.retention import population_best
+from async_pbt_isaaclab.core.slices import SLICES_FLAG, slice_problems
 from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
 from async_pbt_isaaclab.exit_codes import EXIT_USAGE
+from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS  # plain data: no torch, no rl_games
 
 PROG = "python -m async_pbt.examples.cpu_population"
 """How users run the example (the name in its messages)."""
@@ -50,6 +54,13 @@ FULL = {"iterations": 200, "interval": 32768, "start_grace": 65536, "min_episode
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--members", type=int, default=2, help="population size (at least 2)")
+    p.add_argument(
+        "--slices",
+        type=int,
+        default=1,
+        help="members per process, each on its own slice of one vectorized env (1: one process per member; "
+        "--members must be a multiple; docs/slices.md)",
+    )
     p.add_argument("--workspace", default="runs/cpu-population", help="shared workspace folder")
     p.add_argument("--smoke", action="store_true", help="short run that exercises every step")
     p.add_argument("--iterations", type=int, default=None, help="rl_games epochs per member (overrides the preset)")
@@ -88,6 +99,7 @@ def member_command(args: argparse.Namespace, workspace: Path) -> list[str]:
         "agent.pbt.mutation.entropy_coef=mutate_float",
         "agent.pbt.mutation.gamma=mutate_discount",
         "agent.pbt.mutation.e_clip=mutate_float",
+        *([SLICES_FLAG, str(args.slices)] if args.slices != 1 else []),
     ]
 
 
@@ -149,6 +161,10 @@ def check_arguments(args: argparse.Namespace) -> None:
             f"--iterations {args.iterations}: must be at least 1 (omit it for the preset: "
             f"{SMOKE['iterations']} with --smoke, {FULL['iterations']} without)"
         )
+    if args.slices < 1 or args.members % args.slices:
+        raise UsageError(
+            f"--slices {args.slices}: must divide --members {args.members} (each process hosts --slices members)"
+        )
     if not args.progress_interval > 0:
         raise UsageError(f"--progress-interval {args.progress_interval:g}: must be a positive number of seconds")
 
@@ -189,11 +205,14 @@ def check_member_config(args: argparse.Namespace, workspace: Path) -> None:
     member_args, rest = parser.parse_known_args(flags)
     overrides = [o for o in rest if "=" in o]
     try:
-        load_population_config(
+        _, cfg = load_population_config(
             load_yaml(AGENT_YAML), [*population_overrides(member_args), *overrides], source=str(AGENT_YAML)
         )
     except ConfigError as exc:
         raise UsageError("; ".join(exc.problems)) from None
+    problems = slice_problems(cfg.mutation, cfg.exploit_mode, LIVE_SETTERS, args.slices)
+    if problems:
+        raise UsageError("; ".join(problems))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -227,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
             workspace,
             gpus=[],
             progress_interval_s=args.progress_interval,
+            # With slices, one process per --slices members: the launcher starts each at its first member's index.
+            indices=list(range(0, args.members, args.slices)),
         )
     except LaunchError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from async_pbt_isaaclab.core.resume import describe_resume
+from async_pbt_isaaclab.core.slices import process_members
 from async_pbt_isaaclab.exit_codes import (
     EXIT_GAVE_UP,
     EXIT_OK,
@@ -185,7 +186,17 @@ class Supervisor:
             return
         o.pid = m.popen.pid
         o.status = "running"
-        self.journal.write("start", o.index, pid=o.pid, attempt=o.starts, gpu=o.gpu, log=o.log_path, command=m.command)
+        self.journal.write(
+            "start",
+            o.index,
+            pid=o.pid,
+            attempt=o.starts,
+            gpu=o.gpu,
+            log=o.log_path,
+            command=m.command,
+            # The members this process hosts (several with --pbt-slices: contiguous from its index).
+            members=process_members(m.command, o.index),
+        )
         if o.starts > 1:
             self.say(f"member {o.index:03d} restarted (pid {o.pid}, start {o.starts})")
 

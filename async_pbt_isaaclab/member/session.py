@@ -122,8 +122,11 @@ def start_member(
     checkpoint: str | None = None,
     reward_config: str = "",
     lock_wait_s: float = 15.0,
+    start_info: dict[str, Any] | None = None,
 ) -> tuple[MemberSession, dict[str, Any]]:
     """Claim member ``cfg.policy_idx`` in the workspace and prepare its start.
+
+    ``start_info`` is added to the ``start`` audit entry (a process hosting several members names them there).
 
     Returns the session and the agent config to build rl_games with (hyperparameters, experiment name
     and train dir set). ``agent_cfg`` is not modified.
@@ -138,13 +141,15 @@ def start_member(
     lock.acquire(cfg.policy_idx, wait_s=lock_wait_s)
     try:
         seed = ws.population_seed(meta)
-        return _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term, seed)
+        return _prepare(
+            agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term, seed, start_info or {}
+        )
     except BaseException:
         lock.release()
         raise
 
 
-def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term, seed):
+def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term, seed, start_info):
     mdir = ws.member_dir(cfg.policy_idx)
     _clear_leftovers(ws, cfg)
     agent_cfg = copy.deepcopy(agent_cfg)
@@ -195,6 +200,7 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
             "rng_state": state.rng_state,
             # Restarts must not grow the environment (Isaac Lab's python.sh re-sources paths on every start).
             "environ_size": sum(len(k) + len(v) for k, v in os.environ.items()),
+            **start_info,
         },
     )
     session.save()

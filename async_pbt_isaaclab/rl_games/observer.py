@@ -75,6 +75,9 @@ class PbtObserver(AlgoObserver):
         """A decided exploit or explore, the record it was decided on and, for an explore, a copy of the state
         that record's checkpoint holds (where the explore continues from); carried out in ``after_print_stats``
         once the epoch's update is done."""
+        self.donor_from_memory: Any = None
+        """``f(source) -> donor state | None``: a donor living in this process (a slice member) is taken from
+        memory; ``None`` (or ``f`` returning ``None``): the donor's checkpoint is copied as usual."""
 
     @property
     def algo(self) -> Any:
@@ -94,7 +97,7 @@ class PbtObserver(AlgoObserver):
             source.set_settle_max_steps(self.cfg.settle_max_steps)
         source.start_generation(self.session.state.generation)
         self.publisher.summary_source = source
-        agent = LiveAgent(algo)
+        agent = self.make_agent(algo)
         self._restore_start_checkpoint(agent)
         saved = self.session.state.evidence
         if saved is not None and self.session.start_mode == "resume":
@@ -106,6 +109,10 @@ class PbtObserver(AlgoObserver):
         self.publisher.attach(agent)
         self.agent = agent
         print_notes(self.session)
+
+    def make_agent(self, algo: Any) -> LiveAgent:
+        """The member's view of its rl_games agent (a process hosting several members keeps published states)."""
+        return LiveAgent(algo)
 
     def _restore_start_checkpoint(self, agent: LiveAgent) -> None:
         """Load the start checkpoint the session chose (if any) with the member's own hyperparameters, through the
@@ -171,6 +178,7 @@ class PbtObserver(AlgoObserver):
                     held_stop=held_stop,
                     exit_on_restart=self.exit_on_restart,
                     published_state=published,
+                    donor_from_memory=self.donor_from_memory,
                 )
         finally:
             self.hook_seconds += time.perf_counter() - t0

@@ -63,7 +63,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The harness's modules, next to this script.
 import chaos_checks
 from chaos_driver import Driver
-from chaos_members import FIXTURE_RULE, all_published, launch, stop, wait_temp_files_past_grace
+from chaos_members import (
+    FIXTURE_RULE,
+    all_published,
+    launch,
+    process_firsts,
+    slices,
+    stop,
+    wait_temp_files_past_grace,
+)
 from chaos_watch import Watcher
 from chaos_windows import (  # noqa: F401  (the window tests, re-exported for tests/integration/test_chaos.py)
     aimed_windows,
@@ -174,7 +182,12 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
         for m in range(args.members)
     }
     wait_temp_files_past_grace(ws, args.temp_grace, deadline)
-    finishing = {m: launch(args, ws, root, targets[m], member=m) for m in range(args.members)}
+    # With --slices a process's members share one epoch limit: the furthest of them sets it.
+    count = slices(args)
+    for first in process_firsts(args):
+        for m in range(first, first + count):
+            targets[m] = max(targets[k] for k in range(first, first + count))
+    finishing = {m: launch(args, ws, root, targets[m], member=m) for m in process_firsts(args)}
     print(f"[chaos] finishing: members train to epochs {targets}", flush=True)
     finish_codes: dict[int, int | None] = {}
     for m, proc in finishing.items():
@@ -219,6 +232,12 @@ def check_windows(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--members", type=int, default=4)
+    p.add_argument(
+        "--slices",
+        type=int,
+        default=1,
+        help="members per process, on slices of one env (docs/slices.md); a kill takes the process's members down",
+    )
     p.add_argument(
         "--kills",
         type=int,

@@ -97,7 +97,9 @@ def verify(
         elif e.get("event") == "exit":
             exits[e["member"]].append(e)
     for k in driver.kills:
-        k.came_back = any(s["time"] > k.time for s in starts[k.member])
+        # The journal names a process by its first member (--slices: a process hosts several).
+        first = driver.process_members(k.member)[0]
+        k.came_back = any(s["time"] > k.time for s in starts[first])
     f["kills"] = {w: sum(1 for k in driver.kills if k.window == w and k.landed) for w in windows}
     f["kills_missed"] = {w: sum(1 for k in driver.kills if k.window == w and not k.landed) for w in windows}
     f["kills_survived"] = {w: sum(1 for k in driver.kills if k.window == w and k.came_back) for w in windows}
@@ -319,7 +321,11 @@ def verify(
     if lost:
         failures.append(f"lost: {lost}")
     exploit_figures, exploit_failures = verify_exploits(
-        ws, args.members, args.exploit_mode, Counter(k.member for k in driver.kills)
+        # A kill takes down every member of the killed process.
+        ws,
+        args.members,
+        args.exploit_mode,
+        Counter(m for k in driver.kills for m in driver.process_members(k.member)),
     )
     f.update(exploit_figures)
     failures += exploit_failures

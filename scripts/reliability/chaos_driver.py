@@ -88,6 +88,12 @@ class Driver:
     """Windows the members hold in at a pause point (``chaos_windows.HELD_WINDOWS`` aimed at): the members'
     ``ASYNC_PBT_TEST_PAUSE_AT``; their file events are not aimed at, the members' pause markers are."""
 
+    def process_members(self, member: int) -> range:
+        """The members that share ``member``'s process (``--slices``; itself alone without slices)."""
+        count = int(getattr(self.args, "slices", 1) or 1)
+        first = member - member % count
+        return range(first, first + count)
+
     def mdir(self, member: int) -> Path:
         return self.ws / "members" / member_dirname(member)
 
@@ -109,12 +115,17 @@ class Driver:
             m = e.get("member")
             if not isinstance(m, int):
                 continue
+            # The journal names a process by its first member; every member of the process shares its pid.
+            sharing = self.process_members(m)
             if e.get("event") == "start":
-                self.pids[m] = int(e["pid"])
-                self.starts.setdefault(m, []).append(float(e["time"]))
+                for k in sharing:
+                    self.pids[k] = int(e["pid"])
+                    self.starts.setdefault(k, []).append(float(e["time"]))
             elif e.get("event") in ("exit", "give_up"):
-                self.pids[m] = None
-                ours = e.get("event") == "exit" and e.get("code") == -signal.SIGKILL and m in self.last_kill
+                for k in sharing:
+                    self.pids[k] = None
+                killed = any(k in self.last_kill for k in sharing)
+                ours = e.get("event") == "exit" and e.get("code") == -signal.SIGKILL and killed
                 if not ours:
                     self.unexpected_exits.append(
                         f"member {m}: {e.get('event')} code {e.get('code')} ({e.get('reason', '')})"
@@ -130,7 +141,8 @@ class Driver:
         except OSError:
             return None
         # Same process (exec restarts keep the pid), still this member: never kill a recycled pid.
-        if b"--pbt-index" not in cmd or cmd[cmd.index(b"--pbt-index") + 1] != str(member).encode():
+        first = self.process_members(member)[0]
+        if b"--pbt-index" not in cmd or cmd[cmd.index(b"--pbt-index") + 1] != str(first).encode():
             return None
         return pid
 
@@ -181,7 +193,8 @@ class Driver:
         if not _signal_group(pid, signal.SIGKILL):
             return False
         kill = Kill(time.time(), member, window, pid, detail)
-        self.last_kill[member] = kill.time
+        for k in self.process_members(member):  # a slice process takes all its members down
+            self.last_kill[k] = kill.time
         if _wait_dead(pid, self.args.deadline):
             phase = landed()
             kill.landed, kill.phase = phase is not None, phase or "window already closed at death"

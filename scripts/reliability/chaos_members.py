@@ -90,7 +90,19 @@ def member_command(args: argparse.Namespace, workspace: Path, iterations: int, f
         "agent.pbt.mutation.learning_rate=mutate_float",
         "agent.pbt.mutation.entropy_coef=mutate_float",
         "agent.pbt.mutation.gamma=mutate_discount",
+        # --slices M: each process hosts M members on slices of one env (docs/slices.md).
+        *(["--pbt-slices", str(slices(args))] if slices(args) > 1 else []),
     ]
+
+
+def slices(args: argparse.Namespace) -> int:
+    """Members per process (``--slices``; 1: one process per member)."""
+    return int(getattr(args, "slices", 1) or 1)
+
+
+def process_firsts(args: argparse.Namespace) -> list[int]:
+    """The first member of every process: the indices the launcher starts."""
+    return list(range(0, args.members, slices(args)))
 
 
 def launcher_command(
@@ -115,6 +127,7 @@ def launcher_command(
         "none",
         *env,
         *(["--indices", str(member)] if finishing else []),
+        *(["--indices", ",".join(map(str, process_firsts(args)))] if not finishing and slices(args) > 1 else []),
         # A SIGKILL from outside is a crash to the launcher: restart quickly, and never give up on a
         # member killed a few times in a row (the driver kills a member again only after it published).
         # The stop graces are safety limits for a loaded machine: members stop on Ctrl-C long before.

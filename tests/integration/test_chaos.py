@@ -5,7 +5,8 @@ per exploit path (the full run, 4 members and 40 kills, is in docs/reliability.m
 write, the donor copy of an exploit, right after an exploit decision was logged, the exploit restart in flight,
 and a random moment. In-process exploits: with the recipient pending (record being rewritten, the donor being
 loaded into the live agent), after ``exploit_applied`` was logged and before ``state.json`` cleared the pending
-exploit, after ``state.json`` was saved and before the record was rewritten, and after the record. The members use
+exploit, after ``state.json`` was saved and before the record was rewritten, and after the record; the same four
+with both members as slices of one process (``--slices 2``: each kill takes both down). The members use
 the test fixture rule that exploits at every decision, so exploit windows keep coming; the driver watches the
 workspace with inotify, kills the member's process group as a window opens (the three narrowest in-process
 windows: while the member is held inside them at a pause point, ``ASYNC_PBT_TEST_PAUSE_AT``), and counts the kill
@@ -63,6 +64,17 @@ RUNS = {
         "--windows",
         "inprocess_pending,inprocess_applied,inprocess_saved,inprocess_done",
     ],
+    # Both members as slices of one process (docs/slices.md): every kill takes both down, in one member's window.
+    "slices": [
+        "--slices",
+        "2",
+        "--exploit-mode",
+        "inprocess",
+        "--kills",
+        "4",
+        "--windows",
+        "inprocess_pending,inprocess_applied,inprocess_saved,inprocess_done",
+    ],
 }
 
 
@@ -104,7 +116,7 @@ def test_population_survives_kills_in_every_dangerous_window(tmp_path, mode):
     assert figures["lost"] == [] and figures["exploits"]["applied"] >= 1
     assert figures["audit_command_exit"] == 0
     assert all(frame >= figures["frame_targets"][m] for m, frame in figures["final_frames"].items())
-    if mode == "inprocess":
+    if mode in ("inprocess", "slices"):
         # Exploits ran in the live process; the ones a kill interrupted were applied by the process that came back.
         assert figures["exploits_by_path"].get("inprocess (planned inprocess)", 0) >= 1
         assert set(figures["exploits_by_path"]) <= {"inprocess (planned inprocess)", "restart (planned inprocess)"}

@@ -58,6 +58,8 @@ def _assert_one_line_usage_error(proc: subprocess.CompletedProcess, *named: str)
         (["--iterations", "-5"], ["--iterations -5"]),
         (["--rule", "foo"], ["--rule", "'foo'", "dexpbt"]),
         (["--progress-interval", "0"], ["--progress-interval 0"]),
+        (["--members", "4", "--slices", "3"], ["--slices 3", "must divide --members 4"]),
+        (["--members", "4", "--slices", "0"], ["--slices 0"]),
         (["--no-such-flag"], ["--no-such-flag"]),
     ],
 )

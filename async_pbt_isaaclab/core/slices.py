@@ -1,0 +1,135 @@
+"""Members that share one simulator: which members a process hosts, and what such a process refuses.
+
+A process started with ``--pbt-slices M`` and ``--pbt-index F`` hosts members ``F .. F+M-1`` (contiguous), each a
+full rl_games agent on its own contiguous slice of one vectorized env of ``M x num_envs`` envs
+(``rl_games/slices.py``). The rollout is shared: every slice steps the env once per control step, so the
+settings that shape it are the same for every slice and cannot be searched, and an exploit cannot restart the
+process (that would restart every slice): it is carried out in memory, so every searched key must be settable on a
+running agent. Pure Python: the checks run before anything is claimed or built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+ROLLOUT_KEYS = ("horizon_length", "minibatch_size", "num_actors")
+"""Settings that shape the shared rollout (env steps per epoch, the PPO dataset, envs per slice): equal for every
+slice of a process, never searched."""
+
+SLICES_FLAG = "--pbt-slices"
+"""The command-line flag (``scripts/train_pbt.py`` and the CPU member)."""
+
+
+@dataclass(frozen=True)
+class SliceLayout:
+    """Members ``first .. first+count-1`` of one process, member ``first+i`` on envs ``[i*n, (i+1)*n)``."""
+
+    first: int
+    """Index of the process's first member."""
+    count: int
+    """Number of members (slices) the process hosts."""
+    envs_per_slice: int
+    """Envs of each member (``num_actors`` of the agent yaml)."""
+
+    @property
+    def members(self) -> tuple[int, ...]:
+        """The member indices the process hosts, in slice order."""
+        return tuple(range(self.first, self.first + self.count))
+
+    @property
+    def num_envs(self) -> int:
+        """Envs of the shared vectorized env."""
+        return self.count * self.envs_per_slice
+
+    def bounds(self, slot: int) -> tuple[int, int]:
+        """``[start, stop)`` env indices of the member in slot ``slot`` (0-based within the process)."""
+        if not 0 <= slot < self.count:
+            raise IndexError(f"slice {slot} is not in [0, {self.count})")
+        return slot * self.envs_per_slice, (slot + 1) * self.envs_per_slice
+
+    def to_dict(self) -> dict[str, object]:
+        """What the members' ``start`` audit entries record of the process they share."""
+        return {
+            "first": self.first,
+            "count": self.count,
+            "members": list(self.members),
+            "envs_per_slice": self.envs_per_slice,
+            "num_envs": self.num_envs,
+        }
+
+
+def slice_layout(first: int, count: int, num_policies: int, envs_per_slice: int) -> SliceLayout:
+    """The layout of a process hosting ``count`` members from ``first``; ``ValueError`` naming the flag otherwise."""
+    if count < 1:
+        raise ValueError(f"{SLICES_FLAG} {count}: must be at least 1")
+    if envs_per_slice < 1:
+        raise ValueError(f"num_actors {envs_per_slice}: each slice needs at least 1 env")
+    if first < 0 or first + count > num_policies:
+        last = first + count - 1
+        raise ValueError(
+            f"{SLICES_FLAG} {count} with --pbt-index {first}: members {first}..{last} are not all in the population "
+            f"of {num_policies} (--pbt-members); the index names the process's first member"
+        )
+    return SliceLayout(first, count, envs_per_slice)
+
+
+def slice_problems(mutation_keys: Iterable[str], exploit_mode: str, live_keys: Iterable[str], count: int) -> list[str]:
+    """Why a process of ``count`` slices cannot search ``mutation_keys`` with ``exploit_mode`` (empty: it can).
+
+    ``live_keys`` are the hyperparameters a running agent can take (``rl_games/live.py``); the caller passes them,
+    so this module stays free of rl_games."""
+    if count <= 1:
+        return []
+    problems = []
+    live = set(live_keys)
+    for key in mutation_keys:
+        short = str(key).rsplit(".", 1)[-1] if str(key).startswith("params.config.") else str(key)
+        if short in ROLLOUT_KEYS:
+            problems.append(
+                f"pbt.mutation.{key}: {short} shapes the rollout the {count} slices of this process share "
+                f"({SLICES_FLAG} {count}); it is the same for every slice and cannot be searched: remove it from "
+                f"pbt.mutation, or run members as separate processes"
+            )
+        elif short not in live:
+            problems.append(
+                f"pbt.mutation.{key}: cannot be set on a running agent, so an exploit would restart the process "
+                f"and every one of its {count} slices ({SLICES_FLAG} {count}): remove it from pbt.mutation, or run "
+                f"members as separate processes"
+            )
+    if exploit_mode == "restart":
+        problems.append(
+            f"pbt.exploit_mode: restart would restart all {count} slices of the process at every exploit "
+            f"({SLICES_FLAG} {count}); slices exploit in memory: use auto or inprocess"
+        )
+    return problems
+
+
+def rollout_key_problems(agent_cfg: Mapping[str, Any], count: int) -> list[str]:
+    """The slice refusal of :func:`slice_problems` for the rollout keys an agent config's raw ``pbt.mutation``
+    names: checked before the config is read, whose own refusal of those keys does not mention slices."""
+    pbt = agent_cfg.get("pbt") if isinstance(agent_cfg, Mapping) else None
+    mutation = pbt.get("mutation") if isinstance(pbt, Mapping) else None
+    if not isinstance(mutation, Mapping):
+        return []
+    keys = [k for k in mutation if str(k).rsplit(".", 1)[-1] in ROLLOUT_KEYS]
+    return slice_problems(keys, "auto", (), count)
+
+
+def process_members(command: Iterable[str], first: int) -> list[int]:
+    """The members a training command started at ``--pbt-index first`` hosts: ``first`` alone, or with
+    ``--pbt-slices M`` in the command (its last value wins, as argparse reads it) ``first .. first+M-1``."""
+    args = list(command)
+    count = 1
+    for i, arg in enumerate(args):
+        value = None
+        if arg == SLICES_FLAG and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(SLICES_FLAG + "="):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            try:
+                count = max(1, int(value))
+            except ValueError:
+                count = 1
+    return list(range(first, first + count))

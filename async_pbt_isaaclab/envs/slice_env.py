@@ -1,0 +1,385 @@
+"""One vectorized env shared by several members, each acting on a contiguous slice of its envs.
+
+A process that hosts ``M`` members (``rl_games/slices.py``) builds one vec-env of ``M x n`` envs (the CPU gymnasium
+:class:`~async_pbt_isaaclab.envs.gym_vec_env.GymVecEnv` or Isaac Lab's ``RlGamesVecEnvWrapper``) and gives each
+member's rl_games agent a :class:`SliceVecEnv`: an rl_games ``IVecEnv`` that is a view of envs ``[i*n, (i+1)*n)``.
+
+Stepping together (the barrier)::
+
+    member thread i:  agent.play_steps -> SliceVecEnv.step(actions_i) --submit--> waits for its result
+    main thread:      SharedVecEnv.run(): once every active slice has submitted, one env.step(concat(actions))
+                      and every waiting slice takes its part of the outputs
+
+The shared env steps in the thread that runs :meth:`SharedVecEnv.run` (the process's main thread): Isaac Sim
+steps from the thread that started it, and Ctrl-C reaches the main thread, which then stops every slice at its next
+step. Each step joins the actions with one ``cat`` and splits the outputs with views (no copy, no host
+synchronisation on a GPU). Non-finite actions of a member whose weights went bad are replaced by 0 before they
+reach the shared simulator (a device-side ``nan_to_num``), so one member's fault cannot corrupt another's envs.
+
+Evidence: the env's :class:`~async_pbt_isaaclab.envs.summary_emitter.EpisodeSummaryEmitter` (which would see all
+envs as one member's) is replaced by a :class:`SlicedSummarySource`, one emitter per slice fed with its slice of
+every step's rewards, flags and per-env terms; member ``i``'s ``SliceVecEnv.pbt_summary_source`` is its own emitter,
+so its evidence, generations and settling gate are its slice's alone.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from async_pbt_isaaclab.envs.summary_emitter import EpisodeSummaryEmitter
+from async_pbt_isaaclab.envs.summary_source import SUMMARY_SOURCE_ATTR, find_summary_source
+
+DISPLAY_ONLY_INFOS = ("episode", "log")
+"""``infos`` keys that hold means over all envs reset in a step (display values): they would mix members, so a
+slice does not pass them on. A member's own curves come from rl_games' per-env rewards and the pbt/* scalars."""
+
+
+class SlicesStopped(KeyboardInterrupt):
+    """Raised in a member's thread at its next env step once the process is stopping (Ctrl-C, SIGTERM): the member
+    stops like a process member on Ctrl-C (no checkpoint written, its resume line printed)."""
+
+
+# ---------------------------------------------------------------------------------------------- splitting (no sync)
+
+
+def split_value(value: Any, start: int, stop: int, num_envs: int) -> Any:
+    """The part of one per-env output that belongs to envs ``[start, stop)``: a view of a tensor or array whose
+    first dimension is ``num_envs``, a dict split key by key; anything else is shared and passed as is."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        if value.ndim >= 1 and value.shape[0] == num_envs:
+            return value[start:stop]
+        return value
+    if isinstance(value, Mapping):
+        return {k: split_value(v, start, stop, num_envs) for k, v in value.items()}
+    return value
+
+
+def split_infos(infos: Any, start: int, stop: int, num_envs: int) -> dict[str, Any]:
+    """A slice's ``infos``: per-env values split, the display means (:data:`DISPLAY_ONLY_INFOS`) left out."""
+    if not isinstance(infos, Mapping):
+        return {}
+    return {k: split_value(v, start, stop, num_envs) for k, v in infos.items() if k not in DISPLAY_ONLY_INFOS}
+
+
+def join_actions(parts: Sequence[Any]) -> Any:
+    """One action batch from every slice's actions, in slice order, non-finite values replaced by 0 (device-side
+    for tensors: no host synchronisation)."""
+    first = parts[0]
+    if isinstance(first, torch.Tensor):
+        joined = torch.cat([p if isinstance(p, torch.Tensor) else torch.as_tensor(p) for p in parts])
+        if joined.is_floating_point():
+            joined = torch.nan_to_num(joined, nan=0.0, posinf=0.0, neginf=0.0)
+        return joined
+    array = np.concatenate([np.asarray(p) for p in parts])
+    if np.issubdtype(array.dtype, np.floating):
+        array = np.nan_to_num(array, nan=0.0, posinf=0.0, neginf=0.0)
+    return array
+
+
+def zeros_like_actions(template: Any) -> Any:
+    """Actions for a slice whose member has left (finished, stopped or failed): zeros, the shape of another's."""
+    if isinstance(template, torch.Tensor):
+        return torch.zeros_like(template)
+    return np.zeros_like(np.asarray(template))
+
+
+# ---------------------------------------------------------------------------------------------- evidence per slice
+
+
+class SlicedSummarySource:
+    """One :class:`EpisodeSummaryEmitter` per slice, fed by the env layer as if it were one emitter.
+
+    It takes the place of the env's ``pbt_summary_source`` (the gymnasium vec-env and the Isaac Lab wrapper call
+    ``step``, ``reset``, ``start_generation`` and read or set ``condition`` on it); each member's
+    :class:`SliceVecEnv` exposes its own part. ``step`` slices every input with views: a fixed number of kernels per
+    slice, no host synchronisation."""
+
+    def __init__(self, whole: EpisodeSummaryEmitter, bounds: Sequence[tuple[int, int]]):
+        if whole.layout.log_terms:
+            raise ValueError(
+                f"pbt terms {list(whole.layout.log_terms)} read extras['log'], a mean over every env reset in a step; "
+                f"with several members on one env it would mix their episodes: give them a per-env source "
+                f"(docs/isaaclab.md, pbt_summary terms), or run members as separate processes"
+            )
+        self.num_envs = whole.num_envs
+        """Envs of the shared env."""
+        self.bounds = tuple(bounds)
+        """``[start, stop)`` of every slice."""
+        condition: Any = whole._condition_fn if whole._condition_fn is not None else whole.condition
+        self.parts = [
+            EpisodeSummaryEmitter(
+                num_envs=stop - start,
+                device=whole.device,
+                term_names=whole.term_names,
+                condition=condition,
+                generation=whole.generation,
+                term_modes=whole.term_modes,
+                dtype=whole.dtype,
+                settle_max_steps=whole.settle_max_steps,
+            )
+            for start, stop in self.bounds
+        ]
+        """Each slice's emitter (its member's summary source)."""
+        for (start, stop), part in zip(self.bounds, self.parts, strict=True):
+            # Episodes in flight carry over (an env attached mid-episode stays "start unknown", segment -1): a copy
+            # on the device, no host read.
+            part._acc.copy_(whole._acc[:, start:stop])
+            segment = part._acc[part._seg_row]
+            torch.where(segment < 0, segment, part._init[part._seg_row, 0], out=segment)
+
+    def step(self, rewards, terminated, truncated, terms=None, log=None) -> None:
+        n = self.num_envs
+        rewards = rewards.reshape(n)
+        terminated = terminated.reshape(n)
+        truncated = truncated.reshape(n)
+        for (start, stop), part in zip(self.bounds, self.parts, strict=True):
+            part_terms = None if terms is None else {k: v.reshape(n)[start:stop] for k, v in terms.items()}
+            part.step(rewards[start:stop], terminated[start:stop], truncated[start:stop], terms=part_terms, log=log)
+
+    def reset(self) -> None:
+        for part in self.parts:
+            part.reset()
+
+    @property
+    def generation(self) -> int:
+        return self.parts[0].generation
+
+    def start_generation(self, generation: int) -> None:
+        """Every slice starts a new segment (the env's own reset logic asks this of the one emitter it knows); each
+        member's generation stays its own: the number passed is each part's."""
+        for part in self.parts:
+            part.start_generation(part.generation if generation == self.generation else generation)
+
+    @property
+    def condition(self) -> Any:
+        return self.parts[0].condition
+
+    @condition.setter
+    def condition(self, label: Any) -> None:
+        for part in self.parts:
+            part.condition = label
+
+    def drain(self) -> Any:
+        raise RuntimeError("a sliced env has one summary source per member: drain each SliceVecEnv's")
+
+
+def split_summary_source(env: Any, bounds: Sequence[tuple[int, int]]) -> SlicedSummarySource:
+    """Replace the emitter reachable from ``env`` by one emitter per slice; returns the sliced source."""
+    holder, whole = _source_holder(env)
+    if isinstance(whole, SlicedSummarySource):
+        return whole
+    sliced = SlicedSummarySource(whole, bounds)
+    setattr(holder, SUMMARY_SOURCE_ATTR, sliced)
+    return sliced
+
+
+def _source_holder(env: Any) -> tuple[Any, Any]:
+    source = find_summary_source(env)
+    if source is None:
+        raise RuntimeError(
+            "shared env: no 'pbt_summary_source' along the env's wrappers (use the gymnasium vec-env or the Isaac "
+            "Lab wrapper, async_pbt_isaaclab.envs.isaaclab)"
+        )
+    todo, seen = [env], set()
+    while todo:
+        cur = todo.pop(0)
+        if cur is None or id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        if cur.__dict__.get(SUMMARY_SOURCE_ATTR) is source if hasattr(cur, "__dict__") else False:
+            return cur, source
+        for attr in ("vec_env", "env", "unwrapped"):
+            nxt = getattr(cur, attr, None)
+            if nxt is not None and nxt is not cur:
+                todo.append(nxt)
+    raise RuntimeError("shared env: its summary source is not an attribute it can be replaced in")
+
+
+# ---------------------------------------------------------------------------------------------- the barrier
+
+
+class SharedVecEnv:
+    """The shared rl_games vec-env and its ``M`` slices: members submit actions, :meth:`run` steps the env once all
+    active members have. See the module docstring."""
+
+    def __init__(self, env: Any, num_envs: int, bounds: Sequence[tuple[int, int]]):
+        self.env = env
+        """The whole rl_games vec-env (``IVecEnv``)."""
+        self.num_envs = int(num_envs)
+        """Envs of :attr:`env`."""
+        self.bounds = tuple(bounds)
+        """``[start, stop)`` of every slice."""
+        if self.bounds[-1][1] != self.num_envs:
+            raise ValueError(f"slices cover {self.bounds[-1][1]} envs, the env has {self.num_envs}")
+        self.summary = split_summary_source(env, self.bounds)
+        """One emitter per slice."""
+        self.slices = [SliceVecEnv(self, i) for i in range(len(self.bounds))]
+        """Each member's view."""
+        self.steps = 0
+        """Env steps taken (each advances all envs)."""
+        # One lock; the main thread waits on its own condition (woken once, by the last submission of a step) and
+        # each slice on its own (woken once, by the step): M + 1 wake-ups per step, not M x M.
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)
+        self._slot_conds = [threading.Condition(lock) for _ in self.bounds]
+        self._actions: list[Any] = [None] * len(self.bounds)
+        self._active = [True] * len(self.bounds)
+        self._outputs: Any = None
+        self._stopping: str | None = None
+        self._error: BaseException | None = None
+        self._obs: Any = None
+
+    # ------------------------------------------------------------------ main thread
+    def reset(self) -> None:
+        """Reset the whole env once, before the members start (each slice's first ``reset`` returns its part)."""
+        self._obs = self.env.reset()
+
+    def run(self) -> None:
+        """Step the env whenever every active slice has submitted, until no slice is active (call in the main
+        thread). A KeyboardInterrupt here (Ctrl-C, SIGTERM turned into one) is passed on: call :meth:`stop` then."""
+        while True:
+            with self._cond:
+                while self._active_count() and not self._all_submitted():
+                    # A bounded wait: Ctrl-C is seen even where a lock wait is not interruptible.
+                    self._cond.wait(timeout=1.0)
+                if not self._active_count():
+                    return
+                parts = list(self._actions)
+            template = next(p for p in parts if p is not None)
+            actions = join_actions([zeros_like_actions(template) if p is None else p for p in parts])
+            try:
+                outputs = self.env.step(actions)
+            except BaseException as exc:  # a simulator error stops every member, and says why
+                with self._cond:
+                    self._error = exc
+                    self._stopping = f"the shared env failed: {type(exc).__name__}: {exc}"
+                    self._wake_slices()
+                raise
+            with self._cond:
+                self.steps += 1
+                self._outputs = outputs
+                self._actions = [None] * len(self.bounds)
+                self._wake_slices()
+
+    def stop(self, reason: str) -> None:
+        """Every member stops at its next env step (:class:`SlicesStopped` in its thread)."""
+        with self._cond:
+            if self._stopping is None:
+                self._stopping = reason
+            self._wake_slices()
+            self._cond.notify_all()
+
+    @property
+    def stopping(self) -> str | None:
+        """Why the members are stopping (``None``: they are not)."""
+        return self._stopping
+
+    # ------------------------------------------------------------------ member threads
+    def leave(self, slot: int) -> None:
+        """The member in ``slot`` stopped stepping (finished, stopped, failed): its envs get zero actions."""
+        with self._cond:
+            self._active[slot] = False
+            self._actions[slot] = None
+            self._cond.notify_all()  # the others may all have submitted already
+
+    def submit(self, slot: int, actions: Any) -> tuple[Any, Any, Any, Any]:
+        """Hand in ``slot``'s actions; returns its part of the next env step once the env has stepped."""
+        with self._cond:
+            self._check_stop()
+            if not self._active[slot]:
+                raise RuntimeError(f"slice {slot} stepped after it left the shared env")
+            self._actions[slot] = actions
+            step = self.steps
+            if self._all_submitted():
+                self._cond.notify_all()  # only the main thread waits on it
+            mine = self._slot_conds[slot]
+            while self.steps == step:
+                self._check_stop()
+                mine.wait()
+            outputs = self._outputs
+        start, stop = self.bounds[slot]
+        obs, rewards, dones, infos = outputs
+        n = self.num_envs
+        return (
+            split_value(obs, start, stop, n),
+            split_value(rewards, start, stop, n),
+            split_value(dones, start, stop, n),
+            split_infos(infos, start, stop, n),
+        )
+
+    def first_obs(self, slot: int) -> Any:
+        if self._obs is None:
+            raise RuntimeError("shared env: reset() it before the members start")
+        start, stop = self.bounds[slot]
+        return split_value(self._obs, start, stop, self.num_envs)
+
+    def _wake_slices(self) -> None:
+        for cond in self._slot_conds:
+            cond.notify_all()
+
+    def _check_stop(self) -> None:
+        if self._stopping is not None:
+            raise SlicesStopped(self._stopping)
+
+    def _active_count(self) -> int:
+        return sum(self._active)
+
+    def _all_submitted(self) -> bool:
+        return all(a is not None for a, on in zip(self._actions, self._active, strict=True) if on)
+
+
+class SliceVecEnv:
+    """Member ``slot``'s rl_games vec-env: a view of its envs of the :class:`SharedVecEnv` (``IVecEnv`` methods)."""
+
+    def __init__(self, shared: SharedVecEnv, slot: int):
+        self.shared = shared
+        """The env all slices share."""
+        self.slot = slot
+        """This slice's position in the process (0-based)."""
+        start, stop = shared.bounds[slot]
+        self.num_envs = stop - start
+        """Envs of this slice."""
+        self.pbt_summary_source = shared.summary.parts[slot]
+        """This member's completed-episode evidence (its slice's envs alone)."""
+        self._obs: Any = None
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any]:
+        obs, rewards, dones, infos = self.shared.submit(self.slot, actions)
+        self._obs = obs
+        return obs, rewards, dones, infos
+
+    def reset(self) -> Any:
+        """The slice's current observations: the shared env was reset once before the members started; a slice
+        cannot reset the envs the others act in (rl_games resets once, at the start of ``train``)."""
+        if self._obs is None:
+            self._obs = self.shared.first_obs(self.slot)
+        return self._obs
+
+    def get_number_of_agents(self) -> int:
+        return int(self.shared.env.get_number_of_agents())
+
+    def get_env_info(self) -> dict[str, Any]:
+        return self.shared.env.get_env_info()
+
+    def has_action_masks(self) -> bool:
+        return False
+
+    def seed(self, seed: int) -> None:
+        pass  # the shared env is seeded once, by the process
+
+    def set_train_info(self, env_frames: Any, *args: Any, **kwargs: Any) -> None:
+        pass  # a curriculum of the shared env must not follow one member's frames
+
+    def get_env_state(self) -> Any:
+        getter = getattr(self.shared.env, "get_env_state", None)
+        return getter() if getter is not None else None
+
+    def set_env_state(self, env_state: Any) -> None:
+        pass  # a donor's env state must not change the env the other members act in
+
+    def close(self) -> None:
+        pass  # the process closes the shared env once
