@@ -357,8 +357,11 @@ def missing_task_module(env_id: str) -> str | None:
         return None
     try:
         load_env_creator(entry_point)
-    except ModuleNotFoundError as exc:
-        return (exc.name or "?").split(".")[0]
+    except (ModuleNotFoundError, gymnasium.error.DependencyNotInstalled) as exc:
+        # gymnasium wraps a missing simulator in DependencyNotInstalled, raised from the ModuleNotFoundError.
+        cause = exc if isinstance(exc, ModuleNotFoundError) else exc.__cause__
+        name = getattr(cause, "name", None) if isinstance(cause, ModuleNotFoundError) else None
+        return (name or str(exc)).split(".")[0]
     return None
 
 

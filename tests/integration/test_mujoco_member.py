@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,40 @@ def test_packaged_mujoco_yamls_keep_rl_games_tuned_values_and_run_on_cpu(task: s
     assert "pbt" in cfg
     frames = config["max_epochs"] * config["num_actors"] * config["horizon_length"]
     assert 1_000_000 <= frames < 1_020_000
+
+
+def test_member_without_mujoco_is_refused_with_one_line_naming_the_extra(tmp_path: Path):
+    """Where mujoco cannot be imported, ``--task HalfCheetah-v5`` stops before training with one line, exit code 2."""
+    code = textwrap.dedent(
+        """
+        import importlib.abc, sys
+
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "mujoco":
+                    raise ModuleNotFoundError("No module named 'mujoco'", name="mujoco")
+                return None
+
+        sys.meta_path.insert(0, Block())
+        from async_pbt_isaaclab.examples.cpu_member import main
+        sys.exit(main(["--task", "HalfCheetah-v5", "--max_iterations", "1"]))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: task HalfCheetah-v5 needs the Python package 'mujoco', which is not installed "
+        "(pip install 'async-pbt-isaaclab[mujoco]')"
+    )
+    assert not (tmp_path / "runs").exists()
+
+
+def test_evaluate_picks_the_tasks_packaged_yaml():
+    from async_pbt_isaaclab.commands.evaluate import Evaluator
+
+    evaluator = Evaluator("Hopper-v5")
+    assert evaluator.agent_yaml == packaged_agent_yaml("Hopper-v5")
+    obs_space, action_space = evaluator._spaces
+    assert obs_space.shape == (11,) and action_space.shape == (3,)
