@@ -4,7 +4,9 @@
     python -m async_pbt.examples.cpu_population --task HalfCheetah-v5 --members 4 --workspace ./runs/hc
 
 ``--task`` trains another task with a packaged agent yaml (HalfCheetah-v5 and Hopper-v5 need the ``[mujoco]``
-extra); the presets are frames per member, rounded up to whole epochs of that task's yaml.
+extra); the presets are frames per member, rounded up to whole epochs of that task's yaml. HalfCheetah's episodes
+last 1,000 steps, so its ``--smoke`` (3 epochs of 256 steps) ends before any episode does: pass ``--iterations 8``
+or more to see evidence and exploits.
 
 Each member is ``python -m async_pbt.examples.cpu_member`` with the population flags added by
 the local launcher. Members publish evidence, select, copy donors' checkpoints and restart themselves
