@@ -178,3 +178,36 @@ def test_population_vs_independent_refuses_a_used_folder(tmp_path, capsys):
 
 # The exploit-latency benchmark's smoke run is in tests/integration/test_exploit_paths.py: the same run also
 # shows that both exploit paths build the same agent.
+
+
+MUJOCO_CASES = sorted(c for c in _load_study().CASES if c.startswith(("halfcheetah_", "hopper_")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", MUJOCO_CASES)
+def test_population_vs_independent_mujoco_case_smoke(case, tmp_path, capsys):
+    """``--case <mujoco case> --smoke``: both arms train the case's task (rl_games' tuned yaml, shrunk rollout) with
+    the case's start, the held-out evaluation plays the same env, and the figures come out."""
+    pytest.importorskip("mujoco", reason="MuJoCo is not installed: pip install 'async-pbt-isaaclab[mujoco]'")
+    import json
+    import math
+
+    study = _load_study()
+    spec = study.CASES[case]
+    out = tmp_path / "study"
+    assert study.main(["--case", case, "--smoke", "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["settings"]["task"] == spec.task
+    assert results["settings"]["set_values"] == list(spec.set_values)
+    # The smoke's rollout: 4 actors x 64 steps, from the study's own copy of the yaml, for training and evaluation.
+    assert results["frames_per_epoch"] == 256 and results["frames_per_member"] == 12288
+    (run,) = results["seeds"].values()
+    assert run["launcher_exit"] == {"population": 0, "independent": 0}
+    for arm in ("population", "independent"):
+        for member in run[arm]["members"].values():
+            assert all(p["checkpoint"] and math.isfinite(p["report"]) for p in member["points"])
+    assert all(m["exploits"] == 0 for m in run["independent"]["members"].values())
+    member_cmd = results["settings"]["member_command_population"]
+    for item in spec.set_values:
+        assert any(arg.endswith(item) for arg in member_cmd), (item, member_cmd)
+    assert "case goal" in capsys.readouterr().out

@@ -105,8 +105,11 @@ class Evaluator:
     ):
         from async_pbt_isaaclab.core.agent_config import load_yaml
         from async_pbt_isaaclab.core.config import ConfigError
+        from async_pbt_isaaclab.examples.agents import PACKAGED_AGENTS
 
-        self.agent_yaml = Path(agent_yaml) if agent_yaml is not None else DEFAULT_AGENT_YAML
+        # Without a yaml: the task's packaged one (Pendulum-v1, HalfCheetah-v5, Hopper-v5), else Pendulum's.
+        default = PACKAGED_AGENTS.get(task or "", DEFAULT_AGENT_YAML)
+        self.agent_yaml = Path(agent_yaml) if agent_yaml is not None else default
         try:
             cfg = load_yaml(self.agent_yaml)
         except ConfigError as exc:

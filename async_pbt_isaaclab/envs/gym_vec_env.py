@@ -346,6 +346,25 @@ def gym_id_for(agent_cfg: Mapping[str, Any]) -> str:
     return env_name
 
 
+def missing_task_module(env_id: str) -> str | None:
+    """The top-level module a registered gymnasium task cannot import (``"mujoco"`` for the MuJoCo tasks without
+    the ``[mujoco]`` extra), or ``None`` when its env class loads. Checked before training, so a missing
+    dependency is one clear line instead of a traceback from the first env construction."""
+    from gymnasium.envs.registration import load_env_creator
+
+    entry_point = gymnasium.spec(env_id).entry_point
+    if not isinstance(entry_point, str):
+        return None
+    try:
+        load_env_creator(entry_point)
+    except (ModuleNotFoundError, gymnasium.error.DependencyNotInstalled) as exc:
+        # gymnasium wraps a missing simulator in DependencyNotInstalled, raised from the ModuleNotFoundError.
+        cause = exc if isinstance(exc, ModuleNotFoundError) else exc.__cause__
+        name = getattr(cause, "name", None) if isinstance(cause, ModuleNotFoundError) else None
+        return (name or str(exc)).split(".")[0]
+    return None
+
+
 def register_gym_vecenv_for(agent_cfg: Mapping[str, Any]) -> str:
     """Register the gymnasium id an agent yaml names in ``params.config.env_name`` (:func:`gym_id_for`); returns it."""
     env_name = gym_id_for(agent_cfg)
@@ -360,6 +379,7 @@ __all__ = [
     "VECENV_TYPE",
     "find_summary_source",
     "gym_id_for",
+    "missing_task_module",
     "register_gym_vecenv",
     "register_gym_vecenv_for",
 ]

@@ -1,10 +1,13 @@
 """One CPU population member: rl_games PPO on a gymnasium task through the in-process vec-env.
 
     python -m async_pbt.examples.cpu_member --pbt-workspace runs/ws --pbt-members 2 --pbt-index 0
+    python -m async_pbt.examples.cpu_member --task HalfCheetah-v5 --pbt-workspace runs/hc --pbt-members 4 --pbt-index 0
 
-The command line mirrors ``scripts/train_pbt.py`` (``--seed``, ``--max_iterations``, ``--checkpoint``,
-``--pbt-*`` flags, Hydra-style ``agent.*`` overrides), minus the simulator. The agent yaml defaults to
-the packaged Pendulum-v1 PPO config.
+The command line mirrors ``scripts/train_pbt.py`` (``--task``, ``--seed``, ``--max_iterations``, ``--checkpoint``,
+``--pbt-*`` flags, Hydra-style ``agent.*`` overrides), minus the simulator. ``--task`` names the gymnasium task;
+without ``--agent`` the member trains that task's packaged agent yaml (Pendulum-v1, and the MuJoCo tasks
+HalfCheetah-v5 and Hopper-v5 with the ``[mujoco]`` extra: :mod:`async_pbt_isaaclab.examples.agents`); with
+``--agent`` it trains that yaml on ``--task``. Without either, the packaged Pendulum-v1 PPO config.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import argparse
 import dataclasses
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from async_pbt_isaaclab.console import OneLineParser
@@ -21,9 +23,10 @@ from async_pbt_isaaclab.core.agent_config import load_population_config, load_ya
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
 from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides
 from async_pbt_isaaclab.core.slices import SLICES_FLAG
+from async_pbt_isaaclab.examples.agents import DEFAULT_TASK, PACKAGED_AGENTS, packaged_agent_yaml
 from async_pbt_isaaclab.member.restart import capture_argv
 
-DEFAULT_AGENT = Path(__file__).with_name("pendulum_ppo.yaml")
+DEFAULT_AGENT = PACKAGED_AGENTS[DEFAULT_TASK]
 """The packaged agent yaml (Pendulum-v1, CPU)."""
 
 
@@ -33,7 +36,17 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--agent", default=str(DEFAULT_AGENT), help="rl_games agent yaml with a pbt: section")
+    parser.add_argument(
+        "--task",
+        default=None,
+        help=f"gymnasium task id (default: the agent yaml's params.config.env_name); without --agent, the task's "
+        f"packaged yaml ({', '.join(PACKAGED_AGENTS)})",
+    )
+    parser.add_argument(
+        "--agent",
+        default=None,
+        help=f"rl_games agent yaml with a pbt: section (default: --task's packaged yaml, else {DEFAULT_AGENT.name})",
+    )
     parser.add_argument("--seed", type=int, default=None, help="seed (default: the yaml's params.seed + pbt index)")
     parser.add_argument("--max_iterations", "--max-iterations", type=int, default=None, help="rl_games max_epochs")
     parser.add_argument("--num_envs", "--num-envs", type=int, default=None, help="parallel gymnasium envs")
@@ -74,8 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     bad = [o for o in overrides if "=" not in o]
     if bad:
         parser.error(f"unrecognized arguments: {' '.join(bad)}")
+    try:
+        args.agent, task_overrides = _agent_for(args)
+    except ValueError as exc:
+        print(f"error: --task: {exc}", file=sys.stderr)
+        return 2
     if args.pbt_slices != 1:
-        problems = _rollout_problems(args, overrides)
+        problems = _rollout_problems(args, [*task_overrides, *overrides])
         if problems:
             for problem in problems:
                 print(f"error: {problem}", file=sys.stderr)
@@ -83,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         agent_cfg, cfg = load_population_config(
             load_yaml(args.agent),
-            [*population_overrides(args), *overrides],
+            [*task_overrides, *population_overrides(args), *overrides],
             source=args.agent,
             origins=population_flag_origins(args),
         )
@@ -182,6 +200,14 @@ def _train_slices(
     return 0
 
 
+def _agent_for(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """The agent yaml to load and the overrides ``--task`` adds (``ValueError`` for a task with no packaged yaml
+    when ``--agent`` is not given)."""
+    if args.agent is not None:
+        return args.agent, ([f"agent.params.config.env_name={args.task}"] if args.task else [])
+    return str(packaged_agent_yaml(args.task or DEFAULT_TASK)), []
+
+
 def _apply_run_flags(agent_cfg: dict[str, Any], cfg: PopulationConfig, args: argparse.Namespace) -> None:
     """``--seed``, ``--max_iterations`` and ``--num_envs`` into the agent config; members get distinct seeds."""
     rl_cfg = agent_cfg["params"]["config"]
@@ -208,13 +234,18 @@ def _checked_task(agent_cfg: dict[str, Any], source: str) -> str:
         raise _Refused(f"{source}: {exc}") from None
     import gymnasium
 
-    from async_pbt_isaaclab.envs.gym_vec_env import gym_id_for
+    from async_pbt_isaaclab.envs.gym_vec_env import gym_id_for, missing_task_module
 
     try:
-        return gym_id_for(agent_cfg)
+        task = gym_id_for(agent_cfg)
     except (KeyError, gymnasium.error.UnregisteredEnv) as exc:
         why = "is missing" if isinstance(exc, KeyError) else str(exc)
         raise _Refused(f"{source}: params.config.env_name {why} (the gymnasium task to train on)") from None
+    missing = missing_task_module(task)
+    if missing:
+        hint = " (pip install 'async-pbt-isaaclab[mujoco]')" if missing == "mujoco" else ""
+        raise _Refused(f"task {task} needs the Python package {missing!r}, which is not installed{hint}")
+    return task
 
 
 def _train_dir(args: argparse.Namespace, cfg: PopulationConfig) -> tuple[str, PopulationConfig]:

@@ -1,6 +1,12 @@
 """A CPU population: N rl_games PPO members on Pendulum-v1, as separate processes, under the launcher.
 
     python -m async_pbt.examples.cpu_population --members 2 --smoke --workspace ./runs/cpu-smoke
+    python -m async_pbt.examples.cpu_population --task HalfCheetah-v5 --members 4 --workspace ./runs/hc
+
+``--task`` trains another task with a packaged agent yaml (HalfCheetah-v5 and Hopper-v5 need the ``[mujoco]``
+extra); the presets are frames per member, rounded up to whole epochs of that task's yaml. HalfCheetah's episodes
+last 1,000 steps, so its ``--smoke`` (3 epochs of 256 steps) ends before any episode does: pass ``--iterations 8``
+or more to see evidence and exploits.
 
 Each member is ``python -m async_pbt.examples.cpu_member`` with the population flags added by
 the local launcher. With ``--slices M`` each process hosts M members on slices of one vectorized env
@@ -37,13 +43,14 @@ from async_pbt_isaaclab.core.pbt_section import SELECTION_RULES
 from async_pbt_isaaclab.core.retention import population_best
 from async_pbt_isaaclab.core.slices import SLICES_FLAG, slice_problems
 from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
+from async_pbt_isaaclab.examples.agents import DEFAULT_TASK, PACKAGED_AGENTS, packaged_agent_yaml
 from async_pbt_isaaclab.exit_codes import EXIT_USAGE
 from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS  # plain data: no torch, no rl_games
 
 PROG = "python -m async_pbt.examples.cpu_population"
 """How users run the example (the name in its messages)."""
-AGENT_YAML = Path(__file__).with_name("pendulum_ppo.yaml")
-"""The members' agent yaml (cpu_member's default)."""
+AGENT_YAML = PACKAGED_AGENTS[DEFAULT_TASK]
+"""The members' agent yaml without ``--task`` (cpu_member's default)."""
 
 SMOKE = {"iterations": 24, "interval": 8192, "start_grace": 8192, "min_episodes": 16}
 """Short run: 24 epochs x 2048 frames per member, a decision every 4 epochs after the first 4."""
@@ -62,11 +69,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--members must be a multiple; docs/slices.md)",
     )
     p.add_argument("--workspace", default="runs/cpu-population", help="shared workspace folder")
+    p.add_argument(
+        "--task",
+        default=DEFAULT_TASK,
+        choices=sorted(PACKAGED_AGENTS),
+        help=f"gymnasium task, trained with its packaged agent yaml (default {DEFAULT_TASK})",
+    )
     p.add_argument("--smoke", action="store_true", help="short run that exercises every step")
     p.add_argument("--iterations", type=int, default=None, help="rl_games epochs per member (overrides the preset)")
     p.add_argument("--rule", default="dexpbt", choices=SELECTION_RULES, help="selection rule")
     p.add_argument("--progress-interval", type=float, default=15.0, help="seconds between progress tables")
     return p
+
+
+def preset_iterations(args: argparse.Namespace) -> int:
+    """Epochs per member: ``--iterations``, else the preset's frames (in Pendulum epochs of 2,048) in the task's
+    epochs, rounded up."""
+    if args.iterations:
+        return int(args.iterations)
+    preset = SMOKE if args.smoke else FULL
+    config = load_yaml(packaged_agent_yaml(args.task))["params"]["config"]
+    per_epoch = int(config["num_actors"]) * int(config["horizon_length"])
+    return max(1, -(-preset["iterations"] * 2048 // per_epoch))
 
 
 def member_command(args: argparse.Namespace, workspace: Path) -> list[str]:
@@ -75,8 +99,10 @@ def member_command(args: argparse.Namespace, workspace: Path) -> list[str]:
         sys.executable,
         "-m",
         "async_pbt.examples.cpu_member",
+        "--task",
+        args.task,
         "--max_iterations",
-        str(args.iterations or preset["iterations"]),
+        str(preset_iterations(args)),
         "--train-dir",
         str(workspace / "runs"),
         "--pbt-rule",
@@ -205,8 +231,9 @@ def check_member_config(args: argparse.Namespace, workspace: Path) -> None:
     member_args, rest = parser.parse_known_args(flags)
     overrides = [o for o in rest if "=" in o]
     try:
+        agent_yaml = packaged_agent_yaml(args.task)
         _, cfg = load_population_config(
-            load_yaml(AGENT_YAML), [*population_overrides(member_args), *overrides], source=str(AGENT_YAML)
+            load_yaml(agent_yaml), [*population_overrides(member_args), *overrides], source=str(agent_yaml)
         )
     except ConfigError as exc:
         raise UsageError("; ".join(exc.problems)) from None

@@ -42,6 +42,14 @@ start) and never exploits or explores.
   spec [1e-6, 1e-2].
 - ``tuned``: the packaged yaml as it is: what searching costs. Targets -400, -300, -250. Goal: end no worse than
   the independent runs.
+- MuJoCo (``pip install 'async-pbt-isaaclab[mujoco]'``), on tasks no one here wrote, with rl_games' own tuned
+  configs (the packaged ``halfcheetah_ppo.yaml`` and ``hopper_ppo.yaml``): ``halfcheetah_lr`` / ``hopper_lr``
+  (learning rate 5e-5 under the constant schedule, 10x below the tuned 5e-4), ``halfcheetah_no_learn`` /
+  ``hopper_no_learn`` (5e-6 constant, 100x below), ``halfcheetah_tuned`` / ``hopper_tuned`` (the yaml as it is).
+  The population searches the learning rate (default spec). 524,288 frames per member; targets fixed from each
+  task's tuned reference (``scripts/benchmarks/tuned_reference.py``) before any population run: HalfCheetah -250,
+  -600, -150; Hopper 1000, 700, 2000. ``--smoke`` shrinks the rollout (4 actors x 64 steps, 64-step episodes) in
+  the study's own copy of the yaml.
 
 **Held-out evaluation.** After training, every ``--eval-every`` intervals of frames per member (and at the
 end), each member's newest checkpoint at or before that frame is played by the code of ``async-pbt
@@ -72,7 +80,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,6 +110,84 @@ class Case:
     goal: str
     """``faster``: reach each target with <= 0.5 x the frames of the best independent run; ``no_worse``: end
     within the independent runs' noise."""
+    task: str = "Pendulum-v1"
+    """The gymnasium task; trained with its packaged agent yaml (``async_pbt_isaaclab.examples.agents``)."""
+    full: dict[str, int] = field(default_factory=dict)
+    """Settings of the full study that differ from :data:`FULL` (frames, interval, evaluation)."""
+    smoke_set: tuple[str, ...] = ()
+    """With ``--smoke`` only: agent yaml overrides that shrink the rollout (actors, horizon, episode length), written
+    into the study's own copy of the yaml so that training and the held-out evaluation see the same env."""
+
+
+MUJOCO_FULL = {"frames_per_member": 524_288, "interval": 32_768, "eval_every": 2, "eval_episodes": 8}
+"""MuJoCo cases: 524,288 frames per member (32 HalfCheetah epochs of 64 x 256, 128 Hopper epochs of 64 x 64: about
+half of the 1M frames published PPO figures are read at, so that 3 cases x 3 seeds x 8 members of one task train in
+about an hour on 2 quiet cores), a decision every 32,768 frames, a held-out evaluation every 65,536 on 8 + 8
+episodes of up to 1,000 steps."""
+MUJOCO_SMOKE_SET = (
+    "num_actors=4",
+    "horizon_length=64",
+    "minibatch_size=256",
+    "env_config.max_episode_steps=64",
+)
+"""MuJoCo smoke: 256 frames per epoch and 64-step episodes, so a smoke trains, publishes and evaluates in seconds."""
+MUJOCO_LR = "learning_rate=mutate_float"
+"""The MuJoCo cases search the learning rate with the package's default spec, [1e-6, 1e-2] on a log scale."""
+
+
+HALFCHEETAH_TARGETS = (-250.0, -600.0, -150.0)
+HALFCHEETAH_MEASURED = (
+    "Targets from the tuned reference (scripts/benchmarks/tuned_reference.py, one run of the packaged yaml, seed 5, "
+    "held-out return over 16 episodes): -957 / -609 / -154 / -212 / -98 / -110 at 66k / 131k / 197k / 262k / 393k / "
+    "524k frames (729 at 1M): -600 reached at 131k, -250 at 197k, -150 at 393k."
+)
+"""HalfCheetah-v5 targets, fixed from the tuned reference before any population run of these cases."""
+HOPPER_TARGETS = (1000.0, 700.0, 2000.0)
+HOPPER_MEASURED = (
+    "Targets from the tuned reference (one run of the packaged yaml, seed 5, held-out return over 16 episodes): "
+    "289 / 737 / 1111 / 1018 / 2133 / 2649 / 1774 at 66k / 131k / 197k / 262k / 328k / 393k / 524k frames (2913 at "
+    "1M): 700 reached at 131k, 1000 at 197k, 2000 at 328k."
+)
+"""Hopper-v5 targets, fixed from the tuned reference before any population run of these cases."""
+
+
+def _mujoco_cases(prefix: str, task: str, targets: tuple[float, ...], measured: str) -> dict[str, "Case"]:
+    """The three cases of a MuJoCo task, on its packaged yaml (rl_games' tuned config: learning rate 5e-4 under
+    the adaptive schedule); ``targets`` were fixed from the tuned reference run before any case ran."""
+    common = {"task": task, "full": MUJOCO_FULL, "smoke_set": MUJOCO_SMOKE_SET}
+    tuned = {"learning_rate": 5e-4}
+    return {
+        f"{prefix}_lr": Case(
+            f"{task}: learning rate 10x too low (5e-5, tuned 5e-4) under the constant schedule, which cannot "
+            f"correct it (rl_games' adaptive schedule would): an independent run should learn, slowly (not measured "
+            f"before choosing). {measured}",
+            ("learning_rate=5e-5", "lr_schedule=constant"),
+            (MUJOCO_LR,),
+            tuned,
+            targets,
+            "faster",
+            **common,
+        ),
+        f"{prefix}_no_learn": Case(
+            f"{task}: learning rate 100x too low (5e-6, tuned 5e-4) under the constant schedule: an independent "
+            f"run should barely move within the budget (not measured before choosing)",
+            ("learning_rate=5e-6", "lr_schedule=constant"),
+            (MUJOCO_LR,),
+            tuned,
+            targets,
+            "faster",
+            **common,
+        ),
+        f"{prefix}_tuned": Case(
+            f"{task}: rl_games' tuned config as packaged: what searching costs",
+            (),
+            (MUJOCO_LR,),
+            tuned,
+            targets,
+            "no_worse",
+            **common,
+        ),
+    }
 
 
 CASES = {
@@ -130,6 +216,8 @@ CASES = {
         (-400.0, -300.0, -250.0),
         "no_worse",
     ),
+    **_mujoco_cases("halfcheetah", "HalfCheetah-v5", HALFCHEETAH_TARGETS, HALFCHEETAH_MEASURED),
+    **_mujoco_cases("hopper", "Hopper-v5", HOPPER_TARGETS, HOPPER_MEASURED),
 }
 """The study's cases; targets were fixed from the tuned reference before the cases were run (docs/validation.md)."""
 NEW_POPULATION_SEED = "agent.pbt.seed={seed}"
@@ -163,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--out", required=True, help="new folder for the workspaces, results.json and the plot")
-    p.add_argument("--task", default="Pendulum-v1", help="gymnasium task id (default Pendulum-v1)")
+    p.add_argument("--task", default=None, help="gymnasium task id (default: the case's)")
     p.add_argument(
         "--case",
         choices=sorted(CASES),
@@ -171,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="named case: its start, searched keys, tuned values and targets (default gamma); "
         + "; ".join(f"{k}: {c.summary}" for k, c in sorted(CASES.items())),
     )
-    p.add_argument("--agent-yaml", default=None, help="rl_games agent yaml (default: the packaged Pendulum PPO yaml)")
+    p.add_argument("--agent-yaml", default=None, help="rl_games agent yaml (default: the task's packaged yaml)")
     p.add_argument(
         "--set",
         dest="set_values",
@@ -267,11 +355,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve(args: argparse.Namespace) -> argparse.Namespace:
-    preset = SMOKE if args.smoke else FULL
+    case = CASES[args.case]
+    preset = SMOKE if args.smoke else {**FULL, **case.full}
     for key, value in preset.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    case = CASES[args.case]
+    args.task = case.task if args.task is None else args.task
     args.target = case.targets[0] if args.target is None else args.target
     args.sweep = list(case.targets[1:]) if args.sweep is None else args.sweep
     args.set_values = list(case.set_values) if args.set_values is None else args.set_values
@@ -302,13 +391,39 @@ def agent_overrides(args: argparse.Namespace) -> list[str]:
     return out + [f"agent.pbt.mutation.{item}" for item in args.mutate]
 
 
-def frames_per_epoch(args: argparse.Namespace) -> int:
-    from async_pbt_isaaclab.commands.evaluate import DEFAULT_AGENT_YAML
+def agent_yaml(args: argparse.Namespace) -> Path:
+    """The agent yaml both arms train and the evaluation plays: ``--agent-yaml``, else the task's packaged one."""
+    from async_pbt_isaaclab.examples.agents import packaged_agent_yaml
+
+    if args.agent_yaml:
+        return Path(args.agent_yaml).absolute()
+    try:
+        return packaged_agent_yaml(args.task)
+    except ValueError as exc:
+        raise SystemExit(f"error: --task: {exc}") from None
+
+
+def write_smoke_yaml(args: argparse.Namespace, out: Path) -> None:
+    """``--smoke`` of a case with :attr:`Case.smoke_set`: the study's own copy of the yaml with those overrides,
+    used by both arms and the evaluation (``--agent-yaml`` from here on)."""
+    import yaml
+
     from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
 
-    cfg = apply_overrides(
-        load_yaml(args.agent_yaml or DEFAULT_AGENT_YAML), [o for o in agent_overrides(args) if ".pbt." not in o]
-    )
+    smoke_set = CASES[args.case].smoke_set
+    if not (args.smoke and smoke_set):
+        return
+    overrides = [f"agent.params.config.{item}" for item in smoke_set]
+    cfg = apply_overrides(load_yaml(agent_yaml(args)), overrides)
+    path = out / "agent_smoke.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    args.agent_yaml = str(path.absolute())
+
+
+def frames_per_epoch(args: argparse.Namespace) -> int:
+    from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
+
+    cfg = apply_overrides(load_yaml(agent_yaml(args)), [o for o in agent_overrides(args) if ".pbt." not in o])
     config = cfg["params"]["config"]
     return int(config["num_actors"]) * int(config["horizon_length"])
 
@@ -318,6 +433,8 @@ def member_command(args: argparse.Namespace, seed: int, workspace: Path, epochs:
         sys.executable,
         "-m",
         "async_pbt_isaaclab.examples.cpu_member",
+        "--agent",
+        str(agent_yaml(args)),
         "--max_iterations",
         str(epochs),
         "--train-dir",
@@ -334,8 +451,6 @@ def member_command(args: argparse.Namespace, seed: int, workspace: Path, epochs:
         f"agent.params.config.env_name={args.task}",
         *agent_overrides(args),
     ]
-    if args.agent_yaml:
-        cmd[3:3] = ["--agent", str(Path(args.agent_yaml).absolute())]
     # The population arm runs the package's defaults for a new population; only what is given here changes them.
     cmd += ["--pbt-rule", args.rule] if args.rule else []
     cmd += ["--pbt-mutation-rate", str(args.mutation_rate)] if args.mutation_rate is not None else []
@@ -502,13 +617,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     reused = reused_independent(args)
     out.mkdir(parents=True, exist_ok=True)
+    write_smoke_yaml(args, out)
     per_epoch = frames_per_epoch(args)
     epochs = math.ceil(args.frames_per_member / per_epoch)
     frames = epochs * per_epoch
     points = analysis.eval_points(frames, args.interval * args.eval_every)
     from async_pbt_isaaclab.commands.evaluate import Evaluator
 
-    evaluator = Evaluator(args.task, args.agent_yaml)
+    evaluator = Evaluator(args.task, agent_yaml(args))
     results = {
         "settings": {k: v for k, v in vars(args).items()},
         "frames_per_member": frames,

@@ -407,10 +407,11 @@ def report(results: dict[str, Any], target: float, members: int) -> list[str]:
 
 def _start_values(settings: dict[str, Any]) -> dict[str, float]:
     """The case's start values of the searched keys: what ``--set`` gave, else the packaged yaml's."""
-    from async_pbt_isaaclab.commands.evaluate import DEFAULT_AGENT_YAML
     from async_pbt_isaaclab.core.agent_config import load_yaml
+    from async_pbt_isaaclab.examples.agents import PACKAGED_AGENTS
 
-    config = load_yaml(settings.get("agent_yaml") or DEFAULT_AGENT_YAML)["params"]["config"]
+    default = PACKAGED_AGENTS.get(settings.get("task") or "Pendulum-v1", PACKAGED_AGENTS["Pendulum-v1"])
+    config = load_yaml(settings.get("agent_yaml") or default)["params"]["config"]
     out = {k: config.get(k) for k in settings.get("tuned") or {}}
     for item in settings.get("set_values") or []:
         key, value = item.split("=", 1)

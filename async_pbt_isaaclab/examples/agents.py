@@ -1,0 +1,34 @@
+"""The packaged CPU agent yamls and the gymnasium task each one trains.
+
+A CPU member (``cpu_member --task ID``), the population example, ``async-pbt evaluate`` and the validation study
+pick an agent yaml by task id from here when none is given. The MuJoCo yamls are adapted from rl_games' own
+tuned configs (each file's header names its source and what changed for CPU) and need the ``[mujoco]`` extra.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PACKAGED_AGENTS = {
+    "Pendulum-v1": HERE / "pendulum_ppo.yaml",
+    "HalfCheetah-v5": HERE / "halfcheetah_ppo.yaml",
+    "Hopper-v5": HERE / "hopper_ppo.yaml",
+}
+"""Gymnasium task id -> its packaged rl_games agent yaml."""
+DEFAULT_TASK = "Pendulum-v1"
+"""The task of the examples when none is named."""
+
+
+def packaged_agent_yaml(task: str) -> Path:
+    """The packaged agent yaml for ``task``; ``ValueError`` naming the packaged tasks for any other id."""
+    try:
+        return PACKAGED_AGENTS[task]
+    except KeyError:
+        raise ValueError(
+            f"no packaged agent yaml for task {task!r} (packaged: {', '.join(PACKAGED_AGENTS)}); "
+            f"pass --agent YOUR.yaml with params.config.env_name: {task}"
+        ) from None
+
+
+__all__ = ["DEFAULT_TASK", "PACKAGED_AGENTS", "packaged_agent_yaml"]

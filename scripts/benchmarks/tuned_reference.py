@@ -1,0 +1,98 @@
+#!/usr/bin/env python
+"""The tuned reference of a task: one independent run of its packaged agent yaml, with training and held-out returns.
+
+    python scripts/benchmarks/tuned_reference.py --task HalfCheetah-v5 --workspace runs/ref-halfcheetah
+    python scripts/benchmarks/tuned_reference.py --task Hopper-v5 --workspace runs/ref-hopper
+
+Trains (unless ``--workspace`` already holds the run) the real CPU member alone, as a user would: ``cpu_member
+--task TASK`` with the yaml's own epochs and seed, in a 2-member workspace with ``--pbt-max-restarts 0`` (it publishes
+a record and a checkpoint every ``--interval`` frames and never exploits or explores), retention off. Then it plays
+every checkpoint's deterministic policy on ``--episodes`` held-out episodes (``async-pbt evaluate``'s code, env seeds
+from 100000) and prints, per checkpoint, the frame, the training return (mean of the member's evidence window: the
+last completed episodes of the stochastic policy, as CleanRL and rl_games report) and the held-out return. Writes
+``reference.json`` into the workspace. The study's targets for the task's cases are read from this table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def train(task: str, workspace: Path, interval: int) -> float:
+    cmd = [
+        sys.executable,
+        "-m",
+        "async_pbt.examples.cpu_member",
+        "--task",
+        task,
+        "--pbt-workspace",
+        str(workspace),
+        "--pbt-members",
+        "2",
+        "--pbt-index",
+        "0",
+        "--pbt-max-restarts",
+        "0",
+        "--pbt-interval-steps",
+        str(interval),
+        "--pbt-keep-last-checkpoints",
+        "1000000",
+    ]
+    print("[reference] " + " ".join(cmd), flush=True)
+    started = time.time()
+    subprocess.run(cmd, check=True)
+    return time.time() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--task", required=True, help="a task with a packaged agent yaml (HalfCheetah-v5, Hopper-v5)")
+    p.add_argument("--workspace", required=True, help="the run's workspace (trained when it holds no run yet)")
+    p.add_argument("--interval", type=int, default=65_536, help="frames between checkpoints (default 65536)")
+    p.add_argument("--episodes", type=int, default=16, help="held-out episodes per checkpoint (default 16)")
+    args = p.parse_args(argv)
+
+    from async_pbt_isaaclab.commands.evaluate import DEFAULT_EVAL_SEED, Evaluator
+    from async_pbt_isaaclab.core.records import read_record
+    from async_pbt_isaaclab.core.retention import list_checkpoints
+
+    workspace = Path(args.workspace).absolute()
+    member = workspace / "members" / "000"
+    load = [os.getloadavg()[0]]
+    wall = None if (member / "record.json").exists() else train(args.task, workspace, args.interval)
+    load.append(os.getloadavg()[0])
+    history = {h.frame: h for h in read_record(member / "record.json").history}
+    evaluator = Evaluator(args.task)
+    rows = []
+    for _generation, _frame, path in list_checkpoints(member / "checkpoints"):
+        ev = evaluator.evaluate(path, args.episodes, DEFAULT_EVAL_SEED)
+        frame = int(ev.pbt.get("frame", 0))
+        entry = history.get(frame)
+        rows.append(
+            {
+                "frame": frame,
+                "training_return": entry.mean if entry else None,
+                "training_episodes": entry.count if entry else None,
+                "held_out_mean": ev.mean,
+                "held_out_std": ev.std,
+                "held_out_median": statistics.median(ev.returns),
+            }
+        )
+        train_txt = f"{entry.mean:8.1f} ({entry.count} episodes)" if entry else "       -"
+        print(f"{frame:>9,} frames  training {train_txt}  held-out {ev.mean:8.1f} ± {ev.std:6.1f}", flush=True)
+    load.append(os.getloadavg()[0])
+    result = {"task": args.task, "train_wall_s": wall, "load_average": [min(load), max(load)], "rows": rows}
+    (workspace / "reference.json").write_text(json.dumps(result, indent=1))
+    print(f"load average {min(load):.1f}-{max(load):.1f}; {workspace / 'reference.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""A task no one here wrote: the real CPU member trains gymnasium's MuJoCo HalfCheetah-v5 with the packaged yaml
+adapted from rl_games' own tuned config, through the real command line, and publishes a record with evidence.
+
+Skipped, with the reason, where MuJoCo is not installed (``pip install 'async-pbt-isaaclab[mujoco]'``). The run is
+shortened on the command line only (few envs, short episodes, small batches); everything else is the packaged yaml.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("rl_games")
+pytest.importorskip("mujoco", reason="MuJoCo is not installed: pip install 'async-pbt-isaaclab[mujoco]'")
+
+from async_pbt_isaaclab.core.agent_config import load_yaml
+from async_pbt_isaaclab.core.records import read_record
+from async_pbt_isaaclab.core.workspace import Workspace
+from async_pbt_isaaclab.examples.agents import PACKAGED_AGENTS, packaged_agent_yaml
+
+pytestmark = pytest.mark.slow
+
+MEMBER = [sys.executable, "-m", "async_pbt.examples.cpu_member"]
+
+
+def test_member_trains_halfcheetah_through_the_cli_and_publishes_a_record(tmp_path: Path):
+    ws = tmp_path / "ws"
+    cmd = [
+        *MEMBER,
+        "--task",
+        "HalfCheetah-v5",
+        "--pbt-workspace",
+        str(ws),
+        "--pbt-members",
+        "2",
+        "--pbt-index",
+        "0",
+        "--max_iterations",
+        "4",
+        "--num_envs",
+        "4",
+        "--pbt-interval-steps",
+        "256",
+        "--pbt-start-grace-frames",
+        "0",
+        "--pbt-min-episodes",
+        "4",
+        # 50-step episodes (a gymnasium.make keyword, passed through env_config), so episodes end within the run.
+        "agent.params.config.env_config.max_episode_steps=50",
+        "agent.params.config.horizon_length=64",
+        "agent.params.config.minibatch_size=128",
+    ]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    record = read_record(Workspace(ws).member_dir(0) / "record.json")
+    assert record.frame == 4 * 4 * 64
+    assert record.condition.task == "HalfCheetah-v5"
+    # 4 envs x 256 steps in 50-step episodes: 20 finished episodes, all evidence of generation 0.
+    assert record.evidence.count >= 4
+    assert record.checkpoint and (ws / record.checkpoint).is_file()
+
+
+def test_task_without_a_packaged_yaml_is_refused_with_the_packaged_list(tmp_path: Path):
+    proc = subprocess.run(
+        [*MEMBER, "--task", "Walker2d-v5", "--max_iterations", "1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "no packaged agent yaml for task 'Walker2d-v5'" in proc.stderr
+    assert "HalfCheetah-v5" in proc.stderr and "--agent" in proc.stderr
+
+
+@pytest.mark.parametrize("task", sorted(set(PACKAGED_AGENTS) - {"Pendulum-v1"}))
+def test_packaged_mujoco_yamls_keep_rl_games_tuned_values_and_run_on_cpu(task: str):
+    cfg = load_yaml(packaged_agent_yaml(task))
+    config = cfg["params"]["config"]
+    assert config["env_name"] == task
+    assert (config["device"], config["torch_compile"], cfg["params"]["torch_threads"]) == ("cpu", False, 1)
+    # rl_games' tuned values for both tasks (rl_games/configs/mujoco/*.yaml, v1.6.5).
+    assert (config["num_actors"], config["learning_rate"], config["gamma"], config["mini_epochs"]) == (
+        64,
+        5e-4,
+        0.99,
+        5,
+    )
+    assert "pbt" in cfg
+    frames = config["max_epochs"] * config["num_actors"] * config["horizon_length"]
+    assert 1_000_000 <= frames < 1_020_000
+
+
+def test_member_without_mujoco_is_refused_with_one_line_naming_the_extra(tmp_path: Path):
+    """Where mujoco cannot be imported, ``--task HalfCheetah-v5`` stops before training with one line, exit code 2."""
+    code = textwrap.dedent(
+        """
+        import importlib.abc, sys
+
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "mujoco":
+                    raise ModuleNotFoundError("No module named 'mujoco'", name="mujoco")
+                return None
+
+        sys.meta_path.insert(0, Block())
+        from async_pbt_isaaclab.examples.cpu_member import main
+        sys.exit(main(["--task", "HalfCheetah-v5", "--max_iterations", "1"]))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: task HalfCheetah-v5 needs the Python package 'mujoco', which is not installed "
+        "(pip install 'async-pbt-isaaclab[mujoco]')"
+    )
+    assert not (tmp_path / "runs").exists()
+
+
+def test_evaluate_picks_the_tasks_packaged_yaml():
+    from async_pbt_isaaclab.commands.evaluate import Evaluator
+
+    evaluator = Evaluator("Hopper-v5")
+    assert evaluator.agent_yaml == packaged_agent_yaml("Hopper-v5")
+    obs_space, action_space = evaluator._spaces
+    assert obs_space.shape == (11,) and action_space.shape == (3,)
