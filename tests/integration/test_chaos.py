@@ -1,8 +1,9 @@
 """Chaos, CI size: SIGKILL real CPU members in the dangerous windows and check nothing was lost.
 
 Runs ``scripts/reliability/chaos.py`` (see its docstring) with 2 members and one landed kill in each window, once
-per exploit path (the full run, 4 members and 40 kills, is in docs/reliability.md). Exec restarts: a checkpoint
-write, the donor copy of an exploit, right after an exploit decision was logged, the exploit restart in flight,
+per exploit path (the full runs, 4 members and 100 kills per path, are in docs/reliability.md). Exec restarts: a
+checkpoint write, a publish held inside the member's background writer, the donor copy of an exploit, right
+after an exploit decision was logged, the exploit restart in flight,
 and a random moment. In-process exploits: with the recipient pending (record being rewritten, the donor being
 loaded into the live agent), after ``exploit_applied`` was logged and before ``state.json`` cleared the pending
 exploit, after ``state.json`` was saved and before the record was rewritten, and after the record. The members use
