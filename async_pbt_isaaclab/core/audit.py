@@ -27,6 +27,7 @@ import errno
 import hashlib
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,7 +88,9 @@ def genesis_hash(population: str | None, member: int) -> str:
 
 
 class AuditLog:
-    """Appends entries to one member's ``audit.jsonl``. One writer: the process holding the member lock."""
+    """Appends entries to one member's ``audit.jsonl``. One writer: the process holding the member lock. Within
+    it, appends are serialised by a lock: the member's background writer appends its decisions while the training
+    thread may log a warning."""
 
     def __init__(self, path: Path, last_seq: int, last_hash: str, genesis: str = GENESIS):
         self.path = path
@@ -98,6 +101,12 @@ class AuditLog:
         """Sequence number of the last entry (-1 when empty)."""
         self.last_hash = last_hash
         """Hash of the last entry (``GENESIS`` when empty)."""
+        self._lock = threading.Lock()
+
+    def head(self) -> tuple[int, str]:
+        """(seq, hash) of the last entry appended, read together (never half of one append and half of the next)."""
+        with self._lock:
+            return self.last_seq, self.last_hash
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], genesis: str = GENESIS) -> "AuditLog":
@@ -135,6 +144,10 @@ class AuditLog:
         """Append one entry of ``kind`` with ``body``, chained and fsynced; returns the entry as written."""
         if kind not in ENTRY_KINDS:
             raise ValueError(f"unknown audit entry kind {kind!r}")
+        with self._lock:
+            return self._append(kind, body, now)
+
+    def _append(self, kind: str, body: dict[str, Any], now: float | None) -> dict[str, Any]:
         entry = {
             "seq": self.last_seq + 1,
             "time": time.time() if now is None else now,

@@ -156,6 +156,9 @@ class PopulationConfig:
     host's at the next start, whatever their age; a live writer's never: the temp name holds host and pid)."""
     heartbeat_interval_s: float = 10.0
     """How often (wall seconds) a member refreshes its heartbeat between publishes."""
+    publish_in_background: bool = True
+    """Write publishes and heartbeats (checkpoint, best list, decision, state, record) on a background thread, in
+    order, while training goes on; ``false``: on the training thread, as the fsyncs happen."""
     trusted_workspace: bool = False
     """Load checkpoints with full pickle. Only for workspaces whose writers you trust."""
     launcher_prefix: list[str] = field(default_factory=list)

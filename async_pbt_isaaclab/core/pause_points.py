@@ -1,11 +1,12 @@
 """Fault-injection pause points: a test facility that holds a member inside a named crash window.
 
-Some crash windows of the in-process exploit last one fsynced write: a chaos driver that reacts to file events
-cannot be sure to catch them on a loaded machine. When the environment variable ``ASYNC_PBT_TEST_PAUSE_AT``
-names a point (comma-separated), the member reaching it writes a marker file ``pause.<point>.<pid>.json`` in
-its member folder (atomically: the point and the pid) and stops itself with SIGSTOP. Whoever set the variable
-(``scripts/reliability/chaos.py``) then either kills the process, certainly inside the window, or removes the
-marker and sends SIGCONT. Unset (always, outside such tests) a point costs one test of an empty set.
+Some crash windows of the in-process exploit last one fsynced write, and a publish on the background writer runs
+beside training: a chaos driver that reacts to file events cannot be sure to catch them on a loaded machine.
+When the environment variable ``ASYNC_PBT_TEST_PAUSE_AT`` names a point (comma-separated), the member reaching
+it writes a marker file ``pause.<point>.<pid>.json`` in its member folder (atomically: the point and the pid)
+and stops itself with SIGSTOP. Whoever set the variable (``scripts/reliability/chaos.py``) then either kills
+the process, certainly inside the window, or removes the marker and sends SIGCONT. Unset (always, outside
+such tests) a point costs one test of an empty set.
 
 Never set the variable for a population nobody watches: a paused member waits for SIGCONT forever.
 """
@@ -21,8 +22,10 @@ from async_pbt_isaaclab.core import fsio
 PAUSE_ENV = "ASYNC_PBT_TEST_PAUSE_AT"
 """Environment variable naming the pause points to hold at (comma-separated); unset in production."""
 
-PAUSE_POINTS = ("inprocess_pending", "inprocess_applied", "inprocess_saved")
-"""Every pause point, named after the chaos window it holds the member in (``scripts/reliability/chaos_windows``)."""
+PAUSE_POINTS = ("inprocess_pending", "inprocess_applied", "inprocess_saved", "background_write")
+"""Every pause point, named after the chaos window it holds the member in (``scripts/reliability/chaos_windows``).
+``background_write`` is inside a publish on the background writer's thread (``member/writer.py``), once the
+checkpoint is fsynced and before the best list, retention, decision, state and record follow it."""
 
 MARKER_PREFIX = "pause."
 """Marker files in the member folder start with this (``pause.<point>.<pid>.json``)."""

@@ -88,12 +88,22 @@ class MemberSession:
     def dir(self) -> Path:
         return self.ws.member_dir(self.member)
 
-    def save(self) -> None:
+    def save(self, snapshot: MemberState | None = None) -> None:
         """Write ``state.json``, with the audit log's head: saved after every append that matters, so cutting
-        entries from the end of the log is detected (``async-pbt audit``)."""
-        if self.audit.last_seq >= 0:
-            self.state.audit_head = AuditHead(self.audit.last_seq, self.audit.last_hash)
-        save_state(self.dir / "state.json", self.state)
+        entries from the end of the log is detected (``async-pbt audit``).
+
+        ``snapshot``: a copy of the state taken earlier on the training thread (:meth:`snapshot`), written by the
+        background writer; it gets the audit head of now, when every entry up to it is on disk."""
+        state = self.state if snapshot is None else snapshot
+        seq, digest = self.audit.head()
+        if seq >= 0:
+            state.audit_head = AuditHead(seq, digest)
+        save_state(self.dir / "state.json", state)
+
+    def snapshot(self) -> MemberState:
+        """A deep copy of the state now: what a publish handed to the background writer saves, whatever the
+        training thread changes in the meantime."""
+        return copy.deepcopy(self.state)
 
     def log(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
         """Append an audit entry and save ``state.json`` with it as the head, so the newest entry is anchored

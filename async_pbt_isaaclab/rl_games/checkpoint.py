@@ -163,6 +163,18 @@ def save_checkpoint(path: Path | str, state: Mapping[str, Any]) -> str:
     must be plain data (it is normalised: numpy scalars to numbers, tuples to lists). The path is used
     as given; unlike ``torch_ext.save_checkpoint`` no ``.pth`` is appended.
     """
+    data, sha = checkpoint_bytes(path, state)
+    atomic_write_bytes(Path(path), data)
+    return sha
+
+
+def checkpoint_bytes(path: Path | str, state: Mapping[str, Any]) -> tuple[bytes, str]:
+    """The bytes :func:`save_checkpoint` would write to ``path`` for ``state``, and their sha256; nothing is written.
+
+    The bytes are a copy of every tensor (on the CPU, whatever the device): training may change the live
+    tensors right after, and these bytes stay what was published (the background writer writes them later).
+    ``path`` only names the file in error messages.
+    """
     path = Path(path)
     if not isinstance(state, Mapping):
         raise CheckpointError(f"{path}: expected a checkpoint dict, got {type(state).__name__}", path)
@@ -178,8 +190,7 @@ def save_checkpoint(path: Path | str, state: Mapping[str, Any]) -> str:
     buf = io.BytesIO()
     torch.save(state, buf)
     data = buf.getvalue()
-    atomic_write_bytes(path, data)
-    return hashlib.sha256(data).hexdigest()
+    return data, hashlib.sha256(data).hexdigest()
 
 
 # ----------------------------------------------------------------------------------- load

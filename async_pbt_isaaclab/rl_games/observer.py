@@ -15,6 +15,14 @@ Everything happens in ``after_steps``:
 * when ``algo.frame`` crosses a multiple of ``interval_steps``: save a checkpoint, publish the record,
   read the peers, decide and log the decision.
 
+The durable writes of both (checkpoint, best list, retention, decision, ``state.json``, ``record.json``) are
+handed to the publisher's writer (``member/writer.py``): with ``pbt.publish_in_background`` they run beside
+training, in that order, so ``after_steps`` costs training a copy of the weights and the decision, not the
+fsyncs. Whatever acts on a decision, or ends the process as a member, first drains the writer: the exploit or
+explore in ``after_print_stats``, the last epoch's ``after_print_stats`` (rl_games returns with every file
+written), and :meth:`PbtObserver.finish`. An error of the writer is raised on the training thread at the next
+hook.
+
 What is published (evidence window, record, checkpoints, history, best list, retention) is the observer's
 :class:`~async_pbt_isaaclab.rl_games.publisher.MemberPublisher`'s; the agent is read and changed through its
 :class:`~async_pbt_isaaclab.rl_games.agent.LiveAgent`. A decided exploit or
@@ -41,6 +49,7 @@ from async_pbt_isaaclab.core.selection import Outcome
 from async_pbt_isaaclab.core.step import PopulationView, StepResult, pbt_step
 from async_pbt_isaaclab.envs.summary_source import find_summary_source
 from async_pbt_isaaclab.member.session import RAW_CHECKPOINT_GAPS, MemberSession, print_notes
+from async_pbt_isaaclab.member.writer import WriteJob
 from async_pbt_isaaclab.rl_games import exploit
 from async_pbt_isaaclab.rl_games.agent import LiveAgent
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
@@ -149,6 +158,7 @@ class PbtObserver(AlgoObserver):
             # Our own published checkpoint (resume, or the exploit's recipient checkpoint): keep publishing it
             # until the next one replaces it, or the records of a restarted or stopped member lose it.
             self.publisher.last_checkpoint = (mine.last_checkpoint, mine.last_checkpoint_sha256)
+            self.publisher.durable_checkpoint = self.publisher.last_checkpoint
         exploit.audit_restored(self.session, agent, self.session.start_mode, path)
         print(
             f"[async-pbt] member {self.session.member}: {self.session.start_mode} from {path} "
@@ -163,23 +173,29 @@ class PbtObserver(AlgoObserver):
         pass
 
     def after_print_stats(self, frame, epoch_num, total_time) -> None:
-        if self.pending_act is None or self.agent is None:
+        if self.agent is None:
             return
         t0 = time.perf_counter()
-        (step, me, published), self.pending_act = self.pending_act, None
         try:
-            with HeldStop() as held_stop:
-                exploit.act(
-                    step,
-                    me,
-                    session=self.session,
-                    publisher=self.publisher,
-                    agent=self.agent,
-                    held_stop=held_stop,
-                    exit_on_restart=self.exit_on_restart,
-                    published_state=published,
-                    donor_from_memory=self.donor_from_memory,
-                )
+            if self.pending_act is not None:
+                (step, me, published), self.pending_act = self.pending_act, None
+                with HeldStop() as held_stop:
+                    # Write-ahead: the decision, and the publish it was taken on, are on disk before it is acted on.
+                    self.publisher.writer.drain()
+                    exploit.act(
+                        step,
+                        me,
+                        session=self.session,
+                        publisher=self.publisher,
+                        agent=self.agent,
+                        held_stop=held_stop,
+                        exit_on_restart=self.exit_on_restart,
+                        published_state=published,
+                        donor_from_memory=self.donor_from_memory,
+                    )
+            elif self.agent.training_ends_now():
+                # rl_games returns after this epoch: it returns with this member's files written.
+                self.publisher.writer.drain()
         finally:
             self.hook_seconds += time.perf_counter() - t0
 
@@ -190,6 +206,7 @@ class PbtObserver(AlgoObserver):
         self.hook_calls += 1
         self.agent.in_epoch = True
         try:
+            self.publisher.writer.check()  # a failed background write stops training here, on this thread
             self._tick(self.agent)
         finally:
             self.agent.in_epoch = False
@@ -211,22 +228,26 @@ class PbtObserver(AlgoObserver):
 
     def publish_and_decide(self) -> None:
         """Publish a checkpoint and record, read the peers, decide, log the decision (write-ahead) and keep an
-        exploit or explore for :meth:`after_print_stats`."""
+        exploit or explore for :meth:`after_print_stats`. The writes go to the writer as one job, in the order a
+        crash needs: checkpoint, best list, retention, decision, ``state.json``, ``record.json``."""
         publisher, state = self.publisher, self.session.state
-        me = publisher.publish(persist=False)  # record.json and state.json are written once, after the decision
+        me, steps = publisher.prepare_publish()
         records, unreadable = self.session.ws.read_records(self.cfg.num_policies)
         view = PopulationView(
             me, tuple(r for m, r in sorted(records.items()) if m != me.member), time.time(), unreadable
         )
         step = pbt_step(view, self.cfg, state.rng_state)
-        # Write-ahead: the decision is on disk before anything acts on it.
-        self.session.audit.append("decision", step.audit_body(view, self.cfg), now=view.now)
+        # Write-ahead: the decision is appended before state.json takes its RNG state, and nothing acts on it
+        # before the writer has drained (after_print_stats).
+        body = step.audit_body(view, self.cfg)
+        steps.append(("decision in audit.jsonl", lambda: self.session.audit.append("decision", body, now=view.now)))
         state.rng_state = step.rng_after
-        self.session.save()
         decision = step.decision
         publisher.decisions.append(decision)
         publisher.interval_best = None
-        publisher.write_record(publisher.record(decision.summary(), next_generation=step.acts))
+        record = publisher.record(decision.summary(), next_generation=step.acts)
+        steps += [publisher.state_step(), publisher.record_step(record)]
+        publisher.writer.submit(WriteJob(f"member {me.member}: publish at frame {me.frame}", steps))
         print(f"[async-pbt] member {me.member} frame {me.frame}: {decision.summary()}", flush=True)
         if step.acts:
             # Carried out in after_print_stats, once this epoch's update is done: the rollout just collected
@@ -246,6 +267,10 @@ class PbtObserver(AlgoObserver):
         if self.agent is None:
             return
         publisher = self.publisher
+        # A publish in flight is written before anything else: the status record below must come after its record.
+        publisher.writer.drain()
+        # A publish whose checkpoint failed to be written (the error that ended training) must not be named.
+        publisher.forget_unwritten_checkpoint()
         if status == "finished":
             self.session.state.finished = FinishedMark(self.agent.frame, int(self.agent.algo.epoch_num))
             publisher.publish()

@@ -7,11 +7,18 @@ entries once the evidence is settled, keeps the best list and applies checkpoint
 what to decide is the observer's; carrying out an exploit is :mod:`async_pbt_isaaclab.rl_games.exploit`'s, which
 changes what is published only through :meth:`MemberPublisher.begin_generation` and
 :meth:`MemberPublisher.generation_running`.
+
+The durable writes of a publish and of a heartbeat go through the member's writer (:attr:`MemberPublisher.writer`,
+``member/writer.py``): with ``pbt.publish_in_background`` (the default) they run beside training, in order, on a
+background thread, from copies made on the training thread (the checkpoint as bytes, the state and the record as
+they were); a record step always comes after the checkpoint it names. Every other write (the act step's, the end
+of training) happens on the training thread once the writer has drained.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import socket
 import sys
@@ -27,8 +34,9 @@ from async_pbt_isaaclab.core.retention import BestEntry, apply_retention, update
 from async_pbt_isaaclab.core.selection import Decision
 from async_pbt_isaaclab.core.workspace import checkpoint_name
 from async_pbt_isaaclab.member.session import MemberSession
+from async_pbt_isaaclab.member.writer import PausePoint, Step, WriteJob, make_writer
 from async_pbt_isaaclab.rl_games.agent import LiveAgent
-from async_pbt_isaaclab.rl_games.checkpoint import save_checkpoint
+from async_pbt_isaaclab.rl_games.checkpoint import checkpoint_bytes, save_checkpoint
 
 
 class MemberPublisher:
@@ -53,8 +61,13 @@ class MemberPublisher:
         """Wall time of the last record write."""
         self.last_checkpoint: tuple[str, str] | None = None
         """(workspace-relative path, sha256) of the newest checkpoint this member published."""
+        self.durable_checkpoint: tuple[str, str] | None = None
+        """The newest of them that the writer has written (differs from :attr:`last_checkpoint` while a publish is
+        in flight, or after its checkpoint failed to be written)."""
         self.decisions: list[Decision] = []
         """Decisions taken by this process (newest last); the record names the latest."""
+        self.writer = make_writer(self.cfg.publish_in_background, session.member)
+        """Runs the durable writes of publishes and heartbeats (beside training, or inline)."""
         self._warned: set[str] = set()
 
     def attach(self, agent: LiveAgent) -> None:
@@ -141,7 +154,7 @@ class MemberPublisher:
         """The act step wrote the recipient checkpoint of ``plan``: publish it, and from now on no evidence of the
         old generation (peers must not compare it with anything)."""
         self.window.start_generation(plan.generation)
-        self.last_checkpoint = (checkpoint, sha256)
+        self.last_checkpoint = self.durable_checkpoint = (checkpoint, sha256)
         self.write_record(self.record(plan.summary))
 
     def generation_running(self) -> None:
@@ -191,15 +204,33 @@ class MemberPublisher:
             self.warn_once("write", f"cannot write {self.session.dir / 'record.json'}: {exc}; training continues")
 
     def heartbeat(self) -> None:
-        """Collect the new episodes and rewrite the record (peers see this member alive)."""
+        """Collect the new episodes and rewrite the record (peers see this member alive), through the writer: after
+        the publish before it, so the record never names a checkpoint not yet on disk. While the writer is busy
+        the record waits for a later epoch (the publish in flight rewrites it anyway)."""
         self.collect()
-        self.write_record(self.record())
+        if self.writer.busy():
+            return
+        record = self.record()
+        self.last_heartbeat = time.time()
+        self.writer.submit(WriteJob(f"heartbeat at frame {record.frame}", [self.record_step(record)]))
+
+    def record_step(self, record: MemberRecord) -> Step:
+        """The writer step that publishes ``record`` (a failure is warned about, as :meth:`write_record` does)."""
+        return ("record.json", functools.partial(self.write_record, record))
+
+    def state_step(self) -> Step:
+        """The writer step that saves ``state.json`` as the state is now (a copy: training goes on changing it)."""
+        return ("state.json", functools.partial(self.session.save, self.session.snapshot()))
+
+    def checkpoint_path(self, generation: int) -> Any:
+        """Where a checkpoint of ``generation`` at the current frame goes in this member's checkpoints/."""
+        # Checked at every save: a checkpoints/ replaced by a link while training would put our files elsewhere.
+        folder = self.session.ws.checked_member_dir(self.session.member, "checkpoints")
+        return folder / checkpoint_name(generation, self.live.frame)
 
     def write_checkpoint(self, state: dict[str, Any], generation: int) -> tuple[str, str]:
         """Save ``state`` in this member's checkpoints/ at the current frame: (workspace-relative path, sha256)."""
-        # Checked at every save: a checkpoints/ replaced by a link while training would put our files elsewhere.
-        folder = self.session.ws.checked_member_dir(self.session.member, "checkpoints")
-        path = folder / checkpoint_name(generation, self.live.frame)
+        path = self.checkpoint_path(generation)
         sha = save_checkpoint(path, state)
         return self.session.ws.relative(path), sha
 
@@ -227,42 +258,65 @@ class MemberPublisher:
         if "learning_rate" in state.hyperparameters:
             state.hyperparameters["learning_rate"] = self.live.last_lr
 
-    def publish(self, persist: bool = True) -> MemberRecord:
-        """Save a checkpoint, add a history entry when the evidence is publishable, publish the record
-        (also called at the end of training).
-
-        ``persist=False`` (the decide path) leaves writing ``record.json`` and ``state.json`` to the caller,
-        which writes both right after the decision: each durable write costs two fsyncs, the bulk of the
-        observer's overhead (scripts/benchmarks/observer_overhead.py).
-        """
+    def prepare_publish(self) -> tuple[MemberRecord, list[Step]]:
+        """The training thread's part of a publish: collect the episodes, copy the agent's state into checkpoint
+        bytes (the one copy of the weights a publish costs training), make the checkpoint this member's resume
+        point in memory, add a history entry when the evidence is publishable. Returns the record now and the
+        writer steps that write it all: the checkpoint, the best list when it changed, retention. The caller adds
+        the steps that name the checkpoint (decision, ``state.json``, ``record.json``) after these."""
         self.collect()
         self.sync_live_hyperparameters()
         state = self.session.state
         weights = self.live.full_state()
         weights["pbt"] = self.pbt_metadata(state.generation, state.hyperparameters)
-        # What state.json and record.json on disk name until they are saved again (after the decision when
-        # persist is False): a crash before that resumes from it, so retention must not delete it yet.
+        # What state.json and record.json on disk name until the writer saves them again: a crash before that
+        # resumes from it, so retention must not delete it yet.
         previous = state.last_checkpoint
-        rel, sha = self.write_checkpoint(weights, state.generation)
+        path = self.checkpoint_path(state.generation)
+        data, sha = checkpoint_bytes(path, weights)
+        rel = self.session.ws.relative(path)
         self.last_checkpoint = (rel, sha)
         state.published(rel, sha)
         summary = self.window.summary()
         state.evidence = SavedEvidence(summary, self.condition)
+        best_before = state.best
         if self.publishable():
             self._add_history_entry(summary, rel, sha)
         record = self.record()
-        if persist:
-            self.write_record(record)
+        steps: list[Step] = [
+            (f"checkpoint {path}", functools.partial(fsio.atomic_write_bytes, path, data)),
+            ("", functools.partial(setattr, self, "durable_checkpoint", (rel, sha))),
+            # Test facility (core/pause_points.py): the chaos harness kills the member here, checkpoint written.
+            ("pause point", PausePoint("background_write", self.session.dir)),
+        ]
+        if state.best != best_before:  # unchanged when this checkpoint did not make the list
+            best = [b.to_dict() for b in state.best]
+            steps.append(("best.json", functools.partial(fsio.atomic_write_json, self.session.dir / "best.json", best)))
         # Peers behind us may copy any checkpoint our history offers: those stay until their entry leaves it.
-        keep = {
-            rel,
-            *(b.checkpoint for b in state.best),
-            *([previous] if previous else []),
-            *(e.checkpoint for e in state.history if e.checkpoint),
-        }
-        apply_retention(self.session.ws, self.session.member, self.cfg.keep_last_checkpoints, keep)
-        if persist:
-            self.session.save()
+        keep = frozenset(
+            {
+                rel,
+                *(b.checkpoint for b in state.best),
+                *([previous] if previous else []),
+                *(e.checkpoint for e in state.history if e.checkpoint),
+            }
+        )
+        retention = functools.partial(
+            apply_retention, self.session.ws, self.session.member, self.cfg.keep_last_checkpoints, keep
+        )
+        steps.append(("retention", retention))
+        return record, steps
+
+    def forget_unwritten_checkpoint(self) -> None:
+        """After a failed write (the writer drained): records name the newest checkpoint on disk again."""
+        self.last_checkpoint = self.durable_checkpoint
+
+    def publish(self) -> MemberRecord:
+        """Save a checkpoint, add a history entry when the evidence is publishable, publish ``state.json`` and the
+        record, and return once it is all written (the end of training: a publish in flight is waited for first)."""
+        record, steps = self.prepare_publish()
+        steps += [self.state_step(), self.record_step(record)]
+        self.writer.run_now(WriteJob(f"final publish at frame {record.frame}", steps))
         return record
 
     def _add_history_entry(self, summary: EvidenceSummary, rel: str, sha: str) -> None:
@@ -298,6 +352,5 @@ class MemberPublisher:
                 ),
                 self.cfg.keep_best_checkpoints,
             )
-            if best != state.best:  # unchanged when this checkpoint did not make the list
+            if best != state.best:  # best.json is rewritten by the publish's writer steps
                 state.best = best
-                fsio.atomic_write_json(self.session.dir / "best.json", [b.to_dict() for b in best])

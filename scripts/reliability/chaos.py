@@ -8,8 +8,10 @@ decision exploits the best peer), so exploit windows keep coming at a steady rat
 path the members take, and with it the windows aimed at (``chaos_windows``):
 
 * both paths: ``checkpoint_write`` (a checkpoint, best list or retention in flight, ``state.json`` not yet
-  saved), ``donor_copy`` (a donor copy in ``incoming/``, partial or verified and not yet loaded),
-  ``exploit_decided`` (the write-ahead exploit decision logged, nothing acted on yet) and ``random``;
+  saved), ``background_write`` (a publish on the member's background writer, checkpoint written, the rest to
+  come, training going on beside it), ``donor_copy`` (a donor copy in ``incoming/``, partial or verified and
+  not yet loaded), ``exploit_decided`` (the write-ahead exploit decision logged, nothing acted on yet) and
+  ``random``;
 * ``restart``: ``restart_pending`` (``pending_exploit`` saved; killed after a random delay up to the restart
   time seen so far, so the ``os.execv`` and the new image's start until ``exploit_applied`` are hit);
 * ``inprocess`` / ``auto``: ``inprocess_pending`` (recipient checkpoint and ``pending_exploit`` saved, record
@@ -19,9 +21,10 @@ path the members take, and with it the windows aimed at (``chaos_windows``):
   ``inprocess_done`` (record rewritten, the member trains the new generation).
 
 The watcher (``chaos_watch``) follows the workspace with inotify (Linux; polling elsewhere) and reacts within
-about a millisecond of the file event. The first three in-process windows are a few milliseconds wide: the
-members hold inside them at pause points (``ASYNC_PBT_TEST_PAUSE_AT``, a test facility set through the launcher
-for the windows aimed at; ``async_pbt_isaaclab.core.pause_points``), and the driver (``chaos_driver``) kills a
+about a millisecond of the file event. The first three in-process windows are a few milliseconds wide, and
+the background writer's publish runs beside training: the members hold inside them at pause points
+(``ASYNC_PBT_TEST_PAUSE_AT``, a test facility set through the launcher for the windows aimed at;
+``async_pbt_isaaclab.core.pause_points``), and the driver (``chaos_driver``) kills a
 held member or lets it go on with SIGCONT, so those kills land whatever the machine's load. After each SIGKILL it
 waits for the process to die and reads what it left: a kill counts for its window only when the window was
 still open at death; otherwise it is reported as missed and the driver waits for the next opportunity. A
@@ -75,6 +78,7 @@ from chaos_members import (
 from chaos_watch import Watcher
 from chaos_windows import (  # noqa: F401  (the window tests, re-exported for tests/integration/test_chaos.py)
     aimed_windows,
+    background_write_in_flight,
     decision_not_acted_on,
     donor_copy_in_flight,
     held_windows,

@@ -249,6 +249,11 @@ def verify(
                 # A kill before the first state.json with a checkpoint leaves nothing to resume from: a fresh
                 # start then, at frame 0, loses at most the interval in flight like any other kill.
                 restored = next((r for r in entries[i + 1 :] if r.get("kind") in ("restored", "start")), None)
+                if restored is not None and restored["kind"] == "start" and e.get("mode") != "fresh":
+                    # This process ended before it restored anything (killed, or stopped by the Ctrl-C that ends the
+                    # chaos phase while rl_games loaded): it resumed nothing; the next start is checked instead.
+                    starts_by_mode[e.get("mode")] += 1
+                    continue
                 frame = restored["frame"] if restored is not None and restored["kind"] == "restored" else 0
                 if e.get("mode") == "fresh":
                     frame = 0

@@ -24,7 +24,7 @@ from chaos_windows import EXPLOIT_WINDOWS
 
 from async_pbt_isaaclab.core.workspace import member_dirname
 
-FREQUENT_WINDOWS = ("checkpoint_write", "random")
+FREQUENT_WINDOWS = ("checkpoint_write", "background_write", "random")
 """Windows that open at any time; the others need an exploit decision."""
 
 

@@ -12,9 +12,10 @@ Each event that opens a window calls ``Driver.try_kill`` with that window's test
   (``inprocess_applied``), ``state.json`` with that exploit done (``inprocess_saved``), ``record.json`` rewritten
   after it (``inprocess_done``).
 
-The three narrow in-process windows (``chaos_windows.HELD_WINDOWS``) are not aimed at through those events when
-the run aims at them: the members hold inside them at a pause point and leave a marker ``pause.<point>.<pid>.json``
-in their folder; the watcher waits until the process has stopped, then kills it or removes the marker and lets it
+The three narrow in-process windows and the background writer's publish (``chaos_windows.HELD_WINDOWS``) are not
+aimed at through file events when the run aims at them: the members hold inside them at a pause point and leave a
+marker ``pause.<point>.<pid>.json`` in their folder; the watcher waits until the process has stopped, then kills it
+or removes the marker and lets it
 go on. Every marker is handled, chaos phase or not, and ``release_all`` lets go any member still held.
 """
 
@@ -33,6 +34,7 @@ from typing import Callable
 
 from chaos_driver import Driver, let_go, wait_stopped
 from chaos_windows import (
+    background_write_in_flight,
     decision_not_acted_on,
     donor_copy_in_flight,
     inprocess_applied,
@@ -322,6 +324,9 @@ class Watcher:
         if point == "inprocess_pending":
             detail = f"held at its pause point: state.json names the in-process exploit to {checkpoint}"
             return detail, functools.partial(inprocess_pending, mdir, checkpoint)
+        if point == "background_write":
+            detail = "held in the background writer: checkpoint written, state.json and record.json not yet"
+            return detail, functools.partial(background_write_in_flight, mdir)
         if point == "inprocess_applied":
             detail = f"held at its pause point: exploit_applied (inprocess) logged for {checkpoint}"
             return detail, functools.partial(inprocess_applied, mdir, checkpoint)

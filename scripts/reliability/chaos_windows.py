@@ -8,6 +8,7 @@ driver can call them before a kill (is the window still open?) and after it (did
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,19 @@ from async_pbt_isaaclab.core.member_state import load_state
 from async_pbt_isaaclab.core.pause_points import PAUSE_POINTS
 from async_pbt_isaaclab.core.records import RecordError
 
-RESTART_WINDOWS = ("checkpoint_write", "donor_copy", "exploit_decided", "restart_pending", "random")
+RESTART_WINDOWS = (
+    "checkpoint_write",
+    "background_write",
+    "donor_copy",
+    "exploit_decided",
+    "restart_pending",
+    "random",
+)
 """Windows of a population exploiting through the exec restart (``--exploit-mode restart``)."""
 
 INPROCESS_WINDOWS = (
     "checkpoint_write",
+    "background_write",
     "donor_copy",
     "exploit_decided",
     "inprocess_pending",
@@ -44,7 +53,8 @@ EXPLOIT_WINDOWS = (
 
 HELD_WINDOWS = PAUSE_POINTS
 """Windows a few milliseconds wide (one fsynced write each), too narrow for a driver woken by a file event on a
-loaded machine: the members hold inside them at a pause point (``ASYNC_PBT_TEST_PAUSE_AT``, a test facility in
+loaded machine, and the background writer's publish (beside training: no file event says where training is): the
+members hold inside them at a pause point (``ASYNC_PBT_TEST_PAUSE_AT``, a test facility in
 ``async_pbt_isaaclab.core.pause_points``) and the driver kills the held process or lets it go on (SIGCONT)."""
 
 
@@ -98,6 +108,28 @@ def publish_in_progress(mdir: Path) -> str | None:
             else "checkpoint published, state.json not yet"
         )
     return None
+
+
+def background_write_in_flight(mdir: Path) -> str | None:
+    """A publish on the background writer has written its checkpoint, and neither ``state.json`` nor ``record.json``
+    names it yet (best list, retention, decision, state and record still to come; training went on meanwhile)."""
+    try:
+        files = [p for p in (mdir / "checkpoints").iterdir() if p.suffix == ".pth" and not fsio.is_temp_file(p)]
+    except FileNotFoundError:
+        return None
+    if not files:
+        return None
+    newest = max(files, key=_mtime_ns).name
+    state = _state(mdir)
+    if state is None or Path(state.last_checkpoint).name == newest:
+        return None
+    try:
+        named = json.loads(fsio.read_bytes_nofollow(mdir / "record.json")).get("checkpoint") or ""
+    except (OSError, ValueError, AttributeError):
+        named = ""
+    if Path(named).name == newest:
+        return None
+    return "background publish in flight: checkpoint written, state.json and record.json name the one before"
 
 
 def donor_copy_in_flight(mdir: Path) -> str | None:

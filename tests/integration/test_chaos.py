@@ -1,8 +1,9 @@
 """Chaos, CI size: SIGKILL real CPU members in the dangerous windows and check nothing was lost.
 
 Runs ``scripts/reliability/chaos.py`` (see its docstring) with 2 members and one landed kill in each window, once
-per exploit path (the full run, 4 members and 40 kills, is in docs/reliability.md). Exec restarts: a checkpoint
-write, the donor copy of an exploit, right after an exploit decision was logged, the exploit restart in flight,
+per exploit path (the full runs, 4 members and 100 kills per path, are in docs/reliability.md). Exec restarts: a
+checkpoint write, a publish held inside the member's background writer, the donor copy of an exploit, right
+after an exploit decision was logged, the exploit restart in flight,
 and a random moment. In-process exploits: with the recipient pending (record being rewritten, the donor being
 loaded into the live agent), after ``exploit_applied`` was logged and before ``state.json`` cleared the pending
 exploit, after ``state.json`` was saved and before the record was rewritten, and after the record; the same four
@@ -201,6 +202,36 @@ def test_a_kill_counts_only_when_its_window_was_still_open(tmp_path):
     assert chaos.decision_not_acted_on(mdir, seq, 0, rng_after) is not None
     audit.append("exploit_aborted", {"donor": 0, "reason": "donor checkpoint vanished"})
     assert chaos.decision_not_acted_on(mdir, seq, 0, rng_after) is None
+
+
+def test_background_write_window_is_open_from_the_checkpoint_until_state_or_record_names_it(tmp_path):
+    """The verdict on the files a member held in its background writer left: open once the publish's checkpoint is
+    written and until ``state.json`` or ``record.json`` names it."""
+    chaos = _load_chaos()
+    from async_pbt_isaaclab.core import fsio
+    from async_pbt_isaaclab.core.member_state import MemberState, save_state
+
+    mdir = tmp_path / "members" / "001"
+    (mdir / "checkpoints").mkdir(parents=True)
+    old = "members/001/checkpoints/g0000_f000000002048.pth"
+    (tmp_path / old).write_bytes(b"weights")
+    os.utime(tmp_path / old, ns=(1, 1))
+    state = MemberState(member=1, last_checkpoint=old, last_checkpoint_sha256="a" * 64)
+    save_state(mdir / "state.json", state)
+    fsio.atomic_write_json(mdir / "record.json", {"checkpoint": old})
+    assert chaos.background_write_in_flight(mdir) is None  # the newest checkpoint is the one both name
+    new = "members/001/checkpoints/g0000_f000000004096.pth"
+    temp = (tmp_path / new).with_name(f".{Path(new).name}{fsio.TEMP_MARKER}x")
+    temp.write_bytes(b"half")
+    assert chaos.background_write_in_flight(mdir) is None  # still being written: the checkpoint_write window's
+    temp.rename(tmp_path / new)
+    assert chaos.background_write_in_flight(mdir).startswith("background publish in flight")
+    fsio.atomic_write_json(mdir / "record.json", {"checkpoint": new})
+    assert chaos.background_write_in_flight(mdir) is None
+    fsio.atomic_write_json(mdir / "record.json", {"checkpoint": old})
+    state.last_checkpoint = new
+    save_state(mdir / "state.json", state)
+    assert chaos.background_write_in_flight(mdir) is None
 
 
 def test_in_process_windows_open_and_close_with_each_write_of_the_exploit(tmp_path):

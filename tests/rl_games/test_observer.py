@@ -252,7 +252,8 @@ class ScriptedSource:
 
 
 def test_nan_and_inf_values_never_enter_the_evidence(tmp_path, capfd):
-    session, _ = start(tmp_path, index=0, objective="success")
+    # Inline writer: each heartbeat's record is written before the next step, so the last one holds every batch.
+    session, _ = start(tmp_path, index=0, objective="success", publish_in_background=False)
     cond = ConditionLabel(task="Pendulum-v1", objective="success")
 
     def batch(values):

@@ -1,0 +1,279 @@
+"""Publishing beside training, in real rl_games training: what is written in which order, on which thread.
+
+Real members (Pendulum-v1 PPO on CPU) publish at every epoch while ``os.fsync`` and ``os.replace`` are watched in
+this process (the files are real; only the order of the system calls is noted). Where a publish must still be in
+flight when the member acts or stops, the writer's thread is held at one of its fsyncs until the training thread
+is waiting in the writer's ``drain``: a condition on the training thread's stack, not a time.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("rl_games")
+
+pytestmark = [
+    pytest.mark.rlgames_compat,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/fd names an fsynced file (Linux)"),
+]
+
+import async_pbt_isaaclab.examples as examples  # noqa: E402
+from async_pbt_isaaclab.core import fsio  # noqa: E402
+from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml  # noqa: E402
+from async_pbt_isaaclab.member.writer import BackgroundWriteError  # noqa: E402
+from async_pbt_isaaclab.rl_games.checkpoint import save_checkpoint  # noqa: E402
+from async_pbt_isaaclab.rl_games.observer import PbtObserver  # noqa: E402
+from async_pbt_isaaclab.testing.tiny_agent import train_agent  # noqa: E402
+
+YAML = Path(examples.__file__).parent / "pendulum_ppo.yaml"
+FRAMES_PER_EPOCH = 16 * 128
+
+
+def start(tmp: Path, *, index: int = 1, epochs: int = 4, **pbt):
+    """Claim member ``index`` of a 2-member workspace under ``tmp``: a publish at every epoch."""
+    from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
+    from async_pbt_isaaclab.member.session import start_member
+
+    raw = load_yaml(YAML)
+    raw["params"]["seed"] = 5
+    raw["params"]["config"].update(max_epochs=epochs, print_stats=False)
+    raw["pbt"] = {
+        "enabled": True,
+        "policy_idx": index,
+        "num_policies": 2,
+        "workspace": str(tmp / "ws"),
+        "interval_steps": FRAMES_PER_EPOCH,
+        "heartbeat_interval_s": 0.0,
+        "min_episodes": 8,
+        "window": 32,
+        "start_grace_frames": 0,
+        "mutation": {"learning_rate": "mutate_float"},
+        **pbt,
+    }
+    agent_cfg, cfg = load_population_config(raw)
+    task = register_gym_vecenv_for(agent_cfg)
+    return start_member(agent_cfg, cfg, train_dir=str(tmp / "runs"), task=task)
+
+
+class Syscalls:
+    """Notes every ``os.fsync`` (the file, through /proc/self/fd) and ``os.replace`` under ``root``, in order, with
+    the thread; ``hold(test)`` makes an fsync for which ``test(path)`` is true wait until the training (main) thread
+    is inside the member writer's ``drain``."""
+
+    def __init__(self, monkeypatch, root: Path):
+        self.root = str(root)
+        self.events: list[tuple[str, str, str, object]] = []
+        self.lock = threading.Lock()
+        self.hold_test = None
+        self.held_until_drain = 0
+        self.fail_test = None
+        real_fsync, real_replace = os.fsync, os.replace
+
+        def fsync(fd):
+            path = os.readlink(f"/proc/self/fd/{fd}")
+            if self.fail_test is not None and self.fail_test(path):
+                raise OSError(errno.EIO, "Input/output error (injected by the test)")
+            writer_thread = threading.current_thread() is not threading.main_thread()
+            if writer_thread and self.hold_test is not None and self.hold_test(path):
+                self.hold_test = None
+                self._wait_for_drain()
+            result = real_fsync(fd)
+            self.note("fsync", path, None)
+            return result
+
+        def replace(src, dst):
+            content = None
+            if str(dst).endswith((".json",)):
+                content = json.loads(Path(src).read_text())
+            result = real_replace(src, dst)
+            self.note("replace", str(dst), content)
+            return result
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "replace", replace)
+
+    def note(self, kind: str, path: str, content: object) -> None:
+        if path.startswith(self.root):
+            with self.lock:
+                self.events.append((kind, path, threading.current_thread().name, content))
+
+    def _wait_for_drain(self) -> None:
+        main = threading.main_thread().ident
+        safety = time.monotonic() + 600  # only a hung test ends here; the assertion below then says so
+        while time.monotonic() < safety:
+            frame = sys._current_frames().get(main)
+            while frame is not None:
+                if frame.f_code.co_name == "drain" and frame.f_code.co_filename.endswith("writer.py"):
+                    self.held_until_drain += 1
+                    return
+                frame = frame.f_back
+            time.sleep(0.001)
+
+    def index(self, kind: str, test, after: int = -1) -> int:
+        """The first such event after event ``after``."""
+        return next(i for i, (k, p, _t, c) in enumerate(self.events) if i > after and k == kind and test(p, c))
+
+
+def checkpoint_written_before(calls: Syscalls, name: str, before: int) -> None:
+    """The checkpoint ``name`` was fsynced (its temp file) and renamed into place before event ``before``."""
+    synced = calls.index("fsync", lambda p, c: Path(p).name.startswith(f".{name}{fsio.TEMP_MARKER}"))
+    placed = calls.index("replace", lambda p, c: Path(p).name == name)
+    assert synced < placed < before, (name, synced, placed, before)
+
+
+@pytest.mark.parametrize("background", [True, False], ids=["background", "inline"])
+def test_a_record_or_state_names_a_checkpoint_only_once_it_is_fsynced(tmp_path, monkeypatch, background):
+    session, agent_cfg = start(tmp_path, epochs=5, publish_in_background=background)
+    calls = Syscalls(monkeypatch, tmp_path / "ws")
+    observer = PbtObserver(session)
+    try:
+        train_agent(agent_cfg, [observer])  # rl_games returns once the last epoch drained the writer
+    finally:
+        session.close()
+    named = [
+        (i, Path(path).name, Path(content["checkpoint" if path.endswith("record.json") else "last_checkpoint"]).name)
+        for i, (kind, path, _t, content) in enumerate(calls.events)
+        if kind == "replace"
+        and path.endswith(("record.json", "state.json"))
+        and (content.get("checkpoint") or content.get("last_checkpoint"))
+    ]
+    assert len({ckpt for _i, _f, ckpt in named}) >= 4  # one checkpoint per publish, each named when written
+    for i, _file, ckpt in named:
+        checkpoint_written_before(calls, ckpt, i)
+    # The publishes' checkpoints were written beside training, or on it with the synchronous path.
+    threads = {t for kind, path, t, _c in calls.events if kind == "replace" and path.endswith(".pth")}
+    main = threading.main_thread().name
+    assert (main not in threads) if background else (threads == {main})
+    on_disk = json.loads((session.dir / "record.json").read_text())
+    assert fsio.sha256_file(session.ws.root / on_disk["checkpoint"]) == on_disk["checkpoint_sha256"]
+
+
+def test_a_failed_background_write_stops_training_on_its_thread_and_nothing_names_the_lost_checkpoint(
+    tmp_path, monkeypatch
+):
+    session, agent_cfg = start(tmp_path, epochs=8)
+    calls = Syscalls(monkeypatch, tmp_path / "ws")
+    failing = f"f{3 * FRAMES_PER_EPOCH:012d}.pth{fsio.TEMP_MARKER}"
+    calls.fail_test = lambda path: failing in path  # the disk fails under the third publish's checkpoint
+    observer = PbtObserver(session)
+    try:
+        with pytest.raises(BackgroundWriteError) as info:
+            train_agent(agent_cfg, [observer])
+        observer.finish("stopped")  # as the member's runner does when training raised
+    finally:
+        session.close()
+    lost = f"g0000_f{3 * FRAMES_PER_EPOCH:012d}.pth"
+    assert f"publish at frame {3 * FRAMES_PER_EPOCH}: writing checkpoint" in str(info.value)
+    assert lost in str(info.value) and "Input/output error" in str(info.value)
+    assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.EIO
+    assert observer.algo.epoch_num < 8  # training stopped at the next hook, it did not run to its end
+    checkpoints = session.dir / "checkpoints"
+    assert not (checkpoints / lost).exists() and not [p for p in checkpoints.iterdir() if fsio.is_temp_file(p)]
+    record, state = (json.loads((session.dir / f).read_text()) for f in ("record.json", "state.json"))
+    assert record["status"] == "stopped"
+    kept = f"g0000_f{2 * FRAMES_PER_EPOCH:012d}.pth"
+    for named, sha in ((record["checkpoint"], record["checkpoint_sha256"]), (state["last_checkpoint"], None)):
+        assert Path(named).name == kept
+        assert fsio.sha256_file(session.ws.root / named) == (sha or state["last_checkpoint_sha256"])
+
+
+def publish_donor(ws_root: Path, make_record, frame: int) -> None:
+    """Member 0's record (far better evidence than any Pendulum policy) and a real checkpoint of another network:
+    an exploit from it is decided, and aborted by the fit check after the donor copy."""
+    ckpt_dir = ws_root / "members" / "000" / "checkpoints"
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    path = ckpt_dir / f"g0000_f{frame:012d}.pth"
+    state = {
+        "model": {"w": torch.arange(16, dtype=torch.float32)},
+        "optimizer": {"state": {}, "param_groups": [{"lr": 1e-3, "params": [0]}]},
+        "epoch": 2,
+        "frame": frame,
+        "last_mean_rewards": -150.0,
+        "env_state": None,
+    }
+    sha = save_checkpoint(path, state)
+    rec = make_record(
+        0, [0.0] * 16, frame=frame, heartbeat_age=0.0, task="Pendulum-v1", hyperparameters={"learning_rate": 1e-3}
+    )
+    data = rec.to_dict()
+    data.update(checkpoint=str(path.relative_to(ws_root)), checkpoint_sha256=sha)
+    data["history"][-1].update(checkpoint=str(path.relative_to(ws_root)), checkpoint_sha256=sha)
+    fsio.atomic_write_json(ws_root / "members" / "000" / "record.json", data)
+
+
+def test_an_exploit_is_acted_on_only_once_its_publish_and_decision_are_written(tmp_path, monkeypatch, make_record):
+    session, agent_cfg = start(tmp_path, interval_steps=2 * FRAMES_PER_EPOCH, heartbeat_interval_s=3600.0)
+    publish_donor(session.ws.root, make_record, frame=2 * FRAMES_PER_EPOCH)
+    calls = Syscalls(monkeypatch, tmp_path / "ws")
+    audit_log = str(session.dir / "audit.jsonl")
+    calls.hold_test = lambda path: path == audit_log  # the decision's append waits: the job is still in flight
+    observer = PbtObserver(session, exit_on_restart=True)
+    try:
+        train_agent(agent_cfg, [observer])
+    finally:
+        session.close()
+    entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
+    (decision,) = [e for e in entries if e["kind"] == "decision"]
+    assert decision["decision"]["outcome"] == "exploit" and decision["decision"]["donor"] == 0
+    assert calls.held_until_drain == 1  # the training thread reached the exploit with the publish in flight
+    decided = calls.index("fsync", lambda p, c: p == audit_log)
+    state_saved = calls.index("replace", lambda p, c: p.endswith("001/state.json"), after=decided)
+    record_written = calls.index("replace", lambda p, c: p.endswith("001/record.json"), after=state_saved)
+    pinned = calls.index("replace", lambda p, c: p.endswith("000/pins/001.pin"))
+    copied = calls.index("replace", lambda p, c: "/001/incoming/" in p)
+    assert decided < state_saved < record_written < pinned < copied
+    assert c_names(calls, state_saved) == c_names(calls, record_written)  # both name the publish's checkpoint
+    aborted = next(e for e in entries if e["kind"] == "exploit_aborted")
+    assert "does not fit this member's model" in aborted["reason"]
+
+
+def c_names(calls: Syscalls, index: int) -> str:
+    """The checkpoint the record or state replaced at event ``index`` names."""
+    content = calls.events[index][3]
+    return Path(content.get("checkpoint") or content.get("last_checkpoint")).name
+
+
+def test_a_stop_writes_the_publish_in_flight_before_its_stopped_record(tmp_path, monkeypatch):
+    session, agent_cfg = start(tmp_path, epochs=6, heartbeat_interval_s=3600.0)
+    calls = Syscalls(monkeypatch, tmp_path / "ws")
+    stop_at = 3 * FRAMES_PER_EPOCH
+    held = f"f{stop_at:012d}.pth{fsio.TEMP_MARKER}"
+    calls.hold_test = lambda path: held in path  # that publish's checkpoint fsync waits for the training thread
+
+    class CtrlC:
+        """After the PBT observer: a Ctrl-C right after the publish at ``stop_at`` was handed to the writer."""
+
+        algo = None
+
+        def after_init(self, algo):
+            self.algo = algo
+
+        def after_steps(self):
+            if self.algo.frame == stop_at:
+                raise KeyboardInterrupt("test stop")
+
+    observer = PbtObserver(session)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train_agent(agent_cfg, [observer, CtrlC()])
+        observer.finish("stopped")
+    finally:
+        session.close()
+    assert calls.held_until_drain == 1
+    records = [c for kind, path, _t, c in calls.events if kind == "replace" and path.endswith("001/record.json")]
+    in_flight = f"g0000_f{stop_at:012d}.pth"
+    assert [Path(r["checkpoint"]).name for r in records[-2:]] == [in_flight, in_flight]
+    assert [r["status"] for r in records[-2:]] == ["running", "stopped"]
+    state = json.loads((session.dir / "state.json").read_text())
+    assert Path(state["last_checkpoint"]).name == in_flight
+    entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
+    assert [e["kind"] for e in entries[-2:]] == ["decision", "stop"]
