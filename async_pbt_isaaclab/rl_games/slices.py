@@ -41,6 +41,7 @@ from async_pbt_isaaclab.core.generation import DonorSource
 from async_pbt_isaaclab.core.records import MemberRecord
 from async_pbt_isaaclab.core.slices import SliceLayout, slice_problems
 from async_pbt_isaaclab.envs.slice_env import SharedVecEnv, SlicesStopped
+from async_pbt_isaaclab.member.writer import Step
 from async_pbt_isaaclab.rl_games.agent import LiveAgent
 from async_pbt_isaaclab.rl_games.inheritance import DonorMisfit, model_fingerprint
 from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS, blockers
@@ -118,17 +119,19 @@ class SlicePublisher(MemberPublisher):
     """A slice member's publisher: a published checkpoint is kept in memory before any record names it, so a
     recipient in this process that decides on that record finds it there."""
 
-    def publish(self, persist: bool = True) -> MemberRecord:
+    def prepare_publish(self) -> tuple[MemberRecord, list[Step]]:
+        """The process member's publish, plus a copy of the state it serialised kept in memory (with the
+        checkpoint's name and sha256) before the writer writes anything that names that checkpoint."""
         agent = self.agent
         if isinstance(agent, SliceAgent):
             agent.taken = None
-        record = super().publish(persist=persist)
+        record, steps = super().prepare_publish()
         if isinstance(agent, SliceAgent):
             taken, published = agent.taken, self.last_checkpoint
             if taken is not None and published is not None:
                 agent.keep_published(published[0], published[1], taken)
             agent.taken = None
-        return record
+        return record, steps
 
 
 class SliceObserver(PbtObserver):
@@ -206,7 +209,7 @@ class SliceObserver(PbtObserver):
             "epoch": agent.completed_epochs(),
         }
         if not checkpoint:
-            session.audit.append("fault", dict(body, action="stopped", detail="no checkpoint to restore yet"))
+            session.log("fault", dict(body, action="stopped", detail="no checkpoint to restore yet"))
             print(
                 f"[async-pbt] member {session.member}: non-finite weights and no checkpoint yet: this member stops; "
                 f"the others go on",
@@ -406,7 +409,7 @@ def _build(
         if m.session.already_finished:
             m.status = "finished"
             print(f"[async-pbt] member {member}: nothing to train: {m.session.already_finished}", flush=True)
-            m.session.audit.append("stop", {"status": "finished", "reason": m.session.already_finished})
+            m.session.log("stop", {"status": "finished", "reason": m.session.already_finished})
             m.session.close()
             shared.leave(m.slot)
             continue
