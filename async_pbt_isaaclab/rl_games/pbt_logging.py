@@ -167,7 +167,7 @@ class PbtScalarsObserver:
       the decision frame; docs/observability.md, "Two frames per generation change").
     """
 
-    def __init__(self, session: MemberSession):
+    def __init__(self, session: MemberSession, publisher: Any = None):
         self.session = session
         """The claimed member (:class:`~async_pbt_isaaclab.member.session.MemberSession`)."""
         self.scalars = PbtScalars(None)
@@ -178,6 +178,12 @@ class PbtScalarsObserver:
         self._frame: int | None = None
         self._logged_generation = 0
         """Lineage entries up to this generation are in the run already (by this process or an earlier one)."""
+        self._handed: list[Any] | None = None
+        """Records the member's publisher handed to its writer since the last epoch (``None``: no publisher given,
+        ``record.json`` is read instead). With the background writer the file can already be a newer record."""
+        if publisher is not None:
+            self._handed = []
+            publisher.record_listeners.append(self._handed.append)
 
     def before_init(self, base_name, config, experiment_name) -> None:
         pass
@@ -259,6 +265,11 @@ class PbtScalarsObserver:
             self._flush_file()
 
     def _log_record(self) -> None:
+        if self._handed is not None:
+            handed, self._handed[:] = list(self._handed), []
+            for record in handed:
+                self._log_one_record(record)
+            return
         from async_pbt_isaaclab.core.records import RecordError, read_record
 
         path = self.session.dir / "record.json"
@@ -274,6 +285,9 @@ class PbtScalarsObserver:
             record = read_record(path)
         except RecordError:
             return  # our own record is written atomically; a failure here is a full disk, reported elsewhere
+        self._log_one_record(record)
+
+    def _log_one_record(self, record: Any) -> None:
         if record.frame == self._frame:
             return
         self._frame = record.frame

@@ -23,7 +23,7 @@ import os
 import socket
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.evidence import EvidenceSummary, EvidenceWindow
@@ -67,6 +67,9 @@ class MemberPublisher:
         self.decisions: list[Decision] = []
         """Decisions taken by this process (newest last); the record names the latest."""
         self.writer = make_writer(self.cfg.publish_in_background, session.member)
+        self.record_listeners: list[Callable[[MemberRecord], None]] = []
+        """Called on the training thread with every record handed to the writer (the TensorBoard scalars: the
+        file on disk may already hold a newer record when a reader gets to it)."""
         """Runs the durable writes of publishes and heartbeats (beside training, or inline)."""
         self._warned: set[str] = set()
 
@@ -215,7 +218,10 @@ class MemberPublisher:
         self.writer.submit(WriteJob(f"heartbeat at frame {record.frame}", [self.record_step(record)]))
 
     def record_step(self, record: MemberRecord) -> Step:
-        """The writer step that publishes ``record`` (a failure is warned about, as :meth:`write_record` does)."""
+        """The writer step that publishes ``record`` (a failure is warned about, as :meth:`write_record` does); the
+        :attr:`record_listeners` hear of it now."""
+        for listener in self.record_listeners:
+            listener(record)
         return ("record.json", functools.partial(self.write_record, record))
 
     def state_step(self) -> Step:
@@ -308,8 +314,16 @@ class MemberPublisher:
         return record, steps
 
     def forget_unwritten_checkpoint(self) -> None:
-        """After a failed write (the writer drained): records name the newest checkpoint on disk again."""
+        """After a failed write (the writer drained): records, and the state a later save writes, name the newest
+        checkpoint on disk again; history and best entries of the lost checkpoint are dropped."""
+        lost = self.last_checkpoint
         self.last_checkpoint = self.durable_checkpoint
+        state = self.session.state
+        if lost is None or lost == self.durable_checkpoint or state.last_checkpoint != lost[0]:
+            return
+        state.last_checkpoint, state.last_checkpoint_sha256 = self.durable_checkpoint or ("", "")
+        state.history = [e for e in state.history if e.checkpoint != lost[0]]
+        state.best = [b for b in state.best if b.checkpoint != lost[0]]
 
     def publish(self) -> MemberRecord:
         """Save a checkpoint, add a history entry when the evidence is publishable, publish ``state.json`` and the

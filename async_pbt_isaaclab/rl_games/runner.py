@@ -96,7 +96,7 @@ def train_member(
     observer = PbtObserver(session, summary_source=summary_source)
     stop = _StopOnSignal()
     # pbt/* scalars in the member's TensorBoard run; after the PBT observer, which publishes the record it reads.
-    runner = Runner(MultiObserver([observer, PbtScalarsObserver(session), *observers]))
+    runner = Runner(MultiObserver([observer, PbtScalarsObserver(session, observer.publisher), *observers]))
     status = "stopped"
     try:
         # Building the agent is inside the try: a Ctrl-C while it builds (right after a start or an exec

@@ -415,7 +415,7 @@ def _build(
             continue
         observer = SliceObserver(m.session, host, m.slot)
         extra = list(extra_observers(member)) if extra_observers is not None else [IsaacAlgoObserver()]
-        runner = Runner(MultiObserver([observer, PbtScalarsObserver(m.session), *extra]))
+        runner = Runner(MultiObserver([observer, PbtScalarsObserver(m.session, observer.publisher), *extra]))
         cfg = copy.deepcopy(rl_cfgs[member])
         # Members must not share a seed, or the slices start as copies of one run (the process's seed is its first
         # member's, as a process member's is its index's: each slice adds its slot).

@@ -28,7 +28,7 @@ Then one pass of **exploit latency** with the test fixture rule ``fixture_exploi
 exploits the best peer): from each ``decision`` audit entry that exploits to its ``exploit_applied`` entry, for
 slices (a memory copy) and for processes (a copy of the donor's file, loaded in process).
 
-Goal (issue 25): slices reach at least 0.9x the ceiling's frames/s with at most 1.2x its peak RSS. The script prints
+Goal: slices reach at least 0.9x the ceiling's frames/s with at most 1.2x its peak RSS. The script prints
 both ratios with PASS/FAIL; it is a measurement on a shared machine, not a test.
 GPU (not measured yet): the same command on a CUDA machine with ``--device cuda`` is the Isaac Lab comparison's CPU
 stand-in only; the Isaac Lab one is ``scripts/train_pbt.py --pbt-slices`` against ``async-pbt launch``.
