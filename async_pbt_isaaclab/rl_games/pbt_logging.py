@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -160,30 +159,29 @@ class PbtScalarsObserver:
     * every epoch (``after_steps``, rollout done, update not run yet, at the epoch's start frame, where rl_games
       writes its own ``info/*`` scalars of that epoch): ``pbt/hp/<name>`` of every mutated key, read from the live
       agent, so a schedule's own moves (the adaptive learning rate) show at epoch resolution;
-    * when ``record.json`` changed: the evidence window (``pbt/objective_*``) at the record's frame;
+    * every record the member's publisher hands to its writer (heard through ``record_listeners``: with the
+      background writer, ``record.json`` may already hold a newer one when a reader gets to it): the evidence
+      window (``pbt/objective_*``) at the record's frame;
     * every new lineage entry (in-process exploit or explore in ``after_print_stats``, a restart or a resume
       through a pending exploit in ``after_init``): ``pbt/exploit`` and ``pbt/generation`` at the entry's frame,
       the first frame the new generation trains (the decision was taken one epoch earlier, on the evidence up to
       the decision frame; docs/observability.md, "Two frames per generation change").
     """
 
-    def __init__(self, session: MemberSession, publisher: Any = None):
+    def __init__(self, session: MemberSession, publisher: Any):
         self.session = session
         """The claimed member (:class:`~async_pbt_isaaclab.member.session.MemberSession`)."""
         self.scalars = PbtScalars(None)
         """Writer wrapper, bound to the agent's writer in ``after_init``."""
         self.algo: Any = None
         """The rl_games agent (live hyperparameters are read from it)."""
-        self._stamp: tuple[int, int] | None = None
         self._frame: int | None = None
         self._logged_generation = 0
         """Lineage entries up to this generation are in the run already (by this process or an earlier one)."""
-        self._handed: list[Any] | None = None
-        """Records the member's publisher handed to its writer since the last epoch (``None``: no publisher given,
-        ``record.json`` is read instead). With the background writer the file can already be a newer record."""
-        if publisher is not None:
-            self._handed = []
-            publisher.record_listeners.append(self._handed.append)
+        self._handed: list[Any] = []
+        """Records the member's publisher (a :class:`~async_pbt_isaaclab.rl_games.publisher.MemberPublisher`)
+        handed to its writer since the last epoch."""
+        publisher.record_listeners.append(self._handed.append)
 
     def before_init(self, base_name, config, experiment_name) -> None:
         pass
@@ -193,11 +191,7 @@ class PbtScalarsObserver:
 
         self.algo = algo
         self.scalars = PbtScalars(getattr(algo, "writer", None), ScalarFile(self.session.dir / SCALARS_FILE))
-        try:  # the record on disk is the last process's: only records this process writes are logged
-            st = os.stat(self.session.dir / "record.json")
-            self._stamp = (st.st_mtime_ns, st.st_size)
-        except OSError:
-            pass
+        self._handed.clear()  # records of the start (before training) are not logged, only those it trains to
         # Where this member stops, for `async-pbt status` (frames/target, ETA) and the launcher's progress lines.
         try:
             write_target(
@@ -265,27 +259,9 @@ class PbtScalarsObserver:
             self._flush_file()
 
     def _log_record(self) -> None:
-        if self._handed is not None:
-            handed, self._handed[:] = list(self._handed), []
-            for record in handed:
-                self._log_one_record(record)
-            return
-        from async_pbt_isaaclab.core.records import RecordError, read_record
-
-        path = self.session.dir / "record.json"
-        try:
-            st = os.stat(path)
-        except OSError:
-            return
-        stamp = (st.st_mtime_ns, st.st_size)
-        if stamp == self._stamp:
-            return
-        self._stamp = stamp
-        try:
-            record = read_record(path)
-        except RecordError:
-            return  # our own record is written atomically; a failure here is a full disk, reported elsewhere
-        self._log_one_record(record)
+        handed, self._handed[:] = list(self._handed), []
+        for record in handed:
+            self._log_one_record(record)
 
     def _log_one_record(self, record: Any) -> None:
         if record.frame == self._frame:
