@@ -30,7 +30,6 @@ import async_pbt_isaaclab.examples as examples  # noqa: E402
 from async_pbt_isaaclab.core import fsio  # noqa: E402
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml  # noqa: E402
 from async_pbt_isaaclab.member.writer import BackgroundWriteError  # noqa: E402
-from async_pbt_isaaclab.rl_games.checkpoint import save_checkpoint  # noqa: E402
 from async_pbt_isaaclab.rl_games.observer import PbtObserver  # noqa: E402
 from async_pbt_isaaclab.testing.tiny_agent import train_agent  # noqa: E402
 
@@ -186,33 +185,9 @@ def test_a_failed_background_write_stops_training_on_its_thread_and_nothing_name
         assert fsio.sha256_file(session.ws.root / named) == (sha or state["last_checkpoint_sha256"])
 
 
-def publish_donor(ws_root: Path, make_record, frame: int) -> None:
-    """Member 0's record (far better evidence than any Pendulum policy) and a real checkpoint of another network:
-    an exploit from it is decided, and aborted by the fit check after the donor copy."""
-    ckpt_dir = ws_root / "members" / "000" / "checkpoints"
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    path = ckpt_dir / f"g0000_f{frame:012d}.pth"
-    state = {
-        "model": {"w": torch.arange(16, dtype=torch.float32)},
-        "optimizer": {"state": {}, "param_groups": [{"lr": 1e-3, "params": [0]}]},
-        "epoch": 2,
-        "frame": frame,
-        "last_mean_rewards": -150.0,
-        "env_state": None,
-    }
-    sha = save_checkpoint(path, state)
-    rec = make_record(
-        0, [0.0] * 16, frame=frame, heartbeat_age=0.0, task="Pendulum-v1", hyperparameters={"learning_rate": 1e-3}
-    )
-    data = rec.to_dict()
-    data.update(checkpoint=str(path.relative_to(ws_root)), checkpoint_sha256=sha)
-    data["history"][-1].update(checkpoint=str(path.relative_to(ws_root)), checkpoint_sha256=sha)
-    fsio.atomic_write_json(ws_root / "members" / "000" / "record.json", data)
-
-
-def test_an_exploit_is_acted_on_only_once_its_publish_and_decision_are_written(tmp_path, monkeypatch, make_record):
+def test_an_exploit_is_acted_on_only_once_its_publish_and_decision_are_written(tmp_path, monkeypatch, publish_donor):
     session, agent_cfg = start(tmp_path, interval_steps=2 * FRAMES_PER_EPOCH, heartbeat_interval_s=3600.0)
-    publish_donor(session.ws.root, make_record, frame=2 * FRAMES_PER_EPOCH)
+    publish_donor(session.ws.root, frame=2 * FRAMES_PER_EPOCH, model={"w": torch.arange(16, dtype=torch.float32)})
     calls = Syscalls(monkeypatch, tmp_path / "ws")
     audit_log = str(session.dir / "audit.jsonl")
     calls.hold_test = lambda path: path == audit_log  # the decision's append waits: the job is still in flight

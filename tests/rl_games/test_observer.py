@@ -23,7 +23,6 @@ import async_pbt_isaaclab.examples as examples  # noqa: E402
 from async_pbt_isaaclab.core import fsio  # noqa: E402
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml  # noqa: E402
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EpisodeBatch  # noqa: E402
-from async_pbt_isaaclab.rl_games.checkpoint import save_checkpoint  # noqa: E402
 from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver  # noqa: E402
 from async_pbt_isaaclab.rl_games.observer import PbtObserver  # noqa: E402
 from async_pbt_isaaclab.testing.tiny_agent import train_agent  # noqa: E402
@@ -282,34 +281,10 @@ def test_nan_and_inf_values_never_enter_the_evidence(tmp_path, capfd):
 
 
 # ------------------------------------------------------------------------------------------- aborted exploits
-def publish_donor(ws_root: Path, make_record, frame: int) -> tuple[Path, dict]:
-    """Member 0's record (far better evidence than any Pendulum policy) and a real checkpoint file."""
-    ckpt_dir = ws_root / "members" / "000" / "checkpoints"
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    path = ckpt_dir / f"g0000_f{frame:012d}.pth"
-    state = {
-        "model": {"a2c_network.sigma": torch.zeros(1), "w": torch.arange(4096, dtype=torch.float32)},
-        "optimizer": {"state": {}, "param_groups": [{"lr": 1e-3, "params": [0]}]},
-        "epoch": 2,
-        "frame": frame,
-        "last_mean_rewards": -150.0,
-        "env_state": None,
-    }
-    sha = save_checkpoint(path, state)
-    rec = make_record(
-        0, [0.0] * 16, frame=frame, heartbeat_age=0.0, task="Pendulum-v1", hyperparameters={"learning_rate": 1e-3}
-    )
-    data = rec.to_dict()
-    data.update(checkpoint=str(path.relative_to(ws_root)), checkpoint_sha256=sha)
-    data["history"][-1].update(checkpoint=str(path.relative_to(ws_root)), checkpoint_sha256=sha)
-    fsio.atomic_write_json(ws_root / "members" / "000" / "record.json", data)
-    return path, data
-
-
-def run_with_donor(tmp: Path, make_record, spoil):
+def run_with_donor(tmp: Path, publish_donor, spoil):
     """Member 1 trains 4 epochs and decides once (at frame 4096); the donor's checkpoint is spoiled first."""
     session, agent_cfg = start(tmp, interval_steps=2 * FRAMES_PER_EPOCH, heartbeat_interval_s=3600.0)
-    path, donor = publish_donor(session.ws.root, make_record, frame=2 * FRAMES_PER_EPOCH)
+    path, donor = publish_donor(session.ws.root, frame=2 * FRAMES_PER_EPOCH)
     spoil(path)
     observer = PbtObserver(session, exit_on_restart=True)  # a restart would raise SystemExit here
     try:
@@ -333,30 +308,30 @@ def run_with_donor(tmp: Path, make_record, spoil):
     return aborted[0], donor
 
 
-def test_donor_checkpoint_that_disappears_aborts_the_exploit(tmp_path, make_record, capfd):
-    aborted, donor = run_with_donor(tmp_path, make_record, spoil=lambda p: p.unlink())
+def test_donor_checkpoint_that_disappears_aborts_the_exploit(tmp_path, publish_donor, capfd):
+    aborted, donor = run_with_donor(tmp_path, publish_donor, spoil=lambda p: p.unlink())
     assert donor["checkpoint"] in aborted["reason"]
     assert "No such file" in aborted["reason"]
     assert "exploit aborted, keeps training" in capfd.readouterr().err
 
 
-def test_donor_checkpoint_with_wrong_bytes_aborts_with_the_checksum_named(tmp_path, make_record):
+def test_donor_checkpoint_with_wrong_bytes_aborts_with_the_checksum_named(tmp_path, publish_donor):
     def flip_a_byte(path: Path) -> None:
         data = bytearray(path.read_bytes())
         data[len(data) // 2] ^= 0xFF
         path.write_bytes(bytes(data))
 
-    aborted, donor = run_with_donor(tmp_path, make_record, spoil=flip_a_byte)
+    aborted, donor = run_with_donor(tmp_path, publish_donor, spoil=flip_a_byte)
     assert donor["checkpoint_sha256"] in aborted["reason"]
     assert "does not match the published" in aborted["reason"]
     actual = fsio.sha256_file(tmp_path / "ws" / donor["checkpoint"])
     assert actual in aborted["reason"]
 
 
-def test_donor_whose_network_does_not_fit_aborts_before_anything_is_written(tmp_path, make_record):
+def test_donor_whose_network_does_not_fit_aborts_before_anything_is_written(tmp_path, publish_donor):
     """A donor of another architecture passes the weights-only load; the strict dry run catches it, so the
     recipient keeps training instead of crash-looping after a restart."""
-    aborted, _donor = run_with_donor(tmp_path, make_record, spoil=lambda p: None)
+    aborted, _donor = run_with_donor(tmp_path, publish_donor, spoil=lambda p: None)
     assert "does not fit this member's model" in aborted["reason"]
     assert "unexpected ['w']" in aborted["reason"] and "missing" in aborted["reason"]
 
@@ -450,7 +425,7 @@ def params_fingerprint(state: dict) -> str:
 
 
 @pytest.mark.parametrize("mode", ["inprocess", "restart"])
-def test_an_explore_records_the_weights_training_continues_from(tmp_path, monkeypatch, make_record, mode):
+def test_an_explore_records_the_weights_training_continues_from(tmp_path, monkeypatch, publish_donor, mode):
     """An explore decided at frame 4096 (after epoch 2's rollout) is carried out once that epoch's update is done.
     Its ``exploit_applied`` entry names the checkpoint published at the decision and the fingerprint of the weights
     the next training step runs with; both are those weights (the checkpoint's model has that fingerprint)."""
@@ -471,7 +446,7 @@ def test_an_explore_records_the_weights_training_continues_from(tmp_path, monkey
         seed=7,
     )
     session, agent_cfg = start(tmp_path, epochs=4, **pbt)
-    publish_donor(session.ws.root, make_record, frame=2 * FRAMES_PER_EPOCH)  # a live peer with evidence
+    publish_donor(session.ws.root, frame=2 * FRAMES_PER_EPOCH)  # a live peer with evidence
     seen = Fingerprints()
     try:
         if mode == "inprocess":
