@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from async_pbt_isaaclab.core.fsio import UnsafePathError, check_no_links, folder_problem
+from async_pbt_isaaclab.core.slices import SLICES_FLAG, process_members
 
 MEMBER_FLAGS = ("--pbt-workspace", "--pbt-members", "--pbt-index")
 """Flags the launcher appends to the member command; the user must not pass them too."""
@@ -45,12 +46,24 @@ def check_member_command(command: Sequence[str]) -> list[str]:
     return command
 
 
-def check_indices(members: int, indices: Sequence[int] | None, *, flag_prefix: str = "") -> list[int]:
-    """The sorted member indices to launch (default all ``members``). ``flag_prefix="--"`` names the values
-    as the command line's flags (``--members``, ``--indices``) in the error."""
+def check_indices(
+    members: int, indices: Sequence[int] | None, *, command: Sequence[str] = (), flag_prefix: str = ""
+) -> list[int]:
+    """The sorted indices of the processes to launch: each process's first member (``--pbt-index``).
+
+    Default: every member, or with ``--pbt-slices M`` in ``command`` every M-th (``0, M, 2M, ...``: each process
+    hosts M contiguous members). Refuses an index outside the population, a process whose members would run past it
+    and two processes that would host the same member. ``flag_prefix="--"`` names the values as the command line's
+    flags (``--members``, ``--indices``) in the error."""
     if isinstance(members, bool) or not isinstance(members, int) or members < 1:
         raise LaunchError(f"{flag_prefix}members must be a positive integer, got {members!r}")
-    chosen = list(range(members)) if indices is None else list(indices)
+    slices = slices_per_process(command)
+    if indices is None and members % slices:
+        raise LaunchError(
+            f"{SLICES_FLAG} {slices} in the member command: {flag_prefix}members {members} is not a multiple of it; "
+            f"give {flag_prefix}indices (each process's first member) and launch the other members separately"
+        )
+    chosen = list(range(0, members, slices)) if indices is None else list(indices)
     if not chosen:
         raise LaunchError(f"no member indices to launch ({flag_prefix}indices is empty)")
     bad = [i for i in chosen if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < members]
@@ -58,7 +71,40 @@ def check_indices(members: int, indices: Sequence[int] | None, *, flag_prefix: s
         raise LaunchError(f"{flag_prefix}indices {bad} must be within 0..{members - 1}")
     if len(set(chosen)) != len(chosen):
         raise LaunchError(f"{flag_prefix}indices repeat: {chosen}")
-    return sorted(chosen)
+    chosen.sort()
+    if slices > 1:
+        check_slice_processes(members, chosen, slices, flag_prefix)
+    return chosen
+
+
+def slices_per_process(command: Sequence[str]) -> int:
+    """How many members each process of ``command`` hosts (``--pbt-slices M``; 1 without it)."""
+    return len(process_members([str(c) for c in command], 0))
+
+
+def check_slice_processes(members: int, chosen: Sequence[int], slices: int, flag_prefix: str = "") -> None:
+    """Refuses processes of ``slices`` members that would run past the population or share a member (``chosen``:
+    sorted first members)."""
+    for first, nxt in zip(chosen, chosen[1:], strict=False):
+        if nxt < first + slices:
+            raise LaunchError(
+                f"{flag_prefix}indices {first} and {nxt}: under {SLICES_FLAG} {slices} the process started at {first} "
+                f"hosts members {first}..{first + slices - 1}, so both would run member {nxt}; give each process's "
+                f"first member ({first}, {first + slices}, ...)"
+            )
+    last = chosen[-1]
+    if last + slices > members:
+        raise LaunchError(
+            f"{flag_prefix}indices {last}: under {SLICES_FLAG} {slices} that process would host members "
+            f"{last}..{last + slices - 1}, past the population of {flag_prefix}members {members}"
+            + ("" if members % slices == 0 else f" (not a multiple of {slices}: launch the rest without slices)")
+        )
+
+
+def hosted_members(command: Sequence[str], chosen: Sequence[int]) -> list[int]:
+    """Every member the processes started at ``chosen`` host (each launcher lock and progress line is a member's)."""
+    slices = slices_per_process(command)
+    return [first + slot for first in chosen for slot in range(slices)]
 
 
 def check_supervision(max_retries: int, retry_window_s: float | None, progress_interval_s: float) -> None:

@@ -21,7 +21,7 @@ from async_pbt_isaaclab.core.fsio import folder_problem
 from async_pbt_isaaclab.core.launcher_lock import acquire_launcher_locks
 from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
 from async_pbt_isaaclab.exit_codes import EXIT_CHECK_FAILED, EXIT_USAGE
-from async_pbt_isaaclab.launch.arguments import LaunchError, check_indices, check_member_command
+from async_pbt_isaaclab.launch.arguments import LaunchError, check_indices, check_member_command, hosted_members
 
 BACKENDS = ("local", "slurm", "ray")
 """Values of ``--backend``."""
@@ -176,7 +176,7 @@ def run_backend(args: argparse.Namespace, command: list[str], held: list[Path] |
     try:
         check_backend_options(args, BACKEND_DEFAULTS)
         check_member_command(command)
-        indices = check_indices(args.members, args.indices, flag_prefix="--")
+        indices = check_indices(args.members, args.indices, command=command, flag_prefix="--")
         if backend == "slurm" and args.dry_run:
             from async_pbt_isaaclab.launch.slurm import launch_slurm
 
@@ -186,7 +186,7 @@ def run_backend(args: argparse.Namespace, command: list[str], held: list[Path] |
         if problem:
             raise LaunchError(f"workspace {args.workspace} {problem}")
         workspace = Path(os.path.expanduser(args.workspace)).absolute()
-        hold_workspace(workspace, indices, held)
+        hold_workspace(workspace, hosted_members(command, indices), held)
         if not args.no_doctor and not run_doctor(args.workspace):
             return EXIT_CHECK_FAILED  # nothing was launched
         if backend == "slurm":

@@ -1,8 +1,9 @@
 """The GPUs a launch spreads members over, and how a member is put on its GPU.
 
 Member ``i`` gets ``gpus[i % len(gpus)]`` (round-robin, so members share GPUs when there are more members than
-GPUs), either by ``--device cuda:<i>`` (Isaac Lab 2.x: masking breaks its renderer's GPU index, Isaac Lab issue
-#2756) or by ``CUDA_VISIBLE_DEVICES``, so that the member sees exactly one GPU as ``cuda:0``
+GPUs; a process of ``--pbt-slices M`` members starting at ``k*M`` counts as one: it gets ``gpus[k % len(gpus)]``),
+either by ``--device cuda:<i>`` (Isaac Lab 2.x: masking breaks its renderer's GPU index, Isaac Lab issue #2756) or by
+``CUDA_VISIBLE_DEVICES``, so that the member sees exactly one GPU as ``cuda:0``
 (:data:`GPU_PLACEMENTS`).
 
 Imports only the standard library and the pure core (the Isaac Lab release is looked up lazily, without
@@ -96,8 +97,9 @@ def place_member(
     placement: str,
     environ: Mapping[str, str],
 ) -> str | None:
-    """Put member ``index`` on its GPU by editing its ``command`` (``device``) or ``env`` (``mask``) in place;
-    the GPU it got, or ``None`` without GPUs. ``environ``: the environment the member inherits."""
+    """Put process ``index`` on ``gpu_ids[index % len(gpu_ids)]`` by editing its ``command`` (``device``) or ``env``
+    (``mask``) in place; the GPU it got, or ``None`` without GPUs. ``index`` is the member index, or with
+    ``--pbt-slices M`` the first member's index divided by M. ``environ``: the environment the member inherits."""
     if not gpu_ids:
         return None
     gpu = gpu_ids[index % len(gpu_ids)]

@@ -26,8 +26,10 @@ from async_pbt_isaaclab.launch.arguments import (
     check_launch_paths,
     check_member_command,
     check_supervision,
+    hosted_members,
     make_folders,
     member_command,
+    slices_per_process,
 )
 from async_pbt_isaaclab.launch.gpus import (
     check_device_flag,
@@ -92,12 +94,12 @@ def launch_population(
         LaunchError: invalid arguments (empty command, population flags in the command, bad indices).
     """
     command = check_member_command(command)
-    chosen = check_indices(members, indices)
+    chosen = check_indices(members, indices, command=command)
     check_supervision(max_retries, retry_window_s, progress_interval_s)
     root, logs = make_folders(workspace, log_dir)
     try:
         # One launcher per member: refused here, before anything starts, when a live launcher runs one of them.
-        held = acquire_launcher_locks(root, chosen)
+        held = acquire_launcher_locks(root, hosted_members(command, chosen))
     except WorkspaceError as exc:
         raise LaunchError(str(exc)) from None
     Workspace(root).clear_temp_files(PopulationConfig.temp_grace_s)
@@ -176,10 +178,12 @@ def _member_table(
     base_env = dict(os.environ)
     base_env.update({str(k): str(v) for k, v in (extra_env or {}).items()})
     table: dict[int, SupervisedMember] = {}
+    # A process of M slices counts as one on the GPUs: process k (first member k*M) gets gpus[k % len(gpus)].
+    slices = slices_per_process(command)
     for i in chosen:
         env = dict(base_env)
         cmd = member_command(command, str(root), members, i)
-        gpu = place_member(i, cmd, env, gpu_ids, placement, base_env)
+        gpu = place_member(i // slices, cmd, env, gpu_ids, placement, base_env)
         env["ASYNC_PBT_MEMBER_INDEX"] = str(i)
         outcome = MemberOutcome(index=i, gpu=gpu, log_path=str(logs / f"member_{member_dirname(i)}.log"))
         table[i] = SupervisedMember(outcome=outcome, command=cmd, env=env)

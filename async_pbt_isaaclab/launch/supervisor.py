@@ -63,6 +63,7 @@ from typing import Any, Callable, TextIO
 
 from async_pbt_isaaclab.core.resume import describe_resume
 from async_pbt_isaaclab.core.slices import process_members
+from async_pbt_isaaclab.core.workspace import member_dirname
 from async_pbt_isaaclab.exit_codes import (
     EXIT_GAVE_UP,
     EXIT_OK,
@@ -294,12 +295,15 @@ class Supervisor:
 
     # ---------------------------------------------------------------- progress
     def progress(self) -> None:
-        indices = sorted(self.members)
-        lines = progress_lines(
-            self.workspace,
-            indices,
-            {i: launcher_state(self.members[i].outcome, self.members[i].next_start) for i in indices},
-        )
+        # One line per member, also for the members a process hosts as slices (each with its process's state).
+        states = {}
+        for first in sorted(self.members):
+            m = self.members[first]
+            state = launcher_state(m.outcome, m.next_start)
+            hosted = process_members(m.command, first)
+            for i in hosted:
+                states[i] = state if i == first else f"{state}, slice of {member_dirname(first)}"
+        lines = progress_lines(self.workspace, sorted(states), states)
         if self.on_progress is not None:
             try:
                 self.on_progress(lines)

@@ -26,6 +26,7 @@ import argparse
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -650,3 +651,57 @@ def test_the_former_module_name_still_runs_the_launcher():
 def test_invalid_arguments_are_refused(tmp_path, kwargs):
     with pytest.raises(LaunchError):
         launch_population(["python"], workspace=tmp_path, gpus=[], output=io.StringIO(), **kwargs)
+
+
+# ---------------------------------------------------------------------------- 7. processes of slices
+
+
+def test_slice_processes_start_at_each_first_member_one_gpu_each_with_a_line_per_member(tmp_path):
+    """``--pbt-slices 2`` in the command: processes at 0 and 2 (not one per member), process k on GPU k, a
+    launcher lock for every hosted member, and one progress line per member."""
+    reports: list[list[str]] = []
+    second: list[str] = []
+
+    def on_progress(lines: list[str]) -> None:
+        reports.append(lines)
+        if len(reports) == 1:
+            # Members 1 and 2 run as slices of processes 0 and 2: a second launcher (another process) is refused.
+            proc = subprocess.run(
+                [sys.executable, "-m", "async_pbt_isaaclab.launch", "--members", "4", "--workspace",
+                 str(tmp_path / "ws"), "--indices", "1", "--gpus", "none", "--no-doctor", "--", *command],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            second.append(f"{proc.returncode} {proc.stderr}")
+            (tmp_path / "out" / "release").touch()
+
+    command = [*_setup(tmp_path, {"default": "until_released"}), "--pbt-slices", "2"]
+    out = io.StringIO()
+    result = launch_population(
+        command, 4, tmp_path / "ws", gpus=["0", "1"], output=out, progress_interval_s=0.1, on_progress=on_progress
+    )
+
+    assert result.exit_code == 0 and sorted(result.members) == [0, 2]
+    assert [_info(tmp_path, i)["cuda"] for i in (0, 2)] == ["0", "1"]
+    assert [result.members[i].gpu for i in (0, 2)] == ["0", "1"]
+    assert not (tmp_path / "out" / "attempts_1").exists() and not (tmp_path / "out" / "attempts_3").exists()
+    assert second and second[0].startswith("2 ") and "already being launched: member(s) 1, 2 by a live launcher" in second[0], second
+    first = reports[0]
+    assert [line.split(" [", 1)[0] for line in first] == [f"member {i:03d}" for i in range(4)]
+    assert "slice of 000" in first[1] and "slice of 002" in first[3] and "slice of" not in first[0]
+    starts = [e for e in _journal(tmp_path) if e["event"] == "start"]
+    assert sorted(tuple(e["members"]) for e in starts) == [(0, 1), (2, 3)]
+
+
+@pytest.mark.parametrize(
+    "members, indices, needle",
+    [
+        (5, None, "--pbt-slices 2 in the member command: members 5 is not a multiple of it"),
+        (4, [0, 1], "indices 0 and 1: under --pbt-slices 2 the process started at 0 hosts members 0..1"),
+        (5, [0, 4], "indices 4: under --pbt-slices 2 that process would host members 4..5, past the population"),
+    ],
+)
+def test_slice_processes_that_would_share_or_overrun_members_are_refused(tmp_path, members, indices, needle):
+    command = [sys.executable, "x.py", "--pbt-slices", "2"]
+    with pytest.raises(LaunchError, match=re.escape(needle)):
+        launch_population(command, members, tmp_path / "ws", indices=indices, gpus=[], output=io.StringIO())
+    assert not (tmp_path / "ws" / "launcher.jsonl").exists()
