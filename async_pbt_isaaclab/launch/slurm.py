@@ -105,8 +105,8 @@ def batch_script(
     """The sbatch script of one population submission (see the module docstring)."""
     lines = [
         *_sbatch_lines(workspace, indices, options, cwd),
-        "# Written by `async-pbt launch --backend slurm`. One array task per member: the task id is the member",
-        "# index. The local supervisor restarts the member after a crash within the allocation; on requeue",
+        "# Written by `async-pbt launch --backend slurm`. One array task per member process: the task id is its",
+        "# member index (its first member's with --pbt-slices M, which hosts M members). The local supervisor restarts the member after a crash within the allocation; on requeue",
         "# (node failure, preemption, `scontrol requeue`) the member resumes from its own last checkpoint.",
         "set -eo pipefail",
         *options.setup,

@@ -55,7 +55,17 @@ GOAL_MEMORY = 1.2
 VARIANTS = ("slices", "processes", "ceiling")
 
 
+def horizon_length(task: str) -> int:
+    """Env steps per epoch of ``task``'s packaged agent yaml."""
+    import yaml
+
+    from async_pbt_isaaclab.examples.agents import packaged_agent_yaml
+
+    return int(yaml.safe_load(packaged_agent_yaml(task).read_text())["params"]["config"]["horizon_length"])
+
+
 def member_cmd(ws: Path, members: int, index: int, num_envs: int, epochs: int, extra: list[str]) -> list[str]:
+    """One member process of the CPU member; ``extra``: more flags (the task, the interval, ...)."""
     return [
         sys.executable,
         "-m",
@@ -139,15 +149,25 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--members", type=int, default=4, help="M: members (slices of one process, or processes)")
     p.add_argument("--num-envs", type=int, default=16, help="n: envs per member (the ceiling gets M x n)")
-    p.add_argument("--epochs", type=int, default=10, help="rl_games epochs per member (128 steps each)")
+    p.add_argument("--epochs", type=int, default=10, help="rl_games epochs per member (horizon_length steps each)")
+    p.add_argument(
+        "--task",
+        default="Pendulum-v1",
+        help="task with a packaged agent yaml (default Pendulum-v1, whose env step costs microseconds; "
+        "HalfCheetah-v5 needs the [mujoco] extra and costs what a simulator step costs per env)",
+    )
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the three variants")
     p.add_argument("--keep", action="store_true", help="keep the workspaces (printed)")
     args = p.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="slices-bench-"))
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     m, n = args.members, args.num_envs
-    common = ["--pbt-interval-steps", str(4 * n * 128)]
-    print(f"M={m} members, n={n} envs each ({m * n} in all), {args.epochs} epochs x 128 steps, {args.rounds} rounds")
+    horizon = horizon_length(args.task)
+    common = ["--task", args.task, "--pbt-interval-steps", str(4 * n * horizon)]
+    print(
+        f"{args.task}: M={m} members, n={n} envs each ({m * n} in all), {args.epochs} epochs x {horizon} steps, "
+        f"{args.rounds} rounds; load average {os.getloadavg()[0]:.1f}"
+    )
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
     try:
         for r in range(args.rounds):

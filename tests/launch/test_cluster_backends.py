@@ -100,6 +100,15 @@ def test_the_script_maps_the_array_task_id_to_the_member_index(tmp_path, capsys)
     assert outside.returncode != 0 and "runs as a task of a SLURM job array" in outside.stderr
 
 
+def test_slice_processes_are_one_array_task_each(tmp_path, capsys):
+    """``--pbt-slices 2`` in the member command: tasks 0 and 2 (each process's first member), not one per member."""
+    slices = ("python", "train.py", "--pbt-slices", "2")
+    code, script, _ = _dry_run(capsys, "--workspace", str(tmp_path / "ws"), command=slices)
+    assert code == 0 and "#SBATCH --array=0,2\n" in script
+    code, _, err = _dry_run(capsys, "--workspace", str(tmp_path / "ws"), "--indices", "1,2", command=slices)
+    assert code == 2 and "--indices 1 and 2: under --pbt-slices 2 the process started at 1 hosts members 1..2" in err
+
+
 def test_bad_cluster_options_are_usage_errors(tmp_path, capsys):
     code, _, err = _dry_run(capsys, "--workspace", str(tmp_path), "--sbatch-arg=--qos=a\n--account=b")
     assert code == 2 and "contains a newline" in err
