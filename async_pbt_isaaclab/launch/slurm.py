@@ -106,8 +106,9 @@ def batch_script(
     lines = [
         *_sbatch_lines(workspace, indices, options, cwd),
         "# Written by `async-pbt launch --backend slurm`. One array task per member process: the task id is its",
-        "# member index (its first member's with --pbt-slices M, which hosts M members). The local supervisor restarts the member after a crash within the allocation; on requeue",
-        "# (node failure, preemption, `scontrol requeue`) the member resumes from its own last checkpoint.",
+        "# member index (its first member's with --pbt-slices M, which hosts M members). The local supervisor",
+        "# restarts the process after a crash within the allocation; on requeue (node failure, preemption,",
+        "# `scontrol requeue`) each member resumes from its own last checkpoint.",
         "set -eo pipefail",
         *options.setup,
         'index="${SLURM_ARRAY_TASK_ID:?this script runs as a task of a SLURM job array}"',

@@ -684,7 +684,8 @@ def test_slice_processes_start_at_each_first_member_one_gpu_each_with_a_line_per
     assert [_info(tmp_path, i)["cuda"] for i in (0, 2)] == ["0", "1"]
     assert [result.members[i].gpu for i in (0, 2)] == ["0", "1"]
     assert not (tmp_path / "out" / "attempts_1").exists() and not (tmp_path / "out" / "attempts_3").exists()
-    assert second and second[0].startswith("2 ") and "already being launched: member(s) 1, 2 by a live launcher" in second[0], second
+    assert second and second[0].startswith("2 "), second
+    assert "already being launched: member(s) 1, 2 by a live launcher" in second[0]
     first = reports[0]
     assert [line.split(" [", 1)[0] for line in first] == [f"member {i:03d}" for i in range(4)]
     assert "slice of 000" in first[1] and "slice of 002" in first[3] and "slice of" not in first[0]
