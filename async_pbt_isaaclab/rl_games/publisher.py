@@ -64,6 +64,8 @@ class MemberPublisher:
         self.durable_checkpoint: tuple[str, str] | None = None
         """The newest of them that the writer has written (differs from :attr:`last_checkpoint` while a publish is
         in flight, or after its checkpoint failed to be written)."""
+        self._replaced: tuple[str, list, list, Any] | None = None
+        """The last prepared publish's checkpoint and the history, best list and evidence it replaced."""
         self.decisions: list[Decision] = []
         """Decisions taken by this process (newest last); the record names the latest."""
         self.writer = make_writer(self.cfg.publish_in_background, session.member)
@@ -282,6 +284,8 @@ class MemberPublisher:
         data, sha = checkpoint_bytes(path, weights)
         rel = self.session.ws.relative(path)
         self.last_checkpoint = (rel, sha)
+        # What this publish replaces in the state, put back if its checkpoint never reaches the disk.
+        self._replaced = (rel, list(state.history), list(state.best), state.evidence)
         state.published(rel, sha)
         summary = self.window.summary()
         state.evidence = SavedEvidence(summary, self.condition)
@@ -315,15 +319,20 @@ class MemberPublisher:
 
     def forget_unwritten_checkpoint(self) -> None:
         """After a failed write (the writer drained): records, and the state a later save writes, name the newest
-        checkpoint on disk again; history and best entries of the lost checkpoint are dropped."""
+        checkpoint on disk again, with the history, best list and saved evidence from before the lost publish (an
+        entry it pushed out of the history or best list comes back)."""
         lost = self.last_checkpoint
         self.last_checkpoint = self.durable_checkpoint
         state = self.session.state
         if lost is None or lost == self.durable_checkpoint or state.last_checkpoint != lost[0]:
             return
         state.last_checkpoint, state.last_checkpoint_sha256 = self.durable_checkpoint or ("", "")
-        state.history = [e for e in state.history if e.checkpoint != lost[0]]
-        state.best = [b for b in state.best if b.checkpoint != lost[0]]
+        rel, history, best, evidence = self._replaced or (None, [], [], None)
+        if rel == lost[0]:
+            state.history, state.best, state.evidence = history, best, evidence
+        else:  # the lost checkpoint is not the last one prepared here: drop its entries
+            state.history = [e for e in state.history if e.checkpoint != lost[0]]
+            state.best = [b for b in state.best if b.checkpoint != lost[0]]
 
     def publish(self) -> MemberRecord:
         """Save a checkpoint, add a history entry when the evidence is publishable, publish ``state.json`` and the

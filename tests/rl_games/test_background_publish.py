@@ -31,6 +31,7 @@ from async_pbt_isaaclab.core import fsio  # noqa: E402
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml  # noqa: E402
 from async_pbt_isaaclab.member.writer import BackgroundWriteError  # noqa: E402
 from async_pbt_isaaclab.rl_games.observer import PbtObserver  # noqa: E402
+from async_pbt_isaaclab.rl_games.publisher import MemberPublisher  # noqa: E402
 from async_pbt_isaaclab.testing.tiny_agent import train_agent  # noqa: E402
 
 YAML = Path(examples.__file__).parent / "pendulum_ppo.yaml"
@@ -159,9 +160,18 @@ def test_a_record_or_state_names_a_checkpoint_only_once_it_is_fsynced(tmp_path, 
 def test_a_failed_background_write_stops_training_on_its_thread_and_nothing_names_the_lost_checkpoint(
     tmp_path, monkeypatch
 ):
-    session, agent_cfg = start(tmp_path, epochs=8)
+    # One best checkpoint kept: the lost publish, if better, pushes the kept one out of the list, and it must return.
+    session, agent_cfg = start(tmp_path, epochs=8, keep_best_checkpoints=1)
     calls = Syscalls(monkeypatch, tmp_path / "ws")
     failing = f"f{3 * FRAMES_PER_EPOCH:012d}.pth{fsio.TEMP_MARKER}"
+    before: dict[int, dict] = {}
+    prepare = MemberPublisher.prepare_publish
+
+    def noting_the_state(self):
+        before[self.live.frame] = json.loads(json.dumps(self.session.state.to_dict()))
+        return prepare(self)
+
+    monkeypatch.setattr(MemberPublisher, "prepare_publish", noting_the_state)
     calls.fail_test = lambda path: failing in path  # the disk fails under the third publish's checkpoint
     observer = PbtObserver(session)
     try:
@@ -183,6 +193,10 @@ def test_a_failed_background_write_stops_training_on_its_thread_and_nothing_name
     for named, sha in ((record["checkpoint"], record["checkpoint_sha256"]), (state["last_checkpoint"], None)):
         assert Path(named).name == kept
         assert fsio.sha256_file(session.ws.root / named) == (sha or state["last_checkpoint_sha256"])
+    # The history, best list and evidence are what they were before the lost publish: an entry it pushed out is back.
+    prior = before[3 * FRAMES_PER_EPOCH]
+    assert prior["best"] and state["best"] == prior["best"] == json.loads((session.dir / "best.json").read_text())
+    assert state["history"] == prior["history"] and state["evidence"] == prior["evidence"]
 
 
 def test_an_exploit_is_acted_on_only_once_its_publish_and_decision_are_written(tmp_path, monkeypatch, publish_donor):
