@@ -103,8 +103,8 @@ def check_slice_processes(members: int, chosen: Sequence[int], slices: int, flag
 
 def hosted_members(command: Sequence[str], chosen: Sequence[int]) -> list[int]:
     """Every member the processes started at ``chosen`` host (each launcher lock and progress line is a member's)."""
-    slices = slices_per_process(command)
-    return [first + slot for first in chosen for slot in range(slices)]
+    command = [str(c) for c in command]
+    return [member for first in chosen for member in process_members(command, first)]
 
 
 def check_supervision(max_retries: int, retry_window_s: float | None, progress_interval_s: float) -> None:

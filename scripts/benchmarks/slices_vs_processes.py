@@ -57,11 +57,10 @@ VARIANTS = ("slices", "processes", "ceiling")
 
 def horizon_length(task: str) -> int:
     """Env steps per epoch of ``task``'s packaged agent yaml."""
-    import yaml
-
+    from async_pbt_isaaclab.core.agent_config import load_yaml
     from async_pbt_isaaclab.examples.agents import packaged_agent_yaml
 
-    return int(yaml.safe_load(packaged_agent_yaml(task).read_text())["params"]["config"]["horizon_length"])
+    return int(load_yaml(packaged_agent_yaml(task))["params"]["config"]["horizon_length"])
 
 
 def member_cmd(ws: Path, members: int, index: int, num_envs: int, epochs: int, extra: list[str]) -> list[str]:
