@@ -64,7 +64,7 @@ class MemberPublisher:
         self.durable_checkpoint: tuple[str, str] | None = None
         """The newest of them that the writer has written (differs from :attr:`last_checkpoint` while a publish is
         in flight, or after its checkpoint failed to be written)."""
-        self._replaced: tuple[str, list, list, Any] | None = None
+        self._replaced: tuple[str, list, list, Any] = ("", [], [], None)
         """The last prepared publish's checkpoint and the history, best list and evidence it replaced."""
         self.decisions: list[Decision] = []
         """Decisions taken by this process (newest last); the record names the latest."""
@@ -327,12 +327,10 @@ class MemberPublisher:
         if lost is None or lost == self.durable_checkpoint or state.last_checkpoint != lost[0]:
             return
         state.last_checkpoint, state.last_checkpoint_sha256 = self.durable_checkpoint or ("", "")
-        rel, history, best, evidence = self._replaced or (None, [], [], None)
+        # Only prepare_publish names a checkpoint before it is written, and it kept what it replaced.
+        rel, history, best, evidence = self._replaced
         if rel == lost[0]:
             state.history, state.best, state.evidence = history, best, evidence
-        else:  # the lost checkpoint is not the last one prepared here: drop its entries
-            state.history = [e for e in state.history if e.checkpoint != lost[0]]
-            state.best = [b for b in state.best if b.checkpoint != lost[0]]
 
     def publish(self) -> MemberRecord:
         """Save a checkpoint, add a history entry when the evidence is publishable, publish ``state.json`` and the
