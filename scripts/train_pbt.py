@@ -52,7 +52,12 @@ from async_pbt_isaaclab.member.restart import capture_argv
 # First thing, before anything can rewrite sys.argv (sys.orig_argv is read; the call only pins it).
 capture_argv()
 
-from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides  # noqa: E402
+from async_pbt_isaaclab.core.flags import (  # noqa: E402
+    add_population_args,
+    add_slices_arg,
+    population_flag_origins,
+    population_overrides,
+)
 from async_pbt_isaaclab.core.slices import SLICES_FLAG  # noqa: E402
 
 # torch-free; Isaac Lab is imported lazily inside the hooks
@@ -156,15 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Train one run (no population) that follows a hyperparameter schedule written by "
         "`async-pbt replay WORKSPACE --member K --out SCHEDULE`.",
     )
-    group = add_population_args(parser)
-    group.add_argument(
-        SLICES_FLAG,
-        dest="pbt_slices",
-        type=int,
-        default=1,
-        help="members this process hosts on one simulator, each a full agent on its own slice of SLICES x "
-        "--num_envs envs: members --pbt-index .. --pbt-index+SLICES-1 (docs/slices.md)",
-    )
+    add_slices_arg(add_population_args(parser))
     return parser
 
 

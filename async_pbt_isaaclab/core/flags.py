@@ -21,6 +21,7 @@ from typing import Any
 
 from async_pbt_isaaclab.core import config as config_module
 from async_pbt_isaaclab.core.config import PopulationConfig
+from async_pbt_isaaclab.core.slices import SLICES_FLAG
 
 ALIASES = {"num_policies": "--pbt-members", "policy_idx": "--pbt-index"}
 """Short flag names for the most used fields."""
@@ -49,6 +50,20 @@ def field_docs() -> dict[str, str]:
 
 def flag_name(field_name: str) -> str:
     return ALIASES.get(field_name, "--pbt-" + field_name.replace("_", "-"))
+
+
+def add_slices_arg(group: argparse._ArgumentGroup) -> None:
+    """Add ``--pbt-slices M`` (``args.pbt_slices``, default 1) for the training scripts that can host several members
+    (``scripts/train_pbt.py`` and the CPU member; the CPU population has its own ``--slices``)."""
+    group.add_argument(
+        SLICES_FLAG,
+        dest="pbt_slices",
+        metavar="SLICES",
+        type=int,
+        default=1,
+        help="members this process hosts, each a full agent on its own slice of one vectorized env (one simulator) "
+        "of SLICES x num_envs envs: members --pbt-index .. --pbt-index+SLICES-1 (docs/slices.md)",
+    )
 
 
 def add_population_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:

@@ -21,7 +21,12 @@ from typing import Any
 from async_pbt_isaaclab.console import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
-from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides
+from async_pbt_isaaclab.core.flags import (
+    add_population_args,
+    add_slices_arg,
+    population_flag_origins,
+    population_overrides,
+)
 from async_pbt_isaaclab.core.slices import SLICES_FLAG
 from async_pbt_isaaclab.examples.agents import DEFAULT_TASK, PACKAGED_AGENTS, packaged_agent_yaml
 from async_pbt_isaaclab.member.restart import capture_argv
@@ -64,15 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="train one run (no population) that follows a hyperparameter schedule written by "
         "`async-pbt replay WORKSPACE --member K --out SCHEDULE`",
     )
-    group = add_population_args(parser)
-    group.add_argument(
-        SLICES_FLAG,
-        dest="pbt_slices",
-        type=int,
-        default=1,
-        help="members this process hosts, each on its own slice of one vectorized env of SLICES x num_envs envs: "
-        "members --pbt-index .. --pbt-index+SLICES-1 (docs/slices.md)",
-    )
+    add_slices_arg(add_population_args(parser))
     return parser
 
 
