@@ -4,7 +4,13 @@ A process that hosts ``M`` members (``rl_games/slices.py``) builds one vec-env o
 :class:`~async_pbt_isaaclab.envs.gym_vec_env.GymVecEnv` or Isaac Lab's ``RlGamesVecEnvWrapper``) and gives each
 member's rl_games agent a :class:`SliceVecEnv`: an rl_games ``IVecEnv`` that is a view of envs ``[i*n, (i+1)*n)``.
 
-Stepping together (the barrier)::
+Stepping together (the barrier), in rollouts (the default, ``rl_games/slice_rollout.py``)::
+
+    member thread i:  agent.play_steps -> SharedVecEnv.request_rollout(i) --> waits for its batch
+    main thread:      SharedVecEnv.run(): once every active slice has asked, SliceRollout plays horizon_length
+                      steps for all of them (one env.step a step) and hands each member its batch
+
+or, for agents the rollout cannot play (``slice_rollout.rollout_problems``), one env step at a time::
 
     member thread i:  agent.play_steps -> SliceVecEnv.step(actions_i) --submit--> waits for its result
     main thread:      SharedVecEnv.run(): once every active slice has submitted, one env.step(concat(actions))
@@ -25,7 +31,7 @@ so its evidence, generations and settling gate are its slice's alone.
 from __future__ import annotations
 
 import threading
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -68,16 +74,22 @@ def split_infos(infos: Any, start: int, stop: int, num_envs: int) -> dict[str, A
 def join_actions(parts: Sequence[Any]) -> Any:
     """One action batch from every slice's actions, in slice order, non-finite values replaced by 0 (device-side
     for tensors: no host synchronisation)."""
-    first = parts[0]
-    if isinstance(first, torch.Tensor):
-        joined = torch.cat([p if isinstance(p, torch.Tensor) else torch.as_tensor(p) for p in parts])
-        if joined.is_floating_point():
-            joined = torch.nan_to_num(joined, nan=0.0, posinf=0.0, neginf=0.0)
-        return joined
-    array = np.concatenate([np.asarray(p) for p in parts])
+    if isinstance(parts[0], torch.Tensor):
+        return finite_actions(torch.cat([p if isinstance(p, torch.Tensor) else torch.as_tensor(p) for p in parts]))
+    return finite_actions(np.concatenate([np.asarray(p) for p in parts]))
+
+
+def finite_actions(actions: Any) -> Any:
+    """``actions`` with non-finite values replaced by 0 (a new tensor or array; device-side for tensors): a member
+    whose weights went bad must not corrupt the envs the others act in."""
+    if isinstance(actions, torch.Tensor):
+        if actions.is_floating_point():
+            return torch.nan_to_num(actions, nan=0.0, posinf=0.0, neginf=0.0)
+        return actions.clone()
+    array = np.asarray(actions)
     if np.issubdtype(array.dtype, np.floating):
-        array = np.nan_to_num(array, nan=0.0, posinf=0.0, neginf=0.0)
-    return array
+        return np.nan_to_num(array, nan=0.0, posinf=0.0, neginf=0.0)
+    return array.copy()
 
 
 def zeros_like_actions(template: Any) -> Any:
@@ -203,8 +215,17 @@ def _source_holder(env: Any) -> tuple[Any, Any]:
 
 
 class SharedVecEnv:
-    """The shared rl_games vec-env and its ``M`` slices: members submit actions, :meth:`run` steps the env once all
-    active members have. See the module docstring."""
+    """The shared rl_games vec-env and its ``M`` slices: members hand in work, :meth:`run` does it for all of them
+    once every active member has. See the module docstring.
+
+    Two ways to step, one per process:
+
+    * **rollouts** (:meth:`use_rollouts`, what ``rl_games/slices.py`` chooses when every agent allows it): each
+      member asks for a whole rollout (:meth:`request_rollout`, in place of rl_games' ``play_steps``) and the main
+      thread plays ``horizon_length`` steps for all members together, batching what can be batched: one thread
+      handoff per member per epoch;
+    * **steps**: each member's rl_games loop steps its :class:`SliceVecEnv` and the main thread steps the env once
+      every member has handed in its actions: one handoff per member per env step."""
 
     def __init__(self, env: Any, num_envs: int, bounds: Sequence[tuple[int, int]]):
         self.env = env
@@ -220,9 +241,13 @@ class SharedVecEnv:
         self.slices = [SliceVecEnv(self, i) for i in range(len(self.bounds))]
         """Each member's view."""
         self.steps = 0
-        """Env steps taken (each advances all envs)."""
-        # One lock; the main thread waits on its own condition (woken once, by the last submission of a step) and
-        # each slice on its own (woken once, by the step): M + 1 wake-ups per step, not M x M.
+        """Env steps taken in the step mode (each advances all envs)."""
+        self.rounds = 0
+        """Handoffs done: env steps in the step mode, rollouts in the rollout mode."""
+        self.rollout: Callable[[list[int]], Mapping[int, Any]] | None = None
+        """Plays one rollout of the given slots and returns each one's result (rollout mode), or ``None``."""
+        # One lock; the main thread waits on its own condition (woken once, by the last submission of a round) and
+        # each slice on its own (woken once, by the round): M + 1 wake-ups per round, not M x M.
         lock = threading.Lock()
         self._cond = threading.Condition(lock)
         self._slot_conds = [threading.Condition(lock) for _ in self.bounds]
@@ -234,13 +259,19 @@ class SharedVecEnv:
         self._obs: Any = None
 
     # ------------------------------------------------------------------ main thread
+    def use_rollouts(self, rollout: Callable[[list[int]], Mapping[int, Any]]) -> None:
+        """Step in rollouts: ``rollout(slots)`` plays one rollout for the members in ``slots`` (it steps
+        :attr:`env` itself) and returns each slot's result, handed back by :meth:`request_rollout`."""
+        self.rollout = rollout
+
     def reset(self) -> None:
         """Reset the whole env once, before the members start (each slice's first ``reset`` returns its part)."""
         self._obs = self.env.reset()
 
     def run(self) -> None:
-        """Step the env whenever every active slice has submitted, until no slice is active (call in the main
-        thread). A KeyboardInterrupt here (Ctrl-C, SIGTERM turned into one) is passed on: call :meth:`stop` then."""
+        """Do each round (an env step, or a rollout) once every active slice has handed in its part, until no slice
+        is active (call in the main thread). A KeyboardInterrupt here (Ctrl-C, SIGTERM turned into one) is passed
+        on: call :meth:`stop` then."""
         while True:
             with self._cond:
                 while self._active_count() and not self._all_submitted():
@@ -249,10 +280,14 @@ class SharedVecEnv:
                 if not self._active_count():
                     return
                 parts = list(self._actions)
-            template = next(p for p in parts if p is not None)
-            actions = join_actions([zeros_like_actions(template) if p is None else p for p in parts])
             try:
-                outputs = self.env.step(actions)
+                if self.rollout is not None:
+                    outputs = self.rollout([slot for slot, p in enumerate(parts) if p is not None])
+                else:
+                    template = next(p for p in parts if p is not None)
+                    outputs = self.env.step(
+                        join_actions([zeros_like_actions(template) if p is None else p for p in parts])
+                    )
             except BaseException as exc:  # a simulator error stops every member, and says why
                 with self._cond:
                     self._error = exc
@@ -260,13 +295,15 @@ class SharedVecEnv:
                     self._wake_slices()
                 raise
             with self._cond:
-                self.steps += 1
+                self.rounds += 1
+                if self.rollout is None:
+                    self.steps += 1
                 self._outputs = outputs
                 self._actions = [None] * len(self.bounds)
                 self._wake_slices()
 
     def stop(self, reason: str) -> None:
-        """Every member stops at its next env step (:class:`SlicesStopped` in its thread)."""
+        """Every member stops at its next env step or rollout (:class:`SlicesStopped` in its thread)."""
         with self._cond:
             if self._stopping is None:
                 self._stopping = reason
@@ -278,6 +315,11 @@ class SharedVecEnv:
         """Why the members are stopping (``None``: they are not)."""
         return self._stopping
 
+    def active_slots(self) -> list[int]:
+        """Slots whose members still step."""
+        with self._cond:
+            return [slot for slot, on in enumerate(self._active) if on]
+
     # ------------------------------------------------------------------ member threads
     def leave(self, slot: int) -> None:
         """The member in ``slot`` stopped stepping (finished, stopped, failed): its envs get zero actions."""
@@ -288,21 +330,10 @@ class SharedVecEnv:
 
     def submit(self, slot: int, actions: Any) -> tuple[Any, Any, Any, Any]:
         """Hand in ``slot``'s actions; returns its part of the next env step once the env has stepped."""
-        with self._cond:
-            self._check_stop()
-            if not self._active[slot]:
-                raise RuntimeError(f"slice {slot} stepped after it left the shared env")
-            self._actions[slot] = actions
-            step = self.steps
-            if self._all_submitted():
-                self._cond.notify_all()  # only the main thread waits on it
-            mine = self._slot_conds[slot]
-            while self.steps == step:
-                self._check_stop()
-                mine.wait()
-            outputs = self._outputs
+        if self.rollout is not None:
+            raise RuntimeError(f"slice {slot} stepped its env alone while the members play rollouts together")
+        obs, rewards, dones, infos = self._hand_in(slot, actions)
         start, stop = self.bounds[slot]
-        obs, rewards, dones, infos = outputs
         n = self.num_envs
         return (
             split_value(obs, start, stop, n),
@@ -310,6 +341,27 @@ class SharedVecEnv:
             split_value(dones, start, stop, n),
             split_infos(infos, start, stop, n),
         )
+
+    def request_rollout(self, slot: int) -> Any:
+        """Ask for ``slot``'s next rollout (rollout mode); returns its result once the main thread has played it."""
+        if self.rollout is None:
+            raise RuntimeError("shared env: request_rollout without use_rollouts")
+        return self._hand_in(slot, True)[slot]
+
+    def _hand_in(self, slot: int, part: Any) -> Any:
+        with self._cond:
+            self._check_stop()
+            if not self._active[slot]:
+                raise RuntimeError(f"slice {slot} stepped after it left the shared env")
+            self._actions[slot] = part
+            done = self.rounds
+            if self._all_submitted():
+                self._cond.notify_all()  # only the main thread waits on it
+            mine = self._slot_conds[slot]
+            while self.rounds == done:
+                self._check_stop()
+                mine.wait()
+            return self._outputs
 
     def first_obs(self, slot: int) -> Any:
         if self._obs is None:

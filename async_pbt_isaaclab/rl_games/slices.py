@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -47,6 +48,12 @@ from async_pbt_isaaclab.rl_games.inheritance import DonorMisfit, model_fingerpri
 from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS, blockers
 from async_pbt_isaaclab.rl_games.observer import PbtObserver
 from async_pbt_isaaclab.rl_games.publisher import MemberPublisher
+from async_pbt_isaaclab.rl_games.slice_rollout import SliceRollout, rollout_problems
+
+STEP_BY_STEP_ENV = "ASYNC_PBT_SLICES_STEP_BY_STEP"
+"""Set to 1 to step slices one env step at a time even where their rollouts can be played together (the path
+agents that :func:`~async_pbt_isaaclab.rl_games.slice_rollout.rollout_problems` names take): for comparing the two
+(``scripts/benchmarks/slices_vs_processes.py``) or ruling the batched rollout out when something looks wrong."""
 
 KEEP_PUBLISHED = 2
 """Published states a member keeps in memory: the donor of a decision at matching progress is the newest one, or the
@@ -432,6 +439,14 @@ def _build(
             )
         if m.session.start_mode in ("fresh", "warm_start"):
             _override_sigma(m.agent, {"sigma": sigma})
+    agents = {m.slot: m.agent for m in host.members.values() if m.agent is not None}
+    problems = rollout_problems(agents)
+    if os.environ.get(STEP_BY_STEP_ENV, "") not in ("", "0"):
+        problems = [f"{STEP_BY_STEP_ENV} is set", *problems]
+    if problems:
+        print(f"[async-pbt] slices step the env one step at a time ({'; '.join(problems)})", flush=True)
+    elif agents:
+        SliceRollout(shared, agents).install()
     shared.reset()
     return shared
 

@@ -10,12 +10,16 @@
 (``async_pbt_isaaclab.examples.cpu_member``, Pendulum-v1 PPO, one torch thread per process, the population observer
 publishing and deciding as in a population):
 
-* **slices**: one process, ``--pbt-slices M``, ``--num_envs n`` each (one gymnasium vec-env of ``M x n`` envs);
+* **slices**: one process, ``--pbt-slices M``, ``--num_envs n`` each (one gymnasium vec-env of ``M x n`` envs),
+  the members' rollouts played together (``rl_games/slice_rollout.py``);
+* **slices-steps**: the same, one env step at a time (``ASYNC_PBT_SLICES_STEP_BY_STEP=1``: the path agents the
+  rollout cannot play take, and what slices did before the rollout);
 * **processes**: ``M`` processes, one member each, ``--num_envs n``;
 * **ceiling**: one member alone (a population of 1) on all ``M x n`` envs.
 
-The variants run interleaved (``slices, processes, ceiling``, then the next round in the reverse order), so drift of
-a shared machine hits each alike; medians and spreads (min-max) over the rounds are printed for:
+The variants run interleaved (``slices, ceiling, slices-steps, processes``, then the next round in the reverse
+order), so drift of a shared machine hits each alike and slices and the ceiling always run next to each other;
+medians and spreads (min-max) over the rounds are printed for:
 
 * **frames/s** (total over the members): frames trained / the training span, from the first member's ``start``
   audit entry to the last member's final record (process start and imports excluded, which favours processes:
@@ -52,7 +56,11 @@ GOAL_SPEED = 0.9
 """slices frames/s / ceiling frames/s, at least."""
 GOAL_MEMORY = 1.2
 """slices peak RSS / ceiling peak RSS, at most."""
-VARIANTS = ("slices", "processes", "ceiling")
+VARIANTS = ("slices", "ceiling", "slices-steps", "processes")
+"""In this order, then reversed: slices and the ceiling run next to each other in every round (the ratio the goal
+is about), so the drift of a shared machine within a round touches that pair least."""
+STEP_BY_STEP_ENV = "ASYNC_PBT_SLICES_STEP_BY_STEP"
+"""rl_games/slices.py: set, the slices variant steps one env step at a time (``slices-steps``)."""
 
 
 def horizon_length(task: str) -> int:
@@ -89,7 +97,7 @@ def member_cmd(ws: Path, members: int, index: int, num_envs: int, epochs: int, e
 
 
 def commands(variant: str, ws: Path, m: int, n: int, epochs: int, extra: list[str]) -> list[list[str]]:
-    if variant == "slices":
+    if variant.startswith("slices"):
         return [[*member_cmd(ws, m, 0, n, epochs, extra), "--pbt-slices", str(m)]]
     if variant == "processes":
         return [member_cmd(ws, m, i, n, epochs, extra) for i in range(m)]
@@ -99,6 +107,7 @@ def commands(variant: str, ws: Path, m: int, n: int, epochs: int, extra: list[st
 def run_variant(variant: str, root: Path, m: int, n: int, epochs: int, extra: list[str], env: dict) -> dict[str, Any]:
     ws = root / f"{variant}-{time.monotonic_ns()}"
     cmds = commands(variant, ws, m, n, epochs, extra)
+    env = dict(env, **{STEP_BY_STEP_ENV: "1" if variant == "slices-steps" else "0"})
     t0 = time.perf_counter()
     procs = []
     for i, cmd in enumerate(cmds):
@@ -198,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{'PASS' if statistics.median(memory) <= GOAL_MEMORY else 'FAIL'}"
         )
         print(f"slices / processes frames/s {spread(procs, '{:.2f}')}")
+        steps = [s["fps"] / c["fps"] for s, c in zip(results["slices-steps"], results["ceiling"], strict=True)]
+        print(f"slices-steps / ceiling frames/s {spread(steps, '{:.2f}')}  (one env step at a time, the fallback)")
         # Exploit latency: one pass with every decision exploiting.
         fixture = "fixture_exploit_every_decision"
         latency_env = dict(env, ASYNC_PBT_TEST_FIXTURE=fixture)

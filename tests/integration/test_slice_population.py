@@ -24,7 +24,7 @@ from async_pbt_isaaclab.envs.gym_vec_env import GymVecEnv
 from async_pbt_isaaclab.examples.cpu_member import DEFAULT_AGENT
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
 from async_pbt_isaaclab.rl_games.inheritance import model_fingerprint
-from async_pbt_isaaclab.rl_games.slices import train_slices
+from async_pbt_isaaclab.rl_games.slices import STEP_BY_STEP_ENV, train_slices
 from async_pbt_isaaclab.testing.forced_exploit import FIXTURE_RULE, forced_exploit_flags
 
 pytestmark = pytest.mark.slow
@@ -95,8 +95,11 @@ class FirstStepProbe(AlgoObserver):
             self.seen[generation] = model_fingerprint(self.algo.model.state_dict())
 
 
-def test_exploit_between_slices_is_a_memory_copy(tmp_path, monkeypatch):
+@pytest.mark.parametrize("stepping", ["rollouts", "step_by_step"])
+def test_exploit_between_slices_is_a_memory_copy(tmp_path, monkeypatch, capsys, stepping):
+    """Both ways of stepping: rollouts played together (the default), and one env step at a time (the fallback)."""
     monkeypatch.setenv(TEST_FIXTURE_ENV, FIXTURE_RULE)
+    monkeypatch.setenv(STEP_BY_STEP_ENV, "1" if stepping == "step_by_step" else "0")
     ws = tmp_path / "ws"
     flags = [f.replace("--pbt-", "pbt.").replace("-", "_") for f in forced_exploit_flags()[:2]]
     agent_cfg, cfg = _config(ws, 3, 6, [f"{flags[0]}={flags[1]}", "pbt.mutation_rate=1.0"], 2048)
@@ -128,6 +131,8 @@ def test_exploit_between_slices_is_a_memory_copy(tmp_path, monkeypatch):
     records, errors = Workspace(ws).read_records()
     assert not errors and sorted(records) == [0, 1, 2]
     assert [records[m].status for m in range(3)] == ["finished"] * 3
+    said = capsys.readouterr().out
+    assert ("slices step the env one step at a time" in said) == (stepping == "step_by_step"), said[-2000:]
 
 
 class NanAt(AlgoObserver):
