@@ -288,10 +288,11 @@ class SharedVecEnv:
                     outputs = self.env.step(
                         join_actions([zeros_like_actions(template) if p is None else p for p in parts])
                     )
-            except BaseException as exc:  # a simulator error stops every member, and says why
+            except BaseException as exc:  # a simulator (or rollout) error stops every member, and says why
+                what = "the members' rollout" if self.rollout is not None else "the shared env"
                 with self._cond:
                     self._error = exc
-                    self._stopping = f"the shared env failed: {type(exc).__name__}: {exc}"
+                    self._stopping = f"{what} failed: {type(exc).__name__}: {exc}"
                     self._wake_slices()
                 raise
             with self._cond:

@@ -34,8 +34,8 @@ slices (a memory copy) and for processes (a copy of the donor's file, loaded in 
 
 Goal: slices reach at least 0.9x the ceiling's frames/s with at most 1.2x its peak RSS. The script prints
 both ratios with PASS/FAIL; it is a measurement on a shared machine, not a test.
-GPU (not measured yet): the same command on a CUDA machine with ``--device cuda`` is the Isaac Lab comparison's CPU
-stand-in only; the Isaac Lab one is ``scripts/train_pbt.py --pbt-slices`` against ``async-pbt launch``.
+The members here train on the CPU (the packaged CPU yamls); the GPU comparison is Isaac Lab's
+``scripts/train_pbt.py --pbt-slices`` against ``async-pbt launch`` (docs/validation.md, "GPU: not measured yet").
 """
 
 from __future__ import annotations
