@@ -149,7 +149,7 @@ class SliceRollout:
 
         def joined(value: Callable[[Any], torch.Tensor]) -> torch.Tensor:
             return torch.cat(
-                [value(agents[s]) if s in agents else torch.zeros_like(value(first)) for s in range(count)]
+                [value(agents[s]) if _started(agents.get(s)) else torch.zeros_like(value(first)) for s in range(count)]
             )
 
         shapers = [agents.get(s, first).rewards_shaper for s in range(count)]
@@ -157,7 +157,7 @@ class SliceRollout:
             slots=slots,
             first=first,
             horizon=int(first.horizon_length),
-            buffers=self._shared_buffers(),
+            buffers=self._shared_buffers(first),
             obs={"obs": joined(lambda a: a.obs["obs"])},
             dones=joined(lambda a: a.dones),
             current={name: joined(operator.attrgetter(name)) for name in CURRENT},
@@ -240,17 +240,19 @@ class SliceRollout:
         return out
 
     # ------------------------------------------------------------------ helpers
-    def _shared_buffers(self) -> dict[str, torch.Tensor]:
+    def _shared_buffers(self, first: Any) -> dict[str, torch.Tensor]:
         """One buffer per key for the whole env, made at the first rollout (rl_games builds each agent's in
         ``train()``); each agent's entries become views of its columns, so its own buffer memory is released."""
         if self._buffers is None:
-            template = next(iter(self.agents.values())).experience_buffer.tensor_dict
+            template = first.experience_buffer.tensor_dict
             n_envs = self.shared.num_envs
             self._buffers = {
                 key: torch.zeros((t.shape[0], n_envs, *t.shape[2:]), dtype=t.dtype, device=t.device)
                 for key, t in template.items()
             }
             for slot, agent in self.agents.items():
+                if not _started(agent):
+                    continue  # never reached train(): it has no buffer, and plays no rollout
                 start, stop = self.shared.bounds[slot]
                 for key, whole in self._buffers.items():
                     agent.experience_buffer.tensor_dict[key] = whole[:, start:stop]
@@ -263,6 +265,11 @@ class SliceRollout:
             agent = self.agents.get(slot, first)
             parts.append(torch.full((stop - start, 1), float(value(agent)), device=first.ppo_device))
         return torch.cat(parts)
+
+
+def _started(agent: Any) -> bool:
+    """The agent ran the start of rl_games' ``train()`` (its buffers and first observations exist)."""
+    return agent is not None and getattr(agent, "experience_buffer", None) is not None and agent.obs is not None
 
 
 class _Request:
