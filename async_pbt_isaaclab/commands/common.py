@@ -76,3 +76,17 @@ def read_population_meta(ws) -> tuple[dict[str, Any] | None, str | None]:
         return ws.population_meta(), None
     except WorkspaceError as exc:
         return None, str(exc)
+
+
+def member_list(ws, member: int | None) -> list[int]:
+    """The member indices a command covers: every member folder of ``ws``, or ``member`` alone (refused, naming the
+    members there are, when it has no folder)."""
+    indices = ws.member_indices()
+    if member is None:
+        return indices
+    if member not in indices:
+        raise CliError(
+            f"member {member} has no folder in {ws.members_dir} (members: "
+            f"{', '.join(str(i) for i in indices) or 'none'})"
+        )
+    return [member]

@@ -11,8 +11,13 @@ from __future__ import annotations
 import argparse
 from typing import Any, Iterable, Mapping
 
-from async_pbt_isaaclab.commands.common import emit_json, format_number, format_table, open_workspace
-from async_pbt_isaaclab.commands.workspace_views import member_list
+from async_pbt_isaaclab.commands.common import (
+    emit_json,
+    format_number,
+    format_table,
+    member_list,
+    open_workspace,
+)
 from async_pbt_isaaclab.exit_codes import EXIT_OK
 
 

@@ -19,6 +19,7 @@ from async_pbt_isaaclab.commands.common import (
     emit_json,
     format_number,
     format_table,
+    member_list,
     open_workspace,
     read_population_meta,
 )
@@ -178,18 +179,6 @@ def add_audit_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--member", type=int, default=None, metavar="N", help="only this member")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_audit)
-
-
-def member_list(ws, member: int | None) -> list[int]:
-    indices = ws.member_indices()
-    if member is None:
-        return indices
-    if member not in indices:
-        raise CliError(
-            f"member {member} has no folder in {ws.members_dir} (members: "
-            f"{', '.join(str(i) for i in indices) or 'none'})"
-        )
-    return [member]
 
 
 def audit_data(ws, member: int | None = None) -> dict[str, Any]:

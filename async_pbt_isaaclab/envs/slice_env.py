@@ -316,11 +316,6 @@ class SharedVecEnv:
         """Why the members are stopping (``None``: they are not)."""
         return self._stopping
 
-    def active_slots(self) -> list[int]:
-        """Slots whose members still step."""
-        with self._cond:
-            return [slot for slot, on in enumerate(self._active) if on]
-
     # ------------------------------------------------------------------ member threads
     def leave(self, slot: int) -> None:
         """The member in ``slot`` stopped stepping (finished, stopped, failed): its envs get zero actions."""
