@@ -139,6 +139,7 @@ def test_report_draws_live_values_and_puts_every_marker_on_its_curve(population)
     names, unchanged = report_plots.split_hyperparameters(data["members"])
     # entropy_coef is 0 in every member and stays 0 (a mutation keeps 0): one line of text, no panel.
     assert unchanged == {"entropy_coef": 0.0} and names == ["gamma", "learning_rate"]
+    gamma_markers = 0
     for m in data["members"]:
         index = m["member"]
         live = report_plots.live_hyperparameters(m)
@@ -165,7 +166,16 @@ def test_report_draws_live_values_and_puts_every_marker_on_its_curve(population)
             before = [p for p in curve if p["frame"] <= e["applied_frame"]][-1]
             after = next((p for p in curve if p["frame"] >= e["applied_frame"]), before)  # past the end: its last
             assert min(before["mean"], after["mean"]) <= y <= max(before["mean"], after["mean"])
-            markers = report_plots._change_markers(m, "gamma", live["gamma"])
-            assert (e["applied_frame"], e["hyperparameters"]["gamma"], True) in [
-                (f, pytest.approx(v), mut) for f, v, mut in markers
-            ]
+            # A change marks gamma where gamma moved (a change may mutate other keys only: then it has no marker),
+            # filled when the explore mutated it, hollow when it came with the donor.
+            markers = {f: (v, mut) for f, v, mut in report_plots._change_markers(m, "gamma", live["gamma"])}
+            earlier = [v for f, v in live["gamma"] if f < e["applied_frame"]]
+            moved = not earlier or earlier[-1] != pytest.approx(e["hyperparameters"]["gamma"])
+            mutated = any(c.get("key") == "gamma" for c in e.get("changes") or [])
+            if moved:
+                assert markers.get(e["applied_frame"]) == (pytest.approx(e["hyperparameters"]["gamma"]), mutated)
+                gamma_markers += 1
+            else:
+                assert e["applied_frame"] not in markers
+    # The members start diverse, so an exploit brings a donor's other gamma: markers were checked, not skipped.
+    assert gamma_markers > 0
