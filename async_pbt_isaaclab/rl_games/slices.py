@@ -6,8 +6,9 @@ Read top to bottom, one process of ``M`` slices is (docs/architecture.md, "Membe
     sessions: start_member(...) for each member                      claim, resume or start, like a process member
     shared = SharedVecEnv(make_env(M * num_actors), ...)              one env, one emitter per slice
     agents: rl_games A2CAgent per member, vec_env = its SliceVecEnv   built one after the other (global seeds)
-    threads: agent.train() per member                                 unchanged rl_games loops, observers as usual
-    main thread: shared.run()                                         one env step once every slice has acted
+    SliceRollout(shared, agents).install()                            play_steps asks the main thread (slice_rollout.py)
+    threads: agent.train() per member                                 rl_games' loops, observers as usual
+    main thread: shared.run()                                         every member's rollout at once, once all asked
 
 Each member has its own :class:`~async_pbt_isaaclab.member.session.MemberSession`, :class:`SliceObserver` (a
 :class:`~async_pbt_isaaclab.rl_games.observer.PbtObserver`), publisher, evidence window, RNG, hyperparameters and

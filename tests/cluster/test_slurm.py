@@ -94,7 +94,10 @@ def _submit(
 def test_population_runs_through_sbatch_survives_requeue_and_kill(tmp_path, cpu_population, cluster_env):
     ws = tmp_path / "ws"
     flags = ("--backoff", "0.5", "--progress-interval", "60")
-    job, out = _submit(ws, cpu_population, cluster_env, f"test-{os.getpid()}", 24, *flags)
+    # 72 epochs (36,864 frames): the requeue and the kill land once both members have their first checkpoint
+    # (2,048 frames), far from their end. With 24, a member once finished all its epochs on a fast run before the
+    # kill reached it, and had nothing left to restore.
+    job, out = _submit(ws, cpu_population, cluster_env, f"test-{os.getpid()}", 72, *flags)
     pop = cpu_population.Population(ws)
     assert f"submitted job array {job}" in out
     try:
@@ -116,6 +119,8 @@ def test_population_runs_through_sbatch_survives_requeue_and_kill(tmp_path, cpu_
         requeue = subprocess.run(["scontrol", "requeue", f"{job}_0"], capture_output=True, text=True, timeout=30)
         assert requeue.returncode == 0, requeue.stderr
         os.kill(before[1][1], signal.SIGKILL)
+        # Both were interrupted mid-training (a member that had finished would have nothing to restore).
+        assert all(pop.record(m)["status"] != "finished" for m in (0, 1)), [pop.record(m) for m in (0, 1)]
 
         pop.wait(
             lambda: all(pop.resumed_after(m, *before[m][:2]) for m in (0, 1)),
