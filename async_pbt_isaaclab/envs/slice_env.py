@@ -240,8 +240,6 @@ class SharedVecEnv:
         """One emitter per slice."""
         self.slices = [SliceVecEnv(self, i) for i in range(len(self.bounds))]
         """Each member's view."""
-        self.steps = 0
-        """Env steps taken in the step mode (each advances all envs)."""
         self.rounds = 0
         """Handoffs done: env steps in the step mode, rollouts in the rollout mode."""
         self.rollout: Callable[[list[int]], Mapping[int, Any]] | None = None
@@ -297,8 +295,6 @@ class SharedVecEnv:
                 raise
             with self._cond:
                 self.rounds += 1
-                if self.rollout is None:
-                    self.steps += 1
                 self._outputs = outputs
                 self._actions = [None] * len(self.bounds)
                 self._wake_slices()
@@ -310,6 +306,11 @@ class SharedVecEnv:
                 self._stopping = reason
             self._wake_slices()
             self._cond.notify_all()
+
+    @property
+    def steps(self) -> int:
+        """Env steps taken in the step mode (each advances all envs; a rollout counts its own)."""
+        return self.rounds if self.rollout is None else 0
 
     @property
     def stopping(self) -> str | None:

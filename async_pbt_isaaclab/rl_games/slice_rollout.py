@@ -177,7 +177,7 @@ class SliceRollout:
             for key in first.update_list:
                 buffers[key][n] = stacked[key]
         else:
-            results = [self.agents[s].get_action_values(_part(run.obs, bounds[s], n_envs)) for s in run.slots]
+            results = [self.agents[s].get_action_values(split_value(run.obs, *bounds[s], n_envs)) for s in run.slots]
             for key in first.update_list:
                 _write_row(buffers[key][n], [r[key] for r in results], run.slots, bounds)
         actions = finite_actions(first.preprocess_actions(buffers["actions"][n]))
@@ -219,16 +219,17 @@ class SliceRollout:
         values = torch.zeros_like(run.buffers["values"][0])
         for s in run.slots:
             start, stop = self.shared.bounds[s]
-            values[start:stop] = self.agents[s].get_values(_part(run.obs, (start, stop), self.shared.num_envs))
+            values[start:stop] = self.agents[s].get_values(split_value(run.obs, start, stop, self.shared.num_envs))
         return values
 
     def _hand_out(self, run: _Run, returns: torch.Tensor) -> dict[int, dict[str, Any]]:
         """Each member's batch (from its own experience buffer, views of ours) and its state, for the next rollout."""
-        swap_and_flatten01 = _swap_and_flatten01()
+        from rl_games.common.a2c_common import swap_and_flatten01
+
         out = {}
         for s in run.slots:
             agent, (start, stop) = self.agents[s], self.shared.bounds[s]
-            agent.obs = _part(run.obs, (start, stop), self.shared.num_envs)
+            agent.obs = split_value(run.obs, start, stop, self.shared.num_envs)
             agent.dones = run.dones[start:stop]
             for name, whole in run.current.items():
                 setattr(agent, name, whole[start:stop])
@@ -282,10 +283,6 @@ class _Request:
         return self.shared.request_rollout(self.slot)
 
 
-def _part(obs: dict[str, Any], bounds: tuple[int, int], n_envs: int) -> dict[str, Any]:
-    return {k: split_value(v, bounds[0], bounds[1], n_envs) for k, v in obs.items()}
-
-
 def _write_row(row: torch.Tensor, parts: list[torch.Tensor], slots: list[int], bounds: Any) -> None:
     """Write the members' values of one step into a buffer row: one ``cat`` when every slot played."""
     if len(slots) == len(bounds):
@@ -309,9 +306,3 @@ def _to_tensors(agent: Any, stepped: tuple[Any, Any, Any, Any]) -> tuple[dict[st
         rewards = np.expand_dims(rewards, axis=1)
     rewards = torch.from_numpy(rewards).to(agent.ppo_device, dtype=torch.float32)
     return agent.obs_to_tensors(obs), rewards, torch.from_numpy(dones).to(agent.ppo_device), infos
-
-
-def _swap_and_flatten01():
-    from rl_games.common.a2c_common import swap_and_flatten01
-
-    return swap_and_flatten01
