@@ -402,7 +402,7 @@ def _build(
 ) -> SharedVecEnv:
     """The shared env, then each member's agent (one after the other: rl_games seeds the global RNGs)."""
     from rl_games.common.algo_observer import IsaacAlgoObserver
-    from rl_games.torch_runner import Runner, _override_sigma
+    from rl_games.torch_runner import _override_sigma
 
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
     from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
@@ -412,7 +412,6 @@ def _build(
     layout = host.layout
     env = make_env(layout.num_envs)
     shared = SharedVecEnv(env, layout.num_envs, [layout.bounds(s) for s in range(layout.count)])
-    env_info = env.get_env_info()
     for member, m in host.members.items():
         if m.session.already_finished:
             m.status = "finished"
@@ -423,16 +422,16 @@ def _build(
             continue
         observer = SliceObserver(m.session, host, m.slot)
         extra = list(extra_observers(member)) if extra_observers is not None else [IsaacAlgoObserver()]
-        runner = Runner(MultiObserver([observer, PbtScalarsObserver(m.session, observer.publisher), *extra]))
         cfg = copy.deepcopy(rl_cfgs[member])
         # Members must not share a seed, or the slices start as copies of one run (the process's seed is its first
         # member's, as a process member's is its index's: each slice adds its slot).
         cfg["params"]["seed"] = int(cfg["params"].get("seed", 0) or 0) + m.slot
-        runner.load(cfg)
-        runner.params["config"]["env_info"] = env_info
-        runner.params["config"]["vec_env"] = shared.slices[m.slot]
         m.observer = observer
-        m.agent = runner.algo_factory.create(runner.algo_name, base_name="run", params=runner.params)
+        m.agent = build_slice_agent(
+            cfg,
+            shared.slices[m.slot],
+            MultiObserver([observer, PbtScalarsObserver(m.session, observer.publisher), *extra]),
+        )
         blocked = blockers(m.agent, ())
         if blocked:
             raise ValueError(
@@ -450,6 +449,20 @@ def _build(
         SliceRollout(shared, agents).install()
     shared.reset()
     return shared
+
+
+def build_slice_agent(agent_cfg: dict[str, Any], vec_env: Any, observer: Any = None) -> Any:
+    """An rl_games agent of ``agent_cfg`` (loaded by rl_games' ``Runner``, which may change it) that acts on the
+    vec-env it is given (a member's :class:`~async_pbt_isaaclab.envs.slice_env.SliceVecEnv`) instead of building one
+    of its own: rl_games' ``A2CBase`` skips ``create_vec_env`` when the config gives ``env_info`` and ``vec_env``.
+    ``observer``: its rl_games observer (``None``: rl_games' default)."""
+    from rl_games.torch_runner import Runner
+
+    runner = Runner(observer)
+    runner.load(agent_cfg)
+    runner.params["config"]["env_info"] = vec_env.get_env_info()
+    runner.params["config"]["vec_env"] = vec_env
+    return runner.algo_factory.create(runner.algo_name, base_name="run", params=runner.params)
 
 
 def _run(host: SliceHost, shared: SharedVecEnv) -> None:

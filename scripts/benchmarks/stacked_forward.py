@@ -33,12 +33,11 @@ from typing import Any, Callable
 
 def build_agents(task: str, members: int, num_envs: int) -> tuple[list[Any], Any]:
     """``members`` rl_games agents of ``task``'s packaged yaml, each on its slice of one shared env."""
-    from rl_games.torch_runner import Runner
-
     from async_pbt_isaaclab.core.agent_config import load_yaml
     from async_pbt_isaaclab.envs.gym_vec_env import GymVecEnv
     from async_pbt_isaaclab.envs.slice_env import SharedVecEnv
     from async_pbt_isaaclab.examples.agents import packaged_agent_yaml
+    from async_pbt_isaaclab.rl_games.slices import build_slice_agent
 
     total = members * num_envs
     shared = SharedVecEnv(
@@ -51,11 +50,7 @@ def build_agents(task: str, members: int, num_envs: int) -> tuple[list[Any], Any
         cfg.pop("pbt", None)
         cfg["params"]["seed"] = slot
         cfg["params"]["config"].update(num_actors=num_envs, print_stats=False)
-        runner = Runner()
-        runner.load(cfg)
-        runner.params["config"]["env_info"] = shared.env.get_env_info()
-        runner.params["config"]["vec_env"] = shared.slices[slot]
-        agents.append(runner.algo_factory.create(runner.algo_name, base_name="run", params=runner.params))
+        agents.append(build_slice_agent(cfg, shared.slices[slot]))
     return agents, shared
 
 

@@ -7,18 +7,18 @@ its own), and a slot that left (its envs get zero actions).
 
 from __future__ import annotations
 
-import copy
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pytest
 import torch
 
-from async_pbt_isaaclab.core.agent_config import load_yaml
+from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
 from async_pbt_isaaclab.envs.gym_vec_env import GymVecEnv
 from async_pbt_isaaclab.envs.slice_env import SharedVecEnv
 from async_pbt_isaaclab.examples.cpu_member import DEFAULT_AGENT
 from async_pbt_isaaclab.rl_games.slice_rollout import SliceRollout, rollout_problems
+from async_pbt_isaaclab.rl_games.slices import build_slice_agent
 from async_pbt_isaaclab.rl_games.stacked_policy import StackedPolicy, stack_problems
 
 pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)
@@ -27,34 +27,21 @@ HORIZON = 24
 """Env steps a rollout; Pendulum's episodes are 200 steps, so time-outs come from the short episodes below."""
 
 
-def _agent(vec_env: Any, n: int, seed: int, network: dict[str, Any] | None = None, **config: Any) -> Any:
-    from rl_games.torch_runner import Runner
-
+def _agent(vec_env: Any, n: int, seed: int, network: Sequence[str] = (), **config: Any) -> Any:
+    """The packaged Pendulum agent on ``vec_env``, built as a slice member's is; ``network``: overrides of its
+    network section as a user writes them (``params.network.mlp.units=[16, 8]``)."""
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
 
     register_bounded_exploration()
-    cfg = copy.deepcopy(load_yaml(DEFAULT_AGENT))
+    cfg = apply_overrides(load_yaml(DEFAULT_AGENT), network)
     cfg.pop("pbt", None)
     cfg["params"]["seed"] = seed
-    _merge(cfg["params"]["network"], network or {})
     cfg["params"]["config"].update(
         num_actors=n, horizon_length=HORIZON, minibatch_size=n * HORIZON, print_stats=False, **config
     )
-    runner = Runner()
-    runner.load(cfg)
-    runner.params["config"]["env_info"] = vec_env.get_env_info()
-    runner.params["config"]["vec_env"] = vec_env
-    agent = runner.algo_factory.create(runner.algo_name, base_name="run", params=runner.params)
+    agent = build_slice_agent(cfg, vec_env)
     agent.init_tensors()  # what train() does before its first rollout
     return agent
-
-
-def _merge(into: dict[str, Any], changes: dict[str, Any]) -> None:
-    for key, value in changes.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value
 
 
 def _env(n: int) -> GymVecEnv:
@@ -218,8 +205,12 @@ def test_the_rollout_adds_no_host_read_to_what_rl_games_does(monkeypatch):
 @pytest.mark.parametrize(
     "network",
     [
-        {},
-        {"space": {"continuous": {"fixed_sigma": False}}, "mlp": {"activation": "tanh", "units": [16, 8]}},
+        [],
+        [
+            "params.network.space.continuous.fixed_sigma=False",
+            "params.network.mlp.activation=tanh",
+            "params.network.mlp.units=[16, 8]",
+        ],
     ],
     ids=["fixed-sigma-elu", "learned-sigma-tanh"],
 )
@@ -258,17 +249,20 @@ def test_the_stacked_pass_is_each_members_own_model(network):
 def test_networks_the_stacked_pass_does_not_cover_are_named():
     shared = _shared(2, 2)
     plain = _agent(shared.slices[0], 2, seed=0)
-    assert stack_problems([plain, _agent(shared.slices[1], 2, seed=1, network={"separate": True})]) == [
+    assert stack_problems([plain, _agent(shared.slices[1], 2, seed=1, network=["params.network.separate=True"])]) == [
         "slot 1: a separate critic, an RNN, a CNN or a non-continuous action space"
     ]
     bounded = _agent(
         shared.slices[1],
         2,
         seed=1,
-        network={"name": "pbt_bounded_actor_critic", "log_std_bounds": {"low": -5.0, "high": 0.5}},
+        network=[
+            "params.network.name=pbt_bounded_actor_critic",
+            "params.network.log_std_bounds={low: -5.0, high: 0.5}",
+        ],
     )
     assert stack_problems([plain, bounded])[0].startswith("slot 1: network ")
-    wider = _agent(shared.slices[1], 2, seed=1, network={"mlp": {"units": [32, 32]}})
+    wider = _agent(shared.slices[1], 2, seed=1, network=["params.network.mlp.units=[32, 32]"])
     assert stack_problems([plain, wider]) == ["the members' networks differ in shape"]
     # Such members still play their rollouts together, each with its own forward pass.
     assert SliceRollout(shared, {0: plain, 1: bounded}).policy is None
