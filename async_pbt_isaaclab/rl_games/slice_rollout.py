@@ -104,13 +104,12 @@ class SliceRollout:
         """Each slot's rl_games agent (a slot whose member never trained has none)."""
         self.steps = 0
         """Env steps played."""
-        self.policy: StackedPolicy | None = None
+        slotted = [self.agents.get(slot) for slot in range(len(shared.bounds))]
+        self.unstacked = _why_not_stacked(slotted) if stacked else ["not asked"]
+        """Why the members' action step is not one batched pass (empty: it is)."""
+        self.policy = None if self.unstacked else StackedPolicy(slotted)
         """Every member's action step as one batched pass (``rl_games/stacked_policy.py``), when their networks
         allow it and every slot has an agent; otherwise each member's ``get_action_values`` on its slice."""
-        count = len(shared.bounds)
-        slotted = [self.agents.get(slot) for slot in range(count)]
-        if stacked and all(a is not None for a in slotted) and not stack_problems(slotted):
-            self.policy = StackedPolicy(slotted)
         self._buffers: dict[str, torch.Tensor] | None = None
 
     def install(self) -> None:
@@ -118,10 +117,8 @@ class SliceRollout:
         for slot, agent in self.agents.items():
             agent.play_steps = _Request(self.shared, slot)
         self.shared.use_rollouts(self)
-        if self.policy is None:
-            slotted = [self.agents.get(slot) for slot in range(len(self.shared.bounds))]
-            why = stack_problems(slotted) if all(a is not None for a in slotted) else ["a slot has no agent"]
-            print(f"[async-pbt] slices: one forward pass per member ({'; '.join(why)})", flush=True)
+        if self.unstacked:
+            print(f"[async-pbt] slices: one forward pass per member ({'; '.join(self.unstacked)})", flush=True)
 
     # ------------------------------------------------------------------ the rollout
     def __call__(self, slots: list[int]) -> dict[int, dict[str, Any]]:
@@ -266,6 +263,13 @@ class SliceRollout:
             agent = self.agents.get(slot, first)
             parts.append(torch.full((stop - start, 1), float(value(agent)), device=first.ppo_device))
         return torch.cat(parts)
+
+
+def _why_not_stacked(slotted: list[Any]) -> list[str]:
+    """Why :class:`StackedPolicy` cannot act for these slots' agents (empty: it can)."""
+    if any(agent is None for agent in slotted):
+        return ["a slot has no agent"]
+    return stack_problems(slotted)
 
 
 def _started(agent: Any) -> bool:
