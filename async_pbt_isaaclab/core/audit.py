@@ -35,7 +35,7 @@ from typing import Any, Iterator, Sequence
 
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.config import ConfigError
-from async_pbt_isaaclab.core.generation import applied_mismatches
+from async_pbt_isaaclab.core.exploit_plan import aborted_mismatches, applied_mismatches
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.mutation import legacy_semantics
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
@@ -303,17 +303,17 @@ def _optional_int(value: Any) -> int | None:
 
 
 def applied_exploit_mismatches(applied: dict[str, Any], decision: dict[str, Any] | None) -> list[str]:
-    """How an ``exploit_applied`` entry differs from the generation its ``decision`` entry plans (empty when it
-    carries out exactly that decision): the plan is replayed through
-    :func:`~async_pbt_isaaclab.core.generation.plan_generation`, as the member made it, and its donor source,
-    generation, hyperparameters and changes compared."""
+    """How an ``exploit_applied`` entry differs from the plan its ``decision`` entry makes (empty when it carries out
+    exactly that decision): the plan is replayed through :func:`~async_pbt_isaaclab.core.exploit_plan.plan_exploit`
+    as the member made it, and its donor source, generation, hyperparameters and changes compared, and, where the
+    entry records the plan's inputs, its path, keys set live and starting learning rate."""
     if decision is None:
         return ["no exploit or explore decision precedes it (an exploit applied that no logged decision made)"]
-    step, _ = replay_decision(decision)
-    if step is None or step.decision.outcome.value not in ("exploit", "explore"):
-        return [f"its decision (seq {decision.get('seq')!r}) cannot be replayed into a plan"]
+    replayed = _replayed_decision(decision)
+    if isinstance(replayed, str):
+        return [replayed]
+    step, me = replayed
     try:
-        me = replay_records(decision)[0]
         mismatches = applied_mismatches(applied, step, me)
     except (KeyError, TypeError, ValueError, RecordError) as exc:
         return [f"its decision (seq {decision.get('seq')!r}) cannot be read: {type(exc).__name__}: {exc}"]
@@ -321,6 +321,32 @@ def applied_exploit_mismatches(applied: dict[str, Any], decision: dict[str, Any]
         f"{key}: applied {value!r:.200}, but the decision at seq {decision.get('seq')!r} decided {planned!r:.200}"
         for key, value, planned in mismatches
     ]
+
+
+def aborted_exploit_mismatches(aborted: dict[str, Any], decision: dict[str, Any] | None) -> list[str]:
+    """How an ``exploit_aborted`` entry that records the plan's inputs (the plan refused to carry the decision out)
+    differs from the plan its ``decision`` makes; entries without them (a donor that could not be copied, entries
+    written before plans were recorded) are facts."""
+    if aborted.get("plan_inputs") is None or decision is None:
+        return []
+    replayed = _replayed_decision(decision)
+    if isinstance(replayed, str):
+        return [replayed]
+    try:
+        return aborted_mismatches(aborted, *replayed)
+    except (KeyError, TypeError, ValueError, RecordError) as exc:
+        return [f"its decision (seq {decision.get('seq')!r}) cannot be read: {type(exc).__name__}: {exc}"]
+
+
+def _replayed_decision(decision: dict[str, Any]) -> tuple[StepResult, Any] | str:
+    """The replayed step of an exploit or explore ``decision`` entry and the record it was taken on, or why not."""
+    step, _ = replay_decision(decision)
+    if step is None or step.decision.outcome.value not in ("exploit", "explore"):
+        return f"its decision (seq {decision.get('seq')!r}) cannot be replayed into a plan"
+    try:
+        return step, replay_records(decision)[0]
+    except (KeyError, TypeError, ValueError, RecordError) as exc:
+        return f"its decision (seq {decision.get('seq')!r}) cannot be read: {type(exc).__name__}: {exc}"
 
 
 def verify_log(
@@ -425,6 +451,8 @@ class _LogWalk:
             for p in applied_exploit_mismatches(entry, self.acting):
                 self.problem(lineno, seq, f"applied exploit does not match its decision: {p}")
         elif kind == "exploit_aborted":
+            for p in aborted_exploit_mismatches(entry, self.acting):
+                self.problem(lineno, seq, f"aborted exploit does not match its decision's plan: {p}")
             self.acting = None
         elif kind in ("initial_mutation", "initial_draw"):
             what = "initial mutation" if kind == "initial_mutation" else "initial draw (diverse start)"

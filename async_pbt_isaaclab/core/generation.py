@@ -1,15 +1,15 @@
 """The bookkeeping of a new generation (an exploit or an explore), as a pure function.
 
     step = pbt_step(view, cfg, rng_state)                      # decide, explore (core/step.py)
-    plan = plan_generation(step, view.me, counters, now)       # this module: what the new generation is
-    ... copy and verify the donor, write the recipient checkpoint ...       (rl_games/exploit.py, the I/O)
-    state.begin_generation(plan.pending(checkpoint, sha256, lr, path, why))  (core/member_state.py)
+    plan = plan_exploit(step, view.me, ...)                    # core/exploit_plan.py, which calls plan_generation
+    ... copy and verify the donor, write the recipient checkpoint ...       (member/executor.py, the I/O)
+    state.begin_generation(plan.pending(checkpoint, sha256, lr), ...)      (core/member_state.py)
 
-A plan says, from plain data alone, which weights the new generation starts from (:class:`DonorSource`), its
-number, hyperparameters and changes, the counters the recipient keeps, the origin of its weights and its lineage
-entry. The act step adds only what needs the files and the agent (the recipient checkpoint, the live learning
-rate, the exploit path). The audit verifier replays the plan of every ``exploit_applied`` entry from the
-``decision`` before it (:func:`applied_mismatches`), exactly as it replays :func:`~.step.pbt_step`.
+A generation plan says, from plain data alone, which weights the new generation starts from
+(:class:`DonorSource`), its number, hyperparameters and changes, the counters the recipient keeps, the origin of its
+weights and its lineage entry. :func:`~.exploit_plan.plan_exploit` adds how it is carried out (path, keys set live,
+starting learning rate). The audit verifier replays both from the ``decision`` before every ``exploit_applied``
+entry (:func:`~.exploit_plan.applied_mismatches`), exactly as it replays :func:`~.step.pbt_step`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from async_pbt_isaaclab.core.mutation import Change
+from async_pbt_isaaclab.core.plan_inputs import PlanInputs, TrainerCounters
 from async_pbt_isaaclab.core.records import MemberRecord, RecordError
 from async_pbt_isaaclab.core.selection import Outcome
 from async_pbt_isaaclab.core.step import StepResult
@@ -58,22 +59,6 @@ class DonorSource:
             sha256=_str(data, "donor_sha256", where),
             frame=_int(data, "donor_frame", where),
         )
-
-
-@dataclass(frozen=True)
-class RecipientCounters:
-    """What the recipient keeps of its own progress across an exploit (docs/checkpoint-restart.md)."""
-
-    epoch: int
-    """Completed epochs."""
-    frame: int
-    """Env frames."""
-    last_mean_rewards: float
-    """rl_games' best-so-far guard of the recipient's own ``nn/`` folder."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """The checkpoint keys these counters are saved under."""
-        return {"epoch": self.epoch, "frame": self.frame, "last_mean_rewards": self.last_mean_rewards}
 
 
 @dataclass(frozen=True)
@@ -141,7 +126,7 @@ class GenerationPlan:
     """What it trains with."""
     changes: tuple[Change, ...]
     """Which hyperparameters changed."""
-    counters: RecipientCounters
+    counters: TrainerCounters
     """The recipient's own counters, kept."""
     lineage_entry: LineageEntry
     """The entry it adds to the member's lineage."""
@@ -151,7 +136,8 @@ class GenerationPlan:
     def pending(
         self, checkpoint: str, sha256: str, last_lr: float, path: str, path_reason: str, model_sha256: str = ""
     ) -> PendingExploit:
-        """The plan with the recipient checkpoint written: what the next start must verify and apply."""
+        """The plan with the recipient checkpoint written: what the next start must verify and apply (the exploit
+        plan adds how it is carried out: :meth:`~.exploit_plan.ExploitPlan.pending`)."""
         return PendingExploit(
             model_sha256=model_sha256,
             checkpoint=checkpoint,
@@ -196,6 +182,15 @@ class PendingExploit:
     model_sha256: str = ""
     """Fingerprint of the weights the new generation trains from (``model_fingerprint`` of the recipient's model):
     the weights of its first training step ("" in states written before it was kept)."""
+    live_keys: tuple[str, ...] = ()
+    """The hyperparameters set on the running trainer once the weights are loaded, on either path (``learning_rate``
+    among them when the trainer sets it live)."""
+    learning_rate_rule: str = ""
+    """Which rule chose :attr:`last_lr` (:func:`~.exploit_plan.start_learning_rate`)."""
+    plan_inputs: PlanInputs | None = None
+    """What the exploit plan read besides the decision (mode, mutated keys, the trainer's abilities): the verifier
+    replays the path, the keys set live and the starting learning rate from it (``None`` in states written before
+    the plan was recorded; those three are then not replayed)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, the body of the ``exploit_applied`` audit entry (without pid and process count)."""
@@ -214,6 +209,10 @@ class PendingExploit:
             out.update(self.source.to_dict())
         if self.model_sha256:
             out["model_sha256"] = self.model_sha256
+        if self.plan_inputs is not None:
+            out["live_keys"] = list(self.live_keys)
+            out["learning_rate_rule"] = self.learning_rate_rule
+            out["plan_inputs"] = self.plan_inputs.to_dict()
         return out
 
     @classmethod
@@ -239,6 +238,11 @@ class PendingExploit:
             path_reason=str(data.get("path_reason", "")),
             source=DonorSource.from_dict(data, where) if "donor" in data else None,
             model_sha256=str(data.get("model_sha256", "")),
+            live_keys=_names(data.get("live_keys", []), f"{where}.live_keys"),
+            learning_rate_rule=str(data.get("learning_rate_rule", "")),
+            plan_inputs=None
+            if data.get("plan_inputs") is None
+            else PlanInputs.from_dict(data["plan_inputs"], f"{where}.plan_inputs"),
         )
 
 
@@ -246,7 +250,7 @@ def plan_generation(
     step: StepResult,
     me: MemberRecord,
     origin_sha256: str,
-    counters: RecipientCounters,
+    counters: TrainerCounters,
     now: float,
     published_explore: bool = True,
 ) -> GenerationPlan:
@@ -287,27 +291,6 @@ def plan_generation(
     )
 
 
-def applied_mismatches(
-    applied: Mapping[str, Any], decision_step: StepResult, me: MemberRecord
-) -> list[tuple[str, Any, Any]]:
-    """How an ``exploit_applied`` entry differs from the plan its decision makes, as ``(key, applied, planned)``
-    (empty when it carries the plan out).
-
-    The plan is replayed with the recipient frame the entry recorded; the recipient's other counters and the
-    lineage time do not appear in the entry, and the verifier does not need them."""
-    counters = RecipientCounters(epoch=0, frame=_int(applied, "frame", "exploit_applied"), last_mean_rewards=0.0)
-    # Entries that record the weights' fingerprint continue an explore from the published weights.
-    published = "model_sha256" in applied
-    plan = plan_generation(decision_step, me, origin_sha256="", counters=counters, now=0.0, published_explore=published)
-    expected = {
-        **plan.source.to_dict(),
-        "generation": plan.generation,
-        "hyperparameters": plan.hyperparameters,
-        "changes": [c.to_dict() for c in plan.changes],
-    }
-    return [(key, applied.get(key), value) for key, value in expected.items() if applied.get(key) != value]
-
-
 def changes_from_list(data: Any, where: str) -> tuple[Change, ...]:
     """Parse a list of recorded mutation changes; raises :class:`RecordError`."""
     if not isinstance(data, list):
@@ -321,6 +304,12 @@ def changes_from_list(data: Any, where: str) -> tuple[Change, ...]:
             raise RecordError(f"{where}[{i}].factor: expected a number or null, got {factor!r:.40}")
         out.append(Change(item["key"], item.get("old"), item.get("new"), None if factor is None else float(factor)))
     return tuple(out)
+
+
+def _names(data: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(data, list) or not all(isinstance(k, str) for k in data):
+        raise RecordError(f"{where}: expected a list of names, got {data!r:.80}")
+    return tuple(data)
 
 
 def _int(data: Mapping[str, Any], key: str, where: str) -> int:

@@ -108,6 +108,33 @@ class AuditHead:
         return cls(seq=data["seq"], hash=data["hash"])
 
 
+@dataclass(frozen=True)
+class Publish:
+    """What a publish makes the member's state name (:meth:`MemberState.publish`)."""
+
+    checkpoint: str
+    """The checkpoint (workspace-relative), the resume point from now on."""
+    sha256: str
+    """Its sha256."""
+    evidence: SavedEvidence
+    """The evidence window at it (a resumed member continues it)."""
+    entry: HistoryEntry | None = None
+    """Its history entry, when the evidence is settled and large enough."""
+    best: tuple[BestEntry, ...] | None = None
+    """The best list with it, when it made the list (``None``: unchanged)."""
+
+
+@dataclass(frozen=True)
+class PublishUndo:
+    """What a publish replaced in the state, put back if its checkpoint never reaches the disk."""
+
+    checkpoint: str
+    sha256: str
+    history: list[HistoryEntry]
+    best: list[BestEntry]
+    evidence: SavedEvidence | None
+
+
 @dataclass
 class MemberState:
     """Everything the recipient keeps for itself across exploits, restarts and crashes."""
@@ -188,14 +215,58 @@ class MemberState:
             "schema_version": self.schema_version,
         }
 
-    # ---- transitions (the only places these fields change together) ----
+    # ---- transitions: the only places these fields change (tests/member/test_state_writes.py checks the package) ----
+    def joined(self, population: str | None) -> None:
+        """The member belongs to the workspace whose population id is ``population`` (kept once known)."""
+        if self.population is None:
+            self.population = population
+
+    def process_started(self, searched: Mapping[str, Any]) -> None:
+        """A process starts as this member: keys ``searched`` since it last ran start from the given values."""
+        self.process_starts += 1
+        for key, value in searched.items():
+            self.hyperparameters.setdefault(key, value)
+
+    def drew(self, hyperparameters: Mapping[str, Any], rng_after: dict[str, Any]) -> None:
+        """A logged draw (the diverse start, ``initial_mutation``) set the values; the RNG continues after it."""
+        self.hyperparameters.update(hyperparameters)
+        self.rng_state = rng_after
+
+    def decided(self, rng_after: dict[str, Any]) -> None:
+        """A decision drew from the member's RNG (logged first: write-ahead); the stream continues after it."""
+        self.rng_state = rng_after
+
+    def trains_with(self, learning_rate: float) -> None:
+        """The live learning rate, published with the values when it is searched (an adaptive schedule moves it)."""
+        if "learning_rate" in self.hyperparameters:
+            self.hyperparameters["learning_rate"] = learning_rate
+
     def published(self, checkpoint: str, sha256: str) -> None:
         """A checkpoint of the current generation was written: it is the resume point now."""
         self.last_checkpoint, self.last_checkpoint_sha256 = checkpoint, sha256
 
+    def publish(self, publish: Publish, history_limit: int) -> PublishUndo:
+        """A publish names its checkpoint as the resume point, with the evidence, history entry and best list that
+        go with it. Returns what it replaced (:meth:`undo_publish` puts it back if the checkpoint is never written)."""
+        undo = PublishUndo(
+            self.last_checkpoint, self.last_checkpoint_sha256, list(self.history), list(self.best), self.evidence
+        )
+        self.published(publish.checkpoint, publish.sha256)
+        self.evidence = publish.evidence
+        if publish.entry is not None:
+            self.add_history(publish.entry, history_limit)
+        if publish.best is not None:
+            self.best = list(publish.best)
+        return undo
+
     def add_history(self, entry: HistoryEntry, limit: int) -> None:
         """Append an interval entry: the newest ``limit`` stay, older ones are thinned (:func:`thin_history`)."""
         self.history = thin_history([*self.history, entry], limit)
+
+    def undo_publish(self, undo: PublishUndo) -> None:
+        """A publish's checkpoint was never written: the state names what it named before, history and all."""
+        self.published(undo.checkpoint, undo.sha256)
+        self.history, self.best, self.evidence = list(undo.history), list(undo.best), undo.evidence
 
     def begin_generation(self, pending: PendingExploit, lineage_entry: LineageEntry, origin_sha256: str) -> int:
         """Exploit or explore decided and its recipient checkpoint written (``pending``): the next generation starts
@@ -210,6 +281,22 @@ class MemberState:
         self.evidence = None
         self.pending_exploit = pending
         return self.generation
+
+    def exploit_done(self) -> None:
+        """The pending exploit was applied (its weights train now), or could not be and never will be."""
+        self.pending_exploit = None
+
+    def finish(self, mark: FinishedMark) -> None:
+        """The member reached its training limit."""
+        self.finished = mark
+
+    def assign_wandb_run(self, run_id: str) -> None:
+        """The member's one W&B run id, kept for every later process."""
+        self.wandb_run_id = run_id
+
+    def anchor(self, head: AuditHead) -> None:
+        """The audit log's last entry when this state is saved (cutting entries from its end then shows)."""
+        self.audit_head = head
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> MemberState:

@@ -35,6 +35,23 @@ class RecordError(ValueError):
     """A workspace record is unreadable or malformed. The message names the file and the key."""
 
 
+HISTORY_KEYS = frozenset(
+    {
+        "frame",
+        "generation",
+        "mean",
+        "std",
+        "count",
+        "condition",
+        "checkpoint",
+        "checkpoint_sha256",
+        "hyperparameters",
+        "live_learning_rate",
+    }
+)
+"""The keys a history entry may have (an unknown one is refused: the writer runs another version)."""
+
+
 @dataclass(frozen=True)
 class HistoryEntry:
     """One interval of a member's past: what its evidence was at ``frame`` and the checkpoint taken there.
@@ -61,37 +78,34 @@ class HistoryEntry:
     """Its sha256."""
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     """Hyperparameters at this entry; ``learning_rate`` is the live rate (adaptive schedule included)."""
+    live_learning_rate: float | None = None
+    """The learning rate the member trained with at this entry (under an adaptive schedule, the rate reached), whether
+    or not it is searched: a recipient of this checkpoint starts from it when the rate is not searched (``None`` in
+    entries written before it was published: the rate in the checkpoint's optimizer is taken then)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The entry as the JSON mapping a record's ``history`` holds."""
-        return {
-            "frame": self.frame,
-            "generation": self.generation,
-            "mean": self.mean,
-            "std": self.std,
-            "count": self.count,
-            "condition": self.condition.to_dict(),
-            "checkpoint": self.checkpoint,
-            "checkpoint_sha256": self.checkpoint_sha256,
-            "hyperparameters": dict(self.hyperparameters),
-        }
+        return _with_rate(
+            self.live_learning_rate,
+            {
+                "frame": self.frame,
+                "generation": self.generation,
+                "mean": self.mean,
+                "std": self.std,
+                "count": self.count,
+                "condition": self.condition.to_dict(),
+                "checkpoint": self.checkpoint,
+                "checkpoint_sha256": self.checkpoint_sha256,
+                "hyperparameters": dict(self.hyperparameters),
+            },
+        )
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "HistoryEntry":
         """An entry from its JSON mapping, every field checked; :class:`RecordError` naming ``where`` otherwise."""
         if not isinstance(data, Mapping):
             raise RecordError(f"{where}: expected a JSON object, got {type(data).__name__}")
-        unknown = set(data) - {
-            "frame",
-            "generation",
-            "mean",
-            "std",
-            "count",
-            "condition",
-            "checkpoint",
-            "checkpoint_sha256",
-            "hyperparameters",
-        }
+        unknown = set(data) - HISTORY_KEYS
         if unknown:
             raise RecordError(f"{where}: unknown keys {sorted(unknown)}")
         ints: dict[str, Any] = {}
@@ -108,18 +122,20 @@ class HistoryEntry:
             floats[key] = _finite(v, f"{where}.{key}")
         if abs(floats["mean"]) > MAX_ABS_OBJECTIVE or abs(floats["std"]) > MAX_ABS_OBJECTIVE:
             raise RecordError(f"{where}: mean/std out of range (|v| > {MAX_ABS_OBJECTIVE:g})")
-        ckpt, sha = data.get("checkpoint"), data.get("checkpoint_sha256")
-        if ckpt is not None and not isinstance(ckpt, str):
-            raise RecordError(f"{where}.checkpoint: expected a string or null, got {ckpt!r:.40}")
-        if sha is not None and not (isinstance(sha, str) and _SHA256_HEX.fullmatch(sha)):
-            raise RecordError(f"{where}.checkpoint_sha256: not a sha256 hex digest: {sha!r:.80}")
+        ckpt, sha = _checkpoint_of(data, where)
         hparams = _checked_hyperparameters(data.get("hyperparameters", {}), f"{where}.hyperparameters")
         try:
             condition = ConditionLabel.from_dict(data.get("condition", {}), f"{where}.condition")
         except EvidenceError as exc:
             raise RecordError(str(exc)) from None
         return cls(
-            **ints, **floats, condition=condition, checkpoint=ckpt, checkpoint_sha256=sha, hyperparameters=hparams
+            **ints,
+            **floats,
+            condition=condition,
+            checkpoint=ckpt,
+            checkpoint_sha256=sha,
+            hyperparameters=hparams,
+            live_learning_rate=_optional_rate(data, where),
         )
 
 
@@ -167,33 +183,39 @@ class MemberRecord:
     origin_sha256: str = ""
     """sha256 of the donor checkpoint the current generation was copied from ("" when not copied), so the
     member never copies the same checkpoint again."""
+    live_learning_rate: float | None = None
+    """The learning rate the member trains with now, searched or not (an explore continues from the rate of the
+    record it was decided on); ``None`` in records written before it was published."""
     schema_version: int = SCHEMA_VERSION
     """Layout version of this record."""
 
     def to_dict(self) -> dict[str, Any]:
         """The record as the JSON object ``record.json`` holds."""
-        return {
-            "schema_version": self.schema_version,
-            "member": self.member,
-            "generation": self.generation,
-            "frame": self.frame,
-            "generation_start_frame": self.generation_start_frame,
-            "restarts": self.restarts,
-            "heartbeat": self.heartbeat,
-            "evidence": self.evidence.to_dict(),
-            "condition": self.condition.to_dict(),
-            "hyperparameters": dict(self.hyperparameters),
-            "checkpoint": self.checkpoint,
-            "checkpoint_sha256": self.checkpoint_sha256,
-            "interval_best": self.interval_best,
-            "status": self.status,
-            "epoch": self.epoch,
-            "last_decision": self.last_decision,
-            "host": self.host,
-            "pid": self.pid,
-            "history": [e.to_dict() for e in self.history],
-            "origin_sha256": self.origin_sha256,
-        }
+        return _with_rate(
+            self.live_learning_rate,
+            {
+                "schema_version": self.schema_version,
+                "member": self.member,
+                "generation": self.generation,
+                "frame": self.frame,
+                "generation_start_frame": self.generation_start_frame,
+                "restarts": self.restarts,
+                "heartbeat": self.heartbeat,
+                "evidence": self.evidence.to_dict(),
+                "condition": self.condition.to_dict(),
+                "hyperparameters": dict(self.hyperparameters),
+                "checkpoint": self.checkpoint,
+                "checkpoint_sha256": self.checkpoint_sha256,
+                "interval_best": self.interval_best,
+                "status": self.status,
+                "epoch": self.epoch,
+                "last_decision": self.last_decision,
+                "host": self.host,
+                "pid": self.pid,
+                "history": [e.to_dict() for e in self.history],
+                "origin_sha256": self.origin_sha256,
+            },
+        )
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "record") -> "MemberRecord":
@@ -250,6 +272,7 @@ class MemberRecord:
             pid=int(get("pid", int, optional=True) or 0),
             history=history,
             origin_sha256=origin,
+            live_learning_rate=_optional_rate(data, where),
             schema_version=version,
         )
 
@@ -318,6 +341,32 @@ def _read_history(raw_history: list[Any], where: str) -> tuple[HistoryEntry, ...
     if any(a.frame > b.frame for a, b in itertools.pairwise(history)):
         raise RecordError(f"{where}.history: entries are not in frame order")
     return history
+
+
+def _checkpoint_of(data: Mapping[str, Any], where: str) -> tuple[str | None, str | None]:
+    """A history entry's ``checkpoint`` and ``checkpoint_sha256``, checked (each may be null)."""
+    ckpt, sha = data.get("checkpoint"), data.get("checkpoint_sha256")
+    if ckpt is not None and not isinstance(ckpt, str):
+        raise RecordError(f"{where}.checkpoint: expected a string or null, got {ckpt!r:.40}")
+    if sha is not None and not (isinstance(sha, str) and _SHA256_HEX.fullmatch(sha)):
+        raise RecordError(f"{where}.checkpoint_sha256: not a sha256 hex digest: {sha!r:.80}")
+    return ckpt, sha
+
+
+def _with_rate(rate: float | None, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with ``live_learning_rate`` when known: a record or entry written before it was published reads and
+    writes back without it (the audit log's copies of them replay byte for byte)."""
+    return data if rate is None else {**data, "live_learning_rate": rate}
+
+
+def _optional_rate(data: Mapping[str, Any], where: str) -> float | None:
+    """``live_learning_rate`` of a record or history entry: absent (``None``) or a finite positive number."""
+    rate = data.get("live_learning_rate")
+    if rate is None:
+        return None
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not _finite(rate, where) > 0:
+        raise RecordError(f"{where}.live_learning_rate: expected a positive number, got {rate!r:.40}")
+    return float(rate)
 
 
 def _finite(value: int | float, where: str) -> float:

@@ -97,7 +97,7 @@ class MemberSession:
         state = self.state if snapshot is None else snapshot
         seq, digest = self.audit.head()
         if seq >= 0:
-            state.audit_head = AuditHead(seq, digest)
+            state.anchor(AuditHead(seq, digest))
         save_state(self.dir / "state.json", state)
 
     def snapshot(self) -> MemberState:
@@ -172,8 +172,7 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
     population = ws.population_id(ws.population_meta())
     audit = AuditLog.open(mdir / "audit.jsonl", genesis=genesis_hash(population, cfg.policy_idx))
     state = _member_state(state, agent_cfg, cfg, audit, seed)
-    if state.population is None:
-        state.population = population
+    state.joined(population)
     session = MemberSession(
         cfg=cfg,
         ws=ws,
@@ -187,7 +186,7 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
     if state.finished and not state.pending_exploit:
         session.already_finished = _finished_reason(state.finished, agent_cfg["params"]["config"])
     # The agent is built with the member's own values; the live setters apply them again once it is restored
-    # (rl_games/agent.py), so every path ends with the recorded values on the running agent.
+    # (member/executor.py), so every path ends with the recorded values on the running agent.
     for key, value in state.hyperparameters.items():
         if key in cfg.mutation:
             set_path(agent_cfg, agent_path(key), value)
@@ -265,22 +264,19 @@ def _member_state(
             hyperparameters=current_hyperparameters(agent_cfg, cfg),
             experiment_name=_experiment_name(agent_cfg, cfg),
         )
-        state.process_starts += 1
+        state.process_started({})
         logged = _logged_first_draw(audit) if audit.last_seq >= 0 else None
         if logged is not None:
             # A first start killed before it saved state.json: keep what it drew (drawing again from the same
             # stream would log the same values twice and break the RNG stream the verifier follows).
-            state.hyperparameters.update(logged["new_hyperparameters"])
-            state.rng_state = logged["rng_after"]
+            state.drew(logged["new_hyperparameters"], logged["rng_after"])
         elif cfg.initial_mutation and cfg.mutation:
             _initial_mutation(state, cfg, audit)
         elif cfg.start_spread > 0 and cfg.mutation:
             _initial_draw(state, cfg, audit, population_seed)
         return state
     # Keys added to pbt.mutation since the member last ran start from the yaml's value.
-    for key, value in current_hyperparameters(agent_cfg, cfg).items():
-        state.hyperparameters.setdefault(key, value)
-    state.process_starts += 1
+    state.process_started(current_hyperparameters(agent_cfg, cfg))
     _recover_after_crash(state, mdir)
     return state
 
@@ -310,7 +306,9 @@ def _choose_start_checkpoint(session: MemberSession, checkpoint: str | None, fre
 
 
 def _apply_pending(session: MemberSession) -> None:
-    """Restarted by an exploit (or killed in the middle of one): start from its verified recipient checkpoint."""
+    """Restarted by an exploit (or killed in the middle of one): start from its verified recipient checkpoint. The
+    exploit stays pending until the trainer has loaded it: the member loop then logs ``exploit_applied`` (path
+    ``restart``) and clears it (``member/executor.py``), so a kill before that applies it again at the next start."""
     state, audit = session.state, session.audit
     pending = state.pending_exploit
     assert pending is not None
@@ -318,31 +316,19 @@ def _apply_pending(session: MemberSession) -> None:
     if _verified(path, pending.sha256):
         session.start_checkpoint, session.start_mode = path, "exploit_applied"
         session.start_sha256 = pending.sha256
-        # Applied by this new process: through the restart path, whatever path was planned (a member killed
-        # in the middle of an in-process exploit ends up here too).
-        audit.append(
-            "exploit_applied",
-            dict(
-                pending.to_dict(),
-                path="restart",
-                planned_path=pending.path,
-                pid=os.getpid(),
-                process_starts=state.process_starts,
-            ),
-        )
-    else:
-        # The recipient checkpoint is damaged or gone: carry on from our own last weights rather than die.
-        audit.append(
-            "exploit_aborted",
-            {
-                "reason": f"recipient checkpoint {path} missing or sha256 mismatch "
-                f"after restart; resuming from {state.last_checkpoint or 'fresh weights'}",
-                "pending": pending.to_dict(),
-            },
-        )
-        session.notes.append(f"exploit checkpoint {path} failed verification; resumed from own last checkpoint")
-        _resume_from_last(session)
-    state.pending_exploit = None
+        return
+    # The recipient checkpoint is damaged or gone: carry on from our own last weights rather than die.
+    audit.append(
+        "exploit_aborted",
+        {
+            "reason": f"recipient checkpoint {path} missing or sha256 mismatch "
+            f"after restart; resuming from {state.last_checkpoint or 'fresh weights'}",
+            "pending": pending.to_dict(),
+        },
+    )
+    session.notes.append(f"exploit checkpoint {path} failed verification; resumed from own last checkpoint")
+    state.exploit_done()
+    _resume_from_last(session)
 
 
 def _finished_reason(finished: FinishedMark, rl_cfg: dict[str, Any]) -> str:
@@ -391,8 +377,7 @@ def _initial_draw(state: MemberState, cfg: PopulationConfig, audit: AuditLog, po
 
     step = initial_draw(cfg.policy_idx, state.hyperparameters, cfg, state.rng_state, population_seed)
     audit.append("initial_draw", step.audit_body(cfg.policy_idx, cfg))
-    state.hyperparameters = dict(step.new_hyperparameters)
-    state.rng_state = step.rng_after
+    state.drew(step.new_hyperparameters, step.rng_after)
 
 
 def _initial_mutation(state: MemberState, cfg: PopulationConfig, audit: AuditLog) -> None:
@@ -402,8 +387,7 @@ def _initial_mutation(state: MemberState, cfg: PopulationConfig, audit: AuditLog
 
     step = initial_step(cfg.policy_idx, state.hyperparameters, cfg, state.rng_state)
     audit.append("initial_mutation", step.audit_body(cfg.policy_idx, cfg))
-    state.hyperparameters = dict(step.new_hyperparameters)
-    state.rng_state = step.rng_after
+    state.drew(step.new_hyperparameters, step.rng_after)
 
 
 INCOMING_NAME = re.compile(r"^donor\d{3,6}_g\d{4,}\.pth$")
@@ -440,7 +424,7 @@ def _recover_after_crash(state: MemberState, mdir: Path) -> None:
     except OSError:
         last = None
     if last is not None and last.get("rng_before") == state.rng_state and isinstance(last.get("rng_after"), dict):
-        state.rng_state = last["rng_after"]
+        state.decided(last["rng_after"])
     best_path = mdir / "best.json"
     try:
         on_disk = json.loads(fsio.read_bytes_nofollow(best_path))

@@ -1,62 +1,35 @@
 """The trainer adapter: what the member loop needs from a trainer, and nothing more.
 
 A population member is trainer-independent: it publishes evidence, decides, plans an exploit in the core and
-carries it out. What it asks of the trainer (rl_games, rsl_rl, a slice of either) is this protocol: read and load
-weights and optimizer state in the trainer's own checkpoint format, set a live hyperparameter, count frames and
-epochs, save a checkpoint file, get ready for a process restart, and hand over the completed-episode evidence.
-Everything trainer-specific lives in the trainer's subpackage (``rl_games/``, ``rsl_rl/``), which implements
-:class:`Trainer`; the member loop (``member/``) and the core never import a trainer.
+carries it out (``member/loop.py``, ``member/executor.py``). What it asks of the trainer (rl_games, rsl_rl, a slice
+of either) is this protocol: read and load weights and optimizer state in the trainer's own checkpoint format, set
+the live hyperparameters, count frames and epochs, serialise a checkpoint, get ready for a process restart (and say
+which command-line overrides carry the new values), and hand over the completed-episode evidence. Everything
+trainer-specific lives in the trainer's subpackage (``rl_games/``, ``rsl_rl/``), which implements :class:`Trainer`;
+the member loop and the core never import a trainer.
 
-:class:`TrainerAbilities` is plain data on purpose: the core's exploit plan reads it to choose the exploit's path
-(in-process or restart) and the keys set live, and the audit log records it so the verifier can replay that
-choice.
+To add a trainer: implement :class:`Trainer` in its subpackage, and call the member loop's events from the
+trainer's own hooks (``rl_games/observer.py`` is the example): evidence ready before an update, the update done,
+stop. :class:`TrainerAbilities` and :class:`TrainerCounters` are plain data defined in the core
+(:mod:`async_pbt_isaaclab.core.plan_inputs`), because the core's exploit plan reads them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
+
+from async_pbt_isaaclab.core.plan_inputs import TrainerAbilities, TrainerCounters
 
 if TYPE_CHECKING:
     from async_pbt_isaaclab.envs.summary_source import SummarySource
 
-
-@dataclass(frozen=True)
-class TrainerAbilities:
-    """What the running trainer can do without a process restart (plain data: the exploit plan reads it)."""
-
-    live_keys: frozenset[str] = frozenset()
-    """Hyperparameters it can set on the running trainer, each through its one setter."""
-    loads_weights: bool = True
-    """It can load another policy's weights into the running process."""
-    why_not_live: tuple[str, ...] = ()
-    """Why weights cannot be loaded live (a recurrent policy, a rank group that must load together); empty when
-    they can."""
-    restarts: bool = True
-    """It can replace its process with one started from a checkpoint (``False`` for a slice of a shared process:
-    a restart would restart every slice)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (the audit log's record of what the plan was given)."""
-        return {
-            "live_keys": sorted(self.live_keys),
-            "loads_weights": self.loads_weights,
-            "why_not_live": list(self.why_not_live),
-            "restarts": self.restarts,
-        }
+__all__ = ["Trainer", "TrainerAbilities", "TrainerCounters", "UnreadableCheckpoint"]
 
 
-@dataclass(frozen=True)
-class TrainerCounters:
-    """The trainer's own progress, which a recipient keeps across an exploit."""
-
-    frame: int
-    """Env frames so far (for a member of several ranks: the group's total)."""
-    epoch: int
-    """Completed updates (rl_games epochs, rsl_rl learning iterations)."""
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    """Other counters the trainer keeps in its checkpoint for the recipient (rl_games: ``last_mean_rewards``)."""
+class UnreadableCheckpoint(RuntimeError):
+    """A checkpoint file the trainer cannot load (missing, damaged, not its format, a disallowed global): the
+    message names the file. A trainer's own checkpoint error derives from it, so the member loop can catch it."""
 
 
 @runtime_checkable
@@ -78,18 +51,32 @@ class Trainer(Protocol):
         """The learning rate it trains with now (under an adaptive schedule, the rate it has reached)."""
         ...
 
+    def optimizer_learning_rates(self) -> list[float]:
+        """The rate of every optimizer parameter group (what the ``restored`` audit entry records)."""
+        ...
+
     def full_state(self) -> dict[str, Any]:
         """Everything a checkpoint holds (weights, normalisers, optimizer, counters), in the trainer's own layout.
-        The copy must not change when training goes on."""
+        Its tensors may be the live ones: the caller serialises or copies it before training goes on."""
         ...
 
-    def checkpoint_bytes(self, state: Mapping[str, Any]) -> bytes:
-        """``state`` serialised exactly as the trainer's own save writes it (so the trainer's own play and resume
-        scripts load the file)."""
+    def with_metadata(self, state: Mapping[str, Any], metadata: Mapping[str, Any]) -> dict[str, Any]:
+        """``state`` with the PBT ``metadata`` (plain data) where the trainer's checkpoints keep it."""
         ...
 
-    def read_checkpoint(self, path: Path, sha256: str | None, trusted: bool) -> dict[str, Any]:
-        """Load a checkpoint file safely (an allowlist unless ``trusted``), checking ``sha256`` when given."""
+    def metadata(self, state: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The PBT metadata a checkpoint carries (``None``: a plain checkpoint of the trainer)."""
+        ...
+
+    def checkpoint_bytes(self, state: Mapping[str, Any], path: Path) -> bytes:
+        """``state`` serialised exactly as the trainer's own save writes it (its play and resume scripts load the
+        file), every tensor copied; ``path`` names the file in errors."""
+        ...
+
+    def read_checkpoint(self, path: Path, sha256: str | None, trusted: bool, on_device: bool = False) -> dict[str, Any]:
+        """Load a checkpoint file safely (an allowlist unless ``trusted``), checking ``sha256`` when given; the
+        tensors on the trainer's device with ``on_device`` (a checkpoint it loads next), else on the CPU. Raises
+        :class:`UnreadableCheckpoint` (or ``OSError``, ``core.fsio.ChecksumMismatch``)."""
         ...
 
     def check_fits(self, state: Mapping[str, Any]) -> None:
@@ -97,7 +84,7 @@ class Trainer(Protocol):
         ...
 
     def donor_learning_rate(self, state: Mapping[str, Any]) -> float | None:
-        """The learning rate a checkpoint was training with (its optimizer's), or ``None`` when it does not say."""
+        """The learning rate a checkpoint's optimizer holds, or ``None`` when it does not say."""
         ...
 
     def recipient_state(
@@ -112,7 +99,8 @@ class Trainer(Protocol):
         ...
 
     def load(self, state: Mapping[str, Any], hyperparameters: Mapping[str, Any]) -> None:
-        """Train from ``state`` with ``hyperparameters`` (``learning_rate`` included) from the next update on."""
+        """Train from ``state`` with ``hyperparameters`` (``learning_rate`` included), each set through its one
+        live setter, from the next update on."""
         ...
 
     def fingerprint(self, state: Mapping[str, Any] | None = None) -> str:
@@ -121,6 +109,11 @@ class Trainer(Protocol):
 
     def training_ends_now(self) -> str:
         """Non-empty (why) when the trainer stops after this epoch."""
+        ...
+
+    def restart_overrides(self, hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
+        """The command-line overrides (``agent.params.config.gamma`` ...) that make a restarted process train with
+        ``hyperparameters``."""
         ...
 
     def before_restart(self) -> None:

@@ -31,7 +31,7 @@ def assign_wandb_run_id(state: Any, workspace: str | os.PathLike, fresh: bool) -
     from its workspace and run name, which its earlier processes used, so it goes on in the same run.
     """
     if not state.wandb_run_id:
-        state.wandb_run_id = secrets.token_hex(8) if fresh else wandb_run_id(None, workspace, state.experiment_name)
+        state.assign_wandb_run(secrets.token_hex(8) if fresh else wandb_run_id(None, workspace, state.experiment_name))
     return state.wandb_run_id
 
 

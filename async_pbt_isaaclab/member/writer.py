@@ -65,6 +65,9 @@ class WriteJob:
     """The steps, in order."""
     current: str = ""
     """The label of the step running (or that failed)."""
+    done: list[str] = field(default_factory=list)
+    """The labels of the steps that finished, in order: how the job reports what is on disk (a publish whose later
+    step failed still wrote its checkpoint). Appended by the thread that runs the job, read once it is drained."""
 
     def run(self, background: bool) -> None:
         """Run every step in order; the first error propagates (the later steps are not run)."""
@@ -73,8 +76,9 @@ class WriteJob:
             if isinstance(action, PausePoint):
                 if background:
                     pause_at(action.point, action.member_dir)
-                continue
-            action()
+            else:
+                action()
+            self.done.append(label)
 
 
 class BackgroundWriteError(RuntimeError):

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from async_pbt_isaaclab.core.fsio import ChecksumMismatch, atomic_write_bytes
+from async_pbt_isaaclab.member.trainer import UnreadableCheckpoint
 
 #: Key of the checkpoint dict that holds the PBT metadata.
 PBT_KEY = "pbt"
@@ -57,8 +58,9 @@ _ZIP_MAGIC = b"PK\x03\x04"
 _LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint cannot be read or written as one; the message names the file and what was expected."""
+class CheckpointError(UnreadableCheckpoint):
+    """A checkpoint cannot be read or written as one; the message names the file and what was expected (the member
+    loop's :class:`~async_pbt_isaaclab.member.trainer.UnreadableCheckpoint`, a ``RuntimeError``)."""
 
     def __init__(self, message: str, path: Path | str | None = None):
         super().__init__(message)

@@ -10,12 +10,11 @@ peers stay meaningful), ``last_mean_rewards`` (rl_games' best-so-far guard for t
 ``nn/`` folder), and everything that is not in a checkpoint at all: restart count, mutation RNG,
 lineage, log directory / TensorBoard run (all in ``state.json``).
 
-The learning rate (:func:`start_learning_rate`) is the *live* one: the mutated ``learning_rate`` when the
-mutation changed it (the mutation started from the donor's live rate, published in its record), otherwise
-the rate in the donor's optimizer, which under ``lr_schedule: adaptive`` is the rate the donor had reached.
-It is written into every optimizer param group and into ``pbt.last_lr``, which the next start sets as
-``agent.last_lr`` (rl_games would otherwise restart from the config's value and the adaptive scheduler would
-erase the inherited rate).
+The learning rate is the one the exploit plan decided
+(:func:`async_pbt_isaaclab.core.exploit_plan.start_learning_rate`): the searched value, else the donor's live rate
+as it published it. It is written into every optimizer param group and into ``pbt.last_lr``, which the next start
+sets as ``agent.last_lr`` (rl_games would otherwise restart from the config's value and the adaptive scheduler
+would erase the inherited rate).
 
 Before anything is written, :func:`check_donor_fits` checks the donor's weights against the recipient's own
 model as a strict load would: a donor of another architecture aborts the exploit instead of crash-looping
@@ -77,28 +76,16 @@ def check_donor_fits(algo: Any, donor_state: Mapping[str, Any]) -> None:
             raise DonorMisfit("donor optimizer has other parameter groups than this member's")
 
 
-def start_learning_rate(
-    donor_state: Mapping[str, Any], new_hyperparameters: Mapping[str, Any], fallback: float
-) -> float:
-    """The learning rate the new generation starts with (see the module docstring)."""
-    if "learning_rate" in new_hyperparameters:
-        return float(new_hyperparameters["learning_rate"])
-    try:
-        return float(donor_state["optimizer"]["param_groups"][0]["lr"])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return fallback
-
-
 def build_recipient_state(
     donor_state: Mapping[str, Any],
     recipient_counters: Mapping[str, Any],
-    new_hyperparameters: Mapping[str, Any],
     pbt_metadata: Mapping[str, Any],
     learning_rate: float | None = None,
 ) -> dict[str, Any]:
     """A checkpoint dict that plain rl_games ``restore`` accepts, holding the inheritance contract.
 
-    ``recipient_counters`` must hold ``epoch``, ``frame`` and ``last_mean_rewards``.
+    ``recipient_counters`` must hold ``epoch``, ``frame`` and ``last_mean_rewards``; ``learning_rate`` goes into
+    every optimizer param group (``None``: the donor's optimizer keeps its own).
     """
     missing = [k for k in RECIPIENT_KEYS if k not in recipient_counters]
     if missing:
@@ -108,8 +95,6 @@ def build_recipient_state(
     state: dict[str, Any] = {k: donor_state[k] for k in DONOR_KEYS if k in donor_state}
     for key in RECIPIENT_KEYS:
         state[key] = recipient_counters[key]
-    if learning_rate is None and "learning_rate" in new_hyperparameters:
-        learning_rate = float(new_hyperparameters["learning_rate"])
     if learning_rate is not None:
         lr = float(learning_rate)
         optimizer = dict(state["optimizer"])

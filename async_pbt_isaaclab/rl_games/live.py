@@ -94,7 +94,8 @@ READ_ATTRIBUTES = {"mini_epochs": "mini_epochs_num", "learning_rate": "last_lr"}
 """Agent attributes whose name differs from the hyperparameter's (read back by :func:`live_values`)."""
 
 
-def _has_bounded_network(algo: Any) -> bool:
+def has_bounded_network(algo: Any) -> bool:
+    """The agent's model has a bounded exploration network (the log-std bounds can be set on it)."""
     from async_pbt_isaaclab.rl_games.exploration import find_bounded_networks
 
     return bool(find_bounded_networks(algo.model))
@@ -109,7 +110,7 @@ def blockers(algo: Any, keys: Any) -> list[str]:
         out.append("recurrent policy: its hidden states belong to the old weights")
     for key in sorted(keys):
         if key in BOUND_KEYS:
-            if not _has_bounded_network(algo):
+            if not has_bounded_network(algo):
                 out.append(f"{key}: the model has no bounded exploration network to set it on")
         elif key not in LIVE_SETTERS:
             out.append(f"{key} cannot be set on a running rl_games agent")
@@ -127,7 +128,7 @@ def apply_live_hyperparameters(algo: Any, hyperparameters: Mapping[str, Any]) ->
         if setter is None:
             continue
         if key in BOUND_KEYS:
-            bounded = _has_bounded_network(algo) if bounded is None else bounded
+            bounded = has_bounded_network(algo) if bounded is None else bounded
             if not bounded:
                 continue
         setter(algo, hyperparameters[key])

@@ -179,7 +179,7 @@ class PbtScalarsObserver:
         self._logged_generation = 0
         """Lineage entries up to this generation are in the run already (by this process or an earlier one)."""
         self._handed: list[Any] = []
-        """Records the member's publisher (a :class:`~async_pbt_isaaclab.rl_games.publisher.MemberPublisher`)
+        """Records the member's publication (a :class:`~async_pbt_isaaclab.member.publication.Publication`)
         handed to its writer since the last epoch."""
         publisher.record_listeners.append(self._handed.append)
 

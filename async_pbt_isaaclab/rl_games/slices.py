@@ -10,16 +10,16 @@ Read top to bottom, one process of ``M`` slices is (docs/architecture.md, "Membe
     threads: agent.train() per member                                 rl_games' loops, observers as usual
     main thread: shared.run()                                         every member's rollout at once, once all asked
 
-Each member has its own :class:`~async_pbt_isaaclab.member.session.MemberSession`, :class:`SliceObserver` (a
-:class:`~async_pbt_isaaclab.rl_games.observer.PbtObserver`), publisher, evidence window, RNG, hyperparameters and
-rl_games log dir. What differs from a process member:
+Each member has its own :class:`~async_pbt_isaaclab.member.session.MemberSession` and member loop, driven by the
+same :class:`~async_pbt_isaaclab.rl_games.observer.PbtObserver` as a process member's, with its own evidence window,
+RNG, hyperparameters and rl_games log dir. What the observer is given (``shared``) makes the difference:
 
 * **Exploits are memory copies** when the donor is a member of this process: every publish keeps a copy of the
-  state it saved (the last two), with the checksum of the file and the fingerprint of its model. A recipient whose
-  decision names that checkpoint (by checksum) takes the copy once its fingerprint still matches, and the audit
-  log says so (``donor_in_memory``); otherwise it copies the donor's file as always. The mutation is applied live
-  (an exploit never restarts the process: that would restart every slice), the recipient keeps its counters and
-  RNG.
+  state it saved (the last two, :class:`~async_pbt_isaaclab.member.donors.KeptStates`), with the checksum of the
+  file and the fingerprint of its model. A recipient whose decision names that checkpoint (by checksum) takes the
+  copy once its fingerprint still matches, and the audit log says so (``donor_in_memory``); otherwise it copies
+  the donor's file as always. The mutation is applied live (an exploit never restarts the process: that would
+  restart every slice, and the trainer says it cannot), the recipient keeps its counters and RNG.
 * **Faults stay local**: after every update the member's weights are checked (one device read per epoch); a member
   whose weights went non-finite is restored from its last published checkpoint, keeping its counters, and the
   audit log records a ``fault`` entry; with no checkpoint yet it stops (its envs then get zero actions) and the
@@ -35,20 +35,16 @@ import dataclasses
 import os
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.generation import DonorSource
-from async_pbt_isaaclab.core.records import MemberRecord
 from async_pbt_isaaclab.core.slices import SliceLayout, slice_problems
 from async_pbt_isaaclab.envs.slice_env import SharedVecEnv, SlicesStopped
-from async_pbt_isaaclab.member.writer import Step
-from async_pbt_isaaclab.rl_games.agent import LiveAgent
-from async_pbt_isaaclab.rl_games.inheritance import DonorMisfit, model_fingerprint
+from async_pbt_isaaclab.member.donors import KeptStates
+from async_pbt_isaaclab.member.executor import MemberFault
 from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS, blockers
 from async_pbt_isaaclab.rl_games.observer import PbtObserver
-from async_pbt_isaaclab.rl_games.publisher import MemberPublisher
 from async_pbt_isaaclab.rl_games.slice_rollout import SliceRollout, rollout_problems
 
 STEP_BY_STEP_ENV = "ASYNC_PBT_SLICES_STEP_BY_STEP"
@@ -56,220 +52,10 @@ STEP_BY_STEP_ENV = "ASYNC_PBT_SLICES_STEP_BY_STEP"
 agents that :func:`~async_pbt_isaaclab.rl_games.slice_rollout.rollout_problems` names take): for comparing the two
 (``scripts/benchmarks/slices_vs_processes.py``) or ruling the batched rollout out when something looks wrong."""
 
-KEEP_PUBLISHED = 2
-"""Published states a member keeps in memory: the donor of a decision at matching progress is the newest one, or the
-one before when the donor has not published at this interval yet (slices step in lockstep)."""
-
 
 def check_slices(cfg: PopulationConfig, count: int) -> list[str]:
     """Why this population config cannot run as ``count`` slices of one process (empty: it can)."""
     return slice_problems(cfg.mutation, cfg.exploit_mode, LIVE_SETTERS, count)
-
-
-def clone_state(value: Any) -> Any:
-    """A copy of a checkpoint dict whose tensors share no storage with the live agent (later updates of the agent
-    cannot change it); on a GPU the clones stay on the device (no host synchronisation)."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, dict):
-        return {k: clone_state(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [clone_state(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(clone_state(v) for v in value)
-    return copy.deepcopy(value)
-
-
-@dataclass(frozen=True)
-class PublishedState:
-    """A checkpoint this member published, kept in memory for recipients in the same process."""
-
-    checkpoint: str
-    """Workspace-relative path of the published file."""
-    sha256: str
-    """Its checksum (what a decision's donor source names)."""
-    model_sha256: str
-    """Fingerprint of the model saved in it, taken when it was saved."""
-    state: dict[str, Any] = field(repr=False)
-    """The saved state (tensors cloned from the agent)."""
-
-
-class SliceAgent(LiveAgent):
-    """A slice member's agent: every full state it hands out is a clone, and the published ones are kept."""
-
-    def __init__(self, algo: Any):
-        super().__init__(algo)
-        self.taken: dict[str, Any] | None = None
-        """The last state handed out by :meth:`full_state` (the one a publish saves)."""
-        self.published: list[PublishedState] = []
-        """The newest :data:`KEEP_PUBLISHED` published states, oldest first."""
-        self.lock = threading.Lock()
-        """Guards :attr:`published` (read by other members' threads)."""
-
-    def full_state(self) -> dict[str, Any]:
-        state = clone_state(super().full_state())
-        self.taken = state
-        return state
-
-    def keep_published(self, checkpoint: str, sha256: str, state: dict[str, Any]) -> None:
-        kept = PublishedState(checkpoint, sha256, model_fingerprint(state["model"]), state)
-        with self.lock:
-            self.published = [*[p for p in self.published if p.checkpoint != checkpoint], kept][-KEEP_PUBLISHED:]
-
-    def find_published(self, checkpoint: str) -> PublishedState | None:
-        with self.lock:
-            return next((p for p in self.published if p.checkpoint == checkpoint), None)
-
-
-class SlicePublisher(MemberPublisher):
-    """A slice member's publisher: a published checkpoint is kept in memory before any record names it, so a
-    recipient in this process that decides on that record finds it there."""
-
-    def prepare_publish(self) -> tuple[MemberRecord, list[Step]]:
-        """The process member's publish, plus a copy of the state it serialised kept in memory (with the
-        checkpoint's name and sha256) before the writer writes anything that names that checkpoint."""
-        agent = self.agent
-        if isinstance(agent, SliceAgent):
-            agent.taken = None
-        record, steps = super().prepare_publish()
-        if isinstance(agent, SliceAgent):
-            taken, published = agent.taken, self.last_checkpoint
-            if taken is not None and published is not None:
-                agent.keep_published(published[0], published[1], taken)
-            agent.taken = None
-        return record, steps
-
-
-class SliceObserver(PbtObserver):
-    """A slice member's observer: the process member's, plus the published states and the fault check."""
-
-    def __init__(self, session: Any, host: SliceHost, slot: int):
-        super().__init__(session)
-        self.publisher = SlicePublisher(session)
-        self.host = host
-        """The process's members (where in-memory donors are found)."""
-        self.slot = slot
-        """This member's slice (0-based within the process)."""
-        self.faults = 0
-        """Non-finite weights found and repaired."""
-        self.donor_from_memory = self._donor_from_memory
-
-    def make_agent(self, algo: Any) -> LiveAgent:
-        return SliceAgent(algo)
-
-    def after_print_stats(self, frame, epoch_num, total_time) -> None:
-        super().after_print_stats(frame, epoch_num, total_time)
-        if self.agent is not None and not weights_finite(self.agent.algo):
-            self.repair_fault()
-
-    # ------------------------------------------------------------------ in-memory donors
-    def _donor_from_memory(self, source: DonorSource) -> dict[str, Any] | None:
-        donor = self.host.observer_of(source.member)
-        if donor is None or not isinstance(donor.agent, SliceAgent):
-            return None  # another process (or not built): the donor's checkpoint is fetched
-        kept = donor.agent.find_published(source.checkpoint)
-        reason = ""
-        if kept is None:
-            reason = "not kept in memory (older than the last two it published)"
-        elif kept.sha256 != source.sha256:
-            reason = f"kept checksum {kept.sha256[:12]} is not the decision's {source.sha256[:12]}"
-        else:
-            fingerprint = model_fingerprint(kept.state["model"])
-            if fingerprint != kept.model_sha256:
-                reason = (
-                    f"model fingerprint {fingerprint[:12]} changed since it was published ({kept.model_sha256[:12]})"
-                )
-        if reason or kept is None:
-            self.session.audit.append(
-                "warning",
-                {"message": f"donor {source.member} {source.checkpoint}: {reason}; copying its checkpoint instead"},
-            )
-            return None
-        assert self.agent is not None
-        try:
-            self.agent.check_fits(kept.state)
-        except DonorMisfit:
-            return None  # fetch_donor says why, in the usual words
-        self.session.audit.append(
-            "donor_in_memory",
-            {
-                "donor": source.member,
-                "checkpoint": source.checkpoint,
-                "sha256": source.sha256,
-                "model_sha256": kept.model_sha256,
-            },
-        )
-        return copy.deepcopy(kept.state)
-
-    # ------------------------------------------------------------------ faults
-    def repair_fault(self) -> None:
-        """Weights went non-finite in the last update: restore the last published checkpoint (counters kept), or
-        stop this member when there is none. Logged as a ``fault`` audit entry either way."""
-        agent, session = self.agent, self.session
-        assert agent is not None
-        self.faults += 1
-        checkpoint = session.state.last_checkpoint
-        body: dict[str, Any] = {
-            "reason": "non-finite weights after an update",
-            "frame": agent.frame,
-            "epoch": agent.completed_epochs(),
-        }
-        if not checkpoint:
-            session.log("fault", dict(body, action="stopped", detail="no checkpoint to restore yet"))
-            print(
-                f"[async-pbt] member {session.member}: non-finite weights and no checkpoint yet: this member stops; "
-                f"the others go on",
-                file=sys.stderr,
-                flush=True,
-            )
-            raise MemberFault(f"member {session.member}: non-finite weights, no checkpoint to restore")
-        from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
-
-        path = session.ws.checkpoint_path(checkpoint)
-        kept = agent.find_published(checkpoint) if isinstance(agent, SliceAgent) else None
-        state = (
-            copy.deepcopy(kept.state)
-            if kept is not None and kept.sha256 == session.state.last_checkpoint_sha256
-            else load_checkpoint(
-                path,
-                trusted=self.cfg.trusted_workspace,
-                map_location=agent.algo.ppo_device,
-                expected_sha256=session.state.last_checkpoint_sha256,
-            )
-        )
-        counters = agent.counters()
-        state["epoch"], state["frame"] = int(agent.algo.epoch_num), counters.frame
-        pbt = state.get("pbt")
-        pbt = pbt if isinstance(pbt, dict) else {}
-        hyperparameters = {k: v for k, v in session.state.hyperparameters.items() if k in self.cfg.mutation}
-        hyperparameters["learning_rate"] = float(pbt.get("last_lr", agent.last_lr))
-        agent.load(state, hyperparameters)
-        # Episodes in flight were played by the weights that just failed: the restored ones start a new segment.
-        self.publisher.summary_source.start_generation(session.state.generation)
-        session.audit.append(
-            "fault", dict(body, action="restored", checkpoint=checkpoint, model_sha256=agent.fingerprint())
-        )
-        session.save()
-        print(
-            f"[async-pbt] member {session.member}: non-finite weights at frame {agent.frame}: restored from "
-            f"{checkpoint} (counters kept)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
-class MemberFault(RuntimeError):
-    """A slice member that cannot go on (non-finite weights, nothing to restore): it stops, the others do not."""
-
-
-def weights_finite(algo: Any) -> bool:
-    """Every floating tensor of the model is finite (one device read)."""
-    import torch
-
-    flags = [torch.isfinite(t).all() for t in algo.model.state_dict().values() if t.is_floating_point()]
-    return bool(torch.stack(flags).all().item()) if flags else True
 
 
 # ---------------------------------------------------------------------------------------------- the host
@@ -281,7 +67,7 @@ class SliceMember:
 
     slot: int
     session: Any
-    observer: SliceObserver | None = None
+    observer: PbtObserver | None = None
     agent: Any = None
     status: str = "running"
     """``running``, ``finished``, ``stopped`` or ``failed``."""
@@ -295,10 +81,8 @@ class SliceHost:
         self.layout = layout
         self.members: dict[int, SliceMember] = {}
         """By member index."""
-
-    def observer_of(self, member: int) -> SliceObserver | None:
-        m = self.members.get(member)
-        return None if m is None else m.observer
+        self.kept = KeptStates(layout.members)
+        """The states the members published, where recipients in this process take their donors from."""
 
 
 def train_slices(
@@ -420,7 +204,7 @@ def _build(
             m.session.close()
             shared.leave(m.slot)
             continue
-        observer = SliceObserver(m.session, host, m.slot)
+        observer = PbtObserver(m.session, shared=host.kept)
         extra = list(extra_observers(member)) if extra_observers is not None else [IsaacAlgoObserver()]
         cfg = copy.deepcopy(rl_cfgs[member])
         # Members must not share a seed, or the slices start as copies of one run (the process's seed is its first

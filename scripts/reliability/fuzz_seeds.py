@@ -12,10 +12,11 @@ from typing import Any
 
 from async_pbt_isaaclab.core.audit import AuditLog
 from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-from async_pbt_isaaclab.core.generation import RecipientCounters, plan_generation
+from async_pbt_isaaclab.core.generation import plan_generation
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.member_state import STATE_SCHEMA_VERSION, MemberState
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
+from async_pbt_isaaclab.core.plan_inputs import TrainerCounters
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
 from async_pbt_isaaclab.core.retention import BestEntry, update_best
 from async_pbt_isaaclab.core.step import PopulationView, pbt_step
@@ -247,7 +248,7 @@ def build_audit_log(path: Path) -> bytes:
         rng.set_state(result.rng_after)
         log.append("decision", result.audit_body(view, cfg), now=now)
     # The applied exploit carries out the last decision's plan, as a member's does.
-    plan = plan_generation(result, me, "", RecipientCounters(epoch=4, frame=me.frame, last_mean_rewards=0.0), NOW)
+    plan = plan_generation(result, me, "", TrainerCounters(frame=me.frame, epoch=4), NOW)
     pending = plan.pending(me.checkpoint, me.checkpoint_sha256, 5e-4, "restart", "exploit_mode: restart")
     log.append("exploit_applied", dict(pending.to_dict(), pid=1, process_starts=2), now=NOW + 1)
     log.append("exploit_aborted", {"donor": 0, "reason": "vanished"}, now=NOW + 2)

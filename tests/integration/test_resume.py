@@ -253,10 +253,10 @@ def test_every_member_resumes_from_its_own_last_checkpoint(population):
         new = _after(later[m]["entries"], before["entries"][-1]["seq"])
         expected_mode = "exploit_applied" if state["pending_exploit"] else "resume"
         if state["pending_exploit"]:
-            # Stopped with an exploit restart in flight: the next process applies it first.
-            assert new[0]["kind"] == "exploit_applied"
-            assert new[0]["checkpoint"] == state["pending_exploit"]["checkpoint"] == state["last_checkpoint"]
-            new = new[1:]
+            # Stopped with an exploit restart in flight: the next process applies it first, once its weights are in
+            # (right after its start entry).
+            assert new[1]["kind"] == "exploit_applied"
+            assert new[1]["checkpoint"] == state["pending_exploit"]["checkpoint"] == state["last_checkpoint"]
         start = new[0]
         assert start["kind"] == "start"
         assert start["mode"] == expected_mode, f"member {m}"
@@ -331,7 +331,7 @@ def test_exploits_ran_in_process_and_no_stop_left_one_half_done(population):
 def test_a_stop_during_a_members_step_is_delivered_after_the_step():
     """Ctrl-C / SIGTERM landing between the writes of one publish-decide step is held until the step is
     written (so record.json never names a checkpoint that state.json, the resume point, does not)."""
-    from async_pbt_isaaclab.rl_games.held_stop import HeldStop
+    from async_pbt_isaaclab.member.held_stop import HeldStop
 
     previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     # The handlers a member runs with (Python's Ctrl-C handler; the runner's SIGTERM-as-Ctrl-C), whatever

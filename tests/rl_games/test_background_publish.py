@@ -29,9 +29,9 @@ pytestmark = [
 import async_pbt_isaaclab.examples as examples  # noqa: E402
 from async_pbt_isaaclab.core import fsio  # noqa: E402
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml  # noqa: E402
+from async_pbt_isaaclab.member.loop import MemberLoop  # noqa: E402
 from async_pbt_isaaclab.member.writer import BackgroundWriteError  # noqa: E402
 from async_pbt_isaaclab.rl_games.observer import PbtObserver  # noqa: E402
-from async_pbt_isaaclab.rl_games.publisher import MemberPublisher  # noqa: E402
 from async_pbt_isaaclab.testing.tiny_agent import train_agent  # noqa: E402
 
 YAML = Path(examples.__file__).parent / "pendulum_ppo.yaml"
@@ -165,13 +165,13 @@ def test_a_failed_background_write_stops_training_on_its_thread_and_nothing_name
     calls = Syscalls(monkeypatch, tmp_path / "ws")
     failing = f"f{3 * FRAMES_PER_EPOCH:012d}.pth{fsio.TEMP_MARKER}"
     before: dict[int, dict] = {}
-    prepare = MemberPublisher.prepare_publish
+    prepare = MemberLoop._publish
 
-    def noting_the_state(self):
-        before[self.live.frame] = json.loads(json.dumps(self.session.state.to_dict()))
-        return prepare(self)
+    def noting_the_state(self, *args, **kwargs):
+        before[self.trainer.counters().frame] = json.loads(json.dumps(self.session.state.to_dict()))
+        return prepare(self, *args, **kwargs)
 
-    monkeypatch.setattr(MemberPublisher, "prepare_publish", noting_the_state)
+    monkeypatch.setattr(MemberLoop, "_publish", noting_the_state)
     calls.fail_test = lambda path: failing in path  # the disk fails under the third publish's checkpoint
     observer = PbtObserver(session)
     try:

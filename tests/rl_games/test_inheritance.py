@@ -100,7 +100,7 @@ META = {
 @pytest.fixture
 def built(agents):
     _, _, _, donor_state, recipient_state = agents
-    return build_recipient_state(donor_state, counters_of(recipient_state), {"learning_rate": NEW_LR}, META)
+    return build_recipient_state(donor_state, counters_of(recipient_state), META, learning_rate=NEW_LR)
 
 
 def test_agents_differ_in_every_inherited_field(agents):
@@ -155,7 +155,7 @@ def test_env_state_comes_from_the_donor(agents, built):
 def test_pbt_metadata_is_a_copy(agents):
     _, _, _, donor_state, recipient_state = agents
     meta = copy.deepcopy(META)
-    state = build_recipient_state(donor_state, counters_of(recipient_state), {"learning_rate": NEW_LR}, meta)
+    state = build_recipient_state(donor_state, counters_of(recipient_state), meta, learning_rate=NEW_LR)
     assert state["pbt"] == META
     meta["lineage"].append({"generation": 5})
     assert state["pbt"] == META
@@ -176,7 +176,7 @@ def test_scaler_and_asymmetric_critic_come_from_the_donor():
         "frame": 99,
         "last_mean_rewards": 5.0,
     }
-    state = build_recipient_state(donor, {"epoch": 1, "frame": 10, "last_mean_rewards": -1.0}, {}, {})
+    state = build_recipient_state(donor, {"epoch": 1, "frame": 10, "last_mean_rewards": -1.0}, {})
     for key in ("scaler", "assymetric_vf_nets", "assymetric_vf_optimizer", "central_val_stats", "env_state"):
         assert state[key] is donor[key], key
     assert (state["epoch"], state["frame"], state["last_mean_rewards"]) == (1, 10, -1.0)
@@ -187,10 +187,10 @@ def test_scaler_and_asymmetric_critic_come_from_the_donor():
 def test_refuses_incomplete_inputs(agents):
     _, _, _, donor_state, recipient_state = agents
     with pytest.raises(KeyError, match="last_mean_rewards"):
-        build_recipient_state(donor_state, {"epoch": 1, "frame": 2}, {}, {})
+        build_recipient_state(donor_state, {"epoch": 1, "frame": 2}, {})
     no_opt = {k: v for k, v in donor_state.items() if k != "optimizer"}
     with pytest.raises(KeyError, match="optimizer"):
-        build_recipient_state(no_opt, counters_of(recipient_state), {}, {})
+        build_recipient_state(no_opt, counters_of(recipient_state), {})
 
 
 def test_live_recipient_takes_the_donors_weights_and_keeps_its_frame(agents, built):
@@ -302,7 +302,7 @@ def _restart_into(tmp: Path, schedule: str, recipient_ckpt: dict, epochs_before:
 @pytest.mark.parametrize("schedule", ["constant", "adaptive"])
 def test_learning_rate_schedules_after_restore(agents, schedule, tmp_path):
     _, _, _, donor_state, recipient_state = agents
-    ckpt = build_recipient_state(donor_state, counters_of(recipient_state), {"learning_rate": NEW_LR}, META)
+    ckpt = build_recipient_state(donor_state, counters_of(recipient_state), META, learning_rate=NEW_LR)
     agent, seen, restored = _restart_into(tmp_path, schedule, ckpt, recipient_state["epoch"])
     # Right after the restore, before any update: the new hyperparameter everywhere.
     assert seen.last_lr == NEW_LR and seen.optimizer_lr == [NEW_LR]
@@ -346,7 +346,7 @@ def test_numpy_last_mean_rewards_is_kept_as_the_recipients_value(agents):
     """rl_games writes last_mean_rewards as numpy float32; the recipient's value passes through unchanged."""
     _, _, _, donor_state, recipient_state = agents
     assert isinstance(recipient_state["last_mean_rewards"], (np.floating, float))
-    state = build_recipient_state(donor_state, counters_of(recipient_state), {}, {})
+    state = build_recipient_state(donor_state, counters_of(recipient_state), {})
     assert state["last_mean_rewards"] is recipient_state["last_mean_rewards"]
 
 
@@ -360,7 +360,7 @@ def test_sigma_flag_does_not_overwrite_the_inherited_sigma_after_a_restart(agent
     _, _, _, donor_state, recipient_state = agents
     donor_state = copy.deepcopy(donor_state)
     donor_state["model"]["a2c_network.sigma"].fill_(-0.7)
-    ckpt = build_recipient_state(donor_state, counters_of(recipient_state), {"learning_rate": NEW_LR}, META)
+    ckpt = build_recipient_state(donor_state, counters_of(recipient_state), META, learning_rate=NEW_LR)
     agent_cfg, cfg, _ = _pending_exploit(tmp_path, "adaptive", ckpt, recipient_state["epoch"])
 
     class SigmaAtFirstStep:

@@ -21,16 +21,16 @@ from async_pbt_isaaclab.core.member_state import MemberState, save_state
 from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS
 from async_pbt_isaaclab.core.schedule import Schedule, ScheduleStep
 from async_pbt_isaaclab.core.workspace import Workspace
+from async_pbt_isaaclab.member.executor import MemberExecutor
+from async_pbt_isaaclab.member.publication import Publication
 from async_pbt_isaaclab.member.session import start_member
-from async_pbt_isaaclab.rl_games import exploit
-from async_pbt_isaaclab.rl_games.agent import LiveAgent
 from async_pbt_isaaclab.rl_games.checkpoint import save_checkpoint
 from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
 from async_pbt_isaaclab.rl_games.exploration_config import NETWORK_NAME
 from async_pbt_isaaclab.rl_games.live import BOUND_KEYS, LIVE_SETTERS, live_values
 from async_pbt_isaaclab.rl_games.observer import PbtObserver
-from async_pbt_isaaclab.rl_games.publisher import MemberPublisher
 from async_pbt_isaaclab.rl_games.schedule_replay import ScheduleReplayObserver
+from async_pbt_isaaclab.rl_games.trainer import RlGamesTrainer
 from async_pbt_isaaclab.testing.tiny_agent import small_pendulum_agent_cfg, train_agent
 
 PATHS = ("inprocess_exploit", "restart_restore", "resume", "replay")
@@ -93,7 +93,7 @@ def own_checkpoint(session, algo, values) -> tuple[str, str]:
     folder = session.ws.member_dir(0) / "checkpoints"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "g0001_f000000002048.pth"
-    state = LiveAgent(algo).full_state()
+    state = RlGamesTrainer(algo).full_state()
     state["pbt"] = {"last_lr": values["learning_rate"], "hyperparameters": dict(values)}
     return session.ws.relative(path), save_checkpoint(path, state)
 
@@ -121,18 +121,19 @@ def test_every_path_leaves_the_recorded_values_on_the_running_agent(algo, tmp_pa
         def start_generation(self, generation):
             pass
 
-    # 1. In-process exploit: apply_in_process with a pending exploit naming the values.
+    # 1. In-process exploit: the executor loads the recipient state with a pending exploit naming the values.
     values = values_for("inprocess_exploit")
     session = session_for(tmp_path / "inprocess")
     try:
         rel, sha = own_checkpoint(session, algo, values)
-        agent = LiveAgent(algo)
-        publisher = MemberPublisher(session, NoEpisodes())
-        publisher.attach(agent)
-        session.state.pending_exploit = PendingExploit(
+        agent = RlGamesTrainer(algo, NoEpisodes())
+        publication = Publication(session.cfg, session.member, session.condition, session.state.generation)
+        publication.summary_source = agent.summary_source()
+        pending = PendingExploit(
             rel, sha, 1, agent.frame, hyperparameters=values, last_lr=values["learning_rate"], path="inprocess"
         )
-        exploit.apply_in_process(session, publisher, agent, agent.full_state())
+        session.state.pending_exploit = pending
+        MemberExecutor(session, agent, publication).load_in_process(pending, agent.full_state())
     finally:
         session.close()
     assert_agent_holds(algo, values)

@@ -263,7 +263,7 @@ def test_nan_and_inf_values_never_enter_the_evidence(tmp_path, capfd):
 
     source = ScriptedSource([batch([1.0, math.nan, 0.0]), batch([math.inf, 1.0, -math.inf]), batch([math.nan, 0.5])])
     observer = PbtObserver(session, summary_source=source)
-    algo = SimpleNamespace(frame=0, epoch_num=0)
+    algo = SimpleNamespace(frame=0, epoch_num=0, last_lr=3e-4)
     try:
         observer.after_init(algo)
         for epoch in range(1, 5):
