@@ -34,7 +34,6 @@ from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.exploit_plan import ExploitPlan, keys_set_live, start_learning_rate
 from async_pbt_isaaclab.core.generation import DonorSource, PendingExploit
 from async_pbt_isaaclab.core.pause_points import pause_at
-from async_pbt_isaaclab.core.workspace import checkpoint_name
 from async_pbt_isaaclab.member import restart as process
 from async_pbt_isaaclab.member.donors import DONOR_ERRORS, DonorLookup, KeptState, fetch_donor, in_memory
 from async_pbt_isaaclab.member.effects import CarryOut, Heartbeat, PublishFiles, Repair, Restore, Say, Stop, Warn
@@ -74,13 +73,13 @@ class MemberExecutor:
         """States of the members of this process (slices), where a donor may be taken from memory."""
         self.exit_on_restart = exit_on_restart
         """Raise ``SystemExit`` instead of replacing the process (in-process tests of the restart path)."""
-        self.publishing = Publishing(session, publication, self.write_record, self._keep_in_memory)
+        self.publishing = Publishing(session, publication, self.write_record)
         """The member's writer and what it has written."""
         self._handlers: dict[type, Callable[[Any], None]] = {
             Warn: self._warn,
             Say: lambda e: print(e.text, flush=True),
             Heartbeat: self.publishing.heartbeat,
-            PublishFiles: self.publishing.publish,
+            PublishFiles: self._publish,
             CarryOut: self.carry_out,
             Restore: self._restore,
             Repair: self._repair,
@@ -132,12 +131,14 @@ class MemberExecutor:
         return self.publication.record(self.state, counters, rate, last_decision, **kwargs)
 
     # ------------------------------------------------------------------ the writer
-    def _keep_in_memory(self, files: PublishFiles) -> None:
-        """Members of this process may copy this publish: its state is kept before any record names it."""
+    def _publish(self, files: PublishFiles) -> None:
+        """Members of this process may copy this publish: its state is kept before any record names it. Then its
+        writes go to the writer."""
         if self.donors is not None and files.weights is not None:
             rel, sha = files.checkpoint
             kept = KeptState(rel, sha, self.trainer.fingerprint(files.weights), files.weights)
             self.donors.keep(self.session.member, kept)
+        self.publishing.publish(files)
 
     def check(self) -> None:
         """Raise the error of a publish that failed beside training (its state rolled back first)."""
@@ -158,22 +159,20 @@ class MemberExecutor:
             donor = self._donor_state(generation.source, generation.outcome, effect.published)
             if donor is None:
                 return None  # aborted (logged, record rewritten): the member keeps training
-            rate = plan.starting_rate(self.trainer.donor_learning_rate(donor), self.trainer.learning_rate())
+            rate, rule = plan.starting_rate(self.trainer.donor_learning_rate(donor), self.trainer.learning_rate())
             metadata = self.publication.metadata(
                 self.state,
                 generation.generation,
                 generation.counters,
                 generation.hyperparameters,
-                rate[0],
+                rate,
                 inherited_from=generation.source.to_dict(),
                 lineage=[e.to_dict() for e in (*self.state.lineage, generation.lineage_entry)],
             )
-            recipient = self.trainer.recipient_state(donor, generation.counters, metadata, rate[0])
-            path = self.session.ws.checked_member_dir(self.session.member, "checkpoints") / checkpoint_name(
-                generation.generation, generation.counters.frame
-            )
+            recipient = self.trainer.recipient_state(donor, generation.counters, metadata, rate)
+            path = self.session.new_checkpoint_path(generation.generation, generation.counters.frame)
             checkpoint = (self.session.ws.relative(path), self._write_checkpoint(path, recipient))
-            pending = plan.pending(*checkpoint, rate, self.trainer.fingerprint(recipient))
+            pending = plan.pending(*checkpoint, rate, rule, self.trainer.fingerprint(recipient))
             self.state.begin_generation(pending, generation.lineage_entry, generation.origin_sha256)
             self.save()
             if plan.path == "inprocess":
@@ -392,7 +391,7 @@ class MemberExecutor:
 
     def _stop(self, effect: Stop) -> None:
         if effect.final is not None:
-            self.publishing.publish(effect.final)
+            self._publish(effect.final)
         self.write_record(effect.record)
         self.log("stop", {"status": effect.status, "frame": effect.record.frame})
         self.session.close()

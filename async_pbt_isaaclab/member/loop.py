@@ -31,7 +31,6 @@ from async_pbt_isaaclab.core.plan_inputs import PlanInputs
 from async_pbt_isaaclab.core.records import MemberRecord
 from async_pbt_isaaclab.core.selection import Outcome
 from async_pbt_isaaclab.core.step import PopulationView, StepResult, pbt_step
-from async_pbt_isaaclab.core.workspace import checkpoint_name
 from async_pbt_isaaclab.member.effects import (
     CarryOut,
     Effect,
@@ -150,9 +149,7 @@ class MemberLoop:
         state.trains_with(rate)
         metadata = self.publication.metadata(state, state.generation, counters, state.hyperparameters, rate)
         weights = self.trainer.with_metadata(self.trainer.full_state(), metadata)
-        # Checked at every save: a checkpoints/ replaced by a link while training would put our files elsewhere.
-        folder = self.session.ws.checked_member_dir(self.session.member, "checkpoints")
-        path = folder / checkpoint_name(state.generation, counters.frame)
+        path = self.session.new_checkpoint_path(state.generation, counters.frame)
         data = self.trainer.checkpoint_bytes(weights, path)
         checkpoint = (self.session.ws.relative(path), hashlib.sha256(data).hexdigest())
         previous = state.last_checkpoint

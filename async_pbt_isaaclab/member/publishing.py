@@ -7,8 +7,8 @@ heartbeats as one-step jobs. The writer reports the steps each job finished; fro
 (:meth:`~async_pbt_isaaclab.core.member_state.MemberState.undo_publish`) for every queued publish whose checkpoint
 never reached the disk, newest first; records then name the durable one.
 
-Issue 40's rule lands here: every save of ``state.json`` while a publish is queued goes through this writer (or saves
-the last durable snapshot), and rollback covers every queued publish and every field it changed.
+This is where the writer discipline is kept: a publish's state changes are undone together when its checkpoint is
+lost, for every queued publish; a save of ``state.json`` while a publish is queued belongs on this writer too.
 """
 
 from __future__ import annotations
@@ -32,13 +32,10 @@ class Publishing:
         session: MemberSession,
         publication: Publication,
         write_record: Callable[[Any], None],
-        keep: Callable[[PublishFiles], None],
     ):
         self.session = session
         self.publication = publication
         self._write_record = write_record
-        self._keep = keep
-        """Called with each publish before any record names it (slices keep its state in memory)."""
         self.writer = make_writer(session.cfg.publish_in_background, session.member)
         """Runs the durable writes of publishes and heartbeats (beside training, or inline)."""
         self.durable: tuple[str, str] | None = None
@@ -80,7 +77,6 @@ class Publishing:
             ("state.json", functools.partial(self.session.save, files.state)),
             ("record.json", functools.partial(self._write_record, files.record)),
         ]
-        self._keep(files)
         self.publication.handed(files.record)
         job = WriteJob(f"{files.what}", steps)
         if files.final:

@@ -36,7 +36,7 @@ from async_pbt_isaaclab.core.member_lock import MemberLock
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.member_state import AuditHead, FinishedMark, MemberState, load_state, save_state
 from async_pbt_isaaclab.core.mutation import agent_path
-from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
+from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, checkpoint_name
 from async_pbt_isaaclab.member.restart import capture_argv
 from async_pbt_isaaclab.member.wandb_run import assign_wandb_run_id
 
@@ -87,6 +87,11 @@ class MemberSession:
     @property
     def dir(self) -> Path:
         return self.ws.member_dir(self.member)
+
+    def new_checkpoint_path(self, generation: int, frame: int) -> Path:
+        """Where this member's checkpoint of ``generation`` at ``frame`` goes. Checked at every save: a checkpoints/
+        replaced by a link while training would put our files elsewhere."""
+        return self.ws.checked_member_dir(self.member, "checkpoints") / checkpoint_name(generation, frame)
 
     def save(self, snapshot: MemberState | None = None) -> None:
         """Write ``state.json``, with the audit log's head: saved after every append that matters, so cutting

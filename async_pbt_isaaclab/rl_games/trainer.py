@@ -9,6 +9,7 @@ process that hosts several members gives each member its own (``rl_games/slices.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -163,6 +164,10 @@ class SliceTrainer(RlGamesTrainer):
 
     def full_state(self) -> dict[str, Any]:
         return clone_state(super().full_state())
+
+    def abilities(self) -> TrainerAbilities:
+        """As a process member's agent, except that it cannot restart: that would restart every slice."""
+        return dataclasses.replace(super().abilities(), restarts=False)
 
 
 def clone_state(value: Any) -> Any:
