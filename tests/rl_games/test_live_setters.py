@@ -165,3 +165,18 @@ def test_every_path_leaves_the_recorded_values_on_the_running_agent(algo, tmp_pa
     replay.after_steps()
     assert replay.applied and replay.applied[0][1] == values
     assert_agent_holds(algo, values)
+
+
+def test_the_rl_games_trainer_is_a_member_trainer_and_says_what_it_sets_live(algo):
+    """The member loop drives any ``Trainer``; rl_games' says it can set every key of the live table on this agent
+    (a bounded exploration network: the log-std bounds too), load weights live and restart."""
+    from async_pbt_isaaclab.member.trainer import Trainer
+
+    trainer = RlGamesTrainer(algo)
+    assert isinstance(trainer, Trainer)
+    abilities = trainer.abilities()
+    assert abilities.live_keys == frozenset(LIVE_SETTERS) and abilities.loads_weights and abilities.restarts
+    assert abilities.blockers(["gamma", "horizon_length"]) == [
+        "horizon_length cannot be set on a running rl_games agent"
+    ]
+    assert trainer.learning_rate() == algo.last_lr and trainer.optimizer_learning_rates() == [algo.last_lr]
