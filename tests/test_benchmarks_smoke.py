@@ -17,8 +17,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("rl_games")
-
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "benchmarks" / "summary_emitter.py"
 UPSTREAM = ROOT / "tests" / "upstream"
@@ -189,7 +187,6 @@ MUJOCO_CASES = sorted(c for c in _load_study().CASES if c.startswith(("halfcheet
 def test_population_vs_independent_mujoco_case_smoke(case, tmp_path, capsys):
     """``--case <mujoco case> --smoke``: both arms train the case's task (rl_games' tuned yaml, shrunk rollout) with
     the case's start, the held-out evaluation plays the same env, and the figures come out."""
-    pytest.importorskip("mujoco", reason="MuJoCo is not installed: pip install 'async-pbt-isaaclab[mujoco]'")
     import json
     import math
 

@@ -21,9 +21,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("rl_games")
-pytest.importorskip("ray")
-
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 CLI = [sys.executable, "-m", "async_pbt_isaaclab.cli"]

@@ -20,8 +20,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("rl_games")
-
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 

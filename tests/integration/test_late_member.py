@@ -20,8 +20,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("rl_games")
-
 from async_pbt_isaaclab.core.audit import verify_log
 from async_pbt_isaaclab.core.member_state import load_state
 from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env

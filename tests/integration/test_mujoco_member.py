@@ -14,10 +14,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("rl_games")
-pytest.importorskip("mujoco", reason="MuJoCo is not installed: pip install 'async-pbt-isaaclab[mujoco]'")
-
 from async_pbt_isaaclab.core.agent_config import load_yaml
 from async_pbt_isaaclab.core.records import read_record
 from async_pbt_isaaclab.core.workspace import Workspace

@@ -18,10 +18,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("rl_games")
-pytest.importorskip("sklearn")
-
 from async_pbt_isaaclab.core import explore, pb2
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.mutation import default_spec, within_bounds

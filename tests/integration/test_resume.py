@@ -48,11 +48,8 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("rl_games")
-
-from async_pbt_isaaclab.core.audit import read_entries, verify_log  # noqa: E402
-from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint  # noqa: E402
+from async_pbt_isaaclab.core.audit import read_entries, verify_log
+from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow
 

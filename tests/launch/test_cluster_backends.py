@@ -116,7 +116,6 @@ def test_bad_cluster_options_are_usage_errors(tmp_path, capsys):
     assert code == 2 and "within 0..3" in err
     code, _, err = _dry_run(capsys, "--workspace", str(tmp_path), command=("python", "t.py", "--pbt-index", "1"))
     assert code == 2 and "--pbt-index" in err
-    pytest.importorskip("ray")
     code = main(
         [
             "launch",

@@ -4,10 +4,6 @@ same run folder (as an exec restart does). The W&B run id a member keeps is test
 from __future__ import annotations
 
 import pytest
-
-pytest.importorskip("torch")
-pytest.importorskip("tensorboard")
-
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 

@@ -32,8 +32,6 @@ sys.path.insert(0, str(HERE))
 import isaaclab_real  # noqa: E402
 from isaaclab_real import TASK, run_entry  # noqa: E402
 
-pytest.importorskip("rl_games")
-
 
 def _probe_calls(release: str) -> list[list[str]]:
     """The probes of this module, with their arguments, in the order one process runs them."""

@@ -29,8 +29,6 @@ sys.path.insert(0, str(HERE))
 import isaaclab_real  # noqa: E402
 from isaaclab_real import ENTRY, TASK, run_entry  # noqa: E402
 
-pytest.importorskip("rl_games")
-
 from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env  # noqa: E402
 
 TRACKING = importlib.util.find_spec("wandb") is not None
@@ -150,8 +148,7 @@ WANDB_LINE = re.compile(r"^\[async-pbt\] W&B run (\S+) \(group (\S+), project pb
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_each_member_keeps_the_wandb_run_its_state_names_across_the_exploit_restart(population):
-    if not TRACKING:
-        pytest.skip("wandb is not installed")
+    assert TRACKING, "wandb comes with the [test] extra: without it the members tracked nothing to check"
     root, ws, logs = population
     states = {m: json.loads((ws / f"members/{m:03d}/state.json").read_text()) for m in (0, 1)}
     ids = {m: states[m]["wandb_run_id"] for m in (0, 1)}

@@ -28,8 +28,6 @@ from isaaclab_real import TASK  # noqa: E402
 
 RELEASE = isaaclab_real.releases_under_test()[-1]
 
-pytest.importorskip("rl_games")
-pytest.importorskip("tensorboard")
 
 from async_pbt_isaaclab.core.schedule import Schedule, ScheduleStep, dump_schedule  # noqa: E402
 
