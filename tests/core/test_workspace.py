@@ -390,11 +390,13 @@ def test_members_racing_to_create_the_workspace_all_get_the_same_one(tmp_path):
         subprocess.Popen([sys.executable, "-c", RACER, str(root), str(go), str(r)], stdout=subprocess.PIPE, text=True)
         for r in ready
     ]
-    deadline = time.monotonic() + 60
-    while not all(r.exists() for r in ready) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 600  # only ends a hung run: go is given once every racer is ready, never before
+    while not all(r.exists() for r in ready):
+        assert all(p.poll() is None for p in procs), "a racer died before it was ready"
+        assert time.monotonic() < deadline, "hung: the racers never all got ready"
         time.sleep(0.01)
     go.touch()
-    metas = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+    metas = [json.loads(p.communicate(timeout=600)[0]) for p in procs]
     assert all(p.returncode == 0 for p in procs)
     on_disk = json.loads((root / "population.json").read_text())
     assert all(m == on_disk for m in metas), "one winner: every member read the same created time"
