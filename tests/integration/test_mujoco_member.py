@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import rl_games
+from yaml_values import changed_settings, flat_settings
 
 from async_pbt_isaaclab.core.agent_config import load_yaml
 from async_pbt_isaaclab.core.records import read_record
@@ -82,12 +83,20 @@ UPSTREAM_YAML = {"HalfCheetah-v5": "halfcheetah.yaml", "Hopper-v5": "hopper.yaml
 """The rl_games config each packaged MuJoCo yaml is adapted from (its header names it)."""
 
 
-def _number(value):
-    """A YAML 1.1 number written without a dot (``5e-4``) loads as a string; rl_games reads it with float()."""
-    try:
-        return float(value) if isinstance(value, str) else value
-    except ValueError:
-        return value
+CPU_MEMBER_KEYS = (
+    "device",
+    "device_name",
+    "torch_compile",
+    "multi_gpu",
+    "mixed_precision",
+    "ppo",
+    "score_to_win",
+    "save_best_after",
+    "save_frequency",
+    "print_stats",
+    "train_dir",
+)
+"""rl_games settings our yamls add (a CPU member, the packaged Pendulum yaml's run settings); upstream has none."""
 
 
 @pytest.mark.parametrize("task", sorted(set(PACKAGED_AGENTS) - {"Pendulum-v1"}))
@@ -99,15 +108,10 @@ def test_packaged_mujoco_yamls_keep_rl_games_tuned_values_and_run_on_cpu(task: s
     # rl_games' tuned values, read from the yaml the installed rl_games ships: every key of it is ours unchanged,
     # except what the packaged yaml's header lists as adapted for a CPU member.
     upstream = load_yaml(RL_GAMES_MUJOCO / UPSTREAM_YAML[task])["params"]
-    assert {k: v for k, v in cfg["params"].items() if k not in ("config", "torch_threads")} == {
-        k: v for k, v in upstream.items() if k not in ("config", "torch_threads")
-    }
-    adapted = {"name", "env_name", "env_config", "max_epochs", "player"}
-    tuned = {k: _number(v) for k, v in upstream["config"].items() if k not in adapted}
-    assert {k: _number(config.get(k)) for k in tuned} == tuned
-    assert {k: v for k, v in config["player"].items() if k != "render"} == {
-        k: v for k, v in upstream["config"]["player"].items() if k != "render"
-    } | {"games_num": 100}
+    adapted = {"torch_threads", "config.name", "config.env_name", "config.max_epochs", "config.player.render"}
+    adapted |= {k for k in flat_settings(upstream) if k.startswith("config.env_config.")} | {"config.player.games_num"}
+    ours_only = {f"config.{k}" for k in CPU_MEMBER_KEYS}
+    assert changed_settings(cfg["params"], upstream) <= adapted | ours_only
     assert "pbt" in cfg
     frames = config["max_epochs"] * config["num_actors"] * config["horizon_length"]
     assert 1_000_000 <= frames < 1_020_000
