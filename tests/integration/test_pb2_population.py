@@ -79,7 +79,9 @@ def _member_command(ws: Path, train_dir: Path, index: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def population(tmp_path_factory) -> Path:
-    """Both members run to the end, side by side; returns the workspace."""
+    """Member 0 runs to its end, then member 1; returns the workspace. One after the other, so that the history
+    each decision reads does not depend on how the two processes were scheduled: member 0 reads only its own,
+    member 1 reads its own and member 0's whole history."""
     root = tmp_path_factory.mktemp("pb2_population")
     ws = root / "ws"
     procs = []
@@ -88,7 +90,6 @@ def population(tmp_path_factory) -> Path:
         cmd = _member_command(ws, root / "train", index)
         proc = subprocess.Popen(cmd, cwd=root, env=member_env(RULE), stdout=log, stderr=subprocess.STDOUT)
         procs.append((proc, log))
-    for proc, log in procs:
         proc.wait(timeout=900)
         log.close()
     for index, (proc, _) in enumerate(procs):
@@ -118,7 +119,7 @@ def test_pb2_proposes_once_there_is_enough_history_and_falls_back_while_there_is
     fallback = [d for d in decisions if d["explore_note"].endswith("; random mutation")]
     assert len(proper) + len(fallback) == len(decisions), notes
     assert proper, f"no explore left PB2's fallback: {notes}"
-    # Fallback or not follows from the history each decision read (how much there was depends on scheduling).
+    # Fallback or not follows from the history each decision read.
     cfg = dataclasses.replace(PopulationConfig(), interval_steps=INTERVAL, mutation={k: default_spec(k) for k in KEYS})
     for d in decisions:
         me, peers, _ = replay_records(d)
