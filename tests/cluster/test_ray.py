@@ -68,7 +68,7 @@ def ray_head(cluster_env):
                 start_new_session=True,
             )
             address = f"127.0.0.1:{port}"
-            deadline = time.monotonic() + 180
+            deadline = time.monotonic() + 600  # only ends a hung start; a loaded machine needs more than an idle one
             while "Ray runtime started" not in open(log.name, errors="replace").read():
                 if head.poll() is not None or time.monotonic() > deadline:
                     break

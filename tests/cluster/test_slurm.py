@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 def _slurm_unavailable() -> str | None:
     if shutil.which("sbatch") is None:
         return "sbatch not installed (run .ci/start-slurm.sh as root to install and start a one-node SLURM)"
-    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=30)
+    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=120)
     if ping.returncode != 0 or "UP" not in ping.stdout:
         return (
             f"slurmctld not available (scontrol ping: {ping.stdout.strip() or ping.stderr.strip()}); "
@@ -43,14 +43,14 @@ def _cli(*args: str, env=None) -> subprocess.CompletedProcess:
 
 def _tasks(job: str) -> dict[int, str]:
     out = subprocess.run(
-        ["squeue", "-h", "-r", "-j", job, "-o", "%K|%T"], capture_output=True, text=True, timeout=30
+        ["squeue", "-h", "-r", "-j", job, "-o", "%K|%T"], capture_output=True, text=True, timeout=120
     ).stdout
     return {int(k): v for k, v in (line.split("|") for line in out.split()) if k.isdigit()}
 
 
 def _states(job: str) -> dict[int, str]:
     """Array task -> JobState from scontrol (kept after the task ends, unlike squeue)."""
-    out = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True, timeout=30).stdout
+    out = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True, timeout=120).stdout
     states = {}
     for line in out.splitlines():
         fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
@@ -114,7 +114,7 @@ def test_population_runs_through_sbatch_survives_requeue_and_kill(tmp_path, cpu_
         )
 
         before = {m: (pop.last_seq(m), pop.record(m)["pid"], pop.state(m)) for m in (0, 1)}
-        requeue = subprocess.run(["scontrol", "requeue", f"{job}_0"], capture_output=True, text=True, timeout=30)
+        requeue = subprocess.run(["scontrol", "requeue", f"{job}_0"], capture_output=True, text=True, timeout=120)
         assert requeue.returncode == 0, requeue.stderr
         os.kill(before[1][1], signal.SIGKILL)
         # Both were interrupted mid-training (a member that had finished would have nothing to restore).
@@ -130,7 +130,7 @@ def test_population_runs_through_sbatch_survives_requeue_and_kill(tmp_path, cpu_
         assert _states(job) == {0: "COMPLETED", 1: "COMPLETED"}, pop.logs()
     finally:
         if _tasks(job):
-            subprocess.run(["scancel", job], timeout=30)
+            subprocess.run(["scancel", job], timeout=120)
 
     for m in (0, 1):
         seq, pid, state = before[m]
@@ -166,4 +166,4 @@ def test_stop_cancels_the_population_jobs(tmp_path, cpu_population, cluster_env)
         assert _states(job) == {0: "CANCELLED", 1: "CANCELLED"}
     finally:
         if _tasks(job):
-            subprocess.run(["scancel", job], timeout=30)
+            subprocess.run(["scancel", job], timeout=120)

@@ -124,9 +124,13 @@ def test_a_member_restarted_after_a_failed_publish_resumes_from_its_newest_durab
     assert start["mode"] == "resume" and start["process_starts"] == at_failure["process_starts"] + 1, start
     restored = next(e for e in later if e["kind"] == "restored")
     assert Path(restored["checkpoint"]).name == Path(durable).name, restored
-    assert (restored["frame"], restored["epoch"]) == (saved["frame"], saved["epoch"]) == (
-        LOST_FRAME - FRAMES_PER_EPOCH,
-        LOST_FRAME // FRAMES_PER_EPOCH - 1,
+    assert (
+        (restored["frame"], restored["epoch"])
+        == (saved["frame"], saved["epoch"])
+        == (
+            LOST_FRAME - FRAMES_PER_EPOCH,
+            LOST_FRAME // FRAMES_PER_EPOCH - 1,
+        )
     )
     final = json.loads((member / "record.json").read_text())
     assert final["status"] == "finished" and final["frame"] == EPOCHS * FRAMES_PER_EPOCH, final

@@ -193,7 +193,7 @@ def population(tmp_path_factory):
     _wait_until(
         proc,
         lambda: _decided_since(ws, {}) and any(_state(ws, m)["generation"] > 0 for m in range(MEMBERS)),
-        240,
+        960,
         "a decision by every member and an exploit",
         root,
         1,

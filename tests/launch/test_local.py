@@ -467,7 +467,7 @@ def test_members_die_with_a_killed_launcher(tmp_path, leftovers):
     pids = _ready_pids(tmp_path, 2, launcher)
     leftovers.extend(pids)
     launcher.kill()  # SIGKILL: no chance to forward anything
-    launcher.communicate(timeout=40)
+    launcher.communicate(timeout=600)
     assert _wait_for(lambda: all((tmp_path / "out" / f"sigterm_{i}").exists() for i in range(2)))
     assert _wait_for(lambda: not any(_alive(p) for p in pids))
 
