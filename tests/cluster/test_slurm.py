@@ -107,7 +107,12 @@ def test_population_runs_through_sbatch_survives_requeue_and_kill(tmp_path, cpu_
                 else f"job {job} left the queue: {_states(job)}"
             )
 
-        pop.wait(lambda: pop.has_checkpoint(0) and pop.has_checkpoint(1), 300, "a checkpoint from both members", gone)
+        pop.wait(
+            lambda: pop.has_checkpoint(0) and pop.has_checkpoint(1),
+            cpu_population.safety_s,
+            "a checkpoint from both members",
+            gone,
+        )
         status = _cli("status", str(ws))
         assert status.returncode == 0 and "scheduler" in status.stdout and f"[job {job}_0]" in status.stdout, (
             status.stdout + status.stderr
@@ -122,11 +127,11 @@ def test_population_runs_through_sbatch_survives_requeue_and_kill(tmp_path, cpu_
 
         pop.wait(
             lambda: all(pop.resumed_after(m, *before[m][:2]) for m in (0, 1)),
-            300,
+            cpu_population.safety_s,
             "both members to start again and restore",
             gone,
         )
-        pop.wait(lambda: not _tasks(job), 400, f"job array {job} to finish")
+        pop.wait(lambda: not _tasks(job), cpu_population.safety_s, f"job array {job} to finish")
         assert _states(job) == {0: "COMPLETED", 1: "COMPLETED"}, pop.logs()
     finally:
         if _tasks(job):
@@ -155,14 +160,16 @@ def test_stop_cancels_the_population_jobs(tmp_path, cpu_population, cluster_env)
     job, _ = _submit(ws, cpu_population, cluster_env, f"test-stop-{os.getpid()}", 100_000)
     pop = cpu_population.Population(ws)
     try:
-        pop.wait(lambda: _tasks(job) == {0: "RUNNING", 1: "RUNNING"}, 120, "both array tasks running")
+        pop.wait(
+            lambda: _tasks(job) == {0: "RUNNING", 1: "RUNNING"}, cpu_population.safety_s, "both array tasks running"
+        )
         status = _cli("status", str(ws))
         assert status.returncode == 0, status.stderr
         for m in (0, 1):
             assert "slurm RUNNING on " in status.stdout and f"[job {job}_{m}]" in status.stdout, status.stdout
         stop = _cli("stop", str(ws))
         assert stop.returncode == 0 and f"cancelled SLURM job(s) {job}" in stop.stdout, stop.stderr
-        pop.wait(lambda: not _tasks(job), 120, "the cancelled tasks to leave the queue")
+        pop.wait(lambda: not _tasks(job), cpu_population.safety_s, "the cancelled tasks to leave the queue")
         assert _states(job) == {0: "CANCELLED", 1: "CANCELLED"}
     finally:
         if _tasks(job):
