@@ -89,7 +89,7 @@ def population(tmp_path_factory) -> Path:
         proc = subprocess.Popen(cmd, cwd=root, env=member_env(RULE), stdout=log, stderr=subprocess.STDOUT)
         procs.append((proc, log))
     for proc, log in procs:
-        proc.wait(timeout=900)
+        proc.wait(timeout=1800)
         log.close()
     for index, (proc, _) in enumerate(procs):
         if proc.returncode != 0:

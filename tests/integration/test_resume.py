@@ -149,7 +149,7 @@ def _wait_until(proc: subprocess.Popen, predicate, timeout: float, what: str, ro
             return
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
-    proc.wait(240)
+    proc.wait(1200)
     pytest.fail(f"timed out waiting for {what}:\n" + (root / f"launcher{run}.log").read_text()[-3000:])
 
 
@@ -199,7 +199,7 @@ def population(tmp_path_factory):
         1,
     )
     proc.send_signal(signal.SIGTERM)
-    codes.append(proc.wait(480))
+    codes.append(proc.wait(1200))
     snaps.append(_snapshot(ws))
 
     # Run 2: same command and workspace; until every member decided again; then Ctrl-C.
@@ -207,7 +207,7 @@ def population(tmp_path_factory):
     last = {m: snaps[0][m]["entries"][-1]["seq"] for m in range(MEMBERS)}
     _wait_until(proc, lambda: _decided_since(ws, last), 960, "a decision by every member after the resume", root, 2)
     proc.send_signal(signal.SIGINT)
-    codes.append(proc.wait(480))
+    codes.append(proc.wait(1200))
     final = _snapshot(ws)
     return {"ws": ws, "root": root, "codes": codes, "snaps": snaps, "final": final}
 
