@@ -34,14 +34,17 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """With xdist workers, one progress line per finished test file instead of a dot per test (file_progress.py)."""
+    """With xdist workers, one progress line per finished test file instead of a dot per test (file_progress.py);
+    skips counted, and refused where ``ASYNC_PBT_STRICT_SKIPS=1`` says every test must run (skip_policy.py)."""
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from file_progress import register
+    import file_progress
+    import skip_policy
 
-    register(config)
+    file_progress.register(config)
+    skip_policy.register(config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

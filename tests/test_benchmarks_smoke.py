@@ -17,8 +17,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("rl_games")
-
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "benchmarks" / "summary_emitter.py"
 UPSTREAM = ROOT / "tests" / "upstream"
@@ -30,7 +28,7 @@ def _median(out: str, label: str) -> float:
     return float(match.group(1))
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(3600)
 def test_e2e_benchmark_reports_both_frame_rates():
     """On Isaac Lab 3.0.0's own RL-Games wrappers (the real wheel, as tests/upstream fetches it): in a child process,
     since the benchmark makes that release importable with the simulator modules stubbed."""
@@ -61,7 +59,7 @@ def test_e2e_benchmark_reports_both_frame_rates():
         ],
         capture_output=True,
         text=True,
-        timeout=800,
+        timeout=1800,
         cwd=ROOT,
     )
     out = proc.stdout
@@ -189,7 +187,6 @@ MUJOCO_CASES = sorted(c for c in _load_study().CASES if c.startswith(("halfcheet
 def test_population_vs_independent_mujoco_case_smoke(case, tmp_path, capsys):
     """``--case <mujoco case> --smoke``: both arms train the case's task (rl_games' tuned yaml, shrunk rollout) with
     the case's start, the held-out evaluation plays the same env, and the figures come out."""
-    pytest.importorskip("mujoco", reason="MuJoCo is not installed: pip install 'async-pbt-isaaclab[mujoco]'")
     import json
     import math
 

@@ -12,12 +12,9 @@ import statistics
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("rl_games")
-
-from async_pbt_isaaclab.cli import main  # noqa: E402
-from async_pbt_isaaclab.commands.evaluate import DEFAULT_AGENT_YAML, DEFAULT_EVAL_SEED  # noqa: E402
-from async_pbt_isaaclab.core.agent_config import load_yaml  # noqa: E402
+from async_pbt_isaaclab.cli import main
+from async_pbt_isaaclab.commands.evaluate import DEFAULT_AGENT_YAML, DEFAULT_EVAL_SEED
+from async_pbt_isaaclab.core.agent_config import load_yaml
 
 
 @pytest.fixture(scope="module")

@@ -252,8 +252,6 @@ def test_progress_lines_show_target_and_reason_with_excluded_peers(ws):
 
 # ----------------------------------------------------------------------------- report
 
-pytest.importorskip("matplotlib")
-
 
 def test_report_escapes_every_workspace_text(tmp_path, make_record, capsys):
     ws = Workspace(tmp_path / "ws")

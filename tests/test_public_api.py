@@ -88,7 +88,7 @@ def test_public_api_works_without_torch_and_is_the_implementation():
 
 def test_unknown_module_under_the_public_name_is_a_plain_import_error():
     proc = subprocess.run(
-        [sys.executable, "-c", "import async_pbt.no_such_module"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", "import async_pbt.no_such_module"], capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 1 and "ModuleNotFoundError: No module named 'async_pbt.no_such_module'" in proc.stderr
 
@@ -109,7 +109,7 @@ def test_readme_command_runs_the_example_module(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=600,
     )
     assert proc.returncode == 2 and "--members 1" in proc.stderr, proc.stderr
     assert not (tmp_path / "ws").exists()

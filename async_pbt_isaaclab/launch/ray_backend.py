@@ -183,6 +183,24 @@ def member_states(workspace: Path) -> dict[int, str] | None:
     return out
 
 
+RAY_START_TRIES = 3
+"""How often :func:`start_ray` starts a local Ray that timed out while starting."""
+
+
+def start_ray(ray: Any, init: dict[str, Any]) -> None:
+    """``ray.init(**init)``. Ray gives a local node a fixed 30 s to register its raylet, which a loaded machine can
+    exceed: a start that timed out is shut down and made again, up to :data:`RAY_START_TRIES` times in all."""
+    for attempt in range(1, RAY_START_TRIES + 1):
+        try:
+            ray.init(**init)
+            return
+        except Exception as exc:  # Ray raises a plain Exception when its node times out starting; others re-raised
+            if "timed out during startup" not in str(exc) or attempt == RAY_START_TRIES:
+                raise
+            print(f"[launch ray] Ray timed out while starting ({exc}); starting it again", flush=True)
+            ray.shutdown()
+
+
 def launch_ray(args, command: list[str], workspace: Path, indices: list[int]) -> int:
     """``async-pbt launch --backend ray``: run the members as Ray tasks until each ends; returns the exit code."""
     try:
@@ -197,7 +215,7 @@ def launch_ray(args, command: list[str], workspace: Path, indices: list[int]) ->
     init: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
     if args.address:
         init["address"] = args.address
-    ray.init(**init)
+    start_ray(ray, init)
     try:
         check_gpus(ray.cluster_resources().get("GPU", 0.0), args.gpus_per_member, args.address)
     except LaunchError:

@@ -15,6 +15,9 @@ import pytest
 from async_pbt_isaaclab.core.audit import read_entries
 
 MEMBERS = 2
+SAFETY_S = 1200
+"""How long a wait for a member's or the cluster's event may take before the test calls the run hung: far above
+what a loaded machine needs; it decides nothing else."""
 
 
 def member_command(ws: Path, iterations: int) -> list[str]:
@@ -128,7 +131,8 @@ def cluster_env(tmp_path) -> dict[str, str]:
 
 @pytest.fixture
 def cpu_population():
-    """``.command(ws, iterations)`` (the member command) and ``.Population(ws)`` (the workspace reader)."""
+    """``.command(ws, iterations)`` (the member command), ``.Population(ws)`` (the workspace reader) and
+    ``.safety_s`` (the timeout of every wait)."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(command=member_command, Population=Population, members=MEMBERS)
+    return SimpleNamespace(command=member_command, Population=Population, members=MEMBERS, safety_s=SAFETY_S)

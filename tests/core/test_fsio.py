@@ -2,8 +2,8 @@
 
 What is shown here:
 1. a writer SIGKILLed in the middle of large writes never leaves a partial file under the final name:
-   a reader that keeps reading and parsing it during the writes and after the kill always gets a
-   complete file;
+   a reader that reads and parses it while each version is half written (the writer waits there for the read)
+   and after the kill always gets the previous version, complete;
 2. a write callback that fails leaves the final file unchanged and no temp file behind;
 3. a verified copy refuses a checksum mismatch without creating the destination;
 4. stale temp files (left by killed writers) are cleaned up after the grace period, fresh ones are not;
@@ -31,7 +31,7 @@ WRITER = textwrap.dedent(
     import hashlib, json, pathlib, sys, time
     from async_pbt_isaaclab.core import fsio
 
-    final, stall_marker, stall_at = sys.argv[1], pathlib.Path(sys.argv[2]), int(sys.argv[3])
+    final, control, stall_at = sys.argv[1], pathlib.Path(sys.argv[2]), int(sys.argv[3])
     i = 0
     while True:
         payload = (str(i) * 64).encode() * 2000  # a few hundred kB per version
@@ -40,20 +40,26 @@ WRITER = textwrap.dedent(
 
         def write(fh, payload=payload, header=header, i=i):
             fh.write(header)
-            for k in range(0, len(payload), 16384):
-                fh.write(payload[k:k + 16384])
-                time.sleep(0.0005)
-                if i == stall_at and k > len(payload) // 2:
-                    fh.flush()
-                    stall_marker.write_text("half written")  # the parent kills us here
-                    time.sleep(600)
+            fh.write(payload[: len(payload) // 2])
+            fh.flush()
+            if i == stall_at:
+                (control / "stalled").write_text("half written")  # the parent kills us here
+                time.sleep(600)
+            if i > 0:  # version 0 has nothing under the final name yet to read
+                # Half written: hold here until the reader has read the final name (an event, not a duration).
+                (control / f"writing_{i}").touch()
+                while not (control / f"read_{i}").exists():
+                    time.sleep(0.001)
+            fh.write(payload[len(payload) // 2 :])
 
         fsio.atomic_write(final, write)
-        if i == 0:
-            print("first", flush=True)
         i += 1
     """
 )
+STALL_AT = 30
+"""The version the writer is killed in the middle of; each version before it is fsynced and renamed into place."""
+SAFETY_S = 600
+"""Only ends a hung run: every wait below is for a file the writer makes."""
 
 
 def _check_complete(data: bytes) -> int:
@@ -66,30 +72,37 @@ def _check_complete(data: bytes) -> int:
 
 def test_sigkilled_writer_never_exposes_a_partial_file(tmp_path):
     final = tmp_path / "record.bin"
-    marker = tmp_path.parent / (tmp_path.name + "-stalled")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(final), str(marker), "60"], stdout=subprocess.PIPE, text=True
-    )
+    control = tmp_path.parent / (tmp_path.name + "-control")
+    control.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(final), str(control), str(STALL_AT)])
+
+    def wait_for(path):
+        deadline = time.monotonic() + SAFETY_S
+        while not path.exists():
+            assert proc.poll() is None, f"the writer died (exit {proc.returncode}) before {path.name}"
+            assert time.monotonic() < deadline, f"hung: no {path.name} after {SAFETY_S} s"
+            time.sleep(0.001)
+
     try:
-        assert proc.stdout.readline().strip() == "first"
-        versions = set()
-        reads = 0
-        deadline = time.monotonic() + 30
-        # Read and parse the final name over and over while versions 1..60 are being written.
-        while not marker.exists() and time.monotonic() < deadline:
-            versions.add(_check_complete(final.read_bytes()))
-            reads += 1
-        assert marker.exists(), "writer never reached the stall point"
-        os.kill(proc.pid, signal.SIGKILL)  # mid-write of version 60
-        proc.wait(timeout=10)
+        # Each read is made while the next version is half written (the writer waits for it there).
+        versions = []
+        for i in range(1, STALL_AT):
+            wait_for(control / f"writing_{i}")
+            versions.append(_check_complete(final.read_bytes()))
+            (control / f"read_{i}").touch()
+        wait_for(control / "stalled")
+        versions.append(_check_complete(final.read_bytes()))
+        os.kill(proc.pid, signal.SIGKILL)  # mid-write of version STALL_AT
+        proc.wait(timeout=SAFETY_S)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    assert reads > 20 and len(versions) >= 5, (reads, versions)  # reads really overlapped many writes
+    # Every read during a write saw the version before it, whole: never the half-written one.
+    assert versions == list(range(STALL_AT)), versions
     # After the kill the final name holds the last complete version, not the half-written one...
-    assert _check_complete(final.read_bytes()) == 59
+    assert _check_complete(final.read_bytes()) == STALL_AT - 1
     # ...and the killed write left only its temp file, which names its dead writer: cleanup removes it at once.
     leftovers = [p for p in tmp_path.iterdir() if fsio.is_temp_file(p)]
     assert len(leftovers) == 1

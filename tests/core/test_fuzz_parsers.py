@@ -54,27 +54,16 @@ TARGET_NAMES = [
 def targets(tmp_path_factory):
     seed = tmp_path_factory.mktemp("fuzz_seed")
     audit = fuzz.build_audit_log(seed / "audit.jsonl")
-    try:
-        import rl_games  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError:
-        checkpoint = None
-    else:
-        checkpoint = fuzz.build_real_checkpoint(seed)
+    checkpoint = fuzz.build_real_checkpoint(seed)  # torch and rl_games come with [test]: never a skip
     return {t.name: t for t in fuzz.build_targets(checkpoint, audit)}
 
 
 def test_every_parser_is_covered(targets):
-    missing = set(TARGET_NAMES) - set(targets)
-    if missing == {"load_checkpoint"}:
-        pytest.skip("torch / rl_games not installed")
-    assert not missing
+    assert set(TARGET_NAMES) == set(targets)
 
 
 @pytest.mark.parametrize("name", TARGET_NAMES)
 def test_parser_raises_only_documented_errors(targets, name, tmp_path):
-    if name not in targets:
-        pytest.skip("needs torch and rl_games")
     stats = fuzz.run_target(targets[name], EXAMPLES, tmp_path, raise_failures=True, seed=0)
     assert stats.inputs >= EXAMPLES
     assert not stats.unexpected and not stats.invariant

@@ -32,8 +32,6 @@ from blocked_imports import run_blocked
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("sklearn")
-
 from async_pbt_isaaclab.core import explore, pb2
 from async_pbt_isaaclab.core.audit import GENESIS, AuditLog, entry_hash, verify_log
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig

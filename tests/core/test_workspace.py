@@ -95,10 +95,10 @@ def test_second_process_gets_clear_error_and_killed_owner_is_recovered(ws):
 
         # A third process gets the same answer.
         other, line = _claim_in_subprocess(lock_path, 3)
-        assert other.wait(timeout=30) == 3 and f"pid {owner.pid}" in line
+        assert other.wait(timeout=600) == 3 and f"pid {owner.pid}" in line
 
         os.kill(owner.pid, signal.SIGKILL)
-        owner.wait(timeout=10)
+        owner.wait(timeout=600)
     finally:
         if owner.poll() is None:
             owner.kill()
@@ -121,7 +121,7 @@ def test_same_process_second_claim_is_refused_and_first_claim_survives(ws):
             MemberLock(lock_path).acquire(1)
         # The refused attempt must not have dropped the real claim (POSIX locks die with any close()).
         proc, line = _claim_in_subprocess(lock_path, 1)
-        assert proc.wait(timeout=30) == 3 and "already claimed" in line
+        assert proc.wait(timeout=600) == 3 and "already claimed" in line
     finally:
         first.release()
     proc, line = _claim_in_subprocess(lock_path, 1)
@@ -390,11 +390,13 @@ def test_members_racing_to_create_the_workspace_all_get_the_same_one(tmp_path):
         subprocess.Popen([sys.executable, "-c", RACER, str(root), str(go), str(r)], stdout=subprocess.PIPE, text=True)
         for r in ready
     ]
-    deadline = time.monotonic() + 60
-    while not all(r.exists() for r in ready) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 600  # only ends a hung run: go is given once every racer is ready, never before
+    while not all(r.exists() for r in ready):
+        assert all(p.poll() is None for p in procs), "a racer died before it was ready"
+        assert time.monotonic() < deadline, "hung: the racers never all got ready"
         time.sleep(0.01)
     go.touch()
-    metas = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+    metas = [json.loads(p.communicate(timeout=600)[0]) for p in procs]
     assert all(p.returncode == 0 for p in procs)
     on_disk = json.loads((root / "population.json").read_text())
     assert all(m == on_disk for m in metas), "one winner: every member read the same created time"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import time
 from pathlib import Path
 
 import gymnasium
@@ -302,7 +301,6 @@ def make_observer():
 
             env.envs.step = recording_step
             self.epochs = 0
-            self.t0 = time.perf_counter()
 
         def after_steps(self):
             self.epochs += 1
@@ -316,23 +314,17 @@ def make_observer():
     return RecordingObserver()
 
 
-def test_rl_games_runner_trains_in_process(tmp_path, capsys):
+def test_rl_games_runner_trains_in_process(tmp_path):
     epochs = 8
     cfg = pendulum_cfg(tmp_path, max_epochs=epochs)
     obs = make_observer()
-    t0 = time.perf_counter()
     run_runner(cfg, obs)
-    elapsed = time.perf_counter() - t0
     algo = obs.algo
     frames = algo.frame
     assert frames == epochs * 16 * 128
+    # In this process, on our vec-env (not rl_games' Ray default): the step hook recording_step put on these very env
+    # objects saw every episode rl_games finished (checked below). Speed is scripts/benchmarks' business.
     assert isinstance(algo.vec_env, GymVecEnv)
-    fps = frames / elapsed
-    with capsys.disabled():
-        print(
-            f"\n[gym_vec_env] rl_games PPO Pendulum-v1, 16 envs, CPU: "
-            f"{frames} frames in {elapsed:.1f} s = {fps:.0f} frames/s"
-        )
 
     episodes = EpisodeBatch.concat([b for b in obs.batches if b.generation == 0])
     later = [b for b in obs.batches if b.generation == 1]
@@ -352,7 +344,6 @@ def test_rl_games_runner_trains_in_process(tmp_path, capsys):
     assert float(algo.game_lengths.get_mean()) == pytest.approx(200.0)
     # Checkpoints carry the env's plain-data state.
     assert algo.get_full_state_weights()["env_state"]["env_id"] == PENDULUM
-    assert fps > 200  # a broken (e.g. Ray) path would be far slower; 2 loaded cores give thousands
 
 
 @pytest.mark.slow
@@ -364,14 +355,9 @@ def test_example_yaml_learns_pendulum(tmp_path, capsys):
     so the test keeps the example's own."""
     cfg = pendulum_cfg(tmp_path, max_epochs=40)
     obs = make_observer()
-    t0 = time.perf_counter()
     run_runner(cfg, obs)
-    elapsed = time.perf_counter() - t0
     late = EpisodeBatch.concat([b for b in obs.batches[-20:] if b.generation == 1])
     mean = float(np.mean(late.returns))
     with capsys.disabled():
-        print(
-            f"\n[gym_vec_env] {obs.algo.frame} frames in {elapsed:.1f} s ({obs.algo.frame / elapsed:.0f} fps); "
-            f"mean return of the last {len(late)} episodes: {mean:.1f}"
-        )
+        print(f"\n[gym_vec_env] {obs.algo.frame} frames; mean return of the last {len(late)} episodes: {mean:.1f}")
     assert mean > -400

@@ -26,21 +26,19 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("rl_games")
-
-from async_pbt_isaaclab.core import fsio  # noqa: E402
-from async_pbt_isaaclab.core.audit import verify_log  # noqa: E402
-from async_pbt_isaaclab.core.evidence import EvidenceSummary  # noqa: E402
-from async_pbt_isaaclab.core.records import (  # noqa: E402
+from async_pbt_isaaclab.core import fsio
+from async_pbt_isaaclab.core.audit import verify_log
+from async_pbt_isaaclab.core.evidence import EvidenceSummary
+from async_pbt_isaaclab.core.records import (
     SCHEMA_VERSION,
     HistoryEntry,
     MemberRecord,
     RecordError,
     read_record,
 )
-from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
+from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.slow
 

@@ -38,9 +38,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("rl_games")
-
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reliability" / "chaos.py"
 
 

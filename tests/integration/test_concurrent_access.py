@@ -4,8 +4,7 @@ Writers are separate processes that behave like members, through the real core f
 its member lock and, in a loop, writes a checkpoint (``fsio.atomic_write_bytes``, a few hundred kB,
 a new name each time), publishes a ``MemberRecord`` pointing to it with its sha256
 (``fsio.atomic_write_json``), saves ``state.json`` (``save_state``), rewrites ``best.json``, appends to
-its audit log (``AuditLog.append``) and deletes old checkpoints (``apply_retention``). Each
-``atomic_write_json`` call is timed.
+its audit log (``AuditLog.append``) and deletes old checkpoints (``apply_retention``).
 
 Readers are two processes with two threads each (plus the reader's main thread), reading as peers
 and ``async-pbt status`` do: ``Workspace.read_records``, ``load_state``, ``best.json``, the audit log, and
@@ -17,8 +16,9 @@ What is shown here:
    by retention after a newer record was published: reported, never a mismatch accepted);
 2. an audit log read while being appended to has complete lines everywhere except possibly the last
    one (an append in flight), and the complete lines form a valid hash chain;
-3. readers never block a writer for long: the slowest ``atomic_write_json`` with readers running stays
-   under a generous liveness bound (readers take no lock; this is not a speed test).
+3. readers never block a writer: with both reader processes still reading (they read until the test lets them
+   stop), every writer completes as many full iterations again as it made alone (readers take no lock). No clock
+   is read: how long a write takes on a loaded machine is not what is promised.
 """
 
 from __future__ import annotations
@@ -56,14 +56,7 @@ WRITER = textwrap.dedent(
     lock.acquire(member)
     (mdir / "checkpoints").mkdir(parents=True, exist_ok=True)
     audit = AuditLog.open(mdir / "audit.jsonl")
-    latencies = []  # (readers running?, seconds) of every atomic_write_json
     best = []
-
-    def timed_json(path, obj):
-        readers = (control / "readers_on").exists()
-        t = time.perf_counter()
-        fsio.atomic_write_json(path, obj)
-        latencies.append((readers, time.perf_counter() - t))
 
     i = 0
     while not (control / "stop").exists():  # the test says when: after the readers are done
@@ -79,17 +72,17 @@ WRITER = textwrap.dedent(
                            heartbeat=time.time(), evidence=EvidenceSummary("episode_return", 0, values, 40 + i, 0),
                            condition=ConditionLabel(task="t"), hyperparameters={"learning_rate": 1e-3 / i},
                            checkpoint=rel, checkpoint_sha256=sha, status="running", epoch=i, pid=os.getpid())
-        timed_json(mdir / "record.json", rec.to_dict())
+        fsio.atomic_write_json(mdir / "record.json", rec.to_dict())
         best = sorted(best + [{"objective": values[0] + (i % 7), "checkpoint": rel, "sha256": sha, "frame": frame}],
                       key=lambda e: -e["objective"])[:2]
-        timed_json(mdir / "best.json", best)
+        fsio.atomic_write_json(mdir / "best.json", best)
         save_state(mdir / "state.json", MemberState(member=member, process_starts=1, last_checkpoint=rel,
                                                     last_checkpoint_sha256=sha,
                                                     best=[BestEntry.from_dict(b, "best") for b in best]))
         audit.append("warning", {"message": "x" * (50 + i % 500), "frame": frame})
         apply_retention(ws, member, keep_last=2, keep={rel, *(b["checkpoint"] for b in best)})
     lock.release()
-    Path(out).write_text(json.dumps({"iterations": i, "latencies": latencies}))
+    Path(out).write_text(json.dumps({"iterations": i}))
     """
 )
 
@@ -103,8 +96,9 @@ READER = textwrap.dedent(
     from async_pbt_isaaclab.core.records import RecordError
     from async_pbt_isaaclab.core.workspace import Workspace
 
-    root, out = sys.argv[1], sys.argv[2]
-    # Each reader stops once it has read enough of everything (no clock decides how much is read).
+    root, out, may_stop = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    # Each reader stops once it has read enough of everything and the test lets it stop (after the writers made their
+    # iterations while it read): no clock decides how much is read.
     WANT = {"record_reads": 120, "state_reads": 120, "best_reads": 120, "checkpoint_verified": 30,
             "audit_reads": 60}
     ws = Workspace(root)
@@ -120,7 +114,7 @@ READER = textwrap.dedent(
 
     def enough():
         with guard:
-            return all(counts[k] >= n for k, n in WANT.items())
+            return all(counts[k] >= n for k, n in WANT.items()) and may_stop.exists()
 
     def read_population():
         while not enough():
@@ -189,9 +183,6 @@ READER = textwrap.dedent(
 WRITERS = 3
 ITERATIONS_ALONE = 25
 """Iterations each writer makes before the readers start, and at least as many again while they read."""
-LIVENESS_BOUND_S = 1.0
-"""No single atomic_write_json with readers running may take longer than this (fsync included), or than
-five times the slowest one without readers when the machine is so loaded that those are slower already."""
 SAFETY_S = 1200
 """Only stops a hung run; every phase ends on an event (iterations done, reads done)."""
 
@@ -226,21 +217,23 @@ def run(tmp_path_factory):
         _wait(lambda: all(_iterations(ws, m) >= ITERATIONS_ALONE for m in range(WRITERS)), "writers alone")
         (control / "readers_on").touch()
         started = [_iterations(ws, m) for m in range(WRITERS)]
-        readers = [_spawn(READER, ws, root / f"reader{r}.json") for r in range(2)]
-        for p in readers:
-            assert p.wait(timeout=SAFETY_S) == 0
+        readers = [_spawn(READER, ws, root / f"reader{r}.json", control / "readers_may_stop") for r in range(2)]
         _wait(
             lambda: all(_iterations(ws, m) >= started[m] + ITERATIONS_ALONE for m in range(WRITERS)),
             "writers while readers ran",
         )
+        readers_still_reading = [p.poll() is None for p in readers]
+        advanced = [_iterations(ws, m) - started[m] for m in range(WRITERS)]
+        (control / "readers_may_stop").touch()
+        for p in readers:
+            assert p.wait(timeout=SAFETY_S) == 0
     finally:
+        (control / "readers_may_stop").touch()
         (control / "stop").touch()
     for p in writers:
         assert p.wait(timeout=SAFETY_S) == 0
     writer_out = [json.loads((root / f"writer{m}.json").read_text()) for m in range(WRITERS)]
     reader_out = [json.loads((root / f"reader{r}.json").read_text()) for r in range(2)]
-    before = [s for w in writer_out for readers, s in w["latencies"] if not readers]
-    during = [s for w in writer_out for readers, s in w["latencies"] if readers]
     counts: dict[str, int] = {}
     for r in reader_out:
         for k, v in r["counts"].items():
@@ -249,18 +242,10 @@ def run(tmp_path_factory):
     return {
         "counts": counts,
         "samples": samples,
-        "before": before,
-        "during": during,
+        "readers_still_reading": readers_still_reading,
+        "advanced_while_reading": advanced,
         "iterations": [w["iterations"] for w in writer_out],
     }
-
-
-def _summary(lat: list[float]) -> str:
-    lat = sorted(lat)
-    return (
-        f"n={len(lat)} median {1000 * lat[len(lat) // 2]:.1f} ms, p99 {1000 * lat[int(len(lat) * 0.99)]:.1f} ms, "
-        f"max {1000 * lat[-1]:.1f} ms"
-    )
 
 
 def test_readers_never_see_partial_records_states_or_best_lists(run):
@@ -291,11 +276,9 @@ def test_audit_log_read_during_appends_is_complete_except_the_line_in_flight(run
 
 
 def test_readers_do_not_block_writers(run):
-    before, during = run["before"], run["during"]
-    assert len(before) > 20 and len(during) > 20, run["iterations"]
-    print(
-        f"atomic_write_json without readers: {_summary(before)}; with 2 reader processes x 3 threads: "
-        f"{_summary(during)}; iterations per writer {run['iterations']}"
-    )
-    # A liveness bound, not a speed test: readers take no lock, so a write never waits for them.
-    assert max(during) < max(LIVENESS_BOUND_S, 5 * max(before))
+    # Readers take no lock: with both reader processes still reading, every writer made ITERATIONS_ALONE more full
+    # iterations (checkpoint, record, best list, state, audit entry, retention). A writer that waited on a reader
+    # would make none until the readers were let go (and the run would end at SAFETY_S).
+    assert run["readers_still_reading"] == [True, True], run
+    assert all(n >= ITERATIONS_ALONE for n in run["advanced_while_reading"]), run
+    print(f"iterations per writer while the readers read {run['advanced_while_reading']}, in all {run['iterations']}")

@@ -32,7 +32,7 @@ def _run(*args: str, cwd: Path, wrap: list[str] | None = None) -> subprocess.Com
     cmd = [sys.executable, "-m", MODULE, *args]
     if wrap:  # a shell command prefix: the last element ends the script that runs the example
         cmd = [*wrap[:-1], f"{wrap[-1]} {shlex.join(cmd)}"]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=480)
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=1200)
 
 
 def _tree(root: Path) -> list[str]:
@@ -178,7 +178,7 @@ def test_ctrl_c_exits_130_and_says_what_is_lost_and_where_each_member_resumes(tm
         assert proc.poll() is None, (tmp_path / "out.log").read_text()[-3000:]
         assert _progress_since_checkpoint(ws, 0), "member 0 never published past a checkpoint"
         proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=480)
+        code = proc.wait(timeout=1200)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -40,7 +40,7 @@ IN_PLACE = ("launcher.jsonl", "lock", "audit.jsonl", "pbt_scalars.jsonl")
 def _population(ws: Path, iterations: int) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", POPULATION, "--workspace", str(ws), "--members", "2", "--smoke"]
     cmd += ["--iterations", str(iterations), "--progress-interval", "600"]
-    return subprocess.run(cmd, cwd=ws.parent, capture_output=True, text=True, timeout=900)
+    return subprocess.run(cmd, cwd=ws.parent, capture_output=True, text=True, timeout=1800)
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("rl_games")
-pytest.importorskip("sklearn")
-
 from async_pbt_isaaclab.core import explore, pb2
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.mutation import default_spec, within_bounds
@@ -93,7 +89,7 @@ def population(tmp_path_factory) -> Path:
         proc = subprocess.Popen(cmd, cwd=root, env=member_env(RULE), stdout=log, stderr=subprocess.STDOUT)
         procs.append((proc, log))
     for proc, log in procs:
-        proc.wait(timeout=900)
+        proc.wait(timeout=1800)
         log.close()
     for index, (proc, _) in enumerate(procs):
         if proc.returncode != 0:
@@ -121,9 +117,14 @@ def test_pb2_proposes_once_there_is_enough_history_and_falls_back_while_there_is
     proper = [d for d in decisions if d["explore_note"].startswith("pb2: GP-UCB")]
     fallback = [d for d in decisions if d["explore_note"].endswith("; random mutation")]
     assert len(proper) + len(fallback) == len(decisions), notes
-    assert proper, f"no explore left PB2's fallback: {notes}"
-    # Fallback or not follows from the history each decision read (how much there was depends on scheduling).
+    # Fallback or not follows from the history each decision read. How much of the peer's history a decision saw
+    # depends on how the two processes were scheduled (and so may when a member acts: a peer that just changed
+    # generation is not compared until it settles); a member's own history does not: one entry an epoch, pairs
+    # within a generation. The proper proposals are not owed to the scheduling: one of them had PB2's 4
+    # observations from its own member's history alone.
     cfg = dataclasses.replace(PopulationConfig(), interval_steps=INTERVAL, mutation={k: default_spec(k) for k in KEYS})
+    own = [len(pb2.observations(explore.ExploreContext(replay_records(d)[0], ()), sorted(KEYS), cfg)) for d in proper]
+    assert max(own, default=0) >= 4, (own, notes)
     for d in decisions:
         me, peers, _ = replay_records(d)
         n = len(pb2.observations(explore.ExploreContext(me, peers), sorted(KEYS), cfg))

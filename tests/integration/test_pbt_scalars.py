@@ -10,10 +10,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("rl_games")
-pytest.importorskip("tensorboard")
-
 from async_pbt_isaaclab.testing.forced_exploit import MIXED_PATHS
 
 pytestmark = pytest.mark.slow
@@ -129,7 +125,6 @@ def test_the_workspace_copy_the_report_reads_equals_tensorboard(population, memb
 
 
 def test_report_draws_live_values_and_puts_every_marker_on_its_curve(population):
-    pytest.importorskip("matplotlib")
     from async_pbt_isaaclab.commands import report_plots
     from async_pbt_isaaclab.commands.population_history import population_history
     from async_pbt_isaaclab.core.workspace import Workspace

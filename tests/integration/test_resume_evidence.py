@@ -20,14 +20,12 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("rl_games")
-
-import async_pbt_isaaclab.examples as examples  # noqa: E402
-from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml  # noqa: E402
-from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for  # noqa: E402
-from async_pbt_isaaclab.rl_games.runner import train_member  # noqa: E402
+import async_pbt_isaaclab.examples as examples
+from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
+from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
+from async_pbt_isaaclab.rl_games.runner import train_member
 
 YAML = Path(examples.__file__).parent / "pendulum_ppo.yaml"
 

@@ -15,9 +15,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("rl_games")
-
 ROOT = Path(__file__).resolve().parents[2]
 TASK = "AsyncPbt-Cartpole-Direct"
 

@@ -36,7 +36,7 @@ def _journal(ws: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def _started(ws: Path, launcher: subprocess.Popen, members: set[int], log: Path, timeout: float = 60.0) -> None:
+def _started(ws: Path, launcher: subprocess.Popen, members: set[int], log: Path, timeout: float = 600.0) -> None:
     """Wait until ``launcher`` has started ``members`` (its journal says so)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -52,7 +52,7 @@ def _started(ws: Path, launcher: subprocess.Popen, members: set[int], log: Path,
 def _stop(launcher: subprocess.Popen) -> None:
     if launcher.poll() is None:
         launcher.send_signal(signal.SIGINT)
-    launcher.wait(timeout=60)
+    launcher.wait(timeout=600)
 
 
 def _second(ws: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -104,7 +104,7 @@ def test_launchers_of_other_members_run_side_by_side_and_a_killed_one_blocks_not
         assert f"member(s) 1 by a live launcher, pid {node1.pid}" in refused.stderr
         member0 = next(e["pid"] for e in _journal(ws) if e["event"] == "start" and e["member"] == 0)
         node0.send_signal(signal.SIGKILL)  # no handler, no cleanup: only the kernel drops its lock
-        node0.wait(timeout=30)
+        node0.wait(timeout=600)
         _wait_gone(member0)  # the member dies with its launcher (PR_SET_PDEATHSIG) and frees member 0
         again = _launcher(ws, "--indices", "0", log=tmp_path / "again.log")
         try:
@@ -119,7 +119,7 @@ def test_launchers_of_other_members_run_side_by_side_and_a_killed_one_blocks_not
             _stop(node1)
 
 
-def _wait_gone(pid: int, timeout: float = 30.0) -> None:
+def _wait_gone(pid: int, timeout: float = 600.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

@@ -162,7 +162,9 @@ def _alive(pid: int) -> bool:
             return False
 
 
-def _wait_for(predicate, timeout: float = 15.0) -> bool:
+def _wait_for(predicate, timeout: float = 600.0) -> bool:
+    """Poll ``predicate`` until it holds: every wait here is for an event the test expects; ``timeout`` only ends a
+    hung run, so it is far above anything a loaded machine needs (it costs nothing while the event comes)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -365,7 +367,7 @@ def _ready_pids(tmp_path: Path, members: int, launcher: subprocess.Popen) -> lis
 
 @pytest.mark.parametrize(
     "sig, grace, double",
-    [(signal.SIGINT, "30", True), (signal.SIGTERM, "0.5", False)],
+    [(signal.SIGINT, "100000", True), (signal.SIGTERM, "0.5", False)],
     ids=["ctrl-c-twice", "sigterm-grace-expires"],
 )
 def test_stop_signal_reaches_every_member_and_escalates(tmp_path, sig, grace, double, leftovers):
@@ -373,16 +375,16 @@ def test_stop_signal_reaches_every_member_and_escalates(tmp_path, sig, grace, do
     launcher = _start_launcher(tmp_path, {"2": "stubborn", "default": "wait"}, 3, "--stop-grace", grace)
     pids = _ready_pids(tmp_path, 3, launcher)
     leftovers.extend(pids)
-    t0 = time.monotonic()
 
     os.kill(launcher.pid, sig)  # the launcher only, as a terminal's Ctrl-C would be
     if double:
         assert _wait_for(lambda: (tmp_path / "out" / "sigint_2").exists())
-        os.kill(launcher.pid, signal.SIGINT)  # impatient user: SIGTERM now, not after 30 s
-    output, _ = launcher.communicate(timeout=120)
+        # Impatient user: SIGTERM now. The grace period is longer than any test: the launcher ending at all shows
+        # the second Ctrl-C did not wait for it (no clock is read to show it).
+        os.kill(launcher.pid, signal.SIGINT)
+    output, _ = launcher.communicate(timeout=600)
 
     assert launcher.returncode == 128 + sig, output
-    assert time.monotonic() - t0 < 15, "a second Ctrl-C must not wait for the grace period"
     out = tmp_path / "out"
     assert all((out / f"sigint_{i}").exists() for i in range(3)), output  # forwarded as SIGINT to all
     assert (out / "sigterm_2").exists() and not (out / "sigterm_0").exists()  # escalation only where needed
@@ -465,9 +467,9 @@ def test_members_die_with_a_killed_launcher(tmp_path, leftovers):
     pids = _ready_pids(tmp_path, 2, launcher)
     leftovers.extend(pids)
     launcher.kill()  # SIGKILL: no chance to forward anything
-    launcher.communicate(timeout=40)
-    assert _wait_for(lambda: all((tmp_path / "out" / f"sigterm_{i}").exists() for i in range(2)), 10)
-    assert _wait_for(lambda: not any(_alive(p) for p in pids), 10)
+    launcher.communicate(timeout=600)
+    assert _wait_for(lambda: all((tmp_path / "out" / f"sigterm_{i}").exists() for i in range(2)))
+    assert _wait_for(lambda: not any(_alive(p) for p in pids))
 
 
 # ---------------------------------------------------------------------------- 5. progress

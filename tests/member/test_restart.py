@@ -215,7 +215,7 @@ def test_replace_process_execs_in_place_with_the_new_argv(tmp_path):
         "agent.params.config.gamma=0.99",
     ]
     proc = subprocess.Popen(typed, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    stdout, stderr = proc.communicate(timeout=60)
+    stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, stderr
     first = json.loads((tmp_path / "first.json").read_text())
     second = json.loads((tmp_path / "second.json").read_text())

@@ -26,3 +26,32 @@ PLAIN_RESTORE_REFUSES_NUMPY = (
 )
 """rl-games 1.6.1's own restore calls ``torch.load`` with torch's default ``weights_only``, True from torch 2.6,
 which refuses the numpy scalar every rl_games checkpoint holds; Isaac Lab 2.x pairs 1.6.1 with an older torch."""
+
+
+def restore_with_plain_rl_games(agent, path) -> None:
+    """rl_games' own ``agent.restore(path)``. On the pair that cannot (:data:`PLAIN_RESTORE_REFUSES_NUMPY`), first
+    check that rl_games' loader refuses the file for the numpy scalar, as said there, then restore as ``restore``
+    does (``set_full_state_weights``) from the file read by our loader, which is what a member does on that pair."""
+    if not PLAIN_RESTORE_REFUSES_NUMPY:
+        agent.restore(str(path))
+        return
+    import contextlib
+    import io
+    from types import SimpleNamespace
+    from unittest import mock
+
+    import pytest
+    from rl_games.algos_torch import torch_ext
+
+    from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
+
+    # rl_games retries a failed load five times, sleeping 1+2+4+8+16 s between tries: the same tries, without the waits.
+    printed = io.StringIO()
+    with (
+        mock.patch.object(torch_ext, "time", SimpleNamespace(sleep=lambda _s: None)),
+        contextlib.redirect_stdout(printed),
+    ):
+        with pytest.raises(RuntimeError, match="give up after"):
+            agent.restore(str(path))
+    assert "Unsupported global: GLOBAL numpy" in printed.getvalue(), printed.getvalue()[-2000:]
+    agent.set_full_state_weights(load_checkpoint(path), set_epoch=True)

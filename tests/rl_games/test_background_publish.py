@@ -17,9 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("rl_games")
+import torch
 
 pytestmark = [
     pytest.mark.rlgames_compat,

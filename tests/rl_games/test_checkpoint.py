@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from rl_games_line import NUMPY_VERSION, PLAIN_RESTORE_REFUSES_NUMPY
+from rl_games_line import NUMPY_VERSION, restore_with_plain_rl_games
 
 from async_pbt_isaaclab.core.fsio import is_temp_file, sha256_file
 from async_pbt_isaaclab.rl_games.checkpoint import (
@@ -107,11 +107,6 @@ def test_real_checkpoint_round_trip_weights_only(agent, tmp_path):
     assert_states_equal(loaded, state)
 
 
-@pytest.mark.skipif(
-    PLAIN_RESTORE_REFUSES_NUMPY,
-    reason="rl-games 1.6.1's restore uses torch.load's default "
-    "weights_only, which torch >= 2.6 sets: plain rl_games cannot restore any checkpoint on this pair",
-)
 def test_save_is_loadable_by_plain_rl_games_restore(agent, tmp_path):
     state = agent.get_full_state_weights()
     path = tmp_path / "pbt.pth"
@@ -120,7 +115,7 @@ def test_save_is_loadable_by_plain_rl_games_restore(agent, tmp_path):
     with torch.no_grad():
         for p in agent.model.parameters():
             p.add_(1.0)
-    agent.restore(str(path))  # rl_games' own loader; the extra "pbt" key is ignored
+    restore_with_plain_rl_games(agent, path)  # rl_games' own loader; the extra "pbt" key is ignored
     after = agent.model.state_dict()
     for k, v in before.items():
         assert torch.equal(after[k], v), k
@@ -137,22 +132,23 @@ def test_rl_games_own_checkpoint_loads_safely(agent, tmp_path):
         assert is_raw_rl_games_checkpoint(load_checkpoint(pth))
 
 
-@pytest.mark.skipif(
-    NUMPY_VERSION < (2,),
-    reason="builds a numpy-2 checkpoint and renames numpy 2's module path "
-    "(numpy._core) to numpy 1's; under numpy 1 every checkpoint of this run already names numpy.core",
-)
-def test_numpy1_checkpoint_loads(agent, tmp_path):
-    """Isaac Lab ships numpy 1.26: its checkpoints name numpy.core.multiarray.scalar."""
-    src = tmp_path / "np2.pth"
+NUMPY_SCALAR_PATHS = (b"numpy.core.multiarray\nscalar", b"numpy._core.multiarray\nscalar")
+"""How a pickle names numpy's scalar reconstructor under numpy 1 and under numpy 2."""
+
+
+def test_checkpoint_of_the_other_numpy_major_loads(agent, tmp_path):
+    """Isaac Lab 2.x ships numpy 1.26 (checkpoints name numpy.core.multiarray.scalar), 3.0 numpy 2 (numpy._core):
+    a checkpoint written under one loads under the other. Written here, then renamed to the other major's path."""
+    own, other = NUMPY_SCALAR_PATHS[::-1] if NUMPY_VERSION >= (2,) else NUMPY_SCALAR_PATHS
+    src = tmp_path / "own.pth"
     save_checkpoint(src, agent.get_full_state_weights())
-    dst = tmp_path / "np1.pth"
+    dst = tmp_path / "other.pth"
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
         for info in zin.infolist():
             data = zin.read(info.filename)
             if info.filename.endswith("data.pkl"):
-                assert b"numpy._core.multiarray\nscalar" in data
-                data = data.replace(b"numpy._core.multiarray\nscalar", b"numpy.core.multiarray\nscalar")
+                assert own in data
+                data = data.replace(own, other)
             zout.writestr(info.filename, data)
     state = load_checkpoint(dst)
     assert state["last_mean_rewards"] == agent.get_full_state_weights()["last_mean_rewards"]
@@ -169,15 +165,11 @@ def test_legacy_torch_format_loads(tmp_path):
     assert state["last_mean_rewards"] == -3.5
 
 
-@pytest.mark.skipif(
-    NUMPY_VERSION < (2,),
-    reason="builds a numpy-2 checkpoint and renames numpy 2's module path "
-    "(numpy._core) to numpy 1's; under numpy 1 every checkpoint of this run already names numpy.core",
-)
 def test_allowlist_is_exactly_the_numpy_scalar_machinery():
     entries = rl_games_safe_globals()
     objs = {e[0] if isinstance(e, tuple) else e for e in entries}
-    assert objs == {np._core.multiarray.scalar, np.dtype, np.dtypes.Float32DType, np.dtypes.Float64DType}
+    scalar = np._core.multiarray.scalar if NUMPY_VERSION >= (2,) else np.core.multiarray.scalar
+    assert objs == {scalar, np.dtype, np.dtypes.Float32DType, np.dtypes.Float64DType}
     names = {e[1] for e in entries if isinstance(e, tuple)}
     assert names == {"numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar"}
 

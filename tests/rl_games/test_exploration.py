@@ -26,7 +26,6 @@ import yaml
 
 pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)
 
-pytest.importorskip("rl_games")
 
 from rl_games.algos_torch import model_builder  # noqa: E402
 from rl_games.algos_torch.network_builder import A2CBuilder  # noqa: E402

@@ -7,11 +7,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
-pytest.importorskip("torch")
-pytest.importorskip("rl_games")
-
 BOUNDED = [
     "agent.params.network.name=pbt_bounded_actor_critic",
     "agent.params.network.log_std_bounds={low: -2.0, high: 0.5}",

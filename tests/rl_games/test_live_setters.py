@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("rl_games")
-
 from async_pbt_isaaclab.core.agent_config import load_population_config
 from async_pbt_isaaclab.core.evidence import EpisodeBatch
 from async_pbt_isaaclab.core.generation import PendingExploit

@@ -13,9 +13,7 @@ from types import SimpleNamespace
 from unittest import mock
 
 import pytest
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("rl_games")
+import torch
 
 pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)
 

@@ -3,15 +3,13 @@ same run folder (as an exec restart does). The W&B run id a member keeps is test
 
 from __future__ import annotations
 
+import json
+
 import pytest
-
-pytest.importorskip("torch")
-pytest.importorskip("tensorboard")
-
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
-from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalars
+from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalars, ScalarFile
 
 
 def _scalars(folder) -> dict[str, list[tuple[int, float]]]:
@@ -74,8 +72,33 @@ def test_scalars_are_continuous_across_a_restart(tmp_path, make_record):
     assert steps == sorted(steps), "steps never go backwards across the restart"
 
 
-def test_no_writer_means_no_output():
-    log = PbtScalars(None)
-    log.exploit(1, 2)
-    log.hyperparameters({"a": 1.0}, 5)
-    log.flush()
+def test_no_writer_means_no_output_and_a_file_alone_gets_every_scalar(tmp_path, make_record, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def write_all(log):
+        log.record(make_record(1, [-5.0, -7.0], frame=4096, hyperparameters={"gamma": 0.9}))
+        log.exploit(8192, 2, member=1)
+        log.hyperparameters({"a": 1.0}, 8192)
+        log.flush()
+
+    quiet = PbtScalars(None)
+    assert not quiet.active
+    write_all(quiet)
+    assert list(tmp_path.iterdir()) == []  # nothing anywhere: no writer, no file
+
+    # The report's file without a TensorBoard writer (rl_games' writer disabled): the same scalars, one line a frame.
+    path = tmp_path / "pbt_scalars.jsonl"
+    write_all(PbtScalars(None, ScalarFile(path)))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines == [
+        {
+            "frame": 4096,
+            "scalars": {
+                "pbt/objective_count": 2.0,
+                "pbt/objective_mean": -6.0,
+                "pbt/generation": 0.0,
+                "pbt/hp/gamma": 0.9,
+            },
+        },
+        {"frame": 8192, "scalars": {"pbt/exploit": 2.0, "pbt/hp/a": 1.0}},
+    ]

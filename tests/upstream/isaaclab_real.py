@@ -178,3 +178,13 @@ def run_entry(
         cwd=cwd or HERE.parents[1],
         env=dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env or {})),
     )
+
+
+if __name__ == "__main__":
+    # `python tests/upstream/isaaclab_real.py`: fetch and unpack every release into the cache (.ci/run does, before the
+    # tests, so that no test depends on reaching PyPI itself); exits non-zero, saying why, when one cannot be fetched.
+    for name in RELEASES:
+        try:
+            print(f"isaaclab_real: Isaac Lab {name} at {ensure(name)}")
+        except Unavailable as exc:
+            sys.exit(f"isaaclab_real: Isaac Lab {name}: {exc}")

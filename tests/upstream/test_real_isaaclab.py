@@ -32,8 +32,6 @@ sys.path.insert(0, str(HERE))
 import isaaclab_real  # noqa: E402
 from isaaclab_real import TASK, run_entry  # noqa: E402
 
-pytest.importorskip("rl_games")
-
 
 def _probe_calls(release: str) -> list[list[str]]:
     """The probes of this module, with their arguments, in the order one process runs them."""
@@ -108,6 +106,24 @@ def test_every_variant_resolves_its_base_task_on_this_release(release, probes):
         }
     for task_id, variant in found["variants"].items():
         assert variant["same_as_base"] and variant["has_pbt"], (task_id, variant)
+
+
+PBT_CHANGES = {"config.name", "config.torch_compile"}
+"""What every PBT variant's agent yaml changes of its base task's (marked "PBT:" there): the run name, no compile."""
+PBT_CHANGES_OF = {"Allegro": {"config.entropy_coef"}}
+"""Changes of one variant only, by a word of its id: Allegro starts entropy_coef at its mutation's lower bound."""
+
+
+def test_every_variant_keeps_its_base_tasks_rl_games_settings(release, probes):
+    """Each variant's agent params against its base task's, both loaded by the release's own registry loader from
+    the release's own files: every setting upstream has is ours, unchanged, but for what our yamls mark "PBT:"."""
+    from yaml_values import changed_settings
+
+    for task_id, variant in probe(probes, "variants")["variants"].items():
+        ours, upstream = variant["agent_params"], variant["base_agent_params"]
+        allowed = PBT_CHANGES.union(*(keys for word, keys in PBT_CHANGES_OF.items() if word in task_id))
+        assert changed_settings(ours, upstream) <= allowed, task_id
+        assert ours["config"]["name"] == upstream["config"]["name"] + "_pbt", task_id
 
 
 def test_hydra_overrides_load_through_the_releases_own_config_path(release, probes):

@@ -29,8 +29,6 @@ sys.path.insert(0, str(HERE))
 import isaaclab_real  # noqa: E402
 from isaaclab_real import ENTRY, TASK, run_entry  # noqa: E402
 
-pytest.importorskip("rl_games")
-
 from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env  # noqa: E402
 
 TRACKING = importlib.util.find_spec("wandb") is not None
@@ -79,7 +77,7 @@ def population(population_release, tmp_path_factory):
     for index, extra in per_member.items():
         with open(root / f"member{index}.log", "w") as log:
             proc = subprocess.run(
-                [*common, *extra], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=600
+                [*common, *extra], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=1500
             )
         logs[index] = (root / f"member{index}.log").read_text()
         assert proc.returncode == 0, f"member {index} failed:\n{logs[index][-6000:]}"
@@ -91,7 +89,7 @@ def _entries(path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)  # two member processes run one after the other, each starting Isaac Lab
+@pytest.mark.timeout(3600)  # two member processes run one after the other, each starting Isaac Lab
 def test_population_exploit_restart_on_the_real_release(population_release, population):
     from async_pbt_isaaclab.core.audit import verify_log
 
@@ -121,7 +119,7 @@ PLAYED = re.compile(r"\[INFO\] played (\S+) \((.+)\): (\d+) steps, (\d+) episode
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(3600)
 def test_play_pbt_plays_the_recipient_and_the_best(population_release, population):
     release = population_release
     root, ws, _ = population
@@ -148,10 +146,9 @@ WANDB_LINE = re.compile(r"^\[async-pbt\] W&B run (\S+) \(group (\S+), project pb
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(3600)
 def test_each_member_keeps_the_wandb_run_its_state_names_across_the_exploit_restart(population):
-    if not TRACKING:
-        pytest.skip("wandb is not installed")
+    assert TRACKING, "wandb comes with the [test] extra: without it the members tracked nothing to check"
     root, ws, logs = population
     states = {m: json.loads((ws / f"members/{m:03d}/state.json").read_text()) for m in (0, 1)}
     ids = {m: states[m]["wandb_run_id"] for m in (0, 1)}

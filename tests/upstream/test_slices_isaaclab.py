@@ -22,7 +22,6 @@ from isaaclab_real import ENTRY, TASK  # noqa: E402
 
 pytestmark = [pytest.mark.rlgames_compat, pytest.mark.slow]
 
-pytest.importorskip("rl_games")
 
 from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env  # noqa: E402
 

@@ -28,8 +28,6 @@ from isaaclab_real import TASK  # noqa: E402
 
 RELEASE = isaaclab_real.releases_under_test()[-1]
 
-pytest.importorskip("rl_games")
-pytest.importorskip("tensorboard")
 
 from async_pbt_isaaclab.core.schedule import Schedule, ScheduleStep, dump_schedule  # noqa: E402
 
@@ -44,7 +42,7 @@ def release() -> str:
 
 def train_pbt(release: str, cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return isaaclab_real.run_entry(
-        release, *isaaclab_real.script_args(release, "train_pbt.py", TASK), *args, cwd=cwd, timeout=900, env=env
+        release, *isaaclab_real.script_args(release, "train_pbt.py", TASK), *args, cwd=cwd, timeout=1800, env=env
     )
 
 
@@ -61,7 +59,7 @@ def _scalars(folder: Path) -> dict[str, dict[int, float]]:
 
 @pytest.mark.slow
 @pytest.mark.rlgames_compat
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(3600)
 def test_train_pbt_replay_applies_every_change_at_the_recorded_frame(release, tmp_path):
     # An exploit and an explore as `async-pbt replay` writes them (the export itself is tested on a real population
     # in tests/integration/test_observability.py); frames on this run's epoch starts.

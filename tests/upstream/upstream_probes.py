@@ -108,7 +108,10 @@ def variants() -> None:
         env_cfg = load_cfg_from_registry(task_id, "env_cfg_entry_point")
         agent_cfg = load_cfg_from_registry(task_id, "rl_games_cfg_entry_point")
         base_env_cfg = load_cfg_from_registry(task.base_for(series), "env_cfg_entry_point")
+        base_agent_cfg = load_cfg_from_registry(task.base_for(series), "rl_games_cfg_entry_point")
         out[task_id] = {
+            "agent_params": agent_cfg["params"],
+            "base_agent_params": base_agent_cfg["params"],
             "env_cfg": type(env_cfg).__name__,
             "same_as_base": type(env_cfg) is type(base_env_cfg),
             "base": gym.spec(task_id).kwargs["base_task"],

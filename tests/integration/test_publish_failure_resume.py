@@ -1,0 +1,143 @@
+"""A failed background publish, then a real restart of the member: it resumes from its newest durable checkpoint.
+
+A real CPU member (rl_games PPO on Pendulum-v1, one process, a publish at every epoch) runs with the disk failing
+under the third publish's checkpoint (``os.fsync`` of that checkpoint's temp file raises EIO in the member process,
+injected before the member's code is imported). The member stops with the error (tests/rl_games/
+test_background_publish.py shows what the writer rolls back in that process). Then the same member command runs
+again, as a launcher or a SLURM requeue would start it, with a healthy disk. What is shown, read back from the
+workspace:
+
+* the failed process exited non-zero naming the lost checkpoint; nothing in the workspace names it;
+* the next process resumes (start mode ``resume``, one more process start) from the checkpoint ``state.json``
+  named at the failure, the newest one fully written: its ``restored`` entry has that checkpoint's frame and epoch,
+  and that checkpoint's sha256 is the one the state recorded;
+* it trains on to its epoch limit from there, and ``async-pbt audit`` verifies the member's whole log.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from async_pbt_isaaclab.core import fsio
+from async_pbt_isaaclab.core.audit import read_entries
+from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
+
+pytestmark = pytest.mark.slow
+
+FRAMES_PER_EPOCH = 8 * 64
+EPOCHS = 6
+LOST_FRAME = 3 * FRAMES_PER_EPOCH
+"""The publish whose checkpoint the disk fails under."""
+
+FAILING_DISK = """
+import errno, os, sys
+real_fsync = os.fsync
+lost = sys.argv.pop(1)
+
+
+def fsync(fd):
+    if lost in os.readlink(f"/proc/self/fd/{fd}"):
+        raise OSError(errno.EIO, "Input/output error (injected by the test)")
+    return real_fsync(fd)
+
+
+os.fsync = fsync
+from async_pbt_isaaclab.examples.cpu_member import main
+
+sys.exit(main(sys.argv[1:]))
+"""
+"""The member's own ``main`` with ``os.fsync`` failing for files whose path contains ``argv[1]``."""
+
+
+def _member_args(ws: Path) -> list[str]:
+    return [
+        "--pbt-workspace",
+        str(ws),
+        "--pbt-members",
+        "2",
+        "--pbt-index",
+        "0",
+        "--max_iterations",
+        str(EPOCHS),
+        "--num_envs",
+        "8",
+        "--train-dir",
+        str(ws / "runs"),
+        "--pbt-interval-steps",
+        str(FRAMES_PER_EPOCH),
+        "--pbt-start-grace-frames",
+        "0",
+        "--pbt-min-episodes",
+        "4",
+        # Three members needed in a population of two: the member publishes and decides but never exploits.
+        "--pbt-min-members",
+        "3",
+        "agent.params.torch_threads=1",
+        "agent.params.config.horizon_length=64",
+        "agent.params.config.minibatch_size=256",
+        "agent.params.config.mini_epochs=1",
+    ]
+
+
+def _entries(ws: Path) -> list[dict]:
+    return [e for _, e, _ in read_entries(ws / "members" / "000" / "audit.jsonl") if e is not None]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/fd names an fsynced file (Linux)")
+def test_a_member_restarted_after_a_failed_publish_resumes_from_its_newest_durable_checkpoint(tmp_path):
+    ws = tmp_path / "ws"
+    lost = f"f{LOST_FRAME:012d}.pth{fsio.TEMP_MARKER}"
+    failed = subprocess.run(
+        [sys.executable, "-c", FAILING_DISK, lost, *_member_args(ws)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    output = failed.stdout[-3000:] + failed.stderr[-3000:]
+    assert failed.returncode != 0, output
+    assert f"publish at frame {LOST_FRAME}: writing checkpoint" in output and "Input/output error" in output, output
+    member = ws / "members" / "000"
+    at_failure = json.loads((member / "state.json").read_text())
+    durable = at_failure["last_checkpoint"]
+    assert Path(durable).name == f"g0000_f{LOST_FRAME - FRAMES_PER_EPOCH:012d}.pth"
+    assert fsio.sha256_file(ws / durable) == at_failure["last_checkpoint_sha256"]
+    saved = load_checkpoint(ws / durable, expected_sha256=at_failure["last_checkpoint_sha256"])
+    assert json.loads((member / "record.json").read_text())["checkpoint"] == durable
+    failed_seq = _entries(ws)[-1]["seq"]
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", *_member_args(ws)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    later = [e for e in _entries(ws) if e["seq"] > failed_seq]
+    start = next(e for e in later if e["kind"] == "start")
+    assert start["mode"] == "resume" and start["process_starts"] == at_failure["process_starts"] + 1, start
+    restored = next(e for e in later if e["kind"] == "restored")
+    assert Path(restored["checkpoint"]).name == Path(durable).name, restored
+    assert (
+        (restored["frame"], restored["epoch"])
+        == (saved["frame"], saved["epoch"])
+        == (
+            LOST_FRAME - FRAMES_PER_EPOCH,
+            LOST_FRAME // FRAMES_PER_EPOCH - 1,
+        )
+    )
+    final = json.loads((member / "record.json").read_text())
+    assert final["status"] == "finished" and final["frame"] == EPOCHS * FRAMES_PER_EPOCH, final
+    audit = subprocess.run(
+        [sys.executable, "-m", "async_pbt_isaaclab.cli", "audit", str(ws)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert audit.returncode == 0 and "audit: all entries verified" in audit.stdout, audit.stdout + audit.stderr
