@@ -1,0 +1,192 @@
+"""The rl_games agent options users set, as cases for slices: the agent overrides and the vec-envs they need.
+
+Every case is the packaged Pendulum agent (``examples/pendulum_ppo.yaml``) with a few overrides a user writes, on a
+gymnasium vec-env whose observations, actions or extra outputs the option needs: uint8 images, observations of more
+than one dimension, discrete actions with action masks (CartPole), a central value network's states. The slices
+tests (``tests/rl_games/test_slice_configs.py``, ``tests/integration/test_slice_options.py``) run each case on the
+path slices choose for it: the rollout played together with each member's lean action step, the rollout with
+rl_games' own ``get_action_values``, one env step at a time, or a refusal at start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import gymnasium
+import numpy as np
+
+from async_pbt_isaaclab.envs.gym_vec_env import GymVecEnv, rl_games_space
+
+
+class ImageObsVecEnv(GymVecEnv):
+    """Pendulum whose observation is an ``(H, W, 3)`` picture: channel ``c`` holds observation ``c``, scaled, plus
+    a ramp over the pixels (so that no picture is flat). ``dtype`` uint8 is an image as cameras give it (rl_games
+    divides it by 255 before its normaliser); float32 is an observation of several dimensions."""
+
+    def __init__(self, num_envs: int, *, shape: tuple[int, int] = (4, 5), dtype: Any = np.uint8, **kwargs: Any):
+        super().__init__("Pendulum-v1", num_envs, **kwargs)
+        self.dtype = np.dtype(dtype)
+        high = 255 if self.dtype == np.uint8 else np.inf
+        self.observation_space = gymnasium.spaces.Box(0 if high == 255 else -high, high, (*shape, 3), self.dtype)
+        self._ramp = np.arange(shape[0] * shape[1], dtype=np.float32).reshape(1, *shape, 1)
+
+    def _picture(self, obs: np.ndarray) -> np.ndarray:
+        picture = obs[:, None, None, :] * 40.0 + self._ramp
+        if self.dtype == np.uint8:
+            return np.clip(picture + 100.0, 0, 255).astype(np.uint8)
+        return picture.astype(self.dtype)
+
+    def step(self, actions):
+        obs, rewards, dones, infos = super().step(actions)
+        return self._picture(obs), rewards, dones, infos
+
+    def reset(self):
+        return self._picture(super().reset())
+
+
+class MaskedCartPoleVecEnv(GymVecEnv):
+    """CartPole with action masks: where the pole leans right beyond 0.05 rad pushing left is masked out, and the
+    other way round; elsewhere both actions are allowed (``get_action_masks``: bool ``(num_envs, 2)``)."""
+
+    def __init__(self, num_envs: int, **kwargs: Any):
+        super().__init__("CartPole-v1", num_envs, **kwargs)
+        self._angle = np.zeros(num_envs, dtype=np.float32)
+
+    def step(self, actions):
+        obs, rewards, dones, infos = super().step(actions)
+        self._angle = obs[:, 2].copy()
+        return obs, rewards, dones, infos
+
+    def reset(self):
+        obs = super().reset()
+        self._angle = obs[:, 2].copy()
+        return obs
+
+    def has_action_masks(self) -> bool:
+        return True
+
+    def get_action_masks(self) -> np.ndarray:
+        masks = np.ones((self.num_envs, 2), dtype=bool)
+        masks[self._angle > 0.05, 0] = False
+        masks[self._angle < -0.05, 1] = False
+        return masks
+
+
+class StatesVecEnv(GymVecEnv):
+    """Pendulum with the privileged states a central value network reads: ``{"obs": obs, "states": [obs, obs**2]}``
+    and ``state_space`` in the env info."""
+
+    def __init__(self, num_envs: int, **kwargs: Any):
+        super().__init__("Pendulum-v1", num_envs, **kwargs)
+        self.state_space = gymnasium.spaces.Box(-np.inf, np.inf, (6,), np.float32)
+
+    @staticmethod
+    def _with_states(obs: np.ndarray) -> dict[str, np.ndarray]:
+        return {"obs": obs, "states": np.concatenate([obs, obs * obs], axis=1)}
+
+    def step(self, actions):
+        obs, rewards, dones, infos = super().step(actions)
+        return self._with_states(obs), rewards, dones, infos
+
+    def reset(self):
+        return self._with_states(super().reset())
+
+    def get_env_info(self) -> dict[str, Any]:
+        return {**super().get_env_info(), "state_space": rl_games_space(self.state_space)}
+
+
+def _pendulum(num_envs: int, seed: int) -> GymVecEnv:
+    # Short episodes: time-outs (the value bootstrap) and finished episodes (the statistics) within a rollout.
+    return GymVecEnv("Pendulum-v1", num_envs, seed=seed, max_episode_steps=10)
+
+
+CENTRAL_VALUE = (
+    "params.config.central_value_config={minibatch_size: 16, mini_epochs: 2, learning_rate: 5.0e-4, "
+    "clip_value: False, normalize_input: True, truncate_grads: True, grad_norm: 1.0, network: {name: actor_critic, "
+    "central_value: True, mlp: {units: [32], activation: elu, initializer: {name: default}, "
+    "regularizer: {name: None}}}}"
+)
+"""A central value network on the env's states (rl_games' asymmetric actor-critic)."""
+
+DISCRETE = (
+    "params.algo.name=a2c_discrete",
+    "params.model.name=discrete_a2c",
+    "params.network.space={discrete: {}}",
+)
+"""rl_games' discrete PPO agent (CartPole's two actions)."""
+
+
+@dataclass(frozen=True)
+class AgentOption:
+    """One option users set in an rl_games agent yaml, and how slices run it."""
+
+    name: str
+    overrides: tuple[str, ...]
+    """Overrides of the packaged Pendulum agent, as a user writes them."""
+    make_env: Callable[[int, int], GymVecEnv] = _pendulum
+    """``make_env(num_envs, seed)``: the vec-env the option needs."""
+    path: str = "lean"
+    """``lean`` (rollout together, each member's lean action step), ``own`` (rollout together, rl_games' own
+    ``get_action_values``) or ``steps`` (one env step at a time)."""
+
+
+OPTIONS = (
+    AgentOption("default", ()),
+    AgentOption("normalize_input-off", ("params.config.normalize_input=False",)),
+    AgentOption("normalize_value-off", ("params.config.normalize_value=False",)),
+    AgentOption("no-normalizers", ("params.config.normalize_input=False", "params.config.normalize_value=False")),
+    AgentOption(
+        "learned-sigma-tanh",
+        (
+            "params.network.space.continuous.fixed_sigma=False",
+            "params.network.mlp.activation=tanh",
+            "params.network.mlp.units=[16, 8]",
+        ),
+    ),
+    AgentOption("d2rl", ("params.network.mlp.d2rl=True", "params.network.mlp.units=[16, 16, 8]")),
+    AgentOption(
+        "bounded-exploration",
+        ("params.network.name=pbt_bounded_actor_critic", "params.network.log_std_bounds={low: -5.0, high: 0.5}"),
+    ),
+    AgentOption("uint8-image", (), lambda n, seed: ImageObsVecEnv(n, seed=seed, max_episode_steps=10)),
+    AgentOption(
+        "uint8-image-cnn",
+        (
+            "params.network.cnn={type: conv2d, activation: elu, initializer: {name: default}, "
+            "regularizer: {name: None}, convs: [{filters: 4, kernel_size: 2, strides: 1, padding: 0}]}",
+        ),
+        lambda n, seed: ImageObsVecEnv(n, seed=seed, max_episode_steps=10),
+    ),
+    AgentOption(
+        "multi-dim-float",
+        (),
+        lambda n, seed: ImageObsVecEnv(n, seed=seed, max_episode_steps=10, shape=(2, 1), dtype=np.float32),
+    ),
+    AgentOption(
+        "discrete",
+        (*DISCRETE, "params.config.env_name=CartPole-v1"),
+        lambda n, seed: GymVecEnv("CartPole-v1", n, seed=seed, max_episode_steps=10),
+        path="own",
+    ),
+    AgentOption(
+        "action-masks",
+        (*DISCRETE, "params.config.env_name=CartPole-v1", "params.config.use_action_masks=True"),
+        lambda n, seed: MaskedCartPoleVecEnv(n, seed=seed, max_episode_steps=10),
+        path="steps",
+    ),
+    AgentOption(
+        "central-value",
+        (CENTRAL_VALUE,),
+        lambda n, seed: StatesVecEnv(n, seed=seed, max_episode_steps=10),
+        path="steps",
+    ),
+)
+"""The options slices run, each on its path (the refused ones: :data:`REFUSED`)."""
+
+REFUSED = {
+    "params.network.rnn": "params.network.rnn={name: lstm, units: 16, layers: 1}",
+    "params.config.epochs_between_resets": "params.config.epochs_between_resets=2",
+    "params.config.multi_gpu": "params.config.multi_gpu=True",
+}
+"""Options slices refuse at start, by the key the one-line refusal names, with an override that sets it."""
