@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import pytest
 import torch
+from rl_games_line import ACTION_MASKS_DO_NOT_BUILD
 
 from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
 from async_pbt_isaaclab.core.slices import agent_problems
@@ -168,6 +169,8 @@ def _play_steps_in_a_thread(shared: SharedVecEnv, agent: Any, rollouts: int) -> 
 
 @pytest.mark.parametrize("option", STEPS, ids=lambda o: o.name)
 def test_one_slice_steps_what_rl_games_steps(option):
+    if option.name == "action-masks" and ACTION_MASKS_DO_NOT_BUILD:
+        pytest.skip("rl-games 1.6.1 with numpy 1 builds no agent with action masks (np.bool), slice or not")
     n = 4
     reference = _agent(option, option.make_env(n, ENV_SEED), n, seed=3)
     shared = _shared(option, n, 1)
