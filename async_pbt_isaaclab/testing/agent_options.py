@@ -10,7 +10,9 @@ rl_games' own ``get_action_values``, one env step at a time, or a refusal at sta
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any, Callable
 
 import gymnasium
@@ -94,6 +96,18 @@ class StatesVecEnv(GymVecEnv):
 
     def get_env_info(self) -> dict[str, Any]:
         return {**super().get_env_info(), "state_space": rl_games_space(self.state_space)}
+
+
+def _version(package: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", metadata.version(package))[:3])
+
+
+ACTION_MASKS_DO_NOT_BUILD = _version("rl-games") < (1, 6, 5) and (1, 24) <= _version("numpy")[:2] < (2, 0)
+"""rl-games 1.6.1 sizes its action-mask buffer with ``np.bool``, which numpy 1.24 removed and 2.0 brought back: with
+the numpy 1 Isaac Lab 2.x pins, no agent with ``use_action_masks`` builds on that line, a slice or a process member."""
+
+NO_MASKS_HERE = "rl-games 1.6.1 with numpy 1 builds no agent with action masks (np.bool), a slice or not"
+"""Why the action-mask cases skip where :data:`ACTION_MASKS_DO_NOT_BUILD`."""
 
 
 def _pendulum(num_envs: int, seed: int) -> GymVecEnv:

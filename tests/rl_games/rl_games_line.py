@@ -26,7 +26,3 @@ PLAIN_RESTORE_REFUSES_NUMPY = (
 )
 """rl-games 1.6.1's own restore calls ``torch.load`` with torch's default ``weights_only``, True from torch 2.6,
 which refuses the numpy scalar every rl_games checkpoint holds; Isaac Lab 2.x pairs 1.6.1 with an older torch."""
-
-ACTION_MASKS_DO_NOT_BUILD = RL_GAMES_VERSION < (1, 6, 5) and (1, 24) <= NUMPY_VERSION[:2] < (2, 0)
-"""rl-games 1.6.1 sizes its action-mask buffer with ``np.bool``, which numpy 1.24 removed and 2.0 brought back: with
-the numpy 1 Isaac Lab 2.x pins, no agent with ``use_action_masks`` builds on that line, a slice or a process member."""

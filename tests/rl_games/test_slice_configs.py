@@ -18,7 +18,6 @@ from typing import Any, Sequence
 
 import pytest
 import torch
-from rl_games_line import ACTION_MASKS_DO_NOT_BUILD
 
 from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
 from async_pbt_isaaclab.core.slices import agent_problems
@@ -27,7 +26,13 @@ from async_pbt_isaaclab.examples.cpu_member import DEFAULT_AGENT
 from async_pbt_isaaclab.rl_games.action_step import LeanActionStep, action_step
 from async_pbt_isaaclab.rl_games.slice_rollout import SliceRollout, rollout_problems
 from async_pbt_isaaclab.rl_games.slices import build_slice_agent
-from async_pbt_isaaclab.testing.agent_options import OPTIONS, REFUSED, AgentOption
+from async_pbt_isaaclab.testing.agent_options import (
+    ACTION_MASKS_DO_NOT_BUILD,
+    NO_MASKS_HERE,
+    OPTIONS,
+    REFUSED,
+    AgentOption,
+)
 
 pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)
 
@@ -170,7 +175,7 @@ def _play_steps_in_a_thread(shared: SharedVecEnv, agent: Any, rollouts: int) -> 
 @pytest.mark.parametrize("option", STEPS, ids=lambda o: o.name)
 def test_one_slice_steps_what_rl_games_steps(option):
     if option.name == "action-masks" and ACTION_MASKS_DO_NOT_BUILD:
-        pytest.skip("rl-games 1.6.1 with numpy 1 builds no agent with action masks (np.bool), slice or not")
+        pytest.skip(NO_MASKS_HERE)
     n = 4
     reference = _agent(option, option.make_env(n, ENV_SEED), n, seed=3)
     shared = _shared(option, n, 1)
