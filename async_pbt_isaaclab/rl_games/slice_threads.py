@@ -81,7 +81,7 @@ def run_members(host: SliceHost, shared: SharedVecEnv) -> None:
         try:
             thread.start()
         except Exception as exc:  # RuntimeError (no thread left), MemoryError: say it, stop all
-            why = f"member {m.session.member}: its training thread did not start ({type(exc).__name__}: {exc})"
+            why = f"member {m.session.member:03d}: its training thread did not start ({type(exc).__name__}: {exc})"
             shared.stop(why)
             raise MemberThreadError(
                 f"{why}; every member of this process stops: run the same command again to resume each from its "
@@ -158,7 +158,7 @@ def _leave_stuck(m: SliceMember, waited: float) -> None:
     where = f" in {frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})" if frame is not None else ""
     m.status = "stuck"
     m.error = RuntimeError(
-        f"member {m.session.member} did not stop within {waited:g} s of the stop (its thread is{where})"
+        f"member {m.session.member:03d} did not stop within {waited:g} s of the stop (its thread is{where})"
     )
     print(f"[async-pbt] {m.error}", file=sys.stderr, flush=True)
     _say_where_it_resumes(m.session)
