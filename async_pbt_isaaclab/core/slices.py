@@ -77,8 +77,16 @@ def slice_layout(first: int, count: int, num_policies: int, envs_per_slice: int)
     return SliceLayout(first, count, envs_per_slice)
 
 
-def slice_problems(mutation_keys: Iterable[str], exploit_mode: str, live_keys: Iterable[str], count: int) -> list[str]:
-    """Why a process of ``count`` slices cannot search ``mutation_keys`` with ``exploit_mode`` (empty: it can).
+def slice_problems(
+    mutation_keys: Iterable[str],
+    exploit_mode: str,
+    live_keys: Iterable[str],
+    count: int,
+    agent_cfg: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Why a process of ``count`` slices cannot search ``mutation_keys`` with ``exploit_mode``, nor run the rl_games
+    agent config ``agent_cfg`` when it is given (:func:`agent_problems`) (empty: it can). Every entry point asks this
+    before anything is claimed.
 
     ``live_keys`` are the hyperparameters a running agent can take (``rl_games/live.py``); the caller passes them,
     so this module stays free of rl_games."""
@@ -105,7 +113,7 @@ def slice_problems(mutation_keys: Iterable[str], exploit_mode: str, live_keys: I
             f"pbt.exploit_mode: restart would restart all {count} slices of the process at every exploit "
             f"({SLICES_FLAG} {count}); slices exploit in memory: use auto or inprocess"
         )
-    return problems
+    return problems + (agent_problems(agent_cfg, count) if agent_cfg is not None else [])
 
 
 def rollout_key_problems(agent_cfg: Mapping[str, Any], count: int) -> list[str]:

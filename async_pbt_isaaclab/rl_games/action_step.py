@@ -12,11 +12,10 @@ its value normaliser. Every other model (discrete, central value, recurrent) kee
 
 Exact by construction: the same kernels on the same tensors at the same shapes give the same bits, so the
 outputs equal the member's own ``get_action_values`` bit for bit (same observations and RNG state in, same
-actions, means, sigmas, values and log-probabilities out: ``tests/rl_games/test_slice_configs.py``, on CUDA with
-TF32 ``scripts/benchmarks/action_step_cuda.py``). A batched pass over the members' stacked weights (one
-``torch.baddbmm`` per layer, which shipped before) was 4-6x faster on a CPU, but a batched matrix product runs other
-BLAS kernels than the member's own ``nn.Linear`` (and MKL's even differ with the memory alignment of their
-input), so it could only match to float rounding (docs/architecture.md, "Members that share a simulator").
+actions, means, sigmas, values and log-probabilities out: ``tests/rl_games/test_slice_configs.py``; on CUDA with
+TF32, ``scripts/benchmarks/action_step.py --check``). A batched pass over the members' stacked weights, which shipped
+first, was faster on a CPU but could only match to float rounding: a batched matrix product runs other BLAS kernels
+than a member's ``nn.Linear`` (docs/architecture.md, "Members that share a simulator").
 """
 
 from __future__ import annotations

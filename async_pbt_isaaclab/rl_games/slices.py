@@ -45,7 +45,7 @@ from typing import Any, Callable, Sequence
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.generation import DonorSource
 from async_pbt_isaaclab.core.records import MemberRecord
-from async_pbt_isaaclab.core.slices import SliceLayout, agent_problems, member_threads, slice_problems
+from async_pbt_isaaclab.core.slices import SliceLayout, member_threads, slice_problems
 from async_pbt_isaaclab.envs.slice_env import SharedVecEnv
 from async_pbt_isaaclab.member.writer import Step
 from async_pbt_isaaclab.rl_games.agent import LiveAgent
@@ -76,8 +76,7 @@ one before when the donor has not published at this interval yet (slices step in
 def check_slices(cfg: PopulationConfig, count: int, agent_cfg: dict[str, Any] | None = None) -> list[str]:
     """Why this population config (and ``agent_cfg``, the rl_games yaml, when given) cannot run as ``count`` slices
     of one process (empty: it can). Every entry point asks this before anything is claimed."""
-    problems = slice_problems(cfg.mutation, cfg.exploit_mode, LIVE_SETTERS, count)
-    return problems + (agent_problems(agent_cfg, count) if agent_cfg is not None else [])
+    return slice_problems(cfg.mutation, cfg.exploit_mode, LIVE_SETTERS, count, agent_cfg)
 
 
 def clone_state(value: Any) -> Any:
