@@ -96,7 +96,8 @@ class _Run:
 
 class SliceRollout:
     """Plays rollouts of the members of one :class:`~async_pbt_isaaclab.envs.slice_env.SharedVecEnv` together (see
-    the module docstring); called by ``SharedVecEnv.run`` in the main thread with the slots that asked."""
+    the module docstring); called by ``SharedVecEnv.run`` in the main thread with the slots that asked.
+    ``lean=False``: every member acts through its own ``get_action_values`` (to compare the two)."""
 
     def __init__(self, shared: SharedVecEnv, agents: Mapping[int, Any], *, lean: bool = True):
         self.shared = shared
@@ -105,9 +106,10 @@ class SliceRollout:
         """Each slot's rl_games agent (a slot whose member never trained has none)."""
         self.steps = 0
         """Env steps played."""
-        steps = {slot: action_step(agent) for slot, agent in self.agents.items()}
-        if not lean:
-            steps = {slot: (agent.get_action_values, "not asked") for slot, agent in self.agents.items()}
+        steps = {
+            slot: action_step(agent) if lean else (agent.get_action_values, "not asked")
+            for slot, agent in self.agents.items()
+        }
         self._act = {slot: step for slot, (step, _) in steps.items()}
         """Each slot's action step: its lean step (``rl_games/action_step.py``) or its own ``get_action_values``."""
         self.own_calls = {slot: why for slot, (_, why) in steps.items() if why}

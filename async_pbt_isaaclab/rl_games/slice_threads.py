@@ -19,7 +19,7 @@ import os
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from async_pbt_isaaclab.envs.slice_env import SharedVecEnv, SlicesStopped
 
@@ -62,7 +62,7 @@ class MemberThreadError(RuntimeError):
     """A member's training thread could not start: every member of the process stops (each resumable)."""
 
 
-def end_process(exc: MembersStuck, code: int = 1) -> None:
+def end_process(exc: MembersStuck, code: int = 1) -> NoReturn:
     """Say why and end the process now: a thread stuck in I/O would keep a normal exit waiting (a member's
     background writer is not a daemon thread, so that a normal exit finishes its checkpoint)."""
     print(f"error: {exc}", file=sys.stderr, flush=True)
@@ -155,10 +155,10 @@ def _leave_stuck(m: SliceMember, waited: float) -> None:
     from async_pbt_isaaclab.rl_games.runner import _say_where_it_resumes
 
     frame = sys._current_frames().get(m.thread.ident) if m.thread is not None and m.thread.ident else None
-    where = f" in {frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})" if frame is not None else ""
+    where = f"in {frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})" if frame else "still running"
     m.status = "stuck"
     m.error = RuntimeError(
-        f"member {m.session.member:03d} did not stop within {waited:g} s of the stop (its thread is{where})"
+        f"member {m.session.member:03d} did not stop within {waited:g} s of the stop (its thread is {where})"
     )
     print(f"[async-pbt] {m.error}", file=sys.stderr, flush=True)
     _say_where_it_resumes(m.session)
