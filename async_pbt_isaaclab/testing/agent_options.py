@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import gymnasium
 import numpy as np
@@ -204,3 +205,44 @@ REFUSED = {
     "params.config.multi_gpu": "params.config.multi_gpu=True",
 }
 """Options slices refuse at start, by the key the one-line refusal names, with an override that sets it."""
+
+
+def train_two_slices(
+    root: Path,
+    overrides: Sequence[str],
+    make_env: Callable[[int], Any],
+    *,
+    envs_per_slice: int,
+    observers: Callable[[int], Sequence[Any]] | None = None,
+    task: str = "Pendulum-v1",
+) -> Any:
+    """Members 0 and 1 of a population of 2 (workspace ``root/ws``, the learning rate searched, no heartbeat
+    ageing) as two slices of this process on ``make_env(2 x envs_per_slice)``: the packaged Pendulum agent with
+    ``overrides`` (agent and ``pbt.`` keys). Returns ``train_slices``' host; its errors are raised."""
+    from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
+    from async_pbt_isaaclab.core.slices import slice_layout
+    from async_pbt_isaaclab.examples.cpu_member import DEFAULT_AGENT
+    from async_pbt_isaaclab.rl_games.slices import train_slices
+
+    population = [
+        f"pbt.workspace={root / 'ws'}",
+        "pbt.enabled=true",
+        "pbt.num_policies=2",
+        "pbt.heartbeat_interval_s=3600",
+        "pbt.max_heartbeat_age_s=100000000",
+        "pbt.mutation.learning_rate=mutate_float",
+        f"params.config.num_actors={envs_per_slice}",
+        "params.config.print_stats=False",
+    ]
+    agent_cfg, cfg = load_population_config(
+        load_yaml(DEFAULT_AGENT), [*population, *overrides], source=str(DEFAULT_AGENT)
+    )
+    return train_slices(
+        agent_cfg,
+        cfg,
+        slice_layout(0, 2, 2, envs_per_slice),
+        make_env,
+        train_dir=str(root / "runs"),
+        task=task,
+        extra_observers=observers,
+    )

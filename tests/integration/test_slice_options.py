@@ -20,20 +20,20 @@ import pytest
 import torch
 from rl_games.common.algo_observer import AlgoObserver
 
-from async_pbt_isaaclab.core.agent_config import apply_overrides, load_population_config, load_yaml
+from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
 from async_pbt_isaaclab.core.audit import verify_log
-from async_pbt_isaaclab.core.slices import slice_layout
 from async_pbt_isaaclab.core.workspace import Workspace
 from async_pbt_isaaclab.envs.slice_env import SharedVecEnv
 from async_pbt_isaaclab.examples.cpu_member import DEFAULT_AGENT
 from async_pbt_isaaclab.rl_games.inheritance import model_fingerprint
-from async_pbt_isaaclab.rl_games.slices import build_slice_agent, train_slices
+from async_pbt_isaaclab.rl_games.slices import build_slice_agent
 from async_pbt_isaaclab.testing.agent_options import (
     ACTION_MASKS_DO_NOT_BUILD,
     NO_MASKS_HERE,
     OPTIONS,
     REFUSED,
     AgentOption,
+    train_two_slices,
 )
 
 pytestmark = pytest.mark.slow
@@ -135,31 +135,17 @@ def test_members_train_side_by_side_on_every_path(tmp_path, capsys, name):
         pytest.skip(NO_MASKS_HERE)
     option, ws, epochs = BY_NAME[name], tmp_path / "ws", 4
     overrides = [
-        f"pbt.workspace={ws}",
-        "pbt.enabled=true",
-        "pbt.num_policies=2",
         "pbt.interval_steps=512",
-        "pbt.heartbeat_interval_s=3600",
-        "pbt.max_heartbeat_age_s=100000000",
-        "pbt.mutation.learning_rate=mutate_float",
         *option.overrides,
-        f"params.config.num_actors={N}",
         f"params.config.horizon_length={HORIZON}",
         f"params.config.minibatch_size={N * HORIZON // 2}",
         "params.config.mini_epochs=2",
         f"params.config.max_epochs={epochs}",
-        "params.config.print_stats=False",
     ]
-    agent_cfg, cfg = load_population_config(load_yaml(DEFAULT_AGENT), overrides, source=str(DEFAULT_AGENT))
     probes = {m: MaskProbe() for m in (0, 1)}
-    host = train_slices(
-        agent_cfg,
-        cfg,
-        slice_layout(0, 2, 2, N),
-        lambda n: option.make_env(n, 11),
-        train_dir=str(tmp_path / "runs"),
-        task=name,
-        extra_observers=lambda m: [probes[m]],
+    make_env = option.make_env
+    host = train_two_slices(
+        tmp_path, overrides, lambda n: make_env(n, 11), envs_per_slice=N, observers=lambda m: [probes[m]], task=name
     )
     assert {m.status for m in host.members.values()} == {"finished"}
     records, errors = Workspace(ws).read_records()

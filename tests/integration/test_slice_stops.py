@@ -23,13 +23,11 @@ from typing import Any
 import pytest
 from rl_games.common.algo_observer import AlgoObserver
 
-from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
 from async_pbt_isaaclab.core.audit import read_entries, verify_log
-from async_pbt_isaaclab.core.slices import member_threads, slice_layout
+from async_pbt_isaaclab.core.slices import member_threads
 from async_pbt_isaaclab.envs.gym_vec_env import GymVecEnv
-from async_pbt_isaaclab.examples.cpu_member import DEFAULT_AGENT
 from async_pbt_isaaclab.rl_games.slice_threads import STOP_WAIT_ENV, MemberThreadError
-from async_pbt_isaaclab.rl_games.slices import train_slices
+from async_pbt_isaaclab.testing.agent_options import train_two_slices
 from async_pbt_isaaclab.testing.forced_exploit import member_env
 
 pytestmark = pytest.mark.slow
@@ -160,41 +158,21 @@ def test_a_stop_ends_the_process_when_a_member_thread_is_stuck(tmp_path, stop):
     assert restored["checkpoint"] == str(ws / checkpoint)
 
 
-def _population(tmp_path: Path, epochs: int, torch_threads: str = "1") -> tuple[dict[str, Any], Any]:
-    ws = tmp_path / "ws"
+def _train(tmp_path: Path, epochs: int, torch_threads: str = "1", observers=None) -> Any:
     overrides = [
-        f"pbt.workspace={ws}",
-        "pbt.enabled=true",
-        "pbt.num_policies=2",
         "pbt.interval_steps=1024",
-        "pbt.heartbeat_interval_s=3600",
-        "pbt.max_heartbeat_age_s=100000000",
-        "pbt.mutation.learning_rate=mutate_float",
-        "params.config.num_actors=8",
         "params.config.horizon_length=64",
         "params.config.minibatch_size=256",
         "params.config.mini_epochs=1",
         f"params.config.max_epochs={epochs}",
-        "params.config.print_stats=False",
         f"params.torch_threads={torch_threads}",
     ]
-    return load_population_config(load_yaml(DEFAULT_AGENT), overrides, source=str(DEFAULT_AGENT))
-
-
-def _train(tmp_path: Path, agent_cfg: dict[str, Any], cfg: Any, observers=None) -> Any:
-    return train_slices(
-        agent_cfg,
-        cfg,
-        slice_layout(0, 2, 2, 8),
-        lambda n: GymVecEnv("Pendulum-v1", n, seed=11),
-        train_dir=str(tmp_path / "runs"),
-        task="Pendulum-v1",
-        extra_observers=observers,
+    return train_two_slices(
+        tmp_path, overrides, lambda n: GymVecEnv("Pendulum-v1", n, seed=11), envs_per_slice=8, observers=observers
     )
 
 
 def test_a_member_thread_that_cannot_start_stops_the_process_in_one_line(tmp_path, monkeypatch, capsys):
-    agent_cfg, cfg = _population(tmp_path, 50)
     start = threading.Thread.start
 
     def no_second_member(thread: threading.Thread) -> None:
@@ -204,7 +182,7 @@ def test_a_member_thread_that_cannot_start_stops_the_process_in_one_line(tmp_pat
 
     monkeypatch.setattr(threading.Thread, "start", no_second_member)
     with pytest.raises(MemberThreadError) as raised:
-        _train(tmp_path, agent_cfg, cfg)
+        _train(tmp_path, 50)
     message = str(raised.value)
     assert message.startswith("member 001: its training thread did not start (RuntimeError: can't start new thread)")
     assert "\n" not in message and "every member of this process stops" in message
@@ -232,9 +210,8 @@ def test_each_member_trains_with_its_share_of_the_cores(tmp_path, monkeypatch):
     import async_pbt_isaaclab.rl_games.slices as slices
 
     monkeypatch.setattr(slices, "available_cores", lambda: 2)
-    agent_cfg, cfg = _population(tmp_path, 2, torch_threads="4")
     probes = {m: ThreadsProbe() for m in (0, 1)}
-    host = _train(tmp_path, agent_cfg, cfg, lambda m: [probes[m]])
+    host = _train(tmp_path, 2, torch_threads="4", observers=lambda m: [probes[m]])
     expected = member_threads(4, 2, 2)
     assert expected == 1 and host.torch_threads == expected
     assert [probes[m].seen for m in (0, 1)] == [{expected}, {expected}]

@@ -79,6 +79,17 @@ def _own_weights(agents: Sequence[Any], generator: torch.Generator) -> None:
                 param.add_(0.1 * torch.randn(param.shape, generator=generator))
 
 
+def _reference_and_slice(option: AgentOption, n: int) -> tuple[Any, SharedVecEnv, Any]:
+    """An agent on an env of its own, and the same agent (same weights, own ones) on the one slice of a shared env
+    of the same envs and seed."""
+    reference = _agent(option, option.make_env(n, ENV_SEED), n, seed=3)
+    shared = _shared(option, n, 1)
+    agent = _agent(option, shared.slices[0], n, seed=3)
+    _own_weights([reference], torch.Generator().manual_seed(0))
+    agent.model.load_state_dict(reference.model.state_dict())
+    return reference, shared, agent
+
+
 def _assert_same_batch(got: dict[str, Any], expected: dict[str, Any], *, exact_returns: bool) -> None:
     assert sorted(got) == sorted(expected)
     for key, value in expected.items():
@@ -94,12 +105,7 @@ def _assert_same_batch(got: dict[str, Any], expected: dict[str, Any], *, exact_r
 
 @pytest.mark.parametrize("option", TOGETHER, ids=lambda o: o.name)
 def test_one_slice_plays_what_rl_games_plays(option):
-    n = 4
-    reference = _agent(option, option.make_env(n, ENV_SEED), n, seed=3)
-    shared = _shared(option, n, 1)
-    agent = _agent(option, shared.slices[0], n, seed=3)
-    _own_weights([reference], torch.Generator().manual_seed(0))
-    agent.model.load_state_dict(reference.model.state_dict())
+    reference, shared, agent = _reference_and_slice(option, 4)
     assert rollout_problems({0: agent}) == []
     rollout = SliceRollout(shared, {0: agent})
     assert (0 in rollout.own_calls) == (option.path == "own"), rollout.own_calls
@@ -176,12 +182,7 @@ def _play_steps_in_a_thread(shared: SharedVecEnv, agent: Any, rollouts: int) -> 
 def test_one_slice_steps_what_rl_games_steps(option):
     if option.name == "action-masks" and ACTION_MASKS_DO_NOT_BUILD:
         pytest.skip(NO_MASKS_HERE)
-    n = 4
-    reference = _agent(option, option.make_env(n, ENV_SEED), n, seed=3)
-    shared = _shared(option, n, 1)
-    agent = _agent(option, shared.slices[0], n, seed=3)
-    _own_weights([reference], torch.Generator().manual_seed(0))
-    agent.model.load_state_dict(reference.model.state_dict())
+    reference, shared, agent = _reference_and_slice(option, 4)
     problems = rollout_problems({0: agent})
     assert problems and all(p.startswith("slot 0: ") for p in problems), problems
     torch.manual_seed(11)
