@@ -92,6 +92,7 @@ def _model(option: AgentOption, tmp_path: Path, *, alone: bool, epochs: int) -> 
     return agent.model.state_dict()
 
 
+@pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)
 @pytest.mark.parametrize("name", ["action-masks", "central-value"])
 def test_one_slice_stepping_trains_as_rl_games_alone(tmp_path, name):
 
