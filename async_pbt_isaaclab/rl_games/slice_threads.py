@@ -162,3 +162,37 @@ def _leave_stuck(m: SliceMember, waited: float) -> None:
     )
     print(f"[async-pbt] {m.error}", file=sys.stderr, flush=True)
     _say_where_it_resumes(m.session)
+
+
+def end_unstarted(host: SliceHost) -> None:
+    """Members that never trained (a stop or an error while the env, the agents or the threads were built): a built
+    agent ends like a process member's (record and audit say stopped), an unbuilt one just releases the member."""
+    from async_pbt_isaaclab.rl_games.runner import _say_where_it_resumes
+
+    for m in host.members.values():
+        if m.status != "running":
+            continue
+        m.status = "stopped"
+        if m.observer is not None and m.observer.algo is not None:
+            m.observer.finish("stopped")
+        else:
+            m.session.close()
+        _say_where_it_resumes(m.session)
+
+
+def raise_for_members(host: SliceHost) -> None:
+    """The process's error, when a member's thread is stuck or a member failed (not a fault it stopped on)."""
+    from async_pbt_isaaclab.rl_games.slices import MemberFault
+
+    stuck = [m for m in host.members.values() if m.status == "stuck"]
+    if stuck:
+        them = "it; it resumes" if len(stuck) == 1 else "them; they resume"
+        raise MembersStuck(
+            "; ".join(str(m.error) for m in stuck)
+            + f": the process ends without {them} from the last checkpoint when the command runs again"
+        )
+    failed = [m for m in host.members.values() if m.status == "failed" and not isinstance(m.error, MemberFault)]
+    if failed:
+        raise RuntimeError(
+            "; ".join(f"member {m.session.member} failed: {type(m.error).__name__}: {m.error}" for m in failed)
+        ) from failed[0].error

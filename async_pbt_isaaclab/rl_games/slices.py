@@ -26,7 +26,8 @@ rl_games log dir. What differs from a process member:
   others go on. The shared env never sees a non-finite action (``envs/slice_env.py``).
 * **Stops**: Ctrl-C or SIGTERM stops every member at its next env step; each prints its resume line, and the next
   start resumes each from its own checkpoint. A member whose thread has not ended :func:`stop_wait_s` seconds after
-  the stop (stuck, e.g. in I/O) is left behind: :class:`MembersStuck` names it, and the process ends without it.
+  the stop (stuck, e.g. in I/O) is left behind: :class:`~async_pbt_isaaclab.rl_games.slice_threads.MembersStuck`
+  names it, and the process ends without it.
 * **Threads**: each member trains in a thread of its own with :func:`~async_pbt_isaaclab.core.slices.member_threads`
   torch threads, so that the members' updates, which run at the same time, share the cores instead of each taking
   what a process member would.
@@ -56,9 +57,10 @@ from async_pbt_isaaclab.rl_games.publisher import MemberPublisher
 from async_pbt_isaaclab.rl_games.slice_rollout import SliceRollout, rollout_problems
 from async_pbt_isaaclab.rl_games.slice_threads import (
     STOP_WAIT_S,
-    MembersStuck,
     available_cores,
+    end_unstarted,
     join_members,
+    raise_for_members,
     run_members,
     stop_wait_s,
 )
@@ -336,9 +338,9 @@ def train_slices(
 ) -> SliceHost:
     """Train the members of ``layout`` in this process on one env ``make_env(layout.num_envs)`` (an rl_games
     vec-env carrying a summary source). Raises ``ValueError`` naming the setting when the config cannot run as
-    slices, :class:`MemberThreadError` when a member's thread cannot start, :class:`MembersStuck` when member
-    threads are still running :func:`stop_wait_s` seconds after a stop; a stop (Ctrl-C, SIGTERM) returns after
-    every member has stopped and said where it resumes.
+    slices, ``slice_threads.MemberThreadError`` when a member's thread cannot start, ``slice_threads.MembersStuck``
+    when member threads are still running :func:`stop_wait_s` seconds after a stop; a stop (Ctrl-C, SIGTERM)
+    returns after every member has stopped and said where it resumes.
 
     ``extra_observers(member)``: more rl_games observers for that member (default: rl_games' ``IsaacAlgoObserver``,
     as a process member has)."""
@@ -363,12 +365,12 @@ def train_slices(
             join_members(host, shared)  # a SIGTERM meanwhile is a KeyboardInterrupt too, not the default's kill
         finally:
             stop_signal.restore()
-        _end_unstarted(host)
+        end_unstarted(host)
         if shared is not None and close_env:
             close = getattr(shared.env, "close", None)
             if close is not None:
                 close()
-    _raise_for_members(host)
+    raise_for_members(host)
     return host
 
 
@@ -406,37 +408,6 @@ def _start_sessions(
             m.session.close()
         raise
     return rl_cfgs
-
-
-def _end_unstarted(host: SliceHost) -> None:
-    """Members that never trained (a stop or an error while the env, the agents or the threads were built): a built
-    agent ends like a process member's (record and audit say stopped), an unbuilt one just releases the member."""
-    from async_pbt_isaaclab.rl_games.runner import _say_where_it_resumes
-
-    for m in host.members.values():
-        if m.status != "running":
-            continue
-        m.status = "stopped"
-        if m.observer is not None and m.observer.algo is not None:
-            m.observer.finish("stopped")
-        else:
-            m.session.close()
-        _say_where_it_resumes(m.session)
-
-
-def _raise_for_members(host: SliceHost) -> None:
-    """The process's error, when a member's thread is stuck or a member failed (not a fault it stopped on)."""
-    stuck = [m for m in host.members.values() if m.status == "stuck"]
-    if stuck:
-        raise MembersStuck(
-            "; ".join(str(m.error) for m in stuck)
-            + ": the process ends without it; it resumes from its last checkpoint when the command runs again"
-        )
-    failed = [m for m in host.members.values() if m.status == "failed" and not isinstance(m.error, MemberFault)]
-    if failed:
-        raise RuntimeError(
-            "; ".join(f"member {m.session.member} failed: {type(m.error).__name__}: {m.error}" for m in failed)
-        ) from failed[0].error
 
 
 def _member_agent_cfg(agent_cfg: dict[str, Any], first: int, member: int) -> dict[str, Any]:
@@ -497,6 +468,13 @@ def _build(
             )
         if m.session.start_mode in ("fresh", "warm_start"):
             _override_sigma(m.agent, {"sigma": sigma})
+    _choose_stepping(host, shared)
+    shared.reset()
+    return shared
+
+
+def _choose_stepping(host: SliceHost, shared: SharedVecEnv) -> None:
+    """How the members collect experience: rollouts played together, or one env step at a time (said, with why)."""
     agents = {m.slot: m.agent for m in host.members.values() if m.agent is not None}
     # rl_games' play_steps asks its vec-env for the masks before every step: the main thread reads them after each.
     shared.read_action_masks = any(getattr(a, "use_action_masks", False) for a in agents.values())
@@ -512,8 +490,6 @@ def _build(
         print(f"[async-pbt] slices step the env one step at a time ({'; '.join(problems)})", flush=True)
     elif agents:
         SliceRollout(shared, agents).install()
-    shared.reset()
-    return shared
 
 
 def build_slice_agent(agent_cfg: dict[str, Any], vec_env: Any, observer: Any = None) -> Any:

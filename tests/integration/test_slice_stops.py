@@ -128,7 +128,7 @@ def test_a_stop_ends_the_process_when_a_member_thread_is_stuck(tmp_path, stop):
     assert proc.returncode == 1, out[-3000:]
     errors = [line for line in out.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and errors[0].startswith("error: member 001 did not stop within 3 s of the stop"), out
-    assert "its thread is in stuck_in_io (" in errors[0] and "it resumes from its last checkpoint" in errors[0]
+    assert "its thread is in stuck_in_io (" in errors[0] and "it resumes from the last checkpoint" in errors[0]
     # Member 0 stopped as usual; both said where they resume; member 1's state is its last published one.
     record = json.loads((ws / "members" / "000" / "record.json").read_text())
     assert record["status"] == "stopped"
