@@ -160,6 +160,7 @@ OPTIONS = (
         ),
     ),
     AgentOption("d2rl", ("params.network.mlp.d2rl=True", "params.network.mlp.units=[16, 16, 8]")),
+    AgentOption("separate-critic", ("params.network.separate=True",)),
     AgentOption(
         "bounded-exploration",
         ("params.network.name=pbt_bounded_actor_critic", "params.network.log_std_bounds={low: -5.0, high: 0.5}"),
