@@ -304,7 +304,7 @@ def _slices(args: argparse.Namespace, env_cfg: Any, agent_cfg: dict[str, Any], c
         slice_layout(cfg.policy_idx, count, cfg.num_policies, scene.num_envs)
     except ValueError as exc:
         raise _Refused(f"error: {exc}") from None
-    problems = check_slices(cfg, count)
+    problems = check_slices(cfg, count, agent_cfg)
     if problems:
         raise _Refused("\n".join(f"error: {p}" for p in problems))
     scene.num_envs *= count
@@ -327,6 +327,7 @@ def _train_slices(
     from dataclasses import replace
 
     from async_pbt_isaaclab.core.slices import slice_layout
+    from async_pbt_isaaclab.rl_games.slice_threads import MembersStuck, MemberThreadError, end_process
     from async_pbt_isaaclab.rl_games.slices import train_slices
 
     num_envs = int(vec_env.unwrapped.num_envs)
@@ -337,18 +338,24 @@ def _train_slices(
         f"{layout.envs_per_slice} each"
     )
     start = time.time()
-    train_slices(
-        agent_cfg,
-        cfg,
-        layout,
-        lambda n: vec_env,
-        train_dir=log_root,
-        task=args.task,
-        checkpoint=resume_path,
-        sigma=sigma,
-        reward_config=reward_config,
-        extra_observers=lambda m: _observers(args, env_cfg, agent_cfg, replace(cfg, policy_idx=m), log_root, None),
-    )
+    try:
+        train_slices(
+            agent_cfg,
+            cfg,
+            layout,
+            lambda n: vec_env,
+            train_dir=log_root,
+            task=args.task,
+            checkpoint=resume_path,
+            sigma=sigma,
+            reward_config=reward_config,
+            extra_observers=lambda m: _observers(args, env_cfg, agent_cfg, replace(cfg, policy_idx=m), log_root, None),
+        )
+    except MemberThreadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except MembersStuck as exc:
+        end_process(exc)  # before the simulator closes: a stuck member thread could keep that waiting too
     print(f"Training time: {round(time.time() - start, 2)} seconds")
     return 0
 

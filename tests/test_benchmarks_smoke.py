@@ -1,5 +1,5 @@
 """Smoke runs of benchmarks: the end-to-end emitter benchmark (``scripts/benchmarks/summary_emitter.py e2e``) and the
-slices action step (``scripts/benchmarks/stacked_forward.py``).
+slices action step (``scripts/benchmarks/action_step.py``).
 
 Tiny settings (64 envs, 8-step horizon, 3 epochs, one pair, no warm-up): it checks that the benchmark runs the
 rl_games PPO loop through Isaac Lab's real RL-Games wrappers with and without the emitter wrapper and reports both
@@ -211,12 +211,12 @@ def test_population_vs_independent_mujoco_case_smoke(case, tmp_path, capsys):
     assert "case goal" in capsys.readouterr().out
 
 
-def test_stacked_forward_benchmark_reports_every_variant():
-    """``scripts/benchmarks/stacked_forward.py`` on Pendulum's packaged agent, tiny: every variant is timed."""
+def test_action_step_benchmark_reports_every_variant():
+    """``scripts/benchmarks/action_step.py`` on Pendulum's packaged agent, tiny: every variant is timed."""
     proc = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "benchmarks" / "stacked_forward.py"),
+            str(ROOT / "scripts" / "benchmarks" / "action_step.py"),
             "--task",
             "Pendulum-v1",
             "--members",
@@ -234,6 +234,6 @@ def test_stacked_forward_benchmark_reports_every_variant():
         cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for name in ("per member", "stacked", "vmap", "one agent on all envs"):
+    for name in ("per member", "lean", "vmap", "one agent on all envs"):
         match = re.search(rf"^  {name}\s+([0-9]+) \[", proc.stdout, re.MULTILINE)
         assert match and int(match.group(1)) > 0, proc.stdout

@@ -20,6 +20,9 @@ slice of a process, never searched."""
 SLICES_FLAG = "--pbt-slices"
 """The command-line flag (``scripts/train_pbt.py`` and the CPU member)."""
 
+RL_GAMES_AUTO_THREADS = 4
+"""rl_games' ``torch_threads: auto`` (its default): at most this many intra-op threads per training thread."""
+
 
 @dataclass(frozen=True)
 class SliceLayout:
@@ -74,8 +77,16 @@ def slice_layout(first: int, count: int, num_policies: int, envs_per_slice: int)
     return SliceLayout(first, count, envs_per_slice)
 
 
-def slice_problems(mutation_keys: Iterable[str], exploit_mode: str, live_keys: Iterable[str], count: int) -> list[str]:
-    """Why a process of ``count`` slices cannot search ``mutation_keys`` with ``exploit_mode`` (empty: it can).
+def slice_problems(
+    mutation_keys: Iterable[str],
+    exploit_mode: str,
+    live_keys: Iterable[str],
+    count: int,
+    agent_cfg: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Why a process of ``count`` slices cannot search ``mutation_keys`` with ``exploit_mode``, nor run the rl_games
+    agent config ``agent_cfg`` when it is given (:func:`agent_problems`) (empty: it can). Every entry point asks this
+    before anything is claimed.
 
     ``live_keys`` are the hyperparameters a running agent can take (``rl_games/live.py``); the caller passes them,
     so this module stays free of rl_games."""
@@ -102,7 +113,7 @@ def slice_problems(mutation_keys: Iterable[str], exploit_mode: str, live_keys: I
             f"pbt.exploit_mode: restart would restart all {count} slices of the process at every exploit "
             f"({SLICES_FLAG} {count}); slices exploit in memory: use auto or inprocess"
         )
-    return problems
+    return problems + (agent_problems(agent_cfg, count) if agent_cfg is not None else [])
 
 
 def rollout_key_problems(agent_cfg: Mapping[str, Any], count: int) -> list[str]:
@@ -114,6 +125,56 @@ def rollout_key_problems(agent_cfg: Mapping[str, Any], count: int) -> list[str]:
         return []
     keys = [k for k in mutation if str(k).rsplit(".", 1)[-1] in ROLLOUT_KEYS]
     return slice_problems(keys, "auto", (), count)
+
+
+def agent_problems(agent_cfg: Mapping[str, Any], count: int) -> list[str]:
+    """Why the rl_games agent config cannot run as ``count`` slices of one process (empty: it can): what no member
+    can do on an env it shares with others, one line per setting, naming it. Checked before anything is claimed.
+
+    Every other rl_games setting runs, each either on the rollout played together or, where that cannot play it,
+    one env step at a time (``rl_games/slice_rollout.py``, ``rollout_problems``)."""
+    if count <= 1:
+        return []
+    params = _section(agent_cfg, "params")
+    network, config = _section(params, "network"), _section(params, "config")
+    where = f"({SLICES_FLAG} {count}): remove it, or run members as separate processes"
+    problems = []
+    if network.get("rnn"):
+        problems.append(
+            f"params.network.rnn: a recurrent policy cannot be a slice {where}: slices exploit in memory, and a "
+            f"recurrent member's hidden states belong to the weights it had (a process member restarts instead)"
+        )
+    if config.get("multi_gpu"):
+        problems.append(f"params.config.multi_gpu: a multi-GPU member cannot be a slice {where}")
+    resets = config.get("epochs_between_resets", 0)
+    if not isinstance(resets, (int, float)) or resets > 0:
+        problems.append(
+            f"params.config.epochs_between_resets: {resets} resets the env every {resets} epochs, but the {count} "
+            f"slices of this process share one env, which one member cannot reset for the others {where}"
+        )
+    return problems
+
+
+def _section(mapping: Any, key: str) -> Mapping[str, Any]:
+    """``mapping[key]`` when both are mappings, else an empty one (a malformed yaml is the config reader's to name)."""
+    value = mapping.get(key) if isinstance(mapping, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
+
+
+def member_threads(torch_threads: Any, count: int, cores: int) -> int:
+    """Torch intra-op threads for each of ``count`` members' training threads on ``cores`` cores: their PPO updates
+    run at the same time, so the cores are shared out instead of each member taking what a process would.
+
+    ``torch_threads`` is the agent yaml's ``params.torch_threads``: ``auto`` (rl_games' default) caps each member
+    at :data:`RL_GAMES_AUTO_THREADS` as rl_games does, a number caps it there, ``0`` (rl_games: torch's default)
+    leaves only the cores' share; every member gets at least one."""
+    if torch_threads is None or torch_threads == "auto":
+        cap = RL_GAMES_AUTO_THREADS
+    elif int(torch_threads) <= 0:
+        cap = cores
+    else:
+        cap = int(torch_threads)
+    return max(1, min(cap, cores // max(1, count)))
 
 
 def process_members(command: Iterable[str], first: int) -> list[int]:

@@ -23,9 +23,10 @@ synchronisation on a GPU). Non-finite actions of a member whose weights went bad
 reach the shared simulator (a device-side ``nan_to_num``), so one member's fault cannot corrupt another's envs.
 
 Evidence: the env's :class:`~async_pbt_isaaclab.envs.summary_emitter.EpisodeSummaryEmitter` (which would see all
-envs as one member's) is replaced by a :class:`SlicedSummarySource`, one emitter per slice fed with its slice of
-every step's rewards, flags and per-env terms; member ``i``'s ``SliceVecEnv.pbt_summary_source`` is its own emitter,
-so its evidence, generations and settling gate are its slice's alone.
+envs as one member's) is replaced by a :class:`~async_pbt_isaaclab.envs.slice_summary.SlicedSummarySource`, one
+emitter per slice fed with its slice of every step's rewards, flags and per-env terms; member ``i``'s
+``SliceVecEnv.pbt_summary_source`` is its own emitter, so its evidence, generations and settling gate are its slice's
+alone.
 """
 
 from __future__ import annotations
@@ -36,8 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from async_pbt_isaaclab.envs.summary_emitter import EpisodeSummaryEmitter
-from async_pbt_isaaclab.envs.summary_source import SUMMARY_SOURCE_ATTR, find_summary_source
+from async_pbt_isaaclab.envs.slice_summary import split_summary_source
 
 DISPLAY_ONLY_INFOS = ("episode", "log")
 """``infos`` keys that hold means over all envs reset in a step (display values): they would mix members, so a
@@ -99,118 +99,6 @@ def zeros_like_actions(template: Any) -> Any:
     return np.zeros_like(np.asarray(template))
 
 
-# ---------------------------------------------------------------------------------------------- evidence per slice
-
-
-class SlicedSummarySource:
-    """One :class:`EpisodeSummaryEmitter` per slice, fed by the env layer as if it were one emitter.
-
-    It takes the place of the env's ``pbt_summary_source`` (the gymnasium vec-env and the Isaac Lab wrapper call
-    ``step``, ``reset``, ``start_generation`` and read or set ``condition`` on it); each member's
-    :class:`SliceVecEnv` exposes its own part. ``step`` slices every input with views: a fixed number of kernels per
-    slice, no host synchronisation."""
-
-    def __init__(self, whole: EpisodeSummaryEmitter, bounds: Sequence[tuple[int, int]]):
-        if whole.layout.log_terms:
-            raise ValueError(
-                f"pbt terms {list(whole.layout.log_terms)} read extras['log'], a mean over every env reset in a step; "
-                f"with several members on one env it would mix their episodes: give them a per-env source "
-                f"(docs/isaaclab.md, pbt_summary terms), or run members as separate processes"
-            )
-        self.num_envs = whole.num_envs
-        """Envs of the shared env."""
-        self.bounds = tuple(bounds)
-        """``[start, stop)`` of every slice."""
-        condition: Any = whole._condition_fn if whole._condition_fn is not None else whole.condition
-        self.parts = [
-            EpisodeSummaryEmitter(
-                num_envs=stop - start,
-                device=whole.device,
-                term_names=whole.term_names,
-                condition=condition,
-                generation=whole.generation,
-                term_modes=whole.term_modes,
-                dtype=whole.dtype,
-                settle_max_steps=whole.settle_max_steps,
-            )
-            for start, stop in self.bounds
-        ]
-        """Each slice's emitter (its member's summary source)."""
-        for (start, stop), part in zip(self.bounds, self.parts, strict=True):
-            # Episodes in flight carry over (an env attached mid-episode stays "start unknown", segment -1): a copy
-            # on the device, no host read.
-            part._acc.copy_(whole._acc[:, start:stop])
-            segment = part._acc[part._seg_row]
-            torch.where(segment < 0, segment, part._init[part._seg_row, 0], out=segment)
-
-    def step(self, rewards, terminated, truncated, terms=None, log=None) -> None:
-        n = self.num_envs
-        rewards = rewards.reshape(n)
-        terminated = terminated.reshape(n)
-        truncated = truncated.reshape(n)
-        for (start, stop), part in zip(self.bounds, self.parts, strict=True):
-            part_terms = None if terms is None else {k: v.reshape(n)[start:stop] for k, v in terms.items()}
-            part.step(rewards[start:stop], terminated[start:stop], truncated[start:stop], terms=part_terms, log=log)
-
-    def reset(self) -> None:
-        for part in self.parts:
-            part.reset()
-
-    @property
-    def generation(self) -> int:
-        return self.parts[0].generation
-
-    def start_generation(self, generation: int) -> None:
-        """Every slice starts a new segment (the env's own reset logic asks this of the one emitter it knows); each
-        member's generation stays its own: the number passed is each part's."""
-        for part in self.parts:
-            part.start_generation(part.generation if generation == self.generation else generation)
-
-    @property
-    def condition(self) -> Any:
-        return self.parts[0].condition
-
-    @condition.setter
-    def condition(self, label: Any) -> None:
-        for part in self.parts:
-            part.condition = label
-
-    def drain(self) -> Any:
-        raise RuntimeError("a sliced env has one summary source per member: drain each SliceVecEnv's")
-
-
-def split_summary_source(env: Any, bounds: Sequence[tuple[int, int]]) -> SlicedSummarySource:
-    """Replace the emitter reachable from ``env`` by one emitter per slice; returns the sliced source."""
-    holder, whole = _source_holder(env)
-    if isinstance(whole, SlicedSummarySource):
-        return whole
-    sliced = SlicedSummarySource(whole, bounds)
-    setattr(holder, SUMMARY_SOURCE_ATTR, sliced)
-    return sliced
-
-
-def _source_holder(env: Any) -> tuple[Any, Any]:
-    source = find_summary_source(env)
-    if source is None:
-        raise RuntimeError(
-            "shared env: no 'pbt_summary_source' along the env's wrappers (use the gymnasium vec-env or the Isaac "
-            "Lab wrapper, async_pbt_isaaclab.envs.isaaclab)"
-        )
-    todo, seen = [env], set()
-    while todo:
-        cur = todo.pop(0)
-        if cur is None or id(cur) in seen:
-            continue
-        seen.add(id(cur))
-        if cur.__dict__.get(SUMMARY_SOURCE_ATTR) is source if hasattr(cur, "__dict__") else False:
-            return cur, source
-        for attr in ("vec_env", "env", "unwrapped"):
-            nxt = getattr(cur, attr, None)
-            if nxt is not None and nxt is not cur:
-                todo.append(nxt)
-    raise RuntimeError("shared env: its summary source is not an attribute it can be replaced in")
-
-
 # ---------------------------------------------------------------------------------------------- the barrier
 
 
@@ -255,6 +143,10 @@ class SharedVecEnv:
         self._stopping: str | None = None
         self._error: BaseException | None = None
         self._obs: Any = None
+        self.read_action_masks = False
+        """Read the env's ``get_action_masks()`` after its reset and every step (set when a member uses action
+        masks: rl_games' ``play_steps`` asks its vec-env for them before each step)."""
+        self._masks: Any = None
 
     # ------------------------------------------------------------------ main thread
     def use_rollouts(self, rollout: Callable[[list[int]], Mapping[int, Any]]) -> None:
@@ -265,27 +157,27 @@ class SharedVecEnv:
     def reset(self) -> None:
         """Reset the whole env once, before the members start (each slice's first ``reset`` returns its part)."""
         self._obs = self.env.reset()
+        self._masks = self._read_masks()
+
+    def _read_masks(self) -> Any:
+        """The env's action masks of its current state (main thread), when a member uses them."""
+        return self.env.get_action_masks() if self.read_action_masks else None
 
     def run(self) -> None:
         """Do each round (an env step, or a rollout) once every active slice has handed in its part, until no slice
-        is active (call in the main thread). A KeyboardInterrupt here (Ctrl-C, SIGTERM turned into one) is passed
-        on: call :meth:`stop` then."""
+        is active or the members are stopping (call in the main thread; a stopping member raises at its next hand-in
+        and needs no round). A KeyboardInterrupt here (Ctrl-C, SIGTERM turned into one) is passed on: call
+        :meth:`stop` then."""
         while True:
             with self._cond:
-                while self._active_count() and not self._all_submitted():
+                while self._active_count() and not self._all_submitted() and self._stopping is None:
                     # A bounded wait: Ctrl-C is seen even where a lock wait is not interruptible.
                     self._cond.wait(timeout=1.0)
-                if not self._active_count():
+                if not self._active_count() or self._stopping is not None:
                     return
                 parts = list(self._actions)
             try:
-                if self.rollout is not None:
-                    outputs = self.rollout([slot for slot, p in enumerate(parts) if p is not None])
-                else:
-                    template = next(p for p in parts if p is not None)
-                    outputs = self.env.step(
-                        join_actions([zeros_like_actions(template) if p is None else p for p in parts])
-                    )
+                outputs, masks = self._play(parts)
             except BaseException as exc:  # a simulator (or rollout) error stops every member, and says why
                 what = "the members' rollout" if self.rollout is not None else "the shared env"
                 with self._cond:
@@ -295,9 +187,18 @@ class SharedVecEnv:
                 raise
             with self._cond:
                 self.rounds += 1
-                self._outputs = outputs
+                self._outputs, self._masks = outputs, masks
                 self._actions = [None] * len(self.bounds)
                 self._wake_slices()
+
+    def _play(self, parts: list[Any]) -> tuple[Any, Any]:
+        """One round: the rollout of the slots that asked, or one env step with every slice's actions (zeros for a
+        slice that left) and the action masks of the state it reached."""
+        if self.rollout is not None:
+            return self.rollout([slot for slot, p in enumerate(parts) if p is not None]), None
+        template = next(p for p in parts if p is not None)
+        outputs = self.env.step(join_actions([zeros_like_actions(template) if p is None else p for p in parts]))
+        return outputs, self._read_masks()
 
     def stop(self, reason: str) -> None:
         """Every member stops at its next env step or rollout (:class:`SlicesStopped` in its thread)."""
@@ -366,6 +267,13 @@ class SharedVecEnv:
         start, stop = self.bounds[slot]
         return split_value(self._obs, start, stop, self.num_envs)
 
+    def action_masks(self, slot: int) -> Any:
+        """``slot``'s part of the env's action masks of the current step (read by the main thread)."""
+        if not self.read_action_masks:
+            raise RuntimeError(f"slice {slot} asked for action masks, but no member of the process uses them")
+        start, stop = self.bounds[slot]
+        return split_value(self._masks, start, stop, self.num_envs)
+
     def _wake_slices(self) -> None:
         for cond in self._slot_conds:
             cond.notify_all()
@@ -394,19 +302,22 @@ class SliceVecEnv:
         """Envs of this slice."""
         self.pbt_summary_source = shared.summary.parts[slot]
         """This member's completed-episode evidence (its slice's envs alone)."""
-        self._obs: Any = None
+        self._reset = False
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any]:
-        obs, rewards, dones, infos = self.shared.submit(self.slot, actions)
-        self._obs = obs
-        return obs, rewards, dones, infos
+        return self.shared.submit(self.slot, actions)
 
     def reset(self) -> Any:
-        """The slice's current observations: the shared env was reset once before the members started; a slice
-        cannot reset the envs the others act in (rl_games resets once, at the start of ``train``)."""
-        if self._obs is None:
-            self._obs = self.shared.first_obs(self.slot)
-        return self._obs
+        """The slice's first observations: the shared env was reset once before the members started. rl_games
+        resets once, at the start of ``train``; a later reset (``epochs_between_resets``, refused with slices by
+        ``core/slices.py``) cannot be done: a slice cannot reset the envs the others act in."""
+        if self._reset:
+            raise RuntimeError(
+                f"slice {self.slot}: reset() again: a slice cannot reset the envs the other members act in "
+                f"(params.config.epochs_between_resets must be 0 with slices)"
+            )
+        self._reset = True
+        return self.shared.first_obs(self.slot)
 
     def get_number_of_agents(self) -> int:
         return int(self.shared.env.get_number_of_agents())
@@ -415,7 +326,12 @@ class SliceVecEnv:
         return self.shared.env.get_env_info()
 
     def has_action_masks(self) -> bool:
-        return False
+        has = getattr(self.shared.env, "has_action_masks", None)
+        return bool(has()) if has is not None else False
+
+    def get_action_masks(self) -> Any:
+        """This slice's action masks for the coming step (rl_games' ``play_steps`` asks before each step)."""
+        return self.shared.action_masks(self.slot)
 
     def seed(self, seed: int) -> None:
         pass  # the shared env is seeded once, by the process

@@ -167,6 +167,7 @@ def _train_slices(
     from async_pbt_isaaclab.core.slices import slice_layout
     from async_pbt_isaaclab.core.workspace import WorkspaceError
     from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError
+    from async_pbt_isaaclab.rl_games.slice_threads import MembersStuck, MemberThreadError, end_process
     from async_pbt_isaaclab.rl_games.slices import check_slices, train_slices
 
     rl_cfg = agent_cfg["params"]["config"]
@@ -174,7 +175,7 @@ def _train_slices(
         if not cfg.enabled:
             raise ValueError(f"{SLICES_FLAG} {args.pbt_slices}: slices are population members; give --pbt-workspace")
         layout = slice_layout(cfg.policy_idx, args.pbt_slices, cfg.num_policies, int(rl_cfg["num_actors"]))
-        problems = check_slices(cfg, layout.count)
+        problems = check_slices(cfg, layout.count, agent_cfg)
         if problems:
             raise ValueError("; ".join(problems))
     except ValueError as exc:
@@ -194,6 +195,11 @@ def _train_slices(
     except (WorkspaceError, CheckpointError) as exc:
         print(f"error: members {layout.first}..{layout.first + layout.count - 1}: {exc}", file=sys.stderr)
         return 2
+    except MemberThreadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except MembersStuck as exc:
+        end_process(exc)
     return 0
 
 

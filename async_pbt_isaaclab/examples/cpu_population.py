@@ -232,12 +232,12 @@ def check_member_config(args: argparse.Namespace, workspace: Path) -> None:
     overrides = [o for o in rest if "=" in o]
     try:
         agent_yaml = packaged_agent_yaml(args.task)
-        _, cfg = load_population_config(
+        agent_cfg, cfg = load_population_config(
             load_yaml(agent_yaml), [*population_overrides(member_args), *overrides], source=str(agent_yaml)
         )
     except ConfigError as exc:
         raise UsageError("; ".join(exc.problems)) from None
-    problems = slice_problems(cfg.mutation, cfg.exploit_mode, LIVE_SETTERS, args.slices)
+    problems = slice_problems(cfg.mutation, cfg.exploit_mode, LIVE_SETTERS, args.slices, agent_cfg)
     if problems:
         raise UsageError("; ".join(problems))
 

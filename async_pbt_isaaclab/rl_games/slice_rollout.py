@@ -9,8 +9,9 @@ that overhead, not the env, set the pace (docs/validation.md, "Slices vs process
 * one experience buffer for the whole env, ``(horizon, M x n, ...)``; each agent's buffer entries are views of its
   columns, so a step writes each key once for every member, and each member's batch comes from its own
   ``experience_buffer.get_transformed_list`` as in rl_games;
-* each member's forward pass on its slice of the observations (its own weights, normalizers and sigma), then one
-  action batch, one ``env.step``, one reward shaping, one value bootstrap on time-outs with each member's ``gamma``;
+* each member's action step on its slice of the observations (its own model: ``rl_games/action_step.py``), then
+  one action batch, one ``env.step``, one reward shaping, one value bootstrap on time-outs with each member's
+  ``gamma``;
 * per member only what is its own: its episode statistics (``game_rewards`` ...) and its observers'
   ``process_infos`` with its slice's ``infos`` and done envs;
 * GAE once for all members, with rl_games' own ``discount_values`` and a ``gamma`` / ``tau`` per env (each
@@ -34,7 +35,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from async_pbt_isaaclab.envs.slice_env import SharedVecEnv, finite_actions, split_infos, split_value
-from async_pbt_isaaclab.rl_games.stacked_policy import StackedPolicy, stack_problems
+from async_pbt_isaaclab.rl_games.action_step import OWN_CALL, action_step
 
 SHARED_SETTINGS = ("horizon_length", "value_bootstrap", "clip_actions", "value_size", "ppo_device", "num_agents")
 """Agent attributes that shape the shared batch: every member must have the same value (the config checks refuse
@@ -95,21 +96,24 @@ class _Run:
 
 class SliceRollout:
     """Plays rollouts of the members of one :class:`~async_pbt_isaaclab.envs.slice_env.SharedVecEnv` together (see
-    the module docstring); called by ``SharedVecEnv.run`` in the main thread with the slots that asked."""
+    the module docstring); called by ``SharedVecEnv.run`` in the main thread with the slots that asked.
+    ``lean=False``: every member acts through its own ``get_action_values`` (to compare the two)."""
 
-    def __init__(self, shared: SharedVecEnv, agents: Mapping[int, Any], *, stacked: bool = True):
+    def __init__(self, shared: SharedVecEnv, agents: Mapping[int, Any], *, lean: bool = True):
         self.shared = shared
         """The env all slices share."""
         self.agents = dict(agents)
         """Each slot's rl_games agent (a slot whose member never trained has none)."""
         self.steps = 0
         """Env steps played."""
-        slotted = [self.agents.get(slot) for slot in range(len(shared.bounds))]
-        self.unstacked = _why_not_stacked(slotted) if stacked else ["not asked"]
-        """Why the members' action step is not one batched pass (empty: it is)."""
-        self.policy = None if self.unstacked else StackedPolicy(slotted)
-        """Every member's action step as one batched pass (``rl_games/stacked_policy.py``), when their networks
-        allow it and every slot has an agent; otherwise each member's ``get_action_values`` on its slice."""
+        steps = {
+            slot: action_step(agent) if lean else (agent.get_action_values, "not asked")
+            for slot, agent in self.agents.items()
+        }
+        self._act = {slot: step for slot, (step, _) in steps.items()}
+        """Each slot's action step: its lean step (``rl_games/action_step.py``) or its own ``get_action_values``."""
+        self.own_calls = {slot: why for slot, (_, why) in steps.items() if why}
+        """The slots that act through rl_games' own ``get_action_values``, and why (worked out once, here)."""
         self._buffers: dict[str, torch.Tensor] | None = None
 
     def install(self) -> None:
@@ -117,8 +121,9 @@ class SliceRollout:
         for slot, agent in self.agents.items():
             agent.play_steps = _Request(self.shared, slot)
         self.shared.use_rollouts(self)
-        if self.unstacked:
-            print(f"[async-pbt] slices: one forward pass per member ({'; '.join(self.unstacked)})", flush=True)
+        if self.own_calls:
+            why = "; ".join(f"slot {slot}: {reason}" for slot, reason in sorted(self.own_calls.items()))
+            print(f"[async-pbt] slices: some members act through {OWN_CALL} ({why})", flush=True)
 
     # ------------------------------------------------------------------ the rollout
     def __call__(self, slots: list[int]) -> dict[int, dict[str, Any]]:
@@ -126,8 +131,8 @@ class SliceRollout:
         each one's batch, as its own ``play_steps`` would."""
         first = self.agents[slots[0]]
         run = self._start(slots, first)
-        if self.policy is not None:
-            self.policy.refresh()
+        for slot in slots:
+            self.agents[slot].model.eval()  # what get_action_values sets at every call (its set_eval did too)
         for n in range(run.horizon):
             self._step(n, run)
             self.steps += 1
@@ -169,14 +174,9 @@ class SliceRollout:
         first, buffers, bounds, n_envs = run.first, run.buffers, self.shared.bounds, self.shared.num_envs
         buffers["obses"][n] = run.obs["obs"]
         buffers["dones"][n] = run.dones
-        if self.policy is not None:
-            stacked = self.policy.act(run.obs["obs"])
-            for key in first.update_list:
-                buffers[key][n] = stacked[key]
-        else:
-            results = [self.agents[s].get_action_values(split_value(run.obs, *bounds[s], n_envs)) for s in run.slots]
-            for key in first.update_list:
-                _write_row(buffers[key][n], [r[key] for r in results], run.slots, bounds)
+        results = [self._act[s](split_value(run.obs, *bounds[s], n_envs)) for s in run.slots]
+        for key in first.update_list:
+            _write_row(buffers[key][n], [r[key] for r in results], run.slots, bounds)
         actions = finite_actions(first.preprocess_actions(buffers["actions"][n]))
         for start, stop in run.inactive:
             actions[start:stop] = 0
@@ -211,8 +211,6 @@ class SliceRollout:
 
     def _values(self, run: _Run) -> torch.Tensor:
         """The value of the observations after the last step (rl_games' ``get_values``), for every env."""
-        if self.policy is not None:
-            return self.policy.values(run.obs["obs"])
         values = torch.zeros_like(run.buffers["values"][0])
         for s in run.slots:
             start, stop = self.shared.bounds[s]
@@ -263,13 +261,6 @@ class SliceRollout:
             agent = self.agents.get(slot, first)
             parts.append(torch.full((stop - start, 1), float(value(agent)), device=first.ppo_device))
         return torch.cat(parts)
-
-
-def _why_not_stacked(slotted: list[Any]) -> list[str]:
-    """Why :class:`StackedPolicy` cannot act for these slots' agents (empty: it can)."""
-    if any(agent is None for agent in slotted):
-        return ["a slot has no agent"]
-    return stack_problems(slotted)
 
 
 def _started(agent: Any) -> bool:

@@ -25,7 +25,12 @@ RNG, hyperparameters and rl_games log dir. What the observer is given (``shared`
   audit log records a ``fault`` entry; with no checkpoint yet it stops (its envs then get zero actions) and the
   others go on. The shared env never sees a non-finite action (``envs/slice_env.py``).
 * **Stops**: Ctrl-C or SIGTERM stops every member at its next env step; each prints its resume line, and the next
-  start resumes each from its own checkpoint.
+  start resumes each from its own checkpoint. A member whose thread has not ended :func:`stop_wait_s` seconds after
+  the stop (stuck, e.g. in I/O) is left behind: :class:`~async_pbt_isaaclab.rl_games.slice_threads.MembersStuck`
+  names it, and the process ends without it.
+* **Threads**: each member trains in a thread of its own with :func:`~async_pbt_isaaclab.core.slices.member_threads`
+  torch threads, so that the members' updates, which run at the same time, share the cores instead of each taking
+  what a process member would.
 """
 
 from __future__ import annotations
@@ -33,19 +38,26 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.slices import SliceLayout, slice_problems
-from async_pbt_isaaclab.envs.slice_env import SharedVecEnv, SlicesStopped
+from async_pbt_isaaclab.core.slices import SliceLayout, member_threads, slice_problems
+from async_pbt_isaaclab.envs.slice_env import SharedVecEnv
 from async_pbt_isaaclab.member.donors import KeptStates
-from async_pbt_isaaclab.member.executor import MemberFault
 from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS, blockers
 from async_pbt_isaaclab.rl_games.observer import PbtObserver
 from async_pbt_isaaclab.rl_games.slice_rollout import SliceRollout, rollout_problems
+from async_pbt_isaaclab.rl_games.slice_threads import (
+    STOP_WAIT_S,
+    available_cores,
+    end_unstarted,
+    join_members,
+    raise_for_members,
+    run_members,
+    stop_wait_s,
+)
 
 STEP_BY_STEP_ENV = "ASYNC_PBT_SLICES_STEP_BY_STEP"
 """Set to 1 to step slices one env step at a time even where their rollouts can be played together (the path
@@ -53,9 +65,10 @@ agents that :func:`~async_pbt_isaaclab.rl_games.slice_rollout.rollout_problems` 
 (``scripts/benchmarks/slices_vs_processes.py``) or ruling the batched rollout out when something looks wrong."""
 
 
-def check_slices(cfg: PopulationConfig, count: int) -> list[str]:
-    """Why this population config cannot run as ``count`` slices of one process (empty: it can)."""
-    return slice_problems(cfg.mutation, cfg.exploit_mode, LIVE_SETTERS, count)
+def check_slices(cfg: PopulationConfig, count: int, agent_cfg: dict[str, Any] | None = None) -> list[str]:
+    """Why this population config (and ``agent_cfg``, the rl_games yaml, when given) cannot run as ``count`` slices
+    of one process (empty: it can). Every entry point asks this before anything is claimed."""
+    return slice_problems(cfg.mutation, cfg.exploit_mode, LIVE_SETTERS, count, agent_cfg)
 
 
 # ---------------------------------------------------------------------------------------------- the host
@@ -70,17 +83,23 @@ class SliceMember:
     observer: PbtObserver | None = None
     agent: Any = None
     status: str = "running"
-    """``running``, ``finished``, ``stopped`` or ``failed``."""
+    """``running``, ``finished``, ``stopped``, ``failed`` or ``stuck`` (its thread did not end after a stop)."""
     error: BaseException | None = None
+    thread: threading.Thread | None = None
+    """Its training thread, once started."""
 
 
 class SliceHost:
     """The members of one process (see the module docstring)."""
 
-    def __init__(self, layout: SliceLayout):
+    def __init__(self, layout: SliceLayout, torch_threads: int = 1, stop_wait: float = STOP_WAIT_S):
         self.layout = layout
         self.members: dict[int, SliceMember] = {}
         """By member index."""
+        self.torch_threads = torch_threads
+        """Torch intra-op threads of each member's training thread (``core.slices.member_threads``)."""
+        self.stop_wait = stop_wait
+        """Seconds a stop waits for the member threads (:func:`stop_wait_s`)."""
         self.kept = KeptStates(layout.members)
         """The states the members published, where recipients in this process take their donors from."""
 
@@ -101,18 +120,56 @@ def train_slices(
 ) -> SliceHost:
     """Train the members of ``layout`` in this process on one env ``make_env(layout.num_envs)`` (an rl_games
     vec-env carrying a summary source). Raises ``ValueError`` naming the setting when the config cannot run as
-    slices; a stop (Ctrl-C, SIGTERM) returns after every member has stopped and said where it resumes.
+    slices, ``slice_threads.MemberThreadError`` when a member's thread cannot start, ``slice_threads.MembersStuck``
+    when member threads are still running :func:`stop_wait_s` seconds after a stop; a stop (Ctrl-C, SIGTERM)
+    returns after every member has stopped and said where it resumes.
 
     ``extra_observers(member)``: more rl_games observers for that member (default: rl_games' ``IsaacAlgoObserver``,
     as a process member has)."""
-    problems = check_slices(cfg, layout.count)
+    problems = check_slices(cfg, layout.count, agent_cfg)
     if problems:
         raise ValueError("; ".join(problems))
-    from async_pbt_isaaclab.member.session import start_member
-    from async_pbt_isaaclab.rl_games.runner import _say_where_it_resumes, _StopOnSignal
+    from async_pbt_isaaclab.rl_games.runner import _StopOnSignal
 
-    host = SliceHost(layout)
-    # An exploit is carried out in memory: a restart would restart every slice (the check above makes it possible).
+    threads = member_threads(agent_cfg["params"].get("torch_threads", "auto"), layout.count, available_cores())
+    host = SliceHost(layout, threads, stop_wait_s())
+    rl_cfgs = _start_sessions(host, agent_cfg, cfg, train_dir, task, checkpoint, reward_config)
+    stop_signal = _StopOnSignal()
+    shared: SharedVecEnv | None = None
+    try:
+        shared = _build(host, rl_cfgs, make_env, sigma, extra_observers)
+        run_members(host, shared)
+    except KeyboardInterrupt:
+        if shared is not None:
+            shared.stop("stopped (Ctrl-C or SIGTERM)")
+    finally:
+        try:
+            join_members(host, shared)  # a SIGTERM meanwhile is a KeyboardInterrupt too, not the default's kill
+        finally:
+            stop_signal.restore()
+        end_unstarted(host)
+        if shared is not None and close_env:
+            close = getattr(shared.env, "close", None)
+            if close is not None:
+                close()
+    raise_for_members(host)
+    return host
+
+
+def _start_sessions(
+    host: SliceHost,
+    agent_cfg: dict[str, Any],
+    cfg: PopulationConfig,
+    train_dir: str,
+    task: str,
+    checkpoint: str | None,
+    reward_config: str,
+) -> dict[int, dict[str, Any]]:
+    """Claim, resume or start every member of the process (as a process member starts); their agent configs."""
+    from async_pbt_isaaclab.member.session import start_member
+
+    layout = host.layout
+    # An exploit is carried out in memory: a restart would restart every slice (check_slices makes it possible).
     member_cfg = dataclasses.replace(cfg, exploit_mode="inprocess")
     rl_cfgs: dict[int, dict[str, Any]] = {}
     try:
@@ -124,7 +181,7 @@ def train_slices(
                 task=task,
                 checkpoint=checkpoint,
                 reward_config=reward_config,
-                start_info={"slices": layout.to_dict(), "slot": slot},
+                start_info={"slices": layout.to_dict(), "slot": slot, "torch_threads": host.torch_threads},
             )
             host.members[member] = SliceMember(slot, session)
             rl_cfgs[member] = member_agent_cfg
@@ -132,37 +189,7 @@ def train_slices(
         for m in host.members.values():
             m.session.close()
         raise
-    stop_signal = _StopOnSignal()
-    shared: SharedVecEnv | None = None
-    try:
-        shared = _build(host, rl_cfgs, make_env, sigma, extra_observers)
-        _run(host, shared)
-    except KeyboardInterrupt:
-        if shared is not None:
-            shared.stop("stopped (Ctrl-C or SIGTERM)")
-    finally:
-        stop_signal.restore()
-        _join_all(host, shared)
-        for m in host.members.values():
-            if m.status == "running":
-                # Never trained (a stop or an error while the env or the agents were built): a restored agent ends
-                # like a process member's (record and audit say stopped), an unbuilt one just releases the member.
-                m.status = "stopped"
-                if m.observer is not None and m.observer.algo is not None:
-                    m.observer.finish("stopped")
-                else:
-                    m.session.close()
-                _say_where_it_resumes(m.session)
-        if shared is not None and close_env:
-            close = getattr(shared.env, "close", None)
-            if close is not None:
-                close()
-    failed = [m for m in host.members.values() if m.status == "failed" and not isinstance(m.error, MemberFault)]
-    if failed:
-        raise RuntimeError(
-            "; ".join(f"member {m.session.member} failed: {type(m.error).__name__}: {m.error}" for m in failed)
-        ) from failed[0].error
-    return host
+    return rl_cfgs
 
 
 def _member_agent_cfg(agent_cfg: dict[str, Any], first: int, member: int) -> dict[str, Any]:
@@ -223,7 +250,21 @@ def _build(
             )
         if m.session.start_mode in ("fresh", "warm_start"):
             _override_sigma(m.agent, {"sigma": sigma})
+    _choose_stepping(host, shared)
+    shared.reset()
+    return shared
+
+
+def _choose_stepping(host: SliceHost, shared: SharedVecEnv) -> None:
+    """How the members collect experience: rollouts played together, or one env step at a time (said, with why)."""
     agents = {m.slot: m.agent for m in host.members.values() if m.agent is not None}
+    # rl_games' play_steps asks its vec-env for the masks before every step: the main thread reads them after each.
+    shared.read_action_masks = any(getattr(a, "use_action_masks", False) for a in agents.values())
+    print(
+        f"[async-pbt] {len(agents)} members train in this process, {host.torch_threads} torch thread(s) each "
+        f"({available_cores()} cores)",
+        flush=True,
+    )
     problems = rollout_problems(agents)
     if os.environ.get(STEP_BY_STEP_ENV, "") not in ("", "0"):
         problems = [f"{STEP_BY_STEP_ENV} is set", *problems]
@@ -231,8 +272,6 @@ def _build(
         print(f"[async-pbt] slices step the env one step at a time ({'; '.join(problems)})", flush=True)
     elif agents:
         SliceRollout(shared, agents).install()
-    shared.reset()
-    return shared
 
 
 def build_slice_agent(agent_cfg: dict[str, Any], vec_env: Any, observer: Any = None) -> Any:
@@ -247,60 +286,3 @@ def build_slice_agent(agent_cfg: dict[str, Any], vec_env: Any, observer: Any = N
     runner.params["config"]["env_info"] = vec_env.get_env_info()
     runner.params["config"]["vec_env"] = vec_env
     return runner.algo_factory.create(runner.algo_name, base_name="run", params=runner.params)
-
-
-def _run(host: SliceHost, shared: SharedVecEnv) -> None:
-    """One thread per member trains its agent; the main thread steps the shared env for all of them."""
-    threads = []
-    for m in host.members.values():
-        if m.agent is None:
-            continue
-        t = threading.Thread(target=_train_one, args=(m, shared), name=f"member-{m.session.member:03d}", daemon=True)
-        threads.append(t)
-        t.start()
-    shared.run()
-    for t in threads:
-        t.join()
-
-
-def _train_one(m: SliceMember, shared: SharedVecEnv) -> None:
-    """A member's thread: rl_games' own training loop on its slice; ends like a process member's training."""
-    from async_pbt_isaaclab.rl_games.runner import _say_where_it_resumes
-
-    observer = m.observer
-    assert observer is not None
-    try:
-        m.agent.train()
-        m.status = "finished"
-    except (SlicesStopped, KeyboardInterrupt):
-        m.status = "stopped"
-    except MemberFault as exc:
-        m.status, m.error = "failed", exc
-    except BaseException as exc:  # noqa: BLE001 - one member's error must not leave the others waiting
-        m.status, m.error = "failed", exc
-        print(f"[async-pbt] member {m.session.member}: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        shared.stop(f"member {m.session.member} failed: {type(exc).__name__}: {exc}")
-    finally:
-        shared.leave(m.slot)
-        try:
-            if observer.algo is not None:
-                observer.finish("finished" if m.status == "finished" else "stopped")
-            else:
-                m.session.close()
-        finally:
-            if m.status != "finished":
-                # A stop writes no checkpoint (it may land inside an optimizer step): say what it costs.
-                _say_where_it_resumes(m.session)
-
-
-def _join_all(host: SliceHost, shared: SharedVecEnv | None) -> None:
-    """Wait until every member thread has finished its stop (each writes its record and audit entry)."""
-    for t in threading.enumerate():
-        if t is threading.current_thread() or not t.name.startswith("member-"):
-            continue
-        while t.is_alive():
-            try:
-                t.join(timeout=1.0)
-            except KeyboardInterrupt:
-                if shared is not None:
-                    shared.stop("stopped (Ctrl-C or SIGTERM)")

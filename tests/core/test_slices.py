@@ -60,3 +60,34 @@ def test_the_members_a_command_hosts_are_named_from_its_slices_flag():
     assert process_members(["x", "--pbt-slices", "4"], 4) == [4, 5, 6, 7]
     assert process_members(["x", "--pbt-slices=2", "--pbt-slices", "3"], 0) == [0, 1, 2]
     assert process_members(["x", "--pbt-slices", "no"], 2) == [2]
+
+
+@pytest.mark.parametrize(
+    ("torch_threads", "count", "cores", "expected"),
+    [
+        ("auto", 2, 2, 1),  # two updates at once on two cores: one thread each
+        ("auto", 2, 16, 4),  # rl_games' own cap for auto
+        (None, 4, 64, 4),
+        (8, 2, 16, 8),  # a number the user gave caps it instead
+        (8, 4, 16, 4),  # ... but never past the member's share of the cores
+        (0, 2, 16, 8),  # 0 (torch's default, every core): the share alone
+        (1, 8, 2, 1),  # more members than cores: still one each
+    ],
+)
+def test_each_member_gets_its_share_of_the_cores_as_torch_threads(torch_threads, count, cores, expected):
+    from async_pbt_isaaclab.core.slices import member_threads
+
+    assert member_threads(torch_threads, count, cores) == expected
+
+
+def test_agent_options_are_refused_with_the_pbt_keys_in_one_call():
+    from async_pbt_isaaclab.core.slices import agent_problems
+
+    agent = {"params": {"network": {"rnn": {"name": "lstm"}}, "config": {"epochs_between_resets": 0}}}
+    problems = slice_problems(["horizon_length"], "restart", ["learning_rate"], 2, agent)
+    assert [p.split(":")[0] for p in problems] == [
+        "pbt.mutation.horizon_length",
+        "pbt.exploit_mode",
+        "params.network.rnn",
+    ]
+    assert agent_problems({"params": "not a mapping"}, 2) == []  # the config reader names a malformed yaml

@@ -13,12 +13,12 @@ from async_pbt_isaaclab.core.evidence import ConditionLabel
 from async_pbt_isaaclab.envs.gym_vec_env import GymVecEnv
 from async_pbt_isaaclab.envs.slice_env import (
     SharedVecEnv,
-    SlicedSummarySource,
     SlicesStopped,
     join_actions,
     split_infos,
     split_value,
 )
+from async_pbt_isaaclab.envs.slice_summary import SlicedSummarySource
 from async_pbt_isaaclab.envs.summary_emitter import EpisodeSummaryEmitter
 
 BOUNDS = [(0, 3), (3, 6), (6, 9)]

@@ -19,7 +19,6 @@ from async_pbt_isaaclab.envs.slice_env import SharedVecEnv
 from async_pbt_isaaclab.examples.cpu_member import DEFAULT_AGENT
 from async_pbt_isaaclab.rl_games.slice_rollout import SliceRollout, rollout_problems
 from async_pbt_isaaclab.rl_games.slices import build_slice_agent
-from async_pbt_isaaclab.rl_games.stacked_policy import StackedPolicy, stack_problems
 
 pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)
 
@@ -64,8 +63,8 @@ def test_one_slice_plays_what_rl_games_plays():
     agent.obs = agent.env_reset()
     agent.model.load_state_dict(reference.model.state_dict())
     assert rollout_problems({0: agent}) == []
-    rollout = SliceRollout(shared, {0: agent}, stacked=False)  # each member's own get_action_values: exact
-    assert SliceRollout(shared, {0: agent}).policy is not None  # (the default batches it: tested below)
+    rollout = SliceRollout(shared, {0: agent})
+    assert rollout.own_calls == {}  # the lean action step (rl_games/action_step.py): exact too
     for _ in range(3):  # later rollouts start from the state the first one handed back
         torch.manual_seed(11)
         expected = reference.play_steps()
@@ -200,69 +199,3 @@ def test_the_rollout_adds_no_host_read_to_what_rl_games_does(monkeypatch):
     got = _count_host_reads(monkeypatch, lambda: rollout(list(range(slots))))
     assert expected["nonzero"] >= slots * HORIZON  # the counter sees rl_games' own reads: the check has teeth
     assert {k: v for k, v in got.items() if v > expected[k]} == {}, (got, expected)
-
-
-@pytest.mark.parametrize(
-    "network",
-    [
-        [],
-        [
-            "params.network.space.continuous.fixed_sigma=False",
-            "params.network.mlp.activation=tanh",
-            "params.network.mlp.units=[16, 8]",
-        ],
-    ],
-    ids=["fixed-sigma-elu", "learned-sigma-tanh"],
-)
-def test_the_stacked_pass_is_each_members_own_model(network):
-    n, slots = 5, 3
-    shared = _shared(n, slots)
-    agents = [_agent(shared.slices[s], n, seed=s, network=network) for s in range(slots)]
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # members with statistics and weights of their own, not fresh ones
-        for agent in agents:
-            for rms in (agent.model.running_mean_std, agent.model.value_mean_std):
-                rms.running_mean.copy_(torch.randn(rms.running_mean.shape, generator=generator))
-                rms.running_var.copy_(torch.rand(rms.running_var.shape, generator=generator) + 0.1)
-            for param in agent.model.parameters():
-                param.add_(0.1 * torch.randn(param.shape, generator=generator))
-    assert stack_problems(agents) == []
-    policy = StackedPolicy(agents)
-    policy.refresh()
-    obs = 3 * torch.randn(n * slots, 3, generator=generator)
-    out = policy.act(obs)
-    values = policy.values(obs)
-    for s, agent in enumerate(agents):
-        rows = slice(s * n, (s + 1) * n)
-        agent.model.eval()
-        with torch.no_grad():
-            ref = agent.model({"is_train": False, "prev_actions": None, "obs": obs[rows], "rnn_states": None})
-            neglogp = agent.model.neglogp(out["actions"][rows], ref["mus"], ref["sigmas"], ref["sigmas"].log())
-        for key in ("mus", "sigmas", "values"):
-            torch.testing.assert_close(out[key][rows], ref[key], msg=key)
-        torch.testing.assert_close(values[rows], ref["values"])
-        torch.testing.assert_close(out["neglogpacs"][rows], neglogp)
-        assert out["actions"][rows].shape == ref["actions"].shape
-    assert not torch.allclose(out["mus"][:n], out["mus"][n : 2 * n])
-
-
-def test_networks_the_stacked_pass_does_not_cover_are_named():
-    shared = _shared(2, 2)
-    plain = _agent(shared.slices[0], 2, seed=0)
-    assert stack_problems([plain, _agent(shared.slices[1], 2, seed=1, network=["params.network.separate=True"])]) == [
-        "slot 1: a separate critic, an RNN, a CNN or a non-continuous action space"
-    ]
-    bounded = _agent(
-        shared.slices[1],
-        2,
-        seed=1,
-        network=[
-            "params.network.name=pbt_bounded_actor_critic",
-            "params.network.log_std_bounds={low: -5.0, high: 0.5}",
-        ],
-    )
-    assert stack_problems([plain, bounded])[0].startswith("slot 1: network ")
-    wider = _agent(shared.slices[1], 2, seed=1, network=["params.network.mlp.units=[32, 32]"])
-    assert stack_problems([plain, wider]) == ["the members' networks differ in shape"]
-    # Such members still play their rollouts together, each with its own forward pass.
-    assert SliceRollout(shared, {0: plain, 1: bounded}).policy is None

@@ -59,8 +59,8 @@ def test_two_slices_train_and_exploit_in_memory_on_one_isaaclab_env(release, tmp
     out = (tmp_path / "run.log").read_text()
     assert proc.returncode == 0, out[-6000:]
     assert "2 members (0..1) on one simulator of 32 envs, 16 each" in out
-    # Through Isaac Lab's RlGamesVecEnvWrapper the members' rollouts are played together, their forward passes as
-    # one stacked pass (either fallback would say so in one line).
+    # Through Isaac Lab's RlGamesVecEnvWrapper the members' rollouts are played together, each member acting through
+    # its lean action step (either fallback would say so in one line).
     assert "[async-pbt] slices" not in out, out[-3000:]
     for member in (0, 1):
         entries = _entries(ws / "members" / f"{member:03d}" / "audit.jsonl")
