@@ -277,6 +277,8 @@ class PbtObserver(AlgoObserver):
         else:
             # No checkpoint (see above), so the saved evidence stays the one of the last published checkpoint.
             publisher.collect()
-        publisher.write_record(publisher.record(status=status))
+        # Through record_step: its listeners (the pbt/* scalars) hear of the last record too.
+        _, write_final_record = publisher.record_step(publisher.record(status=status))
+        write_final_record()
         self.session.log("stop", {"status": status, "frame": self.agent.frame})
         self.session.close()
