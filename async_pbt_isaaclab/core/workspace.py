@@ -54,8 +54,12 @@ MEMBER_FILES = (
     "best.json",
     "target.json",
     "pbt_scalars.jsonl",
+    "agent.yaml",
 )
-"""Files a member writes in its folder."""
+"""Files a member writes in its folder (``agent.yaml``: the trainer config it was built with, which
+``async-pbt evaluate`` rebuilds its policy from)."""
+AGENT_FILE = "agent.yaml"
+"""In a member's folder: the agent config its latest process was built with (:data:`MEMBER_FILES`)."""
 IN_PLACE_FILES = ("lock", "audit.jsonl", "audit.jsonl.torn", "pbt_scalars.jsonl")
 """Member files written in place (locked and rewritten, appended, truncated) rather than replaced: a hard link there
 would have the member write into the file it shares its content with."""

@@ -36,7 +36,7 @@ from async_pbt_isaaclab.core.member_lock import MemberLock
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.member_state import AuditHead, FinishedMark, MemberState, load_state, save_state
 from async_pbt_isaaclab.core.mutation import agent_path
-from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
+from async_pbt_isaaclab.core.workspace import AGENT_FILE, Workspace, WorkspaceError
 from async_pbt_isaaclab.member.restart import capture_argv
 from async_pbt_isaaclab.member.wandb_run import assign_wandb_run_id
 
@@ -151,9 +151,11 @@ def start_member(
     lock.acquire(cfg.policy_idx, wait_s=lock_wait_s)
     try:
         seed = ws.population_seed(meta)
-        return _prepare(
+        session, built = _prepare(
             agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term, seed, start_info or {}
         )
+        _save_agent_config(session.dir, built)
+        return session, built
     except BaseException:
         lock.release()
         raise
@@ -215,6 +217,19 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
     )
     session.save()
     return session, agent_cfg
+
+
+def _save_agent_config(member_dir: Path, agent_cfg: dict[str, Any]) -> None:
+    """Keep the agent config this process is built with in the member's folder (:data:`AGENT_FILE`): what
+    ``async-pbt evaluate`` rebuilds the member's policy from. A config YAML cannot write is left out (evaluate then
+    asks for ``--agent-yaml``)."""
+    import yaml
+
+    try:
+        data = yaml.safe_dump(agent_cfg, sort_keys=False).encode()
+    except yaml.YAMLError:
+        return
+    fsio.atomic_write_bytes(member_dir / AGENT_FILE, data)
 
 
 def check_train_dir(ws: Workspace, experiment_dir: Path) -> None:
