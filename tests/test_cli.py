@@ -566,9 +566,11 @@ def test_lineage_from_audit_log(tmp_path, capsys):
     lines = out.splitlines()
     assert lines[0] == "member 001: 1 change(s) of generation"
     assert re.search(r"gen 0\s+frame -\s+start \(fresh\)", out), out
+    # The recipient's own values before (its learning rate 0.002) -> the new ones, with the donor's value mutated.
     assert re.search(
-        r"gen 1\s+applied at frame 10000\s+exploit <- member 0 gen 0\s+gamma 0.95 -> .*, "
-        r"learning_rate 0.001 -> .*\[applied, seq 2, decided at frame \d+\]",
+        r"gen 1\s+applied at frame 10000\s+exploit <- member 0 gen 0\s+gamma 0.95 -> [\d.]+ \(donor's 0.95 x[\d.]+\), "
+        r"learning_rate 0.002 -> [\d.e-]+ \(donor's live rate 0.001 x[\d.]+\)"
+        r"\s+\[applied, seq 2, decided at frame \d+\]",
         out,
     ), out
     assert re.search(
@@ -584,6 +586,43 @@ def test_lineage_from_audit_log(tmp_path, capsys):
     ev = data[1]["events"][0]
     assert ev["state"] == "applied" and ev["donor_generation"] == 0 and ev["donor_checkpoint"].startswith("members/")
     assert data[0]["no_log"]
+
+
+def test_lineage_lists_entries_in_log_order_with_the_recipients_own_values_and_the_inherited_rate(tmp_path, capsys):
+    """The diverse start (seq 0) before the start (seq 1); an exploit shows the recipient's own value before, not
+    the donor's, and the learning rate it inherited from the donor although no mutation drew it."""
+    ws = make_workspace(tmp_path / "ws")
+    log = AuditLog.open(ws.member_dir(1) / "audit.jsonl")
+    log.append("initial_draw", {"changes": [{"key": "gamma", "old": 0.99, "new": 0.947562, "factor": None}]})
+    log.append("start", {"mode": "fresh", "generation": 0})
+    own = {"gamma": 0.947562, "learning_rate": 0.0012, "entropy_coef": 0.0}
+    log.append(
+        "decision",
+        {
+            "inputs": {"me": {"generation": 0, "frame": 8192, "hyperparameters": own}, "peers": []},
+            "decision": {"outcome": "exploit", "donor": 0, "reasons": ["gap"]},
+            "changes": [{"key": "gamma", "old": 0.95, "new": 0.95689, "factor": 1.138}],
+        },
+    )
+    log.append(
+        "exploit_applied",
+        {
+            "generation": 1,
+            "donor": 0,
+            "donor_generation": 0,
+            "donor_checkpoint": "members/000/checkpoints/g0000_f000000008192.pth",
+            "donor_sha256": SHA,
+            "frame": 10240,
+            "hyperparameters": {"gamma": 0.95689, "learning_rate": 0.01, "entropy_coef": 0.0},
+            "changes": [{"key": "gamma", "old": 0.95, "new": 0.95689, "factor": 1.138}],
+        },
+    )
+    code, out, _ = run_main(capsys, "lineage", str(ws.root), "--member", "1")
+    assert code == 0
+    rows = out.splitlines()[1:]
+    assert "diverse start" in rows[0] and "start (fresh)" in rows[1] and "exploit <- member 0" in rows[2], out
+    assert "gamma 0.947562 -> 0.95689 (donor's 0.95 x1.14), learning_rate 0.0012 -> 0.01 (donor's live rate)" in rows[2]
+    assert "entropy_coef" not in rows[2]
 
 
 def test_lineage_exploit_applied_without_decision_and_corrupt_line(tmp_path, capsys):

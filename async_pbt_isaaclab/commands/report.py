@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from async_pbt_isaaclab.commands.common import CliError, format_number, open_workspace
+from async_pbt_isaaclab.commands.lineage_view import change_text, format_changes
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.install_hint import extra_install_command
 from async_pbt_isaaclab.core.member_progress import format_age
@@ -150,8 +151,6 @@ def _when(t: Any) -> str:
 
 
 def _changes(changes: Any) -> str:
-    from async_pbt_isaaclab.commands.lineage_view import format_changes
-
     return _e(format_changes(changes))
 
 
@@ -243,7 +242,7 @@ def _exploits_table(data: dict[str, Any]) -> str:
                     _e(e.get("decided_frame") if e.get("decided_frame") is not None else "-"),
                     _e(e.get("applied_frame") if e.get("applied_frame") is not None else "-"),
                     _e(e.get("generation")),
-                    _changes(e.get("changes")),
+                    _e(change_text(e)),
                     _e(state),
                 ]
             )
