@@ -112,6 +112,7 @@ def _draw_curve(ax: Any, member: dict[str, Any], points: list[dict[str, Any]], c
         edgecolors=color,
         linewidths=1,
         zorder=4,
+        gid=f"decisions-{index:03d}",
     )
 
 
