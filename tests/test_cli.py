@@ -833,19 +833,61 @@ def test_launch_usage_errors_are_one_line_and_write_nothing(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
 
 
-def test_launch_of_one_member_says_it_is_not_a_population(tmp_path, capsys):
-    code, _, err = run_main(
-        capsys,
-        "launch",
-        "-n",
-        "1",
-        "-w",
-        str(tmp_path / "ws"),
-        "--progress-interval",
-        "60",
-        "--",
-        sys.executable,
-        "-c",
-        "pass",
-    )
-    assert code == 0 and "--members 1: a single member has no peer" in err
+def test_a_launch_into_a_workspace_of_another_condition_is_refused_before_anything_is_written(tmp_path, capsys):
+    """The condition a workspace was created with (size, task, objective) is checked before anything starts: one
+    line, exit 2, nothing written, as every member's start would refuse it (not members crashing and given up)."""
+    from async_pbt_isaaclab.launch.arguments import LaunchError
+    from async_pbt_isaaclab.launch.local_backend import launch_population
+
+    ws = Workspace(tmp_path / "ws")
+    ws.ensure(num_policies=2, objective="episode_return", task="Pendulum-v1")
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    member = [sys.executable, "-m", "async_pbt.examples.cpu_member"]
+    for args, named in [
+        (["-n", "2", "--", *member, "--task", "Hopper-v5"], ["task='Pendulum-v1', not --task Hopper-v5"]),
+        (["-n", "2", "--", *member, "--task=Hopper-v5"], ["not --task Hopper-v5"]),
+        (["-n", "2", "--", *member, "--pbt-objective", "success"], ["objective='episode_return'", "success"]),
+        (["-n", "2", "--", *member, "agent.pbt.objective=episode.success"], ["objective='episode_return'"]),
+        (["-n", "3", "--", *member], ["num_policies=2, not --members 3"]),
+        (["-n", "2", "--backend", "slurm", "--dry-run", "--", *member, "--task", "Hopper-v5"], ["--task Hopper-v5"]),
+    ]:
+        code, out, err = run_main(capsys, "launch", "-w", str(ws.root), "--gpus", "none", *args)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (args, out, err)
+        assert all(n in err for n in named) and str(ws.root) in err, (named, err)
+    with pytest.raises(LaunchError, match="not --task Hopper-v5"):
+        launch_population([*member, "--task", "Hopper-v5"], 2, ws.root, gpus=[])
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+def test_one_member_is_refused_alike_by_check_config_launch_and_the_cpu_population(tmp_path, capsys):
+    """One rule, one place: a population of one is not valid for check-config, and the launchers refuse it with the
+    same reason, before anything is written."""
+    from async_pbt_isaaclab.core.pbt_section import population_size_problem
+
+    reason = population_size_problem(1)
+    assert reason and population_size_problem(2) == ""
+    path = write_yaml(tmp_path / "agent.yaml", agent_cfg())
+    code, out, err = run_main(capsys, "check-config", str(path), "pbt.num_policies=1", "pbt.enabled=true")
+    assert code == 2 and "population config is valid" not in out and f"num_policies: 1: {reason}" in err
+    code, _, err = run_main(capsys, "launch", "-n", "1", "-w", str(tmp_path / "ws"), "--", sys.executable, "-c", "0")
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith(f"async-pbt launch: error: --members 1: {reason};")
+    from async_pbt_isaaclab.examples import cpu_population
+
+    assert cpu_population.main(["--members", "1", "--workspace", str(tmp_path / "ws")]) == 2
+    assert f"--members 1: {reason}" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agent.yaml"]
+
+
+def test_top_level_help_names_every_command_and_the_supported_trainers(capsys):
+    from async_pbt_isaaclab.member.trainer import SUPPORTED_TRAINERS
+
+    assert cli.main(["--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    description = text.split("positional arguments")[0]
+    names = list(cli.build_parser()._subparsers._group_actions[0].choices)
+    assert {"launch", "evaluate", "stop", "report", "status"} <= set(names)
+    for name in names:
+        assert f" {name}," in description or f" {name} (" in description, name
+    for trainer in SUPPORTED_TRAINERS:
+        assert f"Supported trainers: {trainer}" in description or f"; {trainer} (" in description, trainer

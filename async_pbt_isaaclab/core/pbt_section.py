@@ -44,6 +44,22 @@ RETIRED_KEYS = {
 FIELD_NAMES = tuple(f.name for f in dataclasses.fields(PopulationConfig))
 """Every key a ``pbt:`` section may hold."""
 
+MIN_POPULATION = 2
+"""The fewest members a population may have: a member exploits and explores only after comparing itself with a
+peer."""
+
+
+def population_size_problem(members: int) -> str:
+    """Why a population of ``members`` cannot run, ``""`` when it can: the one rule on a population's size, which
+    the config check (``num_policies`` of an enabled population), ``async-pbt launch`` and the CPU population
+    apply, each naming its own key or flag in front and how to train one policy alone after it."""
+    if members >= MIN_POPULATION:
+        return ""
+    return (
+        f"a population needs at least {MIN_POPULATION} members (a member exploits and explores only after comparing "
+        f"itself with a peer)"
+    )
+
 
 def _check_type(key: str, value: Any, default: Any, problems: list[str], where: str) -> Any:
     """Coerce ``value`` to the type of ``default`` or record a problem."""
@@ -140,6 +156,11 @@ def _range_problems(cfg: PopulationConfig) -> list[str]:
             p.append(msg)
 
     need(cfg.num_policies >= 1, f"num_policies: must be >= 1, got {cfg.num_policies}")
+    need(
+        not cfg.enabled or cfg.num_policies < 1 or not population_size_problem(cfg.num_policies),
+        f"num_policies: {cfg.num_policies}: {population_size_problem(cfg.num_policies)}; to train one policy alone, "
+        f"set pbt.enabled=false",
+    )
     need(
         0 <= cfg.policy_idx < max(cfg.num_policies, 1),
         f"policy_idx: {cfg.policy_idx} is out of range; accepted: 0..{cfg.num_policies - 1} "

@@ -362,13 +362,7 @@ def _apply_pending(session: MemberSession) -> None:
 
 def _finished_reason(finished: FinishedMark, rl_cfg: dict[str, Any]) -> str:
     """Why a member that finished before must not train again ("" when its limit grew since)."""
-    frame, epoch = finished.frame, finished.epoch
-    max_epochs, max_frames = int(rl_cfg.get("max_epochs", -1) or -1), int(rl_cfg.get("max_frames", -1) or -1)
-    if max_epochs != -1 and epoch >= max_epochs:
-        return f"finished at epoch {epoch} >= max_epochs={max_epochs} (frame {frame})"
-    if max_frames != -1 and frame >= max_frames:
-        return f"finished at frame {frame} >= max_frames={max_frames}"
-    return ""
+    return finished.still_reached(int(rl_cfg.get("max_epochs", -1) or -1), int(rl_cfg.get("max_frames", -1) or -1))
 
 
 def _first_rng(cfg: PopulationConfig, population_seed: int | None) -> MemberRng:
