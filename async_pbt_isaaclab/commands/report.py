@@ -304,6 +304,14 @@ FRAMES_NOTE = (
 )
 
 
+OBJECTIVE_NOTE = (
+    '<p class="note">Each curve is a member\'s training window mean at every publish and heartbeat, up to its final '
+    "record. It begins at the member's first settled window (every env has finished an episode begun in its "
+    "generation), so a member whose first episodes last longer begins later; it is dotted across a generation change "
+    "(no evidence of the new generation in between). Decisions are marked where the curve has evidence.</p>"
+)
+
+
 def _applied_at(data: dict[str, Any]) -> dict[tuple[int, Any], str]:
     """(member, decision seq) -> what became of an exploit or explore decision: ``applied at frame`` value or state."""
     out = {}
@@ -399,7 +407,7 @@ def render_html(data: dict[str, Any], svgs: dict[str, str], max_decisions: int =
     sections = [
         ("Summary", _summary(data) + warn),
         ("Members", _members_table(data)),
-        ("Objective over frames", f'<div class="plot">{svgs.get("objective", "")}</div>'),
+        ("Objective over frames", f'<div class="plot">{svgs.get("objective", "")}</div>' + OBJECTIVE_NOTE),
         *(
             [
                 (
