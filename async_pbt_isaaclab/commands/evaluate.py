@@ -46,10 +46,10 @@ from typing import Any, Mapping, Sequence
 
 from async_pbt_isaaclab.commands.common import CliError, emit_json, format_table
 from async_pbt_isaaclab.commands.evaluation_records import (
+    checkpoint_setup,
     evaluation_line,
     record_evaluation,
     record_targets,
-    workspace_defaults,
 )
 
 DEFAULT_AGENT_YAML = Path(__file__).resolve().parents[1] / "examples" / "pendulum_ppo.yaml"
@@ -321,19 +321,6 @@ def network_misfit(checkpoint: Mapping[str, Any], expected: Mapping[str, Any]) -
     return "; ".join(words)
 
 
-def checkpoint_setup(
-    checkpoint: str | Path, task: str | None, agent_yaml: str | Path | None
-) -> tuple[str | None, str | Path | None]:
-    """``(task, agent yaml)`` to play ``checkpoint`` with: what was given, else what the workspace of a member's
-    checkpoint records (its population's task; the member's ``agent.yaml`` when the task is that one), else
-    ``None`` (the :class:`Evaluator`'s defaults: the task's packaged yaml, the yaml's ``env_name``)."""
-    ws_task, ws_agent = workspace_defaults(checkpoint)
-    chosen = task or ws_task
-    if agent_yaml is None and ws_agent is not None and chosen in (None, ws_task):
-        agent_yaml = ws_agent
-    return chosen, agent_yaml
-
-
 def evaluate_checkpoints(
     checkpoints: Sequence[str | Path],
     task: str | None = None,
@@ -411,6 +398,25 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_evaluate)
 
 
+def _print_results(results: Sequence[Evaluation], args: argparse.Namespace, recorded: Sequence[Path]) -> None:
+    """The table (with a task column when the checkpoints were played on several) and where results were recorded."""
+    tasks = sorted({r.task for r in results})
+    several = len(tasks) > 1
+    rows = [["checkpoint", *(["task"] if several else []), "episodes", "mean", "std", "min", "max"]]
+    for r in results:
+        d = r.as_dict()
+        figures = [f"{d[k]:.2f}" for k in ("mean", "std", "min", "max")]
+        rows.append([r.checkpoint, *([r.task] if several else []), str(d["episodes"]), *figures])
+    on = "" if several else f" on {tasks[0]}"
+    print(f"held-out return{on}, deterministic policy, env seeds {args.seed}..{args.seed + args.episodes - 1}:")
+    for line in format_table(rows, indent="  "):
+        print(line)
+    for target in sorted(set(recorded)):
+        n = recorded.count(target)
+        print(f"recorded {n} result{'s' if n > 1 else ''} in {target} (async-pbt report shows them; --no-record: not)")
+    sys.stdout.flush()
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.episodes < 1:
         raise CliError(f"--episodes must be >= 1, got {args.episodes}")
@@ -432,19 +438,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 raise CliError(f"cannot record into {ws}: {exc}") from None
     if args.json:
         emit_json([r.as_dict() for r in results])
-        return 0
-    tasks = sorted({r.task for r in results})
-    rows = [["checkpoint", *(["task"] if len(tasks) > 1 else []), "episodes", "mean", "std", "min", "max"]]
-    for r in results:
-        d = r.as_dict()
-        figures = [f"{d[k]:.2f}" for k in ("mean", "std", "min", "max")]
-        rows.append([r.checkpoint, *([r.task] if len(tasks) > 1 else []), str(d["episodes"]), *figures])
-    on = f" on {tasks[0]}" if len(tasks) == 1 else ""
-    print(f"held-out return{on}, deterministic policy, env seeds {args.seed}..{args.seed + args.episodes - 1}:")
-    for line in format_table(rows, indent="  "):
-        print(line)
-    for target in sorted(set(recorded)):
-        n = recorded.count(target)
-        print(f"recorded {n} result{'s' if n > 1 else ''} in {target} (async-pbt report shows them; --no-record: not)")
-    sys.stdout.flush()
+    else:
+        _print_results(results, args, recorded)
     return 0

@@ -1,7 +1,8 @@
 """What ``async-pbt evaluate`` reads from and writes to a population workspace.
 
 A member's checkpoint (``WS/members/NNN/checkpoints/*.pth`` of a workspace with a ``population.json``) knows where
-it comes from: :func:`workspace_defaults` gives the task (``population.json``) and the agent config its member was
+it comes from: :func:`workspace_defaults` (and :func:`checkpoint_setup`, which gives what the user named precedence)
+gives the task (``population.json``) and the agent config its member was
 built with (``WS/members/NNN/agent.yaml``), so ``evaluate`` needs neither ``--task`` nor ``--agent-yaml`` for it.
 Its result is recorded as one JSON line in ``WS/evaluations.jsonl`` (:func:`evaluation_line`,
 :func:`record_evaluation`), the file ``async-pbt report`` reads. Imports only the standard library and the pure core.
@@ -58,6 +59,20 @@ def workspace_defaults(checkpoint: str | Path) -> tuple[str | None, Path | None]
         task = None
     agent = ws.member_dir(found.member) / AGENT_FILE
     return task, agent if agent.is_file() else None
+
+
+def checkpoint_setup(
+    checkpoint: str | Path, task: str | None, agent_yaml: str | Path | None
+) -> tuple[str | None, str | Path | None]:
+    """``(task, agent yaml)`` to play ``checkpoint`` with: what was given, else what the workspace of a member's
+    checkpoint records (its population's task; the member's ``agent.yaml`` when the task is that one), else
+    ``None`` (the defaults of :class:`~async_pbt_isaaclab.commands.evaluate.Evaluator`: the task's packaged yaml,
+    the yaml's ``env_name``)."""
+    ws_task, ws_agent = workspace_defaults(checkpoint)
+    chosen = task or ws_task
+    if agent_yaml is None and ws_agent is not None and chosen in (None, ws_task):
+        agent_yaml = ws_agent
+    return chosen, agent_yaml
 
 
 def evaluation_line(result: Any, workspace: Path, label: str = "") -> dict[str, Any]:

@@ -144,7 +144,16 @@ def population_config_from_dict(
 
 def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool = False) -> list[str]:
     """Every problem with ``cfg``'s values, each prefixed with ``where`` (the file, when known)."""
-    return [where + problem for problem in [*_range_problems(cfg), *_choice_problems(cfg, allow_test_fixture)]]
+    problems = [*_range_problems(cfg), *_size_problems(cfg), *_choice_problems(cfg, allow_test_fixture)]
+    return [where + problem for problem in problems]
+
+
+def _size_problems(cfg: PopulationConfig) -> list[str]:
+    """An enabled population too small to be one (:func:`population_size_problem`)."""
+    too_few = population_size_problem(cfg.num_policies) if cfg.enabled and cfg.num_policies >= 1 else ""
+    if not too_few:
+        return []
+    return [f"num_policies: {cfg.num_policies}: {too_few}; to train one policy alone, set pbt.enabled=false"]
 
 
 def _range_problems(cfg: PopulationConfig) -> list[str]:
@@ -156,11 +165,6 @@ def _range_problems(cfg: PopulationConfig) -> list[str]:
             p.append(msg)
 
     need(cfg.num_policies >= 1, f"num_policies: must be >= 1, got {cfg.num_policies}")
-    need(
-        not cfg.enabled or cfg.num_policies < 1 or not population_size_problem(cfg.num_policies),
-        f"num_policies: {cfg.num_policies}: {population_size_problem(cfg.num_policies)}; to train one policy alone, "
-        f"set pbt.enabled=false",
-    )
     need(
         0 <= cfg.policy_idx < max(cfg.num_policies, 1),
         f"policy_idx: {cfg.policy_idx} is out of range; accepted: 0..{cfg.num_policies - 1} "

@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.records import MemberRecord, RecordError, parse_record_bytes
 
@@ -107,6 +109,17 @@ def resolve_inside(root: Path, relative: str) -> Path:
     if not full.is_relative_to(root.resolve()):
         raise WorkspaceError(f"path {relative!r} escapes the workspace {root}")
     return full
+
+
+def save_agent_config(member_dir: Path, agent_cfg: dict[str, Any]) -> None:
+    """Keep the agent config a member's process is built with in its folder (:data:`AGENT_FILE`, replaced at every
+    start): what ``async-pbt evaluate`` rebuilds the member's policy from. A config YAML cannot represent is left out
+    (evaluate then asks for ``--agent-yaml``)."""
+    try:
+        data = yaml.safe_dump(agent_cfg, sort_keys=False).encode()
+    except yaml.YAMLError:
+        return
+    fsio.atomic_write_bytes(member_dir / AGENT_FILE, data)
 
 
 def population_conflicts(

@@ -337,11 +337,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _launch(args: argparse.Namespace, workspace: Path, start_words: str, resumed: bool) -> int:
+    from async_pbt_isaaclab.core.launcher_lock import release_launcher_locks
     from async_pbt_isaaclab.launch.arguments import LaunchError
+    from async_pbt_isaaclab.launch.backends import hold_workspace
     from async_pbt_isaaclab.launch.local_backend import launch_population
 
-    started = time.time()
+    started, held = time.time(), []
     try:
+        # The members' launcher locks first (as async-pbt launch takes them): a launch refused there (another
+        # launcher runs them) says nothing of itself; launch_population takes them again, counted in this process.
+        hold_workspace(workspace, list(range(args.members)), held)
+        print(start_words, flush=True)
         result = launch_population(
             member_command(args, workspace),
             args.members,
@@ -350,12 +356,12 @@ def _launch(args: argparse.Namespace, workspace: Path, start_words: str, resumed
             progress_interval_s=args.progress_interval,
             # With slices, one process per --slices members: the launcher starts each at its first member's index.
             indices=list(range(0, args.members, args.slices)),
-            # Said once this launcher holds the members: a launch refused there says nothing of itself.
-            on_start=lambda: print(start_words, flush=True),
         )
     except LaunchError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        release_launcher_locks(held)
     how = f"stopped by {result.stopped_by}" if result.stopped_by else "done"
     print(
         f"\n[cpu-population] {how} after {time.time() - started:.0f}s "

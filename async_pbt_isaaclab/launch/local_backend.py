@@ -26,7 +26,6 @@ from async_pbt_isaaclab.launch.arguments import (
     check_launch_paths,
     check_member_command,
     check_supervision,
-    check_workspace_conditions,
     hosted_members,
     make_folders,
     member_command,
@@ -64,7 +63,6 @@ def launch_population(
     stop_event: threading.Event | None = None,
     die_with_launcher: bool = True,
     gpu_placement: str = "auto",
-    on_start: Callable[[], None] | None = None,
 ) -> LaunchResult:
     """Start members ``indices`` (default all ``members``) of ``command`` and supervise them until each
     has finished, been given up, or the launcher is stopped. Blocks; see the module docstring.
@@ -91,9 +89,6 @@ def launch_population(
             where signal handlers cannot be installed).
         die_with_launcher: on Linux, members get SIGTERM if the launcher itself dies.
         gpu_placement: ``auto``, ``device`` or ``mask`` (:data:`GPU_PLACEMENTS`).
-        on_start: called once this launcher holds its members and every check passed (a launch refused, by another
-            launcher of them or a bad argument, never calls it), before any member starts: where a caller says
-            what the launch is.
 
     Raises:
         LaunchError: invalid arguments (empty command, population flags in the command, bad indices).
@@ -101,15 +96,14 @@ def launch_population(
     command = check_member_command(command)
     chosen = check_indices(members, indices, command=command)
     check_supervision(max_retries, retry_window_s, progress_interval_s)
-    check_workspace_conditions(Path(os.path.expanduser(os.fspath(workspace))).absolute(), members, command)
     root, logs = make_folders(workspace, log_dir)
     try:
         # One launcher per member: refused here, before anything starts, when a live launcher runs one of them.
         held = acquire_launcher_locks(root, hosted_members(command, chosen))
     except WorkspaceError as exc:
         raise LaunchError(str(exc)) from None
+    Workspace(root).clear_temp_files(PopulationConfig.temp_grace_s)
     try:
-        Workspace(root).clear_temp_files(PopulationConfig.temp_grace_s)
         return _supervise(
             command,
             members,
@@ -120,7 +114,6 @@ def launch_population(
             gpu_placement=gpu_placement,
             extra_env=extra_env,
             output=output,
-            on_start=on_start,
             supervisor_options=dict(
                 max_retries=max_retries,
                 retry_window_s=retry_window_s,
@@ -149,7 +142,6 @@ def _supervise(
     gpu_placement: str,
     extra_env: Mapping[str, str] | None,
     output: TextIO | None,
-    on_start: Callable[[], None] | None,
     supervisor_options: dict,
 ) -> LaunchResult:
     """Place the members and run the :class:`Supervisor` until the population ends (the locks are held)."""
@@ -161,8 +153,6 @@ def _supervise(
     table = _member_table(command, members, chosen, root, logs, gpu_ids, placement, extra_env)
     # Before anything is written: no journal line or member output through a link planted in the workspace.
     check_launch_paths(root, [Path(m.outcome.log_path) for m in table.values()])
-    if on_start is not None:
-        on_start()
 
     sup = Supervisor(table, workspace=root, num_members=members, output=out, base_command=command, **supervisor_options)
     gpu_text = describe_placement({i: m.outcome.gpu for i, m in table.items()}, gpu_ids, placement)

@@ -36,7 +36,7 @@ from async_pbt_isaaclab.core.member_lock import MemberLock
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.member_state import AuditHead, FinishedMark, MemberState, load_state, save_state
 from async_pbt_isaaclab.core.mutation import agent_path
-from async_pbt_isaaclab.core.workspace import AGENT_FILE, Workspace, WorkspaceError
+from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, save_agent_config
 from async_pbt_isaaclab.member.restart import capture_argv
 from async_pbt_isaaclab.member.wandb_run import assign_wandb_run_id
 
@@ -154,7 +154,7 @@ def start_member(
         session, built = _prepare(
             agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term, seed, start_info or {}
         )
-        _save_agent_config(session.dir, built)
+        save_agent_config(session.dir, built)  # what `async-pbt evaluate` rebuilds the member's policy from
         return session, built
     except BaseException:
         lock.release()
@@ -217,19 +217,6 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
     )
     session.save()
     return session, agent_cfg
-
-
-def _save_agent_config(member_dir: Path, agent_cfg: dict[str, Any]) -> None:
-    """Keep the agent config this process is built with in the member's folder (:data:`AGENT_FILE`): what
-    ``async-pbt evaluate`` rebuilds the member's policy from. A config YAML cannot write is left out (evaluate then
-    asks for ``--agent-yaml``)."""
-    import yaml
-
-    try:
-        data = yaml.safe_dump(agent_cfg, sort_keys=False).encode()
-    except yaml.YAMLError:
-        return
-    fsio.atomic_write_bytes(member_dir / AGENT_FILE, data)
 
 
 def check_train_dir(ws: Workspace, experiment_dir: Path) -> None:
