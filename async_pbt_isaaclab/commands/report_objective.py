@@ -12,8 +12,9 @@ until no two overlap (:func:`spread_labels`). Needs the ``report`` extra (matplo
 from __future__ import annotations
 
 import bisect
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from async_pbt_isaaclab.commands.report_style import member_color, member_label, plain, plt
@@ -195,8 +196,9 @@ def spread_labels(fig: Figure, labels: Sequence[Any], gap_pt: float = LABEL_GAP_
         return
     for label in labels:
         label.set_in_layout(False)
-    fig.canvas.draw()  # the layout, and the size of every text, as the figure will be drawn
-    renderer = fig.canvas.get_renderer()
+    canvas = cast(FigureCanvasAgg, fig.canvas)  # the Agg backend (report_style)
+    canvas.draw()  # the layout, and the size of every text, as the figure will be drawn
+    renderer = canvas.get_renderer()
     px_per_pt = fig.dpi / 72.0
     placed: list[Any] = []
     for label in sorted(labels, key=lambda a: (a.xy[0], a.xy[1])):

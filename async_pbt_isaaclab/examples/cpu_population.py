@@ -342,7 +342,8 @@ def _launch(args: argparse.Namespace, workspace: Path, start_words: str, resumed
     from async_pbt_isaaclab.launch.backends import hold_workspace
     from async_pbt_isaaclab.launch.local_backend import launch_population
 
-    started, held = time.time(), []
+    started = time.time()
+    held: list[Path] = []
     try:
         # The members' launcher locks first (as async-pbt launch takes them): a launch refused there (another
         # launcher runs them) says nothing of itself; launch_population takes them again, counted in this process.

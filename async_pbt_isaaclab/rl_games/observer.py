@@ -278,7 +278,7 @@ class PbtObserver(AlgoObserver):
             # No checkpoint (see above), so the saved evidence stays the one of the last published checkpoint.
             publisher.collect()
         # Through record_step: its listeners (the pbt/* scalars) hear of the last record too.
-        _, write_final_record = publisher.record_step(publisher.record(status=status))
-        write_final_record()
+        final = publisher.record(status=status)
+        publisher.writer.run_now(WriteJob(f"{status} record at frame {final.frame}", [publisher.record_step(final)]))
         self.session.log("stop", {"status": status, "frame": self.agent.frame})
         self.session.close()

@@ -184,15 +184,18 @@ def test_report_draws_live_values_and_puts_every_marker_on_its_curve(population)
 @pytest.mark.parametrize("member", sorted(MIXED_PATHS))
 def test_the_last_objective_logged_is_the_final_record(population, member):
     """The member's last record (status finished) is logged too: TensorBoard and the workspace copy end where
-    record.json does, not one publish earlier."""
+    record.json does, not one publish earlier (member 3 explores at every decision: its last window may be empty)."""
     from async_pbt_isaaclab.commands.population_history import read_member_scalars
     from async_pbt_isaaclab.core.workspace import Workspace
 
     ws, _, scalars = population
     record = json.loads((ws / "members" / f"{member:03d}" / "record.json").read_text())
     assert record["status"] == "finished"
+    copy = read_member_scalars(Workspace(ws), member)
     values = record["evidence"]["values"]
-    assert values and record["evidence"]["generation"] == record["generation"]
-    final = (record["frame"], pytest.approx(sum(values) / len(values), rel=1e-5))
-    assert scalars[member]["pbt/objective_mean"][-1] == final
-    assert read_member_scalars(Workspace(ws), member)["pbt/objective_mean"][-1] == final
+    for logged in (scalars[member], copy):
+        assert logged["pbt/objective_count"][-1] == (record["frame"], len(values))
+        if values and record["evidence"]["generation"] == record["generation"]:
+            final = (record["frame"], pytest.approx(sum(values) / len(values), rel=1e-5))
+            assert logged["pbt/objective_mean"][-1] == final
+    assert member == 3 or values  # every other member ends with evidence
