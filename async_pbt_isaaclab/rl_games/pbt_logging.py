@@ -176,8 +176,8 @@ class PbtScalarsObserver:
         """Writer wrapper, bound to the agent's writer in ``after_init``."""
         self.algo: Any = None
         """The rl_games agent (live hyperparameters are read from it)."""
-        self._frame: int | None = None
-        self._logged: tuple[int, int, float] | None = None
+        self._logged: tuple[int, int, float | None] | None = None
+        """(frame, count, mean) of the last record logged."""
         self._logged_generation = 0
         """Lineage entries up to this generation are in the run already (by this process or an earlier one)."""
         self._handed: list[Any] = []
@@ -278,10 +278,12 @@ class PbtScalarsObserver:
     def _log_one_record(self, record: Any) -> None:
         # A record is logged once per frame, unless a later one at that frame holds another window (a stop's last
         # record after the epoch's heartbeat).
-        logged = (record.frame, record.evidence.count, record.evidence.mean)
-        if record.frame == self._frame and (record.status == "running" or logged == self._logged):
+        ev = record.evidence
+        logged = (record.frame, ev.count, ev.mean if ev.count else None)  # an empty window's mean is NaN
+        same_frame = self._logged is not None and self._logged[0] == record.frame
+        if same_frame and (record.status == "running" or logged == self._logged):
             return
-        self._frame, self._logged = record.frame, logged
+        self._logged = logged
         state = self.session.state
         if record.generation > state.generation:
             # A decided exploit or explore: the record already names the next generation with an empty window (so
