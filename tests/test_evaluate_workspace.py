@@ -26,26 +26,12 @@ TASK = "MountainCarContinuous-v0"
 def member_checkpoint(tmp_path_factory):
     """(workspace, checkpoint) of member 0 after one epoch of real PPO on TASK, with a network of 32x32 units."""
     ws = tmp_path_factory.mktemp("evaluate_ws") / "ws"
+    from async_pbt_isaaclab.launch.arguments import member_command
+
+    member = [sys.executable, "-m", "async_pbt.examples.cpu_member", "--task", TASK, "--agent", str(DEFAULT_AGENT_YAML)]
+    member += ["--max_iterations", "1", "agent.params.network.mlp.units=[32,32]", "agent.params.torch_threads=1"]
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "async_pbt.examples.cpu_member",
-            "--task",
-            TASK,
-            "--agent",
-            str(DEFAULT_AGENT_YAML),
-            "--max_iterations",
-            "1",
-            "--pbt-workspace",
-            str(ws),
-            "--pbt-members",
-            "2",
-            "--pbt-index",
-            "0",
-            "agent.params.network.mlp.units=[32,32]",
-            "agent.params.torch_threads=1",
-        ],
+        member_command(member, str(ws), 2, 0),
         capture_output=True,
         text=True,
         timeout=600,

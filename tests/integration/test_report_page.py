@@ -51,6 +51,8 @@ def test_the_report_of_four_members_loads_in_chromium_with_every_plot_drawn(repo
     assert "applied at frame" in text["lineage"] and "decided at frame" in text["decisions"]
     assert "Unchanged in every member: entropy_coef = 0." in text["hyperparameters"]
     assert "evaluate seeds" in text["held-out-evaluations"]
+    # Why curves begin at different frames (each at its member's first settled window) is said under the plot.
+    assert "first settled window" in text["objective-over-frames"]
     # The exploit labels as the browser draws them (its font, not matplotlib's measure of it): none overlaps another.
     labels = page.exploit_labels
     assert sorted(label["text"] for label in labels) == ["0\u21921", "0\u21922"], labels
