@@ -61,6 +61,7 @@ from async_pbt_isaaclab.commands.workspace_views import add_audit_parser, add_be
 from async_pbt_isaaclab.console import OneLineParser
 from async_pbt_isaaclab.exit_codes import EXIT_OK, EXIT_USAGE
 from async_pbt_isaaclab.launch.cli import add_launch_parser  # stdlib + core only
+from async_pbt_isaaclab.member.trainer import SUPPORTED_TRAINERS  # stdlib only
 
 # ============================================================================ entry point
 
@@ -81,15 +82,17 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], object]] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="async-pbt",
-        description="Asynchronous population-based training for RL-Games / Isaac Lab: check configs, "
-        "watch and audit population workspaces.",
-    )
+    parser = OneLineParser(prog="async-pbt")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add in SUBCOMMANDS:
         add(subparsers)
+    # Named from the registries, so a new subcommand or trainer is listed without editing this text.
+    trainers = "; ".join(f"{name} ({what})" for name, what in SUPPORTED_TRAINERS.items())
+    parser.description = (
+        f"Asynchronous population-based training on Isaac Lab and gymnasium tasks. Supported trainers: {trainers}. "
+        f"Commands: {', '.join(subparsers.choices)} (async-pbt COMMAND --help for each)."
+    )
     return parser
 
 

@@ -566,9 +566,11 @@ def test_lineage_from_audit_log(tmp_path, capsys):
     lines = out.splitlines()
     assert lines[0] == "member 001: 1 change(s) of generation"
     assert re.search(r"gen 0\s+frame -\s+start \(fresh\)", out), out
+    # The recipient's own values before (its learning rate 0.002) -> the new ones, with the donor's value mutated.
     assert re.search(
-        r"gen 1\s+applied at frame 10000\s+exploit <- member 0 gen 0\s+gamma 0.95 -> .*, "
-        r"learning_rate 0.001 -> .*\[applied, seq 2, decided at frame \d+\]",
+        r"gen 1\s+applied at frame 10000\s+exploit <- member 0 gen 0\s+gamma 0.95 -> [\d.]+ \(donor's 0.95 x[\d.]+\), "
+        r"learning_rate 0.002 -> [\d.e-]+ \(donor's live rate 0.001 x[\d.]+\)"
+        r"\s+\[applied, seq 2, decided at frame \d+\]",
         out,
     ), out
     assert re.search(
@@ -584,6 +586,43 @@ def test_lineage_from_audit_log(tmp_path, capsys):
     ev = data[1]["events"][0]
     assert ev["state"] == "applied" and ev["donor_generation"] == 0 and ev["donor_checkpoint"].startswith("members/")
     assert data[0]["no_log"]
+
+
+def test_lineage_lists_entries_in_log_order_with_the_recipients_own_values_and_the_inherited_rate(tmp_path, capsys):
+    """The diverse start (seq 0) before the start (seq 1); an exploit shows the recipient's own value before, not
+    the donor's, and the learning rate it inherited from the donor although no mutation drew it."""
+    ws = make_workspace(tmp_path / "ws")
+    log = AuditLog.open(ws.member_dir(1) / "audit.jsonl")
+    log.append("initial_draw", {"changes": [{"key": "gamma", "old": 0.99, "new": 0.947562, "factor": None}]})
+    log.append("start", {"mode": "fresh", "generation": 0})
+    own = {"gamma": 0.947562, "learning_rate": 0.0012, "entropy_coef": 0.0}
+    log.append(
+        "decision",
+        {
+            "inputs": {"me": {"generation": 0, "frame": 8192, "hyperparameters": own}, "peers": []},
+            "decision": {"outcome": "exploit", "donor": 0, "reasons": ["gap"]},
+            "changes": [{"key": "gamma", "old": 0.95, "new": 0.95689, "factor": 1.138}],
+        },
+    )
+    log.append(
+        "exploit_applied",
+        {
+            "generation": 1,
+            "donor": 0,
+            "donor_generation": 0,
+            "donor_checkpoint": "members/000/checkpoints/g0000_f000000008192.pth",
+            "donor_sha256": SHA,
+            "frame": 10240,
+            "hyperparameters": {"gamma": 0.95689, "learning_rate": 0.01, "entropy_coef": 0.0},
+            "changes": [{"key": "gamma", "old": 0.95, "new": 0.95689, "factor": 1.138}],
+        },
+    )
+    code, out, _ = run_main(capsys, "lineage", str(ws.root), "--member", "1")
+    assert code == 0
+    rows = out.splitlines()[1:]
+    assert "diverse start" in rows[0] and "start (fresh)" in rows[1] and "exploit <- member 0" in rows[2], out
+    assert "gamma 0.947562 -> 0.95689 (donor's 0.95 x1.14), learning_rate 0.0012 -> 0.01 (donor's live rate)" in rows[2]
+    assert "entropy_coef" not in rows[2]
 
 
 def test_lineage_exploit_applied_without_decision_and_corrupt_line(tmp_path, capsys):
@@ -794,19 +833,56 @@ def test_launch_usage_errors_are_one_line_and_write_nothing(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
 
 
-def test_launch_of_one_member_says_it_is_not_a_population(tmp_path, capsys):
-    code, _, err = run_main(
-        capsys,
-        "launch",
-        "-n",
-        "1",
-        "-w",
-        str(tmp_path / "ws"),
-        "--progress-interval",
-        "60",
-        "--",
-        sys.executable,
-        "-c",
-        "pass",
-    )
-    assert code == 0 and "--members 1: a single member has no peer" in err
+def test_a_launch_into_a_workspace_of_another_condition_is_refused_before_anything_is_written(tmp_path, capsys):
+    """The condition a workspace was created with (size, task, objective) is checked before anything starts: one
+    line, exit 2, nothing written, as every member's start would refuse it (not members crashing and given up)."""
+    ws = Workspace(tmp_path / "ws")
+    ws.ensure(num_policies=2, objective="episode_return", task="Pendulum-v1")
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    member = [sys.executable, "-m", "async_pbt.examples.cpu_member"]
+    for args, named in [
+        (["-n", "2", "--", *member, "--task", "Hopper-v5"], ["task='Pendulum-v1', not --task Hopper-v5"]),
+        (["-n", "2", "--", *member, "--task=Hopper-v5"], ["not --task Hopper-v5"]),
+        (["-n", "2", "--", *member, "--pbt-objective", "success"], ["objective='episode_return'", "success"]),
+        (["-n", "2", "--", *member, "agent.pbt.objective=episode.success"], ["objective='episode_return'"]),
+        (["-n", "3", "--", *member], ["num_policies=2, not --members 3"]),
+        (["-n", "2", "--backend", "slurm", "--dry-run", "--", *member, "--task", "Hopper-v5"], ["--task Hopper-v5"]),
+    ]:
+        code, out, err = run_main(capsys, "launch", "-w", str(ws.root), "--gpus", "none", *args)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (args, out, err)
+        assert all(n in err for n in named) and str(ws.root) in err, (named, err)
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+def test_one_member_is_refused_alike_by_check_config_launch_and_the_cpu_population(tmp_path, capsys):
+    """One rule, one place: a population of one is not valid for check-config, and the launchers refuse it with the
+    same reason, before anything is written."""
+    from async_pbt_isaaclab.core.pbt_section import population_size_problem
+
+    reason = population_size_problem(1)
+    assert reason and population_size_problem(2) == ""
+    path = write_yaml(tmp_path / "agent.yaml", agent_cfg())
+    code, out, err = run_main(capsys, "check-config", str(path), "pbt.num_policies=1", "pbt.enabled=true")
+    assert code == 2 and "population config is valid" not in out and f"num_policies: 1: {reason}" in err
+    code, _, err = run_main(capsys, "launch", "-n", "1", "-w", str(tmp_path / "ws"), "--", sys.executable, "-c", "0")
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith(f"async-pbt launch: error: --members 1: {reason};")
+    from async_pbt_isaaclab.examples import cpu_population
+
+    assert cpu_population.main(["--members", "1", "--workspace", str(tmp_path / "ws")]) == 2
+    assert f"--members 1: {reason}" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agent.yaml"]
+
+
+def test_top_level_help_names_every_command_and_the_supported_trainers(capsys):
+    from async_pbt_isaaclab.member.trainer import SUPPORTED_TRAINERS
+
+    assert cli.main(["--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    description = text.split("positional arguments")[0]
+    names = list(cli.build_parser()._subparsers._group_actions[0].choices)
+    assert {"launch", "evaluate", "stop", "report", "status"} <= set(names)
+    for name in names:
+        assert f" {name}," in description or f" {name} (" in description, name
+    for trainer in SUPPORTED_TRAINERS:
+        assert f"Supported trainers: {trainer}" in description or f"; {trainer} (" in description, trainer

@@ -4,15 +4,17 @@
                        [--episodes 16] [--seed 100000] [--trusted] [--json]
 
 Works on a population member's checkpoint (with PBT metadata) and on a plain rl_games checkpoint alike.
-The policy is rebuilt from the agent yaml (default: the packaged Pendulum-v1 PPO yaml; network keys a
-member mutated, ``network.*``, are taken from the checkpoint's metadata so the network is rebuilt as it
-was trained), the weights and input normaliser are loaded through the safe loader
-(:func:`async_pbt_isaaclab.rl_games.checkpoint.load_checkpoint`), and the policy plays ``--episodes``
-episodes with the deterministic action (the Gaussian's mean), one gymnasium env per episode, env ``i``
-reset with seed ``S + i``. The default ``S`` (100000) lies far from the training seeds rl_games and the
-CPU member use (the yaml's ``params.seed`` plus the member index, then one seed per env), so the episodes
-are held out from training. The return is the undiscounted sum of the env's own rewards (no reward
-shaping).
+A member's checkpoint needs neither ``--task`` nor ``--agent-yaml``: its workspace records the population's task
+and the agent config the member was built with (:mod:`~async_pbt_isaaclab.commands.evaluation_records`). The
+policy is rebuilt from the agent yaml (else the task's packaged yaml, else the packaged Pendulum-v1 PPO yaml;
+network keys a member mutated, ``network.*``, are taken from the checkpoint's metadata so the network is rebuilt
+as it was trained); a checkpoint that does not fit is one line naming it, the task and the yaml. The weights and
+input normaliser are loaded through the safe loader
+(:func:`async_pbt_isaaclab.rl_games.checkpoint.load_checkpoint`), and the policy plays ``--episodes`` episodes
+with the deterministic action (the Gaussian's mean), one gymnasium env per episode, env ``i`` reset with seed
+``S + i``. The default ``S`` (100000) lies far from the training seeds rl_games and the CPU member use (the
+yaml's ``params.seed`` plus the member index, then one seed per env), so the episodes are held out from
+training. The return is the undiscounted sum of the env's own rewards (no reward shaping).
 
 Recording: a member's checkpoint (one under ``WS/members/NNN/checkpoints/`` of a workspace with a
 ``population.json``) is recorded by default as one JSON line in ``WS/evaluations.jsonl``, the file
@@ -26,7 +28,7 @@ kept out of the output: the command prints only its table (or JSON) and errors; 
 stderr.
 
 Only the command's parser lives at the top: torch, rl_games and gymnasium are imported inside
-:func:`evaluate_checkpoint`, so ``async-pbt --help`` stays light.
+:class:`Evaluator`, so ``async-pbt --help`` stays light.
 """
 
 from __future__ import annotations
@@ -36,15 +38,19 @@ import contextlib
 import io
 import json
 import math
-import os
 import statistics
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from async_pbt_isaaclab.commands.common import CliError, emit_json, format_table
+from async_pbt_isaaclab.commands.evaluation_records import (
+    checkpoint_setup,
+    evaluation_line,
+    record_evaluation,
+    record_targets,
+)
 
 DEFAULT_AGENT_YAML = Path(__file__).resolve().parents[1] / "examples" / "pendulum_ppo.yaml"
 """The packaged Pendulum-v1 PPO agent yaml, used when ``--agent-yaml`` is not given."""
@@ -175,7 +181,6 @@ class Evaluator:
     def _player(self, network_overrides: dict[str, Any]):
         """An rl_games player for the task, built with the checkpoint's mutated ``network.*`` keys."""
         import copy
-        import json
 
         key = json.dumps(network_overrides, sort_keys=True, default=str)
         if key in self._player_cache:
@@ -225,14 +230,19 @@ class Evaluator:
 
     def evaluate(self, checkpoint: str | Path, episodes: int, seed: int) -> Evaluation:
         """Play ``episodes`` held-out episodes (env seeds ``seed, seed+1, ...``) with the deterministic policy."""
-        import numpy as np
-        import torch
-
-        from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError, load_checkpoint, read_pbt_metadata
-
         if episodes < 1:
             raise CliError(f"--episodes must be >= 1, got {episodes}")
-        path = Path(checkpoint)
+        player, meta = self._load(Path(checkpoint))
+        returns, lengths = self._play(player, episodes, seed)
+        return Evaluation(
+            checkpoint=str(checkpoint), task=self.task, seed=seed, returns=returns, lengths=lengths, pbt=meta
+        )
+
+    def _load(self, path: Path) -> tuple[Any, dict[str, Any]]:
+        """The player with ``path``'s weights and its PBT metadata; one line naming the checkpoint, the task and the
+        yaml when they do not fit together."""
+        from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError, load_checkpoint, read_pbt_metadata
+
         try:
             state = load_checkpoint(path, trusted=self.trusted, map_location="cpu")
             meta = read_pbt_metadata(state) or {}
@@ -243,18 +253,28 @@ class Evaluator:
         model_state = {
             (k[len("_orig_mod.") :] if k.startswith("_orig_mod.") else k): v for k, v in state["model"].items()
         }
+        misfit = network_misfit(model_state, player.model.state_dict())
         try:
-            player.model.load_state_dict(model_state)
-            if getattr(player, "normalize_input", False) and "running_mean_std" in state:
-                player.model.running_mean_std.load_state_dict(state["running_mean_std"])
-        except RuntimeError as exc:
-            first = " ".join(str(exc).split())[:400]
+            if not misfit:
+                player.model.load_state_dict(model_state)
+                if getattr(player, "normalize_input", False) and "running_mean_std" in state:
+                    player.model.running_mean_std.load_state_dict(state["running_mean_std"])
+        except RuntimeError:
+            misfit = "its weights do not load into that network"
+        if misfit:
             raise CliError(
-                f"{path}: does not fit task {self.task!r} with the network of {self.agent_yaml} ({first})"
-            ) from None
+                f"{path}: does not fit task {self.task!r} with the network of {self.agent_yaml.name} ({misfit}); "
+                f"pass the --task and --agent-yaml it was trained with"
+            )
         player.model.eval()
         if player.is_rnn:
             raise CliError(f"agent yaml {self.agent_yaml}: recurrent policies are not supported by evaluate")
+        return player, meta
+
+    def _play(self, player: Any, episodes: int, seed: int) -> tuple[list[float], list[int]]:
+        """Each episode's return and length: one env per episode, env ``i`` reset with ``seed + i``."""
+        import numpy as np
+        import torch
 
         envs = [self._make_env() for _ in range(episodes)]
         obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]).astype(np.float32)
@@ -275,14 +295,30 @@ class Evaluator:
                         active[i] = False
         for env in envs:
             env.close()
-        return Evaluation(
-            checkpoint=str(path),
-            task=self.task,
-            seed=seed,
-            returns=[float(r) for r in returns],
-            lengths=[int(n) for n in lengths],
-            pbt=meta,
-        )
+        return [float(r) for r in returns], [int(n) for n in lengths]
+
+
+def _shape(tensor: Any) -> str:
+    return "x".join(str(n) for n in tuple(tensor.shape)) or "scalar"
+
+
+def network_misfit(checkpoint: Mapping[str, Any], expected: Mapping[str, Any]) -> str:
+    """Why the ``checkpoint``'s model weights cannot load into the network built from the task and the agent yaml,
+    whose weights are ``expected``, in a few words (the observation and action sizes when those differ; else the first
+    layer whose shape differs); ``""`` when they fit."""
+    missing = [k for k in expected if k not in checkpoint]
+    unexpected = [k for k in checkpoint if k not in expected]
+    differ = [k for k in expected if k in checkpoint and tuple(checkpoint[k].shape) != tuple(expected[k].shape)]
+    words = []
+    for key, what in (("running_mean_std.running_mean", "observations"), ("a2c_network.mu.bias", "actions")):
+        if key in differ:
+            words.append(f"{what}: {checkpoint[key].shape[0]} in the checkpoint, {expected[key].shape[0]} in the task")
+    if not words and differ:
+        key = differ[0]
+        words.append(f"{key} is {_shape(checkpoint[key])} in the checkpoint, {_shape(expected[key])} in the yaml's")
+    if missing or unexpected:
+        words.append(f"layers: {len(unexpected)} only in the checkpoint, {len(missing)} only in the yaml's network")
+    return "; ".join(words)
 
 
 def evaluate_checkpoints(
@@ -294,65 +330,17 @@ def evaluate_checkpoints(
     trusted: bool = False,
     verbose: bool = False,
 ) -> list[Evaluation]:
-    """Evaluate each checkpoint on the same held-out episodes; what ``async-pbt evaluate`` prints."""
-    evaluator = Evaluator(task, agent_yaml, trusted=trusted, verbose=verbose)
-    return [evaluator.evaluate(c, episodes, seed) for c in checkpoints]
-
-
-def member_workspace(checkpoint: str | Path) -> tuple[Path, int] | None:
-    """``(workspace, member)`` when ``checkpoint`` lies in ``WS/members/NNN/checkpoints/`` of a workspace (one with
-    a ``population.json``), else ``None``."""
-    from async_pbt_isaaclab.core.workspace import parse_member_dirname
-
-    path = Path(checkpoint).resolve()
-    folder, member_dir = path.parent, path.parent.parent
-    if folder.name != "checkpoints" or member_dir.parent.name != "members":
-        return None
-    member = parse_member_dirname(member_dir.name)
-    ws = member_dir.parent.parent
-    if member is None or not (ws / "population.json").is_file():
-        return None
-    return ws, member
-
-
-def evaluation_line(result: Evaluation, workspace: Path, label: str = "") -> dict[str, Any]:
-    """The ``evaluations.jsonl`` object of ``result`` (the format docs/observability.md documents)."""
-    d = result.as_dict()
-    path = Path(result.checkpoint).resolve()
-    try:
-        checkpoint = path.relative_to(workspace.resolve()).as_posix()
-    except ValueError:
-        checkpoint = str(path)
-    line = {
-        "objective": d["mean"],
-        "std": d["std"],
-        "episodes": d["episodes"],
-        "checkpoint": checkpoint,
-        "task": result.task,
-        "seed": result.seed,
-        "label": label or f"evaluate seeds {result.seed}..{result.seed + d['episodes'] - 1}",
-        "time": time.time(),
-    }
-    for key in ("member", "generation", "frame"):
-        if key in d["pbt"]:
-            line[key] = d["pbt"][key]
-    return line
-
-
-def record_evaluation(workspace: Path, line: dict[str, Any]) -> Path:
-    """Append ``line`` to ``workspace/evaluations.jsonl`` in one write (concurrent evaluations never interleave
-    within a line), refusing a planted link; returns the file."""
-    from async_pbt_isaaclab.commands.population_history import EVALUATIONS_FILE
-    from async_pbt_isaaclab.core import fsio
-
-    target = workspace / EVALUATIONS_FILE
-    data = (json.dumps(line, sort_keys=True, allow_nan=False) + "\n").encode()
-    fd = fsio.open_nofollow(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    return target
+    """Evaluate each checkpoint on the same held-out episodes (with the task and yaml :func:`checkpoint_setup`
+    finds for it); what ``async-pbt evaluate`` prints."""
+    evaluators: dict[tuple[str | None, str | None], Evaluator] = {}
+    results = []
+    for checkpoint in checkpoints:
+        chosen_task, chosen_yaml = checkpoint_setup(checkpoint, task, agent_yaml)
+        key = (chosen_task, None if chosen_yaml is None else str(chosen_yaml))
+        if key not in evaluators:
+            evaluators[key] = Evaluator(chosen_task, chosen_yaml, trusted=trusted, verbose=verbose)
+        results.append(evaluators[key].evaluate(checkpoint, episodes, seed))
+    return results
 
 
 # ============================================================================ command line
@@ -367,12 +355,18 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
         "prints mean, std, min and max of the undiscounted return.",
     )
     p.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT", help="rl_games checkpoint file(s)")
-    p.add_argument("--task", default=None, help="gymnasium task id (default: params.config.env_name of the agent yaml)")
+    p.add_argument(
+        "--task",
+        default=None,
+        help="gymnasium task id (default: for a member's checkpoint, the task its workspace records; else "
+        "params.config.env_name of the agent yaml)",
+    )
     p.add_argument(
         "--agent-yaml",
         default=None,
-        help=f"rl_games agent yaml the checkpoint was trained with (default: {DEFAULT_AGENT_YAML.name}, "
-        f"the packaged Pendulum-v1 PPO config)",
+        help="rl_games agent yaml the checkpoint was trained with (default: for a member's checkpoint, the config "
+        "its member was built with, WS/members/NNN/agent.yaml; else the task's packaged yaml, else "
+        f"{DEFAULT_AGENT_YAML.name})",
     )
     p.add_argument("--episodes", type=int, default=16, help="episodes per checkpoint (default 16)")
     p.add_argument(
@@ -404,30 +398,23 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_evaluate)
 
 
-def _record_targets(args: argparse.Namespace) -> list[Path | None]:
-    """The workspace each checkpoint is recorded into (``None``: not recorded); checked before anything runs."""
-    from async_pbt_isaaclab.commands.common import open_workspace
-
-    explicit = open_workspace(args.workspace).root if args.workspace else None
-    if explicit is not None and args.record is False:
-        raise CliError("--workspace names where to record, but --no-record says not to record")
-    out: list[Path | None] = []
-    for c in args.checkpoints:
-        found = member_workspace(c)
-        if args.record is False:
-            out.append(None)
-        elif explicit is not None:
-            out.append(explicit)
-        elif found is not None:
-            out.append(found[0])
-        elif args.record:
-            raise CliError(
-                f"--record: checkpoint {c} is not in a workspace's members/NNN/checkpoints/ folder; "
-                f"name the workspace with --workspace WS"
-            )
-        else:
-            out.append(None)
-    return out
+def _print_results(results: Sequence[Evaluation], args: argparse.Namespace, recorded: Sequence[Path]) -> None:
+    """The table (with a task column when the checkpoints were played on several) and where results were recorded."""
+    tasks = sorted({r.task for r in results})
+    several = len(tasks) > 1
+    rows = [["checkpoint", *(["task"] if several else []), "episodes", "mean", "std", "min", "max"]]
+    for r in results:
+        d = r.as_dict()
+        figures = [f"{d[k]:.2f}" for k in ("mean", "std", "min", "max")]
+        rows.append([r.checkpoint, *([r.task] if several else []), str(d["episodes"]), *figures])
+    on = "" if several else f" on {tasks[0]}"
+    print(f"held-out return{on}, deterministic policy, env seeds {args.seed}..{args.seed + args.episodes - 1}:")
+    for line in format_table(rows, indent="  "):
+        print(line)
+    for target in sorted(set(recorded)):
+        n = recorded.count(target)
+        print(f"recorded {n} result{'s' if n > 1 else ''} in {target} (async-pbt report shows them; --no-record: not)")
+    sys.stdout.flush()
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -438,7 +425,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             raise CliError(
                 f"checkpoint {c} does not exist" if not Path(c).exists() else f"checkpoint {c} is not a file"
             )
-    targets = _record_targets(args)
+    targets = record_targets(args.checkpoints, args.record, args.workspace)
     results = evaluate_checkpoints(
         args.checkpoints, args.task, args.agent_yaml, args.episodes, args.seed, args.trusted, args.verbose
     )
@@ -451,28 +438,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 raise CliError(f"cannot record into {ws}: {exc}") from None
     if args.json:
         emit_json([r.as_dict() for r in results])
-        return 0
-    rows = [["checkpoint", "episodes", "mean", "std", "min", "max"]]
-    for r in results:
-        d = r.as_dict()
-        rows.append(
-            [
-                r.checkpoint,
-                str(d["episodes"]),
-                f"{d['mean']:.2f}",
-                f"{d['std']:.2f}",
-                f"{d['min']:.2f}",
-                f"{d['max']:.2f}",
-            ]
-        )
-    print(
-        f"held-out return on {results[0].task}, deterministic policy, env seeds "
-        f"{args.seed}..{args.seed + args.episodes - 1}:"
-    )
-    for line in format_table(rows, indent="  "):
-        print(line)
-    for target in sorted(set(recorded)):
-        n = recorded.count(target)
-        print(f"recorded {n} result{'s' if n > 1 else ''} in {target} (async-pbt report shows them; --no-record: not)")
-    sys.stdout.flush()
+    else:
+        _print_results(results, args, recorded)
     return 0

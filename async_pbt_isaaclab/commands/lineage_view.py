@@ -9,6 +9,7 @@ core.
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any, Iterable, Mapping
 
 from async_pbt_isaaclab.commands.common import (
@@ -127,6 +128,7 @@ def _decided_event(entry: Mapping[str, Any], line: int) -> dict[str, Any] | None
         "donor_generation": _donor_generation(entry, donor) if donor is not None else None,
         "donor_checkpoint": None,
         "changes": entry.get("changes") or [],
+        "own_hyperparameters": me.get("hyperparameters") if isinstance(me.get("hyperparameters"), Mapping) else None,
         "reason": (decision.get("reasons") or [""])[-1],
         "seq": entry.get("seq"),
         "line": line,
@@ -157,7 +159,54 @@ def _applied_event(
     ev.update(state="applied", seq=entry.get("seq"), line=line, time=entry.get("time"), applied_frame=ev["frame"])
     if "hyperparameters" in entry:
         ev["hyperparameters"] = entry["hyperparameters"]
+    own, after = ev.get("own_hyperparameters"), entry.get("hyperparameters")
+    if isinstance(own, Mapping) and isinstance(after, Mapping):
+        ev["moves"] = value_moves(own, after, ev.get("changes"), exploit=ev["outcome"] == "exploit")
     return ev
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return bool(a == b)
+
+
+def value_moves(own: Mapping[str, Any], after: Mapping[str, Any], changes: Any, exploit: bool) -> list[dict[str, Any]]:
+    """What a generation change did to the member's own values: per key that moved, ``old`` (the member's value when
+    the change was decided: its record's, the live learning rate included), ``new`` (what it trained with after),
+    ``mutation`` (the explore strategy's change of it, whose ``old`` is the donor's value in an exploit; ``None``
+    for a value that came with the donor as it was, or moved with the learning-rate schedule) and ``exploit``."""
+    mutated = {c["key"]: c for c in changes or [] if isinstance(c, Mapping) and "key" in c}
+    return [
+        {"key": key, "old": own.get(key), "new": after[key], "mutation": mutated.get(key), "exploit": exploit}
+        for key in sorted(after)
+        if not _same(own.get(key), after[key])
+    ]
+
+
+def _move_text(move: Mapping[str, Any]) -> str:
+    mutation, key = move.get("mutation"), move["key"]
+    rate = "live rate" if key == "learning_rate" else ""
+    if mutation is None:
+        how = ("donor's " + rate).strip() if move.get("exploit") else rate or "schedule"
+    elif mutation.get("from_zero"):
+        how = "from 0"
+    else:
+        factor = mutation.get("factor")
+        times = f"x{factor:.3g}" if isinstance(factor, (int, float)) and not isinstance(factor, bool) else "mutated"
+        how = f"donor's {(rate + ' ' if rate else '')}{format_number(mutation.get('old'))} {times}"
+        how = how if move.get("exploit") else times
+    return f"{key} {format_number(move.get('old'))} -> {format_number(move['new'])} ({how})"
+
+
+def change_text(event: Mapping[str, Any]) -> str:
+    """An applied generation change in one line: each value the member moved, from its own to the new one, and how
+    (mutated from the donor's value, inherited from the donor, its live learning rate); without the member's own
+    values in the log (an older workspace), the decision's mutation (:func:`format_changes`)."""
+    moves = event.get("moves")
+    if moves is None:
+        return format_changes(event.get("changes"))
+    return ", ".join(_move_text(m) for m in moves) or "no hyperparameter changed"
 
 
 def _aborted_event(entry: Mapping[str, Any], line: int, why: str) -> dict[str, Any]:
@@ -247,6 +296,50 @@ def lineage_data(ws, member: int | None = None) -> list[dict[str, Any]]:
     return out
 
 
+def _start_row(start: Mapping[str, Any] | None) -> list[str]:
+    if start is None:
+        return ["gen 0", "frame -", "start (no start entry)", ""]
+    mode = start.get("mode") or ""
+    if mode == "warm_start" and start.get("checkpoint"):
+        mode += f" from {start['checkpoint']}"
+    first_gen = start.get("generation") if isinstance(start.get("generation"), int) else 0
+    return [
+        f"gen {first_gen}",
+        f"frame {format_number(start.get('frame'))}",
+        f"start ({mode})" if mode else "start",
+        f"[seq {start.get('seq')}]",
+    ]
+
+
+def _event_row(e: Mapping[str, Any]) -> list[str]:
+    if e["outcome"] == "exploit":
+        dg = f" gen {e['donor_generation']}" if e.get("donor_generation") is not None else ""
+        what = f"exploit <- member {format_number(e.get('donor'))}{dg}"
+    else:
+        what = "explore (own weights)"
+    state = e["state"]
+    if state == "aborted" and e.get("abort_reason"):
+        state += f": {e['abort_reason']}"
+    return [
+        f"gen {format_number(e.get('generation'))}",
+        event_frame_text(e),
+        what,
+        f"{change_text(e)}  [{state}, seq {e.get('seq')}{decided_text(e)}]",
+    ]
+
+
+def member_rows(m: Mapping[str, Any]) -> list[list[str]]:
+    """One member's lineage rows in the order of its audit log (its first start's draw, seq 0, before the start)."""
+    rows: list[tuple[Any, list[str]]] = [(m["start"] and m["start"].get("seq"), _start_row(m["start"]))]
+    if m.get("initial") is not None:
+        rows.append((m["initial"].get("seq"), initial_row(m["initial"])))
+    rows += [(e.get("seq"), _event_row(e)) for e in m["events"]]
+    # Stable: rows without a seq keep their place after those with one.
+    return [
+        row for _, row in sorted(rows, key=lambda r: (not isinstance(r[0], int), r[0] if isinstance(r[0], int) else 0))
+    ]
+
+
 def cmd_lineage(args: argparse.Namespace) -> int:
     ws = open_workspace(args.workspace)
     data = lineage_data(ws, args.member)
@@ -262,43 +355,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
             continue
         applied = sum(1 for e in m["events"] if e["state"] == "applied")
         print(f"{name}: {applied} change(s) of generation")
-        rows = []
-        s = m["start"]
-        if s is None:
-            rows.append(["gen 0", "frame -", "start (no start entry)", ""])
-        else:
-            mode = s.get("mode") or ""
-            if mode == "warm_start" and s.get("checkpoint"):
-                mode += f" from {s['checkpoint']}"
-            first_gen = s.get("generation") if isinstance(s.get("generation"), int) else 0
-            rows.append(
-                [
-                    f"gen {first_gen}",
-                    f"frame {format_number(s.get('frame'))}",
-                    f"start ({mode})" if mode else "start",
-                    f"[seq {s.get('seq')}]",
-                ]
-            )
-        if m.get("initial") is not None:
-            rows.append(initial_row(m["initial"]))
-        for e in m["events"]:
-            if e["outcome"] == "exploit":
-                dg = f" gen {e['donor_generation']}" if e.get("donor_generation") is not None else ""
-                what = f"exploit <- member {format_number(e.get('donor'))}{dg}"
-            else:
-                what = "explore (own weights)"
-            state = e["state"]
-            if state == "aborted" and e.get("abort_reason"):
-                state += f": {e['abort_reason']}"
-            rows.append(
-                [
-                    f"gen {format_number(e.get('generation'))}",
-                    event_frame_text(e),
-                    what,
-                    f"{format_changes(e.get('changes'))}  [{state}, seq {e.get('seq')}{decided_text(e)}]",
-                ]
-            )
-        print("\n".join(format_table(rows, indent="  ")))
+        print("\n".join(format_table(member_rows(m), indent="  ")))
         for u in m["unreadable"]:
             print(f"  {name}: skipped unreadable audit entry at {u} (run `async-pbt audit`)")
     return EXIT_OK

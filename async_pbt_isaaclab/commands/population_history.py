@@ -199,10 +199,9 @@ def member_history(ws, index: int, record: Any = None) -> dict[str, Any]:
         point = _objective_point((entry.get("inputs") or {}).get("me"), entry.get("time"))
         if point is not None:
             objective.append(point)
-    if record is not None:
-        point = _objective_point(record.to_dict(), record.heartbeat)
-        if point is not None and (not objective or point["frame"] > objective[-1]["frame"]):
-            objective.append(point)
+    final = _objective_point(record.to_dict(), record.heartbeat) if record is not None else None
+    if final is not None and (not objective or final["frame"] > objective[-1]["frame"]):
+        objective.append(final)
     lineage = lineage_events(index, entries)
     lin: MemberLineage = member_lineage(index, entries)
     hp_steps = _hyperparameter_steps(lin, lineage["events"], record)
@@ -211,6 +210,7 @@ def member_history(ws, index: int, record: Any = None) -> dict[str, Any]:
         "scalars": read_member_scalars(ws, index),
         "generation_changes": generation_changes(index, path),
         "objective": objective,
+        "final": final,
         "events": lineage["events"],
         "start": lineage["start"],
         "unreadable": lineage["unreadable"],
@@ -222,8 +222,22 @@ def member_history(ws, index: int, record: Any = None) -> dict[str, Any]:
     }
 
 
+def newest_per_checkpoint(evaluations: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """``evaluations`` (in file order) with each checkpoint evaluated again on the same task kept once, its newest
+    result (a checkpoint is one point of the report, one count of its summary); and how many repeats were dropped.
+    Results without a ``checkpoint`` are all kept."""
+    kept: dict[Any, dict[str, Any]] = {}
+    for n, e in enumerate(evaluations):
+        checkpoint = e.get("checkpoint")
+        key = (str(checkpoint), str(e.get("task"))) if isinstance(checkpoint, str) else n
+        kept.pop(key, None)  # re-inserted: the dict keeps the newest line of each checkpoint, in file order
+        kept[key] = e
+    return list(kept.values()), len(evaluations) - len(kept)
+
+
 def read_evaluations(ws) -> tuple[list[dict[str, Any]], list[str]]:
-    """Held-out evaluations (``evaluations.jsonl``) and the lines skipped; ``([], [])`` when there is none."""
+    """Held-out evaluations (``evaluations.jsonl``; a checkpoint evaluated again: its newest result,
+    :func:`newest_per_checkpoint`), best first, and the lines skipped; ``([], [])`` when there is none."""
     path = ws.root / EVALUATIONS_FILE
     out: list[dict[str, Any]] = []
     skipped: list[str] = []
@@ -245,6 +259,7 @@ def read_evaluations(ws) -> tuple[list[dict[str, Any]], list[str]]:
             skipped.append(f"{path}:{n}: no finite numeric 'objective'")
             continue
         out.append(obj)
+    out, _ = newest_per_checkpoint(out)
     out.sort(key=lambda e: -float(e["objective"]))
     return out, skipped
 

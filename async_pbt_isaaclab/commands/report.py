@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from async_pbt_isaaclab.commands.common import CliError, format_number, open_workspace
+from async_pbt_isaaclab.commands.lineage_view import change_text, format_changes
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.install_hint import extra_install_command
 from async_pbt_isaaclab.core.member_progress import format_age
@@ -150,8 +151,6 @@ def _when(t: Any) -> str:
 
 
 def _changes(changes: Any) -> str:
-    from async_pbt_isaaclab.commands.lineage_view import format_changes
-
     return _e(format_changes(changes))
 
 
@@ -243,7 +242,7 @@ def _exploits_table(data: dict[str, Any]) -> str:
                     _e(e.get("decided_frame") if e.get("decided_frame") is not None else "-"),
                     _e(e.get("applied_frame") if e.get("applied_frame") is not None else "-"),
                     _e(e.get("generation")),
-                    _changes(e.get("changes")),
+                    _e(change_text(e)),
                     _e(state),
                 ]
             )
@@ -302,6 +301,14 @@ FRAMES_NOTE = (
     '<p class="note">A change is <b>decided at</b> the frame of the evidence it was decided on and <b>applied at</b> '
     "the first frame the new generation trained (one epoch later): the frame of the lineage, of the plots' markers "
     "and of TensorBoard's <code>pbt/exploit</code>.</p>"
+)
+
+
+OBJECTIVE_NOTE = (
+    '<p class="note">Each curve is a member\'s training window mean at every publish and heartbeat, up to its final '
+    "record. It begins at the member's first settled window (every env has finished an episode begun in its "
+    "generation), so a member whose first episodes last longer begins later; it is dotted across a generation change "
+    "(no evidence of the new generation in between). Decisions are marked where the curve has evidence.</p>"
 )
 
 
@@ -400,7 +407,7 @@ def render_html(data: dict[str, Any], svgs: dict[str, str], max_decisions: int =
     sections = [
         ("Summary", _summary(data) + warn),
         ("Members", _members_table(data)),
-        ("Objective over frames", f'<div class="plot">{svgs.get("objective", "")}</div>'),
+        ("Objective over frames", f'<div class="plot">{svgs.get("objective", "")}</div>' + OBJECTIVE_NOTE),
         *(
             [
                 (

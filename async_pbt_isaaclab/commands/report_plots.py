@@ -1,10 +1,9 @@
 """The report's plots, drawn with matplotlib from :func:`~.population_history.population_history` data.
 
-Three figures: the training objective over frames for every member at its logging resolution, with its
-decisions and generation changes marked on its curve (and the held-out returns beside it when any were recorded),
-the lineage as a tree over generations, and each hyperparameter that moved, as each member trained with it per
-epoch. Each is returned
-as a matplotlib ``Figure`` (non-interactive Agg backend) so the caller can embed it as SVG or write a PNG.
+Three figures: the training objective over frames (:mod:`~async_pbt_isaaclab.commands.report_objective`), the
+lineage as a tree over generations, and each hyperparameter that moved, as each member trained with it per epoch;
+with ``--independent``, the population against independent runs. Each is returned as a matplotlib ``Figure``
+(non-interactive Agg backend) so the caller can embed it as SVG or write a PNG.
 Needs the ``report`` extra (matplotlib); imported lazily by the ``report`` command.
 """
 
@@ -15,191 +14,12 @@ import math
 from typing import Any, Sequence
 
 import matplotlib
-
-matplotlib.use("Agg")  # never open a window; reports are built on headless nodes
-import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from async_pbt_isaaclab.commands.report_objective import objective_figure
+from async_pbt_isaaclab.commands.report_style import member_color, member_label, plain, plt
+
 _DASHES = ("-", "--", "-.", ":")
-
-MAX_LABELLED_EXPLOITS = 40
-"""Above this many exploits the objective plot marks them without text labels (they would overlap)."""
-
-
-def member_color(index: int, n: int) -> Any:
-    cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
-    return cmap(index % cmap.N)
-
-
-def _label(member: int) -> str:
-    return f"member {member:03d}"
-
-
-def _plain(text: str) -> str:
-    """Workspace text shown verbatim: a ``$`` would otherwise start matplotlib mathtext."""
-    return str(text).replace("$", r"\$")
-
-
-def training_curve(member: dict[str, Any]) -> list[dict[str, Any]]:
-    """The member's objective over frames at its own logging resolution: its ``pbt/objective_mean`` scalars (every
-    publish and heartbeat, ``members/NNN/pbt_scalars.jsonl``), else the window mean at each decision."""
-    points = (member.get("scalars") or {}).get("pbt/objective_mean")
-    if not points:
-        return list(member["objective"])
-    by_frame = {f: v for f, v in points}  # one point per frame: the last value written at it
-    return [{"frame": f, "mean": by_frame[f]} for f in sorted(by_frame)]
-
-
-def _on_curve(points: Sequence[dict[str, Any]], frame: Any) -> float | None:
-    """The curve's value at ``frame`` (linear between its points, as it is drawn), so a marker sits on the line."""
-    if not points or not isinstance(frame, (int, float)):
-        return None
-    if frame <= points[0]["frame"]:
-        return points[0]["mean"]
-    for a, b in zip(points, points[1:], strict=False):
-        if a["frame"] <= frame <= b["frame"]:
-            span = b["frame"] - a["frame"]
-            return a["mean"] if span == 0 else a["mean"] + (b["mean"] - a["mean"]) * (frame - a["frame"]) / span
-    return points[-1]["mean"]
-
-
-def _decided_frames(member: dict[str, Any]) -> list[int]:
-    return [
-        d["frame"]
-        for d in member["decisions"]
-        if isinstance(d.get("frame"), int) and d.get("outcome") not in ("diverse start", "initial mutation")
-    ]
-
-
-def _held_out(data: dict[str, Any]) -> dict[int, list[tuple[int, float]]]:
-    """Held-out results with a member and a frame, per member in frame order."""
-    out: dict[int, list[tuple[int, float]]] = {}
-    for e in data.get("evaluations") or []:
-        member, frame = e.get("member"), e.get("frame")
-        if isinstance(member, int) and isinstance(frame, int) and not isinstance(frame, bool):
-            out.setdefault(member, []).append((frame, float(e["objective"])))
-    return {m: sorted(v) for m, v in out.items()}
-
-
-def _draw_changes(ax: Any, members: Sequence[dict[str, Any]], curves: dict[int, list], n: int) -> list[tuple]:
-    """Each applied generation change on its member's curve at the frame it was applied at; returns them."""
-    changes = [
-        (m["member"], e) for m in members for e in m["events"] if e.get("state") == "applied" and e.get("outcome")
-    ]
-    exploits = [c for c in changes if c[1]["outcome"] == "exploit"]
-    for recipient, e in changes:
-        frame = e.get("applied_frame", e.get("frame"))
-        y = _on_curve(curves[recipient], frame)
-        if y is None:
-            continue
-        color = member_color(recipient, n)
-        if e["outcome"] == "explore":
-            ax.scatter([frame], [y], marker="D", s=40, color=color, edgecolors="black", zorder=5)
-            continue
-        ax.scatter([frame], [y], marker="v", s=90, color=color, edgecolors="black", zorder=5)
-        donor = e.get("donor")
-        donor_frame = _donor_frame(e)
-        if donor in curves and donor_frame is not None:
-            dy = _on_curve(curves[donor], donor_frame)
-            if dy is not None:
-                ax.annotate(
-                    "",
-                    xy=(frame, y),
-                    xytext=(donor_frame, dy),
-                    arrowprops={"arrowstyle": "->", "linestyle": "--", "color": "0.35", "lw": 1},
-                )
-        if len(exploits) <= MAX_LABELLED_EXPLOITS:
-            ax.annotate(f"{donor}\u2192{recipient}", (frame, y), textcoords="offset points", xytext=(4, 8), fontsize=8)
-    return changes
-
-
-def _draw_held_out(ax: Any, held_out: dict[int, list[tuple[int, float]]], n: int) -> None:
-    for member, points in sorted(held_out.items()):
-        ax.plot(
-            [f for f, _ in points],
-            [v for _, v in points],
-            marker="o",
-            markersize=4,
-            linewidth=1.2,
-            color=member_color(member, n),
-            label=_label(member),
-        )
-    ax.set_xlabel("frames of the evaluated checkpoint")
-    ax.set_ylabel("held-out return (mean)")
-    ax.set_title("Held-out return (async-pbt evaluate)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-
-
-def objective_figure(data: dict[str, Any]) -> Figure:
-    """Each member's training objective at its logging resolution, its decisions (hollow dots, at the frame each was
-    decided at) and its generation changes (at the frame each was applied at: triangles for exploits, with a dashed
-    arrow from the donor's curve at the copied checkpoint's frame; diamonds for explores); beside it, when there are
-    any, the held-out returns ``async-pbt evaluate`` recorded."""
-    members = data["members"]
-    held_out = _held_out(data)
-    if held_out:
-        fig, (ax, ax_held) = plt.subplots(
-            1, 2, figsize=(12, 4.8), layout="constrained", gridspec_kw={"width_ratios": [3, 2]}
-        )
-    else:
-        fig, ax = plt.subplots(figsize=(10, 4.8), layout="constrained")
-        ax_held = None
-    curves = {m["member"]: training_curve(m) for m in members}
-    n = max([m["member"] for m in members], default=0) + 1
-    drew = False
-    for m in members:
-        pts = curves[m["member"]]
-        if not pts:
-            continue
-        drew = True
-        color = member_color(m["member"], n)
-        ax.plot(
-            [p["frame"] for p in pts], [p["mean"] for p in pts], linewidth=1.4, color=color, label=_label(m["member"])
-        )
-        decided = _decided_frames(m)
-        ax.scatter(
-            decided,
-            [_on_curve(pts, f) for f in decided],
-            s=14,
-            facecolors="white",
-            edgecolors=color,
-            linewidths=1,
-            zorder=4,
-        )
-    changes = _draw_changes(ax, members, curves, n)
-    if drew:
-        ax.scatter([], [], s=14, facecolors="white", edgecolors="0.3", label="decision (decided at)")
-    if any(e["outcome"] == "exploit" for _, e in changes):
-        ax.scatter([], [], marker="v", s=60, color="white", edgecolors="black", label="exploit (applied at)")
-    if any(e["outcome"] == "explore" for _, e in changes):
-        ax.scatter([], [], marker="D", s=34, color="white", edgecolors="black", label="explore (applied at)")
-    if not drew:
-        ax.text(
-            0.5, 0.5, "no completed-episode evidence recorded yet", ha="center", va="center", transform=ax.transAxes
-        )
-    objective = (data.get("summary") or {}).get("objective") or "objective"
-    ax.set_xlabel("frames (each member's own counter)")
-    ax.set_ylabel(_plain(f"{objective} (training window mean)"))
-    ax.set_title("Training objective over frames")
-    ax.grid(alpha=0.3)
-    if drew:
-        ax.legend(fontsize=8, loc="best", ncol=2 if len(members) > 6 else 1)
-    if ax_held is not None:
-        _draw_held_out(ax_held, held_out, n)
-    return fig
-
-
-def _donor_frame(event: dict[str, Any]) -> int | None:
-    if isinstance(event.get("donor_frame"), int):
-        return event["donor_frame"]
-    ckpt = event.get("donor_checkpoint")
-    if isinstance(ckpt, str) and "_f" in ckpt:
-        try:
-            return int(ckpt.rsplit("_f", 1)[1].split(".")[0])
-        except ValueError:
-            return None
-    return None
 
 
 def lineage_figure(data: dict[str, Any]) -> Figure:
@@ -252,7 +72,7 @@ def lineage_figure(data: dict[str, Any]) -> Figure:
                     arrowprops={"arrowstyle": "-|>", "color": "0.5", "lw": 1, "shrinkA": 6, "shrinkB": 6},
                 )
             prev = g
-    ax.set_yticks([m["member"] for m in members], [_label(m["member"]) for m in members])
+    ax.set_yticks([m["member"] for m in members], [member_label(m["member"]) for m in members])
     ax.set_xticks(range(0, max_gen + 1))
     ax.set_xlim(-0.5, max_gen + 0.5)
     ax.set_ylim(-0.7, max(n - 1, 0) + 0.7)
@@ -343,7 +163,7 @@ def hyperparameter_figure(data: dict[str, Any]) -> Figure:
                 [v for _, v in points],
                 where="post",
                 color=color,
-                label=_label(m["member"]),
+                label=member_label(m["member"]),
                 linewidth=1.6,
                 alpha=0.85,
                 linestyle=_DASHES[m["member"] % len(_DASHES)],
@@ -359,7 +179,7 @@ def hyperparameter_figure(data: dict[str, Any]) -> Figure:
         positive = [v for v in values_all if v > 0]
         if positive and len(positive) == len(values_all) and max(positive) / min(positive) > 20:
             ax.set_yscale("log")
-        ax.set_title(_plain(name), fontsize=10)
+        ax.set_title(plain(name), fontsize=10)
         ax.set_xlabel("frames")
         ax.grid(alpha=0.3)
     for ax in flat[len(names) :] if names else flat[1:]:
@@ -402,8 +222,8 @@ def baseline_figure(data: dict[str, Any]) -> Figure:
         if len(population) == len(runs)
         else f"frames per member ({len(population)} members, {len(runs)} runs: totals differ)"
     )
-    ax.set_ylabel(_plain(f"{objective} (training window mean)"))
-    ax.set_title(_plain(f"Against independent runs in {data['baseline']['workspace']}"), fontsize=10)
+    ax.set_ylabel(plain(f"{objective} (training window mean)"))
+    ax.set_title(plain(f"Against independent runs in {data['baseline']['workspace']}"), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     return fig

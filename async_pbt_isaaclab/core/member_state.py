@@ -80,6 +80,16 @@ class FinishedMark:
             raise RecordError(f"{where}: expected integer frame and epoch, got {dict(data)!r:.80}")
         return cls(frame=values[0], epoch=values[1])
 
+    def still_reached(self, max_epochs: int, max_frames: int) -> str:
+        """Why a member that finished here must not train again under these limits (-1: none): the limit it
+        reached, in words; ``""`` when its limits grew since (it trains on). What a restarted member and the
+        CPU population's resume both say."""
+        if max_epochs != -1 and self.epoch >= max_epochs:
+            return f"finished at epoch {self.epoch} >= max_epochs={max_epochs} (frame {self.frame})"
+        if max_frames != -1 and self.frame >= max_frames:
+            return f"finished at frame {self.frame} >= max_frames={max_frames}"
+        return ""
+
 
 @dataclass(frozen=True)
 class AuditHead:

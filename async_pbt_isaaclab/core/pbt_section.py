@@ -44,6 +44,22 @@ RETIRED_KEYS = {
 FIELD_NAMES = tuple(f.name for f in dataclasses.fields(PopulationConfig))
 """Every key a ``pbt:`` section may hold."""
 
+MIN_POPULATION = 2
+"""The fewest members a population may have: a member exploits and explores only after comparing itself with a
+peer."""
+
+
+def population_size_problem(members: int) -> str:
+    """Why a population of ``members`` cannot run, ``""`` when it can: the one rule on a population's size, which
+    the config check (``num_policies`` of an enabled population), ``async-pbt launch`` and the CPU population
+    apply, each naming its own key or flag in front and how to train one policy alone after it."""
+    if members >= MIN_POPULATION:
+        return ""
+    return (
+        f"a population needs at least {MIN_POPULATION} members (a member exploits and explores only after comparing "
+        f"itself with a peer)"
+    )
+
 
 def _check_type(key: str, value: Any, default: Any, problems: list[str], where: str) -> Any:
     """Coerce ``value`` to the type of ``default`` or record a problem."""
@@ -128,7 +144,16 @@ def population_config_from_dict(
 
 def _validate_values(cfg: PopulationConfig, where: str, allow_test_fixture: bool = False) -> list[str]:
     """Every problem with ``cfg``'s values, each prefixed with ``where`` (the file, when known)."""
-    return [where + problem for problem in [*_range_problems(cfg), *_choice_problems(cfg, allow_test_fixture)]]
+    problems = [*_range_problems(cfg), *_size_problems(cfg), *_choice_problems(cfg, allow_test_fixture)]
+    return [where + problem for problem in problems]
+
+
+def _size_problems(cfg: PopulationConfig) -> list[str]:
+    """An enabled population too small to be one (:func:`population_size_problem`)."""
+    too_few = population_size_problem(cfg.num_policies) if cfg.enabled and cfg.num_policies >= 1 else ""
+    if not too_few:
+        return []
+    return [f"num_policies: {cfg.num_policies}: {too_few}; to train one policy alone, set pbt.enabled=false"]
 
 
 def _range_problems(cfg: PopulationConfig) -> list[str]:

@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.records import MemberRecord, RecordError, parse_record_bytes
 
@@ -54,8 +56,12 @@ MEMBER_FILES = (
     "best.json",
     "target.json",
     "pbt_scalars.jsonl",
+    "agent.yaml",
 )
-"""Files a member writes in its folder."""
+"""Files a member writes in its folder (``agent.yaml``: the trainer config it was built with, which
+``async-pbt evaluate`` rebuilds its policy from)."""
+AGENT_FILE = "agent.yaml"
+"""In a member's folder: the agent config its latest process was built with (:data:`MEMBER_FILES`)."""
 IN_PLACE_FILES = ("lock", "audit.jsonl", "audit.jsonl.torn", "pbt_scalars.jsonl")
 """Member files written in place (locked and rewritten, appended, truncated) rather than replaced: a hard link there
 would have the member write into the file it shares its content with."""
@@ -105,6 +111,37 @@ def resolve_inside(root: Path, relative: str) -> Path:
     return full
 
 
+def save_agent_config(member_dir: Path, agent_cfg: dict[str, Any]) -> None:
+    """Keep the agent config a member's process is built with in its folder (:data:`AGENT_FILE`, replaced at every
+    start): what ``async-pbt evaluate`` rebuilds the member's policy from. A config YAML cannot represent is left out
+    (evaluate then asks for ``--agent-yaml``)."""
+    try:
+        data = yaml.safe_dump(agent_cfg, sort_keys=False).encode()
+    except yaml.YAMLError:
+        return
+    fsio.atomic_write_bytes(member_dir / AGENT_FILE, data)
+
+
+def population_conflicts(
+    meta: dict[str, Any],
+    num_policies: int | None = None,
+    objective: str | None = None,
+    task: str | None = None,
+    seed: int = -1,
+) -> list[tuple[str, Any, Any]]:
+    """``(key, recorded, asked)`` for each condition of a population that ``population.json`` (``meta``) records
+    otherwise than asked: its size, objective term, task and (``seed`` >= 0) population seed (one a workspace
+    written before seeds were recorded lacks). ``None`` (or a seed < 0) asks nothing of that key. The one rule a
+    member's start (:meth:`Workspace.ensure`) and the launchers' checks before anything starts apply."""
+    asked = {"num_policies": num_policies, "objective": objective, "task": task, "seed": seed if seed >= 0 else None}
+    return [
+        (key, meta.get(key), value)
+        for key, value in asked.items()
+        # A workspace written before seeds were recorded has none: any seed joins it.
+        if value is not None and meta.get(key) != value and not (key == "seed" and meta.get(key) is None)
+    ]
+
+
 class Workspace:
     """A population workspace rooted at ``root``."""
 
@@ -139,18 +176,16 @@ class Workspace:
             meta = dict(wanted, created=time.time(), seed=population_seed, id=secrets.token_hex(16))
             self._create_population_meta(meta_path, meta)
         meta = self.population_meta()
-        recorded = meta.get("seed")
-        if seed >= 0 and recorded is not None and recorded != seed:
-            raise WorkspaceError(
-                f"{meta_path}: this population's seed is {recorded!r} but this member runs with pbt.seed={seed}; "
-                f"leave pbt.seed unset (or set it to {recorded!r}) to join it, or use a new workspace"
-            )
-        for key in ("num_policies", "objective", "task"):
-            if meta.get(key) != wanted[key] and not (key == "task" and not wanted[key]):
+        for key, recorded, asked in population_conflicts(meta, num_policies, objective, task or None, seed):
+            if key == "seed":
                 raise WorkspaceError(
-                    f"{meta_path}: this workspace was created with {key}={meta.get(key)!r} but this member runs "
-                    f"with {key}={wanted[key]!r}; use a new workspace for an independent experiment"
+                    f"{meta_path}: this population's seed is {recorded!r} but this member runs with pbt.seed={seed}; "
+                    f"leave pbt.seed unset (or set it to {recorded!r}) to join it, or use a new workspace"
                 )
+            raise WorkspaceError(
+                f"{meta_path}: this workspace was created with {key}={recorded!r} but this member runs "
+                f"with {key}={asked!r}; use a new workspace for an independent experiment"
+            )
         return meta
 
     def _create_population_meta(self, meta_path: Path, meta: dict[str, Any]) -> None:

@@ -1,12 +1,14 @@
-"""A CPU population: N rl_games PPO members on Pendulum-v1, as separate processes, under the launcher.
+"""A CPU population: N rl_games PPO members on a gymnasium task, as separate processes, under the launcher.
 
     python -m async_pbt.examples.cpu_population --members 2 --smoke --workspace ./runs/cpu-smoke
     python -m async_pbt.examples.cpu_population --task HalfCheetah-v5 --members 4 --workspace ./runs/hc
+    python -m async_pbt.examples.cpu_population --task Humanoid-v5 --agent humanoid_ppo.yaml --members 4
 
-``--task`` trains another task with a packaged agent yaml (HalfCheetah-v5 and Hopper-v5 need the ``[mujoco]``
-extra); the presets are frames per member, rounded up to whole epochs of that task's yaml. HalfCheetah's episodes
-last 1,000 steps, so its ``--smoke`` (3 epochs of 256 steps) ends before any episode does: pass ``--iterations 8``
-or more to see evidence and exploits.
+``--task`` trains a task with its packaged agent yaml (Pendulum-v1, the default; HalfCheetah-v5 and Hopper-v5 need
+the ``[mujoco]`` extra); ``--agent YAML`` trains any gymnasium task with your rl_games agent yaml. The presets are
+frames per member, rounded up to whole epochs of that yaml. HalfCheetah's episodes last 1,000 steps, so its
+``--smoke`` (3 epochs of 256 steps) ends before any episode does: pass ``--iterations 8`` or more to see evidence
+and exploits.
 
 Each member is ``python -m async_pbt.examples.cpu_member`` with the population flags added by
 the local launcher. With ``--slices M`` each process hosts M members on slices of one vectorized env
@@ -17,12 +19,13 @@ the launcher restarts a crashed process from its members' own last checkpoints.
 ``--smoke`` is a short run (about a minute on 2 cores) that exercises every step; without it the run is
 long enough for the population to learn Pendulum (returns rise from about -1200 towards -200).
 A new ``--workspace`` is a new experiment; an existing one is resumed (each member continues from its
-own last checkpoint) and the example says which it did.
+own last checkpoint; a member that reached its ``--iterations`` has finished) and the example says which it did.
+A workspace whose every member has finished trains nothing: pass more ``--iterations`` to train on.
 
 Usage errors (a population of fewer than 2 members, ``--iterations 0``, a workspace path that is a file
-or not writable, a workspace made for another population size) are one line on stderr and exit code 2,
-before anything is written. The exit code is the launcher's: 0 when every member finished, 1 when one
-was given up, 130 after Ctrl-C.
+or not writable, a workspace made for another population size, task or objective, a workspace another
+launcher runs) are one line on stderr and exit code 2, before anything is written. The exit code is the
+launcher's: 0 when every member finished, 1 when one was given up, 130 after Ctrl-C.
 """
 
 from __future__ import annotations
@@ -31,26 +34,29 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from async_pbt_isaaclab.console import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
-from async_pbt_isaaclab.core.config import ConfigError
+from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, objective_term
 from async_pbt_isaaclab.core.flags import add_population_args, population_overrides
 from async_pbt_isaaclab.core.fsio import folder_problem
 from async_pbt_isaaclab.core.member_progress import generation_changes
 from async_pbt_isaaclab.core.member_state import load_state
-from async_pbt_isaaclab.core.pbt_section import SELECTION_RULES
+from async_pbt_isaaclab.core.pbt_section import SELECTION_RULES, population_size_problem
 from async_pbt_isaaclab.core.retention import population_best
 from async_pbt_isaaclab.core.slices import SLICES_FLAG, slice_problems
-from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
-from async_pbt_isaaclab.examples.agents import DEFAULT_TASK, PACKAGED_AGENTS, packaged_agent_yaml
-from async_pbt_isaaclab.exit_codes import EXIT_USAGE
+from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, population_conflicts
+from async_pbt_isaaclab.examples.agents import DEFAULT_TASK, PACKAGED_AGENTS
+from async_pbt_isaaclab.exit_codes import EXIT_OK, EXIT_USAGE
 from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS  # plain data: no torch, no rl_games
 
 PROG = "python -m async_pbt.examples.cpu_population"
 """How users run the example (the name in its messages)."""
-AGENT_YAML = PACKAGED_AGENTS[DEFAULT_TASK]
-"""The members' agent yaml without ``--task`` (cpu_member's default)."""
+PROG_MEMBER = "python -m async_pbt.examples.cpu_member"
+"""One member, alone or by hand."""
+DEFAULT_WORKSPACE = "runs/cpu-population"
+"""Where the population's workspace goes without ``--workspace`` (relative to the current folder)."""
 
 SMOKE = {"iterations": 24, "interval": 8192, "start_grace": 8192, "min_episodes": 16}
 """Short run: 24 epochs x 2048 frames per member, a decision every 4 epochs after the first 4."""
@@ -60,47 +66,80 @@ FULL = {"iterations": 200, "interval": 32768, "start_grace": 65536, "min_episode
 
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("--members", type=int, default=2, help="population size (at least 2)")
+    p.add_argument("--members", type=int, default=2, help="population size, at least 2 (default 2)")
     p.add_argument(
         "--slices",
         type=int,
         default=1,
-        help="members per process, each on its own slice of one vectorized env (1: one process per member; "
-        "--members must be a multiple; docs/slices.md)",
+        help="members per process, each on its own slice of one vectorized env (1, the default: one process per "
+        "member; --members must be a multiple; docs/slices.md)",
     )
-    p.add_argument("--workspace", default="runs/cpu-population", help="shared workspace folder")
+    p.add_argument(
+        "--workspace",
+        default=DEFAULT_WORKSPACE,
+        help=f"the population's workspace folder: a new one is a new experiment, an existing one is resumed "
+        f"(default {DEFAULT_WORKSPACE})",
+    )
     p.add_argument(
         "--task",
-        default=DEFAULT_TASK,
-        choices=sorted(PACKAGED_AGENTS),
-        help=f"gymnasium task, trained with its packaged agent yaml (default {DEFAULT_TASK})",
+        default=None,
+        help=f"gymnasium task id, trained with its packaged agent yaml ({', '.join(PACKAGED_AGENTS)}; default "
+        f"{DEFAULT_TASK}); any other gymnasium task with --agent",
+    )
+    p.add_argument(
+        "--agent",
+        default=None,
+        metavar="YAML",
+        help="your rl_games agent yaml (with a pbt: section or not), for any gymnasium task: its "
+        "params.config.env_name, or --task",
     )
     p.add_argument("--smoke", action="store_true", help="short run that exercises every step")
     p.add_argument("--iterations", type=int, default=None, help="rl_games epochs per member (overrides the preset)")
-    p.add_argument("--rule", default="dexpbt", choices=SELECTION_RULES, help="selection rule")
-    p.add_argument("--progress-interval", type=float, default=15.0, help="seconds between progress tables")
+    p.add_argument("--rule", default="dexpbt", choices=SELECTION_RULES, help="selection rule (default dexpbt)")
+    p.add_argument("--progress-interval", type=float, default=15.0, help="seconds between progress tables (default 15)")
     return p
 
 
+class UsageError(Exception):
+    """A bad argument or workspace: one line on stderr, exit code 2, nothing written."""
+
+
+def agent_yaml(args: argparse.Namespace) -> Path:
+    """The members' agent yaml: ``--agent``, else ``--task``'s packaged one (a task without one is a
+    :class:`UsageError` saying ``--agent`` takes any gymnasium task)."""
+    if args.agent is not None:
+        return Path(args.agent).expanduser().absolute()
+    task = args.task or DEFAULT_TASK
+    if task not in PACKAGED_AGENTS:
+        raise UsageError(
+            f"--task {task}: no packaged agent yaml for it (packaged: {', '.join(PACKAGED_AGENTS)}); any gymnasium "
+            f"task trains with your rl_games agent yaml: --task {task} --agent YOUR.yaml"
+        )
+    return PACKAGED_AGENTS[task]
+
+
 def preset_iterations(args: argparse.Namespace) -> int:
-    """Epochs per member: ``--iterations``, else the preset's frames (in Pendulum epochs of 2,048) in the task's
+    """Epochs per member: ``--iterations``, else the preset's frames (in Pendulum epochs of 2,048) in the yaml's
     epochs, rounded up."""
     if args.iterations:
         return int(args.iterations)
     preset = SMOKE if args.smoke else FULL
-    config = load_yaml(packaged_agent_yaml(args.task))["params"]["config"]
+    config = load_yaml(agent_yaml(args))["params"]["config"]
     per_epoch = int(config["num_actors"]) * int(config["horizon_length"])
     return max(1, -(-preset["iterations"] * 2048 // per_epoch))
 
 
 def member_command(args: argparse.Namespace, workspace: Path) -> list[str]:
     preset = SMOKE if args.smoke else FULL
+    chosen = [
+        *(["--agent", str(agent_yaml(args))] if args.agent else []),
+        *(["--task", args.task] if args.task else []),
+    ]
     return [
         sys.executable,
         "-m",
         "async_pbt.examples.cpu_member",
-        "--task",
-        args.task,
+        *(chosen or ["--task", DEFAULT_TASK]),
         "--max_iterations",
         str(preset_iterations(args)),
         "--train-dir",
@@ -171,17 +210,10 @@ def summarize(workspace: Path) -> list[str]:
     return lines
 
 
-class UsageError(Exception):
-    """A bad argument or workspace: one line on stderr, exit code 2, nothing written."""
-
-
 def check_arguments(args: argparse.Namespace) -> None:
-    if args.members < 2:
-        raise UsageError(
-            f"--members {args.members}: a population needs at least 2 members (a member exploits and explores "
-            f"only after comparing itself with a peer); to train one policy alone run "
-            f"python -m async_pbt.examples.cpu_member"
-        )
+    too_few = population_size_problem(args.members)
+    if too_few:
+        raise UsageError(f"--members {args.members}: {too_few}; to train one policy alone run {PROG_MEMBER}")
     if args.iterations is not None and args.iterations < 1:
         raise UsageError(
             f"--iterations {args.iterations}: must be at least 1 (omit it for the preset: "
@@ -193,30 +225,14 @@ def check_arguments(args: argparse.Namespace) -> None:
         )
     if not args.progress_interval > 0:
         raise UsageError(f"--progress-interval {args.progress_interval:g}: must be a positive number of seconds")
+    if args.agent is not None and not Path(args.agent).expanduser().is_file():
+        raise UsageError(f"--agent {args.agent}: no such file")
+    agent_yaml(args)
 
 
-def check_workspace(workspace: Path, members: int) -> dict | None:
-    """Refuse a workspace the members could not use; returns its ``population.json`` when it exists."""
-    problem = folder_problem(workspace)
-    if problem:
-        raise UsageError(f"--workspace {workspace}: {problem}")
-    if not (workspace / "population.json").exists():
-        return None
-    try:
-        meta = Workspace(workspace).population_meta()
-    except WorkspaceError as exc:
-        raise UsageError(f"--workspace {workspace}: {exc}") from None
-    if meta.get("num_policies") != members:
-        raise UsageError(
-            f"--workspace {workspace}: was created for {meta.get('num_policies')} members, not "
-            f"--members {members}; pass --members {meta.get('num_policies')} to resume it, "
-            f"or use a new --workspace"
-        )
-    return meta
-
-
-def check_member_config(args: argparse.Namespace, workspace: Path) -> None:
-    """Validate the members' config exactly as a member will, before any process starts."""
+def check_member_config(args: argparse.Namespace, workspace: Path) -> tuple[dict[str, Any], PopulationConfig]:
+    """Validate the members' config exactly as a member will, before any process starts; returns the agent config
+    (with the members' epoch limit) and the population config."""
     parser = argparse.ArgumentParser(add_help=False)
     add_population_args(parser)
     flags = [
@@ -230,16 +246,72 @@ def check_member_config(args: argparse.Namespace, workspace: Path) -> None:
     ]
     member_args, rest = parser.parse_known_args(flags)
     overrides = [o for o in rest if "=" in o]
+    if args.task:
+        overrides.insert(0, f"agent.params.config.env_name={args.task}")
+    yaml_path = agent_yaml(args)
     try:
-        agent_yaml = packaged_agent_yaml(args.task)
         agent_cfg, cfg = load_population_config(
-            load_yaml(agent_yaml), [*population_overrides(member_args), *overrides], source=str(agent_yaml)
+            load_yaml(yaml_path), [*population_overrides(member_args), *overrides], source=str(yaml_path)
         )
     except ConfigError as exc:
         raise UsageError("; ".join(exc.problems)) from None
     problems = slice_problems(cfg.mutation, cfg.exploit_mode, LIVE_SETTERS, args.slices, agent_cfg)
     if problems:
         raise UsageError("; ".join(problems))
+    agent_cfg["params"]["config"]["max_epochs"] = preset_iterations(args)
+    return agent_cfg, cfg
+
+
+def check_workspace(workspace: Path, agent_cfg: dict[str, Any], cfg: PopulationConfig) -> dict | None:
+    """Refuse a workspace the members could not use or that another population made (its size, task, objective:
+    the rule each member applies at its start); returns its ``population.json`` when it exists."""
+    problem = folder_problem(workspace)
+    if problem:
+        raise UsageError(f"--workspace {workspace}: {problem}")
+    if not (workspace / "population.json").exists():
+        return None
+    try:
+        meta = Workspace(workspace).population_meta()
+    except WorkspaceError as exc:
+        raise UsageError(f"--workspace {workspace}: {exc}") from None
+    task = agent_cfg["params"]["config"].get("env_name")
+    conflicts = population_conflicts(meta, cfg.num_policies, objective_term(cfg.objective), task, cfg.seed)
+    for key, recorded, value in conflicts:
+        differs = {
+            "num_policies": f"{recorded} members, not --members {value}; pass --members {recorded}",
+            "task": f"task {recorded!r}, not --task {value}; pass --task {recorded}",
+            "objective": f"objective {recorded!r}, not the members' pbt.objective {value!r}; train its yaml",
+            "seed": f"population seed {recorded}, not pbt.seed={value}; leave pbt.seed unset",
+        }[key]
+        raise UsageError(f"--workspace {workspace}: was created for {differs} to resume it, or use a new --workspace")
+    return meta
+
+
+def resume_status(workspace: Path, agent_cfg: dict[str, Any], members: int) -> dict[int, str]:
+    """Per member of an existing workspace, why it has finished (the limit it reached, as its own start would say)
+    or ``""`` when it continues from its own last checkpoint."""
+    rl_cfg = agent_cfg["params"]["config"]
+    max_epochs, max_frames = int(rl_cfg.get("max_epochs", -1) or -1), int(rl_cfg.get("max_frames", -1) or -1)
+    out = {}
+    for index in range(members):
+        state = load_state(Workspace(workspace).member_dir(index) / "state.json")
+        finished = state.finished if state is not None and not state.pending_exploit else None
+        out[index] = finished.still_reached(max_epochs, max_frames) if finished is not None else ""
+    return out
+
+
+def _start_words(workspace: Path, meta: dict | None, status: dict[int, str]) -> str:
+    if meta is None:
+        return f"[cpu-population] new experiment in {workspace}"
+    done = [f"member {i} {why}" for i, why in status.items() if why]
+    going = [str(i) for i, why in status.items() if not why]
+    return (
+        f"[cpu-population] resuming the existing workspace {workspace} (created {time.ctime(meta.get('created', 0))}): "
+        + (f"{'; '.join(done)}: already finished; " if done else "")
+        + f"member{'s' if len(going) > 1 else ''} {', '.join(going)} continue{'' if len(going) > 1 else 's'} from "
+        f"{'their' if len(going) > 1 else 'its'} own last checkpoint. Use a new --workspace for an independent "
+        f"experiment."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,26 +319,36 @@ def main(argv: list[str] | None = None) -> int:
     workspace = Path(args.workspace).expanduser().absolute()
     try:
         check_arguments(args)
-        meta = check_workspace(workspace, args.members)
-        check_member_config(args, workspace)
+        agent_cfg, cfg = check_member_config(args, workspace)
+        meta = check_workspace(workspace, agent_cfg, cfg)
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    status = resume_status(workspace, agent_cfg, args.members) if meta is not None else {}
+    if status and all(status.values()):
+        print(
+            f"[cpu-population] every member of {workspace} has already finished: "
+            f"{'; '.join(f'member {i} {why}' for i, why in status.items())}. Nothing to train: pass more --iterations "
+            f"to train on, or use a new --workspace for an independent experiment."
+        )
+        print("\n".join(summarize(workspace)))
+        return EXIT_OK
+    return _launch(args, workspace, _start_words(workspace, meta, status), resumed=meta is not None)
+
+
+def _launch(args: argparse.Namespace, workspace: Path, start_words: str, resumed: bool) -> int:
+    from async_pbt_isaaclab.core.launcher_lock import release_launcher_locks
     from async_pbt_isaaclab.launch.arguments import LaunchError
+    from async_pbt_isaaclab.launch.backends import hold_workspace
     from async_pbt_isaaclab.launch.local_backend import launch_population
 
-    resumed = meta is not None
-    if meta is not None:
-        print(
-            f"[cpu-population] resuming the existing workspace {workspace} "
-            f"(created {time.ctime(meta.get('created', 0))}): each member continues from its own last checkpoint. "
-            f"Use a new --workspace for an independent experiment.",
-            flush=True,
-        )
-    else:
-        print(f"[cpu-population] new experiment in {workspace}", flush=True)
     started = time.time()
+    held: list[Path] = []
     try:
+        # The members' launcher locks first (as async-pbt launch takes them): a launch refused there (another
+        # launcher runs them) says nothing of itself; launch_population takes them again, counted in this process.
+        hold_workspace(workspace, list(range(args.members)), held)
+        print(start_words, flush=True)
         result = launch_population(
             member_command(args, workspace),
             args.members,
@@ -279,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     except LaunchError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        release_launcher_locks(held)
     how = f"stopped by {result.stopped_by}" if result.stopped_by else "done"
     print(
         f"\n[cpu-population] {how} after {time.time() - started:.0f}s "

@@ -107,6 +107,68 @@ def hosted_members(command: Sequence[str], chosen: Sequence[int]) -> list[int]:
     return [member for first in chosen for member in process_members(command, first)]
 
 
+def _command_value(command: Sequence[str], flag: str) -> str | None:
+    """The value of ``flag`` (``--flag V`` or ``--flag=V``) in ``command``, the last one given; ``None`` without it."""
+    found = None
+    for i, token in enumerate(command):
+        if token == flag and i + 1 < len(command):
+            found = command[i + 1]
+        elif token.startswith(flag + "="):
+            found = token.split("=", 1)[1]
+    return found
+
+
+def _pbt_value(command: Sequence[str], key: str) -> str | None:
+    """``pbt.<key>``'s value in ``command``: its ``--pbt-*`` flag or an ``agent.pbt.<key>=`` override."""
+    found = _command_value(command, "--pbt-" + key.replace("_", "-"))
+    for token in command:
+        name, sep, value = token.lstrip("+").partition("=")
+        if sep and name in (f"pbt.{key}", f"agent.pbt.{key}"):
+            found = value
+    return found
+
+
+def check_workspace_conditions(workspace: Path, members: int, command: Sequence[str], flag_prefix: str = "") -> None:
+    """Refuse, before anything is written or started, a launch into an existing workspace whose population was
+    created under another condition than ``members`` and the member command ask for: its size, and the task
+    (``--task``), objective and seed (``--pbt-objective``/``--pbt-seed`` or their ``agent.pbt.*`` overrides) when the
+    command names them (:func:`~async_pbt_isaaclab.core.workspace.population_conflicts`, the rule every member's
+    start applies). One line naming each value and the workspace."""
+    from async_pbt_isaaclab.core.config import objective_term
+    from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, population_conflicts
+
+    if not (workspace / "population.json").is_file():
+        return
+    try:
+        meta = Workspace(workspace).population_meta()
+    except WorkspaceError as exc:
+        raise LaunchError(str(exc)) from None
+    objective, seed = _pbt_value(command, "objective"), _pbt_value(command, "seed")
+    asked_by = {
+        "num_policies": f"{flag_prefix}members {members}",
+        "task": f"--task {_command_value(command, '--task')} in the member command",
+        "objective": f"pbt.objective={objective} in the member command",
+        "seed": f"pbt.seed={seed} in the member command",
+    }
+    try:
+        seed_value = int(seed) if seed is not None else -1
+    except ValueError:
+        seed_value = -1  # not a number: the member's own config check says so
+    conflicts = population_conflicts(
+        meta,
+        members,
+        objective_term(objective) if objective is not None else None,
+        _command_value(command, "--task"),
+        seed_value,
+    )
+    if conflicts:
+        differences = "; ".join(f"{key}={recorded!r}, not {asked_by[key]}" for key, recorded, _ in conflicts)
+        raise LaunchError(
+            f"workspace {workspace} was created with {differences} (resume it with the values it was created with, "
+            f"or use a new workspace for an independent experiment)"
+        )
+
+
 def check_supervision(max_retries: int, retry_window_s: float | None, progress_interval_s: float) -> None:
     """Refuses negative retries and non-positive windows or progress intervals."""
     if max_retries < 0:

@@ -21,7 +21,13 @@ from async_pbt_isaaclab.core.fsio import folder_problem
 from async_pbt_isaaclab.core.launcher_lock import acquire_launcher_locks
 from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
 from async_pbt_isaaclab.exit_codes import EXIT_CHECK_FAILED, EXIT_USAGE
-from async_pbt_isaaclab.launch.arguments import LaunchError, check_indices, check_member_command, hosted_members
+from async_pbt_isaaclab.launch.arguments import (
+    LaunchError,
+    check_indices,
+    check_member_command,
+    check_workspace_conditions,
+    hosted_members,
+)
 
 BACKENDS = ("local", "slurm", "ray")
 """Values of ``--backend``."""
@@ -177,6 +183,7 @@ def run_backend(args: argparse.Namespace, command: list[str], held: list[Path] |
         check_backend_options(args, BACKEND_DEFAULTS)
         check_member_command(command)
         indices = check_indices(args.members, args.indices, command=command, flag_prefix="--")
+        check_workspace_conditions(Path(os.path.expanduser(args.workspace)).absolute(), args.members, command, "--")
         if backend == "slurm" and args.dry_run:
             from async_pbt_isaaclab.launch.slurm import launch_slurm
 

@@ -27,6 +27,7 @@ from typing import Sequence
 
 from async_pbt_isaaclab.console import OneLineParser
 from async_pbt_isaaclab.core.launcher_lock import release_launcher_locks
+from async_pbt_isaaclab.core.pbt_section import population_size_problem
 from async_pbt_isaaclab.exit_codes import EXIT_USAGE
 from async_pbt_isaaclab.launch.arguments import LaunchError
 from async_pbt_isaaclab.launch.backends import add_backend_arguments, run_backend
@@ -192,13 +193,15 @@ def cmd_launch(args: argparse.Namespace) -> int:
     command = list(args.member_command or [])
     if command and command[0] == "--":
         command = command[1:]
-    if args.members == 1:
-        # Allowed (crash restarts of one run are still useful), but it is not a population.
+    too_few = population_size_problem(args.members) if args.members >= 1 else ""
+    if too_few:
+        # The rule every member's config check applies too: its members would refuse to start.
         print(
-            "async-pbt launch: note: --members 1: a single member has no peer to compare with, so it never "
-            "exploits or explores; it trains alone with crash restarts",
+            f"async-pbt launch: error: --members {args.members}: {too_few}; to train one policy alone, run the "
+            f"training command without the launcher and without the --pbt-* flags",
             file=sys.stderr,
         )
+        return EXIT_USAGE
     held: list = []
     try:
         # The launcher locks (one launcher per member), the filesystem doctor; SLURM and Ray backends.

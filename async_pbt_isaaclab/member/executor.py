@@ -392,6 +392,8 @@ class MemberExecutor:
     def _stop(self, effect: Stop) -> None:
         if effect.final is not None:
             self._publish(effect.final)
+        # Handed like every record: its listeners (the pbt/* scalars) hear of the last one too, since no epoch follows.
+        self.publication.handed(effect.record)
         self.write_record(effect.record)
         self.log("stop", {"status": effect.status, "frame": effect.record.frame})
         self.session.close()

@@ -36,7 +36,7 @@ from async_pbt_isaaclab.core.member_lock import MemberLock
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.member_state import AuditHead, FinishedMark, MemberState, load_state, save_state
 from async_pbt_isaaclab.core.mutation import agent_path
-from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, checkpoint_name
+from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, checkpoint_name, save_agent_config
 from async_pbt_isaaclab.member.restart import capture_argv
 from async_pbt_isaaclab.member.wandb_run import assign_wandb_run_id
 
@@ -156,9 +156,11 @@ def start_member(
     lock.acquire(cfg.policy_idx, wait_s=lock_wait_s)
     try:
         seed = ws.population_seed(meta)
-        return _prepare(
+        session, built = _prepare(
             agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term, seed, start_info or {}
         )
+        save_agent_config(session.dir, built)  # what `async-pbt evaluate` rebuilds the member's policy from
+        return session, built
     except BaseException:
         lock.release()
         raise
@@ -338,13 +340,7 @@ def _apply_pending(session: MemberSession) -> None:
 
 def _finished_reason(finished: FinishedMark, rl_cfg: dict[str, Any]) -> str:
     """Why a member that finished before must not train again ("" when its limit grew since)."""
-    frame, epoch = finished.frame, finished.epoch
-    max_epochs, max_frames = int(rl_cfg.get("max_epochs", -1) or -1), int(rl_cfg.get("max_frames", -1) or -1)
-    if max_epochs != -1 and epoch >= max_epochs:
-        return f"finished at epoch {epoch} >= max_epochs={max_epochs} (frame {frame})"
-    if max_frames != -1 and frame >= max_frames:
-        return f"finished at frame {frame} >= max_frames={max_frames}"
-    return ""
+    return finished.still_reached(int(rl_cfg.get("max_epochs", -1) or -1), int(rl_cfg.get("max_frames", -1) or -1))
 
 
 def _first_rng(cfg: PopulationConfig, population_seed: int | None) -> MemberRng:

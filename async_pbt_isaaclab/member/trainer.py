@@ -123,3 +123,10 @@ class Trainer(Protocol):
     def summary_source(self) -> SummarySource:
         """Where this member's completed-episode evidence comes from."""
         ...
+
+
+SUPPORTED_TRAINERS: dict[str, str] = {
+    "rl_games": "rl_games 1.6 PPO, a2c_continuous and a2c_discrete",
+}
+"""The trainers whose runs can be population members, by :attr:`Trainer.name`, with what of each is supported: what
+``async-pbt --help`` and the docs list. A trainer whose adapter implements :class:`Trainer` adds its line here."""

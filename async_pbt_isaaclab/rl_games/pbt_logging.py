@@ -161,7 +161,8 @@ class PbtScalarsObserver:
       agent, so a schedule's own moves (the adaptive learning rate) show at epoch resolution;
     * every record the member's publisher hands to its writer (heard through ``record_listeners``: with the
       background writer, ``record.json`` may already hold a newer one when a reader gets to it): the evidence
-      window (``pbt/objective_*``) at the record's frame;
+      window (``pbt/objective_*``) at the record's frame, logged at the next epoch, or at once for the member's last
+      record (``finished`` or ``stopped``), after which no epoch comes;
     * every new lineage entry (in-process exploit or explore in ``after_print_stats``, a restart or a resume
       through a pending exploit in ``after_init``): ``pbt/exploit`` and ``pbt/generation`` at the entry's frame,
       the first frame the new generation trains (the decision was taken one epoch earlier, on the evidence up to
@@ -175,13 +176,14 @@ class PbtScalarsObserver:
         """Writer wrapper, bound to the agent's writer in ``after_init``."""
         self.algo: Any = None
         """The rl_games agent (live hyperparameters are read from it)."""
-        self._frame: int | None = None
+        self._logged: tuple[int, int, float | None] | None = None
+        """(frame, count, mean) of the last record logged."""
         self._logged_generation = 0
         """Lineage entries up to this generation are in the run already (by this process or an earlier one)."""
         self._handed: list[Any] = []
         """Records the member's publication (a :class:`~async_pbt_isaaclab.member.publication.Publication`)
         handed to its writer since the last epoch."""
-        publisher.record_listeners.append(self._handed.append)
+        publisher.record_listeners.append(self._hear)
 
     def before_init(self, base_name, config, experiment_name) -> None:
         pass
@@ -258,15 +260,30 @@ class PbtScalarsObserver:
         finally:
             self._flush_file()
 
+    def _hear(self, record: Any) -> None:
+        self._handed.append(record)
+        if record.status != "running":
+            # The member's last record (finished or stopped): no epoch follows to log it at, and the report's curve
+            # and TensorBoard must end where record.json does.
+            try:
+                self._log_record()
+            finally:
+                self._flush_file()
+
     def _log_record(self) -> None:
         handed, self._handed[:] = list(self._handed), []
         for record in handed:
             self._log_one_record(record)
 
     def _log_one_record(self, record: Any) -> None:
-        if record.frame == self._frame:
+        # A record is logged once per frame, unless a later one at that frame holds another window (a stop's last
+        # record after the epoch's heartbeat).
+        ev = record.evidence
+        logged = (record.frame, ev.count, ev.mean if ev.count else None)  # an empty window's mean is NaN
+        same_frame = self._logged is not None and self._logged[0] == record.frame
+        if same_frame and (record.status == "running" or logged == self._logged):
             return
-        self._frame = record.frame
+        self._logged = logged
         state = self.session.state
         if record.generation > state.generation:
             # A decided exploit or explore: the record already names the next generation with an empty window (so

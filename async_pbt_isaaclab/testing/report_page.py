@@ -32,6 +32,8 @@ class ReportPage:
     """Visible text per section id."""
     member_rows: list[str] = field(default_factory=list)
     """Row ids of the members table."""
+    exploit_labels: list[dict[str, Any]] = field(default_factory=list)
+    """Per exploit label of the objective plot (``donor→recipient``): its text and the box the browser drew it in."""
 
 
 _IMAGES_JS = """() => {
@@ -48,6 +50,23 @@ _IMAGES_JS = """() => {
   }
   return out;
 }"""
+
+
+_LABELS_JS = """() => Array.from(document.querySelectorAll('[id^="exploit-label"]')).map(e => {
+  const r = e.getBoundingClientRect();
+  return {id: e.id, text: e.textContent.trim(), left: r.left, top: r.top, right: r.right, bottom: r.bottom};
+})"""
+
+
+def overlapping(boxes: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Pairs of boxes (``left``, ``top``, ``right``, ``bottom``) that share any area, by their ``text``."""
+    return [
+        (a["text"], b["text"])
+        for i, a in enumerate(boxes)
+        for b in boxes[i + 1 :]
+        if min(a["right"], b["right"]) > max(a["left"], b["left"])
+        and min(a["bottom"], b["bottom"]) > max(a["top"], b["top"])
+    ]
 
 
 def _console(seen: ReportPage, message: Any) -> None:
@@ -73,6 +92,7 @@ def open_report(
             page.on("request", lambda r: seen.requests.append(r.url))
             page.goto(html.resolve().as_uri(), wait_until="load")
             seen.images = page.evaluate(_IMAGES_JS)
+            seen.exploit_labels = page.evaluate(_LABELS_JS)
             for section in page.locator("section").all():
                 seen.text[section.get_attribute("id") or ""] = section.inner_text()
             seen.member_rows = [r.get_attribute("id") or "" for r in page.locator("table.members tbody tr").all()]

@@ -98,6 +98,35 @@ def test_a_workspace_of_another_population_size_or_corrupt_is_refused(tmp_path):
     assert _tree(tmp_path) == sorted(before + ["broken", "broken/population.json"])
 
 
+def test_a_workspace_of_another_task_or_objective_is_refused_before_anything_starts(tmp_path):
+    """Another --task on a resume is refused like another --members: one line, exit 2, nothing written (it used to
+    start both members, which refused, were given up and left a journal)."""
+    Workspace(tmp_path / "ws").ensure(num_policies=2, objective="episode_return", task="Pendulum-v1")
+    Workspace(tmp_path / "success").ensure(num_policies=2, objective="success", task="Pendulum-v1")
+    before = _tree(tmp_path)
+    _assert_one_line_usage_error(
+        _run("--workspace", str(tmp_path / "ws"), "--task", "Hopper-v5", cwd=tmp_path),
+        "created for task 'Pendulum-v1', not --task Hopper-v5",
+        "pass --task Pendulum-v1",
+    )
+    _assert_one_line_usage_error(
+        _run("--workspace", str(tmp_path / "success"), cwd=tmp_path), "objective 'success'", "'episode_return'"
+    )
+    assert _tree(tmp_path) == before
+
+
+def test_a_task_without_a_packaged_yaml_says_that_agent_takes_any_gymnasium_task(tmp_path):
+    _assert_one_line_usage_error(
+        _run("--workspace", str(tmp_path / "ws"), "--task", "Humanoid-v5", cwd=tmp_path),
+        "--task Humanoid-v5: no packaged agent yaml",
+        "--agent YOUR.yaml",
+    )
+    assert list(tmp_path.iterdir()) == []
+    text = " ".join(_run("--help", cwd=tmp_path).stdout.split())
+    assert "on Pendulum-v1" not in text and "on a gymnasium task" in text and "--agent YAML" in text
+    assert "(default runs/cpu-population)" in text and "Pendulum-v1, HalfCheetah-v5, Hopper-v5" in text
+
+
 def test_a_read_only_folder_is_refused(tmp_path):
     folder = tmp_path / "ro"
     folder.mkdir()

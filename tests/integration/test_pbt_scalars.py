@@ -125,7 +125,7 @@ def test_the_workspace_copy_the_report_reads_equals_tensorboard(population, memb
 
 
 def test_report_draws_live_values_and_puts_every_marker_on_its_curve(population):
-    from async_pbt_isaaclab.commands import report_plots
+    from async_pbt_isaaclab.commands import report_objective, report_plots
     from async_pbt_isaaclab.commands.population_history import population_history
     from async_pbt_isaaclab.core.workspace import Workspace
 
@@ -140,7 +140,7 @@ def test_report_draws_live_values_and_puts_every_marker_on_its_curve(population)
         live = report_plots.live_hyperparameters(m)
         # What the report plots is what the member trained with, every epoch (the adaptive rate's own moves too).
         assert [f for f, _ in live["learning_rate"]] == [f for f, _ in scalars[index]["pbt/hp/learning_rate"]]
-        curve = report_plots.training_curve(m)
+        curve = report_objective.training_curve(m)
         # The curve is the member's own objective scalars (every publish and heartbeat: how many heartbeats fall
         # between two decisions depends on the machine's speed), so each decision's window is a point of it.
         logged = sorted(dict(scalars[index]["pbt/objective_mean"]).items())
@@ -157,7 +157,7 @@ def test_report_draws_live_values_and_puts_every_marker_on_its_curve(population)
             decision = next(d for d in audits[index] if d.get("seq") == e["decision_seq"])
             assert e["decided_frame"] == decision["inputs"]["me"]["frame"] < e["applied_frame"]
             # The marker's height is the curve's at the applied frame: linear between the curve's own points.
-            y = report_plots._on_curve(curve, e["applied_frame"])
+            y = report_objective.on_curve(curve, e["applied_frame"])
             before = [p for p in curve if p["frame"] <= e["applied_frame"]][-1]
             after = next((p for p in curve if p["frame"] >= e["applied_frame"]), before)  # past the end: its last
             assert min(before["mean"], after["mean"]) <= y <= max(before["mean"], after["mean"])
@@ -174,3 +174,23 @@ def test_report_draws_live_values_and_puts_every_marker_on_its_curve(population)
                 assert e["applied_frame"] not in markers
     # The members start diverse, so an exploit brings a donor's other gamma: markers were checked, not skipped.
     assert gamma_markers > 0
+
+
+@pytest.mark.parametrize("member", sorted(MIXED_PATHS))
+def test_the_last_objective_logged_is_the_final_record(population, member):
+    """The member's last record (status finished) is logged too: TensorBoard and the workspace copy end where
+    record.json does, not one publish earlier (member 3 explores at every decision: its last window may be empty)."""
+    from async_pbt_isaaclab.commands.population_history import read_member_scalars
+    from async_pbt_isaaclab.core.workspace import Workspace
+
+    ws, _, scalars = population
+    record = json.loads((ws / "members" / f"{member:03d}" / "record.json").read_text())
+    assert record["status"] == "finished"
+    copy = read_member_scalars(Workspace(ws), member)
+    values = record["evidence"]["values"]
+    for logged in (scalars[member], copy):
+        assert logged["pbt/objective_count"][-1] == (record["frame"], len(values))
+        if values and record["evidence"]["generation"] == record["generation"]:
+            final = (record["frame"], pytest.approx(sum(values) / len(values), rel=1e-5))
+            assert logged["pbt/objective_mean"][-1] == final
+    assert member == 3 or values  # every other member ends with evidence

@@ -152,3 +152,26 @@ def test_a_slurm_submission_is_refused_while_the_member_is_still_queued(tmp_path
     proc = _second(ws, "--backend", "slurm", "--no-doctor", "--indices", "0", env=env)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "submitted").exists() and "submitted job array 99" in proc.stdout
+
+
+def test_a_second_cpu_population_on_a_live_workspace_is_refused_without_saying_it_started(tmp_path):
+    """The CPU example says "new experiment" (or "resuming") only once it holds its members: a launch refused by
+    the live launcher prints one error line and nothing that suggests it started."""
+    ws = tmp_path / "ws"
+    first = _launcher(ws, log=tmp_path / "first.log")
+    try:
+        _started(ws, first, {0, 1}, tmp_path / "first.log")
+        before = _tree(ws)
+        second = subprocess.run(
+            [sys.executable, "-m", "async_pbt.examples.cpu_population", "--members", "2", "--workspace", str(ws)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert second.returncode == 2, (second.stdout, second.stderr)
+        assert second.stdout == ""
+        (line,) = second.stderr.strip().splitlines()
+        assert "already being launched" in line and f"pid {first.pid}" in line
+        assert _tree(ws) == before
+    finally:
+        _stop(first)
