@@ -10,7 +10,6 @@ import sys
 
 import pytest
 
-
 from async_pbt_isaaclab.cli import main
 from async_pbt_isaaclab.commands.evaluate import DEFAULT_AGENT_YAML
 

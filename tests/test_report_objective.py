@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-
 from async_pbt_isaaclab.commands.report_objective import objective_figure, on_curve
 
 

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-
 pytestmark = pytest.mark.slow
 
 README = Path(__file__).resolve().parents[2] / "README.md"
