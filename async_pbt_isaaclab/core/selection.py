@@ -162,7 +162,11 @@ def peer_entry(
         )
     lag = me.frame - newest.frame
     if lag > cfg.resolved_max_frame_lag():
-        return None, f"stale: newest entry lags by {lag} frames > max_frame_lag={cfg.resolved_max_frame_lag()}"
+        # Ranked against me it would take my worst slot at every decision; it decides at its own progress instead.
+        return None, (
+            f"far behind: newest entry lags by {lag} frames > max_frame_lag={cfg.resolved_max_frame_lag()} "
+            f"(it compares itself with us at its own progress)"
+        )
     entry = entry_at_or_before(peer.history, me.frame)
     if entry is None:
         return None, (
