@@ -248,12 +248,17 @@ def task_start_grace(cfg: PopulationConfig, envs: int, episode_steps: int) -> in
     return max(2 * cfg.interval_steps, max(envs, 1) * max(episode_steps, 1) * rounds)
 
 
-def with_task_start_grace(cfg: PopulationConfig, envs: int | None, episode_steps: int | None) -> PopulationConfig:
+def with_task_start_grace(cfg: PopulationConfig, envs: Any, episode_steps: Any) -> PopulationConfig:
     """``cfg`` with ``start_grace_frames: -1`` resolved from the member's task (:func:`task_start_grace`); unchanged
-    when it is set or the task's shape is unknown. The resolved number is what decisions record and replay."""
-    if cfg.start_grace_frames >= 0 or not envs or not episode_steps:
+    when it is set or the task's shape is unknown (``None``, not a positive number). The resolved number is what
+    decisions record and replay."""
+    try:
+        envs, steps = int(envs), int(episode_steps)
+    except (TypeError, ValueError, OverflowError):
         return cfg
-    return dataclasses.replace(cfg, start_grace_frames=task_start_grace(cfg, envs, episode_steps))
+    if cfg.start_grace_frames >= 0 or envs < 1 or steps < 1:
+        return cfg
+    return dataclasses.replace(cfg, start_grace_frames=task_start_grace(cfg, envs, steps))
 
 
 def objective_term(objective: str) -> str:

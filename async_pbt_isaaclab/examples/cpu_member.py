@@ -20,7 +20,7 @@ from typing import Any
 
 from async_pbt_isaaclab.console import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
-from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
+from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, with_task_start_grace
 from async_pbt_isaaclab.core.flags import (
     add_population_args,
     add_slices_arg,
@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         task = _checked_task(agent_cfg, args.agent)
+        cfg = with_task_start_grace(cfg, *_task_shape(agent_cfg, task))
         train_dir, cfg = _train_dir(args, cfg)
         extra, cfg = _replay_observers(args, agent_cfg, cfg, train_dir)
     except _Refused as exc:
@@ -243,6 +244,17 @@ def _checked_task(agent_cfg: dict[str, Any], source: str) -> str:
         hint = " (pip install 'async-pbt-isaaclab[mujoco]')" if missing == "mujoco" else ""
         raise _Refused(f"task {task} needs the Python package {missing!r}, which is not installed{hint}")
     return task
+
+
+def _task_shape(agent_cfg: dict[str, Any], task: str) -> tuple[int | None, int | None]:
+    """Envs per member and the task's episode length (``env_config.max_episode_steps``, else the gymnasium spec's),
+    from which ``start_grace_frames: -1`` is resolved (``core.config.task_start_grace``)."""
+    import gymnasium
+
+    rl_cfg = agent_cfg["params"]["config"]
+    steps = (rl_cfg.get("env_config") or {}).get("max_episode_steps") or gymnasium.spec(task).max_episode_steps
+    envs = rl_cfg.get("num_actors")
+    return (int(envs) if isinstance(envs, int) else None), (int(steps) if isinstance(steps, int) else None)
 
 
 def _train_dir(args: argparse.Namespace, cfg: PopulationConfig) -> tuple[str, PopulationConfig]:
