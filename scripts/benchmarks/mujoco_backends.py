@@ -8,10 +8,10 @@ Backends: the CPU member's two vec-envs, ``gymnasium`` (``async_pbt_isaaclab.env
 --vec-env envpool``: envpool's C++ pool with same-step resets and the same per-episode evidence; skipped with a reason
 when envpool is not installed), and ``rl_games-envpool`` with ``--rl-games-envpool`` (rl_games' own ``env_name:
 envpool`` vec-env, no PBT evidence, next-step resets). All train the same packaged agent yaml (same PPO config,
-actors, horizon, network, one torch thread); only the env backend differs. Each run is a fresh process; repeats are interleaved (A B A B ...)
-so both see the same machine load. Frames/s is measured from the end of the first epoch to the end of the last
-(process start, imports and env construction excluded), the PPO update included. Prints each run, the median and
-spread per backend, the ratio envpool / gymnasium, and the load average.
+actors, horizon, network, one torch thread); only the env backend differs. Each run is a fresh process; repeats are
+interleaved (A B A B ...) so all see the same machine load. Frames/s is measured from the end of the first epoch to
+the end of the last (process start, imports and env construction excluded), the PPO update included. Prints each
+run, the median and spread per backend, each backend's ratio to gymnasium per repeat, and the load average.
 """
 
 from __future__ import annotations
