@@ -85,7 +85,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import study_analysis as analysis  # noqa: E402  (next to this script)
-from study_cases import CASES, Case  # noqa: E402,F401  (the cases live next to this script)
+import study_sweep  # noqa: E402
+from study_cases import CASES, Case, value_overrides  # noqa: E402,F401  (the cases live next to this script)
 
 NEW_POPULATION_SEED = "agent.pbt.seed={seed}"
 """How the study passes its seed to the population: every random stream of the search follows it."""
@@ -110,7 +111,14 @@ SMOKE = {
     "eval_episodes": 4,
 }
 """``--smoke``: every step once, a minute or two."""
-ARMS = ("population", "independent")
+ARMS = ("population", "sweep", "independent")
+"""``population``: the package's defaults (``--explore``); ``sweep``: the same command, the same generation-0 draw
+(same population seed: the same diverse values and agent seeds), never exploiting (``--pbt-max-restarts 0``): what a
+user who launches N runs over the bounds and keeps the best gets; ``independent``: N runs at the case's start."""
+BASELINE_ARMS = ARMS[1:]
+"""The arms no change to the population's search code changes (reused with ``--baselines-from``)."""
+SWEEP_ARM = ("--pbt-max-restarts", "0")
+"""What makes the sweep arm a sweep: the population's own start, never an exploit or explore."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -211,11 +219,17 @@ def build_parser() -> argparse.ArgumentParser:
         "target, the frames the tuned start's best independent run needs (what no search can beat)",
     )
     p.add_argument(
-        "--independent-from",
+        "--baselines-from",
         default=None,
-        help="a finished study folder of the same case and settings: reuse its independent arm (its runs never "
-        "exploit, explore or draw a start, so the population's search code does not change them) instead of "
-        "training it again; the settings that define that arm must match",
+        help="a finished study folder of the same case and settings: reuse its sweep and independent arms (their runs "
+        "never exploit or explore, so the population's explore strategy does not change them; the sweep's start is "
+        "drawn from the same seed) instead of training them again; the settings that define them must match",
+    )
+    p.add_argument(
+        "--vec-env",
+        default="gymnasium",
+        choices=("gymnasium", "envpool"),
+        help="every member's env backend (cpu_member --vec-env); the held-out evaluation plays gymnasium's env",
     )
     p.add_argument("--smoke", action="store_true", help="tiny run (1 seed, 2 members, 12k frames) of every step")
     return p
@@ -250,12 +264,9 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def agent_overrides(args: argparse.Namespace) -> list[str]:
-    out = []
-    for item in args.set_values:
-        key, value = item.split("=", 1)
-        key = key[len("agent.") :] if key.startswith("agent.") else key
-        out.append(f"agent.{key if '.' in key else 'params.config.' + key}={value}")
-    return out + [f"agent.pbt.mutation.{item}" for item in args.mutate]
+    """The mutation specs of the case. Its start values are in the study's own yaml (:func:`write_case_yaml`): a value
+    typed on a member's command line is kept out of the diverse start, a value in the yaml is drawn."""
+    return [f"agent.pbt.mutation.{item}" for item in args.mutate]
 
 
 def agent_yaml(args: argparse.Namespace) -> Path:
@@ -270,27 +281,27 @@ def agent_yaml(args: argparse.Namespace) -> Path:
         raise SystemExit(f"error: --task: {exc}") from None
 
 
-def write_smoke_yaml(args: argparse.Namespace, out: Path) -> None:
-    """``--smoke`` of a case with :attr:`Case.smoke_set`: the study's own copy of the yaml with those overrides,
-    used by both arms and the evaluation (``--agent-yaml`` from here on)."""
+def write_case_yaml(args: argparse.Namespace, out: Path) -> None:
+    """The study's own copy of the yaml: the case's start values (``--set``) and, with ``--smoke``, the case's
+    :attr:`Case.smoke_set`, used by every arm and the evaluation (``--agent-yaml`` from here on). The start is the
+    yaml a user would run: the population's diverse start draws it, the independent arm trains it."""
     import yaml
 
     from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
 
-    smoke_set = CASES[args.case].smoke_set
-    if not (args.smoke and smoke_set):
-        return
-    overrides = [f"agent.params.config.{item}" for item in smoke_set]
-    cfg = apply_overrides(load_yaml(agent_yaml(args)), overrides)
-    path = out / "agent_smoke.yaml"
+    smoke_set = CASES[args.case].smoke_set if args.smoke else ()
+    overrides = [*value_overrides(args.set_values), *(f"agent.params.config.{item}" for item in smoke_set)]
+    args.agent_source = str(agent_yaml(args))
+    cfg = apply_overrides(load_yaml(args.agent_source), overrides)
+    path = out / "agent_case.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     args.agent_yaml = str(path.absolute())
 
 
 def frames_per_epoch(args: argparse.Namespace) -> int:
-    from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
+    from async_pbt_isaaclab.core.agent_config import load_yaml
 
-    cfg = apply_overrides(load_yaml(agent_yaml(args)), [o for o in agent_overrides(args) if ".pbt." not in o])
+    cfg = load_yaml(agent_yaml(args))
     config = cfg["params"]["config"]
     return int(config["num_actors"]) * int(config["horizon_length"])
 
@@ -322,9 +333,9 @@ def member_command(args: argparse.Namespace, seed: int, workspace: Path, epochs:
     cmd += ["--pbt-rule", args.rule] if args.rule else []
     cmd += ["--pbt-mutation-rate", str(args.mutation_rate)] if args.mutation_rate is not None else []
     cmd += [f"agent.pbt.explore={args.explore}"] if args.explore and arm == "population" else []
+    cmd += ["--vec-env", args.vec_env] if args.vec_env != "gymnasium" else []
     cmd.append(NEW_POPULATION_SEED.format(seed=seed))
-    if arm == "independent":
-        cmd += INDEPENDENT_ARM
+    cmd += {"independent": INDEPENDENT_ARM, "sweep": SWEEP_ARM}.get(arm, ())
     return cmd + list(args.member_flag)
 
 
@@ -395,35 +406,37 @@ def finish_seed(args: argparse.Namespace, job: dict) -> dict:
 
 
 REUSE_MUST_MATCH = (
-    "case task agent_yaml set_values mutate members frames_per_member interval eval_every eval_episodes member_flag"
+    "case task agent_source set_values mutate members frames_per_member interval eval_every eval_episodes "
+    "member_flag vec_env"
 ).split()
-"""The settings that define the independent arm and its evaluation: a reused arm must have run with these."""
+"""The settings that define the baseline arms and their evaluation: a reused arm must have run with these (the sweep
+also draws its start from the population seed, the members and the mutation specs, all of them here)."""
 
 
 def trained_arms(args: argparse.Namespace) -> tuple[str, ...]:
-    """The arms this command trains (the independent arm is skipped when reused)."""
-    return ARMS[:1] if args.independent_from else ARMS
+    """The arms this command trains (the baseline arms are skipped when reused)."""
+    return ARMS[:1] if args.baselines_from else ARMS
 
 
-def reused_independent(args: argparse.Namespace) -> dict | None:
-    """The finished study whose independent arm is reused (``--independent-from``), after checking it ran with
-    the settings that define that arm; ``None`` without the flag."""
+def reused_baselines(args: argparse.Namespace) -> dict | None:
+    """The finished study whose sweep and independent arms are reused (``--baselines-from``), after checking it ran
+    with the settings that define them; ``None`` without the flag."""
     import json
 
-    if not args.independent_from:
+    if not args.baselines_from:
         return None
-    path = Path(args.independent_from) / "results.json"
+    path = Path(args.baselines_from) / "results.json"
     try:
         old = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise SystemExit(f"error: --independent-from needs {path} from a finished study ({exc})") from None
+        raise SystemExit(f"error: --baselines-from needs {path} from a finished study ({exc})") from None
     differ = [k for k in REUSE_MUST_MATCH if old["settings"].get(k) != getattr(args, k)]
-    missing = [s for s in args.seeds if str(s) not in old["seeds"]]
+    missing = [s for s in args.seeds if str(s) not in old["seeds"] or "sweep" not in old["seeds"][str(s)]]
     if differ or missing:
         raise SystemExit(
-            f"error: {path} cannot stand in for this independent arm: "
+            f"error: {path} cannot stand in for these baseline arms: "
             + "; ".join([f"{k}: {old['settings'].get(k)!r} there, {getattr(args, k)!r} here" for k in differ])
-            + (f"; seeds {missing} not in it" if missing else "")
+            + (f"; seeds {missing} not in it (with a sweep arm)" if missing else "")
         )
     return old
 
@@ -452,6 +465,21 @@ def add_tuned_bound(args: argparse.Namespace, results: dict) -> list[str]:
     return analysis.tuned_bound_lines(results["tuned_bound"], int(results["settings"]["members"]))
 
 
+def seed_figures(run: dict, points: list[int], target: float, sweep: list[float]) -> dict:
+    """A seed's figures: against the independent runs, and against the sweep where it ran."""
+    figures = analysis.seed_summary(run, points, target, sweep)
+    if "sweep" in run:
+        figures.update(study_sweep.sweep_summary({**run, **figures}, points, (target, *sweep)))
+    return figures
+
+
+def report_lines(results: dict, args: argparse.Namespace) -> list[str]:
+    """The printed report: the figures against the independent runs, then against the sweep."""
+    members = int(results["settings"]["members"])
+    results["summary"]["sweep_goal"] = study_sweep.sweep_goal(results)
+    return analysis.report(results, args.target, members) + study_sweep.sweep_report_lines(results, members)
+
+
 def reanalyze(args: argparse.Namespace, out: Path) -> int:
     """Figures from the evaluated checkpoints in ``out/results.json``, with this command's target and sweep."""
     import json
@@ -463,12 +491,12 @@ def reanalyze(args: argparse.Namespace, out: Path) -> int:
         return 2
     members = int(results["settings"]["members"])
     for run in results["seeds"].values():
-        run.update(analysis.seed_summary(run, results["eval_points"], args.target, args.sweep))
+        run.update(seed_figures(run, results["eval_points"], args.target, args.sweep))
     results["summary"] = analysis.study_summary(results, args.target, members)
     results["settings"].update(target=args.target, sweep=args.sweep)
     plot = out / f"population_vs_independent_target{args.target:g}.png"
     analysis.plot(results, args.target, members, plot)
-    for line in analysis.report(results, args.target, members) + add_tuned_bound(args, results):
+    for line in report_lines(results, args) + add_tuned_bound(args, results):
         print(line)
     print(f"plot: {plot} (results.json left as it was)")
     return 0
@@ -482,9 +510,9 @@ def main(argv: list[str] | None = None) -> int:
     if out.exists() and any(out.iterdir()):
         print(f"error: --out {out} exists and is not empty; a study needs a new folder", file=sys.stderr)
         return 2
-    reused = reused_independent(args)
     out.mkdir(parents=True, exist_ok=True)
-    write_smoke_yaml(args, out)
+    write_case_yaml(args, out)
+    reused = reused_baselines(args)
     per_epoch = frames_per_epoch(args)
     epochs = math.ceil(args.frames_per_member / per_epoch)
     frames = epochs * per_epoch
@@ -515,9 +543,10 @@ def main(argv: list[str] | None = None) -> int:
                 evaluator, out / f"seed{seed}" / arm, args.members, points, args.eval_episodes
             )
         if reused is not None:
-            run["independent"] = reused["seeds"][str(seed)]["independent"]
-            run["independent_reused_from"] = str(Path(args.independent_from).absolute() / f"seed{seed}")
-        run.update(analysis.seed_summary(run, points, args.target, args.sweep))
+            for arm in BASELINE_ARMS:
+                run[arm] = reused["seeds"][str(seed)][arm]
+            run["baselines_reused_from"] = str(Path(args.baselines_from).absolute() / f"seed{seed}")
+        run.update(seed_figures(run, points, args.target, args.sweep))
         results["seeds"][str(seed)] = run
         analysis.write_json(out / "results.json", results)
         print(f"[study] seed {seed}: evaluated; population exploits {run['exploits']}", flush=True)
@@ -527,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
     analysis.plot(results, args.target, args.members, out / "population_vs_independent.png")
     bound_lines = add_tuned_bound(args, results)
     analysis.write_json(out / "results.json", results)
-    for line in analysis.report(results, args.target, args.members) + bound_lines:
+    for line in report_lines(results, args) + bound_lines:
         print(line)
     print(f"raw numbers: {out / 'results.json'}; plot: {out / 'population_vs_independent.png'}")
     return 0
