@@ -7,17 +7,18 @@
     python scripts/benchmarks/population_vs_independent.py --task Pendulum-v1 \\
         --set gamma=0.8 --set learning_rate=3e-4 --seeds 0 1 2 3 --out runs/study-lr
 
-**Arms.** Both arms run the real CPU member (``python -m async_pbt_isaaclab.examples.cpu_member``, rl_games
-PPO) under the local launcher (``python -m async_pbt_isaaclab.cli launch``), one 4-member workspace per arm
-and seed, with the same command line: same agent yaml, the same ``--set`` (mis-set) values, the same mutation
-specs, the same member seeds (``agent.params.seed`` = 1000 x study seed, plus the member index), the same
-frames per member. The independent arm adds ``--pbt-max-restarts 0``: its members publish checkpoints and
-evidence, and decide, exactly as the population's do, but never exploit or explore. One workspace with
-selection off (rather than four 1-member workspaces) keeps everything else identical: the same processes,
-files, heartbeats and publish costs, so the only difference between the arms is selection. Member ``i`` of
-both arms starts from identical weights, so the arms are paired until the first exploit. The two arms of a
-seed train at the same time (8 processes, ``agent.params.torch_threads=1``), so both see the same machine
-load; the seeds run one after another.
+**Arms.** Three arms, each the real CPU member (``python -m async_pbt_isaaclab.examples.cpu_member``, rl_games PPO)
+under the local launcher (``python -m async_pbt_isaaclab.cli launch``), one N-member workspace per arm and seed,
+with the same command line: the study's own copy of the agent yaml with the case's start values (``--set``), the
+same mutation specs, the same member seeds (``agent.params.seed`` = 1000 x study seed, plus the member index) and
+population seed (``agent.pbt.seed``), the same frames per member. ``population`` runs the package's defaults
+(``--explore``); ``sweep`` adds ``--pbt-max-restarts 0``: the population's own generation-0 draw (the same diverse
+values per member, the same weights), never exploiting: what a user who launches N runs over the bounds and keeps
+the best gets; ``independent`` adds ``--pbt-max-restarts 0 agent.pbt.start_spread=0``: N runs at the case's start.
+Every arm publishes and decides the same way, so the only difference is selection and the start. The arms of a seed
+train at the same time (``agent.params.torch_threads=1``), so they see the same machine load; the seeds run one
+after another. ``--baselines-from`` reuses a finished study's sweep and independent arms (no explore strategy
+changes them), so ``--explore pb2`` trains the population arm alone.
 
 **Cases** (``--case``; each fixes its start, the keys the population searches, their tuned values and its
 targets before any run of it). The population arm runs the package's defaults for a new population (rule, mutation
