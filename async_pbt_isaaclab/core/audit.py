@@ -226,9 +226,14 @@ def replay_decision(entry: dict[str, Any]) -> tuple[StepResult | None, list[str]
     except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
         # Recorded inputs a member could not have produced (e.g. a start value missing for a mutated key).
         return None, [f"entry cannot be replayed: {type(exc).__name__}: {exc}"]
+    return step, _replay_differences(step, entry)
+
+
+def _replay_differences(step: StepResult, entry: dict[str, Any]) -> list[str]:
+    """What a replayed step produced that the entry did not record (empty when it reproduces)."""
     recorded = entry.get("decision")
     if not isinstance(recorded, dict):
-        return step, [f"decision: recorded {recorded!r:.80} is not an object"]
+        return [f"decision: recorded {recorded!r:.80} is not an object"]
     problems: list[str] = []
     mine = step.decision.to_dict()
     for key in ("outcome", "donor", "compared", "excluded", "donor_entry"):
@@ -245,7 +250,7 @@ def replay_decision(entry: dict[str, Any]) -> tuple[StepResult | None, list[str]
         )
     if step.rng_after != entry.get("rng_after"):
         problems.append("rng_after: recorded RNG state does not match the state after replay")
-    return step, problems
+    return problems
 
 
 def _recorded_semantics(entry: dict[str, Any]) -> int:

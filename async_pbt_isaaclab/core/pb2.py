@@ -66,6 +66,7 @@ from async_pbt_isaaclab.core.pb2_data import (  # re-exported: the model reads t
     normalize,
     observations,
 )
+from async_pbt_isaaclab.core.selection import heartbeat_exclusion
 
 NAME = "pb2"
 """Value of ``pbt.explore`` that selects this strategy."""
@@ -275,7 +276,7 @@ def pending_points(context: explore.ExploreContext, keys: Sequence[str], cfg: Po
     for peer in sorted(context.peers, key=lambda r: r.member):
         if peer.member == context.me.member or peer.status != "running":
             continue
-        if context.now is not None and context.now - peer.heartbeat > cfg.max_heartbeat_age_s:
+        if context.now is not None and heartbeat_exclusion(peer, cfg, context.now) is not None:
             continue
         if context.me.condition.differences(peer.condition):
             continue

@@ -99,24 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: --task: {exc}", file=sys.stderr)
         return 2
-    if args.pbt_slices != 1:
-        problems = _rollout_problems(args, [*task_overrides, *overrides])
-        if problems:
-            for problem in problems:
-                print(f"error: {problem}", file=sys.stderr)
-            return 2
-    try:
-        agent_cfg, cfg = load_population_config(
-            load_yaml(args.agent),
-            [*task_overrides, *population_overrides(args), *overrides],
-            source=args.agent,
-            origins=population_flag_origins(args),
-        )
-    except ConfigError as exc:
-        where = exc.source or args.agent
-        for problem in exc.problems:
-            print(f"error: {where}: {problem}", file=sys.stderr)
+    loaded = _load_config(args, task_overrides, overrides)
+    if loaded is None:
         return 2
+    agent_cfg, cfg = loaded
     _apply_run_flags(agent_cfg, cfg, args)
 
     from async_pbt_isaaclab.core.workspace import WorkspaceError
@@ -255,6 +241,29 @@ def _checked_task(agent_cfg: dict[str, Any], source: str) -> str:
         hint = " (pip install 'async-pbt-isaaclab[mujoco]')" if missing == "mujoco" else ""
         raise _Refused(f"task {task} needs the Python package {missing!r}, which is not installed{hint}")
     return task
+
+
+def _load_config(
+    args: argparse.Namespace, task_overrides: list[str], overrides: list[str]
+) -> tuple[dict[str, Any], PopulationConfig] | None:
+    """The agent config with every override applied and its population config; ``None`` after printing why not."""
+    problems = _rollout_problems(args, [*task_overrides, *overrides]) if args.pbt_slices != 1 else []
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        return None
+    try:
+        return load_population_config(
+            load_yaml(args.agent),
+            [*task_overrides, *population_overrides(args), *overrides],
+            source=args.agent,
+            origins=population_flag_origins(args),
+        )
+    except ConfigError as exc:
+        where = exc.source or args.agent
+        for problem in exc.problems:
+            print(f"error: {where}: {problem}", file=sys.stderr)
+        return None
 
 
 def _check_vec_env(backend: str) -> None:
