@@ -56,7 +56,7 @@ import numpy as np
 
 from async_pbt_isaaclab.core import explore
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.install_hint import extra_install_command
+from async_pbt_isaaclab.core.install_hint import extra_install_command, import_failure
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.mutation import Change, MutationSpec, mutate
 from async_pbt_isaaclab.core.pb2_data import (  # re-exported: the model reads them, the tests too
@@ -120,16 +120,11 @@ TOP_OBSERVATIONS = 4
 
 def missing_dependency() -> str | None:
     """Why ``explore: pb2`` cannot run in this environment (one line naming the extra), or ``None``."""
-    try:
-        importlib.import_module("sklearn.gaussian_process")
-        importlib.import_module("threadpoolctl")
-    except Exception as exc:  # noqa: BLE001 - ImportError or a broken install: refuse before training starts
-        first_line = (str(exc).strip().splitlines() or [""])[0]
-        return (
-            f"pb2 needs scikit-learn, which cannot be imported here ({type(exc).__name__}: {first_line:.200}); "
-            f"install the extra: {extra_install_command(EXTRA)}"
-        )
-    return None
+    why = import_failure("sklearn.gaussian_process", "threadpoolctl")
+    if why is None:
+        return None
+    install = extra_install_command(EXTRA)
+    return f"pb2 needs scikit-learn, which cannot be imported here ({why}); install the extra: {install}"
 
 
 # --------------------------------------------------------------------------------------------- the model

@@ -15,13 +15,12 @@ read from a yaml or replayed from an audit entry can name one; it refuses a fixt
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.install_hint import extra_install_command
+from async_pbt_isaaclab.core.install_hint import extra_install_command, import_failure
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.records import MemberRecord
 from async_pbt_isaaclab.core.selection import (
@@ -154,15 +153,13 @@ def standard_error_of_difference(a: Standing, b: Standing) -> float:
 def welch_missing_dependency() -> str | None:
     """Why ``rule: welch`` cannot run here (one line naming the install), or ``None``: its t-test is scipy's, which the
     core does not require, so a config naming it is refused when it is read rather than at the first decision."""
-    try:
-        importlib.import_module("scipy.stats")
-    except Exception as exc:  # noqa: BLE001 - ImportError or a broken install: refuse before training starts
-        first_line = (str(exc).strip().splitlines() or [""])[0]
-        return (
-            f"welch needs scipy (its Welch t-test), which cannot be imported here ({type(exc).__name__}: "
-            f"{first_line:.200}); install it: pip install scipy, or the extra: {extra_install_command('rl-games')}"
-        )
-    return None
+    why = import_failure("scipy.stats")
+    if why is None:
+        return None
+    return (
+        f"welch needs scipy (its Welch t-test), which cannot be imported here ({why}); install it: pip install scipy, "
+        f"or the extra: {extra_install_command('rl-games')}"
+    )
 
 
 def welch_p_value(donor: tuple[float, float, int], mine: tuple[float, float, int]) -> float:
