@@ -23,6 +23,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
+from async_pbt_isaaclab.core.install_hint import extra_install_command, import_failure
 from async_pbt_isaaclab.envs.gym_vec_env import GymVecEnv
 
 EXTRA = "envpool"
@@ -31,13 +32,8 @@ EXTRA = "envpool"
 
 def missing_envpool() -> str | None:
     """Why ``--vec-env envpool`` cannot run here (one line naming the extra), or ``None``."""
-    try:
-        importlib.import_module("envpool")
-    except Exception as exc:  # noqa: BLE001 - ImportError or a broken install: refuse before training starts
-        from async_pbt_isaaclab.core.install_hint import extra_install_command
-
-        return f"--vec-env envpool needs envpool ({type(exc).__name__}: {exc}); install: {extra_install_command(EXTRA)}"
-    return None
+    why = import_failure("envpool")
+    return None if why is None else f"--vec-env envpool needs envpool ({why}); install: {extra_install_command(EXTRA)}"
 
 
 class EnvpoolVecEnv(GymVecEnv):
