@@ -314,3 +314,22 @@ def test_a_first_start_killed_before_it_saved_its_state_keeps_its_draw(tmp_path,
     assert kinds == ["initial_draw", "start"]
     assert session.state.hyperparameters == drawn
     assert verify_log(log)[1] == []
+
+
+def test_a_member_keeps_a_value_its_command_line_set(tmp_path, monkeypatch, capsys):
+    """A real member start whose command line sets the learning rate: the diverse start keeps it (and says so),
+    draws the discount, and the initial_draw entry records the pin so the audit replays it."""
+    from async_pbt_isaaclab.core.audit import verify_log
+    from async_pbt_isaaclab.member import restart
+
+    monkeypatch.setattr(restart, "_CAPTURED", ["python", "train.py", "agent.params.config.learning_rate=0.002"])
+    mutation = {"learning_rate": "mutate_float", "gamma": "mutate_discount"}
+    from conftest import _start_pendulum_member
+
+    session = _start_pendulum_member(tmp_path, mutation, overrides=["agent.params.config.learning_rate=0.002"])
+    assert session.state.hyperparameters["learning_rate"] == 0.002
+    assert session.state.hyperparameters["gamma"] != 0.95  # drawn
+    assert "learning_rate=0.002 kept out of the diverse start: set on the command line" in capsys.readouterr().err
+    entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
+    assert entries[0]["kind"] == "initial_draw" and entries[0]["pinned"] == ["learning_rate"]
+    assert verify_log(session.dir / "audit.jsonl")[1] == []
