@@ -134,14 +134,14 @@ SCREENED_MANY = (
     "Screened with screen_case.py (one run per configuration, agent seed 0, training return of the last 64 episodes, "
     "no population): all four mis-set 26 / 170 / 356 at 65k / 196k / 524k frames; the tuned yaml 308 / 1099 / 1479 "
     "(2261 at 327k); the learning rate alone mis-set 27 / 135 / 448. Discount, entropy and clip alone were stopped at "
-    "65k (218, 373, 219 against the tuned 308) when the session's time ran out."
+    "131k (353, 742, 315 against the tuned 749) when the session's time ran out."
 )
 """``hopper_many`` measured before any population ran on it (docs/validation.md, "Cases a sweep cannot reach")."""
 SCREENED_MOVING = (
     "Screened with screen_case.py (as SCREENED_MANY): constant 3e-3 without entropy leads the constant rates from "
     "262k to 458k frames (1099 / 1322 / 1599 / 1696) and falls apart at 524k (417); constant 1e-3: 874 / 902 / 1001 "
     "/ 1122 / 1057; the case's start (3e-3 with entropy 0.01): 751 / 922 / 1041 / 1163 / 1344; 3e-4 and the tuned "
-    "yaml were stopped at 65k (186, 320) when the session's time ran out."
+    "yaml were stopped at 131k (209, 656) when the session's time ran out."
 )
 """``hopper_moving`` measured before any population ran on it."""
 
