@@ -220,7 +220,7 @@ class _Refused(Exception):
 
 def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> int:
     # Everything heavy is imported after the simulator started, as Isaac Lab's scripts do.
-    from async_pbt_isaaclab.core.config import ConfigError, objective_term
+    from async_pbt_isaaclab.core.config import ConfigError, objective_term, with_task_start_grace
     from async_pbt_isaaclab.envs.isaaclab import register_rl_games_env, rl_games_wrapper_options
     from async_pbt_isaaclab.envs.isaaclab.condition import reward_fingerprint
     from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
@@ -257,6 +257,10 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
             return 2
     rl_device, clip_obs, clip_actions, extra = rl_games_wrapper_options(agent_cfg)
     vec_env = hooks.vec_env_wrapper(env, rl_device, clip_obs, clip_actions, **extra)
+    # start_grace_frames: -1 from the task: envs per member and the episode length (core.config.task_start_grace).
+    cfg = with_task_start_grace(
+        cfg, int(vec_env.unwrapped.num_envs) // slices, getattr(vec_env.unwrapped, "max_episode_length", None)
+    )
     if slices > 1:
         return _train_slices(
             args, slices, vec_env, env_cfg, agent_cfg, cfg, log_root, resume_path, sigma, reward_config

@@ -116,7 +116,7 @@ def make_record() -> Callable[..., MemberRecord]:
     return build_record
 
 
-def _start_pendulum_member(tmp_path, mutation):
+def _start_pendulum_member(tmp_path, mutation, overrides=()):
     """Claim member 1 of a two-member Pendulum workspace under ``tmp_path`` (what a member process does before
     rl_games builds its agent), release it, and return its session."""
     from pathlib import Path
@@ -133,7 +133,7 @@ def _start_pendulum_member(tmp_path, mutation):
         "interval_steps": 10**9,
         "mutation": mutation,
     }
-    agent_cfg, cfg = load_population_config(raw)
+    agent_cfg, cfg = load_population_config(raw, list(overrides))
     session, _ = start_member(agent_cfg, cfg, train_dir=str(tmp_path / "runs"), task="Pendulum-v1")
     session.close()
     return session

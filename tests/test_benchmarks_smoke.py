@@ -112,8 +112,8 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
     points = results["eval_points"]
     assert points == [4096, 8192, 12288] and results["frames_per_member"] == 12288
     (run,) = results["seeds"].values()
-    assert run["launcher_exit"] == {"population": 0, "independent": 0}
-    for arm in ("population", "independent"):
+    assert run["launcher_exit"] == {"population": 0, "sweep": 0, "independent": 0}
+    for arm in ("population", "sweep", "independent"):
         assert sorted(run[arm]["members"]) == ["0", "1"]
         for member in run[arm]["members"].values():
             # Retention was off: every member has a checkpoint evaluated at every point.
@@ -123,8 +123,24 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
                 for p in member["points"]
             )
             assert all(-16.3 * 200 <= p["report"] <= 0 for p in member["points"])
-    # Selection really was off in the independent arm, and only there.
-    assert all(m["exploits"] == 0 and m["generation"] == 0 for m in run["independent"]["members"].values())
+    # Selection really was off in the independent and sweep arms, and only there.
+    for arm in ("independent", "sweep"):
+        assert all(m["exploits"] == 0 and m["generation"] == 0 for m in run[arm]["members"].values())
+    # The sweep started where the population did (its generation-0 draw: the same values per member), the
+    # independent runs at the case's start.
+    ws = out / "seed0"
+    for m in ("000", "001"):
+        draws = [_first_entry(ws / arm / "members" / m / "audit.jsonl") for arm in ("population", "sweep")]
+        assert draws[0]["new_hyperparameters"] == draws[1]["new_hyperparameters"]
+    member1 = _first_entry(ws / "independent" / "members" / "001" / "audit.jsonl")
+    assert member1["kind"] == "start" and member1["hyperparameters"]["gamma"] == 0.8
+    # Against the sweep: the best sweep run picked on selection episodes, as the population's member is.
+    sweep = run["against_sweep"]
+    for k, value in enumerate(sweep["curve"]):
+        rows = [m["points"][k] for m in run["sweep"]["members"].values()]
+        assert value == max(rows, key=lambda r: r["selection"])["report"]
+    assert sweep["final"]["population"] == run["final"]["population"]
+    assert "against the sweep" in printed
     # The population's curve is the report return of its member with the best selection return.
     for k, value in enumerate(run["curves"]["population"]):
         rows = [m["points"][k] for m in run["population"]["members"].values()]
@@ -168,6 +184,14 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
     assert (out / "population_vs_independent_target0.png").is_file()
 
 
+def _first_entry(path):
+    """The first audit entry after the member's RNG was set up: its diverse start (or its start, without one)."""
+    import json
+
+    entries = [json.loads(line) for line in path.read_text().splitlines()]
+    return next(e for e in entries if e["kind"] in ("initial_draw", "start"))
+
+
 def test_population_vs_independent_refuses_a_used_folder(tmp_path, capsys):
     study = _load_study()
     (tmp_path / "old.txt").write_text("x")
@@ -200,14 +224,19 @@ def test_population_vs_independent_mujoco_case_smoke(case, tmp_path, capsys):
     # The smoke's rollout: 4 actors x 64 steps, from the study's own copy of the yaml, for training and evaluation.
     assert results["frames_per_epoch"] == 256 and results["frames_per_member"] == 12288
     (run,) = results["seeds"].values()
-    assert run["launcher_exit"] == {"population": 0, "independent": 0}
-    for arm in ("population", "independent"):
+    assert run["launcher_exit"] == {"population": 0, "sweep": 0, "independent": 0}
+    for arm in ("population", "sweep", "independent"):
         for member in run[arm]["members"].values():
             assert all(p["checkpoint"] and math.isfinite(p["report"]) for p in member["points"])
     assert all(m["exploits"] == 0 for m in run["independent"]["members"].values())
-    member_cmd = results["settings"]["member_command_population"]
+    # The case's start is the study's own yaml (a value typed on a member's command line would be kept out of the
+    # diverse start), which every arm trains.
+    from async_pbt_isaaclab.core.agent_config import load_yaml
+
+    config = load_yaml(results["settings"]["agent_yaml"])["params"]["config"]
     for item in spec.set_values:
-        assert any(arg.endswith(item) for arg in member_cmd), (item, member_cmd)
+        key, value = item.split("=", 1)
+        assert str(config[key]) == value or config[key] == float(value), (item, config[key])
     assert "case goal" in capsys.readouterr().out
 
 

@@ -193,6 +193,31 @@ def write_audit_chain(ws: Workspace, member: int = 1) -> Path:
 # ----------------------------------------------------------------------------- check-config
 
 
+def test_check_config_shows_which_keys_the_diverse_start_draws(tmp_path, capsys):
+    """A per-key ``diverse_start: false`` keeps the yaml value for every member; a value set on the command line is
+    kept too (not replaced silently), unless its spec asks for the draw; the others are drawn."""
+    data = agent_cfg()
+    data["pbt"]["mutation"]["mini_epochs"]["diverse_start"] = False
+    path = write_yaml(tmp_path / "agent.yaml", data)
+    code, out, err = run_main(
+        capsys, "check-config", str(path), "agent.params.config.learning_rate=3e-4", "--train-dir", str(tmp_path)
+    )
+    assert code == 0, err
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ") and "agent.params" in line}
+    assert rows["mini_epochs"].endswith("kept (pbt.mutation.mini_epochs.diverse_start is false)")
+    assert "kept (set on the command line" in rows["learning_rate"] and "3e-4" in out.replace("0.0003", "3e-4")
+    assert rows["gamma"].endswith("drawn")
+    forced, tmp = "pbt.mutation.learning_rate={kind: mutate_float, diverse_start: true}", tmp_path
+    code, out, _ = run_main(
+        capsys, "check-config", str(path), "agent.params.config.learning_rate=3e-4", forced, "--train-dir", str(tmp)
+    )
+    assert code == 0 and re.search(r"^  learning_rate .*drawn$", out, re.M)
+    code, _, err = run_main(
+        capsys, "check-config", str(path), "pbt.mutation.gamma={kind: discount, diverse_start: maybe}"
+    )
+    assert code == 2 and "pbt.mutation.gamma.diverse_start: expected true or false, got 'maybe'" in err
+
+
 def test_check_config_valid_prints_effective_values(tmp_path, capsys):
     path = write_yaml(tmp_path / "agent.yaml", agent_cfg())
     code, out, err = run_main(capsys, "check-config", str(path), "--train-dir", str(tmp_path / "logs"))
@@ -202,7 +227,7 @@ def test_check_config_valid_prints_effective_values(tmp_path, capsys):
         assert re.search(rf"^  {f.name}\s", out, re.M), f"{f.name} missing from check-config output"
     # resolved defaults
     assert re.search(r"^  settle_max_steps\s+-1  -> no cap", out, re.M)
-    assert re.search(r"^  max_frame_lag\s+-1  \(no limit", out, re.M)
+    assert re.search(r"^  max_frame_lag\s+-1  -> 8192 \(4 x interval_steps=2048", out, re.M)
     assert re.search(r"^  start_grace_frames\s+-1  -> 4096", out, re.M)
     assert "max_restarts" in out and "no limit" in out
     # resolved workspace path

@@ -20,8 +20,9 @@ from async_pbt_isaaclab.core.agent_config import (
     load_yaml,
     validate_agent_config,
 )
-from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, objective_term
+from async_pbt_isaaclab.core.config import LATE_PEER_INTERVALS, ConfigError, PopulationConfig, objective_term
 from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS, isaaclab_key, within_bounds
+from async_pbt_isaaclab.core.start import command_line_keys, kept_from_start
 from async_pbt_isaaclab.exit_codes import EXIT_OK, EXIT_USAGE
 
 RULE_SPECIFIC_KEYS: dict[str, tuple[str, ...]] = rules.rule_specific_keys()
@@ -66,14 +67,21 @@ def _resolved_values(cfg: PopulationConfig) -> dict[str, tuple[Any, str]]:
     iv = cfg.interval_steps
     out: dict[str, tuple[Any, str]] = {}
     if cfg.max_frame_lag < 0:
-        out["max_frame_lag"] = (None, "no limit: a stopped peer is left out by max_heartbeat_age_s")
+        out["max_frame_lag"] = (
+            cfg.resolved_max_frame_lag(),
+            f"{LATE_PEER_INTERVALS} x interval_steps={iv}: a peer further behind decides at its own progress",
+        )
     if cfg.settle_max_steps < 0:
         out["settle_max_steps"] = (
             "no cap",
             "evidence counts once every env finished an episode begun in its generation",
         )
     if cfg.start_grace_frames < 0:
-        out["start_grace_frames"] = (cfg.resolved_start_grace(), f"2 x interval_steps={iv}")
+        out["start_grace_frames"] = (
+            cfg.resolved_start_grace(),
+            f"2 x interval_steps={iv}; a member raises it to envs x episode length x (1 + ceil(window / envs)) "
+            f"from its task, so the first decision reads no episode begun at frame 0",
+        )
     if cfg.restart_grace_frames < 0:
         out["restart_grace_frames"] = (cfg.resolved_restart_grace(), f"2 x interval_steps={iv}")
     if cfg.seed < 0:
@@ -124,7 +132,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     train_dir, train_dir_from = _train_dir(merged, args.train_dir)
     ws_path = cfg.workspace_path(train_dir)
     resolved = _resolved_values(cfg)
-    hparams = _hyperparameter_table(cfg, current)
+    hparams = _hyperparameter_table(cfg, current, command_line_keys(args.overrides, cfg))
     if args.json:
         emit_json(
             {
@@ -227,8 +235,21 @@ def _workspace_origin(cfg: PopulationConfig, train_dir: str, train_dir_from: str
     )
 
 
-def _hyperparameter_table(cfg: PopulationConfig, current: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One entry per mutated hyperparameter: its kind, bounds, change, current value and agent key."""
+def _diverse_start(cfg: PopulationConfig, key: str, pinned: tuple[str, ...]) -> str:
+    """What the diverse start does with ``key`` for members 1..N-1: ``drawn`` or ``kept (why)``."""
+    if cfg.initial_mutation:
+        return "mutated once (initial_mutation)"
+    if cfg.start_spread <= 0:
+        return "kept (start_spread is 0)"
+    why = kept_from_start(key, cfg.mutation[key], pinned)
+    return "drawn" if why is None else f"kept ({why})"
+
+
+def _hyperparameter_table(
+    cfg: PopulationConfig, current: Mapping[str, Any], pinned: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
+    """One entry per mutated hyperparameter: its kind, bounds, change, current value, agent key and what the
+    diverse start does with it (``pinned``: the keys the command line sets)."""
     hparams = []
     for key, spec in sorted(cfg.mutation.items()):
         cr = spec.change_range or cfg.change_range
@@ -244,6 +265,7 @@ def _hyperparameter_table(cfg: PopulationConfig, current: Mapping[str, Any]) -> 
                 "current": current[key],
                 "agent_key": isaaclab_key(key),
                 "live": SUPPORTED_HYPERPARAMETERS[key].live,
+                "diverse_start": _diverse_start(cfg, key, pinned),
             }
         )
     return hparams
@@ -264,7 +286,7 @@ def _config_rows(cfg: PopulationConfig, resolved: Mapping[str, tuple[Any, str]])
 
 
 def _hyperparameter_rows(hparams: list[dict[str, Any]]) -> list[list[str]]:
-    rows = [["name", "kind", "low", "high", "change", "current", "agent key"]]
+    rows = [["name", "kind", "low", "high", "change", "current", "agent key", "diverse start"]]
     for h in hparams:
         if h["change_range"] is not None:
             change = "x[" + ", ".join(format_number(x) for x in h["change_range"]) + "]"
@@ -281,6 +303,7 @@ def _hyperparameter_rows(hparams: list[dict[str, Any]]) -> list[list[str]]:
                 change,
                 _fmt_value(h["current"]),
                 h["agent_key"] + ("" if h["live"] else "  (restart)"),
+                h["diverse_start"],
             ]
         )
     return rows

@@ -27,6 +27,7 @@ import errno
 import hashlib
 import json
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.config import ConfigError
 from async_pbt_isaaclab.core.exploit_plan import aborted_mismatches, applied_mismatches
 from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.mutation import legacy_semantics
+from async_pbt_isaaclab.core.mutation import replay_semantics
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.records import RecordError
 from async_pbt_isaaclab.core.start import initial_draw
@@ -220,14 +221,19 @@ def replay_decision(entry: dict[str, Any]) -> tuple[StepResult | None, list[str]
     except (KeyError, TypeError, ValueError, OverflowError, ConfigError, RecordError) as exc:
         return None, [f"entry cannot be replayed: {exc}"]
     try:
-        with legacy_semantics(_written_by_0_1(entry)):
+        with replay_semantics(_recorded_semantics(entry)):
             step = pbt_step(PopulationView(me, tuple(peers), now), cfg, rng_before)
     except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
         # Recorded inputs a member could not have produced (e.g. a start value missing for a mutated key).
         return None, [f"entry cannot be replayed: {type(exc).__name__}: {exc}"]
+    return step, _replay_differences(step, entry)
+
+
+def _replay_differences(step: StepResult, entry: dict[str, Any]) -> list[str]:
+    """What a replayed step produced that the entry did not record (empty when it reproduces)."""
     recorded = entry.get("decision")
     if not isinstance(recorded, dict):
-        return step, [f"decision: recorded {recorded!r:.80} is not an object"]
+        return [f"decision: recorded {recorded!r:.80} is not an object"]
     problems: list[str] = []
     mine = step.decision.to_dict()
     for key in ("outcome", "donor", "compared", "excluded", "donor_entry"):
@@ -244,23 +250,30 @@ def replay_decision(entry: dict[str, Any]) -> tuple[StepResult | None, list[str]
         )
     if step.rng_after != entry.get("rng_after"):
         problems.append("rng_after: recorded RNG state does not match the state after replay")
-    return step, problems
+    return problems
 
 
-def _written_by_0_1(entry: dict[str, Any]) -> bool:
-    """An entry without ``mutation_semantics``: written by 0.1.x, replayed with its mutation semantics."""
-    return "mutation_semantics" not in entry
+def _recorded_semantics(entry: dict[str, Any]) -> int:
+    """The rules an entry was written under (``mutation_semantics``; none: 0.1.x, replayed as version 1)."""
+    version = entry.get("mutation_semantics", 1)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ValueError(f"mutation_semantics: expected an integer, got {version!r}")
+    return version
 
 
-ADDED_CONFIG_KEYS = {"min_mutated_keys": 0, "gap_z": 0.0}
+ADDED_CONFIG_KEYS = {"min_mutated_keys": 0, "gap_z": 0.0, "resample_probability": 0.0}
 """Config keys added after entries were first written, with the value that reproduces what an entry recorded
 without them did (before ``min_mutated_keys``, the per-key coin alone decided; before ``gap_z``, the dexpbt gap
-had no sampling-noise floor)."""
+had no sampling-noise floor; before ``resample_probability``, no key was resampled)."""
 
 
 def recorded_config(entry: dict[str, Any]) -> dict[str, Any]:
-    """The ``config`` an entry recorded, with :data:`ADDED_CONFIG_KEYS` filled in where it predates them."""
-    return {**ADDED_CONFIG_KEYS, **entry["config"]}
+    """The ``config`` an entry recorded, with :data:`ADDED_CONFIG_KEYS` filled in where it predates them (and, for an
+    entry written before ``max_frame_lag: -1`` bounded the lag, that placeholder as the "no limit" it meant)."""
+    config = {**ADDED_CONFIG_KEYS, **entry["config"]}
+    if entry.get("mutation_semantics", 1) in (1, 2) and config.get("max_frame_lag") == -1:
+        config["max_frame_lag"] = sys.maxsize
+    return config
 
 
 def recompute_decision(entry: dict[str, Any]) -> list[str]:
@@ -274,10 +287,11 @@ def recompute_initial_mutation(entry: dict[str, Any]) -> list[str]:
     try:
         cfg = population_config_from_dict(recorded_config(entry), allow_test_fixture=True)
         member, start, rng_before = int(entry["member"]), entry["start_hyperparameters"], entry["rng_before"]
-        with legacy_semantics(_written_by_0_1(entry)):
+        with replay_semantics(_recorded_semantics(entry)):
             if entry.get("kind") == "initial_draw":
                 strata_seed = entry.get("strata_seed")
-                step: InitialMutation = initial_draw(member, start, cfg, rng_before, _optional_int(strata_seed))
+                pinned = _string_list(entry.get("pinned", []))
+                step: InitialMutation = initial_draw(member, start, cfg, rng_before, _optional_int(strata_seed), pinned)
             else:
                 step = initial_step(member, start, cfg, rng_before)
     except (KeyError, TypeError, ValueError, OverflowError, ArithmeticError, ConfigError) as exc:
@@ -300,6 +314,13 @@ def _optional_int(value: Any) -> int | None:
     if value is None or (isinstance(value, int) and not isinstance(value, bool)):
         return value
     raise ValueError(f"strata_seed: expected an integer, got {value!r}")
+
+
+def _string_list(value: Any) -> list[str]:
+    """A recorded list of key names (``pinned``); anything else cannot be replayed."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    raise ValueError(f"pinned: expected a list of key names, got {value!r:.80}")
 
 
 def applied_exploit_mismatches(applied: dict[str, Any], decision: dict[str, Any] | None) -> list[str]:

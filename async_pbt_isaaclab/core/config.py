@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,12 @@ EXPLOIT_MODES = ("auto", "inprocess", "restart")
 
 OBJECTIVE_DIRECTIONS = ("max", "min")
 """Accepted values of ``objective_direction``."""
+
+LATE_PEER_INTERVALS = 4
+"""``max_frame_lag: -1``: a peer whose newest entry lags more than this many ``interval_steps`` behind me is not
+ranked against me. Members that train at one speed stay within an interval or two of each other; one that started
+late or came back from a long restart is far behind, and ranked against the members ahead it would take their worst
+slot at every decision, so none of them would ever copy (it still decides itself, at its own progress)."""
 
 
 class ConfigError(ValueError):
@@ -71,6 +76,9 @@ class PopulationConfig:
     min_mutated_keys: int = 1
     """At least this many ``mutation`` keys change at every exploit and explore: when the per-key coin
     (``mutation_rate``) draws fewer, more are drawn uniformly among the rest. 0: the coin alone (Isaac Lab)."""
+    resample_probability: float = 0.25
+    """Random explore: probability that a key drawn for a change is drawn afresh from its whole bounds instead of
+    multiplied by a factor (Ray's PBT ``resample_probability``); 0: never."""
     change_range: tuple[float, float] = (1.1, 2.0)
     """Range of the multiplicative factor of ``log_float`` mutations (Isaac Lab's change_min, change_max)."""
     mutation: dict[str, MutationSpec] = field(default_factory=dict)
@@ -97,8 +105,9 @@ class PopulationConfig:
     max_clock_skew_s: float = 60.0
     """A heartbeat further than this in the future is refused as clock skew."""
     max_frame_lag: int = -1
-    """A peer whose newest entry lags more than this many frames behind me is not compared; -1: no limit (a peer
-    that stopped is left out by its heartbeat age, and one that started late is compared at its newest entry)."""
+    """A peer whose newest entry lags more than this many frames behind me is not compared (it decides at its own
+    progress, comparing itself with our entries at its frame); -1: ``LATE_PEER_INTERVALS`` x ``interval_steps``, so
+    a member far behind never takes the worst slot of the members ahead of it."""
     worst_fraction: float = 0.25
     """``dexpbt``/``welch``: the bottom fraction of compared members that may exploit."""
     top_fraction: float = 0.25
@@ -118,7 +127,9 @@ class PopulationConfig:
     min_members: int = 2
     """Decide only when at least this many compatible live members (me included) have evidence."""
     start_grace_frames: int = -1
-    """No decision before this many frames since the member's start; -1 means two ``interval_steps``."""
+    """No decision before this many frames since the member's start; -1: long enough that the first decision's window
+    holds no episode begun at frame 0 (from the task's episode length and envs per member, :func:`task_start_grace`),
+    and at least two ``interval_steps``."""
     restart_grace_frames: int = -1
     """No decision before this many frames of the current generation; -1 means two ``interval_steps``."""
     protect_interval_best: bool = True
@@ -168,11 +179,12 @@ class PopulationConfig:
 
     # ---- derived values ----
     def resolved_max_frame_lag(self) -> int:
-        """``max_frame_lag`` with its placeholder (< 0) resolved: no limit."""
-        return sys.maxsize if self.max_frame_lag < 0 else self.max_frame_lag
+        """``max_frame_lag`` with its placeholder (< 0) resolved: ``LATE_PEER_INTERVALS`` intervals."""
+        return LATE_PEER_INTERVALS * self.interval_steps if self.max_frame_lag < 0 else self.max_frame_lag
 
     def resolved_start_grace(self) -> int:
-        """``start_grace_frames`` with its placeholder (< 0) resolved: 2 x ``interval_steps``."""
+        """``start_grace_frames`` with its placeholder (< 0) resolved without the task: 2 x ``interval_steps`` (a member
+        resolves it from its task first, :func:`with_task_start_grace`)."""
         return 2 * self.interval_steps if self.start_grace_frames < 0 else self.start_grace_frames
 
     def resolved_restart_grace(self) -> int:
@@ -219,10 +231,34 @@ class PopulationConfig:
             "change_range window min_episodes settle_max_steps max_heartbeat_age_s max_clock_skew_s max_frame_lag "
             "worst_fraction top_fraction gap_std_fraction gap_donor_fraction gap_z trim_fraction min_members "
             "start_grace_frames restart_grace_frames protect_interval_best welch_alpha explore_without_donor "
-            "hparams_from mutation max_restarts objective_direction explore start_spread min_mutated_keys"
+            "hparams_from mutation max_restarts objective_direction explore start_spread min_mutated_keys "
+            "resample_probability"
         ).split()
         d = self.to_dict()
         return {k: d[k] for k in keys}
+
+
+def task_start_grace(cfg: PopulationConfig, envs: int, episode_steps: int) -> int:
+    """Frames before a member's first decision can rest on no episode begun at frame 0: every env finishes its first
+    episode (begun at frame 0) within ``episode_steps`` steps, and the window then needs ``ceil(window / envs)`` more
+    rounds of episodes begun after that, ``envs x episode_steps x (1 + ceil(window / envs))`` frames in all (episodes
+    that end early only shorten it); at least 2 x ``interval_steps``. HalfCheetah (1,000 steps, 64 envs, window 64):
+    128,000."""
+    rounds = 1 + -(-cfg.window // max(envs, 1))
+    return max(2 * cfg.interval_steps, max(envs, 1) * max(episode_steps, 1) * rounds)
+
+
+def with_task_start_grace(cfg: PopulationConfig, envs: Any, episode_steps: Any) -> PopulationConfig:
+    """``cfg`` with ``start_grace_frames: -1`` resolved from the member's task (:func:`task_start_grace`); unchanged
+    when it is set or the task's shape is unknown (``None``, not a positive number). The resolved number is what
+    decisions record and replay."""
+    try:
+        envs, steps = int(envs), int(episode_steps)
+    except (TypeError, ValueError, OverflowError):
+        return cfg
+    if cfg.start_grace_frames >= 0 or envs < 1 or steps < 1:
+        return cfg
+    return dataclasses.replace(cfg, start_grace_frames=task_start_grace(cfg, envs, steps))
 
 
 def objective_term(objective: str) -> str:

@@ -30,6 +30,8 @@ class ExploreContext:
     """My record at the decision (its history holds my past hyperparameters and objectives)."""
     peers: Sequence[MemberRecord]
     """Every peer record the decision read (histories included)."""
+    now: float | None = None
+    """The decision's time (heartbeats are judged against it); ``None`` when unknown."""
 
 
 @dataclass(frozen=True)
@@ -84,9 +86,12 @@ def random_mutation(
     start: Mapping[str, Any], context: ExploreContext, cfg: PopulationConfig, rng: MemberRng
 ) -> Proposal:
     """Bounded random mutation: each key of ``pbt.mutation`` changes with probability ``mutation_rate`` by a
-    factor drawn from ``change_range``, and at least ``min_mutated_keys`` of them change
+    factor drawn from ``change_range`` (or, with probability ``resample_probability``, to a value drawn afresh from
+    its whole bounds), and at least ``min_mutated_keys`` of them change
     (:func:`~async_pbt_isaaclab.core.mutation.mutate`)."""
-    new, changes = mutate(start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng, cfg.min_mutated_keys)
+    new, changes = mutate(
+        start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng, cfg.min_mutated_keys, cfg.resample_probability
+    )
     return Proposal(new, tuple(changes))
 
 

@@ -6,6 +6,7 @@ Imports only the standard library (the core stays pure)."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 PLACEHOLDER = "/path/to/async-pbt-isaaclab"
@@ -17,3 +18,15 @@ def extra_install_command(extra: str) -> str:
     root = Path(__file__).resolve().parents[2]
     where = str(root) if (root / "pyproject.toml").is_file() else PLACEHOLDER
     return f'pip install -e "{where}[{extra}]"'
+
+
+def import_failure(*modules: str) -> str | None:
+    """Why ``modules`` cannot be imported here, in a few words (``ImportError: No module named 'scipy'``), or
+    ``None``: a config that needs an optional extra is refused with this when it is read, not at first use."""
+    try:
+        for module in modules:
+            importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - ImportError or a broken install: refuse before training starts
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        return f"{type(exc).__name__}: {first_line:.200}"
+    return None

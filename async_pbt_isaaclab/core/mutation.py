@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from async_pbt_isaaclab.core.member_rng import MemberRng
+from async_pbt_isaaclab.core.value_draws import clip, clip_int, draw_value
+
+__all__ = ["Change", "MutationSpec", "clip", "clip_int", "mutate", "mutate_value"]
 
 MUTATION_KINDS = ("log_float", "discount", "log_shift", "int", "choice")
 """Accepted values of ``MutationSpec.kind``."""
@@ -37,28 +40,45 @@ MUTATION_KINDS = ("log_float", "discount", "log_shift", "int", "choice")
 ISAACLAB_KIND_NAMES = {"mutate_float": "log_float", "mutate_discount": "discount"}
 """Isaac Lab's mutation function names and the kind each one means here."""
 
-MUTATION_SEMANTICS = 2
-"""Recorded in every audit entry that mutates (``mutation_semantics``). Entries without it were written by
-0.1.x, whose :func:`mutate` clipped undrawn keys into bounds, moved a drawn 0 from the lower bound and kept an
-explore that changed nothing as an explore; the verifier replays those under :func:`legacy_semantics`."""
+MUTATION_SEMANTICS = 3
+"""Recorded in every audit entry that mutates (``mutation_semantics``), so the verifier replays an entry with the
+rules it was written under (:func:`replay_semantics`):
 
-_LEGACY = contextvars.ContextVar("async_pbt_legacy_mutation", default=False)
+* none (0.1.x): undrawn keys clipped into bounds, a drawn 0 moved from the lower bound, an explore that changed
+  nothing kept as an explore (:func:`legacy_semantics`);
+* 2: ``min_mutated_keys`` counted keys *drawn*; a key at its bound could stay there; no resampling; PB2 with fixed
+  kernel hyperparameters; ``max_frame_lag: -1`` meant no limit;
+* 3: ``min_mutated_keys`` counts keys *changed* (after clipping), a key at a bound moves inward, the random explore
+  may resample a key from its whole bounds (``resample_probability``), PB2 fits its kernel and counts the running
+  members' configurations, and ``max_frame_lag: -1`` keeps a peer far behind out of the ranking."""
+
+_SEMANTICS = contextvars.ContextVar("async_pbt_mutation_semantics", default=MUTATION_SEMANTICS)
 
 
 @contextlib.contextmanager
-def legacy_semantics(on: bool = True) -> Iterator[None]:
-    """Within the block, :func:`mutate` (and :func:`~async_pbt_isaaclab.core.step.pbt_step`) behave as in
-    0.1.x; only the audit verifier uses it, to replay entries written then as they ran."""
-    token = _LEGACY.set(on)
+def replay_semantics(version: int) -> Iterator[None]:
+    """Within the block, the step behaves as entries written under ``version`` of :data:`MUTATION_SEMANTICS` did
+    (1 for 0.1.x, whose entries carry no version); only the audit verifier uses it."""
+    token = _SEMANTICS.set(version)
     try:
         yield
     finally:
-        _LEGACY.reset(token)
+        _SEMANTICS.reset(token)
+
+
+def legacy_semantics(on: bool = True) -> contextlib.AbstractContextManager[None]:
+    """:func:`replay_semantics` of 0.1.x when ``on`` (else of this version)."""
+    return replay_semantics(1 if on else MUTATION_SEMANTICS)
+
+
+def semantics() -> int:
+    """The version of the rules in force (:func:`replay_semantics`)."""
+    return _SEMANTICS.get()
 
 
 def legacy() -> bool:
     """Whether the 0.1.x semantics are in force (:func:`legacy_semantics`)."""
-    return _LEGACY.get()
+    return semantics() < 2
 
 
 @dataclass(frozen=True)
@@ -79,6 +99,9 @@ class MutationSpec:
     """Allowed values for ``choice``."""
     from_zero: float | None = None
     """``log_float``: where a drawn value of exactly 0 jumps to (inside the bounds); ``None``: a 0 stays 0."""
+    diverse_start: bool | None = None
+    """Whether the diverse start draws this key: ``False`` keeps the configured value for every member, ``True``
+    draws it even when the command line set it; ``None`` (not given): drawn, unless the command line set it."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (the ``mutation`` mapping of a recorded config)."""
@@ -91,6 +114,8 @@ class MutationSpec:
             out["choices"] = list(self.choices)
         if self.from_zero is not None:
             out["from_zero"] = self.from_zero
+        if self.diverse_start is not None:
+            out["diverse_start"] = self.diverse_start
         return out
 
 
@@ -105,54 +130,64 @@ class Change:
     """The multiplicative factor applied (log_float/discount), ``None`` for int/choice and a jump from 0."""
     from_zero: bool = False
     """The value left 0 through its spec's ``from_zero`` (no factor means anything for it)."""
+    resampled: bool = False
+    """Drawn afresh from the whole bounds (``resample_probability``) instead of multiplied by a factor."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form (an item of a decision's ``changes``); ``from_zero`` only when set, so older entries replay."""
+        """JSON form (an item of a decision's ``changes``); ``from_zero`` and ``resampled`` only when set, so older
+        entries replay."""
         out = {"key": self.key, "old": self.old, "new": self.new, "factor": self.factor}
         if self.from_zero:
             out["from_zero"] = True
+        if self.resampled:
+            out["resampled"] = True
         return out
-
-
-def clip(value: float, low: float, high: float) -> float:
-    """``value`` brought into ``[low, high]``."""
-    return min(max(value, low), high)
-
-
-def clip_int(value: int, low: float, high: float) -> int:
-    """Clip to the integers inside ``[low, high]`` (bounds may be given as floats, e.g. 1.5)."""
-    return int(min(max(int(value), math.ceil(low)), math.floor(high)))
 
 
 def mutate_value(
     value: Any, spec: MutationSpec, change_range: tuple[float, float], rng: MemberRng
 ) -> tuple[Any, float | None]:
-    """Mutate one value according to its spec. Returns (new value, factor or None)."""
+    """Mutate one value according to its spec. Returns (new value, factor or None).
+
+    Under the current rules (:data:`MUTATION_SEMANTICS` 3) a step that the bounds would clip back onto the value
+    (a key at its bound pushed outward) goes the other way, inward, with the same drawn size: the draws are the
+    same, and a drawn key that can move always moves."""
+    inward = semantics() >= 3
     if spec.kind in ("log_float", "discount", "log_shift"):
         lo, hi = spec.change_range or change_range
         factor = rng.uniform(lo, hi)
         if rng.random() < 0.5:
             factor = 1.0 / factor
-        if spec.kind == "log_float":
-            # A value at or below zero has no log scale: start it from the lower bound.
-            base = float(value) if float(value) > 0 else spec.low
-            new = base * factor
-        elif spec.kind == "log_shift":
-            new = float(value) + math.log(factor)
-        else:
-            complement = 1.0 - float(value)
-            if complement <= 0:
-                complement = 1.0 - spec.high
-            new = 1.0 - complement * factor
-        return clip(new, spec.low, spec.high), factor
+        new = _scaled(value, spec, factor)
+        if inward and new == value and factor != 1.0:
+            factor = 1.0 / factor
+            new = _scaled(value, spec, factor)
+        return new, factor
     if spec.kind == "int":
         step = rng.integers(1, max(1, spec.step))
         sign = 1 if rng.random() < 0.5 else -1
-        return clip_int(int(value) + sign * step, spec.low, spec.high), None
+        new_int = clip_int(int(value) + sign * step, spec.low, spec.high)
+        if inward and new_int == value:
+            new_int = clip_int(int(value) - sign * step, spec.low, spec.high)
+        return new_int, None
     if spec.kind == "choice":
         others = [c for c in spec.choices if c != value] or list(spec.choices)
         return others[rng.choice_index(len(others))], None
     raise ValueError(f"unknown mutation kind {spec.kind!r}; accepted: {', '.join(MUTATION_KINDS)}")
+
+
+def _scaled(value: Any, spec: MutationSpec, factor: float) -> float:
+    """A float kind's value changed by ``factor`` (on ``x``, ``1 - x`` or ``exp(x)``), clipped into the bounds."""
+    if spec.kind == "log_float":
+        # A value at or below zero has no log scale: start it from the lower bound.
+        base = float(value) if float(value) > 0 else spec.low
+        return clip(base * factor, spec.low, spec.high)
+    if spec.kind == "log_shift":
+        return clip(float(value) + math.log(factor), spec.low, spec.high)
+    complement = 1.0 - float(value)
+    if complement <= 0:
+        complement = 1.0 - spec.high
+    return clip(1.0 - complement * factor, spec.low, spec.high)
 
 
 def mutate(
@@ -162,39 +197,41 @@ def mutate(
     change_range: tuple[float, float],
     rng: MemberRng,
     min_keys: int = 0,
+    resample_probability: float = 0.0,
 ) -> tuple[dict[str, Any], list[Change]]:
     """Mutate each key of ``specs`` with probability ``mutation_rate``; keys in sorted order.
 
     Keys are visited in sorted order so the RNG draw sequence never depends on dict insertion order. A key
     that is not drawn keeps its value exactly (even one outside the bounds, such as a donor's). A drawn
     ``log_float`` value of exactly 0 stays 0 unless the spec's ``from_zero`` says where it goes; the factor is
-    still drawn, so the number of draws does not depend on the values. When the coin drew fewer than
-    ``min_keys`` keys that can move, more are picked uniformly among the undrawn ones that can, one at a time
-    (``pbt.min_mutated_keys``: with one searched key and rate 0.25, three of four exploits would otherwise copy
-    weights and change nothing).
+    still drawn, so the number of draws does not depend on the values. A drawn key is, with probability
+    ``resample_probability``, drawn afresh from its whole bounds instead (so a converged population can jump
+    back across orders of magnitude). When fewer than ``min_keys`` keys *changed* (after clipping), more are
+    picked uniformly among the undrawn ones that can move, one at a time (``pbt.min_mutated_keys``: with one
+    searched key and rate 0.25, three of four exploits would otherwise copy weights and change nothing).
     """
-    old_rules = legacy()  # replaying an entry written by 0.1.x (legacy_semantics)
+    version = semantics()  # an older entry replays under the rules it was written with (replay_semantics)
     new = dict(hparams)
     changes: list[Change] = []
     undrawn: list[str] = []
-    drawn = 0
+    counted = 0
     for key in sorted(specs):
         if key not in hparams:
             raise KeyError(f"hyperparameter {key!r} has a mutation spec but no current value")
         if rng.random() < mutation_rate:
-            drawn += 1
-            _mutate_key(key, hparams[key], specs[key], change_range, rng, new, changes)
-        elif old_rules:  # 0.1.x clipped an undrawn key into the bounds
+            moved = _mutate_key(key, hparams[key], specs[key], change_range, rng, new, changes, resample_probability)
+            counted += 1 if moved or version < 3 else 0
+        elif version < 2:  # 0.1.x clipped an undrawn key into the bounds
             value = _clip_0_1(hparams[key], specs[key])
             if value != hparams[key]:
                 new[key] = value
                 changes.append(Change(key, hparams[key], value, None, False))
         elif _can_move(hparams[key], specs[key]):
             undrawn.append(key)
-    while not old_rules and drawn < min_keys and undrawn:
+    while version >= 2 and counted < min_keys and undrawn:
         key = undrawn.pop(rng.choice_index(len(undrawn)))
-        drawn += 1
-        _mutate_key(key, hparams[key], specs[key], change_range, rng, new, changes)
+        moved = _mutate_key(key, hparams[key], specs[key], change_range, rng, new, changes, resample_probability)
+        counted += 1 if moved or version < 3 else 0
     return new, changes
 
 
@@ -206,22 +243,39 @@ def _mutate_key(
     rng: MemberRng,
     new: dict[str, Any],
     changes: list[Change],
-) -> None:
-    """Draw one key's new value into ``new`` and record it in ``changes`` when it differs."""
+    resample_probability: float = 0.0,
+) -> bool:
+    """Draw one key's new value into ``new`` and record it in ``changes`` when it differs; whether it did."""
+    if resample_probability > 0 and semantics() >= 3 and rng.random() < resample_probability:
+        fresh, _ = draw_value(old, spec, 1.0, rng)
+        if fresh != old and not _is_zero(old, spec):
+            new[key] = fresh
+            changes.append(Change(key, old, fresh, None, resampled=True))
+            return True
     value, factor = mutate_value(old, spec, change_range, rng)
     from_zero = False
     if _is_zero(old, spec) and not legacy():
         if spec.from_zero is None:
-            return
+            return False
         value, factor, from_zero = spec.from_zero, None, True
-    if value != old:
-        new[key] = value
-        changes.append(Change(key, old, value, factor, from_zero))
+    if value == old:
+        return False
+    new[key] = value
+    changes.append(Change(key, old, value, factor, from_zero))
+    return True
 
 
 def _can_move(value: Any, spec: MutationSpec) -> bool:
-    """Whether a mutation of this key can change it (a 0 without ``from_zero`` cannot)."""
-    return not (_is_zero(value, spec) and spec.from_zero is None)
+    """Whether a mutation of this key can change it: not a 0 without ``from_zero`` and, under the current rules, a
+    range with room (two values at least, a factor range not exactly 1, or a value outside the bounds)."""
+    if _is_zero(value, spec) and spec.from_zero is None:
+        return False
+    if semantics() < 3 or spec.kind == "choice":
+        return True
+    if spec.kind == "int":
+        return math.floor(spec.high) > math.ceil(spec.low) or not spec.low <= value <= spec.high
+    room = spec.high > spec.low or not spec.low <= float(value) <= spec.high
+    return room and (spec.change_range is None or spec.change_range[1] > 1.0)
 
 
 def _clip_0_1(value: Any, spec: MutationSpec) -> Any:

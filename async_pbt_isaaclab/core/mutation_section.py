@@ -2,8 +2,8 @@
 
 Two forms load: Isaac Lab's ``{agent.params.config.learning_rate: mutate_float}`` (the key may carry the
 agent-config prefix, the value names a kind) and ours, a mapping with ``kind``, ``low``, ``high``,
-``change_range``, ``step``, ``choices`` and ``from_zero``. Each hyperparameter's kind must fit it (an integer stays an
-integer, ``discount`` only suits values in [0, 1)). :mod:`async_pbt_isaaclab.core.config` calls
+``change_range``, ``step``, ``choices``, ``from_zero`` and ``diverse_start``. Each hyperparameter's kind must fit it
+(an integer stays an integer, ``discount`` only suits values in [0, 1)). :mod:`async_pbt_isaaclab.core.config` calls
 :func:`parse_mutation_section` and reports its problems with the rest of the section.
 """
 
@@ -85,11 +85,11 @@ def _spec_for_kind_name(key: str, default: MutationSpec, raw_kind: str, where: s
 
 def _read_mapping(key: str, default: MutationSpec, raw_spec: Mapping[str, Any], label: str) -> MutationSpec:
     """Our form: ``kind`` (default: the key's own), bounds, change range, step and choices, each checked."""
-    unknown = set(raw_spec) - {"kind", "low", "high", "change_range", "step", "choices", "from_zero"}
+    unknown = set(raw_spec) - {"kind", "low", "high", "change_range", "step", "choices", "from_zero", "diverse_start"}
     if unknown:
         raise _Problem(
             f"{label}: unknown keys {sorted(unknown)}; accepted: kind, low, high, change_range, step, choices, "
-            f"from_zero"
+            f"from_zero, diverse_start"
         )
     raw_kind = raw_spec.get("kind", default.kind)
     if not isinstance(raw_kind, str):
@@ -106,8 +106,18 @@ def _read_mapping(key: str, default: MutationSpec, raw_spec: Mapping[str, Any], 
         raise _Problem(f"{label}.step: expected an integer >= 1, got {step!r}")
     choices = _read_choices(base, raw_spec, label)
     from_zero = _read_from_zero(base.kind, low, high, raw_spec.get("from_zero"), label)
+    diverse_start = raw_spec.get("diverse_start")
+    if diverse_start is not None and not isinstance(diverse_start, bool):
+        raise _Problem(f"{label}.diverse_start: expected true or false, got {diverse_start!r}")
     return MutationSpec(
-        kind=base.kind, low=low, high=high, change_range=cr, step=step, choices=choices, from_zero=from_zero
+        kind=base.kind,
+        low=low,
+        high=high,
+        change_range=cr,
+        step=step,
+        choices=choices,
+        from_zero=from_zero,
+        diverse_start=diverse_start,
     )
 
 

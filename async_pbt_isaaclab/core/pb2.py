@@ -12,16 +12,25 @@ proposes the values with the highest upper confidence bound at the member's curr
   linear for ``log_shift`` and ``int``; values outside the bounds are clipped to them), ``y`` = the change of
   the window mean per frame between the two entries, on the larger-is-better scale (``cfg.score``). Only the
   newest :data:`MAX_OBSERVATIONS` are kept.
-* **Model.** scikit-learn's ``GaussianProcessRegressor`` (imported when a proposal is made, never with the
-  core) with the paper's time-varying kernel ``k((t, x), (t', x')) = (1 - eps)^(|t - t'| / 2) *
-  exp(-|x - x'|^2 / (2 l^2))``, ``normalize_y`` and a noise term :data:`NOISE`. Its hyperparameters are fixed
-  (:data:`EPSILON`, :data:`LENGTH_SCALE`) and ``optimizer=None``: fitting them would add a multi-start
-  optimisation whose result can change with the starting points and the library version, and the audit
-  verifier must replay every proposal to the last bit (for the same reason the fit runs on one BLAS thread).
-* **Acquisition.** UCB, ``mean + KAPPA * std``, at ``t`` = my current frame, maximised over the start point and
-  :data:`CANDIDATES` points drawn uniformly (through the member RNG) in the normalised box; the best one is
-  mapped back to values, ints rounded, everything clipped into the bounds. A key whose coordinate is the
-  start's keeps its start value exactly (clipped into bounds).
+* **Model.** scikit-learn's ``GaussianProcessRegressor`` with the paper's time-varying kernel ``k((t, x), (t', x'))
+  = s^2 (1 - eps)^(|t - t'| / 2) exp(-|x - x'|^2 / (2 l^2)) + noise``, on the improvements standardised and clipped
+  to [-2, 2] (as the PB2 authors' code does). ``s^2``, ``eps``, ``l`` and the noise are fitted by marginal
+  likelihood inside bounds (:data:`SIGNAL_BOUNDS`, :data:`EPSILON_BOUNDS`, :data:`LENGTH_SCALE_BOUNDS`,
+  :data:`NOISE_BOUNDS`): L-BFGS-B from fixed starting values with no random restarts, on one BLAS thread, so the
+  audit verifier recomputes the same fit bit for bit. Fixed hyperparameters made the model's uncertainty far from
+  the data dominate whatever the data said: in a population whose members trained at 3e-4..2e-3, every proposal
+  was the 1e-6 bound.
+* **What the others train now.** Every live running peer's current values are points the population will observe
+  soon. They condition the uncertainty (their improvement is unknown, and the std does not depend on it), as Ray's
+  PB2 does with its second GP. That alone left four members deciding in turn within 0.003 decades of one learning
+  rate (the mean's peak dominates a small ``kappa``), so a proposal also keeps half a fitted length scale away from
+  each of them (when any candidate is left there): members propose distinct points near what improved.
+* **Acquisition.** UCB, ``mean + kappa * std`` of the latent improvement at ``t`` = my current frame, where
+  ``kappa = sqrt(beta)`` grows with the data, ``beta = 0.2 log(0.4 n)`` for ``n`` observations (the PB2 authors'
+  schedule of the time-varying GP-bandit bound). Maximised over :data:`CANDIDATES` points drawn uniformly (through
+  the member RNG) in the normalised box and :data:`LOCAL_CANDIDATES` around the best observations, each of which
+  changes at least ``min_mutated_keys`` values (the start point itself competes only when that is 0); the best is
+  mapped back to values, ints rounded, everything clipped into the bounds.
 * **Not modelled.** ``choice`` keys are mutated as the random strategy mutates them (each with probability
   ``mutation_rate``). A ``log_float`` key whose start value is 0 or less stays exactly as it is (a log scale has
   no 0; leaving 0 is the spec's business, not the model's). Both are named in the proposal's note.
@@ -38,8 +47,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-import itertools
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -47,10 +56,17 @@ import numpy as np
 
 from async_pbt_isaaclab.core import explore
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.install_hint import extra_install_command
+from async_pbt_isaaclab.core.install_hint import extra_install_command, import_failure
 from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.mutation import Change, MutationSpec, clip, clip_int, mutate
-from async_pbt_isaaclab.core.records import MemberRecord
+from async_pbt_isaaclab.core.mutation import Change, MutationSpec, mutate
+from async_pbt_isaaclab.core.pb2_data import (  # re-exported: the model reads them, the tests too
+    Observation,
+    _in_bounds,
+    denormalize,
+    normalize,
+    observations,
+)
+from async_pbt_isaaclab.core.selection import heartbeat_exclusion
 
 NAME = "pb2"
 """Value of ``pbt.explore`` that selects this strategy."""
@@ -61,148 +77,54 @@ EXTRA = "pb2"
 MIN_OBSERVATIONS = 4
 """Fewest observations the model is fitted on; with ``d`` modelled keys at least ``2 * d`` are needed."""
 
-MAX_OBSERVATIONS = 256
-"""Newest observations kept (the fit costs O(n^3); older ones are nearly forgotten by the time kernel anyway)."""
 
 EPSILON = 0.1
-"""Time kernel: correlation between observations one interval apart is ``(1 - EPSILON) ** 0.5`` (0.95); ten
-intervals apart 0.59, thirty apart 0.21. Fixed, not fitted, so every proposal replays exactly."""
+"""Starting value of the time kernel's ``eps`` (observations one interval apart correlate ``(1 - eps) ** 0.5``)."""
+
+EPSILON_BOUNDS = (1e-3, 0.5)
+"""Where ``eps`` is fitted: from nearly constant over the run to halving in two intervals (the PB2 authors' code caps
+it at 0.5 too)."""
 
 LENGTH_SCALE = 0.3
-"""Squared-exponential length scale in the normalised ``[0, 1]`` box of each key. Fixed, not fitted."""
+"""Starting value of the squared-exponential length scale in the normalised ``[0, 1]`` box of each key."""
+
+LENGTH_SCALE_BOUNDS = (0.1, 1.0)
+"""Where the length scale is fitted: below 0.1 (0.4 decades of a learning rate in [1e-6, 1e-2]) the model would
+explain noise, above 1 the box is one point. Half of it is how far a proposal keeps from a running member's values."""
+
+SIGNAL_BOUNDS = (0.05, 20.0)
+"""Where the signal variance ``s^2`` of the standardised improvement is fitted."""
 
 NOISE = 0.1
-"""Observation noise variance added to the kernel's diagonal, in units of the normalised improvement."""
+"""Starting value of the observation noise variance (of the standardised improvement)."""
 
-KAPPA = 1.0
-"""UCB exploration weight: ``mean + KAPPA * std``."""
+NOISE_BOUNDS = (1e-3, 1.0)
+"""Where the noise variance is fitted."""
+
+BETA_SCALE, BETA_RATE = 0.2, 0.4
+"""``beta = BETA_SCALE * log(BETA_RATE * n)``, ``kappa = sqrt(beta)``: 0.31 at 4 observations, 0.96 at 256."""
 
 CANDIDATES = 256
-"""Points drawn uniformly in the normalised box (besides the start point) on which UCB is maximised."""
+"""Points drawn uniformly in the normalised box on which UCB is maximised."""
+
+LOCAL_CANDIDATES = 64
+"""Points drawn around the best observations (:data:`LOCAL_WIDTH` either side), so a proposal can settle near an
+optimum more finely than uniform points allow."""
+
+LOCAL_WIDTH = 0.1
+"""Half-width of the box each local candidate is drawn in, around one of the best observations."""
+
+TOP_OBSERVATIONS = 4
+"""The best observations (by improvement) local candidates are drawn around."""
 
 
 def missing_dependency() -> str | None:
     """Why ``explore: pb2`` cannot run in this environment (one line naming the extra), or ``None``."""
-    try:
-        importlib.import_module("sklearn.gaussian_process")
-        importlib.import_module("threadpoolctl")
-    except Exception as exc:  # noqa: BLE001 - ImportError or a broken install: refuse before training starts
-        first_line = (str(exc).strip().splitlines() or [""])[0]
-        return (
-            f"pb2 needs scikit-learn, which cannot be imported here ({type(exc).__name__}: {first_line:.200}); "
-            f"install the extra: {extra_install_command(EXTRA)}"
-        )
-    return None
-
-
-# ---------------------------------------------------------------------------------------- the search space
-
-
-def _complement_logs(spec: MutationSpec) -> tuple[float, float]:
-    """``(log(1 - low), log(1 - high))`` of a discount spec (``high < 1``, checked by the config)."""
-    return math.log(1.0 - spec.low), math.log(1.0 - spec.high)
-
-
-def _int_range(spec: MutationSpec) -> tuple[int, int]:
-    return math.ceil(spec.low), math.floor(spec.high)
-
-
-def normalize(value: Any, spec: MutationSpec) -> float:
-    """``value`` of a non-choice key mapped to ``[0, 1]`` (clipped); raises ``TypeError``/``ValueError`` for a value
-    that is not a number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"not a number: {value!r:.40}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise ValueError(f"not finite: {v!r}")
-    if spec.kind == "log_float":
-        lo, hi = math.log(spec.low), math.log(spec.high)
-        z = (math.log(v) - lo) / (hi - lo) if v > 0 and hi > lo else 0.0
-    elif spec.kind == "discount":
-        lo, hi = _complement_logs(spec)
-        z = (lo - math.log(1.0 - v)) / (lo - hi) if v < 1 and lo > hi else (1.0 if v >= 1 else 0.0)
-    elif spec.kind == "int":
-        ilo, ihi = _int_range(spec)
-        z = (v - ilo) / (ihi - ilo) if ihi > ilo else 0.0
-    elif spec.kind == "log_shift":
-        z = (v - spec.low) / (spec.high - spec.low) if spec.high > spec.low else 0.0
-    else:
-        raise ValueError(f"kind {spec.kind!r} is not modelled by pb2")
-    return min(max(z, 0.0), 1.0)
-
-
-def denormalize(z: float, spec: MutationSpec) -> Any:
-    """The value at ``z`` in ``[0, 1]`` (the inverse of :func:`normalize`), inside the bounds: an ``int`` key
-    gives the nearest integer."""
-    z = min(max(float(z), 0.0), 1.0)
-    if spec.kind == "log_float":
-        lo, hi = math.log(spec.low), math.log(spec.high)
-        return clip(math.exp(lo + z * (hi - lo)), spec.low, spec.high)
-    if spec.kind == "discount":
-        lo, hi = _complement_logs(spec)
-        return clip(1.0 - math.exp(lo - z * (lo - hi)), spec.low, spec.high)
-    if spec.kind == "int":
-        ilo, ihi = _int_range(spec)
-        return clip_int(round(ilo + z * (ihi - ilo)), spec.low, spec.high)
-    if spec.kind == "log_shift":
-        return clip(spec.low + z * (spec.high - spec.low), spec.low, spec.high)
-    raise ValueError(f"kind {spec.kind!r} is not modelled by pb2")
-
-
-def _in_bounds(value: Any, spec: MutationSpec) -> Any:
-    """``value`` clipped into the bounds, as the random mutation leaves an undrawn key."""
-    return clip_int(value, spec.low, spec.high) if spec.kind == "int" else clip(float(value), spec.low, spec.high)
-
-
-# ---------------------------------------------------------------------------------------------- the data
-
-
-@dataclass(frozen=True)
-class Observation:
-    """One interval of one member: where it was (``t``, ``x``) and how much its objective improved (``y``)."""
-
-    member: int
-    """Whose history it comes from."""
-    t: float
-    """The later entry's frame, in ``interval_steps``."""
-    x: tuple[float, ...]
-    """The later entry's modelled values, normalised to ``[0, 1]``, in the order of the modelled keys."""
-    y: float
-    """Change of the window mean per frame between the two entries, larger is better."""
-
-
-def observations(context: explore.ExploreContext, keys: Sequence[str], cfg: PopulationConfig) -> list[Observation]:
-    """The observations of every member the decision read (me first, each member once), newest
-    :data:`MAX_OBSERVATIONS`, ordered by ``(t, member)``. Pairs that cross a generation, go back in frames,
-    were collected under other conditions than mine, or lack a modelled value that is a number are skipped."""
-    me = context.me
-    seen: set[int] = set()
-    out: list[Observation] = []
-    for record in (me, *context.peers):
-        if record.member in seen:
-            continue
-        seen.add(record.member)
-        out.extend(_member_observations(record, me, keys, cfg))
-    out.sort(key=lambda o: (o.t, o.member))
-    return out[-MAX_OBSERVATIONS:]
-
-
-def _member_observations(
-    record: MemberRecord, me: MemberRecord, keys: Sequence[str], cfg: PopulationConfig
-) -> list[Observation]:
-    found = []
-    for a, b in itertools.pairwise(record.history):
-        if a.generation != b.generation or b.frame <= a.frame:
-            continue
-        if me.condition.differences(a.condition) or me.condition.differences(b.condition):
-            continue
-        try:
-            x = tuple(normalize(b.hyperparameters[k], cfg.mutation[k]) for k in keys)
-        except (KeyError, TypeError, ValueError):
-            continue
-        y = (cfg.score(b.mean) - cfg.score(a.mean)) / (b.frame - a.frame)
-        found.append(Observation(record.member, b.frame / cfg.interval_steps, x, y))
-    return found
+    why = import_failure("sklearn.gaussian_process", "threadpoolctl")
+    if why is None:
+        return None
+    install = extra_install_command(EXTRA)
+    return f"pb2 needs scikit-learn, which cannot be imported here ({why}); install the extra: {install}"
 
 
 # --------------------------------------------------------------------------------------------- the model
@@ -214,25 +136,46 @@ def _kernel_class() -> type:
     kernels = importlib.import_module("sklearn.gaussian_process.kernels")
 
     base: Any = kernels.Kernel  # untyped optional dependency
+    hyperparameter: Any = kernels.Hyperparameter
 
     class TimeVaryingSquaredExponential(base):  # type: ignore[misc]
-        """``(1 - epsilon)^(|t - t'| / 2) * exp(-|x - x'|^2 / (2 length_scale^2))`` on rows ``(t, x...)``:
-        column 0 is time, the others the normalised hyperparameters. No fitted hyperparameters: ``theta`` is
-        empty, so ``GaussianProcessRegressor`` never optimises it."""
+        """``(1 - epsilon)^(|t - t'| / 2) * exp(-|x - x'|^2 / (2 length_scale^2))`` on rows ``(t, x...)``: column 0
+        is time, the others the normalised hyperparameters. ``epsilon`` and ``length_scale`` are fitted within
+        their bounds (gradients with respect to their logarithms, as scikit-learn's optimiser works)."""
 
-        def __init__(self, epsilon: float = EPSILON, length_scale: float = LENGTH_SCALE):
+        def __init__(
+            self,
+            epsilon: float = EPSILON,
+            length_scale: float = LENGTH_SCALE,
+            epsilon_bounds: tuple[float, float] = EPSILON_BOUNDS,
+            length_scale_bounds: tuple[float, float] = LENGTH_SCALE_BOUNDS,
+        ):
             self.epsilon = epsilon
             self.length_scale = length_scale
+            self.epsilon_bounds = epsilon_bounds
+            self.length_scale_bounds = length_scale_bounds
+
+        @property
+        def hyperparameter_epsilon(self) -> Any:
+            return hyperparameter("epsilon", "numeric", self.epsilon_bounds)
+
+        @property
+        def hyperparameter_length_scale(self) -> Any:
+            return hyperparameter("length_scale", "numeric", self.length_scale_bounds)
 
         def __call__(self, X: Any, Y: Any = None, eval_gradient: bool = False) -> Any:
             X = np.atleast_2d(np.asarray(X, dtype=float))
             Y = X if Y is None else np.atleast_2d(np.asarray(Y, dtype=float))
             dt = np.abs(X[:, None, 0] - Y[None, :, 0])
             sq = np.sum((X[:, None, 1:] - Y[None, :, 1:]) ** 2, axis=-1)
-            K = (1.0 - self.epsilon) ** (dt / 2.0) * np.exp(-sq / (2.0 * self.length_scale**2))
-            if eval_gradient:
-                return K, np.empty((X.shape[0], X.shape[0], 0))
-            return K
+            eps, ls = float(self.epsilon), float(self.length_scale)
+            K = (1.0 - eps) ** (dt / 2.0) * np.exp(-sq / (2.0 * ls**2))
+            if not eval_gradient:
+                return K
+            # Hyperparameters in scikit-learn's order (sorted names): epsilon, length_scale.
+            d_eps = -K * (dt / 2.0) * eps / (1.0 - eps)
+            d_ls = K * sq / ls**2
+            return K, np.stack([d_eps, d_ls], axis=-1)
 
         def diag(self, X: Any) -> Any:
             return np.ones(np.atleast_2d(X).shape[0])
@@ -243,25 +186,100 @@ def _kernel_class() -> type:
     return TimeVaryingSquaredExponential
 
 
-def ucb(obs: Sequence[Observation], t_now: float, candidates: np.ndarray) -> np.ndarray:
-    """UCB (``mean + KAPPA * std``) of each row of ``candidates`` (normalised ``x``) at time ``t_now``, from a GP
-    fitted on ``obs``.
+def kappa(observations: int) -> float:
+    """The UCB weight for ``observations`` data points: ``sqrt(max(0, BETA_SCALE * log(BETA_RATE * n)))``."""
+    return math.sqrt(max(0.0, BETA_SCALE * math.log(BETA_RATE * max(observations, 1))))
 
-    The linear algebra runs on one BLAS thread: a member and the verifier replaying it may have different thread
-    counts, and a threaded BLAS may then sum in another order; one thread gives the same bits (and at these sizes
-    costs nothing)."""
+
+@dataclass(frozen=True)
+class FittedModel:
+    """The GP fitted on the observations: what the proposal and the tests read."""
+
+    X: np.ndarray
+    """Training rows ``(t, x...)``."""
+    y: np.ndarray
+    """Standardised, clipped improvements."""
+    kernel: Any
+    """The fitted latent kernel (signal variance times the time-varying kernel)."""
+    noise: float
+    """The fitted noise variance."""
+
+    def hyperparameters(self) -> dict[str, float]:
+        """The fitted values (for the note and the tests)."""
+        return {
+            "signal": float(self.kernel.k1.constant_value),
+            "epsilon": float(self.kernel.k2.epsilon),
+            "length_scale": float(self.kernel.k2.length_scale),
+            "noise": self.noise,
+        }
+
+
+def fit(obs: Sequence[Observation]) -> FittedModel:
+    """Fit the GP's hyperparameters to ``obs`` by marginal likelihood (L-BFGS-B from fixed starting values, no random
+    restarts, one BLAS thread: the same inputs give the same bits, so the verifier replays it)."""
     gp_module = importlib.import_module("sklearn.gaussian_process")
+    kernels = importlib.import_module("sklearn.gaussian_process.kernels")
     threadpoolctl = importlib.import_module("threadpoolctl")  # a dependency of scikit-learn
     X = np.array([(o.t, *o.x) for o in obs], dtype=float)
-    y = np.array([o.y for o in obs], dtype=float)
-    gp = gp_module.GaussianProcessRegressor(
-        kernel=_kernel_class()(EPSILON, LENGTH_SCALE), alpha=NOISE, optimizer=None, normalize_y=True
-    )
-    query = np.column_stack([np.full(len(candidates), t_now), candidates])
-    with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
+    raw = np.array([o.y for o in obs], dtype=float)
+    y = np.clip((raw - raw.mean()) / (raw.std() + 1e-12), -2.0, 2.0)
+    # The GP's prior mean is 0: shifted so that 0 is the lowest improvement seen, a configuration no member has
+    # tried is expected to do as badly as the worst one did, and only its uncertainty (kappa * std) draws a proposal
+    # there. With the average as the prior, a population clustered in one region saw every far value as promising.
+    y = y - y.min()
+    kernel = kernels.ConstantKernel(1.0, SIGNAL_BOUNDS) * _kernel_class()() + kernels.WhiteKernel(NOISE, NOISE_BOUNDS)
+    gp = gp_module.GaussianProcessRegressor(kernel=kernel, alpha=1e-10, n_restarts_optimizer=0, normalize_y=False)
+    with threadpoolctl.threadpool_limits(limits=1, user_api="blas"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a hyperparameter at its bound is a ConvergenceWarning, not a failure
         gp.fit(X, y)
-        mean, std = gp.predict(query, return_std=True)
-    return np.asarray(mean + KAPPA * std, dtype=float)
+    return FittedModel(X, y, gp.kernel_.k1, float(gp.kernel_.k2.noise_level))
+
+
+def ucb(model: FittedModel, t_now: float, candidates: np.ndarray, pending: np.ndarray | None = None) -> np.ndarray:
+    """UCB (``mean + kappa * std``) of the latent improvement at each row of ``candidates`` (normalised ``x``) at
+    time ``t_now``, with the fitted hyperparameters: the mean from the observations, the std also conditioned on
+    ``pending`` (normalised ``x`` that running members train now, at ``t_now``; the std does not depend on their
+    unknown improvement), as Ray's PB2 does with its second GP."""
+    gp_module = importlib.import_module("sklearn.gaussian_process")
+    threadpoolctl = importlib.import_module("threadpoolctl")
+    query = np.column_stack([np.full(len(candidates), t_now), candidates])
+
+    def regressor(X: np.ndarray, y: np.ndarray) -> Any:
+        return gp_module.GaussianProcessRegressor(kernel=model.kernel, alpha=model.noise, optimizer=None).fit(X, y)
+
+    X_all = model.X
+    if pending is not None and len(pending):
+        X_all = np.vstack([model.X, np.column_stack([np.full(len(pending), t_now), pending])])
+    with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
+        mean = regressor(model.X, model.y).predict(query)
+        _, std = regressor(X_all, np.zeros(len(X_all))).predict(query, return_std=True)
+    return np.asarray(mean + kappa(len(model.X)) * std, dtype=float)
+
+
+def away_from(candidates: np.ndarray, pending: np.ndarray, radius: float) -> np.ndarray:
+    """Which candidates lie farther than ``radius`` (normalised distance) from every pending point."""
+    if not len(pending):
+        return np.ones(len(candidates), dtype=bool)
+    distance = np.sqrt(((candidates[:, None, :] - pending[None, :, :]) ** 2).sum(axis=-1))
+    return np.asarray((distance > radius).all(axis=1))
+
+
+def pending_points(context: explore.ExploreContext, keys: Sequence[str], cfg: PopulationConfig) -> np.ndarray:
+    """The normalised values every live, running peer trains with now (its heartbeat fresh at the decision's time,
+    under my conditions); a peer whose values are not numbers is left out."""
+    rows = []
+    for peer in sorted(context.peers, key=lambda r: r.member):
+        if peer.member == context.me.member or peer.status != "running":
+            continue
+        if context.now is not None and heartbeat_exclusion(peer, cfg, context.now) is not None:
+            continue
+        if context.me.condition.differences(peer.condition):
+            continue
+        try:
+            rows.append([normalize(peer.hyperparameters[k], cfg.mutation[k]) for k in keys])
+        except (KeyError, TypeError, ValueError):
+            continue
+    return np.array(rows, dtype=float).reshape(len(rows), len(keys))
 
 
 # ------------------------------------------------------------------------------------------ the strategy
@@ -287,27 +305,61 @@ def propose(
         return _fallback(start, context, cfg, rng, f"{len(obs)} observations < {need} needed")
 
     new, choice_changes = mutate(start, {k: specs[k] for k in choices}, cfg.mutation_rate, cfg.change_range, rng)
-    z_start = [normalize(start[k], specs[k]) for k in keys]
-    drawn = [[rng.random() for _ in keys] for _ in range(CANDIDATES)]
-    candidates = np.array([z_start, *drawn], dtype=float)
-    scores = ucb(obs, context.me.frame / cfg.interval_steps, candidates)
-    best = candidates[int(np.argmax(scores))]
-
+    model = fit(obs)
+    candidates = _candidates(obs, [normalize(start[k], specs[k]) for k in keys], rng)
+    values = [_values(row, keys, start, specs) for row in candidates]
+    wanted = min(cfg.min_mutated_keys, len(keys) + len(choices)) - len(choice_changes)
+    allowed = [i for i, v in enumerate(values) if sum(v[k] != start[k] for k in keys) >= wanted]
+    if not allowed:
+        return _fallback(start, context, cfg, rng, f"no candidate changes {wanted} keys")
+    pending = pending_points(context, keys, cfg)
+    # Not where a running member already trains: half a fitted length scale away from each (when any is left).
+    apart = away_from(candidates[allowed], pending, model.hyperparameters()["length_scale"] / 2)
+    allowed = [i for i, ok in zip(allowed, apart, strict=True) if ok] or allowed
+    scores = ucb(model, context.me.frame / cfg.interval_steps, candidates[allowed], pending)
+    best = values[allowed[int(np.argmax(scores))]]
     changes: list[Change] = list(choice_changes)
-    for key, z, z0 in zip(keys, best, z_start, strict=True):
-        spec, old = specs[key], start[key]
-        value = _in_bounds(old, spec) if float(z) == z0 else denormalize(float(z), spec)
-        if value != old:
-            new[key] = value
-            changes.append(Change(key, old, value, None))
+    for key in keys:
+        if best[key] != start[key]:
+            new[key] = best[key]
+            changes.append(Change(key, start[key], best[key], None))
     changes.sort(key=lambda c: c.key)
+    return explore.Proposal(new, tuple(changes), _note(obs, choices, held))
+
+
+def _candidates(obs: Sequence[Observation], z_start: list[float], rng: MemberRng) -> np.ndarray:
+    """The start point, :data:`CANDIDATES` uniform points and :data:`LOCAL_CANDIDATES` around the best observations,
+    in the normalised box; every coordinate drawn through ``rng``, in a fixed order."""
+    d = len(z_start)
+    uniform = [[rng.random() for _ in range(d)] for _ in range(CANDIDATES)]
+    best = sorted(obs, key=lambda o: (-o.y, o.t, o.member))[:TOP_OBSERVATIONS]
+    local = []
+    for i in range(LOCAL_CANDIDATES):
+        centre = best[i % len(best)].x
+        local.append([min(max(c + rng.uniform(-LOCAL_WIDTH, LOCAL_WIDTH), 0.0), 1.0) for c in centre])
+    return np.array([z_start, *uniform, *local], dtype=float)
+
+
+def _values(
+    row: np.ndarray, keys: Sequence[str], start: Mapping[str, Any], specs: Mapping[str, MutationSpec]
+) -> dict[str, Any]:
+    """The values a candidate row means; a coordinate equal to the start's keeps the start value (in bounds)."""
+    out = {}
+    for key, z in zip(keys, row, strict=True):
+        spec, old = specs[key], start[key]
+        same = float(z) == normalize(old, spec)
+        out[key] = _in_bounds(old, spec) if same else denormalize(float(z), spec)
+    return out
+
+
+def _note(obs: Sequence[Observation], choices: Sequence[str], held: Sequence[str]) -> str:
     members = len({o.member for o in obs})
     note = f"pb2: GP-UCB on {len(obs)} observations of {members} member{'s' if members != 1 else ''}"
     if choices:
         note += f"; choice keys mutated at random ({', '.join(choices)})"
     if held:
         note += f"; kept at its value <= 0 ({', '.join(held)})"
-    return explore.Proposal(new, tuple(changes), note)
+    return note
 
 
 def _fallback(

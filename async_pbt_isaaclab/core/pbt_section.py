@@ -171,7 +171,7 @@ def _range_problems(cfg: PopulationConfig) -> list[str]:
         f"(num_policies={cfg.num_policies})",
     )
     need(cfg.interval_steps >= 1, f"interval_steps: must be >= 1, got {cfg.interval_steps}")
-    for name in ("mutation_rate", "worst_fraction", "top_fraction"):
+    for name in ("mutation_rate", "worst_fraction", "top_fraction", "resample_probability"):
         v = getattr(cfg, name)
         need(0.0 <= v <= 1.0, f"{name}: {v} is outside [0, 1]")
     need(0.0 <= cfg.trim_fraction < 1.0, f"trim_fraction: {cfg.trim_fraction} is outside [0, 1)")
@@ -242,6 +242,9 @@ def _choice_problems(cfg: PopulationConfig, allow_test_fixture: bool) -> list[st
     if cfg.explore == pb2.NAME:
         missing = pb2.missing_dependency()
         need(missing is None, f"explore: {missing}")
+    if cfg.rule == "welch":
+        missing = rules.welch_missing_dependency()
+        need(missing is None, f"rule: {missing}")
     need(bool(cfg.objective.strip()), "objective: must name a per-episode quantity, e.g. episode_return or success")
     low_b, high_b = cfg.mutation.get("network.log_std_bounds.low"), cfg.mutation.get("network.log_std_bounds.high")
     if low_b is not None and high_b is not None and low_b.high >= high_b.low:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
+from async_pbt_isaaclab.core.install_hint import extra_install_command, import_failure
 from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.records import MemberRecord
 from async_pbt_isaaclab.core.selection import (
@@ -147,6 +148,18 @@ def standard_error_of_difference(a: Standing, b: Standing) -> float:
     """Standard error of the difference of two window means, ``sqrt(s_a^2/n_a + s_b^2/n_b)`` (sample stds): how
     far apart two members' means lie by sampling noise alone. Invariant to a constant added to every objective."""
     return math.sqrt(sum(s.std**2 / s.count for s in (a, b) if s.count > 0))
+
+
+def welch_missing_dependency() -> str | None:
+    """Why ``rule: welch`` cannot run here (one line naming the install), or ``None``: its t-test is scipy's, which the
+    core does not require, so a config naming it is refused when it is read rather than at the first decision."""
+    why = import_failure("scipy.stats")
+    if why is None:
+        return None
+    return (
+        f"welch needs scipy (its Welch t-test), which cannot be imported here ({why}); install it: pip install scipy, "
+        f"or the extra: {extra_install_command('rl-games')}"
+    )
 
 
 def welch_p_value(donor: tuple[float, float, int], mine: tuple[float, float, int]) -> float:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
+from async_pbt_isaaclab.core.mutation import semantics
 from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
 
 
@@ -142,11 +143,9 @@ def peer_entry(
     """``(entry, None)``: compare ``peer`` at ``entry``; ``(None, why)``: ``peer`` is excluded."""
     if peer.member == me.member:
         return None, "is me"
-    age = now - peer.heartbeat
-    if age > cfg.max_heartbeat_age_s:
-        return None, f"stale: heartbeat {age:.0f}s old > max_heartbeat_age_s={cfg.max_heartbeat_age_s:g}"
-    if -age > cfg.max_clock_skew_s:
-        return None, f"heartbeat {-age:.0f}s in the future > max_clock_skew_s={cfg.max_clock_skew_s:g} (clock skew)"
+    why = heartbeat_exclusion(peer, cfg, now)
+    if why is not None:
+        return None, why
     if peer.evidence.objective != me.evidence.objective:
         return None, f"objective {peer.evidence.objective!r} != mine {me.evidence.objective!r}"
     if not peer.history:
@@ -162,19 +161,37 @@ def peer_entry(
         )
     lag = me.frame - newest.frame
     if lag > cfg.resolved_max_frame_lag():
-        return None, f"stale: newest entry lags by {lag} frames > max_frame_lag={cfg.resolved_max_frame_lag()}"
+        # Ranked against me it would take my worst slot at every decision; it decides at its own progress instead.
+        return None, (
+            f"far behind: newest entry lags by {lag} frames > max_frame_lag={cfg.resolved_max_frame_lag()} "
+            f"(it compares itself with us at its own progress)"
+        )
     entry = entry_at_or_before(peer.history, me.frame)
     if entry is None:
         return None, (
             f"no history entry at or before my frame {me.frame} (oldest at frame "
             f"{peer.history[0].frame}; history_length={cfg.history_length} too short for the spread)"
         )
+    if entry.frame < cfg.resolved_start_grace() and semantics() >= 3:
+        # Its window holds the episodes of the start (with long episodes, all begun at frame 0): what the start
+        # grace keeps my own first decision from resting on, it keeps from a peer's entry too.
+        return None, f"entry at frame {entry.frame} is inside the start grace (< {cfg.resolved_start_grace()})"
     if entry.count < cfg.min_episodes:
         return None, f"entry at frame {entry.frame} has {entry.count} episodes < min_episodes={cfg.min_episodes}"
     diffs = me.condition.differences(entry.condition)
     if diffs:
         return None, "incompatible condition: " + "; ".join(diffs)
     return entry, None
+
+
+def heartbeat_exclusion(peer: MemberRecord, cfg: PopulationConfig, now: float) -> str | None:
+    """Why ``peer``'s heartbeat says it is not live at ``now`` (too old, or in the future), or ``None``."""
+    age = now - peer.heartbeat
+    if age > cfg.max_heartbeat_age_s:
+        return f"stale: heartbeat {age:.0f}s old > max_heartbeat_age_s={cfg.max_heartbeat_age_s:g}"
+    if -age > cfg.max_clock_skew_s:
+        return f"heartbeat {-age:.0f}s in the future > max_clock_skew_s={cfg.max_clock_skew_s:g} (clock skew)"
+    return None
 
 
 def peer_exclusion(me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float) -> str | None:

@@ -27,16 +27,25 @@ entry through :func:`initial_draw` and compares.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.mutation import Change, MutationSpec, clip, clip_int
+from async_pbt_isaaclab.core.mutation import Change, MutationSpec, agent_path
 from async_pbt_isaaclab.core.step import InitialMutation
+from async_pbt_isaaclab.core.value_draws import Stratum, draw_value
+
+__all__ = [
+    "REFERENCE_MEMBER",
+    "Stratum",
+    "command_line_keys",
+    "draw_value",
+    "initial_draw",
+    "kept_from_start",
+    "stratum",
+]
 
 REFERENCE_MEMBER = 0
 """The member that keeps the yaml's values (the population always holds the configuration you wrote)."""
@@ -47,20 +56,6 @@ _STRATA_STREAM = 0x57A7A
 (``SeedSequence([seed, member])``)."""
 
 
-@dataclass(frozen=True)
-class Stratum:
-    """Which of ``count`` equal parts of a key's window a member draws in."""
-
-    index: int
-    """0-based part."""
-    count: int
-    """Number of parts (the non-reference members)."""
-
-    def place(self, u: float) -> float:
-        """``u`` in [0, 1) moved into this stratum of [0, 1)."""
-        return (self.index + u) / self.count
-
-
 def stratum(strata_seed: int, num_policies: int, member: int, key_index: int) -> Stratum:
     """Member ``member``'s stratum of the ``key_index``-th searched key (sorted order): a permutation of the
     ``num_policies - 1`` strata drawn from the population seed alone, so each member computes the whole deal."""
@@ -69,82 +64,61 @@ def stratum(strata_seed: int, num_policies: int, member: int, key_index: int) ->
     return Stratum(int(order.permutation(count)[(member - 1) % count]), count)
 
 
+def command_line_keys(args: Iterable[str], cfg: PopulationConfig) -> tuple[str, ...]:
+    """The searched keys whose value an ``agent.*`` override among ``args`` sets (``agent.params.config.lr=3e-4``;
+    flags and anything else are ignored), sorted."""
+    paths = {".".join(agent_path(key)): key for key in cfg.mutation}
+    found = set()
+    for arg in args:
+        if "=" not in arg or arg.startswith("-"):
+            continue
+        key = arg.split("=", 1)[0].strip().lstrip("+")
+        key = key[len("agent.") :] if key.startswith("agent.") else key
+        if key in paths:
+            found.add(paths[key])
+    return tuple(sorted(found))
+
+
+def kept_from_start(key: str, spec: MutationSpec, pinned: Iterable[str] = ()) -> str | None:
+    """Why the diverse start keeps ``key`` at its configured value for every member, or ``None`` when it draws it:
+    the spec says so (``diverse_start: false``), or the value was set on the command line (``pinned``) and the spec
+    does not ask for the draw anyway (``diverse_start: true``). A value typed on purpose is not replaced silently."""
+    if spec.diverse_start is False:
+        return f"pbt.mutation.{key}.diverse_start is false"
+    if spec.diverse_start is None and key in set(pinned):
+        return f"set on the command line (pbt.mutation.{key}.diverse_start: true draws it anyway)"
+    return None
+
+
 def initial_draw(
     member: int,
     hyperparameters: Mapping[str, Any],
     cfg: PopulationConfig,
     rng_state: Mapping[str, Any],
     strata_seed: int | None = None,
+    pinned: Iterable[str] = (),
 ) -> InitialMutation:
     """Draw every key of ``cfg.mutation`` within its bounds (``cfg.start_spread`` of them around the yaml
     value), stratified across the population when ``strata_seed`` (the population seed) is given; member 0
-    keeps the yaml's values and draws nothing. Pure."""
+    keeps the yaml's values and draws nothing, and so does every member for a key :func:`kept_from_start` names
+    (``pinned``: the keys set on the command line, recorded in the entry). Pure."""
     rng = MemberRng.from_state(rng_state)
     before = rng.get_state()
     start = dict(hyperparameters)
+    pinned = tuple(sorted(set(pinned)))
     if member == REFERENCE_MEMBER or cfg.start_spread <= 0:
-        return InitialMutation(start, dict(start), (), before, before, strata_seed)
+        return InitialMutation(start, dict(start), (), before, before, strata_seed, pinned)
     new = dict(start)
     changes: list[Change] = []
     for key_index, key in enumerate(sorted(cfg.mutation)):
         if key not in start:
             raise KeyError(f"hyperparameter {key!r} has a mutation spec but no current value")
         spec, old = cfg.mutation[key], start[key]
+        if kept_from_start(key, spec, pinned) is not None:
+            continue  # no draw: the strata of the other keys stay where they were
         part = None if strata_seed is None else stratum(strata_seed, cfg.num_policies, member, key_index)
         value, from_zero = draw_value(old, spec, cfg.start_spread, rng, part)
         if value != old:
             new[key] = value
             changes.append(Change(key, old, value, None, from_zero))
-    return InitialMutation(start, new, tuple(changes), before, rng.get_state(), strata_seed)
-
-
-def draw_value(
-    value: Any, spec: MutationSpec, spread: float, rng: MemberRng, part: Stratum | None = None
-) -> tuple[Any, bool]:
-    """One key's start value (one draw from ``rng``, within ``part`` of the window when given) and whether it
-    left 0 through ``from_zero``."""
-    if part is None and spec.kind == "choice":
-        return spec.choices[rng.choice_index(len(spec.choices))], False
-    if part is None and spec.kind == "int":
-        lo, hi = _window(float(value), float(math.ceil(spec.low)), float(math.floor(spec.high)), spread)
-        return clip_int(rng.integers(math.ceil(lo), max(math.ceil(lo), math.floor(hi))), spec.low, spec.high), False
-    # One uniform draw, even for a 0 that stays, so the stream does not depend on values. Unstratified, this is
-    # exactly numpy's uniform(lo, hi) = lo + (hi - lo) * u of the releases before strata.
-    u = rng.uniform(0.0, 1.0)
-    f = u if part is None else part.place(u)
-    if spec.kind == "choice":
-        return spec.choices[min(int(f * len(spec.choices)), len(spec.choices) - 1)], False
-    if spec.kind == "int":
-        lo, hi = _window(float(value), float(math.ceil(spec.low)), float(math.floor(spec.high)), spread)
-        first, last = math.ceil(lo), max(math.ceil(lo), math.floor(hi))
-        return clip_int(first + min(int(f * (last - first + 1)), last - first), spec.low, spec.high), False
-    if spec.kind == "log_shift":
-        lo, hi = _window(float(value), spec.low, spec.high, spread)
-        return clip(lo + f * (hi - lo), spec.low, spec.high), False
-    if spec.kind == "discount":
-        # On u = log(1 - x): u runs from log(1 - high) to log(1 - low).
-        u_low, u_high = math.log(1.0 - spec.high), math.log(1.0 - spec.low)
-        centre = math.log(1.0 - float(value)) if float(value) < 1.0 else u_low
-        lo, hi = _window(centre, u_low, u_high, spread)
-        return clip(1.0 - math.exp(lo + f * (hi - lo)), spec.low, spec.high), False
-    if spec.kind == "log_float":
-        zero = not isinstance(value, bool) and float(value) == 0.0
-        if zero and spec.from_zero is None:
-            return value, False
-        centre_value = spec.from_zero if zero and spec.from_zero is not None else float(value)
-        l_low, l_high = math.log(spec.low), math.log(spec.high)
-        centre = math.log(centre_value) if centre_value > 0 else l_low
-        lo, hi = _window(centre, l_low, l_high, spread)
-        return clip(math.exp(lo + f * (hi - lo)), spec.low, spec.high), zero
-    raise ValueError(f"unknown mutation kind {spec.kind!r}")
-
-
-def _window(centre: float, low: float, high: float, spread: float) -> tuple[float, float]:
-    """``[low, high]`` narrowed to ``spread`` of its width, centred on ``centre`` (clipped into the bounds) and
-    moved inside the bounds where it would cross them; ``spread >= 1`` is the whole ``[low, high]``."""
-    if spread >= 1.0:
-        return low, high
-    width = (high - low) * spread
-    centre = clip(centre, low, high)
-    lo = clip(centre - width / 2, low, high - width)
-    return lo, lo + width
+    return InitialMutation(start, new, tuple(changes), before, rng.get_state(), strata_seed, pinned)

@@ -99,7 +99,8 @@ def pbt_step(view: PopulationView, cfg: PopulationConfig, rng_state: Mapping[str
         return StepResult(decision, None, None, (), rng_before, rng.get_state())
     donor = decision.donor_entry if decision.outcome is Outcome.EXPLOIT else None
     start = start_hyperparameters(view.me, donor, cfg)
-    proposal = explore.strategy(cfg.explore).propose(start, explore.ExploreContext(view.me, view.peers), cfg, rng)
+    context = explore.ExploreContext(view.me, view.peers, view.now)
+    proposal = explore.strategy(cfg.explore).propose(start, context, cfg, rng)
     if decision.outcome is Outcome.EXPLORE and not proposal.changes and not legacy():
         # Same weights, same values: no new generation and no grace. The draws stay consumed (and recorded).
         keep = dataclasses.replace(
@@ -162,6 +163,8 @@ class InitialMutation:
     """Member RNG state after."""
     strata_seed: int | None = None
     """The population seed that dealt the diverse start's strata (``None``: independent draws)."""
+    pinned: tuple[str, ...] = ()
+    """Keys the command line set, which the diverse start keeps unless their spec asks for the draw."""
 
     def audit_body(self, member: int, cfg: PopulationConfig) -> dict[str, Any]:
         """The body of an ``initial_mutation`` audit entry: its inputs and what it produced."""
@@ -175,6 +178,7 @@ class InitialMutation:
             "rng_after": self.rng_after,
             "mutation_semantics": MUTATION_SEMANTICS,
             **({"strata_seed": self.strata_seed} if self.strata_seed is not None else {}),
+            **({"pinned": list(self.pinned)} if self.pinned else {}),
         }
 
 

@@ -119,15 +119,10 @@ class GymVecEnv(IVecEnv):
         self.env_id = env_id
         self.num_envs = int(num_envs)
         self._make_kwargs = dict(make_kwargs)
-        kwargs: dict[str, Any] = {}
-        if _SAME_STEP is not None:
-            kwargs["autoreset_mode"] = _SAME_STEP
-        self.envs = SyncVectorEnv(
-            [lambda: gymnasium.make(env_id, **self._make_kwargs) for _ in range(self.num_envs)], **kwargs
-        )
+        self._seed = seed
+        self.envs = self._make_envs()
         self.observation_space = _float32_space(self.envs.single_observation_space)
         self.action_space = self.envs.single_action_space
-        self._seed = seed
         # Seeds the first reset only: later resets continue each env's RNG instead of replaying it.
         self._seed_next_reset = seed is not None
         if seed is not None:
@@ -170,11 +165,30 @@ class GymVecEnv(IVecEnv):
         self._disp_return = np.zeros(self.num_envs, dtype=np.float64)
         self._disp_length = np.zeros(self.num_envs, dtype=np.int64)
 
+    # ----------------------------------------------------------------- the backend (a subclass swaps these)
+    def _make_envs(self) -> Any:
+        """The vector env: gymnasium's ``SyncVectorEnv`` with same-step resets."""
+        kwargs: dict[str, Any] = {}
+        if _SAME_STEP is not None:
+            kwargs["autoreset_mode"] = _SAME_STEP
+        return SyncVectorEnv(
+            [lambda: gymnasium.make(self.env_id, **self._make_kwargs) for _ in range(self.num_envs)], **kwargs
+        )
+
+    def _env_step(self, actions: np.ndarray) -> tuple[Any, Any, Any, Any, Mapping[str, Any]]:
+        """One step of every env, ``(obs, rewards, terminated, truncated, info)``; an env whose episode ended is
+        reset within the step (its observation is the next episode's first)."""
+        return self.envs.step(actions)
+
+    def _env_reset(self, seed: int | None) -> Any:
+        """Reset every env (seeded when ``seed`` is given); the observations."""
+        return self.envs.reset(seed=seed)[0] if seed is not None else self.envs.reset()[0]
+
     # ----------------------------------------------------------------- rl_games IVecEnv interface
     def step(self, actions):
         if isinstance(actions, torch.Tensor):
             actions = actions.detach().cpu().numpy()
-        obs, rewards, terminated, truncated, info = self.envs.step(actions)
+        obs, rewards, terminated, truncated, info = self._env_step(actions)
         self.total_env_steps += self.num_envs
         terminated = np.asarray(terminated, dtype=bool)
         truncated = np.asarray(truncated, dtype=bool)
@@ -205,11 +219,8 @@ class GymVecEnv(IVecEnv):
         return self._obs32(obs), rewards32, done.astype(np.uint8), infos
 
     def reset(self):
-        if self._seed_next_reset:
-            obs, _ = self.envs.reset(seed=self._seed)
-            self._seed_next_reset = False
-        else:
-            obs, _ = self.envs.reset()
+        obs = self._env_reset(self._seed if self._seed_next_reset else None)
+        self._seed_next_reset = False
         # Episodes in flight were abandoned: they must not be reported as completed later.
         self.pbt_summary_source.reset()
         self._disp_return = np.zeros(self.num_envs, dtype=np.float64)
@@ -294,16 +305,29 @@ def _make_single_env(env_id: str, **env_config: Any):
     return make(env_id, **kwargs)
 
 
-def _create_vec_env(config_name: str, num_actors: int, **env_config: Any) -> GymVecEnv:
+VEC_ENV_BACKENDS = {"gymnasium": VECENV_TYPE, "envpool": "ASYNC_PBT_ENVPOOL"}
+"""``--vec-env`` choices and the rl_games vec-env type each registers (``envpool``: :mod:`.envpool_vec_env`)."""
+
+
+def vec_env_class(backend: str) -> type[GymVecEnv]:
+    if backend == "envpool":
+        from async_pbt_isaaclab.envs.envpool_vec_env import EnvpoolVecEnv
+
+        return EnvpoolVecEnv
+    return GymVecEnv
+
+
+def _create_vec_env(config_name: str, num_actors: int, backend: str = "gymnasium", **env_config: Any) -> GymVecEnv:
     from rl_games.common import env_configurations
 
     entry = env_configurations.configurations.get(config_name, {})
     env_id = entry.get("gym_id", config_name)
-    return GymVecEnv(env_id, num_actors, **env_config)
+    return vec_env_class(backend)(env_id, num_actors, **env_config)
 
 
-def register_gym_vecenv(env_ids: str | Iterable[str] = ()) -> list[str]:
-    """Register the ``ASYNC_PBT_GYM`` vec-env type, and each gymnasium id as an rl_games env name.
+def register_gym_vecenv(env_ids: str | Iterable[str] = (), backend: str = "gymnasium") -> list[str]:
+    """Register the vec-env type of ``backend`` (``ASYNC_PBT_GYM`` for gymnasium, ``ASYNC_PBT_ENVPOOL`` for envpool),
+    and each gymnasium id as an rl_games env name trained through it.
 
     Idempotent: calling it again re-registers the same entries. A gymnasium id that rl_games already
     knows (for example one of its own RAY-based entries) is overridden on purpose, so that
@@ -311,7 +335,10 @@ def register_gym_vecenv(env_ids: str | Iterable[str] = ()) -> list[str]:
     """
     from rl_games.common import env_configurations, vecenv
 
-    vecenv.register(VECENV_TYPE, _create_vec_env)
+    if backend not in VEC_ENV_BACKENDS:
+        raise ValueError(f"vec-env backend {backend!r}: accepted {', '.join(VEC_ENV_BACKENDS)}")
+    vec_type = VEC_ENV_BACKENDS[backend]
+    vecenv.register(vec_type, lambda name, n, **kw: _create_vec_env(name, n, backend, **kw))
     if isinstance(env_ids, str):
         env_ids = [env_ids]
     names = []
@@ -321,7 +348,7 @@ def register_gym_vecenv(env_ids: str | Iterable[str] = ()) -> list[str]:
         env_configurations.register(
             env_id,
             {
-                "vecenv_type": VECENV_TYPE,
+                "vecenv_type": vec_type,
                 "env_creator": lambda _id=env_id, **kw: _make_single_env(_id, **kw),
                 "gym_id": env_id,
             },
@@ -377,6 +404,7 @@ __all__ = [
     "RESERVED_ENV_CONFIG_KEYS",
     "SUMMARY_SOURCE_ATTR",
     "VECENV_TYPE",
+    "VEC_ENV_BACKENDS",
     "find_summary_source",
     "gym_id_for",
     "missing_task_module",

@@ -20,7 +20,7 @@ from typing import Any
 
 from async_pbt_isaaclab.console import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
-from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
+from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, with_task_start_grace
 from async_pbt_isaaclab.core.flags import (
     add_population_args,
     add_slices_arg,
@@ -30,6 +30,9 @@ from async_pbt_isaaclab.core.flags import (
 from async_pbt_isaaclab.core.slices import SLICES_FLAG
 from async_pbt_isaaclab.examples.agents import DEFAULT_TASK, PACKAGED_AGENTS, packaged_agent_yaml
 from async_pbt_isaaclab.member.restart import capture_argv
+
+VEC_ENV_CHOICES = ("gymnasium", "envpool")
+"""``--vec-env``: the backends of ``envs.gym_vec_env.VEC_ENV_BACKENDS``."""
 
 DEFAULT_AGENT = PACKAGED_AGENTS[DEFAULT_TASK]
 """The packaged agent yaml (Pendulum-v1, CPU)."""
@@ -56,6 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max_iterations", "--max-iterations", type=int, default=None, help="rl_games max_epochs")
     parser.add_argument("--num_envs", "--num-envs", type=int, default=None, help="parallel gymnasium envs")
     parser.add_argument("--checkpoint", default=None, help="warm-start checkpoint (ignored once the member has state)")
+    parser.add_argument(
+        "--vec-env",
+        default="gymnasium",
+        choices=VEC_ENV_CHOICES,
+        help="env backend: gymnasium's vector env, or envpool's C++ pool (the envpool extra; about 2x faster on MuJoCo "
+        "here, same episodes and evidence)",
+    )
     parser.add_argument(
         "--train-dir",
         default=None,
@@ -89,24 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: --task: {exc}", file=sys.stderr)
         return 2
-    if args.pbt_slices != 1:
-        problems = _rollout_problems(args, [*task_overrides, *overrides])
-        if problems:
-            for problem in problems:
-                print(f"error: {problem}", file=sys.stderr)
-            return 2
-    try:
-        agent_cfg, cfg = load_population_config(
-            load_yaml(args.agent),
-            [*task_overrides, *population_overrides(args), *overrides],
-            source=args.agent,
-            origins=population_flag_origins(args),
-        )
-    except ConfigError as exc:
-        where = exc.source or args.agent
-        for problem in exc.problems:
-            print(f"error: {where}: {problem}", file=sys.stderr)
+    loaded = _load_config(args, task_overrides, overrides)
+    if loaded is None:
         return 2
+    agent_cfg, cfg = loaded
     _apply_run_flags(agent_cfg, cfg, args)
 
     from async_pbt_isaaclab.core.workspace import WorkspaceError
@@ -115,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         task = _checked_task(agent_cfg, args.agent)
+        _check_vec_env(args.vec_env)
+        cfg = with_task_start_grace(cfg, *_task_shape(agent_cfg, task))
         train_dir, cfg = _train_dir(args, cfg)
         extra, cfg = _replay_observers(args, agent_cfg, cfg, train_dir)
     except _Refused as exc:
@@ -128,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         # Imports rl_games' env registry (seconds): train_member calls this once the member is claimed.
         from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv
 
-        register_gym_vecenv(task)
+        register_gym_vecenv(task, args.vec_env)
 
     try:
         train_member(
@@ -186,9 +184,9 @@ def _train_slices(
     env_config.setdefault("seed", int(agent_cfg["params"].get("seed", 0) or 0))
 
     def make_env(num_envs: int) -> Any:
-        from async_pbt_isaaclab.envs.gym_vec_env import GymVecEnv
+        from async_pbt_isaaclab.envs.gym_vec_env import vec_env_class
 
-        return GymVecEnv(task, num_envs, **env_config)
+        return vec_env_class(args.vec_env)(task, num_envs, **env_config)
 
     try:
         train_slices(agent_cfg, cfg, layout, make_env, train_dir=train_dir, task=task, checkpoint=args.checkpoint)
@@ -249,6 +247,50 @@ def _checked_task(agent_cfg: dict[str, Any], source: str) -> str:
         hint = " (pip install 'async-pbt-isaaclab[mujoco]')" if missing == "mujoco" else ""
         raise _Refused(f"task {task} needs the Python package {missing!r}, which is not installed{hint}")
     return task
+
+
+def _load_config(
+    args: argparse.Namespace, task_overrides: list[str], overrides: list[str]
+) -> tuple[dict[str, Any], PopulationConfig] | None:
+    """The agent config with every override applied and its population config; ``None`` after printing why not."""
+    problems = _rollout_problems(args, [*task_overrides, *overrides]) if args.pbt_slices != 1 else []
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        return None
+    try:
+        return load_population_config(
+            load_yaml(args.agent),
+            [*task_overrides, *population_overrides(args), *overrides],
+            source=args.agent,
+            origins=population_flag_origins(args),
+        )
+    except ConfigError as exc:
+        where = exc.source or args.agent
+        for problem in exc.problems:
+            print(f"error: {where}: {problem}", file=sys.stderr)
+        return None
+
+
+def _check_vec_env(backend: str) -> None:
+    """``--vec-env envpool`` without envpool installed: one line naming the extra."""
+    if backend == "envpool":
+        from async_pbt_isaaclab.envs.envpool_vec_env import missing_envpool
+
+        why = missing_envpool()
+        if why:
+            raise _Refused(why)
+
+
+def _task_shape(agent_cfg: dict[str, Any], task: str) -> tuple[int | None, int | None]:
+    """Envs per member and the task's episode length (``env_config.max_episode_steps``, else the gymnasium spec's),
+    from which ``start_grace_frames: -1`` is resolved (``core.config.task_start_grace``)."""
+    import gymnasium
+
+    rl_cfg = agent_cfg["params"]["config"]
+    steps = (rl_cfg.get("env_config") or {}).get("max_episode_steps") or gymnasium.spec(task).max_episode_steps
+    envs = rl_cfg.get("num_actors")
+    return (int(envs) if isinstance(envs, int) else None), (int(steps) if isinstance(steps, int) else None)
 
 
 def _train_dir(args: argparse.Namespace, cfg: PopulationConfig) -> tuple[str, PopulationConfig]:

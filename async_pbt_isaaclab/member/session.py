@@ -178,7 +178,7 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
     )
     population = ws.population_id(ws.population_meta())
     audit = AuditLog.open(mdir / "audit.jsonl", genesis=genesis_hash(population, cfg.policy_idx))
-    state = _member_state(state, agent_cfg, cfg, audit, seed)
+    state = _member_state(state, agent_cfg, cfg, audit, seed, argv)
     state.joined(population)
     session = MemberSession(
         cfg=cfg,
@@ -260,6 +260,7 @@ def _member_state(
     cfg: PopulationConfig,
     audit: AuditLog,
     population_seed: int | None = None,
+    argv: list[str] | None = None,
 ) -> MemberState:
     """The saved state (repaired after a crash), or a new member's, whose RNG and yaml values start here: its
     stream from (population seed, index), then its diverse start (or ``initial_mutation``)."""
@@ -280,7 +281,7 @@ def _member_state(
         elif cfg.initial_mutation and cfg.mutation:
             _initial_mutation(state, cfg, audit)
         elif cfg.start_spread > 0 and cfg.mutation:
-            _initial_draw(state, cfg, audit, population_seed)
+            _initial_draw(state, cfg, audit, population_seed, argv or [])
         return state
     # Keys added to pbt.mutation since the member last ran start from the yaml's value.
     state.process_started(current_hyperparameters(agent_cfg, cfg))
@@ -370,13 +371,26 @@ def _logged_first_draw(audit: AuditLog) -> dict[str, Any] | None:
     return found
 
 
-def _initial_draw(state: MemberState, cfg: PopulationConfig, audit: AuditLog, population_seed: int | None) -> None:
+def _initial_draw(
+    state: MemberState, cfg: PopulationConfig, audit: AuditLog, population_seed: int | None, argv: list[str]
+) -> None:
     """The diverse start: draw the searched hyperparameters within their bounds at the member's first start
     (member 0 keeps the yaml's), stratified across the population by its seed (none in a workspace written
-    before seeds were recorded); logged as an ``initial_draw`` entry and replayed by the verifier."""
-    from async_pbt_isaaclab.core.start import initial_draw
+    before seeds were recorded); logged as an ``initial_draw`` entry and replayed by the verifier. A value set on
+    the command line is kept, and said so (``core.start.kept_from_start``)."""
+    from async_pbt_isaaclab.core.start import command_line_keys, initial_draw, kept_from_start
 
-    step = initial_draw(cfg.policy_idx, state.hyperparameters, cfg, state.rng_state, population_seed)
+    pinned = command_line_keys(argv[1:], cfg)
+    for key in sorted(cfg.mutation):
+        why = kept_from_start(key, cfg.mutation[key], pinned)
+        if why is not None:
+            print(
+                f"[async-pbt] member {cfg.policy_idx}: {key}={state.hyperparameters.get(key)!r} kept out of the "
+                f"diverse start: {why}",
+                file=sys.stderr,
+                flush=True,
+            )
+    step = initial_draw(cfg.policy_idx, state.hyperparameters, cfg, state.rng_state, population_seed, pinned)
     audit.append("initial_draw", step.audit_body(cfg.policy_idx, cfg))
     state.drew(step.new_hyperparameters, step.rng_after)
 

@@ -3,14 +3,15 @@
 
     python scripts/benchmarks/mujoco_backends.py --task HalfCheetah-v5 --epochs 6 --repeats 3
 
-Backends: ``gymnasium`` (the package's in-process vec-env, ``async_pbt_isaaclab.envs.gym_vec_env``, over
-``gymnasium.vector.SyncVectorEnv``; the one a CPU member uses, with per-episode PBT evidence) and ``envpool``
-(rl_games' own ``env_name: envpool`` vec-env, which the tuned ``*_envpool.yaml`` configs use; skipped with a reason
-when envpool is not installed). Both train the same packaged agent yaml (same PPO config, actors, horizon, network,
-one torch thread); only the env backend differs. Each run is a fresh process; repeats are interleaved (A B A B ...)
-so both see the same machine load. Frames/s is measured from the end of the first epoch to the end of the last
-(process start, imports and env construction excluded), the PPO update included. Prints each run, the median and
-spread per backend, the ratio envpool / gymnasium, and the load average.
+Backends: the CPU member's two vec-envs, ``gymnasium`` (``async_pbt_isaaclab.envs.gym_vec_env``, over
+``gymnasium.vector.SyncVectorEnv``) and ``envpool`` (``async_pbt_isaaclab.envs.envpool_vec_env``, ``cpu_member
+--vec-env envpool``: envpool's C++ pool with same-step resets and the same per-episode evidence; skipped with a reason
+when envpool is not installed), and ``rl_games-envpool`` with ``--rl-games-envpool`` (rl_games' own ``env_name:
+envpool`` vec-env, no PBT evidence, next-step resets). All train the same packaged agent yaml (same PPO config,
+actors, horizon, network, one torch thread); only the env backend differs. Each run is a fresh process; repeats are
+interleaved (A B A B ...) so all see the same machine load. Frames/s is measured from the end of the first epoch to
+the end of the last (process start, imports and env construction excluded), the PPO update included. Prints each
+run, the median and spread per backend, each backend's ratio to gymnasium per repeat, and the load average.
 """
 
 from __future__ import annotations
@@ -34,12 +35,12 @@ cfg = load_yaml(packaged_agent_yaml(task))
 cfg.pop("pbt", None)
 c = cfg["params"]["config"]
 c.update(max_epochs=epochs, train_dir=train_dir, save_best_after=10**9)
-if backend == "envpool":
+if backend == "rl_games-envpool":
     c["env_name"] = "envpool"
     c["env_config"] = {"env_name": task}
 else:
     from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv
-    register_gym_vecenv(task)
+    register_gym_vecenv(task, backend)
 marks = []
 class Clock(AlgoObserver):
     def after_print_stats(self, frame, epoch_num, total_time):
@@ -71,14 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", default="HalfCheetah-v5", help="a task with a packaged agent yaml")
     p.add_argument("--epochs", type=int, default=6, help="rl_games epochs per run (the first is not timed)")
     p.add_argument("--repeats", type=int, default=3, help="interleaved runs per backend")
+    p.add_argument("--rl-games-envpool", action="store_true", help="also rl_games' own envpool vec-env")
     args = p.parse_args(argv)
     backends = ["gymnasium"]
     try:
         import envpool  # noqa: F401
 
-        backends.append("envpool")
+        backends += ["envpool", *(["rl_games-envpool"] if args.rl_games_envpool else [])]
     except ImportError:
-        print("envpool: skipped (not installed; `pip install 'envpool<=1.2.5'`)")
+        print("envpool: skipped (not installed; pip install -e '.[envpool]')")
     fps: dict[str, list[float]] = {b: [] for b in backends}
     loads = [os.getloadavg()[0]]
     for rep in range(args.repeats):
@@ -93,11 +95,11 @@ def main(argv: list[str] | None = None) -> int:
             )
     for backend, values in fps.items():
         print(f"{backend}: median {statistics.median(values):.0f} frames/s [{min(values):.0f}, {max(values):.0f}]")
-    if "envpool" in fps:
-        ratios = [e / g for e, g in zip(fps["envpool"], fps["gymnasium"], strict=True)]
+    for other in backends[1:]:
+        ratios = [e / g for e, g in zip(fps[other], fps["gymnasium"], strict=True)]
         print(
-            f"envpool / gymnasium, per repeat: {', '.join(f'{r:.2f}' for r in ratios)}; "
-            f"median {statistics.median(ratios):.2f}"
+            f"{other} / gymnasium, per repeat: {', '.join(f'{r:.2f}' for r in ratios)}; "
+            f"median {statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}]"
         )
     print(f"load average (1 min) during the runs: {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores")
     return 0

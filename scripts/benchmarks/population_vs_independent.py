@@ -7,17 +7,18 @@
     python scripts/benchmarks/population_vs_independent.py --task Pendulum-v1 \\
         --set gamma=0.8 --set learning_rate=3e-4 --seeds 0 1 2 3 --out runs/study-lr
 
-**Arms.** Both arms run the real CPU member (``python -m async_pbt_isaaclab.examples.cpu_member``, rl_games
-PPO) under the local launcher (``python -m async_pbt_isaaclab.cli launch``), one 4-member workspace per arm
-and seed, with the same command line: same agent yaml, the same ``--set`` (mis-set) values, the same mutation
-specs, the same member seeds (``agent.params.seed`` = 1000 x study seed, plus the member index), the same
-frames per member. The independent arm adds ``--pbt-max-restarts 0``: its members publish checkpoints and
-evidence, and decide, exactly as the population's do, but never exploit or explore. One workspace with
-selection off (rather than four 1-member workspaces) keeps everything else identical: the same processes,
-files, heartbeats and publish costs, so the only difference between the arms is selection. Member ``i`` of
-both arms starts from identical weights, so the arms are paired until the first exploit. The two arms of a
-seed train at the same time (8 processes, ``agent.params.torch_threads=1``), so both see the same machine
-load; the seeds run one after another.
+**Arms.** Three arms, each the real CPU member (``python -m async_pbt_isaaclab.examples.cpu_member``, rl_games PPO)
+under the local launcher (``python -m async_pbt_isaaclab.cli launch``), one N-member workspace per arm and seed,
+with the same command line: the study's own copy of the agent yaml with the case's start values (``--set``), the
+same mutation specs, the same member seeds (``agent.params.seed`` = 1000 x study seed, plus the member index) and
+population seed (``agent.pbt.seed``), the same frames per member. ``population`` runs the package's defaults
+(``--explore``); ``sweep`` adds ``--pbt-max-restarts 0``: the population's own generation-0 draw (the same diverse
+values per member, the same weights), never exploiting: what a user who launches N runs over the bounds and keeps
+the best gets; ``independent`` adds ``--pbt-max-restarts 0 agent.pbt.start_spread=0``: N runs at the case's start.
+Every arm publishes and decides the same way, so the only difference is selection and the start. The arms of a seed
+train at the same time (``agent.params.torch_threads=1``), so they see the same machine load; the seeds run one
+after another. ``--baselines-from`` reuses a finished study's sweep and independent arms (no explore strategy
+changes them), so ``--explore pb2`` trains the population arm alone.
 
 **Cases** (``--case``; each fixes its start, the keys the population searches, their tuned values and its
 targets before any run of it). The population arm runs the package's defaults for a new population (rule, mutation
@@ -80,156 +81,14 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import study_analysis as analysis  # noqa: E402  (next to this script)
+import study_sweep  # noqa: E402
+from study_cases import CASES, Case, value_overrides  # noqa: E402,F401  (the cases live next to this script)
 
-GAMMA_SPEC = "gamma={kind: mutate_discount, low: 0.5, high: 0.995, change_range: [1.2, 2.0]}"
-"""The discount's search range: it contains the mis-set 0.8, so the population has to find a good discount by
-search, not by the mutation clipping it into the default bounds [0.9, 0.9999]."""
-
-
-@dataclass(frozen=True)
-class Case:
-    """A named study case: the start the members get, what the population searches, and the bars fixed before
-    any run of it (from the tuned reference's curve)."""
-
-    summary: str
-    """One line: what is mis-set and why it matters."""
-    set_values: tuple[str, ...]
-    """Starting values (``KEY=VALUE``; a short KEY means ``agent.params.config.KEY``) of both arms."""
-    mutate: tuple[str, ...]
-    """Mutation specs (``KEY=SPEC`` -> ``agent.pbt.mutation.KEY=SPEC``): the keys the population searches."""
-    tuned: dict[str, float]
-    """The tuned values of the searched keys (the packaged yaml's), against which their end points are read."""
-    targets: tuple[float, ...]
-    """Held-out returns to reach, the first being the headline target."""
-    goal: str
-    """``faster``: reach each target with <= 0.5 x the frames of the best independent run; ``no_worse``: end
-    within the independent runs' noise."""
-    task: str = "Pendulum-v1"
-    """The gymnasium task; trained with its packaged agent yaml (``async_pbt_isaaclab.examples.agents``)."""
-    full: dict[str, int] = field(default_factory=dict)
-    """Settings of the full study that differ from :data:`FULL` (frames, interval, evaluation)."""
-    smoke_set: tuple[str, ...] = ()
-    """With ``--smoke`` only: agent yaml overrides that shrink the rollout (actors, horizon, episode length), written
-    into the study's own copy of the yaml so that training and the held-out evaluation see the same env."""
-
-
-MUJOCO_FULL = {"frames_per_member": 524_288, "interval": 32_768, "eval_every": 2, "eval_episodes": 8}
-"""MuJoCo cases: 524,288 frames per member (32 HalfCheetah epochs of 64 x 256, 128 Hopper epochs of 64 x 64: about
-half of the 1M frames published PPO figures are read at, so that 3 cases x 3 seeds x 8 members of one task train in
-about an hour on 2 quiet cores), a decision every 32,768 frames, a held-out evaluation every 65,536 on 8 + 8
-episodes of up to 1,000 steps."""
-MUJOCO_SMOKE_SET = (
-    "num_actors=4",
-    "horizon_length=64",
-    "minibatch_size=256",
-    "env_config.max_episode_steps=64",
-)
-"""MuJoCo smoke: 256 frames per epoch and 64-step episodes, so a smoke trains, publishes and evaluates in seconds."""
-MUJOCO_LR = "learning_rate=mutate_float"
-"""The MuJoCo cases search the learning rate with the package's default spec, [1e-6, 1e-2] on a log scale."""
-
-
-HALFCHEETAH_TARGETS = (-250.0, -600.0, -150.0)
-HALFCHEETAH_MEASURED = (
-    "Targets from the tuned reference (scripts/benchmarks/tuned_reference.py, one run of the packaged yaml, seed 5, "
-    "held-out return over 16 episodes): -957 / -609 / -154 / -212 / -98 / -110 at 66k / 131k / 197k / 262k / 393k / "
-    "524k frames (729 at 1M): -600 reached at 131k, -250 at 197k, -150 at 393k."
-)
-"""HalfCheetah-v5 targets, fixed from the tuned reference before any population run of these cases."""
-HALFCHEETAH_LR_SCREEN = (
-    "screened after the first seed's runs, before the others, since one of that seed's independent runs at 5e-5 "
-    "ended above the tuned reference: training return at 524k frames, agent seeds 0 and 1001, one run each: "
-    "5e-5 constant -390 / -199, tuned 100 / 896, 1.5e-5 constant -320 / -528; kept"
-)
-"""What the HalfCheetah mis-set start does alone (docs/validation.md, MuJoCo study cases)."""
-HOPPER_TARGETS = (2000.0, 1500.0, 2500.0)
-HOPPER_MEASURED = (
-    "Targets from the tuned reference (one run of the packaged yaml, seed 5, held-out return over 16 episodes): "
-    "289 / 737 / 1111 / 1018 / 2133 / 2649 / 1774 at 66k / 131k / 197k / 262k / 328k / 393k / 524k frames (2913 at "
-    "1M): 1500 and 2000 reached at 328k, 2500 at 393k. All three are above what a policy that stands still scores "
-    "(about 1000: Hopper pays 1 a step for staying healthy), which the first targets (1000, 700, 2000) did not "
-    "separate from hopping; raised before the runs of docs/validation.md's second round."
-)
-"""Hopper-v5 targets, fixed from the tuned reference before any population run of these cases."""
-
-
-def _mujoco_cases(
-    prefix: str, task: str, targets: tuple[float, ...], measured: str, lr_screen: str
-) -> dict[str, "Case"]:
-    """The three cases of a MuJoCo task, on its packaged yaml (rl_games' tuned config: learning rate 5e-4 under
-    the adaptive schedule); ``targets`` were fixed from the tuned reference run before any case ran."""
-    common = {"task": task, "full": MUJOCO_FULL, "smoke_set": MUJOCO_SMOKE_SET}
-    tuned = {"learning_rate": 5e-4}
-    return {
-        f"{prefix}_lr": Case(
-            f"{task}: learning rate 10x too low (5e-5, tuned 5e-4) under the constant schedule, which cannot "
-            f"correct it (rl_games' adaptive schedule would): an independent run should learn, slowly (not measured "
-            f"before choosing; {lr_screen}). {measured}",
-            ("learning_rate=5e-5", "lr_schedule=constant"),
-            (MUJOCO_LR,),
-            tuned,
-            targets,
-            "faster",
-            **common,
-        ),
-        f"{prefix}_no_learn": Case(
-            f"{task}: learning rate 100x too low (5e-6, tuned 5e-4) under the constant schedule: an independent "
-            f"run should barely move within the budget (not measured before choosing)",
-            ("learning_rate=5e-6", "lr_schedule=constant"),
-            (MUJOCO_LR,),
-            tuned,
-            targets,
-            "faster",
-            **common,
-        ),
-        f"{prefix}_tuned": Case(
-            f"{task}: rl_games' tuned config as packaged: what searching costs",
-            (),
-            (MUJOCO_LR,),
-            tuned,
-            targets,
-            "no_worse",
-            **common,
-        ),
-    }
-
-
-CASES = {
-    "gamma": Case(
-        "discount mis-set to 0.8 (tuned 0.95): an independent run improves slowly and stays below a tuned one",
-        ("gamma=0.8",),
-        (GAMMA_SPEC, "learning_rate=mutate_float"),
-        {"gamma": 0.95, "learning_rate": 1e-3},
-        (-400.0, -600.0, -300.0),
-        "faster",
-    ),
-    "no_learn": Case(
-        "learning rate 100x too low (1e-5, tuned 1e-3) under the constant schedule, which cannot correct it: "
-        "an independent run does not learn within the budget",
-        ("learning_rate=1e-5", "lr_schedule=constant"),
-        ("learning_rate=mutate_float",),
-        {"learning_rate": 1e-3},
-        (-800.0, -600.0, -400.0),
-        "faster",
-    ),
-    "tuned": Case(
-        "the packaged tuned yaml (gamma 0.95, learning rate 1e-3 adaptive): what searching costs",
-        (),
-        (GAMMA_SPEC, "learning_rate=mutate_float"),
-        {"gamma": 0.95, "learning_rate": 1e-3},
-        (-400.0, -300.0, -250.0),
-        "no_worse",
-    ),
-    **_mujoco_cases("halfcheetah", "HalfCheetah-v5", HALFCHEETAH_TARGETS, HALFCHEETAH_MEASURED, HALFCHEETAH_LR_SCREEN),
-    **_mujoco_cases("hopper", "Hopper-v5", HOPPER_TARGETS, HOPPER_MEASURED, "not screened"),
-}
-"""The study's cases; targets were fixed from the tuned reference before the cases were run (docs/validation.md)."""
 NEW_POPULATION_SEED = "agent.pbt.seed={seed}"
 """How the study passes its seed to the population: every random stream of the search follows it."""
 INDEPENDENT_ARM = ("--pbt-max-restarts", "0", "agent.pbt.start_spread=0")
@@ -253,7 +112,14 @@ SMOKE = {
     "eval_episodes": 4,
 }
 """``--smoke``: every step once, a minute or two."""
-ARMS = ("population", "independent")
+ARMS = ("population", "sweep", "independent")
+"""``population``: the package's defaults (``--explore``); ``sweep``: the same command, the same generation-0 draw
+(same population seed: the same diverse values and agent seeds), never exploiting (``--pbt-max-restarts 0``): what a
+user who launches N runs over the bounds and keeps the best gets; ``independent``: N runs at the case's start."""
+BASELINE_ARMS = ARMS[1:]
+"""The arms no change to the population's search code changes (reused with ``--baselines-from``)."""
+SWEEP_ARM = ("--pbt-max-restarts", "0")
+"""What makes the sweep arm a sweep: the population's own start, never an exploit or explore."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -354,11 +220,17 @@ def build_parser() -> argparse.ArgumentParser:
         "target, the frames the tuned start's best independent run needs (what no search can beat)",
     )
     p.add_argument(
-        "--independent-from",
+        "--baselines-from",
         default=None,
-        help="a finished study folder of the same case and settings: reuse its independent arm (its runs never "
-        "exploit, explore or draw a start, so the population's search code does not change them) instead of "
-        "training it again; the settings that define that arm must match",
+        help="a finished study folder of the same case and settings: reuse its sweep and independent arms (their runs "
+        "never exploit or explore, so the population's explore strategy does not change them; the sweep's start is "
+        "drawn from the same seed) instead of training them again; the settings that define them must match",
+    )
+    p.add_argument(
+        "--vec-env",
+        default="gymnasium",
+        choices=("gymnasium", "envpool"),
+        help="every member's env backend (cpu_member --vec-env); the held-out evaluation plays gymnasium's env",
     )
     p.add_argument("--smoke", action="store_true", help="tiny run (1 seed, 2 members, 12k frames) of every step")
     return p
@@ -393,12 +265,9 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def agent_overrides(args: argparse.Namespace) -> list[str]:
-    out = []
-    for item in args.set_values:
-        key, value = item.split("=", 1)
-        key = key[len("agent.") :] if key.startswith("agent.") else key
-        out.append(f"agent.{key if '.' in key else 'params.config.' + key}={value}")
-    return out + [f"agent.pbt.mutation.{item}" for item in args.mutate]
+    """The mutation specs of the case. Its start values are in the study's own yaml (:func:`write_case_yaml`): a value
+    typed on a member's command line is kept out of the diverse start, a value in the yaml is drawn."""
+    return [f"agent.pbt.mutation.{item}" for item in args.mutate]
 
 
 def agent_yaml(args: argparse.Namespace) -> Path:
@@ -413,27 +282,27 @@ def agent_yaml(args: argparse.Namespace) -> Path:
         raise SystemExit(f"error: --task: {exc}") from None
 
 
-def write_smoke_yaml(args: argparse.Namespace, out: Path) -> None:
-    """``--smoke`` of a case with :attr:`Case.smoke_set`: the study's own copy of the yaml with those overrides,
-    used by both arms and the evaluation (``--agent-yaml`` from here on)."""
+def write_case_yaml(args: argparse.Namespace, out: Path) -> None:
+    """The study's own copy of the yaml: the case's start values (``--set``) and, with ``--smoke``, the case's
+    :attr:`Case.smoke_set`, used by every arm and the evaluation (``--agent-yaml`` from here on). The start is the
+    yaml a user would run: the population's diverse start draws it, the independent arm trains it."""
     import yaml
 
     from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
 
-    smoke_set = CASES[args.case].smoke_set
-    if not (args.smoke and smoke_set):
-        return
-    overrides = [f"agent.params.config.{item}" for item in smoke_set]
-    cfg = apply_overrides(load_yaml(agent_yaml(args)), overrides)
-    path = out / "agent_smoke.yaml"
+    smoke_set = CASES[args.case].smoke_set if args.smoke else ()
+    overrides = [*value_overrides(args.set_values), *(f"agent.params.config.{item}" for item in smoke_set)]
+    args.agent_source = str(agent_yaml(args))
+    cfg = apply_overrides(load_yaml(args.agent_source), overrides)
+    path = out / "agent_case.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     args.agent_yaml = str(path.absolute())
 
 
 def frames_per_epoch(args: argparse.Namespace) -> int:
-    from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
+    from async_pbt_isaaclab.core.agent_config import load_yaml
 
-    cfg = apply_overrides(load_yaml(agent_yaml(args)), [o for o in agent_overrides(args) if ".pbt." not in o])
+    cfg = load_yaml(agent_yaml(args))
     config = cfg["params"]["config"]
     return int(config["num_actors"]) * int(config["horizon_length"])
 
@@ -465,9 +334,9 @@ def member_command(args: argparse.Namespace, seed: int, workspace: Path, epochs:
     cmd += ["--pbt-rule", args.rule] if args.rule else []
     cmd += ["--pbt-mutation-rate", str(args.mutation_rate)] if args.mutation_rate is not None else []
     cmd += [f"agent.pbt.explore={args.explore}"] if args.explore and arm == "population" else []
+    cmd += ["--vec-env", args.vec_env] if args.vec_env != "gymnasium" else []
     cmd.append(NEW_POPULATION_SEED.format(seed=seed))
-    if arm == "independent":
-        cmd += INDEPENDENT_ARM
+    cmd += {"independent": INDEPENDENT_ARM, "sweep": SWEEP_ARM}.get(arm, ())
     return cmd + list(args.member_flag)
 
 
@@ -538,35 +407,37 @@ def finish_seed(args: argparse.Namespace, job: dict) -> dict:
 
 
 REUSE_MUST_MATCH = (
-    "case task agent_yaml set_values mutate members frames_per_member interval eval_every eval_episodes member_flag"
+    "case task agent_source set_values mutate members frames_per_member interval eval_every eval_episodes "
+    "member_flag vec_env"
 ).split()
-"""The settings that define the independent arm and its evaluation: a reused arm must have run with these."""
+"""The settings that define the baseline arms and their evaluation: a reused arm must have run with these (the sweep
+also draws its start from the population seed, the members and the mutation specs, all of them here)."""
 
 
 def trained_arms(args: argparse.Namespace) -> tuple[str, ...]:
-    """The arms this command trains (the independent arm is skipped when reused)."""
-    return ARMS[:1] if args.independent_from else ARMS
+    """The arms this command trains (the baseline arms are skipped when reused)."""
+    return ARMS[:1] if args.baselines_from else ARMS
 
 
-def reused_independent(args: argparse.Namespace) -> dict | None:
-    """The finished study whose independent arm is reused (``--independent-from``), after checking it ran with
-    the settings that define that arm; ``None`` without the flag."""
+def reused_baselines(args: argparse.Namespace) -> dict | None:
+    """The finished study whose sweep and independent arms are reused (``--baselines-from``), after checking it ran
+    with the settings that define them; ``None`` without the flag."""
     import json
 
-    if not args.independent_from:
+    if not args.baselines_from:
         return None
-    path = Path(args.independent_from) / "results.json"
+    path = Path(args.baselines_from) / "results.json"
     try:
         old = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise SystemExit(f"error: --independent-from needs {path} from a finished study ({exc})") from None
+        raise SystemExit(f"error: --baselines-from needs {path} from a finished study ({exc})") from None
     differ = [k for k in REUSE_MUST_MATCH if old["settings"].get(k) != getattr(args, k)]
-    missing = [s for s in args.seeds if str(s) not in old["seeds"]]
+    missing = [s for s in args.seeds if str(s) not in old["seeds"] or "sweep" not in old["seeds"][str(s)]]
     if differ or missing:
         raise SystemExit(
-            f"error: {path} cannot stand in for this independent arm: "
+            f"error: {path} cannot stand in for these baseline arms: "
             + "; ".join([f"{k}: {old['settings'].get(k)!r} there, {getattr(args, k)!r} here" for k in differ])
-            + (f"; seeds {missing} not in it" if missing else "")
+            + (f"; seeds {missing} not in it (with a sweep arm)" if missing else "")
         )
     return old
 
@@ -595,6 +466,21 @@ def add_tuned_bound(args: argparse.Namespace, results: dict) -> list[str]:
     return analysis.tuned_bound_lines(results["tuned_bound"], int(results["settings"]["members"]))
 
 
+def seed_figures(run: dict, points: list[int], target: float, sweep: list[float]) -> dict:
+    """A seed's figures: against the independent runs, and against the sweep where it ran."""
+    figures = analysis.seed_summary(run, points, target, sweep)
+    if "sweep" in run:
+        figures.update(study_sweep.sweep_summary({**run, **figures}, points, (target, *sweep)))
+    return figures
+
+
+def report_lines(results: dict, args: argparse.Namespace) -> list[str]:
+    """The printed report: the figures against the independent runs, then against the sweep."""
+    members = int(results["settings"]["members"])
+    results["summary"]["sweep_goal"] = study_sweep.sweep_goal(results)
+    return analysis.report(results, args.target, members) + study_sweep.sweep_report_lines(results, members)
+
+
 def reanalyze(args: argparse.Namespace, out: Path) -> int:
     """Figures from the evaluated checkpoints in ``out/results.json``, with this command's target and sweep."""
     import json
@@ -606,12 +492,12 @@ def reanalyze(args: argparse.Namespace, out: Path) -> int:
         return 2
     members = int(results["settings"]["members"])
     for run in results["seeds"].values():
-        run.update(analysis.seed_summary(run, results["eval_points"], args.target, args.sweep))
+        run.update(seed_figures(run, results["eval_points"], args.target, args.sweep))
     results["summary"] = analysis.study_summary(results, args.target, members)
     results["settings"].update(target=args.target, sweep=args.sweep)
     plot = out / f"population_vs_independent_target{args.target:g}.png"
     analysis.plot(results, args.target, members, plot)
-    for line in analysis.report(results, args.target, members) + add_tuned_bound(args, results):
+    for line in report_lines(results, args) + add_tuned_bound(args, results):
         print(line)
     print(f"plot: {plot} (results.json left as it was)")
     return 0
@@ -625,9 +511,9 @@ def main(argv: list[str] | None = None) -> int:
     if out.exists() and any(out.iterdir()):
         print(f"error: --out {out} exists and is not empty; a study needs a new folder", file=sys.stderr)
         return 2
-    reused = reused_independent(args)
     out.mkdir(parents=True, exist_ok=True)
-    write_smoke_yaml(args, out)
+    write_case_yaml(args, out)
+    reused = reused_baselines(args)
     per_epoch = frames_per_epoch(args)
     epochs = math.ceil(args.frames_per_member / per_epoch)
     frames = epochs * per_epoch
@@ -658,9 +544,10 @@ def main(argv: list[str] | None = None) -> int:
                 evaluator, out / f"seed{seed}" / arm, args.members, points, args.eval_episodes
             )
         if reused is not None:
-            run["independent"] = reused["seeds"][str(seed)]["independent"]
-            run["independent_reused_from"] = str(Path(args.independent_from).absolute() / f"seed{seed}")
-        run.update(analysis.seed_summary(run, points, args.target, args.sweep))
+            for arm in BASELINE_ARMS:
+                run[arm] = reused["seeds"][str(seed)][arm]
+            run["baselines_reused_from"] = str(Path(args.baselines_from).absolute() / f"seed{seed}")
+        run.update(seed_figures(run, points, args.target, args.sweep))
         results["seeds"][str(seed)] = run
         analysis.write_json(out / "results.json", results)
         print(f"[study] seed {seed}: evaluated; population exploits {run['exploits']}", flush=True)
@@ -670,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
     analysis.plot(results, args.target, args.members, out / "population_vs_independent.png")
     bound_lines = add_tuned_bound(args, results)
     analysis.write_json(out / "results.json", results)
-    for line in analysis.report(results, args.target, args.members) + bound_lines:
+    for line in report_lines(results, args) + bound_lines:
         print(line)
     print(f"raw numbers: {out / 'results.json'}; plot: {out / 'population_vs_independent.png'}")
     return 0

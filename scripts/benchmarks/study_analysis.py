@@ -437,9 +437,14 @@ def plot(results: dict[str, Any], target: float, members: int, path: Path) -> No
         "population": ("tab:blue", "-", "population: best member"),
         "independent_median": ("tab:orange", "-", "independent: median run"),
         "independent_best_of_arm": ("tab:orange", "--", "independent: best of arm"),
+        "sweep_best": ("tab:green", "--", "sweep of the population's start: best run"),
     }
     for key, (color, ls, label) in styles.items():
-        curves = [s["curves"][key] for s in results["seeds"].values()]
+        if key == "sweep_best" and not all("against_sweep" in s for s in results["seeds"].values()):
+            continue
+        curves = [
+            s["against_sweep"]["curve"] if key == "sweep_best" else s["curves"][key] for s in results["seeds"].values()
+        ]
         for c in curves:
             ax.plot(x, [math.nan if v is None else v for v in c], color=color, ls=ls, alpha=0.25, lw=1)
         med = [

@@ -11,7 +11,7 @@ What is shown here:
 
 from __future__ import annotations
 
-import sys
+import dataclasses
 import textwrap
 
 import pytest
@@ -22,7 +22,14 @@ from async_pbt_isaaclab.core.agent_config import (
     load_population_config,
     load_yaml,
 )
-from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, objective_term
+from async_pbt_isaaclab.core.config import (
+    LATE_PEER_INTERVALS,
+    ConfigError,
+    PopulationConfig,
+    objective_term,
+    task_start_grace,
+    with_task_start_grace,
+)
 from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV
 from async_pbt_isaaclab.core.mutation import MutationSpec
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
@@ -416,10 +423,43 @@ def test_selection_dict_round_trips_to_an_equal_config():
 def test_resolved_defaults_follow_interval_steps():
     cfg = population_config_from_dict({"interval_steps": 1000})
     assert cfg.resolved_start_grace() == 2000 and cfg.resolved_restart_grace() == 2000
-    assert cfg.resolved_max_frame_lag() == sys.maxsize  # no limit: a stopped peer is left out by its heartbeat
+    # A peer far behind is left out of my ranking (it decides at its own progress); a stopped one by its heartbeat.
+    assert cfg.resolved_max_frame_lag() == LATE_PEER_INTERVALS * 1000
     # Distinct per member, stable for the same member.
     seeds = {population_config_from_dict({"policy_idx": i}).resolved_mutation_seed() for i in range(8)}
     assert len(seeds) == 8
+
+
+def test_the_start_grace_follows_the_task_when_the_member_knows_it():
+    cfg = population_config_from_dict({"interval_steps": 32768})
+    # HalfCheetah: 1,000-step episodes on 64 envs, window 64: the first 64 episodes began at frame 0, the next 64
+    # after 64,000 frames, so the first window without a frame-0 episode is complete at 128,000 frames.
+    assert task_start_grace(cfg, 64, 1000) == 128_000
+    assert with_task_start_grace(cfg, 64, 1000).start_grace_frames == 128_000
+    # Pendulum (200 steps, 16 envs): a window of 64 needs 4 more rounds; below two intervals the floor holds.
+    assert task_start_grace(population_config_from_dict({"interval_steps": 8192}), 16, 200) == 16_384
+    assert task_start_grace(population_config_from_dict({"interval_steps": 100}), 16, 200) == 16 * 200 * 5
+    # A set value, or an unknown task, stays as it was.
+    assert with_task_start_grace(dataclasses.replace(cfg, start_grace_frames=5), 64, 1000).start_grace_frames == 5
+    assert with_task_start_grace(cfg, None, 1000) is cfg
+
+
+def test_rule_welch_without_scipy_is_refused_when_the_config_is_read(monkeypatch):
+    import importlib
+
+    real = importlib.import_module
+
+    def no_scipy(name, *a, **kw):
+        if name.startswith("scipy"):
+            raise ImportError("No module named 'scipy'")
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(importlib, "import_module", no_scipy)
+    with pytest.raises(ConfigError) as err:
+        population_config_from_dict({"rule": "welch"})
+    (line,) = err.value.problems
+    assert line.startswith("pbt.rule: welch needs scipy") and "pip install" in line
+    population_config_from_dict({"rule": "dexpbt"})  # the other rules do not need it
 
 
 def test_mapping_form_gets_the_same_kind_check_and_int_coercion_as_the_short_form():

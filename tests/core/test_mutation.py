@@ -299,3 +299,104 @@ def test_min_keys_skips_a_zero_that_cannot_move():
     for seed in range(30):
         new, changes = mutate({"entropy_coef": 0.0, "learning_rate": 1e-3}, specs, 0.0, (1.1, 2.0), MemberRng(seed), 1)
         assert [c.key for c in changes] == ["learning_rate"] and new["entropy_coef"] == 0.0
+
+
+# ------------------------------------------------------------------ no clones (issue 36)
+
+
+def _any_spec_and_value():
+    """A spec of every kind with a starting value inside its bounds, at a bound half of the time."""
+    float_kind = st.tuples(st.sampled_from(["log_float", "discount", "log_shift"]), st.booleans(), st.booleans())
+
+    def build(kind_at):
+        kind, at_bound, at_high = kind_at
+        low, high = {"log_float": (1e-6, 1e-2), "discount": (0.9, 0.9999), "log_shift": (-5.0, 0.5)}[kind]
+        spec = MutationSpec(kind=kind, low=low, high=high)
+        value = (high if at_high else low) if at_bound else (low + high) / 2
+        return spec, value
+
+    ints = st.tuples(st.integers(1, 16), st.booleans()).map(
+        lambda t: (MutationSpec(kind="int", low=1, high=16, step=2), 16 if t[1] else t[0])
+    )
+    choices = st.just((MutationSpec(kind="choice", choices=("a", "b", "c")), "a"))
+    return st.one_of(float_kind.map(build), ints, choices)
+
+
+@SETTINGS
+@given(
+    seed=st.integers(0, 2**63),
+    keys=st.lists(_any_spec_and_value(), min_size=1, max_size=4),
+    rate=st.sampled_from([0.0, 0.25, 1.0]),
+    wanted=st.integers(0, 4),
+    resample=st.sampled_from([0.0, 0.25, 1.0]),
+)
+def test_at_least_min_keys_values_change_after_clipping(seed, keys, rate, wanted, resample):
+    """Every key here can move; whatever the coin, the bounds and the seed, at least ``min_keys`` of them end with
+    another value (counted after clipping: a key pinned at its bound moves inward), and only they are reported."""
+    specs = {f"k{i}": spec for i, (spec, _) in enumerate(keys)}
+    start = {f"k{i}": value for i, (_, value) in enumerate(keys)}
+    new, changes = mutate(start, specs, rate, (1.1, 2.0), MemberRng(seed), wanted, resample)
+    moved = {k for k in specs if new[k] != start[k]}
+    assert moved == {c.key for c in changes}
+    assert len(moved) >= min(wanted, len(specs))
+    assert all(within_bounds(new[k], specs[k]) for k in specs)
+
+
+def test_a_learning_rate_at_its_bound_moves_inward_and_is_never_a_clone():
+    """The case of the issue: a donor at the 1e-2 bound. Before, half of all draws pushed outward and were clipped
+    back (109 of 200 exploits were clones); now every draw moves it inside."""
+    specs = {"learning_rate": MutationSpec(kind="log_float", low=1e-6, high=1e-2)}
+    for seed in range(200):
+        new, changes = mutate({"learning_rate": 1e-2}, specs, 0.25, (1.1, 2.0), MemberRng(seed), min_keys=1)
+        assert 1e-2 / 2.0 <= new["learning_rate"] < 1e-2 and len(changes) == 1
+        assert changes[0].factor is not None and changes[0].factor < 1
+    ints = {"mini_epochs": MutationSpec(kind="int", low=1, high=16, step=2)}
+    for seed in range(50):
+        new, _ = mutate({"mini_epochs": 1}, ints, 1.0, (1.1, 2.0), MemberRng(seed))
+        assert new["mini_epochs"] in (2, 3)
+
+
+def test_a_key_that_cannot_move_is_not_counted():
+    """A zero-width range cannot change: min_keys moves the other key (and never loops on the stuck one)."""
+    specs = {
+        "a": MutationSpec(kind="log_float", low=1e-3, high=1e-3),
+        "b": MutationSpec(kind="log_float", low=1e-6, high=1.0),
+    }
+    for seed in range(30):
+        new, changes = mutate({"a": 1e-3, "b": 1e-3}, specs, 0.0, (1.1, 2.0), MemberRng(seed), min_keys=2)
+        assert [c.key for c in changes] == ["b"] and new["a"] == 1e-3
+
+
+def test_resampling_jumps_across_the_bounds_and_is_recorded():
+    """``resample_probability``: a drawn key is drawn afresh over its whole (log) bounds, so a population stuck
+    around 1e-6 can land an order of magnitude or more away in one change."""
+    specs = {"learning_rate": MutationSpec(kind="log_float", low=1e-6, high=1e-2)}
+    jumps, resampled = [], 0
+    for seed in range(400):
+        new, (change,) = mutate({"learning_rate": 1e-6}, specs, 1.0, (1.1, 2.0), MemberRng(seed), 1, 0.25)
+        resampled += change.resampled
+        if change.resampled:
+            assert change.factor is None and change.to_dict()["resampled"] is True
+            jumps.append(math.log10(new["learning_rate"] / 1e-6))
+        else:
+            assert 1e-6 < new["learning_rate"] <= 2e-6 and "resampled" not in change.to_dict()
+    assert 70 <= resampled <= 130  # about a quarter
+    assert max(jumps) > 3 and sum(j > 1 for j in jumps) > len(jumps) / 2
+    # 0: the draws are exactly those of the plain mutation (no coin is drawn).
+    plain = mutate({"learning_rate": 1e-4}, specs, 1.0, (1.1, 2.0), MemberRng(7), 1)
+    assert plain == mutate({"learning_rate": 1e-4}, specs, 1.0, (1.1, 2.0), MemberRng(7), 1, 0.0)
+
+
+def test_entries_written_under_version_2_replay_their_counting():
+    """An entry written before the change (``mutation_semantics`` 2) counted keys drawn, not changed, and let a key
+    at its bound stay: replayed under its version, the same draws give the same (clone) result."""
+    from async_pbt_isaaclab.core.mutation import replay_semantics
+
+    specs = {"learning_rate": MutationSpec(kind="log_float", low=1e-6, high=1e-2)}
+    clones = 0
+    for seed in range(40):
+        with replay_semantics(2):
+            new, changes = mutate({"learning_rate": 1e-2}, specs, 0.25, (1.1, 2.0), MemberRng(seed), 1, 0.25)
+        clones += not changes
+        assert new["learning_rate"] == 1e-2 or new["learning_rate"] < 1e-2
+    assert 10 <= clones <= 30  # about half, as the issue measured

@@ -466,12 +466,127 @@ def test_pb2_is_accepted_where_scikit_learn_is_installed():
 # --------------------------------------------------------------------------------------------- 7. kernel
 
 
-def test_the_kernel_is_the_time_varying_squared_exponential_with_nothing_to_fit():
+def test_the_kernel_is_the_time_varying_squared_exponential_with_two_bounded_hyperparameters():
     kernel = pb2._kernel_class()(0.2, 0.5)
     a, b = np.array([[3.0, 0.1, 0.4]]), np.array([[7.0, 0.4, 0.0]])
     expected = (1 - 0.2) ** (4.0 / 2) * math.exp(-(0.3**2 + 0.4**2) / (2 * 0.5**2))
     assert kernel(a, b)[0, 0] == pytest.approx(expected, rel=1e-12)
     assert kernel(a)[0, 0] == 1.0 and list(kernel.diag(np.vstack([a, b]))) == [1.0, 1.0]
-    assert kernel.theta.size == 0 and kernel.hyperparameters == []
-    k = kernel(np.vstack([a, b]))
+    assert [h.name for h in kernel.hyperparameters] == ["epsilon", "length_scale"]
+    assert np.allclose(np.exp(kernel.bounds), [pb2.EPSILON_BOUNDS, pb2.LENGTH_SCALE_BOUNDS])
+    X = np.vstack([a, b, [[5.0, 0.9, 0.2]]])
+    k, grad = kernel(X, eval_gradient=True)
     assert np.allclose(k, k.T)
+    # The gradient (with respect to the log hyperparameters, what scikit-learn's optimiser follows) is the kernel's.
+    for j in range(2):
+        step = np.zeros(2)
+        step[j] = 1e-6
+        hi, lo = kernel.clone_with_theta(kernel.theta + step)(X), kernel.clone_with_theta(kernel.theta - step)(X)
+        assert np.allclose(grad[..., j], (hi - lo) / 2e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------ 8. it does not collapse
+
+LR = MutationSpec(kind="log_float", low=1e-6, high=1e-2)
+
+
+def _lr_population(rates, intervals, seed=1):
+    """Members training at fixed learning rates; the improvement per interval peaks at 1e-3 (on the log scale)."""
+    noise = np.random.default_rng(seed)
+    records = []
+    for m, lr in enumerate(rates):
+        gain = [100 - 40 * (math.log10(lr) + 3) ** 2 + float(noise.normal(0, 5)) for _ in range(intervals)]
+        records.append(_record(m, [({**START, "learning_rate": lr}, g) for g in gain]))
+    return records
+
+
+def test_the_population_of_the_issue_does_not_collapse_onto_a_bound():
+    """Members at 3e-4..2e-3 whose best is 1e-3: with the fixed kernel every one of 20 proposals was 1e-6. With the
+    fitted kernel they go to the region that improved, and none to a bound."""
+    cfg = _cfg({"learning_rate": LR})
+    records = _lr_population([3e-4, 6e-4, 1e-3, 2e-3], 10)
+    proposals = [
+        pb2.propose(dict(START, learning_rate=3e-4), _context(records), cfg, MemberRng(seed)) for seed in range(20)
+    ]
+    rates = [p.hyperparameters["learning_rate"] for p in proposals]
+    assert all("GP-UCB on 36 observations" in p.note for p in proposals)
+    assert all(2e-4 <= r <= 5e-3 for r in rates), rates
+    at_bound = [r for r in rates if pb2.normalize(r, LR) in (0.0, 1.0) or not 0.02 < pb2.normalize(r, LR) < 0.98]
+    assert not at_bound
+    model = pb2.fit(pb2.observations(_context(records), ["learning_rate"], cfg))
+    fitted = model.hyperparameters()
+    assert pb2.LENGTH_SCALE_BOUNDS[0] <= fitted["length_scale"] <= pb2.LENGTH_SCALE_BOUNDS[1]
+    assert pb2.NOISE_BOUNDS[0] <= fitted["noise"] <= pb2.NOISE_BOUNDS[1]
+
+
+def test_members_deciding_in_turn_propose_distinct_points():
+    """Each member sees the others' current values (a member that just decided publishes its new ones): the four
+    proposals are at least a twentieth of the (log) range apart."""
+    cfg = _cfg({"learning_rate": LR})
+    records = _lr_population([3e-4, 6e-4, 1e-3, 2e-3], 10)
+    proposed = []
+    for m in range(4):
+        me, peers = records[m], tuple(r for r in records if r.member != m)
+        p = pb2.propose(dict(me.hyperparameters), explore.ExploreContext(me, peers, NOW), cfg, MemberRng(100 + m))
+        records[m] = dataclasses.replace(me, hyperparameters=p.hyperparameters)
+        proposed.append(pb2.normalize(p.hyperparameters["learning_rate"], LR))
+    gaps = [abs(a - b) for i, a in enumerate(proposed) for b in proposed[i + 1 :]]
+    assert min(gaps) >= 0.05, proposed
+    # A peer whose heartbeat is stale is not training any more: it does not count as a pending point.
+    me = records[0]
+    stale = tuple(dataclasses.replace(r, heartbeat=NOW - 10_000) for r in records[1:])
+    assert pb2.pending_points(explore.ExploreContext(me, stale, NOW), ["learning_rate"], cfg).shape == (0, 1)
+    assert pb2.pending_points(explore.ExploreContext(me, tuple(records[1:]), NOW), ["learning_rate"], cfg).shape == (
+        3,
+        1,
+    )
+
+
+def _planted(observations_per_member: int, seed: int) -> list[MemberRecord]:
+    """Eight members at uniformly drawn learning rates; the improvement peaks at 0.6 of the (log) range, noisily.
+    They have finished: the model alone decides, with no running member's values to keep away from."""
+    rng = np.random.default_rng(seed)
+    records = []
+    for m in range(8):
+        steps = []
+        for _ in range(observations_per_member + 1):
+            z = float(rng.uniform(0, 1))
+            gain = 100 * math.exp(-(((z - 0.6) / 0.15) ** 2)) + float(rng.normal(0, 40))
+            steps.append(({**START, "learning_rate": pb2.denormalize(z, LR)}, gain))
+        records.append(dataclasses.replace(_record(m, steps), status="finished"))
+    return records
+
+
+def test_proposals_concentrate_near_a_planted_optimum_as_data_grows():
+    cfg = _cfg({"learning_rate": LR})
+
+    def distance(records) -> float:
+        zs = [
+            pb2.normalize(
+                pb2.propose(dict(START, learning_rate=1e-4), _context(records), cfg, MemberRng(s)).hyperparameters[
+                    "learning_rate"
+                ],
+                LR,
+            )
+            for s in range(5)
+        ]
+        return float(np.mean(np.abs(np.array(zs) - 0.6)))
+
+    few = [distance(_planted(1, seed)) for seed in range(2, 8)]  # 8 observations
+    many = [distance(_planted(32, seed)) for seed in range(2, 8)]  # the cap, 256
+    assert max(many) < 0.05, many
+    assert np.mean(many) < np.mean(few), (few, many)
+
+
+def test_a_pb2_proposal_changes_at_least_min_mutated_keys():
+    """``mini_epochs`` the only key: 48 of 60 proposals changed nothing before (the start point won); now none."""
+    spec = MutationSpec(kind="int", low=1, high=16, step=2)
+    cfg = _cfg({"mini_epochs": spec})
+    noise = np.random.default_rng(4)
+    records = [
+        _record(m, [({**START, "mini_epochs": e}, 10.0 - abs(e - 4) + float(noise.normal())) for _ in range(6)])
+        for m, e in enumerate((2, 4, 6, 8))
+    ]
+    for seed in range(60):
+        p = pb2.propose(dict(START, mini_epochs=4), _context(records), cfg, MemberRng(seed))
+        assert "GP-UCB" in p.note and [c.key for c in p.changes] == ["mini_epochs"], p

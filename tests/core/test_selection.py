@@ -107,6 +107,7 @@ STALE_CASES = {
     "too few episodes": (dict(values=const(100.0, n=7)), "min_episodes"),
     "no entry at or before my frame": (dict(frame=FRAME + 1001), "no history entry at or before my frame"),
     "lagging past a set cap": (dict(frame=FRAME - 10_001, cfg={"max_frame_lag": 10_000}), "max_frame_lag"),
+    "far behind, by default": (dict(frame=FRAME - 4_001), "far behind"),
     "other task": (dict(task="Isaac-Other-v0"), "incompatible condition"),
 }
 
@@ -130,7 +131,8 @@ def test_stale_or_incompatible_peer_is_never_the_donor(make_record, case):
 def test_frame_and_clock_limits_are_inclusive(make_record):
     cfg = cfg_()
     me = make_record(0, const(0.0), now=NOW, frame=FRAME)
-    for kw in (dict(frame=FRAME), dict(frame=FRAME - 10_000), dict(heartbeat_age=600.0), dict(heartbeat_age=-60.0)):
+    # max_frame_lag: -1 is 4 intervals (4,000 frames here).
+    for kw in (dict(frame=FRAME), dict(frame=FRAME - 4_000), dict(heartbeat_age=600.0), dict(heartbeat_age=-60.0)):
         peer = make_record(1, const(1.0), now=NOW, **{"frame": FRAME, **kw})
         assert peer_exclusion(me, peer, cfg, NOW) is None, kw
 
@@ -162,6 +164,41 @@ def test_donor_without_checkpoint_is_never_chosen(make_record):
     for rule in ("isaaclab", "welch"):
         d = decide(me, [me, best_no_ckpt], cfg_(rule=rule, explore_without_donor=False), MemberRng(0), NOW)
         assert d.donor is None, rule
+
+
+def test_a_member_30_intervals_late_does_not_freeze_selection_among_the_others(make_record):
+    """Four members, one 30 intervals behind and (being less trained) the lowest: ranked against the members ahead it
+    took the worst slot at every decision, and the worst of the on-schedule members kept (50 of 50 trials before).
+    Now it is left out of their ranking, so that member is in the worst group and acts at every decision."""
+    late = make_record(3, const(-900.0), now=NOW, frame=FRAME - 30 * 1000)
+    for trial in range(50):
+        rng = MemberRng(trial)
+        means = sorted((rng.uniform(-300.0, 0.0) for _ in range(3)), reverse=True)
+        me = make_record(2, const(means[2] - 50.0), now=NOW, frame=FRAME)  # the worst of the three on schedule
+        peers = [make_record(m, const(means[m]), now=NOW, frame=FRAME) for m in (0, 1)]
+        d = decide(me, [me, *peers, late], cfg_(), rng, NOW)
+        assert "far behind" in d.excluded[3] and 3 not in d.compared
+        assert d.outcome is not Outcome.KEEP, d.reasons
+    # The late member itself decides at its own progress: the others are compared at their entries at its frame.
+    ahead = []
+    for m in (0, 1):
+        record = make_record(m, const(0.0), now=NOW, frame=FRAME)
+        early = dataclasses.replace(record.history[0], frame=FRAME - 30 * 1000)
+        ahead.append(replace(record, history=(early, record.history[0])))
+    d = decide(late, [late, *ahead], cfg_(), MemberRng(0), NOW)
+    assert d.compared_frames[0] == FRAME - 30 * 1000 and d.outcome is Outcome.EXPLOIT
+
+
+def test_a_peer_entry_inside_the_start_grace_is_not_compared(make_record):
+    """The start grace keeps my first decision off the episodes of the start; a peer's entry from inside it (its
+    window, with long episodes, all begun at frame 0) is not compared either (measured on HalfCheetah: member 0's first
+    decision at 131,072 frames read member 1's entry at 98,304, before)."""
+    cfg = cfg_(start_grace_frames=2500)
+    me = make_record(0, const(0.0), now=NOW, frame=3000)
+    early = make_record(1, const(10.0), now=NOW, frame=2000)
+    d = decide(me, [me, early], cfg, MemberRng(0), NOW)
+    assert d.outcome is Outcome.KEEP and "inside the start grace" in d.excluded[1]
+    assert decide(me, [me, make_record(1, const(10.0), now=NOW, frame=2500)], cfg, MemberRng(0), NOW).donor == 1
 
 
 # ------------------------------------------------------------------ eligibility

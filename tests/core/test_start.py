@@ -140,6 +140,53 @@ def test_initial_draw_is_replayed_and_a_forged_one_is_caught(tmp_path):
     assert any("RNG stream broken" in p.problem for p in problems)
 
 
+def test_values_the_user_pinned_stay_and_the_draw_replays(tmp_path):
+    """A key set on the command line (``pinned``) or with ``diverse_start: false`` keeps its value for every member;
+    ``diverse_start: true`` draws it even when pinned; the other keys are drawn as before (same strata), and the
+    entry, which records the pinned keys, replays."""
+    specs = {k: v for k, v in SPECS.items() if k != "optimizer"}
+    cfg = dataclasses.replace(PopulationConfig(), mutation=specs, num_policies=4)
+    rng = MemberRng.for_member(3, 2).get_state()
+    free = initial_draw(2, YAML, cfg, rng, 3)
+    pinned = initial_draw(2, YAML, cfg, rng, 3, pinned=["learning_rate"])
+    kept, drawn = pinned.new_hyperparameters["learning_rate"], free.new_hyperparameters["learning_rate"]
+    assert kept == YAML["learning_rate"] != drawn
+    assert pinned.pinned == ("learning_rate",) and "learning_rate" not in {c.key for c in pinned.changes}
+    keyed = dataclasses.replace(
+        cfg, mutation={**specs, "gamma": dataclasses.replace(specs["gamma"], diverse_start=False)}
+    )
+    assert initial_draw(2, YAML, keyed, rng, 3).new_hyperparameters["gamma"] == YAML["gamma"]
+    forced = dataclasses.replace(
+        cfg, mutation={**specs, "learning_rate": dataclasses.replace(specs["learning_rate"], diverse_start=True)}
+    )
+    assert initial_draw(2, YAML, forced, rng, 3, ["learning_rate"]).new_hyperparameters == free.new_hyperparameters
+    log = AuditLog.open(tmp_path / "audit.jsonl")
+    body = pinned.audit_body(2, cfg)
+    assert body["pinned"] == ["learning_rate"]
+    log.append("initial_draw", body)
+    assert verify_log(tmp_path / "audit.jsonl") == (1, [])
+    forged = AuditLog.open(tmp_path / "forged.jsonl")
+    forged.append("initial_draw", dict(body, pinned=[]))
+    assert verify_log(tmp_path / "forged.jsonl")[1]
+
+
+def test_command_line_keys_are_the_overrides_of_searched_values():
+    from async_pbt_isaaclab.core.start import command_line_keys
+
+    cfg = dataclasses.replace(PopulationConfig(), mutation={k: v for k, v in SPECS.items() if k != "optimizer"})
+    argv = [
+        "python",
+        "--pbt-index",
+        "1",
+        "agent.params.config.learning_rate=3e-4",
+        "+params.config.gamma=0.9",
+        "agent.params.config.horizon_length=64",
+        "--pbt-rule=dexpbt",
+        "agent.pbt.mutation.gamma=discount",
+    ]
+    assert command_line_keys(argv, cfg) == ("gamma", "learning_rate")
+
+
 def _strata_of(seed: int, members: int, key: str, spec: MutationSpec, yaml: dict) -> list[int]:
     """Which stratum (0..members-2) each non-reference member's stratified draw of ``key`` landed in."""
     cfg = dataclasses.replace(PopulationConfig(), mutation={key: spec}, num_policies=members)
@@ -267,3 +314,22 @@ def test_a_first_start_killed_before_it_saved_its_state_keeps_its_draw(tmp_path,
     assert kinds == ["initial_draw", "start"]
     assert session.state.hyperparameters == drawn
     assert verify_log(log)[1] == []
+
+
+def test_a_member_keeps_a_value_its_command_line_set(tmp_path, monkeypatch, capsys):
+    """A real member start whose command line sets the learning rate: the diverse start keeps it (and says so),
+    draws the discount, and the initial_draw entry records the pin so the audit replays it."""
+    from async_pbt_isaaclab.core.audit import verify_log
+    from async_pbt_isaaclab.member import restart
+
+    monkeypatch.setattr(restart, "_CAPTURED", ["python", "train.py", "agent.params.config.learning_rate=0.002"])
+    mutation = {"learning_rate": "mutate_float", "gamma": "mutate_discount"}
+    from conftest import _start_pendulum_member
+
+    session = _start_pendulum_member(tmp_path, mutation, overrides=["agent.params.config.learning_rate=0.002"])
+    assert session.state.hyperparameters["learning_rate"] == 0.002
+    assert session.state.hyperparameters["gamma"] != 0.95  # drawn
+    assert "learning_rate=0.002 kept out of the diverse start: set on the command line" in capsys.readouterr().err
+    entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
+    assert entries[0]["kind"] == "initial_draw" and entries[0]["pinned"] == ["learning_rate"]
+    assert verify_log(session.dir / "audit.jsonl")[1] == []

@@ -1,0 +1,107 @@
+#!/usr/bin/env python
+"""Screen a study case before any population runs on it: one plain run per configuration the case names.
+
+    python scripts/benchmarks/screen_case.py --case hopper_many --out runs/screen-many
+    python scripts/benchmarks/screen_case.py --case hopper_moving --out runs/screen-moving --parallel 3
+
+Each configuration of the case's ``screen`` list (``study_cases.Case.screen``: a label and its ``KEY=VALUE`` values
+on top of the packaged yaml) trains one real CPU member alone, as a user's single run would: ``cpu_member --task``
+in a 2-member workspace with ``--pbt-max-restarts 0`` (it publishes evidence every interval and never exploits),
+``--frames`` frames, agent seed ``--seed``. The figure read is the training return (the mean of the member's
+evidence window, the last 64 completed episodes of the stochastic policy) at every published interval, from its
+``record.json``. Prints one row per configuration and writes ``screen.json``. No held-out evaluation: screening
+says whether a start is mis-set and whether the best value moves, not how a population does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import study_cases
+
+
+def command(case: study_cases.Case, values: tuple[str, ...], workspace: Path, args: argparse.Namespace) -> list[str]:
+    per_epoch = study_cases.frames_per_epoch(case.task, values)
+    return [
+        sys.executable,
+        "-m",
+        "async_pbt_isaaclab.examples.cpu_member",
+        "--task",
+        case.task,
+        "--pbt-workspace",
+        str(workspace),
+        "--pbt-members",
+        "2",
+        "--pbt-index",
+        "0",
+        "--pbt-max-restarts",
+        "0",
+        "--pbt-interval-steps",
+        str(args.interval),
+        "--max_iterations",
+        str(-(-args.frames // per_epoch)),
+        *(["--vec-env", args.vec_env] if args.vec_env else []),
+        f"agent.params.seed={args.seed}",
+        *study_cases.value_overrides(values),
+    ]
+
+
+def curve(workspace: Path) -> list[tuple[int, float]]:
+    from async_pbt_isaaclab.core.records import read_record
+
+    record = read_record(workspace / "members" / "000" / "record.json")
+    return [(h.frame, h.mean) for h in record.history]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--case", required=True, choices=sorted(k for k, c in study_cases.CASES.items() if c.screen))
+    p.add_argument("--out", required=True, help="new folder for the runs and screen.json")
+    p.add_argument("--frames", type=int, default=524_288, help="frames per run (default 524288)")
+    p.add_argument("--interval", type=int, default=65_536, help="frames between published entries (default 65536)")
+    p.add_argument("--seed", type=int, default=0, help="agent seed of every run (default 0)")
+    p.add_argument("--parallel", type=int, default=2, help="runs at once (default 2)")
+    p.add_argument("--vec-env", default=None, help="the member's vec-env (gymnasium, envpool; default its own)")
+    args = p.parse_args(argv)
+    case = study_cases.CASES[args.case]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=False)
+    pending = list(case.screen)
+    running: dict[str, tuple[subprocess.Popen, Path, float]] = {}
+    results: dict[str, dict] = {}
+    load = [os.getloadavg()[0]]
+    while pending or running:
+        while pending and len(running) < args.parallel:
+            label, values = pending.pop(0)
+            ws = out / label
+            cmd = command(case, values, ws, args)
+            log = open(out / f"{label}.log", "w")
+            print(f"[screen] {label}: {' '.join(cmd)}", flush=True)
+            running[label] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), ws, time.time())
+        time.sleep(5)
+        load.append(os.getloadavg()[0])
+        for label, (proc, ws, started) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            del running[label]
+            rows = curve(ws) if proc.returncode == 0 else []
+            results[label] = {"values": list(dict(case.screen)[label]), "exit": proc.returncode, "curve": rows}
+            results[label]["wall_s"] = time.time() - started
+            shown = " ".join(f"{f // 1000}k:{m:.0f}" for f, m in rows)
+            print(f"[screen] {label} (exit {proc.returncode}): {shown}", flush=True)
+    summary = {"case": args.case, "task": case.task, "seed": args.seed, "frames": args.frames, "runs": results}
+    summary["load_average"] = [min(load), max(load)]
+    (out / "screen.json").write_text(json.dumps(summary, indent=1))
+    print(f"load average {min(load):.1f}-{max(load):.1f}; {out / 'screen.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
