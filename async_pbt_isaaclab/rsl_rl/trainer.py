@@ -17,7 +17,7 @@ index is repeated or skipped across a restart (rsl_rl's own resume repeats the s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from async_pbt_isaaclab import checkpoint_io
 from async_pbt_isaaclab.envs.summary_source import SummarySource, find_summary_source
@@ -46,8 +46,17 @@ class RslRlTrainer:
 
     name = "rsl_rl"
 
-    def __init__(self, runner: Any, summary_source: SummarySource | None = None, line: int | None = None):
+    def __init__(
+        self,
+        runner: Any,
+        summary_source: SummarySource | None = None,
+        line: int | None = None,
+        runner_infos: Callable[[], Mapping[str, Any]] | None = None,
+    ):
         self.runner = runner
+        self._runner_infos = runner_infos or dict
+        """What the runner's own ``save`` puts in ``infos`` (mjlab: the env's ``env_state``); the member's are kept
+        beside it."""
         self.layout = LAYOUTS[installed_line() if line is None else line]
         source = summary_source or find_summary_source(runner.env)
         if source is None:
@@ -127,8 +136,11 @@ class RslRlTrainer:
     def full_state(self) -> dict[str, Any]:
         """What ``runner.save`` would write now, with the member's counters in ``infos``."""
         state = self.layout.full_state(self.alg, last_index=max(self.epoch - 1, 0))
-        state["infos"] = {COUNTERS_KEY: {"frame": self.frame, "epoch": self.epoch}}
+        state["infos"] = self._infos(self.counters())
         return state
+
+    def _infos(self, counters: TrainerCounters) -> dict[str, Any]:
+        return {**self._runner_infos(), COUNTERS_KEY: {"frame": int(counters.frame), "epoch": int(counters.epoch)}}
 
     def checkpoint_bytes(self, state: Mapping[str, Any]) -> bytes:
         return checkpoint_io.checkpoint_bytes("<rsl_rl state>", state, self.layout.kind)[0]
@@ -164,13 +176,14 @@ class RslRlTrainer:
         learning_rate: float,
     ) -> dict[str, Any]:
         """The donor's models, normalisers (inside the models), RND and optimizer moments at ``learning_rate``; the
-        recipient's counters; ``metadata`` under ``"pbt"``: a file ``runner.load`` reads as any of its own."""
+        recipient's counters and runner ``infos`` (its env's state); ``metadata`` under ``"pbt"``: a file
+        ``runner.load`` reads as any of its own."""
         state = {k: v for k, v in donor_state.items() if k not in ("iter", "infos", checkpoint_io.PBT_KEY)}
         optimizer = dict(state["optimizer_state_dict"])
         optimizer["param_groups"] = [dict(g, lr=float(learning_rate)) for g in optimizer["param_groups"]]
         state["optimizer_state_dict"] = optimizer
         state["iter"] = max(int(counters.epoch) - 1, 0)
-        state["infos"] = {COUNTERS_KEY: {"frame": int(counters.frame), "epoch": int(counters.epoch)}}
+        state["infos"] = self._infos(counters)
         return checkpoint_io.with_pbt_metadata(state, metadata)
 
     def load(self, state: Mapping[str, Any], hyperparameters: Mapping[str, Any]) -> None:
