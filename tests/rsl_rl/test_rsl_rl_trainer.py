@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import small_config
+from rsl_rl_runners import small_config
 
 from async_pbt_isaaclab.checkpoint_io import CheckpointError, DisallowedGlobalError, read_pbt_metadata
 from async_pbt_isaaclab.member.trainer import Trainer, TrainerCounters

@@ -4,7 +4,7 @@ its next update trains with (the same weights, bit for bit, as a runner built wi
 from __future__ import annotations
 
 import pytest
-from conftest import learn, runner, small_config
+from rsl_rl_runners import learn, runner, small_config
 
 from async_pbt_isaaclab.rsl_rl.live import LIVE_SETTERS, apply_live_hyperparameters, learning_rate_problem, live_values
 from async_pbt_isaaclab.rsl_rl.trainer import RslRlTrainer
