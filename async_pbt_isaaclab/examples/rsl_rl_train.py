@@ -1,7 +1,7 @@
 """One rsl_rl member on a gymnasium task, without a population: real rsl_rl PPO on the CPU vec-env.
 
-``python -m async_pbt_isaaclab.examples.rsl_rl_train --config pendulum --iterations 300`` trains the packaged
-``examples/rsl_rl_<config>.yaml`` with the installed rsl-rl-lib (3.1 or 5.x) and prints, every ``--every``
+``python -m async_pbt_isaaclab.examples.rsl_rl_train --task Pendulum-v1 --iterations 300`` trains the task's
+packaged config (``examples/agents.py``: ``PACKAGED_RSL_RL_CONFIGS``) with the installed rsl-rl-lib (3.1 or 5.x) and prints, every ``--every``
 iterations, the mean return of the episodes the member's own summary emitter saw complete (its evidence, not
 rsl_rl's logged means). rsl_rl's own TensorBoard run and ``model_<it>.pt`` checkpoints go to ``--log-dir``.
 """
@@ -9,21 +9,17 @@ rsl_rl's logged means). rsl_rl's own TensorBoard run and ``model_<it>.pt`` check
 from __future__ import annotations
 
 import math
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from async_pbt_isaaclab.console import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_yaml
+from async_pbt_isaaclab.examples.agents import DEFAULT_TASK, PACKAGED_RSL_RL_CONFIGS
 from async_pbt_isaaclab.exit_codes import EXIT_USAGE
 
-CONFIGS = ("pendulum", "halfcheetah", "hopper")
-"""The packaged rsl_rl configs (``examples/rsl_rl_<name>.yaml``)."""
 
-
-def packaged_config(name: str) -> dict[str, Any]:
-    """The packaged config ``name`` (:data:`CONFIGS`) as a dict."""
-    return load_yaml(Path(str(resources.files("async_pbt_isaaclab.examples") / f"rsl_rl_{name}.yaml")))
+def packaged_config(task: str) -> dict[str, Any]:
+    """The packaged rsl_rl config of gymnasium ``task`` as a dict."""
+    return load_yaml(PACKAGED_RSL_RL_CONFIGS[task])
 
 
 def build_runner(cfg: dict[str, Any], seed: int, log_dir: str | None = None) -> Any:
@@ -64,11 +60,11 @@ class _Report:
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m async_pbt_isaaclab.examples.rsl_rl_train", description=__doc__)
-    parser.add_argument("--config", choices=CONFIGS, default="pendulum")
+    parser.add_argument("--task", choices=sorted(PACKAGED_RSL_RL_CONFIGS), default=DEFAULT_TASK)
     parser.add_argument("--iterations", type=int, default=None, help="default: the config's max_iterations")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--every", type=int, default=10)
-    parser.add_argument("--log-dir", default=None, help="default: runs/rsl_rl_<config>")
+    parser.add_argument("--log-dir", default=None, help="default: runs/rsl_rl_<task>")
     args = parser.parse_args(argv)
     from async_pbt_isaaclab.rsl_rl.release import UnsupportedRslRl, installed_line
 
@@ -78,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(EXIT_USAGE, f"{parser.prog}: {exc}\n")
     from async_pbt_isaaclab.rsl_rl.trainer import RslRlTrainer
 
-    cfg = packaged_config(args.config)
-    trainer = RslRlTrainer(build_runner(cfg, args.seed, args.log_dir or f"runs/rsl_rl_{args.config}"))
+    cfg = packaged_config(args.task)
+    trainer = RslRlTrainer(build_runner(cfg, args.seed, args.log_dir or f"runs/rsl_rl_{args.task}"))
     trainer.attach(_Report(trainer, max(1, args.every)))
     trainer.train(args.iterations or int(cfg["runner"]["max_iterations"]))
     return 0

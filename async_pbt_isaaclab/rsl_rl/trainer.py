@@ -1,7 +1,7 @@
 """The rsl_rl trainer adapter: an unforked ``OnPolicyRunner`` as the member loop sees it (``member/trainer.py``).
 
-**Events.** rsl_rl has no observer hooks. :meth:`RslRlTrainer.attach` wraps the running algorithm's ``update``
-(an instance attribute; rsl_rl's code is not changed): before the real update the rollout is done and the
+**Events.** rsl_rl has no observer hooks. The trainer wraps the running algorithm's ``update`` (an instance
+attribute; rsl_rl's code is not changed) and tells the listener given to :meth:`RslRlTrainer.attach`: before the real update the rollout is done and the
 iteration's evidence is in (``rollout_done``, where rl_games members publish and decide: the counters and a
 checkpoint taken there belong to the completed iterations), after it the update is done (``update_done``, where an
 exploit is carried out, so the next rollout runs with the new weights). ``runner.learn`` is called once per process
@@ -68,6 +68,8 @@ class RslRlTrainer:
         """Env frames of those iterations (the whole rank group's)."""
         self.total_iterations = 0
         """Where :meth:`train` stops (completed iterations)."""
+        self._listener: IterationListener | None = None
+        self._count_updates()
 
     @property
     def alg(self) -> Any:
@@ -83,19 +85,24 @@ class RslRlTrainer:
 
     # ------------------------------------------------------------------------- the loop's events
     def attach(self, listener: IterationListener) -> None:
-        """Tell ``listener`` of every iteration from now on (wraps ``runner.alg.update``)."""
-        alg = self.alg
-        update = alg.update
+        """Tell ``listener`` of every iteration from now on."""
+        self._listener = listener
+
+    def _count_updates(self) -> None:
+        """Wrap ``runner.alg.update`` (once, at construction): every update is counted, and the listener told."""
+        update = self.alg.update
 
         def update_with_events() -> Any:
-            listener.rollout_done()
+            if self._listener is not None:
+                self._listener.rollout_done()
             losses = update()
             self.epoch += 1
             self.frame += self.frames_per_iteration
-            listener.update_done()
+            if self._listener is not None:
+                self._listener.update_done()
             return losses
 
-        alg.update = update_with_events
+        self.alg.update = update_with_events
 
     def train(self, total_iterations: int, init_at_random_ep_len: bool = False) -> None:
         """Run ``runner.learn`` until the member has completed ``total_iterations`` (its own count), starting at

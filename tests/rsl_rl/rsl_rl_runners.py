@@ -13,7 +13,7 @@ def small_config(**algorithm: Any) -> dict[str, Any]:
     values changed."""
     from async_pbt_isaaclab.examples.rsl_rl_train import packaged_config
 
-    cfg = packaged_config("pendulum")
+    cfg = packaged_config("Pendulum-v1")
     cfg["env"]["num_envs"] = 4
     cfg["runner"]["num_steps_per_env"] = 8
     cfg["runner"]["algorithm"].update(algorithm)
