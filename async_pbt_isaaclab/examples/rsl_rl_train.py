@@ -1,8 +1,8 @@
 """One rsl_rl member on a gymnasium task, without a population: real rsl_rl PPO on the CPU vec-env.
 
 ``python -m async_pbt_isaaclab.examples.rsl_rl_train --task Pendulum-v1 --iterations 300`` trains the task's
-packaged config (``examples/agents.py``: ``PACKAGED_RSL_RL_CONFIGS``) with the installed rsl-rl-lib (3.1 or 5.x) and prints, every ``--every``
-iterations, the mean return of the episodes the member's own summary emitter saw complete (its evidence, not
+packaged config (``examples/agents.py``: ``PACKAGED_RSL_RL_CONFIGS``) with the installed rsl-rl-lib (3.1 or 5.x)
+and prints, every ``--every`` iterations, the mean return of the episodes the member's own summary emitter saw complete (its evidence, not
 rsl_rl's logged means). rsl_rl's own TensorBoard run and ``model_<it>.pt`` checkpoints go to ``--log-dir``.
 """
 
