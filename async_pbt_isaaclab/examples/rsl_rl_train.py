@@ -2,8 +2,9 @@
 
 ``python -m async_pbt_isaaclab.examples.rsl_rl_train --task Pendulum-v1 --iterations 300`` trains the task's
 packaged config (``examples/agents.py``: ``PACKAGED_RSL_RL_CONFIGS``) with the installed rsl-rl-lib (3.1 or 5.x)
-and prints, every ``--every`` iterations, the mean return of the episodes the member's own summary emitter saw complete (its evidence, not
-rsl_rl's logged means). rsl_rl's own TensorBoard run and ``model_<it>.pt`` checkpoints go to ``--log-dir``.
+and prints, every ``--every`` iterations, the mean return of the episodes the member's own summary emitter saw
+complete (its evidence, not rsl_rl's logged means). rsl_rl's own TensorBoard run and ``model_<it>.pt``
+checkpoints go to ``--log-dir``.
 """
 
 from __future__ import annotations

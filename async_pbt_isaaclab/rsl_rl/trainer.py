@@ -4,9 +4,10 @@
 attribute; rsl_rl's code is not changed) and tells the listener given to :meth:`RslRlTrainer.attach`: before the
 real update the rollout is done and the iteration's evidence is in (``rollout_done``, where rl_games members publish
 and decide: the counters and a checkpoint taken there belong to the completed iterations), after it the update is
-done (``update_done``, where an exploit is carried out, so the next rollout runs with the new weights). ``runner.learn`` is called once per process
-(:meth:`RslRlTrainer.train`), so rsl_rl's own logging, ``save_interval`` checkpoints and TensorBoard run stay what
-they are in a plain run; docs/rsl_rl.md says why this and not ``learn`` in chunks.
+done (``update_done``, where an exploit is carried out, so the next rollout runs with the new weights).
+``runner.learn`` is called once per process (:meth:`RslRlTrainer.train`), so rsl_rl's own logging,
+``save_interval`` checkpoints and TensorBoard run stay what they are in a plain run; docs/rsl_rl.md says why this
+and not ``learn`` in chunks.
 
 **Counters** are the member's own (:class:`TrainerCounters`: completed iterations and env frames), kept in the
 checkpoint's ``infos`` (rsl_rl's slot for extra data, which ``runner.load`` returns and nothing reads) and restored
