@@ -172,13 +172,7 @@ def checkpoint_bytes(path: Path | str, state: Mapping[str, Any], kind: Checkpoin
     path = Path(path)
     if not isinstance(state, Mapping):
         raise CheckpointError(f"{path}: expected a checkpoint dict, got {type(state).__name__}", path)
-    missing = [k for k in kind.required if k not in state]
-    if missing:
-        raise CheckpointError(
-            f"{path}: refusing to save a checkpoint without {kind.trainer} key(s) {missing}; "
-            f"got {sorted(map(str, state))}",
-            path,
-        )
+    _require_keys(path, state, kind, f"refusing to save a checkpoint without {kind.trainer} key(s)")
     state = dict(state)
     if PBT_KEY in state and state[PBT_KEY] is not None:
         state[PBT_KEY] = _plain(state[PBT_KEY], f"{path}: {PBT_KEY}")
@@ -372,19 +366,22 @@ def load_checkpoint(
     return state
 
 
+def _require_keys(path: Path, state: Mapping[str, Any], kind: CheckpointKind, problem: str, hint: str = "") -> None:
+    """``CheckpointError`` naming the file, ``problem`` and the missing keys when ``state`` lacks a required one."""
+    missing = [k for k in kind.required if k not in state]
+    if missing:
+        hint = f" {hint}" if hint else ""
+        raise CheckpointError(f"{path}: {problem} {missing}{hint}; got {sorted(map(str, state))}", path)
+
+
 def _check_structure(path: Path, state: Any, kind: CheckpointKind) -> None:
     first = kind.required[0]
     if not isinstance(state, dict):
         raise CheckpointError(
             f"{path}: expected an {kind.trainer} checkpoint dict with key {first!r}, got {type(state).__name__}", path
         )
-    missing = [k for k in kind.required if k not in state]
-    if missing:
-        raise CheckpointError(
-            f"{path}: not an {kind.trainer} checkpoint: missing key(s) {missing} "
-            f"(expected {list(kind.known)}), got {sorted(map(str, state))}",
-            path,
-        )
+    expected = f"(expected {list(kind.known)})"
+    _require_keys(path, state, kind, f"not an {kind.trainer} checkpoint: missing key(s)", expected)
     for key in kind.required:
         if not isinstance(state[key], Mapping):
             raise CheckpointError(

@@ -35,17 +35,10 @@ starts from the donor's live rate (its optimizer's), as a restart of the donor w
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-Setter = Callable[[Any, Any], None]
-"""``(alg, value) -> None``: sets one hyperparameter on a running rsl_rl PPO."""
-
-
-def _attr(name: str, cast: Callable[[Any], Any] = float) -> Setter:
-    def set_(alg: Any, value: Any) -> None:
-        setattr(alg, name, cast(value))
-
-    return set_
+from async_pbt_isaaclab.member.setters import Setter
+from async_pbt_isaaclab.member.setters import attribute_setter as _attr
 
 
 def _learning_rate(alg: Any, value: Any) -> None:
