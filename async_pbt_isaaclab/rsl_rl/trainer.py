@@ -92,6 +92,8 @@ class RslRlTrainer:
     def _count_updates(self) -> None:
         """Wrap ``runner.alg.update`` (once, at construction): every update is counted, and the listener told."""
         update = self.alg.update
+        if getattr(update, "counted_by", None) is not None:
+            raise ValueError("this runner is already a member's (one RslRlTrainer per runner: each counts its updates)")
 
         def update_with_events() -> Any:
             if self._listener is not None:
@@ -103,6 +105,7 @@ class RslRlTrainer:
                 self._listener.update_done()
             return losses
 
+        update_with_events.counted_by = self  # type: ignore[attr-defined]
         self.alg.update = update_with_events
 
     def train(self, total_iterations: int, init_at_random_ep_len: bool = False) -> None:

@@ -28,3 +28,18 @@ def test_installed_line_is_the_one_imported():
     # Line 3 builds one ActorCritic policy (rsl_rl.modules), line 5 actor and critic models (rsl_rl.models, new in
     # 4.0): what layout.py relies on.
     assert installed_line() == (5 if find_spec("rsl_rl.models") else 3)
+
+
+def test_a_member_does_not_start_on_another_line(make_runner, monkeypatch, capsys):
+    from async_pbt_isaaclab.examples.rsl_rl_train import main
+    from async_pbt_isaaclab.rsl_rl import release
+    from async_pbt_isaaclab.rsl_rl.trainer import RslRlTrainer
+
+    runner = make_runner()
+    monkeypatch.setattr(release.metadata, "version", lambda name: "4.0.1")
+    with pytest.raises(UnsupportedRslRl, match=r"rsl-rl-lib 4\.0\.1 is not supported"):
+        RslRlTrainer(runner)
+    with pytest.raises(SystemExit) as stopped:
+        main(["--iterations", "1"])
+    err = capsys.readouterr().err.strip()
+    assert stopped.value.code == 2 and "\n" not in err and SUPPORTED_TEXT in err

@@ -48,10 +48,13 @@ def save(trainer: RslRlTrainer, state: dict, path: Path) -> str:
 
 
 def test_the_trainer_is_the_protocols(make_runner):
-    trainer = RslRlTrainer(make_runner())
+    runner = make_runner()
+    trainer = RslRlTrainer(runner)
     assert isinstance(trainer, Trainer) and trainer.name == "rsl_rl"
     abilities = trainer.abilities()
     assert abilities.live_keys == frozenset(LIVE_SETTERS) and abilities.loads_weights and abilities.restarts
+    with pytest.raises(ValueError, match="already a member's"):
+        RslRlTrainer(runner)
 
 
 def test_counters_are_the_members_own_and_no_iteration_index_repeats_across_a_restart(make_runner, tmp_path):
