@@ -50,7 +50,6 @@ __all__ = [
     "build_recipient_state",
     "check_donor_fits",
     "model_fingerprint",
-    "start_learning_rate",
 ]
 
 
