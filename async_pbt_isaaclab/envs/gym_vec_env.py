@@ -41,11 +41,15 @@ import gymnasium
 import numpy as np
 import torch
 from gymnasium.vector import SyncVectorEnv
-from rl_games.common.ivecenv import IVecEnv
 
 from async_pbt_isaaclab.core.evidence import ConditionLabel
 from async_pbt_isaaclab.envs.summary_emitter import EpisodeSummaryEmitter
 from async_pbt_isaaclab.envs.summary_source import SUMMARY_SOURCE_ATTR, find_summary_source
+
+try:  # rl_games is needed only by rl_games members; rsl_rl members step this env through rsl_rl/vec_env.py
+    from rl_games.common.ivecenv import IVecEnv
+except ImportError:  # pragma: no cover - an install without the rl-games extra
+    IVecEnv = object
 
 #: rl_games vec-env type name under which :class:`GymVecEnv` is registered.
 VECENV_TYPE = "ASYNC_PBT_GYM"

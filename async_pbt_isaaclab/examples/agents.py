@@ -16,6 +16,12 @@ PACKAGED_AGENTS = {
     "Hopper-v5": HERE / "hopper_ppo.yaml",
 }
 """Gymnasium task id -> its packaged rl_games agent yaml."""
+PACKAGED_RSL_RL_CONFIGS = {
+    "Pendulum-v1": HERE / "rsl_rl_pendulum.yaml",
+    "HalfCheetah-v5": HERE / "rsl_rl_halfcheetah.yaml",
+    "Hopper-v5": HERE / "rsl_rl_hopper.yaml",
+}
+"""Gymnasium task id -> its packaged rsl_rl config (``env``, ``runner`` in rsl-rl-lib 5's form, ``pbt``)."""
 DEFAULT_TASK = "Pendulum-v1"
 """The task of the examples when none is named."""
 
@@ -31,4 +37,4 @@ def packaged_agent_yaml(task: str) -> Path:
         ) from None
 
 
-__all__ = ["DEFAULT_TASK", "PACKAGED_AGENTS", "packaged_agent_yaml"]
+__all__ = ["DEFAULT_TASK", "PACKAGED_AGENTS", "PACKAGED_RSL_RL_CONFIGS", "packaged_agent_yaml"]

@@ -26,6 +26,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
+from async_pbt_isaaclab.checkpoint_io import model_fingerprint, optimizer_groups_differ, state_dict_misfit
+
 DONOR_KEYS = (
     "model",
     "optimizer",
@@ -39,6 +41,15 @@ DONOR_KEYS = (
 
 RECIPIENT_KEYS = ("epoch", "frame", "last_mean_rewards")
 """Checkpoint keys kept from the recipient."""
+
+__all__ = [
+    "DONOR_KEYS",
+    "RECIPIENT_KEYS",
+    "DonorMisfit",
+    "build_recipient_state",
+    "check_donor_fits",
+    "model_fingerprint",
+]
 
 
 class DonorMisfit(ValueError):
@@ -55,25 +66,12 @@ def check_donor_fits(algo: Any, donor_state: Mapping[str, Any]) -> None:
     model = donor_state.get("model")
     if not isinstance(model, Mapping):
         raise DonorMisfit("checkpoint has no model state dict")
-    mine = algo.model.state_dict()
-    missing = sorted(set(mine) - set(model))
-    unexpected = sorted(set(model) - set(mine))
-    shapes = [
-        f"{k}: donor {tuple(getattr(model[k], 'shape', ()))} vs mine {tuple(mine[k].shape)}"
-        for k in sorted(set(mine) & set(model))
-        if tuple(getattr(model[k], "shape", ())) != tuple(mine[k].shape)
-    ]
-    if missing or unexpected or shapes:
-        parts = ([f"missing {missing[:4]}"] if missing else []) + (
-            [f"unexpected {unexpected[:4]}"] if unexpected else []
-        )
-        raise DonorMisfit("donor network does not fit this member's model: " + "; ".join(parts + shapes[:4]))
+    misfit = state_dict_misfit(algo.model.state_dict(), model)
+    if misfit:
+        raise DonorMisfit("donor network does not fit this member's model: " + misfit)
     optimizer = donor_state.get("optimizer")
-    if isinstance(optimizer, Mapping):
-        groups = optimizer.get("param_groups") or []
-        mine_groups = algo.optimizer.state_dict()["param_groups"]
-        if [len(g.get("params", [])) for g in groups] != [len(g["params"]) for g in mine_groups]:
-            raise DonorMisfit("donor optimizer has other parameter groups than this member's")
+    if isinstance(optimizer, Mapping) and optimizer_groups_differ(algo.optimizer.state_dict(), optimizer):
+        raise DonorMisfit("donor optimizer has other parameter groups than this member's")
 
 
 def build_recipient_state(
@@ -102,18 +100,3 @@ def build_recipient_state(
         state["optimizer"] = optimizer
     state["pbt"] = copy.deepcopy(dict(pbt_metadata))
     return state
-
-
-def model_fingerprint(state_dict: dict[str, Any]) -> str:
-    """sha256 over a model state dict's names, dtypes, shapes and bytes (device independent)."""
-    import hashlib
-
-    import torch
-
-    h = hashlib.sha256()
-    for name in sorted(state_dict):
-        t = state_dict[name].detach().to("cpu").contiguous()
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        # Raw bytes through a uint8 view: works for every dtype, bfloat16 included.
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()

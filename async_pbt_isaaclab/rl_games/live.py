@@ -32,17 +32,10 @@ refuses them), so today a restart is needed only for multi-GPU members, recurren
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-Setter = Callable[[Any, Any], None]
-"""``(agent, value) -> None``: sets one hyperparameter on a running rl_games agent."""
-
-
-def _attr(name: str, cast: Callable[[Any], Any] = float) -> Setter:
-    def set_(algo: Any, value: Any) -> None:
-        setattr(algo, name, cast(value))
-
-    return set_
+from async_pbt_isaaclab.member.setters import Setter
+from async_pbt_isaaclab.member.setters import attribute_setter as _attr
 
 
 def _learning_rate(algo: Any, value: Any) -> None:

@@ -215,6 +215,8 @@ class TorchReachEnv(gym.Env):
         """``reset_terminated | reset_time_outs`` of the last step."""
         self.reward_buf = torch.zeros(n, dtype=torch.float32, device=dev)
         """Total reward of the last step (buffer reused every step)."""
+        self.obs_buf: dict[str, torch.Tensor] = {}
+        """The observations of the last step or reset (Isaac Lab's attribute)."""
         self.extras: dict[str, Any] = {}
         """Persistent extras dict returned by :meth:`reset` and :meth:`step` (``"log"``, ``"time_outs"``)."""
 
@@ -300,7 +302,8 @@ class TorchReachEnv(gym.Env):
             env_ids = torch.arange(self.num_envs, device=self.device)
         env_ids = torch.as_tensor(env_ids, dtype=torch.long, device=self.device)
         self._reset_idx(env_ids)
-        return self._compute_obs(), self.extras
+        self.obs_buf = self._compute_obs()
+        return self.obs_buf, self.extras
 
     def step(self, action: torch.Tensor):
         """Advance all envs one control step, reset the finished ones, return Isaac Lab's 5-tuple."""
@@ -347,7 +350,9 @@ class TorchReachEnv(gym.Env):
         if len(reset_env_ids) > 0:
             self._reset_idx(reset_env_ids)
         self.extras["time_outs"] = self.reset_time_outs
-        obs = self._compute_obs()
+        # Kept as Isaac Lab's envs keep it: the observations of the last step or reset, which Isaac Lab's
+        # RslRlVecEnvWrapper.get_observations reads.
+        self.obs_buf = obs = self._compute_obs()
         return obs, self.reward_buf, self.reset_terminated, self.reset_time_outs, self.extras
 
     def get_per_env_terms(self) -> dict[str, torch.Tensor]:

@@ -79,6 +79,10 @@ class ReachDirectEnv(WithoutSimulator, TorchReachEnv, DirectRLEnv):
     def __init__(self, cfg: ReachDirectEnvCfg, render_mode: str | None = None, **kwargs):
         TorchReachEnv.__init__(self, cfg, render_mode, **kwargs)
 
+    def _get_observations(self) -> dict:
+        """``DirectRLEnv``'s observation method (Isaac Lab 2.3's ``RslRlVecEnvWrapper.get_observations`` calls it)."""
+        return self._compute_obs()
+
 
 def register_task(task_id: str, env: type, cfg: type) -> None:
     """Register ``task_id`` as Isaac Lab registers its tasks (string entry points), with the reach agent config."""

@@ -336,3 +336,88 @@ def train_flags() -> None:
 
 if __name__ == "__main__":
     globals()[sys.argv[1]](*sys.argv[2:])
+
+
+def rsl_rl_member(log_dir: str) -> None:
+    """An rsl_rl member where Isaac Lab users train: our evidence wrapper inside the real ``RslRlVecEnvWrapper``, the
+    runner built from Isaac Lab's own cartpole ``RslRlOnPolicyRunnerCfg`` as the release's train script builds it,
+    rsl_rl's own ``learn`` through the adapter, and the member's checkpoint read by ``runner.load``."""
+    import contextlib
+    import io
+    from importlib import metadata
+    from pathlib import Path
+
+    import gymnasium as gym
+    import reach_task
+    import torch
+    import yaml
+    from isaaclab_rl.rsl_rl import RslRlVecEnvWrapper
+
+    from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
+    from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
+    from async_pbt_isaaclab.rsl_rl.trainer import RslRlTrainer
+
+    cfg = reach_task.ReachDirectEnvCfg()
+    cfg.scene.num_envs = 16
+    agent = yaml.safe_load((Path(__file__).resolve().parents[2] / "tasks/agents/torch_reach_pbt.yaml").read_text())
+    wrapped = attach_summary_source(
+        gym.make(reach_task.TASK_ID, cfg=cfg), SummaryCfg.from_agent_cfg(agent), objective="success", task="reach"
+    )
+    env = RslRlVecEnvWrapper(wrapped)
+    runner_cfg, make_runner = _isaaclab_rsl_rl_runner(metadata.version("rsl-rl-lib"))
+    runner_cfg.device = "cpu"
+    with contextlib.redirect_stdout(io.StringIO()):
+        member = RslRlTrainer(make_runner(env, runner_cfg, log_dir))
+        episodes = []
+        member.attach(_Drain(member, episodes))
+        member.train(14)
+        state = member.recipient_state(member.full_state(), member.counters(), {"member": 0}, member.learning_rate())
+        path = Path(log_dir) / "member.pt"
+        path.write_bytes(member.checkpoint_bytes(state))
+        player = make_runner(env, runner_cfg, None)
+        player.load(str(path), map_location="cpu")
+    obs = env.get_observations()
+    _emit(
+        {
+            "wrapper": type(env).__module__ + "." + type(env).__name__,
+            "source_is_ours": member.summary_source() is wrapped.pbt_summary_source,
+            "episodes": len(episodes),
+            "frame": member.counters().frame,
+            "epoch": member.counters().epoch,
+            "frames_per_iteration": member.frames_per_iteration,
+            "played_fingerprint_equal": RslRlTrainer(player).fingerprint() == member.fingerprint(),
+            "same_actions": bool(
+                torch.equal(player.get_inference_policy()(obs), member.runner.get_inference_policy()(obs))
+            ),
+        }
+    )
+
+
+class _Drain:
+    """Drains the member's evidence at every rollout (the member loop's publish point)."""
+
+    def __init__(self, trainer: Any, episodes: list):
+        self.trainer, self.episodes = trainer, episodes
+
+    def rollout_done(self) -> None:
+        self.episodes += list(self.trainer.summary_source().drain().returns)
+
+    def update_done(self) -> None:
+        pass
+
+
+def _isaaclab_rsl_rl_runner(rsl_rl_version: str) -> tuple[Any, Any]:
+    """Isaac Lab's own cartpole runner config of the active release, and the runner its train script builds from it
+    (2.3: ``OnPolicyRunner(env, cfg.to_dict(), ...)``; 3.0: ``handle_deprecated_rsl_rl_cfg``,
+    ``create_rsl_rl_runner``)."""
+    import isaaclab_rl.rsl_rl as rsl_rl_cfgs
+
+    if hasattr(rsl_rl_cfgs, "create_rsl_rl_runner"):  # 3.0
+        from isaaclab_tasks.core.cartpole.agents.rsl_rl_ppo_cfg import CartpolePPORunnerCfg
+
+        cfg = rsl_rl_cfgs.handle_deprecated_rsl_rl_cfg(CartpolePPORunnerCfg(), rsl_rl_version)
+        return cfg, lambda env, c, log_dir: rsl_rl_cfgs.create_rsl_rl_runner(env, c, log_dir=log_dir)
+    from isaaclab_tasks.manager_based.classic.cartpole.agents.rsl_rl_ppo_cfg import CartpolePPORunnerCfg
+    from rsl_rl.runners import OnPolicyRunner
+
+    return CartpolePPORunnerCfg(), lambda env, c, log_dir: OnPolicyRunner(env, c.to_dict(), log_dir, device=c.device)
