@@ -32,7 +32,7 @@ from async_pbt_isaaclab.examples.agents import DEFAULT_TASK, PACKAGED_AGENTS, pa
 from async_pbt_isaaclab.member.restart import capture_argv
 
 VEC_ENV_CHOICES = ("gymnasium", "envpool")
-"""``--vec-env``: the backends of ``envs.gym_vec_env.VEC_ENV_BACKENDS``."""
+"""``--vec-env``: the backends of ``envs.vec_env_registry.VEC_ENV_BACKENDS``."""
 
 DEFAULT_AGENT = PACKAGED_AGENTS[DEFAULT_TASK]
 """The packaged agent yaml (Pendulum-v1, CPU)."""
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def register_env() -> None:
         # Imports rl_games' env registry (seconds): train_member calls this once the member is claimed.
-        from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv
+        from async_pbt_isaaclab.envs.vec_env_registry import register_gym_vecenv
 
         register_gym_vecenv(task, args.vec_env)
 
@@ -184,7 +184,7 @@ def _train_slices(
     env_config.setdefault("seed", int(agent_cfg["params"].get("seed", 0) or 0))
 
     def make_env(num_envs: int) -> Any:
-        from async_pbt_isaaclab.envs.gym_vec_env import vec_env_class
+        from async_pbt_isaaclab.envs.vec_env_registry import vec_env_class
 
         return vec_env_class(args.vec_env)(task, num_envs, **env_config)
 

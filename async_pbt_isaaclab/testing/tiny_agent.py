@@ -22,7 +22,7 @@ def train_agent(agent_cfg: Mapping[str, Any], observers: Sequence[Any] = (), *, 
     from rl_games.common.algo_observer import IsaacAlgoObserver
     from rl_games.torch_runner import Runner
 
-    from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
+    from async_pbt_isaaclab.envs.vec_env_registry import register_gym_vecenv_for
     from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
 
     class Capture:

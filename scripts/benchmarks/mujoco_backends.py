@@ -39,7 +39,7 @@ if backend == "rl_games-envpool":
     c["env_name"] = "envpool"
     c["env_config"] = {"env_name": task}
 else:
-    from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv
+    from async_pbt_isaaclab.envs.vec_env_registry import register_gym_vecenv
     register_gym_vecenv(task, backend)
 marks = []
 class Clock(AlgoObserver):

@@ -177,7 +177,7 @@ def one_run(variant: str, args: argparse.Namespace, profile: cProfile.Profile | 
     from rl_games.torch_runner import Runner
 
     from async_pbt_isaaclab.core.agent_config import load_population_config
-    from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
+    from async_pbt_isaaclab.envs.vec_env_registry import register_gym_vecenv_for
     from async_pbt_isaaclab.member.session import start_member
     from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
     from async_pbt_isaaclab.rl_games.observer import PbtObserver

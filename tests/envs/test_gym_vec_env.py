@@ -18,9 +18,8 @@ from async_pbt_isaaclab.envs.gym_vec_env import (
     VECENV_TYPE,
     GymVecEnv,
     find_summary_source,
-    register_gym_vecenv,
-    register_gym_vecenv_for,
 )
+from async_pbt_isaaclab.envs.vec_env_registry import register_gym_vecenv, register_gym_vecenv_for
 
 PENDULUM = "Pendulum-v1"
 YAML = Path(examples.__file__).parent / "pendulum_ppo.yaml"

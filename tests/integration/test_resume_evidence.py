@@ -24,7 +24,7 @@ import torch
 
 import async_pbt_isaaclab.examples as examples
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
-from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
+from async_pbt_isaaclab.envs.vec_env_registry import register_gym_vecenv_for
 from async_pbt_isaaclab.rl_games.runner import train_member
 
 YAML = Path(examples.__file__).parent / "pendulum_ppo.yaml"

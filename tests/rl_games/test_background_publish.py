@@ -38,7 +38,7 @@ FRAMES_PER_EPOCH = 16 * 128
 
 def start(tmp: Path, *, index: int = 1, epochs: int = 4, **pbt):
     """Claim member ``index`` of a 2-member workspace under ``tmp``: a publish at every epoch."""
-    from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
+    from async_pbt_isaaclab.envs.vec_env_registry import register_gym_vecenv_for
     from async_pbt_isaaclab.member.session import start_member
 
     raw = load_yaml(YAML)

@@ -33,7 +33,7 @@ HOOKS = ("before_init", "after_init", "process_infos", "after_steps", "after_cle
 # ------------------------------------------------------------------------------------------- helpers
 def start(tmp: Path, *, index: int = 1, epochs: int = 4, env_config: dict | None = None, **pbt):
     """Claim member ``index`` of a 2-member workspace under ``tmp``; returns (session, agent_cfg)."""
-    from async_pbt_isaaclab.envs.gym_vec_env import register_gym_vecenv_for
+    from async_pbt_isaaclab.envs.vec_env_registry import register_gym_vecenv_for
     from async_pbt_isaaclab.member.session import start_member
 
     raw = load_yaml(YAML)
