@@ -76,21 +76,15 @@ def lineage_events(member: int, entries: Iterable[tuple[int, Mapping[str, Any] |
         elif kind == "decision":
             decided = _decided_event(entry, line)
             if decided is not None:
-                if pending is not None:
-                    events.append({**pending, "state": "not applied"})
+                events.extend(_closed(pending, "not applied"))
                 pending = decided
         elif kind == "exploit_applied":
             events.append(_applied_event(entry, line, pending, member))
             pending = None
         elif kind == "exploit_aborted":
-            why = entry.get("reason") or entry.get("error") or ""
-            if pending is not None:
-                events.append({**pending, "state": "aborted", "abort_reason": why, "abort_seq": entry.get("seq")})
-                pending = None
-            else:
-                events.append(_aborted_event(entry, line, why))
-    if pending is not None:
-        events.append({**pending, "state": "pending"})
+            events.append(_aborted(entry, line, pending))
+            pending = None
+    events.extend(_closed(pending, "pending"))
     return {"member": member, "start": start, "initial": initial, "events": events, "unreadable": unreadable}
 
 
@@ -207,6 +201,21 @@ def change_text(event: Mapping[str, Any]) -> str:
     if moves is None:
         return format_changes(event.get("changes"))
     return ", ".join(_move_text(m) for m in moves) or "no hyperparameter changed"
+
+
+def _closed(pending: dict[str, Any] | None, state: str) -> list[dict[str, Any]]:
+    """The decided event not yet applied, in the ``state`` it was left in (a later decision came first, or the log
+    ends); nothing when no decision was pending."""
+    return [] if pending is None else [{**pending, "state": state}]
+
+
+def _aborted(entry: Mapping[str, Any], line: int, pending: dict[str, Any] | None) -> dict[str, Any]:
+    """An ``exploit_aborted`` entry: the pending decision, aborted; or, when its decision is not in the log, what
+    the abort entry says."""
+    why = entry.get("reason") or entry.get("error") or ""
+    if pending is not None:
+        return {**pending, "state": "aborted", "abort_reason": why, "abort_seq": entry.get("seq")}
+    return _aborted_event(entry, line, why)
 
 
 def _aborted_event(entry: Mapping[str, Any], line: int, why: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from async_pbt_isaaclab.commands.common import CliError, emit_json, format_number, format_table, open_workspace
 from async_pbt_isaaclab.exit_codes import EXIT_OK
@@ -65,7 +66,7 @@ def schedule_for(ws, member: int):
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from async_pbt_isaaclab.core.schedule import dump_schedule, values_at
+    from async_pbt_isaaclab.core.schedule import dump_schedule
 
     if args.member < 0:
         raise CliError(f"--member must be >= 0, got {args.member}")
@@ -74,35 +75,40 @@ def cmd_replay(args: argparse.Namespace) -> int:
     ws = open_workspace(args.workspace)
     schedule = schedule_for(ws, args.member)
     if args.frame is not None:
-        values = values_at(schedule, args.frame)
-        if args.json:
-            emit_json({"member": args.member, "frame": args.frame, "values": values})
-        else:
-            for k, v in sorted(values.items()):
-                print(f"{k} = {format_number(v)}")
-        return EXIT_OK
-    if args.out:
-        out = Path(args.out).expanduser()
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(dump_schedule(schedule))
-        except OSError as exc:
-            raise CliError(f"cannot write {out}: {exc.strerror}") from None
-        print(
-            f"replay: wrote {len(schedule.steps)} step(s) of member {args.member:03d}'s lineage to {out}",
-            file=sys.stderr,
-        )
+        _print_values_at(schedule, args.member, args.frame, as_json=args.json)
+    elif args.out:
+        _write_schedule(schedule, args.member, Path(args.out).expanduser())
     elif args.json:
         emit_json(schedule.to_dict())
-        return EXIT_OK
     else:
         sys.stdout.write(dump_schedule(schedule))
-    if args.out:
-        rows = [["replay frame", "from", "member frame", "gen", "values"]]
-        for s in schedule.steps:
-            shown = ", ".join(f"{k}={format_number(v)}" for k, v in sorted(s.values.items()))
-            rows.append(
-                [str(s.frame), f"{s.source} member {s.member:03d}", str(s.member_frame), str(s.generation), shown]
-            )
-        print("\n".join(format_table(rows)))
     return EXIT_OK
+
+
+def _print_values_at(schedule: Any, member: int, frame: int, *, as_json: bool) -> None:
+    """``--frame F``: the values the schedule gives at replay frame ``frame``."""
+    from async_pbt_isaaclab.core.schedule import values_at
+
+    values = values_at(schedule, frame)
+    if as_json:
+        emit_json({"member": member, "frame": frame, "values": values})
+    else:
+        for k, v in sorted(values.items()):
+            print(f"{k} = {format_number(v)}")
+
+
+def _write_schedule(schedule: Any, member: int, out: Path) -> None:
+    """``--out FILE``: the schedule written to ``out``, and its steps shown as a table."""
+    from async_pbt_isaaclab.core.schedule import dump_schedule
+
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(dump_schedule(schedule))
+    except OSError as exc:
+        raise CliError(f"cannot write {out}: {exc.strerror}") from None
+    print(f"replay: wrote {len(schedule.steps)} step(s) of member {member:03d}'s lineage to {out}", file=sys.stderr)
+    rows = [["replay frame", "from", "member frame", "gen", "values"]]
+    for s in schedule.steps:
+        shown = ", ".join(f"{k}={format_number(v)}" for k, v in sorted(s.values.items()))
+        rows.append([str(s.frame), f"{s.source} member {s.member:03d}", str(s.member_frame), str(s.generation), shown])
+    print("\n".join(format_table(rows)))

@@ -91,7 +91,29 @@ class EpisodeSummaryEmitter:
     :attr:`dropped_unsettled` and stamps the batch with ``settled``. The gate costs a few small kernels per step
     and no host synchronisation.
 
-    Attributes are documented where they are defined in :meth:`__init__`.
+    Attributes are documented where :meth:`__init__` and its setup steps define them.
+
+    Args:
+        num_envs: Number of environments the tensors passed to :meth:`step` have.
+        device: Device of those tensors; all buffers live there.
+        term_names: Per-episode objective terms to record, in the order they appear in the batch.
+        condition: The condition label, or a callable returning it (polled once per step).
+        generation: Policy generation of the member at construction.
+        term_modes: Mode per term name (see :data:`~async_pbt_isaaclab.envs.episode_layout.TermMode`);
+            unlisted names use :func:`~async_pbt_isaaclab.envs.episode_layout.default_term_mode`.
+        capacity: Ring buffer size in episodes. Default ``max(4 * num_envs, 1024)``: several publish
+            intervals of short episodes. Must be ``>= num_envs`` because all envs may finish at once.
+        dtype: Accumulator dtype. float64 (default) keeps long sums exact enough and makes every record
+            bit-identical to a Python-float reference; memory is ``(capacity + num_envs) * columns * 8``
+            bytes, a few MiB at 65,536 envs.
+        fresh_start: True when the envs start new episodes at the first :meth:`step` (the emitter was
+            created with the env, before it stepped). False when attaching to envs that are mid-episode:
+            their first episodes are then partial and are dropped as stale.
+        compile: Fuse the per-step update with :func:`torch.compile`. Meant for CUDA, where kernel
+            launches dominate the cost; on CPU the eager path measured faster. The first step compiles,
+            which takes seconds to tens of seconds.
+        settle_max_steps: A segment counts as settled after this many env steps even if some env has not
+            finished an episode begun in it (``None``: wait for every env). See :meth:`set_settle_max_steps`.
     """
 
     def __init__(
@@ -109,30 +131,7 @@ class EpisodeSummaryEmitter:
         compile: bool = False,
         settle_max_steps: int | None = None,
     ):
-        """Allocate the device buffers.
-
-        Args:
-            num_envs: Number of environments the tensors passed to :meth:`step` have.
-            device: Device of those tensors; all buffers live there.
-            term_names: Per-episode objective terms to record, in the order they appear in the batch.
-            condition: The condition label, or a callable returning it (polled once per step).
-            generation: Policy generation of the member at construction.
-            term_modes: Mode per term name (see :data:`~async_pbt_isaaclab.envs.episode_layout.TermMode`);
-                unlisted names use :func:`~async_pbt_isaaclab.envs.episode_layout.default_term_mode`.
-            capacity: Ring buffer size in episodes. Default ``max(4 * num_envs, 1024)``: several publish
-                intervals of short episodes. Must be ``>= num_envs`` because all envs may finish at once.
-            dtype: Accumulator dtype. float64 (default) keeps long sums exact enough and makes every record
-                bit-identical to a Python-float reference; memory is ``(capacity + num_envs) * columns * 8``
-                bytes, a few MiB at 65,536 envs.
-            fresh_start: True when the envs start new episodes at the first :meth:`step` (the emitter was
-                created with the env, before it stepped). False when attaching to envs that are mid-episode:
-                their first episodes are then partial and are dropped as stale.
-            compile: Fuse the per-step update with :func:`torch.compile`. Meant for CUDA, where kernel
-                launches dominate the cost; on CPU the eager path measured faster. The first step compiles,
-                which takes seconds to tens of seconds.
-            settle_max_steps: A segment counts as settled after this many env steps even if some env has not
-                finished an episode begun in it (``None``: wait for every env). See :meth:`set_settle_max_steps`.
-        """
+        """Allocate the device buffers (arguments: the class docstring)."""
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         capacity = max(4 * num_envs, 1024) if capacity is None else int(capacity)
@@ -167,6 +166,12 @@ class EpisodeSummaryEmitter:
         self.last_drain = DrainStats(0, 0, 0)
         """Counts of the most recent :meth:`drain`."""
 
+        self._set_up_condition(condition)
+        self._allocate_buffers(fresh_start, settle_max_steps)
+        self._core = torch.compile(self._update, fullgraph=True, dynamic=False) if compile else self._update
+
+    def _set_up_condition(self, condition: ConditionSource) -> None:
+        """The segment's condition label: fixed, or polled from a callable once per step."""
         if callable(condition) and not isinstance(condition, ConditionLabel):
             self._condition_fn: Callable[[], ConditionLabel] | None = condition
             self.condition = self._read_condition(condition)
@@ -174,9 +179,6 @@ class EpisodeSummaryEmitter:
         else:
             self._condition_fn = None
             self.condition = condition
-
-        self._allocate_buffers(fresh_start, settle_max_steps)
-        self._core = torch.compile(self._update, fullgraph=True, dynamic=False) if compile else self._update
 
     def _allocate_buffers(self, fresh_start: bool, settle_max_steps: int | None) -> None:
         """The device buffers: per-env accumulators, the settling gate, the ring buffer of finished episodes."""

@@ -1,5 +1,6 @@
-"""Checks of what a launch is asked to do, shared by every backend: the member command, the member indices,
-the supervision limits and the workspace and log folders. A bad value is a :class:`LaunchError` naming it
+"""Checks of what a launch is asked to do, shared by every backend: the member command, the member indices
+and the workspace and log folders (the supervision limits check themselves:
+:class:`~async_pbt_isaaclab.launch.supervision.SupervisionOptions`). A bad value is a :class:`LaunchError` naming it
 (the command line turns it into one line and exit code 2).
 
 Imports only the standard library and the pure core.
@@ -167,16 +168,6 @@ def check_workspace_conditions(workspace: Path, members: int, command: Sequence[
             f"workspace {workspace} was created with {differences} (resume it with the values it was created with, "
             f"or use a new workspace for an independent experiment)"
         )
-
-
-def check_supervision(max_retries: int, retry_window_s: float | None, progress_interval_s: float) -> None:
-    """Refuses negative retries and non-positive windows or progress intervals."""
-    if max_retries < 0:
-        raise LaunchError(f"max_retries must be >= 0, got {max_retries}")
-    if retry_window_s is not None and retry_window_s <= 0:
-        raise LaunchError(f"retry_window_s must be positive or None, got {retry_window_s}")
-    if progress_interval_s <= 0:
-        raise LaunchError(f"progress_interval_s must be positive, got {progress_interval_s}")
 
 
 def check_launch_paths(root: Path, paths: Sequence[Path]) -> None:

@@ -45,7 +45,12 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-doctor", action="store_true", help="skip the filesystem checks of `async-pbt doctor` before launching"
     )
-    s = p.add_argument_group("SLURM backend (--backend slurm)")
+    _add_slurm_arguments(p.add_argument_group("SLURM backend (--backend slurm)"))
+    _add_ray_arguments(p.add_argument_group("Ray backend (--backend ray)"))
+
+
+def _add_slurm_arguments(s: argparse._ArgumentGroup) -> None:
+    """What the batch script asks sbatch for, and what it runs before the member."""
     s.add_argument("--partition", default=None, help="sbatch --partition")
     s.add_argument("--gres", default=None, metavar="SPEC", help="sbatch --gres per member, e.g. gpu:1")
     s.add_argument("--time", default=None, metavar="LIMIT", help="sbatch --time per member, e.g. 2-00:00:00")
@@ -74,7 +79,10 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
         "(default: the Python running this launcher); must have this package installed",
     )
     s.add_argument("--dry-run", action="store_true", help="print the batch script instead of submitting it")
-    r = p.add_argument_group("Ray backend (--backend ray)")
+
+
+def _add_ray_arguments(r: argparse._ArgumentGroup) -> None:
+    """Which Ray cluster runs the members, and what each member's task requests."""
     r.add_argument(
         "--address",
         default=None,

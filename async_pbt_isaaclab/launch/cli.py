@@ -73,6 +73,22 @@ def _parse_env(text: str) -> tuple[str, str]:
 
 def add_launch_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the launcher's options and the trailing member command to ``p``."""
+    _add_population_arguments(p)
+    _add_restart_arguments(p)
+    _add_stopping_arguments(p)
+    _add_member_environment_arguments(p)
+    add_backend_arguments(p)
+    p.add_argument(
+        "member_command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND ...",
+        help="the training command, after '--'; the launcher appends --pbt-workspace, --pbt-members and --pbt-index",
+    )
+    return p
+
+
+def _add_population_arguments(p: argparse.ArgumentParser) -> None:
+    """Which members run, in which workspace, on which GPUs."""
     p.add_argument("--members", "-n", type=int, required=True, metavar="N", help="population size (--pbt-members)")
     p.add_argument(
         "--workspace", "-w", required=True, metavar="DIR", help="population workspace folder (--pbt-workspace)"
@@ -100,6 +116,10 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="LIST",
         help="run only these members (e.g. 0-3 on this node, 4-7 on the next); default all",
     )
+
+
+def _add_restart_arguments(p: argparse.ArgumentParser) -> None:
+    """How often a crashed member is restarted, and how soon."""
     p.add_argument(
         "--max-retries",
         type=int,
@@ -121,6 +141,10 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="wait before the first restart, doubled per crash in the window (default 5)",
     )
+
+
+def _add_stopping_arguments(p: argparse.ArgumentParser) -> None:
+    """Progress reports, and how long a stop waits before the next signal."""
     p.add_argument(
         "--progress-interval",
         type=float,
@@ -142,6 +166,10 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="after SIGTERM, how long before SIGKILL (default 10)",
     )
+
+
+def _add_member_environment_arguments(p: argparse.ArgumentParser) -> None:
+    """Where a member's log goes and what its environment adds."""
     p.add_argument("--log-dir", default=None, metavar="DIR", help="folder for member_NNN.log (default WORKSPACE/logs)")
     p.add_argument(
         "--env",
@@ -151,14 +179,6 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="extra environment variable for every member (repeatable)",
     )
-    add_backend_arguments(p)
-    p.add_argument(
-        "member_command",
-        nargs=argparse.REMAINDER,
-        metavar="-- COMMAND ...",
-        help="the training command, after '--'; the launcher appends --pbt-workspace, --pbt-members and --pbt-index",
-    )
-    return p
 
 
 _DESCRIPTION = (

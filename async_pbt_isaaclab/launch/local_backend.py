@@ -14,8 +14,9 @@ import os
 import shlex
 import sys
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Mapping, Sequence, TextIO
+from typing import Callable, Iterator, Mapping, Sequence, TextIO
 
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.launcher_lock import acquire_launcher_locks, release_launcher_locks
@@ -25,7 +26,6 @@ from async_pbt_isaaclab.launch.arguments import (
     check_indices,
     check_launch_paths,
     check_member_command,
-    check_supervision,
     hosted_members,
     make_folders,
     member_command,
@@ -39,7 +39,8 @@ from async_pbt_isaaclab.launch.gpus import (
     resolve_gpu_placement,
 )
 from async_pbt_isaaclab.launch.results import LaunchResult, MemberOutcome
-from async_pbt_isaaclab.launch.supervisor import SupervisedMember, Supervisor
+from async_pbt_isaaclab.launch.supervision import SupervisedMember, SupervisionOptions
+from async_pbt_isaaclab.launch.supervisor import Supervisor
 
 
 def launch_population(
@@ -73,21 +74,13 @@ def launch_population(
         workspace: population workspace (``--pbt-workspace``); created if missing.
         gpus: ``CUDA_VISIBLE_DEVICES`` values to assign round-robin by member index; ``None`` detects
             them (:func:`detect_gpus`); ``[]`` assigns none (the environment passes through).
-        max_retries: crash restarts allowed per member within ``retry_window_s``.
-        retry_window_s: sliding window for ``max_retries``; ``None`` counts every crash of the run.
-        restart_backoff_s: wait before the first restart; doubles with each crash in the window.
-        max_backoff_s: upper bound of that wait.
-        progress_interval_s: seconds between progress reports.
-        stop_grace_s: after forwarding SIGINT, how long members may take to stop before SIGTERM.
-        term_grace_s: after SIGTERM, how long before SIGKILL.
+        max_retries, retry_window_s, restart_backoff_s, max_backoff_s, progress_interval_s, stop_grace_s,
+            term_grace_s, on_progress, stop_event, die_with_launcher: how the members are restarted, reported
+            on and stopped: the fields of :class:`~async_pbt_isaaclab.launch.supervision.SupervisionOptions`.
         log_dir: folder of the ``member_NNN.log`` files (default ``WORKSPACE/logs``).
         extra_env: variables added to every member's environment (the GPU assignment wins).
         indices: the subset of members this launcher runs (e.g. one launcher per node).
-        on_progress: receives the progress lines instead of them being printed.
         output: where launcher messages go (default ``sys.stdout``).
-        stop_event: setting it stops the population like SIGINT (for callers not on the main thread,
-            where signal handlers cannot be installed).
-        die_with_launcher: on Linux, members get SIGTERM if the launcher itself dies.
         gpu_placement: ``auto``, ``device`` or ``mask`` (:data:`GPU_PLACEMENTS`).
 
     Raises:
@@ -95,38 +88,34 @@ def launch_population(
     """
     command = check_member_command(command)
     chosen = check_indices(members, indices, command=command)
-    check_supervision(max_retries, retry_window_s, progress_interval_s)
+    options = SupervisionOptions(
+        max_retries=max_retries,
+        retry_window_s=retry_window_s,
+        restart_backoff_s=restart_backoff_s,
+        max_backoff_s=max_backoff_s,
+        progress_interval_s=progress_interval_s,
+        stop_grace_s=stop_grace_s,
+        term_grace_s=term_grace_s,
+        die_with_launcher=die_with_launcher,
+        on_progress=on_progress,
+        stop_event=stop_event,
+    )
     root, logs = make_folders(workspace, log_dir)
+    with _launcher_locks(root, hosted_members(command, chosen)):
+        return _supervise(command, members, chosen, root, logs, gpus, gpu_placement, extra_env, output, options)
+
+
+@contextmanager
+def _launcher_locks(root: Path, hosted: Sequence[int]) -> Iterator[None]:
+    """Hold the launcher lock of every member this launch hosts, and clear stale temporary files under them."""
     try:
         # One launcher per member: refused here, before anything starts, when a live launcher runs one of them.
-        held = acquire_launcher_locks(root, hosted_members(command, chosen))
+        held = acquire_launcher_locks(root, hosted)
     except WorkspaceError as exc:
         raise LaunchError(str(exc)) from None
-    Workspace(root).clear_temp_files(PopulationConfig.temp_grace_s)
     try:
-        return _supervise(
-            command,
-            members,
-            chosen,
-            root,
-            logs,
-            gpus=gpus,
-            gpu_placement=gpu_placement,
-            extra_env=extra_env,
-            output=output,
-            supervisor_options=dict(
-                max_retries=max_retries,
-                retry_window_s=retry_window_s,
-                restart_backoff_s=restart_backoff_s,
-                max_backoff_s=max_backoff_s,
-                progress_interval_s=progress_interval_s,
-                stop_grace_s=stop_grace_s,
-                term_grace_s=term_grace_s,
-                die_with_launcher=die_with_launcher,
-                on_progress=on_progress,
-                stop_event=stop_event,
-            ),
-        )
+        Workspace(root).clear_temp_files(PopulationConfig.temp_grace_s)
+        yield
     finally:
         release_launcher_locks(held)
 
@@ -137,12 +126,11 @@ def _supervise(
     chosen: list[int],
     root: Path,
     logs: Path,
-    *,
     gpus: Sequence[str] | None,
     gpu_placement: str,
     extra_env: Mapping[str, str] | None,
     output: TextIO | None,
-    supervisor_options: dict,
+    options: SupervisionOptions,
 ) -> LaunchResult:
     """Place the members and run the :class:`Supervisor` until the population ends (the locks are held)."""
     gpu_ids = detect_gpus() if gpus is None else [str(g) for g in gpus]
@@ -154,7 +142,7 @@ def _supervise(
     # Before anything is written: no journal line or member output through a link planted in the workspace.
     check_launch_paths(root, [Path(m.outcome.log_path) for m in table.values()])
 
-    sup = Supervisor(table, workspace=root, num_members=members, output=out, base_command=command, **supervisor_options)
+    sup = Supervisor(table, workspace=root, num_members=members, output=out, base_command=command, options=options)
     gpu_text = describe_placement({i: m.outcome.gpu for i, m in table.items()}, gpu_ids, placement)
     sup.say(
         f"launching {len(table)} of {members} members: {shlex.join(command)}\n"

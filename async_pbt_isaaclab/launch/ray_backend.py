@@ -88,12 +88,13 @@ def run_member(
 ) -> int:
     """Body of one member's Ray task (runs on a Ray worker): start ``argv``, wait, report how it ended."""
     status_path = _status_path(workspace, index)
+    launch_id = env.get("ASYNC_PBT_LAUNCH_ID")
     previous = _read_json(status_path)
     # Attempts count within one launch; a new launch of the same workspace starts again at 1.
-    attempt = int(previous.get("attempt", 0)) + 1 if previous.get("launch") == env.get("ASYNC_PBT_LAUNCH_ID") else 1
+    attempt = int(previous.get("attempt", 0)) + 1 if previous.get("launch") == launch_id else 1
     if attempt > 1 and backoff_s > 0:
         time.sleep(min(backoff_s * 2 ** (attempt - 2), 120.0))  # a crash loop must not spin
-    if _read_json(Path(workspace) / STOP_FILE).get("launch") == env.get("ASYNC_PBT_LAUNCH_ID"):
+    if _stop_requested(workspace, launch_id):
         return EXIT_STOPPED  # a retry that came after the stop request
     full_env = dict(os.environ)
     full_env.update(env)
@@ -101,7 +102,7 @@ def run_member(
         "member": index,
         "attempt": attempt,
         "host": socket.gethostname(),
-        "launch": env.get("ASYNC_PBT_LAUNCH_ID"),
+        "launch": launch_id,
         "started": time.time(),
         "cuda_visible_devices": full_env.get("CUDA_VISIBLE_DEVICES"),
     }
@@ -109,14 +110,35 @@ def run_member(
     header = f"\n[async-pbt ray] member {index} attempt {attempt} on {status['host']}\n"
     proc, _ = spawn_member(argv, full_env, Path(log_path), header, member_preexec(True), cwd=cwd, root=Path(workspace))
     atomic_write_json(status_path, {**status, "state": "running", "pid": proc.pid})
-    stop_file = Path(workspace) / STOP_FILE
+    code = _wait_or_stop(proc, status_path, status, workspace, stop_grace_s)
+    if code is None:
+        return EXIT_STOPPED
+    state = "finished" if code == 0 else "usage error" if code == 2 else "crashed"
+    atomic_write_json(
+        status_path,
+        {**status, "state": state, "pid": proc.pid, "code": code, "reason": describe_exit(code), "ended": time.time()},
+    )
+    if code in (0, 2):
+        return code
+    raise MemberCrashed(f"member {index} attempt {attempt}: {describe_exit(code)}")
+
+
+def _stop_requested(workspace: str | Path, launch_id: str | None) -> bool:
+    """Whether the stop file asks the member tasks of ``launch_id`` to stop (see :data:`STOP_FILE`)."""
+    return _read_json(Path(workspace) / STOP_FILE).get("launch") == launch_id
+
+
+def _wait_or_stop(
+    proc: subprocess.Popen, status_path: Path, status: dict[str, Any], workspace: str, stop_grace_s: float
+) -> int | None:
+    """Wait for the member's exit code, looking for the stop file every :data:`STOP_POLL_S`; ``None`` when it was
+    stopped on request (its status file says so). A task cancelled or shut down stops its member before it goes."""
     try:
         while True:
             try:
-                code = proc.wait(timeout=STOP_POLL_S)
-                break
+                return proc.wait(timeout=STOP_POLL_S)
             except subprocess.TimeoutExpired:
-                if _read_json(stop_file).get("launch") == env.get("ASYNC_PBT_LAUNCH_ID"):
+                if _stop_requested(workspace, status["launch"]):
                     code = _stop(proc, stop_grace_s)
                     atomic_write_json(
                         status_path,
@@ -129,7 +151,7 @@ def run_member(
                             "ended": time.time(),
                         },
                     )
-                    return EXIT_STOPPED
+                    return None
     except BaseException:  # ray.cancel(force=True) or the worker shutting down: do not leave the member behind
         code = _stop(proc, stop_grace_s)
         atomic_write_json(status_path, {**status, "state": "stopped", "pid": proc.pid, "code": code})
@@ -139,14 +161,6 @@ def run_member(
             os.killpg(proc.pid, signal.SIGKILL)  # leftovers of a wrapper script would hold the member lock
         except (ProcessLookupError, PermissionError):
             pass
-    state = "finished" if code == 0 else "usage error" if code == 2 else "crashed"
-    atomic_write_json(
-        status_path,
-        {**status, "state": state, "pid": proc.pid, "code": code, "reason": describe_exit(code), "ended": time.time()},
-    )
-    if code in (0, 2):
-        return code
-    raise MemberCrashed(f"member {index} attempt {attempt}: {describe_exit(code)}")
 
 
 def _stop(proc: subprocess.Popen, grace_s: float) -> int:
@@ -229,47 +243,15 @@ def launch_ray(args, command: list[str], workspace: Path, indices: list[int]) ->
     logs.mkdir(parents=True, exist_ok=True)
     previous_term = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        atomic_write_json(
-            workspace / DRIVER_FILE,
-            {
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "address": args.address or "local",
-                "launch": launch_id,
-                "started": time.time(),
-                "members": args.members,
-            },
-        )
-        task = ray.remote(run_member).options(
-            num_cpus=args.cpus_per_member,
-            num_gpus=args.gpus_per_member,
-            max_retries=args.max_retries,
-            retry_exceptions=[MemberCrashed],
-            name="async-pbt-member",
-        )
-        refs: dict[Any, int] = {}
-        for i in indices:
-            env = {**dict(args.env), "ASYNC_PBT_MEMBER_INDEX": str(i), "ASYNC_PBT_LAUNCH_ID": launch_id}
-            argv = member_command(command, str(workspace), args.members, i)
-            refs[
-                task.remote(
-                    i,
-                    argv,
-                    env,
-                    os.getcwd(),
-                    str(workspace),
-                    str(logs / f"member_{member_dirname(i)}.log"),
-                    args.backoff,
-                    args.stop_grace,
-                )
-            ] = i
+        _write_driver_file(workspace, args, launch_id)
+        refs = _submit_members(ray, args, command, workspace, logs, indices, launch_id)
         print(
             f"[launch ray] {len(refs)} of {args.members} members as Ray tasks "
             f"({args.gpus_per_member:g} GPU, {args.cpus_per_member:g} CPU each, up to {args.max_retries} "
             f"retries); cluster {args.address or 'local'}; logs {logs}/member_NNN.log",
             flush=True,
         )
-        return _wait(ray, refs, workspace, args.progress_interval, launch_id, args.stop_grace)
+        return _DriverWait(ray, refs, workspace, launch_id, args.stop_grace).run(args.progress_interval)
     finally:
         signal.signal(signal.SIGTERM, previous_term)
         ray.shutdown()
@@ -277,6 +259,42 @@ def launch_ray(args, command: list[str], workspace: Path, indices: list[int]) ->
             (workspace / DRIVER_FILE).unlink()
         except OSError:
             pass
+
+
+def _write_driver_file(workspace: Path, args, launch_id: str) -> None:
+    """The running driver, for ``async-pbt stop`` (see :data:`DRIVER_FILE`)."""
+    atomic_write_json(
+        workspace / DRIVER_FILE,
+        {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "address": args.address or "local",
+            "launch": launch_id,
+            "started": time.time(),
+            "members": args.members,
+        },
+    )
+
+
+def _submit_members(
+    ray, args, command: list[str], workspace: Path, logs: Path, indices: list[int], launch_id: str
+) -> dict[Any, int]:
+    """One :func:`run_member` task per member, with the resources and retries asked for; task ref -> member."""
+    task = ray.remote(run_member).options(
+        num_cpus=args.cpus_per_member,
+        num_gpus=args.gpus_per_member,
+        max_retries=args.max_retries,
+        retry_exceptions=[MemberCrashed],
+        name="async-pbt-member",
+    )
+    refs: dict[Any, int] = {}
+    for i in indices:
+        env = {**dict(args.env), "ASYNC_PBT_MEMBER_INDEX": str(i), "ASYNC_PBT_LAUNCH_ID": launch_id}
+        argv = member_command(command, str(workspace), args.members, i)
+        log_path = str(logs / f"member_{member_dirname(i)}.log")
+        ref = task.remote(i, argv, env, os.getcwd(), str(workspace), log_path, args.backoff, args.stop_grace)
+        refs[ref] = i
+    return refs
 
 
 def check_gpus(cluster_gpus: float, gpus_per_member: float, address: str | None) -> None:
@@ -305,63 +323,81 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _wait(ray, refs: dict[Any, int], workspace: Path, interval: float, launch_id: str, stop_grace_s: float) -> int:
-    pending = list(refs)
-    given_up: list[int] = []
-    never_started: set[int] = set()
-    stopped = False
-    while pending:
+class _DriverWait:
+    """The driver's wait for its member tasks: reports each member as it ends and the progress table while none
+    does; Ctrl-C (or ``async-pbt stop``) asks the members to save and stop, a second Ctrl-C cancels the tasks."""
+
+    def __init__(self, ray, refs: dict[Any, int], workspace: Path, launch_id: str, stop_grace_s: float):
+        self.ray = ray
+        self.refs = refs
+        self.workspace = workspace
+        self.launch_id = launch_id
+        self.stop_grace_s = stop_grace_s
+        self.given_up: list[int] = []
+        self.never_started: set[int] = set()
+        self.stopped = False
+
+    def run(self, interval: float) -> int:
+        """Wait until every task has ended; the launcher's exit code."""
+        pending = list(self.refs)
+        while pending:
+            try:
+                done, pending = self.ray.wait(pending, num_returns=1, timeout=interval)
+            except KeyboardInterrupt:
+                if self.stopped:  # a second Ctrl-C: do not wait for the members to save
+                    print("[launch ray] second interrupt: cancelling the member tasks now", flush=True)
+                    for ref in pending:
+                        self.ray.cancel(ref, force=True)
+                    return 128 + signal.SIGINT
+                self._stop(pending)
+                continue
+            if not self.stopped and _stop_requested(self.workspace, self.launch_id):  # `async-pbt stop`
+                self.stopped = True
+                self.never_started |= _cancel_unstarted(self.ray, pending, self.refs, self.workspace, self.launch_id)
+            for ref in done:
+                self._ended(ref)
+            if not done and not self.stopped:
+                states = member_states(self.workspace) or {}
+                lines = progress_lines(self.workspace, sorted(self.refs.values()), states)
+                print("[launch ray] progress:\n" + "\n".join("  " + line for line in lines), flush=True)
+        if self.given_up:
+            return 1
+        return 128 + signal.SIGINT if self.stopped else 0
+
+    def _stop(self, pending: list[Any]) -> None:
+        """The first Ctrl-C: every member task of this launch stops its member; the unstarted ones are cancelled."""
+        self.stopped = True
+        request_stop(self.workspace, self.launch_id)
+        self.never_started |= _cancel_unstarted(self.ray, pending, self.refs, self.workspace, self.launch_id)
+        print(
+            f"[launch ray] stopping: each member saves and stops (up to {self.stop_grace_s:g} s); "
+            f"Ctrl-C again to cancel the tasks now",
+            flush=True,
+        )
+
+    def _ended(self, ref: Any) -> None:
+        """Report how the task ``ref`` ended: finished, stopped, or given up (Ray's retries used up, a usage error)."""
+        i = self.refs[ref]
         try:
-            done, pending = ray.wait(pending, num_returns=1, timeout=interval)
-        except KeyboardInterrupt:
-            if stopped:  # a second Ctrl-C: do not wait for the members to save
-                print("[launch ray] second interrupt: cancelling the member tasks now", flush=True)
-                for ref in pending:
-                    ray.cancel(ref, force=True)
-                return 128 + signal.SIGINT
-            stopped = True
-            request_stop(workspace, launch_id)
-            never_started |= _cancel_unstarted(ray, pending, refs, workspace, launch_id)
+            code = self.ray.get(ref)
+        except Exception as exc:  # noqa: BLE001 - retries used up: a RayTaskError or a lost worker
+            if i in self.never_started:
+                print(f"[launch ray] member {i:03d} cancelled before it started (stopped)", flush=True)
+                return
+            self.given_up.append(i)
+            print(f"[launch ray] member {i:03d} GIVEN UP after Ray's retries: {str(exc).splitlines()[-1]}", flush=True)
+            return
+        if code == 0:
+            print(f"[launch ray] member {i:03d} finished", flush=True)
+        elif code == EXIT_STOPPED:
+            self.stopped = True
+            print(f"[launch ray] member {i:03d} stopped (resumes at the next launch)", flush=True)
+        else:
+            self.given_up.append(i)
             print(
-                f"[launch ray] stopping: each member saves and stops (up to {stop_grace_s:g} s); "
-                f"Ctrl-C again to cancel the tasks now",
+                f"[launch ray] member {i:03d} GIVEN UP: exit code {code} (a usage error, not retried); see its log",
                 flush=True,
             )
-            continue
-        if not stopped and _read_json(workspace / STOP_FILE).get("launch") == launch_id:  # `async-pbt stop`
-            stopped = True
-            never_started |= _cancel_unstarted(ray, pending, refs, workspace, launch_id)
-        for ref in done:
-            i = refs[ref]
-            try:
-                code = ray.get(ref)
-            except Exception as exc:  # noqa: BLE001 - retries used up: a RayTaskError or a lost worker
-                if i in never_started:
-                    print(f"[launch ray] member {i:03d} cancelled before it started (stopped)", flush=True)
-                    continue
-                given_up.append(i)
-                print(
-                    f"[launch ray] member {i:03d} GIVEN UP after Ray's retries: {str(exc).splitlines()[-1]}", flush=True
-                )
-                continue
-            if code == 0:
-                print(f"[launch ray] member {i:03d} finished", flush=True)
-            elif code == EXIT_STOPPED:
-                stopped = True
-                print(f"[launch ray] member {i:03d} stopped (resumes at the next launch)", flush=True)
-            else:
-                given_up.append(i)
-                print(
-                    f"[launch ray] member {i:03d} GIVEN UP: exit code {code} (a usage error, not retried); see its log",
-                    flush=True,
-                )
-        if not done and not stopped:
-            states = member_states(workspace) or {}
-            lines = progress_lines(workspace, sorted(refs.values()), states)
-            print("[launch ray] progress:\n" + "\n".join("  " + line for line in lines), flush=True)
-    if given_up:
-        return 1
-    return 128 + signal.SIGINT if stopped else 0
 
 
 def request_stop(workspace: Path, launch_id: str) -> None:

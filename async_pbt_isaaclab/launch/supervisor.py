@@ -2,10 +2,10 @@
 ones, stop them all on request (:class:`Supervisor`, a single-threaded state machine).
 
 :func:`async_pbt_isaaclab.launch.local_backend.launch_population` checks the arguments, places the members on GPUs
-(:mod:`~async_pbt_isaaclab.launch.gpus`) and hands them to the supervisor; the results are
-:mod:`~async_pbt_isaaclab.launch.results`; the progress lines, crash tails and journal it writes are in
-:mod:`~async_pbt_isaaclab.launch.progress`; the ``async-pbt launch`` / ``python -m
-async_pbt_isaaclab.launch`` command line is :mod:`~async_pbt_isaaclab.launch.cli`.
+(:mod:`~async_pbt_isaaclab.launch.gpus`) and hands them to the supervisor with its options
+(:mod:`~async_pbt_isaaclab.launch.supervision`); the results are :mod:`~async_pbt_isaaclab.launch.results`;
+the progress lines, crash tails and journal it writes are in :mod:`~async_pbt_isaaclab.launch.progress`; the
+``async-pbt launch`` / ``python -m async_pbt_isaaclab.launch`` command line is :mod:`~async_pbt_isaaclab.launch.cli`.
 
 Process model
 -------------
@@ -53,13 +53,10 @@ from __future__ import annotations
 
 import shlex
 import signal
-import subprocess
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
 from async_pbt_isaaclab.core.resume import describe_resume
 from async_pbt_isaaclab.core.slices import process_members
@@ -87,29 +84,10 @@ from async_pbt_isaaclab.launch.progress import (
     resume_point,
     signal_name,
 )
-from async_pbt_isaaclab.launch.results import LaunchResult, MemberOutcome
+from async_pbt_isaaclab.launch.results import LaunchResult
+from async_pbt_isaaclab.launch.supervision import SupervisedMember, SupervisionOptions
 
 _TERMINAL = ("finished", "given_up", "stopped")
-
-
-@dataclass
-class SupervisedMember:
-    """Launcher-side state of one member."""
-
-    outcome: MemberOutcome
-    """What is reported back for this member."""
-    command: list[str]
-    """Full member command, population flags included; identical at every (re)start."""
-    env: dict[str, str]
-    """Full member environment; identical at every (re)start."""
-    popen: subprocess.Popen | None = None
-    """The current (or last) process."""
-    log_offset: int = 0
-    """Size of the log when the current process started: its crash tail is read from here on."""
-    crash_times: deque = field(default_factory=deque)
-    """``time.monotonic()`` of the crashes inside the retry window (all crashes without a window)."""
-    next_start: float = 0.0
-    """``time.monotonic()`` at which a member in backoff is started again."""
 
 
 class Supervisor:
@@ -122,34 +100,17 @@ class Supervisor:
         *,
         workspace: Path,
         num_members: int,
-        max_retries: int,
-        retry_window_s: float | None,
-        restart_backoff_s: float,
-        max_backoff_s: float,
-        progress_interval_s: float,
-        stop_grace_s: float,
-        term_grace_s: float,
-        die_with_launcher: bool,
+        options: SupervisionOptions,
         output: TextIO,
-        on_progress: Callable[[list[str]], None] | None,
-        stop_event: threading.Event | None,
         base_command: list[str],
     ):
         self.members = members
         self.base_command = base_command
         self.workspace = workspace
         self.num_members = num_members
-        self.max_retries = max_retries
-        self.retry_window_s = retry_window_s
-        self.restart_backoff_s = restart_backoff_s
-        self.max_backoff_s = max_backoff_s
-        self.progress_interval_s = progress_interval_s
-        self.stop_grace_s = stop_grace_s
-        self.term_grace_s = term_grace_s
+        self.options = options
         self.output = output
-        self.on_progress = on_progress
-        self.stop_event = stop_event
-        self.preexec = member_preexec(die_with_launcher)
+        self.preexec = member_preexec(options.die_with_launcher)
         self.journal = Journal(workspace / "launcher.jsonl", self.say, root=workspace)
         self.poll_s = 0.05
         # Signals are only recorded in the handler; the loop acts on them (a handler interrupting a
@@ -218,14 +179,7 @@ class Supervisor:
         o.exit_codes.append(code)
         self.reap_leftovers(m)
         if code == 0:
-            o.status = "finished"
-            note = ""
-            if record_status(self.workspace, o.index) == "stopped":
-                # Someone stopped this member directly (kill -INT/-TERM on its pid); it says it can
-                # resume, but a deliberate stop is not a crash, so it is not restarted.
-                note = "; its record says 'stopped' (interrupted from outside the launcher), not restarted"
-            self.journal.write("exit", o.index, code=0, reason="finished" + note, pid=o.pid)
-            self.say(f"member {o.index:03d} finished (exit code 0){note}")
+            self._finished(m)
             return
         reason = describe_exit(code)
         tail = read_log_tail(o.log_path, m.log_offset)
@@ -244,16 +198,33 @@ class Supervisor:
         if code in NO_RETRY_EXIT_CODES:
             self.give_up(m, f"{reason}: a usage error, which the same command would repeat")
             return
+        self._restart_or_give_up(m, code, reason)
+
+    def _finished(self, m: SupervisedMember) -> None:
+        o = m.outcome
+        o.status = "finished"
+        note = ""
+        if record_status(self.workspace, o.index) == "stopped":
+            # Someone stopped this member directly (kill -INT/-TERM on its pid); it says it can
+            # resume, but a deliberate stop is not a crash, so it is not restarted.
+            note = "; its record says 'stopped' (interrupted from outside the launcher), not restarted"
+        self.journal.write("exit", o.index, code=0, reason="finished" + note, pid=o.pid)
+        self.say(f"member {o.index:03d} finished (exit code 0){note}")
+
+    def _restart_or_give_up(self, m: SupervisedMember, code: int, reason: str) -> None:
+        """Count the crash in the retry window: over ``max_retries`` gives the member up, else it waits its
+        backoff (doubled per crash in the window) before :meth:`run` starts it again."""
+        o, window_s, max_retries = m.outcome, self.options.retry_window_s, self.options.max_retries
         now = time.monotonic()
-        if self.retry_window_s is not None:
-            while m.crash_times and now - m.crash_times[0] > self.retry_window_s:
+        if window_s is not None:
+            while m.crash_times and now - m.crash_times[0] > window_s:
                 m.crash_times.popleft()
         m.crash_times.append(now)
-        window = f"within {self.retry_window_s:g} s" if self.retry_window_s is not None else "in this run"
-        if len(m.crash_times) > self.max_retries:
-            self.give_up(m, f"{reason}; {len(m.crash_times)} crashes {window} exceed --max-retries {self.max_retries}")
+        window = f"within {window_s:g} s" if window_s is not None else "in this run"
+        if len(m.crash_times) > max_retries:
+            self.give_up(m, f"{reason}; {len(m.crash_times)} crashes {window} exceed --max-retries {max_retries}")
             return
-        backoff = min(self.restart_backoff_s * 2 ** (len(m.crash_times) - 1), self.max_backoff_s)
+        backoff = min(self.options.restart_backoff_s * 2 ** (len(m.crash_times) - 1), self.options.max_backoff_s)
         m.next_start = now + backoff
         o.status = "backoff"
         o.restarts += 1
@@ -264,14 +235,14 @@ class Supervisor:
             code=code,
             reason=reason,
             attempt=len(m.crash_times),
-            max_retries=self.max_retries,
-            retry_window_s=self.retry_window_s,
+            max_retries=max_retries,
+            retry_window_s=window_s,
             backoff_s=backoff,
             resume=resume,
         )
         self.say(
             f"member {o.index:03d} restarts in {backoff:.3g} s (retry {len(m.crash_times)} of "
-            f"{self.max_retries} {window}); {resume}"
+            f"{max_retries} {window}); {resume}"
         )
 
     def poll(self) -> None:
@@ -304,9 +275,9 @@ class Supervisor:
             for i in hosted:
                 states[i] = state if i == first else f"{state}, slice of {member_dirname(first)}"
         lines = progress_lines(self.workspace, sorted(states), states)
-        if self.on_progress is not None:
+        if self.options.on_progress is not None:
             try:
-                self.on_progress(lines)
+                self.options.on_progress(lines)
             except Exception as exc:  # noqa: BLE001 - a broken callback must not orphan members
                 self.say(f"warning: on_progress raised {exc!r}")
         else:
@@ -319,39 +290,74 @@ class Supervisor:
         pending = [m for m in self.members.values() if m.outcome.status in ("pending", "backoff")]
         for m in pending:
             m.outcome.status = "stopped"
-        running = [m for m in self.members.values() if m.outcome.status == "running"]
+        running = self._running()
         self.journal.write("stop", None, signal=signal_name(signum), running=[m.outcome.index for m in running])
-        stages = [(signal.SIGINT, self.stop_grace_s), (signal.SIGTERM, self.term_grace_s), (signal.SIGKILL, 10.0)]
+        stages = [
+            (signal.SIGINT, self.options.stop_grace_s),
+            (signal.SIGTERM, self.options.term_grace_s),
+            (signal.SIGKILL, 10.0),
+        ]
         for sig, wait_s in stages:
-            alive = [m for m in self.members.values() if m.outcome.status == "running"]
+            alive = self._running()
             if not alive:
                 break
-            for m in alive:
-                signal_group(m.popen, sig)
-            self.journal.write("signal", None, signal=sig.name, members=[m.outcome.index for m in alive])
-            if sig == signal.SIGKILL:
-                self.say(f"sent SIGKILL to {len(alive)} member(s)")
-            else:
-                self.say(
-                    f"sent {sig.name} to {len(alive)} member(s); waiting up to {wait_s:g} s"
-                    + (" (Ctrl-C again to terminate now)" if sig == signal.SIGINT else "")
-                )
-            seen = len(self.signals)
-            deadline = time.monotonic() + wait_s
-            while time.monotonic() < deadline:
-                self.poll()
-                if all(m.outcome.status != "running" for m in self.members.values()):
-                    break
-                if len(self.signals) > seen:  # impatient user: next step now
-                    break
-                time.sleep(self.poll_s)
+            self._signal_members(alive, sig, wait_s)
+            self._wait_for_exits(wait_s)
         self.poll()
         for m in sorted(self.members.values(), key=lambda m: m.outcome.index):
             if m.outcome.status == "stopped":
                 self.say(describe_resume(self.workspace, m.outcome.index))
 
+    def _running(self) -> list[SupervisedMember]:
+        return [m for m in self.members.values() if m.outcome.status == "running"]
+
+    def _signal_members(self, alive: list[SupervisedMember], sig: signal.Signals, wait_s: float) -> None:
+        """One stage of the stop: ``sig`` to every running member's group, journalled and said."""
+        for m in alive:
+            signal_group(m.popen, sig)
+        self.journal.write("signal", None, signal=sig.name, members=[m.outcome.index for m in alive])
+        if sig == signal.SIGKILL:
+            self.say(f"sent SIGKILL to {len(alive)} member(s)")
+        else:
+            self.say(
+                f"sent {sig.name} to {len(alive)} member(s); waiting up to {wait_s:g} s"
+                + (" (Ctrl-C again to terminate now)" if sig == signal.SIGINT else "")
+            )
+
+    def _wait_for_exits(self, wait_s: float) -> None:
+        """Poll until every member has exited, ``wait_s`` has passed, or another stop signal arrives."""
+        seen = len(self.signals)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            self.poll()
+            if not self._running():
+                break
+            if len(self.signals) > seen:  # impatient user: next step now
+                break
+            time.sleep(self.poll_s)
+
     # ---------------------------------------------------------------- main loop
     def run(self) -> LaunchResult:
+        handlers = self._install_signal_handlers()
+        try:
+            self.journal.write(
+                "launch", None, members=sorted(self.members), num_members=self.num_members, command=self.base_command
+            )
+            for m in self.members.values():
+                self.start(m)
+            self._supervise_until_done()
+        finally:
+            # Reached with members still running only through an unexpected exception: never leave
+            # members behind without a supervisor.
+            for m in self._running():
+                if m.popen is not None and m.popen.poll() is None:
+                    end_group(m.popen, self.options.term_grace_s)
+            for sig, previous in handlers.items():
+                signal.signal(sig, previous)
+        return self.finish()
+
+    def _install_signal_handlers(self) -> dict[signal.Signals, Any]:
+        """Record SIGINT, SIGTERM and SIGHUP for the loop (main thread only); returns the handlers they replace."""
         handlers: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -360,39 +366,30 @@ class Supervisor:
                     continue  # started under nohup: the user asked to survive the terminal closing
                 handlers[sig] = previous
                 signal.signal(sig, self._on_signal)
-        try:
-            self.journal.write(
-                "launch", None, members=sorted(self.members), num_members=self.num_members, command=self.base_command
-            )
+        return handlers
+
+    def _supervise_until_done(self) -> None:
+        """Poll, restart members whose backoff is over and report progress, until every member has ended or a
+        stop (a signal, or the stop event) has been carried out."""
+        next_progress = time.monotonic() + self.options.progress_interval_s
+        while True:
+            stop_event = self.options.stop_event
+            if stop_event is not None and stop_event.is_set() and not self.signals:
+                self.signals.append(signal.SIGINT)
+            if self.signals:
+                self.stop(self.signals[0])
+                return
+            self.poll()
+            now = time.monotonic()
             for m in self.members.values():
-                self.start(m)
-            next_progress = time.monotonic() + self.progress_interval_s
-            while True:
-                if self.stop_event is not None and self.stop_event.is_set() and not self.signals:
-                    self.signals.append(signal.SIGINT)
-                if self.signals:
-                    self.stop(self.signals[0])
-                    break
-                self.poll()
-                now = time.monotonic()
-                for m in self.members.values():
-                    if m.outcome.status == "backoff" and now >= m.next_start:
-                        self.start(m)
-                if all(m.outcome.status in _TERMINAL for m in self.members.values()):
-                    break
-                if now >= next_progress:
-                    self.progress()
-                    next_progress = now + self.progress_interval_s
-                time.sleep(self.poll_s)
-        finally:
-            # Reached with members still running only through an unexpected exception: never leave
-            # members behind without a supervisor.
-            for m in self.members.values():
-                if m.outcome.status == "running" and m.popen is not None and m.popen.poll() is None:
-                    end_group(m.popen, self.term_grace_s)
-            for sig, previous in handlers.items():
-                signal.signal(sig, previous)
-        return self.finish()
+                if m.outcome.status == "backoff" and now >= m.next_start:
+                    self.start(m)
+            if all(m.outcome.status in _TERMINAL for m in self.members.values()):
+                return
+            if now >= next_progress:
+                self.progress()
+                next_progress = now + self.options.progress_interval_s
+            time.sleep(self.poll_s)
 
     def finish(self) -> LaunchResult:
         outcomes = {i: m.outcome for i, m in self.members.items()}

@@ -17,9 +17,7 @@ the yaml and command line, because after an exploit they *are* this member's con
 from __future__ import annotations
 
 import copy
-import json
 import os
-import re
 import socket
 import sys
 import warnings
@@ -37,6 +35,7 @@ from async_pbt_isaaclab.core.member_rng import MemberRng
 from async_pbt_isaaclab.core.member_state import AuditHead, FinishedMark, MemberState, load_state, save_state
 from async_pbt_isaaclab.core.mutation import agent_path
 from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, checkpoint_name, save_agent_config
+from async_pbt_isaaclab.member.recovery import clear_leftovers, recover_after_crash
 from async_pbt_isaaclab.member.restart import capture_argv
 from async_pbt_isaaclab.member.wandb_run import assign_wandb_run_id
 
@@ -168,7 +167,7 @@ def start_member(
 
 def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term, seed, start_info):
     mdir = ws.member_dir(cfg.policy_idx)
-    _clear_leftovers(ws, cfg)
+    clear_leftovers(ws, cfg)
     agent_cfg = copy.deepcopy(agent_cfg)
     state = load_state(mdir / "state.json")
     fresh_member = state is None
@@ -240,20 +239,6 @@ def check_train_dir(ws: Workspace, experiment_dir: Path) -> None:
         raise WorkspaceError(str(exc)) from None
 
 
-def _clear_leftovers(ws: Workspace, cfg: PopulationConfig) -> None:
-    """Remove what killed processes of this member left: temp files, donor copies of exploits in flight."""
-    mdir = ws.member_dir(cfg.policy_idx)
-    ws.clear_temp_files(cfg.temp_grace_s)  # e.g. a population.json half-published by a member killed at creation
-    ws.checked_member_dir(cfg.policy_idx, "checkpoints", create=True)
-    fsio.remove_stale_temp_files(mdir, cfg.temp_grace_s)
-    fsio.remove_stale_temp_files(mdir / "checkpoints", cfg.temp_grace_s)
-    # pins/ is written by other members (a recipient killed while pinning leaves a temp file there).
-    fsio.remove_stale_temp_files(mdir / "pins", cfg.temp_grace_s)
-    # incoming/ holds donor copies of this member's own exploits in flight. We hold the lock, so none is in
-    # flight now: whatever is there (a partial temp copy, a verified copy) was left by a killed process.
-    _clear_incoming(mdir / "incoming")
-
-
 def _member_state(
     state: MemberState | None,
     agent_cfg: dict[str, Any],
@@ -285,7 +270,7 @@ def _member_state(
         return state
     # Keys added to pbt.mutation since the member last ran start from the yaml's value.
     state.process_started(current_hyperparameters(agent_cfg, cfg))
-    _recover_after_crash(state, mdir)
+    recover_after_crash(state, mdir)
     return state
 
 
@@ -403,53 +388,6 @@ def _initial_mutation(state: MemberState, cfg: PopulationConfig, audit: AuditLog
     step = initial_step(cfg.policy_idx, state.hyperparameters, cfg, state.rng_state)
     audit.append("initial_mutation", step.audit_body(cfg.policy_idx, cfg))
     state.drew(step.new_hyperparameters, step.rng_after)
-
-
-INCOMING_NAME = re.compile(r"^donor\d{3,6}_g\d{4,}\.pth$")
-"""Names of the donor copies the observer writes in ``incoming/`` (the only files start-up deletes there)."""
-
-
-def _clear_incoming(folder: Path) -> None:
-    def ours(name: str) -> bool:
-        return bool(INCOMING_NAME.match(name)) or (
-            fsio.is_temp_name(name) and bool(INCOMING_NAME.match(name[1 : name.index(fsio.TEMP_MARKER)]))
-        )
-
-    fsio.remove_files(folder, ours)
-
-
-def _recover_after_crash(state: MemberState, mdir: Path) -> None:
-    """Repair what a kill between two writes of one step leaves behind (state.json is the truth).
-
-    * The audit log is written ahead: a decision is appended, then ``state.json`` saved with the RNG state
-      after it. Killed in between, the state still holds the RNG state from *before* the logged decision;
-      replaying those draws would repeat the decision's random choices. Take the logged decision's
-      ``rng_after`` so the sequence continues.
-    * ``best.json`` is written before ``state.json`` in a publish. Killed in between, ``best.json`` may list a
-      checkpoint the state does not know (and so does not protect from retention, and that the resumed
-      member may overwrite with other content under the same name). Rewrite it from ``state.best``.
-    """
-    from async_pbt_isaaclab.core.audit import read_entries
-
-    last = None
-    try:
-        for _, entry, _ in read_entries(mdir / "audit.jsonl"):
-            if entry is not None and entry.get("kind") == "decision":
-                last = entry
-    except OSError:
-        last = None
-    if last is not None and last.get("rng_before") == state.rng_state and isinstance(last.get("rng_after"), dict):
-        state.decided(last["rng_after"])
-    best_path = mdir / "best.json"
-    try:
-        on_disk = json.loads(fsio.read_bytes_nofollow(best_path))
-    except FileNotFoundError:
-        on_disk = None
-    except ValueError:
-        on_disk = "corrupt"
-    best = [b.to_dict() for b in state.best]
-    if on_disk != best and (on_disk is not None or best):
-        fsio.atomic_write_json(best_path, best)
 
 
 def _resume_from_last(session: MemberSession) -> None:

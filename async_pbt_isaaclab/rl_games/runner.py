@@ -3,10 +3,11 @@
 Read top to bottom, one training run is::
 
     session, agent_cfg = start_member(...)        claim the member, pick the start checkpoint + hparams
-    observer = PbtObserver(session)                publish / decide / exploit at epoch boundaries
-    runner = Runner(MultiObserver([observer, *extra]))
-    runner.load(agent_cfg); runner.run(train)     rl_games trains; the observer may exec a restart
-    observer.finish()                              final checkpoint, record status "finished"
+    run_training(session, agent_cfg, ...)          rl_games loaded (rl_games/training_run.py), then:
+      observer = PbtObserver(session)              publish / decide / exploit at epoch boundaries
+      runner = Runner(MultiObserver([observer, *extra]))
+      runner.load(agent_cfg); runner.run(train)   rl_games trains; the observer may exec a restart
+      observer.finish()                            final checkpoint, record status "finished"
 """
 
 from __future__ import annotations
@@ -51,27 +52,14 @@ def train_member(
             agent_cfg, cfg, train_dir=train_dir, task=task, checkpoint=checkpoint, reward_config=reward_config
         )
         if session.already_finished:
-            # rl_games trains at least one epoch whatever its limits: a finished member must not even start.
-            print(
-                f"[async-pbt] member {session.member}: nothing to train: {session.already_finished}; its records, "
-                f"evidence and checkpoints stay as they are",
-                flush=True,
-            )
-            session.log("stop", {"status": "finished", "reason": session.already_finished})
-            session.close()
+            _end_finished_member(session)
             return None
     try:
         if session is not None and session.start_mode == "warm_start":
             _check_warm_start(session)
         if register_env is not None:
             register_env()
-        from rl_games.common.algo_observer import IsaacAlgoObserver
-        from rl_games.torch_runner import Runner
-
-        from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
-        from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
-        from async_pbt_isaaclab.rl_games.observer import PbtObserver
-        from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalarsObserver
+        from async_pbt_isaaclab.rl_games.training_run import run_training  # rl_games itself
     except BaseException as exc:
         if session is None:
             raise
@@ -81,46 +69,26 @@ def train_member(
         # Ctrl-C while rl_games loads (seconds after a start or an exec restart): a stop like any other.
         _say_where_it_resumes(session)
         return None
+    return run_training(
+        session,
+        agent_cfg,
+        checkpoint=checkpoint,
+        sigma=sigma,
+        extra_observers=extra_observers,
+        summary_source=summary_source,
+    )
 
-    # Every training entry point goes through here: a yaml naming pbt_bounded_actor_critic just works.
-    register_bounded_exploration()
 
-    observers = list(extra_observers) or [IsaacAlgoObserver()]
-    if session is None:
-        runner = Runner(MultiObserver(observers))
-        runner.load(agent_cfg)
-        runner.reset()
-        runner.run({"train": True, "play": False, "checkpoint": checkpoint, "sigma": sigma})
-        return None
-
-    observer = PbtObserver(session, summary_source=summary_source)
-    stop = _StopOnSignal()
-    # pbt/* scalars in the member's TensorBoard run; after the PBT observer, which publishes the record it reads.
-    runner = Runner(MultiObserver([observer, PbtScalarsObserver(session, observer.publisher), *observers]))
-    status = "stopped"
-    try:
-        # Building the agent is inside the try: a Ctrl-C while it builds (right after a start or an exec
-        # restart) is a stop like any other, and says where the member resumes.
-        runner.load(agent_cfg)
-        runner.reset()
-        # No checkpoint for the Runner: the observer restores it in after_init through the safe loader.
-        # rl_games applies "sigma" after that restore: on a resume or exploit (the restart argv keeps --sigma)
-        # it would overwrite the sigma the checkpoint carries, so it is passed on a fresh or warm start only.
-        run_sigma = sigma if session.start_mode in ("fresh", "warm_start") else None
-        runner.run({"train": True, "play": False, "checkpoint": None, "sigma": run_sigma})
-        status = "finished"
-    except KeyboardInterrupt:
-        status = "stopped"
-    finally:
-        stop.restore()
-        if observer.algo is not None:
-            observer.finish(status)
-        else:
-            session.close()
-        if status == "stopped":
-            # A stop writes no checkpoint (it may land inside an optimizer step): say what it costs.
-            _say_where_it_resumes(session)
-    return observer
+def _end_finished_member(session: Any) -> None:
+    """A member that has already finished is released untouched: rl_games trains at least one epoch whatever its
+    limits, so it must not even start."""
+    print(
+        f"[async-pbt] member {session.member}: nothing to train: {session.already_finished}; its records, "
+        f"evidence and checkpoints stay as they are",
+        flush=True,
+    )
+    session.log("stop", {"status": "finished", "reason": session.already_finished})
+    session.close()
 
 
 def _check_warm_start(session: Any) -> None:

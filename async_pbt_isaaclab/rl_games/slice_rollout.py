@@ -44,22 +44,7 @@ the mutable ones; the others come from the one agent yaml)."""
 
 def rollout_problems(agents: Mapping[int, Any]) -> list[str]:
     """Why :class:`SliceRollout` cannot play these agents' rollouts (empty: it can)."""
-    from rl_games.common.a2c_common import A2CBase
-
-    problems = []
-    for slot, agent in agents.items():
-        kind = type(agent).__name__
-        if getattr(agent, "is_rnn", False):
-            problems.append(f"slot {slot}: a recurrent agent")
-        if getattr(agent, "has_central_value", False):
-            problems.append(f"slot {slot}: a central value network")
-        if getattr(agent, "use_action_masks", False):
-            problems.append(f"slot {slot}: action masks")
-        if getattr(agent, "num_agents", 1) != 1:
-            problems.append(f"slot {slot}: {agent.num_agents} agents per env")
-        for method in ("play_steps", "env_step", "discount_values", "get_action_values", "get_values"):
-            if getattr(type(agent), method, None) is not getattr(A2CBase, method):
-                problems.append(f"slot {slot}: {kind} has its own {method}")
+    problems = [problem for slot, agent in agents.items() for problem in _agent_problems(slot, agent)]
     for name in SHARED_SETTINGS:
         values = {str(getattr(a, name, None)) for a in agents.values()}
         if len(values) > 1:
@@ -68,6 +53,26 @@ def rollout_problems(agents: Mapping[int, Any]) -> list[str]:
     space = getattr(first, "observation_space", None)
     if isinstance(space, dict) or type(space).__name__ == "Dict":  # gym's or gymnasium's
         problems.append("dict observations")
+    return problems
+
+
+def _agent_problems(slot: int, agent: Any) -> list[str]:
+    """What of one agent the shared rollout does not play: its kind of network, or a step of its own."""
+    from rl_games.common.a2c_common import A2CBase
+
+    problems = []
+    if getattr(agent, "is_rnn", False):
+        problems.append(f"slot {slot}: a recurrent agent")
+    if getattr(agent, "has_central_value", False):
+        problems.append(f"slot {slot}: a central value network")
+    if getattr(agent, "use_action_masks", False):
+        problems.append(f"slot {slot}: action masks")
+    if getattr(agent, "num_agents", 1) != 1:
+        problems.append(f"slot {slot}: {agent.num_agents} agents per env")
+    kind = type(agent).__name__
+    for method in ("play_steps", "env_step", "discount_values", "get_action_values", "get_values"):
+        if getattr(type(agent), method, None) is not getattr(A2CBase, method):
+            problems.append(f"slot {slot}: {kind} has its own {method}")
     return problems
 
 

@@ -154,7 +154,7 @@ class TorchReachEnv(gym.Env):
     """Vectorized point-mass reach task in pure torch with Isaac Lab's ``ManagerBasedRLEnv`` contract.
 
     See the module docstring for the task and for the exact contract mimicked. Attributes are documented where
-    they are defined in :meth:`__init__`.
+    :meth:`__init__` and its setup steps define them.
     """
 
     is_vector_env: ClassVar[bool] = True
@@ -201,6 +201,14 @@ class TorchReachEnv(gym.Env):
         self._curriculum_stage = 0
         self.curriculum_stage = cfg.curriculum_stage
 
+        self._allocate_step_buffers()
+        self._allocate_state()
+        self._set_up_spaces()
+        # Initial states so that a step before reset() is well defined; reset() resamples them.
+        self._sample_states(torch.arange(self.num_envs, device=self.device))
+
+    def _allocate_step_buffers(self) -> None:
+        """The buffers and counters of Isaac Lab's step contract, under its attribute names."""
         n, dev = self.num_envs, self.device
         self.common_step_counter = 0
         """Env steps taken since construction (common to all envs)."""
@@ -220,8 +228,9 @@ class TorchReachEnv(gym.Env):
         self.extras: dict[str, Any] = {}
         """Persistent extras dict returned by :meth:`reset` and :meth:`step` (``"log"``, ``"time_outs"``)."""
 
-        self._allocate_state()
-
+    def _set_up_spaces(self) -> None:
+        """Observation and action spaces, of one env and batched."""
+        n = self.num_envs
         self.single_observation_space = gym.spaces.Dict(
             {"policy": gym.spaces.Box(low=-np.inf, high=np.inf, shape=(6,), dtype=np.float32)}
         )
@@ -232,9 +241,6 @@ class TorchReachEnv(gym.Env):
         """Batched observation space."""
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, n)
         """Batched action space."""
-
-        # Initial states so that a step before reset() is well defined; reset() resamples them.
-        self._sample_states(torch.arange(n, device=dev))
 
     def _allocate_state(self) -> None:
         """The task's own buffers: point masses, goals, per-term rewards and episode sums."""

@@ -207,42 +207,74 @@ def load_callable(spec: str) -> Callable[[Any], Any]:
 
 def make_term_reader(spec: TermSpec) -> Callable[[Any], "torch.Tensor"]:
     """``reader(env_unwrapped) -> Tensor (num_envs,)`` for a non-``log`` term (no host synchronisation)."""
-    kind, target = spec.kind, spec.target
-    if kind == "accessor":
+    build = _READERS.get(spec.kind)
+    if build is None:
+        raise ValueError(f"term {spec.name!r}: {spec.kind}: sources are not read per env")
+    return build(spec)
 
-        def read(env):
-            terms = env.get_per_env_terms()
-            if target not in terms:
-                raise KeyError(
-                    f"term {spec.name!r}: {type(env).__name__}.get_per_env_terms() has no {target!r}; "
-                    f"it has {sorted(terms)}"
-                )
-            return terms[target]
-    elif kind == "attr":
 
-        def read(env):
-            return resolve_attr(env, target)
-    elif kind == "reward":
+def _accessor_reader(spec: TermSpec) -> Callable[[Any], "torch.Tensor"]:
+    """``accessor:KEY``: the env's ``get_per_env_terms()[KEY]``."""
+    target = spec.target
 
-        def read(env):
-            manager = getattr(env, "reward_manager", None)
-            sums = getattr(manager, "_episode_sums", None)
-            if sums is None:
-                raise TypeError(
-                    f"term {spec.name!r}: source reward:{target} needs a ManagerBasedRLEnv "
-                    f"(reward_manager._episode_sums); {type(env).__name__} has none"
-                )
-            if target not in sums:
-                raise KeyError(f"term {spec.name!r}: no reward term {target!r}; terms: {sorted(sums)}")
-            return sums[target]
-    elif kind == "callable":
-        fn = load_callable(target)
+    def read(env):
+        terms = env.get_per_env_terms()
+        if target not in terms:
+            raise KeyError(
+                f"term {spec.name!r}: {type(env).__name__}.get_per_env_terms() has no {target!r}; "
+                f"it has {sorted(terms)}"
+            )
+        return terms[target]
 
-        def read(env):
-            return fn(env)
-    else:
-        raise ValueError(f"term {spec.name!r}: {kind}: sources are not read per env")
     return read
+
+
+def _attr_reader(spec: TermSpec) -> Callable[[Any], "torch.Tensor"]:
+    """``attr:PATH``: an attribute path of the env."""
+    target = spec.target
+
+    def read(env):
+        return resolve_attr(env, target)
+
+    return read
+
+
+def _reward_reader(spec: TermSpec) -> Callable[[Any], "torch.Tensor"]:
+    """``reward:TERM``: the reward manager's running episode sum of one reward term."""
+    target = spec.target
+
+    def read(env):
+        manager = getattr(env, "reward_manager", None)
+        sums = getattr(manager, "_episode_sums", None)
+        if sums is None:
+            raise TypeError(
+                f"term {spec.name!r}: source reward:{target} needs a ManagerBasedRLEnv "
+                f"(reward_manager._episode_sums); {type(env).__name__} has none"
+            )
+        if target not in sums:
+            raise KeyError(f"term {spec.name!r}: no reward term {target!r}; terms: {sorted(sums)}")
+        return sums[target]
+
+    return read
+
+
+def _callable_reader(spec: TermSpec) -> Callable[[Any], "torch.Tensor"]:
+    """``module:function``: the function, called with the env (loaded once, here)."""
+    fn = load_callable(spec.target)
+
+    def read(env):
+        return fn(env)
+
+    return read
+
+
+_READERS: dict[str, Callable[[TermSpec], Callable[[Any], "torch.Tensor"]]] = {
+    "accessor": _accessor_reader,
+    "attr": _attr_reader,
+    "reward": _reward_reader,
+    "callable": _callable_reader,
+}
+"""The per-env reader of each term source kind (``log`` terms are read from the env's log, not per env)."""
 
 
 def task_env(unwrapped: Any) -> Any:

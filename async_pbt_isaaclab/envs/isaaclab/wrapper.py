@@ -76,6 +76,8 @@ from async_pbt_isaaclab.envs.isaaclab.terms import (
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
 
+    from async_pbt_isaaclab.envs.summary_emitter import EpisodeSummaryEmitter
+
 
 class PbtIsaacLabEnv(gymnasium.Wrapper):
     """Gymnasium wrapper for an Isaac Lab ``ManagerBasedRLEnv`` / ``DirectRLEnv`` that emits per-episode evidence.
@@ -83,8 +85,28 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
     Place it directly inside ``RlGamesVecEnvWrapper``: ``RlGamesVecEnvWrapper(PbtIsaacLabEnv(env), ...)``. See the
     module docstring for the env contract, the term sources and where values are sampled.
 
-    Attributes are documented where :meth:`__init__` defines them; the one the PBT observer uses is
-    :attr:`pbt_summary_source`.
+    Attributes are documented where :meth:`__init__` and its setup steps define them; the one the PBT observer uses
+    is :attr:`pbt_summary_source`.
+
+    Args:
+        env: The Isaac Lab env (or a wrapper of it, such as ``RecordVideo``).
+        terms: Per-episode terms: :class:`TermSpec` objects, a mapping ``name -> source`` (yaml form, see
+            :func:`parse_term_spec`), or a callable ``f(env_unwrapped) -> {name: Tensor (num_envs,)}`` whose
+            names and modes are given by ``term_modes`` (default mode ``last``).
+        term_modes: Modes for the names a callable ``terms`` returns.
+        objective: The population objective (a term name, ``episode_return`` or ``episode_length``). When it is
+            not among the terms it is added: as ``log:<objective>`` if it looks like an Isaac Lab log key
+            (contains ``/``), as ``accessor:<objective>`` if the env's ``get_per_env_terms()`` has it;
+            otherwise construction fails with the ways to provide it.
+        curriculum: Curriculum-stage source string, or a callable ``f(env_unwrapped)``; None for no curriculum.
+        curriculum_bin: Bin width for numeric stages.
+        curriculum_poll_steps: Read the curriculum every this many steps.
+        task: Task id for the condition label.
+        reward_config: Reward-configuration fingerprint for the condition label (see :func:`reward_fingerprint`).
+        generation: Policy generation at construction (the observer sets it again in ``after_init``).
+        capacity: Emitter ring-buffer size (episodes between drains).
+        compile: Fuse the emitter update with ``torch.compile``.
+        dtype: Emitter accumulator dtype (default float64).
     """
 
     def __init__(
@@ -104,33 +126,8 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         compile: bool = False,
         dtype: "torch.dtype | None" = None,
     ):
-        """Wrap ``env`` and allocate the emitter on ``env.unwrapped.device``.
-
-        Args:
-            env: The Isaac Lab env (or a wrapper of it, such as ``RecordVideo``).
-            terms: Per-episode terms: :class:`TermSpec` objects, a mapping ``name -> source`` (yaml form, see
-                :func:`parse_term_spec`), or a callable ``f(env_unwrapped) -> {name: Tensor (num_envs,)}`` whose
-                names and modes are given by ``term_modes`` (default mode ``last``).
-            term_modes: Modes for the names a callable ``terms`` returns.
-            objective: The population objective (a term name, ``episode_return`` or ``episode_length``). When it is
-                not among the terms it is added: as ``log:<objective>`` if it looks like an Isaac Lab log key
-                (contains ``/``), as ``accessor:<objective>`` if the env's ``get_per_env_terms()`` has it;
-                otherwise construction fails with the ways to provide it.
-            curriculum: Curriculum-stage source string, or a callable ``f(env_unwrapped)``; None for no curriculum.
-            curriculum_bin: Bin width for numeric stages.
-            curriculum_poll_steps: Read the curriculum every this many steps.
-            task: Task id for the condition label.
-            reward_config: Reward-configuration fingerprint for the condition label (see :func:`reward_fingerprint`).
-            generation: Policy generation at construction (the observer sets it again in ``after_init``).
-            capacity: Emitter ring-buffer size (episodes between drains).
-            compile: Fuse the emitter update with ``torch.compile``.
-            dtype: Emitter accumulator dtype (default float64).
-        """
+        """Wrap ``env`` and allocate the emitter on ``env.unwrapped.device`` (arguments: the class docstring)."""
         super().__init__(env)
-        import torch
-
-        from async_pbt_isaaclab.envs.summary_emitter import EpisodeSummaryEmitter
-
         base: Any = env.unwrapped  # an Isaac Lab env: num_envs, device (gymnasium.Env declares neither)
         task_state = task_env(base)
         # Where terms, curriculum and resets are read (the multi-agent env of a converted multi-agent task).
@@ -145,9 +142,22 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         """Reward-configuration fingerprint stamped into the condition label."""
         self.objective = objective or RETURN_OBJECTIVE
         """Objective the condition label names."""
+        specs = self._set_up_terms(terms, term_modes, objective)
+        self._set_up_curriculum(curriculum, curriculum_bin, curriculum_poll_steps)
+        self.pbt_summary_source: EpisodeSummaryEmitter = self._make_emitter(specs, generation, capacity, compile, dtype)
+        """Completed-episode summaries: ``drain() -> EpisodeBatch``, ``start_generation(g)`` (the observer's
+        contract)."""
+        # Snapshot of the per-env sources taken inside _reset_idx during a step (None: no reset this step).
+        self._snapshot: dict[str, torch.Tensor] | None = None
+        self._in_step = False
+        self._hooked: tuple[Any, Any] | None = None
+        if self._per_env:
+            self._install_reset_hook(task_state)
 
+    def _set_up_terms(self, terms: Any, term_modes: Mapping[str, str] | None, objective: str | None) -> list[TermSpec]:
+        """The recorded terms, objective included (setup step of :meth:`__init__`), and how each is read."""
         specs, self._callable_terms = term_specs(terms, term_modes)
-        specs = with_objective(specs, objective, task_state)
+        specs = with_objective(specs, objective, self._task_env)
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate term names in {names}")
@@ -160,7 +170,10 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
             if s.kind != "log"
         ]
         self._log_terms = [(s.name, s.target) for s in specs if s.kind == "log"]
+        return specs
 
+    def _set_up_curriculum(self, curriculum: Any, curriculum_bin: float | None, curriculum_poll_steps: int) -> None:
+        """Where and how often the curriculum stage is read (setup step of :meth:`__init__`), and its first read."""
         self._curriculum_read = curriculum_reader(curriculum)
         self.curriculum_source = curriculum
         """Where the curriculum stage is read from (None: no curriculum)."""
@@ -172,13 +185,26 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
         """Env steps taken through this wrapper (each advances all ``num_envs`` envs)."""
         self._stage = ""
         self._condition = self._make_label()
-        self._poll_curriculum(getattr(task_state, "extras", None), force=True)
+        self._poll_curriculum(getattr(self._task_env, "extras", None), force=True)
 
-        fresh = int(getattr(task_state, "common_step_counter", 0) or 0) == 0
-        self.pbt_summary_source: EpisodeSummaryEmitter = EpisodeSummaryEmitter(
+    def _make_emitter(
+        self,
+        specs: list[TermSpec],
+        generation: int,
+        capacity: int | None,
+        compile: bool,
+        dtype: "torch.dtype | None",
+    ) -> EpisodeSummaryEmitter:
+        """The emitter on the env's device (setup step of :meth:`__init__`)."""
+        import torch
+
+        from async_pbt_isaaclab.envs.summary_emitter import EpisodeSummaryEmitter
+
+        fresh = int(getattr(self._task_env, "common_step_counter", 0) or 0) == 0
+        return EpisodeSummaryEmitter(
             num_envs=self.num_envs,
             device=self.device,
-            term_names=names,
+            term_names=[s.name for s in specs],
             condition=lambda: self._condition,
             generation=generation,
             term_modes={s.name: s.mode for s in specs},
@@ -187,15 +213,6 @@ class PbtIsaacLabEnv(gymnasium.Wrapper):
             fresh_start=fresh,
             compile=compile,
         )
-        """Completed-episode summaries: ``drain() -> EpisodeBatch``, ``start_generation(g)`` (the observer's
-        contract)."""
-
-        # Snapshot of the per-env sources taken inside _reset_idx during a step (None: no reset this step).
-        self._snapshot: dict[str, torch.Tensor] | None = None
-        self._in_step = False
-        self._hooked: tuple[Any, Any] | None = None
-        if self._per_env:
-            self._install_reset_hook(task_state)
 
     # ------------------------------------------------------------------ condition label
 

@@ -1,0 +1,78 @@
+"""One rl_games training run, once :func:`~async_pbt_isaaclab.rl_games.runner.train_member` has claimed the member
+and loaded rl_games: the Runner trains the agent alone, or as a population member under the PBT observer.
+
+Importing this module imports rl_games (seconds: torch's compiler); ``runner.py`` imports it where a failed or
+stopped load releases the claimed member.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from rl_games.common.algo_observer import IsaacAlgoObserver
+from rl_games.torch_runner import Runner
+
+from async_pbt_isaaclab.envs.summary_source import SummarySource
+from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
+from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
+from async_pbt_isaaclab.rl_games.observer import PbtObserver
+from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalarsObserver
+from async_pbt_isaaclab.rl_games.runner import _say_where_it_resumes, _StopOnSignal
+
+
+def run_training(
+    session: Any,
+    agent_cfg: dict[str, Any],
+    *,
+    checkpoint: str | None,
+    sigma: float | None,
+    extra_observers: Sequence[Any],
+    summary_source: SummarySource | None,
+) -> PbtObserver | None:
+    """Train ``agent_cfg`` with the rl_games Runner: alone when ``session`` is ``None`` (from ``checkpoint``), else as
+    the session's member. Returns the PbtObserver, ``None`` when trained alone."""
+    # Every training entry point goes through here: a yaml naming pbt_bounded_actor_critic just works.
+    register_bounded_exploration()
+    observers = list(extra_observers) or [IsaacAlgoObserver()]
+    if session is None:
+        runner = Runner(MultiObserver(observers))
+        runner.load(agent_cfg)
+        runner.reset()
+        runner.run({"train": True, "play": False, "checkpoint": checkpoint, "sigma": sigma})
+        return None
+    return _train_as_member(session, agent_cfg, sigma, observers, summary_source)
+
+
+def _train_as_member(
+    session: Any, agent_cfg: dict[str, Any], sigma: float | None, observers: list[Any], summary_source: Any
+) -> PbtObserver:
+    """The member's run: the PBT observer publishes, decides and exploits at epoch boundaries; a stop (Ctrl-C,
+    SIGTERM) ends it like the end of training does, with the record saying ``stopped``."""
+    observer = PbtObserver(session, summary_source=summary_source)
+    stop = _StopOnSignal()
+    # pbt/* scalars in the member's TensorBoard run; after the PBT observer, which publishes the record it reads.
+    runner = Runner(MultiObserver([observer, PbtScalarsObserver(session, observer.publisher), *observers]))
+    status = "stopped"
+    try:
+        # Building the agent is inside the try: a Ctrl-C while it builds (right after a start or an exec
+        # restart) is a stop like any other, and says where the member resumes.
+        runner.load(agent_cfg)
+        runner.reset()
+        # No checkpoint for the Runner: the observer restores it in after_init through the safe loader.
+        # rl_games applies "sigma" after that restore: on a resume or exploit (the restart argv keeps --sigma)
+        # it would overwrite the sigma the checkpoint carries, so it is passed on a fresh or warm start only.
+        run_sigma = sigma if session.start_mode in ("fresh", "warm_start") else None
+        runner.run({"train": True, "play": False, "checkpoint": None, "sigma": run_sigma})
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "stopped"
+    finally:
+        stop.restore()
+        if observer.algo is not None:
+            observer.finish(status)
+        else:
+            session.close()
+        if status == "stopped":
+            # A stop writes no checkpoint (it may land inside an optimizer step): say what it costs.
+            _say_where_it_resumes(session)
+    return observer
