@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, Protocol
 from async_pbt_isaaclab import checkpoint_io
 from async_pbt_isaaclab.envs.summary_source import SummarySource, find_summary_source
 from async_pbt_isaaclab.member.trainer import TrainerAbilities, TrainerCounters
+from async_pbt_isaaclab.rsl_rl.config import config_key
 from async_pbt_isaaclab.rsl_rl.layout import COUNTERS_KEY, LAYOUTS, optimizer_learning_rate
 from async_pbt_isaaclab.rsl_rl.live import LIVE_SETTERS, apply_live_hyperparameters
 from async_pbt_isaaclab.rsl_rl.release import installed_line
@@ -53,8 +54,12 @@ class RslRlTrainer:
         summary_source: SummarySource | None = None,
         line: int | None = None,
         runner_infos: Callable[[], Mapping[str, Any]] | None = None,
+        override_prefix: str = "agent.",
     ):
         self.runner = runner
+        self.override_prefix = override_prefix
+        """Where the runner config sits among the command line's overrides (:meth:`restart_overrides`): ``agent.``
+        on Isaac Lab (the agent config is the runner config), ``agent.runner.`` for the CPU member's config."""
         self._runner_infos = runner_infos or dict
         """What the runner's own ``save`` puts in ``infos`` (mjlab: the env's ``env_state``); the member's are kept
         beside it."""
@@ -136,13 +141,18 @@ class RslRlTrainer:
             why.append("recurrent policy: its hidden states belong to the old weights")
         if getattr(alg, "is_multi_gpu", False):
             why.append("multi-GPU member: every rank must load the donor together (a restart does that)")
-        return TrainerAbilities(frozenset(LIVE_SETTERS), loads_weights=not why, why_not_live=tuple(why))
+        return TrainerAbilities(
+            frozenset(LIVE_SETTERS), loads_weights=not why, why_not_live=tuple(why), trainer=self.name
+        )
 
     def counters(self) -> TrainerCounters:
         return TrainerCounters(frame=self.frame, epoch=self.epoch)
 
     def learning_rate(self) -> float:
         return float(self.alg.learning_rate)
+
+    def optimizer_learning_rates(self) -> list[float]:
+        return [float(g["lr"]) for g in self.alg.optimizer.param_groups]
 
     def full_state(self) -> dict[str, Any]:
         """What ``runner.save`` would write now, with the member's counters in ``infos``."""
@@ -153,11 +163,20 @@ class RslRlTrainer:
     def _infos(self, counters: TrainerCounters) -> dict[str, Any]:
         return {**self._runner_infos(), COUNTERS_KEY: {"frame": int(counters.frame), "epoch": int(counters.epoch)}}
 
-    def checkpoint_bytes(self, state: Mapping[str, Any]) -> bytes:
-        return checkpoint_io.checkpoint_bytes("<rsl_rl state>", state, self.layout.kind)[0]
+    def with_metadata(self, state: Mapping[str, Any], metadata: Mapping[str, Any]) -> dict[str, Any]:
+        return checkpoint_io.with_pbt_metadata(state, metadata)
 
-    def read_checkpoint(self, path: Path, sha256: str | None, trusted: bool) -> dict[str, Any]:
-        return checkpoint_io.load_checkpoint(path, self.layout.kind, trusted=trusted, expected_sha256=sha256)
+    def metadata(self, state: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        return checkpoint_io.read_pbt_metadata(state)
+
+    def checkpoint_bytes(self, state: Mapping[str, Any], path: Path | str = "<rsl_rl state>") -> bytes:
+        return checkpoint_io.checkpoint_bytes(path, state, self.layout.kind)[0]
+
+    def read_checkpoint(self, path: Path, sha256: str | None, trusted: bool, on_device: bool = False) -> dict[str, Any]:
+        device = self.runner.device if on_device else "cpu"
+        return checkpoint_io.load_checkpoint(
+            path, self.layout.kind, trusted=trusted, map_location=device, expected_sha256=sha256
+        )
 
     def check_fits(self, state: Mapping[str, Any]) -> None:
         mine = self.layout.model_weights(self.alg)
@@ -210,6 +229,11 @@ class RslRlTrainer:
         """sha256 of the models' weights (every model key's state dict, names prefixed by the key)."""
         models = self.layout.model_weights(self.alg) if state is None else {k: state[k] for k in self.layout.models}
         return checkpoint_io.model_fingerprint({f"{k}/{n}": t for k, sd in models.items() for n, t in sd.items()})
+
+    def restart_overrides(self, hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
+        """Each value where the runner config holds it (:func:`~.config.config_key`), under
+        :attr:`override_prefix`: ``agent.algorithm.gamma`` on Isaac Lab, ``agent.runner.num_steps_per_env`` ..."""
+        return {self.override_prefix + config_key(k): v for k, v in hyperparameters.items()}
 
     def before_restart(self) -> None:
         """Flush and close rsl_rl's writer (3.x: ``runner.writer``; 5.x: ``runner.logger.writer``)."""
