@@ -28,6 +28,15 @@ from async_pbt_isaaclab.member.restart import capture_argv
 
 PROG = "python -m async_pbt.examples.rsl_rl_member"
 
+POPULATION_OVERRIDES = (
+    "agent.pbt.mutation.desired_kl=mutate_float",
+    "agent.pbt.mutation.entropy_coef=mutate_float",
+    "agent.pbt.mutation.gamma=mutate_discount",
+    "agent.pbt.mutation.clip_param=mutate_float",
+)
+"""What ``cpu_population --trainer rsl_rl`` members search: under rsl_rl's adaptive schedule ``desired_kl`` sets the
+learning rate's level (``learning_rate`` itself is refused there: docs/rsl_rl.md)."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
@@ -44,11 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def config_path(args: argparse.Namespace) -> str:
+def config_path(config: str | None, task: str | None) -> str:
     """``--config``, else ``--task``'s packaged config (``ValueError`` naming the packaged tasks)."""
-    if args.config is not None:
-        return str(args.config)
-    task = args.task or DEFAULT_TASK
+    if config is not None:
+        return str(config)
+    task = task or DEFAULT_TASK
     if task not in PACKAGED_RSL_RL_CONFIGS:
         raise ValueError(
             f"--task {task}: no packaged rsl_rl config (packaged: {', '.join(PACKAGED_RSL_RL_CONFIGS)}); "
@@ -61,7 +70,7 @@ def load(args: argparse.Namespace, overrides: list[str]) -> tuple[dict[str, Any]
     """The rsl_rl config with the run flags and overrides applied, its core view and population config."""
     from async_pbt_isaaclab.rsl_rl.member_config import load_member_config
 
-    path = config_path(args)
+    path = config_path(args.config, args.task)
     raw = load_yaml(path)
     if args.task and args.config:
         raw["env"]["id"] = args.task
