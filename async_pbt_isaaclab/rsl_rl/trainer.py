@@ -75,6 +75,8 @@ class RslRlTrainer:
         self.total_iterations = 0
         """Where :meth:`train` stops (completed iterations)."""
         self._listener: IterationListener | None = None
+        self._update_untold = False
+        """An update has run whose ``update_done`` the listener has not been told yet."""
         self._count_updates()
 
     @property
@@ -95,8 +97,12 @@ class RslRlTrainer:
         self._listener = listener
 
     def _count_updates(self) -> None:
-        """Wrap ``runner.alg.update`` (once, at construction): every update is counted, and the listener told."""
-        update = self.alg.update
+        """Wrap ``runner.alg.update`` and ``runner.alg.act`` (once, at construction). Every update is counted, the
+        listener told ``rollout_done`` before it, and ``update_done`` once rsl_rl has logged and saved that iteration:
+        at the next rollout's first ``act``, or when ``learn`` returns. So an exec restart there loses none of rsl_rl's
+        own output of the iteration it completes, and the next rollout runs with whatever the listener loaded."""
+        alg = self.alg
+        update, act = alg.update, alg.act
         if getattr(update, "counted_by", None) is not None:
             raise ValueError("this runner is already a member's (one RslRlTrainer per runner: each counts its updates)")
 
@@ -106,12 +112,27 @@ class RslRlTrainer:
             losses = update()
             self.epoch += 1
             self.frame += self.frames_per_iteration
-            if self._listener is not None:
-                self._listener.update_done()
+            self._update_untold = True
             return losses
 
+        def act_with_events(*args: Any, **kwargs: Any) -> Any:
+            self._tell_update_done()
+            return act(*args, **kwargs)
+
         update_with_events.counted_by = self  # type: ignore[attr-defined]
-        self.alg.update = update_with_events
+        alg.update, alg.act = update_with_events, act_with_events
+
+    def _tell_update_done(self) -> None:
+        if not self._update_untold:
+            return
+        self._update_untold = False
+        if self._listener is not None:
+            import torch
+
+            # rsl_rl acts under torch.inference_mode: a load there would make the optimizer's state inference
+            # tensors, which its next step (outside that mode) may not update in place.
+            with torch.inference_mode(False):
+                self._listener.update_done()
 
     def train(self, total_iterations: int, init_at_random_ep_len: bool = False) -> None:
         """Run ``runner.learn`` until the member has completed ``total_iterations`` (its own count), starting at
@@ -123,6 +144,7 @@ class RslRlTrainer:
         self.runner.current_learning_iteration = self.epoch
         try:
             self.runner.learn(num_learning_iterations=remaining, init_at_random_ep_len=init_at_random_ep_len)
+            self._tell_update_done()  # the last iteration's: no rollout follows it
         except StopTraining:
             pass
 
