@@ -129,3 +129,52 @@ def test_the_recipient_checkpoint_is_rsl_rls_own_and_holds_the_donors_weights(po
     assert infos[COUNTERS_KEY]["epoch"] == saved["infos"][COUNTERS_KEY]["epoch"]
     for key, weights in layout.model_weights(played.alg).items():
         assert model_fingerprint(weights) == model_fingerprint(saved[key])
+
+
+def _train_here(flags: list[str], log_dir: Path) -> list:
+    """Member 1 trained in this process by the CPU member's own code (its parser, config, ``train_member``);
+    returns the runners it built (a restart raises ``SystemExit`` naming the new command line)."""
+    from rsl_rl_runners import runner as build_runner
+
+    from async_pbt_isaaclab.examples import rsl_rl_member
+    from async_pbt_isaaclab.rsl_rl.member import train_member
+
+    args, overrides = rsl_rl_member.build_parser().parse_known_args(flags)
+    rsl_cfg, _, cfg = rsl_rl_member.load(args, overrides)
+    runners: list = []
+
+    def build(config: dict, folder: str) -> object:
+        runners.append(build_runner(config, int(config["runner"]["seed"]), folder))
+        return runners[-1]
+
+    train_member(rsl_cfg, cfg, build, train_dir=str(log_dir), exit_on_restart=True)
+    return runners
+
+
+def test_the_recipients_live_values_are_the_planned_ones(population, tmp_path, monkeypatch):
+    """Member 1 again, in this process, against the finished donor of the population: after its exploit (loaded
+    live, or by the restarted start) the running PPO holds exactly the values its state records."""
+    import ast
+    import shutil
+
+    from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV
+    from async_pbt_isaaclab.rsl_rl.live import live_values
+    from async_pbt_isaaclab.testing.forced_exploit import FIXTURE_RULE, rsl_rl_member_args
+
+    source, _, mode = population
+    ws = tmp_path / "ws"
+    shutil.copytree(source, ws, ignore=shutil.ignore_patterns("001", "runs"))
+    monkeypatch.setenv(TEST_FIXTURE_ENV, FIXTURE_RULE)
+    extra = ("agent.pbt.mutation.num_steps_per_env=int",) if mode == "restart" else ()
+    flags = [*rsl_rl_member_args(ws, mode, (*MUTATIONS, *extra)), "--pbt-index", "1", "--max_iterations", "24"]
+    if mode == "restart":
+        with pytest.raises(SystemExit, match="restart requested") as exited:
+            _train_here(flags, tmp_path / "runs")
+        argv = ast.literal_eval(str(exited.value).split(": ", 1)[1])
+        flags += [a for a in argv if a.startswith(("--checkpoint=", "agent.runner."))]
+    runner = _train_here(flags, tmp_path / "runs")[-1]
+    state = json.loads((ws / "members/001/state.json").read_text())
+    assert state["generation"] == 1 and state["lineage"][0]["donor"] == 0
+    planned = {k: v for k, v in state["hyperparameters"].items() if k != "num_steps_per_env"}
+    assert live_values(runner.alg, planned) == pytest.approx(planned)
+    assert runner.cfg["num_steps_per_env"] == state["hyperparameters"].get("num_steps_per_env", 16)
