@@ -18,10 +18,16 @@ from typing import Any, Iterable, Mapping
 from async_pbt_isaaclab.core.agent_config import apply_overrides, load_population_config
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
 from async_pbt_isaaclab.core.mutation_section import normalise_hparam_key
+from async_pbt_isaaclab.rsl_rl.config import config_key
 from async_pbt_isaaclab.rsl_rl.live import LIVE_SETTERS, RESTART_KEYS, learning_rate_problem, unknown_keys
 
 OVERRIDE_PREFIX = "agent.runner."
 """Where a CPU member's command line names the runner config's keys."""
+
+
+def rsl_rl_key(key: str) -> str:
+    """The command-line override name of hyperparameter ``key`` for a CPU member (``agent.runner.algorithm.gamma``)."""
+    return OVERRIDE_PREFIX + config_key(key)
 
 
 def agent_view(cfg: Mapping[str, Any]) -> dict[str, Any]:
