@@ -21,9 +21,9 @@ def test_check_config_reads_an_rsl_rl_config_with_rsl_rls_keys(capsys):
         [
             "check-config",
             PENDULUM,
-            "--json",
             "pbt.mutation.desired_kl=mutate_float",
             "pbt.mutation.num_steps_per_env=int",
+            "--json",
         ]
     )
     out = json.loads(capsys.readouterr().out)
