@@ -38,7 +38,7 @@ POPULATION_OVERRIDES = (
 learning rate's level (``learning_rate`` itself is refused there: docs/rsl_rl.md)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> OneLineParser:
     parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--task", default=None, help=f"gymnasium task with a packaged config ({', '.join(PACKAGED_RSL_RL_CONFIGS)})"
@@ -90,10 +90,7 @@ def load(args: argparse.Namespace, overrides: list[str]) -> tuple[dict[str, Any]
 def main(argv: list[str] | None = None) -> int:
     capture_argv()
     parser = build_parser()
-    args, overrides = parser.parse_known_args(argv)
-    bad = [o for o in overrides if "=" not in o]
-    if bad:
-        parser.error(f"unrecognized arguments: {' '.join(bad)}")
+    args, overrides = parser.parse_with_overrides(argv)
     from async_pbt_isaaclab.rsl_rl.release import UnsupportedRslRl, installed_line
 
     try:

@@ -139,7 +139,7 @@ def _train_here(flags: list[str], log_dir: Path) -> list:
     from async_pbt_isaaclab.examples import rsl_rl_member
     from async_pbt_isaaclab.rsl_rl.member import train_member
 
-    args, overrides = rsl_rl_member.build_parser().parse_known_args(flags)
+    args, overrides = rsl_rl_member.build_parser().parse_with_overrides(flags)
     rsl_cfg, _, cfg = rsl_rl_member.load(args, overrides)
     runners: list = []
 
