@@ -1,10 +1,11 @@
 """The rsl_rl trainer adapter: an unforked ``OnPolicyRunner`` as the member loop sees it (``member/trainer.py``).
 
-**Events.** rsl_rl has no observer hooks. The trainer wraps the running algorithm's ``update`` (an instance
-attribute; rsl_rl's code is not changed) and tells the listener given to :meth:`RslRlTrainer.attach`: before the
+**Events.** rsl_rl has no observer hooks. The trainer wraps the running algorithm's ``update`` and ``act`` (instance
+attributes; rsl_rl's code is not changed) and tells the listener given to :meth:`RslRlTrainer.attach`: before the
 real update the rollout is done and the iteration's evidence is in (``rollout_done``, where rl_games members publish
-and decide: the counters and a checkpoint taken there belong to the completed iterations), after it the update is
-done (``update_done``, where an exploit is carried out, so the next rollout runs with the new weights).
+and decide: the counters and a checkpoint taken there belong to the completed iterations); once rsl_rl has logged
+and saved the updated iteration, at the next rollout's first ``act`` (or when ``learn`` returns), the update is done
+(``update_done``, where an exploit is carried out, so the next rollout runs with the new weights).
 ``runner.learn`` is called once per process (:meth:`RslRlTrainer.train`), so rsl_rl's own logging,
 ``save_interval`` checkpoints and TensorBoard run stay what they are in a plain run; docs/rsl_rl.md says why this
 and not ``learn`` in chunks.
@@ -36,7 +37,7 @@ class IterationListener(Protocol):
         """The iteration's rollout is collected; its update has not run."""
 
     def update_done(self) -> None:
-        """The iteration's update has run; the next rollout has not started."""
+        """The iteration's update has run and rsl_rl has logged it; the next rollout has not started."""
 
 
 class StopTraining(Exception):
