@@ -21,5 +21,14 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def parse_with_overrides(self, argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+        """The flags, and the ``key=value`` overrides after them (a member's command line); any other unknown
+        argument is a usage error."""
+        args, overrides = self.parse_known_args(argv)
+        bad = [o for o in overrides if "=" not in o]
+        if bad:
+            self.error(f"unrecognized arguments: {' '.join(bad)}")
+        return args, overrides
+
 
 __all__ = ["OneLineParser"]

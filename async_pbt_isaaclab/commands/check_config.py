@@ -132,7 +132,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     train_dir, train_dir_from = _train_dir(merged, args.train_dir)
     ws_path = cfg.workspace_path(train_dir)
     resolved = _resolved_values(cfg)
-    hparams = _hyperparameter_table(cfg, current, command_line_keys(args.overrides, cfg))
+    hparams = _hyperparameter_table(cfg, current, command_line_keys(args.overrides, cfg), "rsl_rl" in merged)
     if args.json:
         emit_json(
             {
@@ -162,9 +162,20 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def is_rsl_rl_config(raw: Any) -> bool:
+    """``raw`` is an rsl_rl member's config (``env`` and ``runner``), not an rl_games agent yaml."""
+    return isinstance(raw, Mapping) and isinstance(raw.get("runner"), Mapping) and isinstance(raw.get("env"), Mapping)
+
+
 def _load_checked(source: str, overrides: list[str]) -> tuple[dict[str, Any], PopulationConfig]:
     """The agent yaml with ``overrides`` applied and its population config, checked as a member would use it."""
     agent_cfg = load_yaml(source)
+    if is_rsl_rl_config(agent_cfg):
+        # An rsl_rl member's config (env, runner, pbt): checked as its member start checks it, in the core's view.
+        from async_pbt_isaaclab.rsl_rl.member_config import load_member_config
+
+        _, merged, cfg = load_member_config(agent_cfg, overrides, source=source)
+        return merged, cfg
     merged, cfg = load_population_config(agent_cfg, overrides, source=source)
     # load_population_config checks the agent settings only for an enabled member; check-config
     # always checks them, as they would be used once pbt.enabled is true.
@@ -246,10 +257,14 @@ def _diverse_start(cfg: PopulationConfig, key: str, pinned: tuple[str, ...]) -> 
 
 
 def _hyperparameter_table(
-    cfg: PopulationConfig, current: Mapping[str, Any], pinned: tuple[str, ...] = ()
+    cfg: PopulationConfig, current: Mapping[str, Any], pinned: tuple[str, ...] = (), rsl_rl: bool = False
 ) -> list[dict[str, Any]]:
     """One entry per mutated hyperparameter: its kind, bounds, change, current value, agent key and what the
-    diverse start does with it (``pinned``: the keys the command line sets)."""
+    diverse start does with it (``pinned``: the keys the command line sets; ``rsl_rl``: an rsl_rl member's config,
+    whose keys live in its runner config)."""
+    from async_pbt_isaaclab.rsl_rl.live import LIVE_SETTERS as RSL_RL_LIVE
+    from async_pbt_isaaclab.rsl_rl.member_config import rsl_rl_key
+
     hparams = []
     for key, spec in sorted(cfg.mutation.items()):
         cr = spec.change_range or cfg.change_range
@@ -263,8 +278,8 @@ def _hyperparameter_table(
                 "step": spec.step if spec.kind == "int" else None,
                 "choices": list(spec.choices) if spec.kind == "choice" else None,
                 "current": current[key],
-                "agent_key": isaaclab_key(key),
-                "live": SUPPORTED_HYPERPARAMETERS[key].live,
+                "agent_key": rsl_rl_key(key) if rsl_rl else isaaclab_key(key),
+                "live": key in RSL_RL_LIVE if rsl_rl else SUPPORTED_HYPERPARAMETERS[key].live,
                 "diverse_start": _diverse_start(cfg, key, pinned),
             }
         )

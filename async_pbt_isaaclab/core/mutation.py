@@ -336,6 +336,15 @@ SUPPORTED_HYPERPARAMETERS: dict[str, _Default] = {
         False,
         "upper log-std bound of the bounded exploration network (a restart rebuilds the network)",
     ),
+    # rsl_rl's PPO names (rsl_rl/live.py sets them; "live" is rl_games' column: check-config's restart mark).
+    "clip_param": _Default(_lf(0.05, 0.4), False, "rsl_rl: PPO ratio and value clip"),
+    "value_loss_coef": _Default(_lf(0.25, 8.0), False, "rsl_rl: value-loss coefficient"),
+    "lam": _Default(_disc(0.8, 0.999), False, "rsl_rl: GAE lambda (mutated on 1-lam)"),
+    "desired_kl": _Default(_lf(1e-3, 0.05), False, "rsl_rl: adaptive-schedule KL target"),
+    "max_grad_norm": _Default(_lf(0.1, 10.0), False, "rsl_rl: gradient-norm clip"),
+    "num_learning_epochs": _Default(MutationSpec(kind="int", low=1, high=16, step=2), False, "rsl_rl: PPO epochs"),
+    "num_mini_batches": _Default(MutationSpec(kind="int", low=1, high=16, step=2), False, "rsl_rl: minibatches"),
+    "num_steps_per_env": _Default(MutationSpec(kind="int", low=4, high=128, step=8), False, "rsl_rl: rollout"),
 }
 """Hyperparameters that may be mutated, with default bounds. Short names are ``params.config.<name>``;
 dotted names starting with ``network.`` are ``params.network.<...>``."""

@@ -38,7 +38,7 @@ DEFAULT_AGENT = PACKAGED_AGENTS[DEFAULT_TASK]
 """The packaged agent yaml (Pendulum-v1, CPU)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> OneLineParser:
     parser = OneLineParser(
         prog="python -m async_pbt.examples.cpu_member",
         description=__doc__.split("\n\n")[0],
@@ -90,10 +90,7 @@ class _Refused(Exception):
 def main(argv: list[str] | None = None) -> int:
     capture_argv()
     parser = build_parser()
-    args, overrides = parser.parse_known_args(argv)
-    bad = [o for o in overrides if "=" not in o]
-    if bad:
-        parser.error(f"unrecognized arguments: {' '.join(bad)}")
+    args, overrides = parser.parse_with_overrides(argv)
     try:
         args.agent, task_overrides = _agent_for(args)
     except ValueError as exc:

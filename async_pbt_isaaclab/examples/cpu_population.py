@@ -1,6 +1,7 @@
-"""A CPU population: N rl_games PPO members on a gymnasium task, as separate processes, under the launcher.
+"""A CPU population: N rl_games or rsl_rl PPO members on a gymnasium task, as separate processes, under the launcher.
 
     python -m async_pbt.examples.cpu_population --members 2 --smoke --workspace ./runs/cpu-smoke
+    python -m async_pbt.examples.cpu_population --trainer rsl_rl --members 2 --smoke --workspace ./runs/rsl-smoke
     python -m async_pbt.examples.cpu_population --task HalfCheetah-v5 --members 4 --workspace ./runs/hc
     python -m async_pbt.examples.cpu_population --task Humanoid-v5 --agent humanoid_ppo.yaml --members 4
 
@@ -10,9 +11,10 @@ frames per member, rounded up to whole epochs of that yaml. HalfCheetah's episod
 ``--smoke`` (3 epochs of 256 steps) ends before any episode does: pass ``--iterations 8`` or more to see evidence
 and exploits.
 
-Each member is ``python -m async_pbt.examples.cpu_member`` with the population flags added by
-the local launcher. With ``--slices M`` each process hosts M members on slices of one vectorized env
-(``--members 4 --slices 4``: the whole population in one process; docs/slices.md). Members publish
+Each member is ``python -m async_pbt.examples.cpu_member`` (``--trainer rsl_rl``: ``rsl_rl_member``, rsl_rl PPO on
+the task's packaged rsl_rl config, searching ``desired_kl``, ``entropy_coef``, ``gamma``, ``clip_param``) with the
+population flags added by the local launcher. With ``--slices M`` each process hosts M members on slices of one
+vectorized env (``--members 4 --slices 4``: the whole population in one process; docs/slices.md). Members publish
 evidence, select, copy donors' checkpoints and restart themselves with ``os.execv`` (slices copy in memory);
 the launcher restarts a crashed process from its members' own last checkpoints.
 
@@ -47,6 +49,7 @@ from async_pbt_isaaclab.core.pbt_section import SELECTION_RULES, population_size
 from async_pbt_isaaclab.core.retention import population_best
 from async_pbt_isaaclab.core.slices import SLICES_FLAG, slice_problems
 from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, population_conflicts
+from async_pbt_isaaclab.examples import rsl_rl_member
 from async_pbt_isaaclab.examples.agents import DEFAULT_TASK, PACKAGED_AGENTS
 from async_pbt_isaaclab.exit_codes import EXIT_OK, EXIT_USAGE
 from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS  # plain data: no torch, no rl_games
@@ -55,8 +58,20 @@ PROG = "python -m async_pbt.examples.cpu_population"
 """How users run the example (the name in its messages)."""
 PROG_MEMBER = "python -m async_pbt.examples.cpu_member"
 """One member, alone or by hand."""
+TRAINERS = ("rl_games", "rsl_rl")
+"""``--trainer``: the member entry each trains with (``cpu_member``, ``rsl_rl_member``)."""
 DEFAULT_WORKSPACE = "runs/cpu-population"
 """Where the population's workspace goes without ``--workspace`` (relative to the current folder)."""
+
+RL_GAMES_OVERRIDES = (
+    "agent.params.torch_threads=1",  # one torch thread per member: N members share the machine's cores
+    "agent.pbt.mutation.learning_rate=mutate_float",
+    "agent.pbt.mutation.entropy_coef=mutate_float",
+    "agent.pbt.mutation.gamma=mutate_discount",
+    "agent.pbt.mutation.e_clip=mutate_float",
+)
+"""An rl_games member's extra overrides: one torch thread, and what it searches (an rsl_rl member's:
+``rsl_rl_member.POPULATION_OVERRIDES``; its packaged configs set one torch thread themselves)."""
 
 SMOKE = {"iterations": 24, "interval": 8192, "start_grace": 8192, "min_episodes": 16}
 """Short run: 24 epochs x 2048 frames per member, a decision every 4 epochs after the first 4."""
@@ -67,6 +82,12 @@ FULL = {"iterations": 200, "interval": 32768, "start_grace": 65536, "min_episode
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--members", type=int, default=2, help="population size, at least 2 (default 2)")
+    p.add_argument(
+        "--trainer",
+        default="rl_games",
+        choices=TRAINERS,
+        help="the members' trainer (default rl_games; rsl_rl: rsl_rl's OnPolicyRunner, docs/rsl_rl.md)",
+    )
     p.add_argument(
         "--slices",
         type=int,
@@ -112,10 +133,15 @@ class UsageError(Exception):
 
 def agent_yaml(args: argparse.Namespace) -> Path:
     """The members' agent yaml: ``--agent``, else ``--task``'s packaged one (a task without one is a
-    :class:`UsageError` saying ``--agent`` takes any gymnasium task)."""
+    :class:`UsageError` saying ``--agent`` takes any gymnasium task); with ``--trainer rsl_rl`` an rsl_rl config."""
     if args.agent is not None:
         return Path(args.agent).expanduser().absolute()
     task = args.task or DEFAULT_TASK
+    if args.trainer == "rsl_rl":
+        try:
+            return Path(rsl_rl_member.config_path(None, task))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     if task not in PACKAGED_AGENTS:
         raise UsageError(
             f"--task {task}: no packaged agent yaml for it (packaged: {', '.join(PACKAGED_AGENTS)}); any gymnasium "
@@ -130,21 +156,25 @@ def preset_iterations(args: argparse.Namespace) -> int:
     if args.iterations:
         return int(args.iterations)
     preset = SMOKE if args.smoke else FULL
-    config = load_yaml(agent_yaml(args))["params"]["config"]
-    per_epoch = int(config["num_actors"]) * int(config["horizon_length"])
+    raw = load_yaml(agent_yaml(args))
+    if args.trainer == "rsl_rl":
+        per_epoch = int(raw["env"]["num_envs"]) * int(raw["runner"]["num_steps_per_env"])
+    else:
+        per_epoch = int(raw["params"]["config"]["num_actors"]) * int(raw["params"]["config"]["horizon_length"])
     return max(1, -(-preset["iterations"] * 2048 // per_epoch))
 
 
 def member_command(args: argparse.Namespace, workspace: Path) -> list[str]:
     preset = SMOKE if args.smoke else FULL
+    rsl_rl = args.trainer == "rsl_rl"
     chosen = [
-        *(["--agent", str(agent_yaml(args))] if args.agent else []),
+        *([("--config" if rsl_rl else "--agent"), str(agent_yaml(args))] if args.agent else []),
         *(["--task", args.task] if args.task else []),
     ]
     return [
         sys.executable,
         "-m",
-        "async_pbt.examples.cpu_member",
+        f"async_pbt.examples.{'rsl_rl_member' if rsl_rl else 'cpu_member'}",
         *(chosen or ["--task", DEFAULT_TASK]),
         "--max_iterations",
         str(preset_iterations(args)),
@@ -164,12 +194,7 @@ def member_command(args: argparse.Namespace, workspace: Path) -> list[str]:
         str(max(64, preset["min_episodes"])),
         "--pbt-heartbeat-interval-s",
         "5",
-        # One torch thread per member: N members share the machine's cores.
-        "agent.params.torch_threads=1",
-        "agent.pbt.mutation.learning_rate=mutate_float",
-        "agent.pbt.mutation.entropy_coef=mutate_float",
-        "agent.pbt.mutation.gamma=mutate_discount",
-        "agent.pbt.mutation.e_clip=mutate_float",
+        *(rsl_rl_member.POPULATION_OVERRIDES if rsl_rl else RL_GAMES_OVERRIDES),
         *([SLICES_FLAG, str(args.slices)] if args.slices != 1 else []),
         *(["--vec-env", args.vec_env] if args.vec_env != "gymnasium" else []),
     ]
@@ -234,6 +259,8 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--progress-interval {args.progress_interval:g}: must be a positive number of seconds")
     if args.agent is not None and not Path(args.agent).expanduser().is_file():
         raise UsageError(f"--agent {args.agent}: no such file")
+    if args.trainer == "rsl_rl" and args.slices != 1:
+        raise UsageError(f"--slices {args.slices}: slices are rl_games members only (docs/rsl_rl.md); use --slices 1")
     agent_yaml(args)
 
 
@@ -253,6 +280,8 @@ def check_member_config(args: argparse.Namespace, workspace: Path) -> tuple[dict
     ]
     member_args, rest = parser.parse_known_args(flags)
     overrides = [o for o in rest if "=" in o]
+    if args.trainer == "rsl_rl":
+        return _rsl_rl_member_config(args, member_args, overrides)
     if args.task:
         overrides.insert(0, f"agent.params.config.env_name={args.task}")
     yaml_path = agent_yaml(args)
@@ -267,6 +296,24 @@ def check_member_config(args: argparse.Namespace, workspace: Path) -> tuple[dict
         raise UsageError("; ".join(problems))
     agent_cfg["params"]["config"]["max_epochs"] = preset_iterations(args)
     return agent_cfg, cfg
+
+
+def _rsl_rl_member_config(
+    args: argparse.Namespace, member_args: argparse.Namespace, overrides: list[str]
+) -> tuple[dict[str, Any], PopulationConfig]:
+    """The rsl_rl members' config checked as :mod:`.rsl_rl_member` checks it; its core view (``params.config``)
+    with the members' iteration limit."""
+    from async_pbt_isaaclab.rsl_rl.member_config import load_member_config
+
+    member_args.config, member_args.task = str(agent_yaml(args)), args.task
+    try:
+        _, view, cfg = load_member_config(
+            load_yaml(member_args.config), [*population_overrides(member_args), *overrides], source=member_args.config
+        )
+    except ConfigError as exc:
+        raise UsageError("; ".join(exc.problems)) from None
+    view["params"]["config"]["max_epochs"] = preset_iterations(args)
+    return view, cfg
 
 
 def check_workspace(workspace: Path, agent_cfg: dict[str, Any], cfg: PopulationConfig) -> dict | None:

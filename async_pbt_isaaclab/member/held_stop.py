@@ -42,3 +42,19 @@ class HeldStop:
         if self.requested is not None and exc_type is None:
             signal.raise_signal(self.requested)  # now, to the handler that was there (KeyboardInterrupt)
         return False
+
+
+class StopOnSignal:
+    """SIGTERM (a scheduler or the launcher stopping a member) handled like Ctrl-C while it trains: a
+    ``KeyboardInterrupt``, so the member finishes cleanly and resumably. :meth:`restore` puts the old handler back."""
+
+    def __init__(self) -> None:
+        self.previous = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, self._raise)
+
+    @staticmethod
+    def _raise(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGTERM, self.previous)

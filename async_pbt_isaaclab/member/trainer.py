@@ -127,6 +127,7 @@ class Trainer(Protocol):
 
 SUPPORTED_TRAINERS: dict[str, str] = {
     "rl_games": "rl_games 1.6 PPO, a2c_continuous and a2c_discrete",
+    "rsl_rl": "rsl-rl-lib 3.1 and 5.4-5.5 OnPolicyRunner PPO, CPU members; docs/rsl_rl.md",
 }
 """The trainers whose runs can be population members, by :attr:`Trainer.name`, with what of each is supported: what
 ``async-pbt --help`` and the docs list. A trainer whose adapter implements :class:`Trainer` adds its line here."""

@@ -12,12 +12,12 @@ Read top to bottom, one training run is::
 
 from __future__ import annotations
 
-import signal
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.resume import describe_resume
 from async_pbt_isaaclab.envs.summary_source import SummarySource
+from async_pbt_isaaclab.member.held_stop import StopOnSignal as _StopOnSignal
 
 if TYPE_CHECKING:
     from async_pbt_isaaclab.rl_games.observer import PbtObserver
@@ -102,18 +102,3 @@ def _check_warm_start(session: Any) -> None:
 
 def _say_where_it_resumes(session: Any) -> None:
     print(f"[async-pbt] {describe_resume(session.ws.root, session.cfg.policy_idx)}", flush=True)
-
-
-class _StopOnSignal:
-    """SIGTERM (a scheduler or the launcher stopping us) is handled like Ctrl-C: finish cleanly, resumable."""
-
-    def __init__(self) -> None:
-        self.previous = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, self._raise)
-
-    @staticmethod
-    def _raise(signum, frame) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    def restore(self) -> None:
-        signal.signal(signal.SIGTERM, self.previous)

@@ -54,13 +54,19 @@ def runner_config(cfg: Mapping[str, Any], line: int) -> dict[str, Any]:
     return out
 
 
+def config_key(key: str) -> str:
+    """Where hyperparameter ``key`` lives in a runner config: ``num_steps_per_env``, ``algorithm.gamma`` ..."""
+    return key if key in RUNNER_KEYS else f"algorithm.{key}"
+
+
 def with_hyperparameters(cfg: Mapping[str, Any], hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of the runner config ``cfg`` with ``hyperparameters`` written where the runner reads them (the
-    restart path builds the new runner from it)."""
+    """A copy of the runner config ``cfg`` with ``hyperparameters`` written where the runner reads them
+    (:func:`config_key`; the restart path builds the new runner from it)."""
     out = copy.deepcopy(dict(cfg))
     for key, value in hyperparameters.items():
-        if key in RUNNER_KEYS:
-            out[key] = value
-        else:
-            out["algorithm"][key] = value
+        node = out
+        *parents, last = config_key(key).split(".")
+        for part in parents:
+            node = node[part]
+        node[last] = value
     return out

@@ -1,10 +1,11 @@
 """The rsl_rl trainer adapter: an unforked ``OnPolicyRunner`` as the member loop sees it (``member/trainer.py``).
 
-**Events.** rsl_rl has no observer hooks. The trainer wraps the running algorithm's ``update`` (an instance
-attribute; rsl_rl's code is not changed) and tells the listener given to :meth:`RslRlTrainer.attach`: before the
+**Events.** rsl_rl has no observer hooks. The trainer wraps the running algorithm's ``update`` and ``act`` (instance
+attributes; rsl_rl's code is not changed) and tells the listener given to :meth:`RslRlTrainer.attach`: before the
 real update the rollout is done and the iteration's evidence is in (``rollout_done``, where rl_games members publish
-and decide: the counters and a checkpoint taken there belong to the completed iterations), after it the update is
-done (``update_done``, where an exploit is carried out, so the next rollout runs with the new weights).
+and decide: the counters and a checkpoint taken there belong to the completed iterations); once rsl_rl has logged
+and saved the updated iteration, at the next rollout's first ``act`` (or when ``learn`` returns), the update is done
+(``update_done``, where an exploit is carried out, so the next rollout runs with the new weights).
 ``runner.learn`` is called once per process (:meth:`RslRlTrainer.train`), so rsl_rl's own logging,
 ``save_interval`` checkpoints and TensorBoard run stay what they are in a plain run; docs/rsl_rl.md says why this
 and not ``learn`` in chunks.
@@ -23,6 +24,7 @@ from typing import Any, Callable, Mapping, Protocol
 from async_pbt_isaaclab import checkpoint_io
 from async_pbt_isaaclab.envs.summary_source import SummarySource, find_summary_source
 from async_pbt_isaaclab.member.trainer import TrainerAbilities, TrainerCounters
+from async_pbt_isaaclab.rsl_rl.config import config_key
 from async_pbt_isaaclab.rsl_rl.layout import COUNTERS_KEY, LAYOUTS, optimizer_learning_rate
 from async_pbt_isaaclab.rsl_rl.live import LIVE_SETTERS, apply_live_hyperparameters
 from async_pbt_isaaclab.rsl_rl.release import installed_line
@@ -35,7 +37,7 @@ class IterationListener(Protocol):
         """The iteration's rollout is collected; its update has not run."""
 
     def update_done(self) -> None:
-        """The iteration's update has run; the next rollout has not started."""
+        """The iteration's update has run and rsl_rl has logged it; the next rollout has not started."""
 
 
 class StopTraining(Exception):
@@ -53,8 +55,12 @@ class RslRlTrainer:
         summary_source: SummarySource | None = None,
         line: int | None = None,
         runner_infos: Callable[[], Mapping[str, Any]] | None = None,
+        override_prefix: str = "agent.",
     ):
         self.runner = runner
+        self.override_prefix = override_prefix
+        """Where the runner config sits among the command line's overrides (:meth:`restart_overrides`): ``agent.``
+        on Isaac Lab (the agent config is the runner config), ``agent.runner.`` for the CPU member's config."""
         self._runner_infos = runner_infos or dict
         """What the runner's own ``save`` puts in ``infos`` (mjlab: the env's ``env_state``); the member's are kept
         beside it."""
@@ -70,6 +76,8 @@ class RslRlTrainer:
         self.total_iterations = 0
         """Where :meth:`train` stops (completed iterations)."""
         self._listener: IterationListener | None = None
+        self._update_untold = False
+        """An update has run whose ``update_done`` the listener has not been told yet."""
         self._count_updates()
 
     @property
@@ -90,8 +98,12 @@ class RslRlTrainer:
         self._listener = listener
 
     def _count_updates(self) -> None:
-        """Wrap ``runner.alg.update`` (once, at construction): every update is counted, and the listener told."""
-        update = self.alg.update
+        """Wrap ``runner.alg.update`` and ``runner.alg.act`` (once, at construction). Every update is counted, the
+        listener told ``rollout_done`` before it, and ``update_done`` once rsl_rl has logged and saved that iteration:
+        at the next rollout's first ``act``, or when ``learn`` returns. So an exec restart there loses none of rsl_rl's
+        own output of the iteration it completes, and the next rollout runs with whatever the listener loaded."""
+        alg = self.alg
+        update, act = alg.update, alg.act
         if getattr(update, "counted_by", None) is not None:
             raise ValueError("this runner is already a member's (one RslRlTrainer per runner: each counts its updates)")
 
@@ -101,12 +113,27 @@ class RslRlTrainer:
             losses = update()
             self.epoch += 1
             self.frame += self.frames_per_iteration
-            if self._listener is not None:
-                self._listener.update_done()
+            self._update_untold = True
             return losses
 
+        def act_with_events(*args: Any, **kwargs: Any) -> Any:
+            self._tell_update_done()
+            return act(*args, **kwargs)
+
         update_with_events.counted_by = self  # type: ignore[attr-defined]
-        self.alg.update = update_with_events
+        alg.update, alg.act = update_with_events, act_with_events
+
+    def _tell_update_done(self) -> None:
+        if not self._update_untold:
+            return
+        self._update_untold = False
+        if self._listener is not None:
+            import torch
+
+            # rsl_rl acts under torch.inference_mode: a load there would make the optimizer's state inference
+            # tensors, which its next step (outside that mode) may not update in place.
+            with torch.inference_mode(False):
+                self._listener.update_done()
 
     def train(self, total_iterations: int, init_at_random_ep_len: bool = False) -> None:
         """Run ``runner.learn`` until the member has completed ``total_iterations`` (its own count), starting at
@@ -118,6 +145,7 @@ class RslRlTrainer:
         self.runner.current_learning_iteration = self.epoch
         try:
             self.runner.learn(num_learning_iterations=remaining, init_at_random_ep_len=init_at_random_ep_len)
+            self._tell_update_done()  # the last iteration's: no rollout follows it
         except StopTraining:
             pass
 
@@ -136,13 +164,18 @@ class RslRlTrainer:
             why.append("recurrent policy: its hidden states belong to the old weights")
         if getattr(alg, "is_multi_gpu", False):
             why.append("multi-GPU member: every rank must load the donor together (a restart does that)")
-        return TrainerAbilities(frozenset(LIVE_SETTERS), loads_weights=not why, why_not_live=tuple(why))
+        return TrainerAbilities(
+            frozenset(LIVE_SETTERS), loads_weights=not why, why_not_live=tuple(why), trainer=self.name
+        )
 
     def counters(self) -> TrainerCounters:
         return TrainerCounters(frame=self.frame, epoch=self.epoch)
 
     def learning_rate(self) -> float:
         return float(self.alg.learning_rate)
+
+    def optimizer_learning_rates(self) -> list[float]:
+        return [float(g["lr"]) for g in self.alg.optimizer.param_groups]
 
     def full_state(self) -> dict[str, Any]:
         """What ``runner.save`` would write now, with the member's counters in ``infos``."""
@@ -153,11 +186,20 @@ class RslRlTrainer:
     def _infos(self, counters: TrainerCounters) -> dict[str, Any]:
         return {**self._runner_infos(), COUNTERS_KEY: {"frame": int(counters.frame), "epoch": int(counters.epoch)}}
 
-    def checkpoint_bytes(self, state: Mapping[str, Any]) -> bytes:
-        return checkpoint_io.checkpoint_bytes("<rsl_rl state>", state, self.layout.kind)[0]
+    def with_metadata(self, state: Mapping[str, Any], metadata: Mapping[str, Any]) -> dict[str, Any]:
+        return checkpoint_io.with_pbt_metadata(state, metadata)
 
-    def read_checkpoint(self, path: Path, sha256: str | None, trusted: bool) -> dict[str, Any]:
-        return checkpoint_io.load_checkpoint(path, self.layout.kind, trusted=trusted, expected_sha256=sha256)
+    def metadata(self, state: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        return checkpoint_io.read_pbt_metadata(state)
+
+    def checkpoint_bytes(self, state: Mapping[str, Any], path: Path | str = "<rsl_rl state>") -> bytes:
+        return checkpoint_io.checkpoint_bytes(path, state, self.layout.kind)[0]
+
+    def read_checkpoint(self, path: Path, sha256: str | None, trusted: bool, on_device: bool = False) -> dict[str, Any]:
+        device = self.runner.device if on_device else "cpu"
+        return checkpoint_io.load_checkpoint(
+            path, self.layout.kind, trusted=trusted, map_location=device, expected_sha256=sha256
+        )
 
     def check_fits(self, state: Mapping[str, Any]) -> None:
         mine = self.layout.model_weights(self.alg)
@@ -210,6 +252,11 @@ class RslRlTrainer:
         """sha256 of the models' weights (every model key's state dict, names prefixed by the key)."""
         models = self.layout.model_weights(self.alg) if state is None else {k: state[k] for k in self.layout.models}
         return checkpoint_io.model_fingerprint({f"{k}/{n}": t for k, sd in models.items() for n, t in sd.items()})
+
+    def restart_overrides(self, hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
+        """Each value where the runner config holds it (:func:`~.config.config_key`), under
+        :attr:`override_prefix`: ``agent.algorithm.gamma`` on Isaac Lab, ``agent.runner.num_steps_per_env`` ..."""
+        return {self.override_prefix + config_key(k): v for k, v in hyperparameters.items()}
 
     def before_restart(self) -> None:
         """Flush and close rsl_rl's writer (3.x: ``runner.writer``; 5.x: ``runner.logger.writer``)."""

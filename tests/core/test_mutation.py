@@ -400,3 +400,17 @@ def test_entries_written_under_version_2_replay_their_counting():
         clones += not changes
         assert new["learning_rate"] == 1e-2 or new["learning_rate"] < 1e-2
     assert 10 <= clones <= 30  # about half, as the issue measured
+
+
+def test_recorded_changes_round_trip_with_their_flags():
+    """A pending exploit read back from state.json (after a restart) keeps ``resampled`` and ``from_zero``: the
+    verifier compares its changes with the decision's."""
+    from async_pbt_isaaclab.core.generation import changes_from_list
+    from async_pbt_isaaclab.core.mutation import Change
+
+    changes = (
+        Change("entropy_coef", 0.005, 1e-5, None, resampled=True),
+        Change("gamma", 0.99, 0.991, 0.9),
+        Change("bounds_loss_coef", 0.0, 0.0, None, from_zero=True),
+    )
+    assert changes_from_list([c.to_dict() for c in changes], "changes") == changes

@@ -1,0 +1,106 @@
+"""An rsl_rl training process as a population member: the trainer's iteration events drive the member loop.
+
+Read top to bottom, one training run is (:func:`train_member`)::
+
+    session, view = start_member(view, cfg, ...)    claim the member, pick the start checkpoint and values
+    runner = build_runner(config with the member's values)     rsl_rl's OnPolicyRunner, unforked
+    events = MemberEvents(session, RslRlTrainer(runner))       member.start(): the start checkpoint restored
+    trainer.train(max_iterations)     every iteration: rollout_done -> member.evidence_ready() (publish, decide)
+                                                       update_done  -> member.update_done()  (exploit, restart)
+    events.finish(status)             final checkpoint, status record, stop entry
+
+The events are the ones ``rl_games/observer.py`` maps rl_games' callbacks to (``after_steps``,
+``after_print_stats``): the same publish and decision points, the same interval semantics (the counters at
+``rollout_done`` are the completed iterations, as rl_games' ``frame`` in ``after_steps``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from async_pbt_isaaclab.core.agent_config import get_path
+from async_pbt_isaaclab.core.config import PopulationConfig
+from async_pbt_isaaclab.core.mutation import agent_path
+from async_pbt_isaaclab.core.resume import describe_resume
+from async_pbt_isaaclab.member.executor import MemberExecutor
+from async_pbt_isaaclab.member.held_stop import StopOnSignal
+from async_pbt_isaaclab.member.loop import Member, MemberLoop
+from async_pbt_isaaclab.member.publication import Publication
+from async_pbt_isaaclab.member.session import MemberSession, start_member
+from async_pbt_isaaclab.rsl_rl.config import with_hyperparameters
+from async_pbt_isaaclab.rsl_rl.member_config import OVERRIDE_PREFIX, agent_view
+from async_pbt_isaaclab.rsl_rl.trainer import RslRlTrainer
+
+RunnerFactory = Callable[[dict[str, Any], str], Any]
+"""``(rsl_rl config with the member's values, log folder) -> OnPolicyRunner``."""
+
+
+class MemberEvents:
+    """One population member inside an rsl_rl training process: an iteration listener of its trainer."""
+
+    def __init__(self, session: MemberSession, trainer: RslRlTrainer, exit_on_restart: bool = False):
+        self.trainer = trainer
+        publisher = Publication(session.cfg, session.member, session.condition, session.state.generation)
+        executor = MemberExecutor(session, trainer, publisher, exit_on_restart=exit_on_restart)
+        self.member = Member(MemberLoop(session, trainer, publisher), executor)
+        self.member.start()  # the start checkpoint (resume, exploit, warm start) is in the runner from here on
+        trainer.attach(self)
+
+    def rollout_done(self) -> None:
+        self.member.evidence_ready()
+
+    def update_done(self) -> None:
+        self.member.update_done()
+
+    def finish(self, status: str) -> None:
+        """``finished`` publishes a final checkpoint; ``stopped`` does not (the stop may have landed inside an
+        optimizer step)."""
+        self.member.stop(status)
+
+
+def member_values(view: Mapping[str, Any], cfg: PopulationConfig) -> dict[str, Any]:
+    """The member's searched values, as :func:`~async_pbt_isaaclab.member.session.start_member` wrote them."""
+    return {key: get_path(view, agent_path(key)) for key in sorted(cfg.mutation)}
+
+
+def train_member(
+    rsl_cfg: Mapping[str, Any],
+    cfg: PopulationConfig,
+    build: RunnerFactory,
+    *,
+    train_dir: str,
+    checkpoint: str | None = None,
+    exit_on_restart: bool = False,
+) -> MemberEvents | None:
+    """Train ``rsl_cfg`` as population member ``cfg.policy_idx`` for the config's ``max_iterations`` (the
+    member's own count). rsl_rl's log folder (TensorBoard, ``model_<it>.pt``) is the experiment's ``summaries/``
+    under ``train_dir``, where the member's start refuses planted links. Returns ``None`` when the member had
+    already finished."""
+    session, view = start_member(
+        agent_view(rsl_cfg), cfg, train_dir=train_dir, task=rsl_cfg["env"]["id"], checkpoint=checkpoint
+    )
+    if session.already_finished:
+        print(f"[async-pbt] member {session.member}: nothing to train: {session.already_finished}", flush=True)
+        session.log("stop", {"status": "finished", "reason": session.already_finished})
+        session.close()
+        return None
+    config = dict(rsl_cfg, runner=with_hyperparameters(rsl_cfg["runner"], member_values(view, cfg)))
+    log_dir = Path(train_dir) / view["params"]["config"]["full_experiment_name"] / "summaries"
+    stop, events, status = StopOnSignal(), None, "stopped"
+    try:
+        trainer = RslRlTrainer(build(config, str(log_dir)), override_prefix=OVERRIDE_PREFIX)
+        events = MemberEvents(session, trainer, exit_on_restart=exit_on_restart)
+        trainer.train(int(config["runner"]["max_iterations"]))
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "stopped"
+    finally:
+        stop.restore()
+        if events is not None:
+            events.finish(status)
+        else:
+            session.close()
+        if status == "stopped":
+            print(f"[async-pbt] {describe_resume(session.ws.root, session.member)}", flush=True)
+    return events

@@ -1,0 +1,180 @@
+"""End to end: two real rsl_rl members (rsl_rl PPO on Pendulum-v1, ``examples/rsl_rl_member``), one forced exploit,
+by both exploit paths: member 1 exploits member 0 through a real exec restart, and in a second population inside
+the running process. Everything asserted is read back from what the processes wrote (workspace, audit log,
+checkpoints, rsl_rl's own log) or loaded by rsl_rl's own ``OnPolicyRunner.load``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from rsl_rl_runners import runner as make_runner
+from rsl_rl_runners import small_config
+
+from async_pbt_isaaclab.checkpoint_io import model_fingerprint
+from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS
+from async_pbt_isaaclab.rsl_rl.layout import COUNTERS_KEY, LAYOUTS
+from async_pbt_isaaclab.rsl_rl.release import installed_line
+from async_pbt_isaaclab.testing.forced_exploit import RSL_RL_ITERATIONS, run_rsl_rl_population
+
+pytestmark = [pytest.mark.slow, pytest.mark.rslrl_compat]
+
+MUTATIONS = (
+    "agent.pbt.mutation.desired_kl=mutate_float",
+    "agent.pbt.mutation.entropy_coef=mutate_float",
+    "agent.pbt.mutation.gamma=mutate_discount",
+)
+"""Searched by both populations; the restart one searches ``num_steps_per_env`` too, a key only a restart sets."""
+
+ENVS = 16
+"""Envs of each member (``run_rsl_rl_population``); the packaged config's rollout is 16 steps."""
+
+
+def _entries(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module", params=["restart", "inprocess"])
+def population(tmp_path_factory, request):
+    mode = request.param
+    root = tmp_path_factory.mktemp(f"rsl_rl_{mode}")
+    extra = ("agent.pbt.mutation.num_steps_per_env=int",) if mode == "restart" else ()
+    logs = run_rsl_rl_population(root, mode, (*MUTATIONS, *extra))
+    return root / "ws", logs, mode
+
+
+def _applied(ws: Path) -> dict:
+    (applied,) = [e for e in _entries(ws / "members/001/audit.jsonl") if e["kind"] == "exploit_applied"]
+    return applied
+
+
+def test_the_exploit_took_its_path_and_the_audit_verifies(population):
+    ws, logs, mode = population
+    audit = _entries(ws / "members/001/audit.jsonl")
+    starts = [e for e in audit if e["kind"] == "start"]
+    applied = _applied(ws)
+    assert applied["path"] == mode and applied["donor"] == 0
+    if mode == "restart":
+        # os.execv: the same pid, a new process image, started from the recipient checkpoint.
+        assert [s["mode"] for s in starts] == ["fresh", "exploit_applied"] and starts[0]["pid"] == starts[1]["pid"]
+        assert "[async-pbt] restarting:" in logs[1]
+    else:
+        assert [s["mode"] for s in starts] == ["fresh"] and "in-process from" in logs[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "async_pbt_isaaclab.cli", "audit", str(ws)], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "all entries verified" in done.stdout, done.stdout + done.stderr
+
+
+def test_counters_continue_and_no_iteration_index_repeats_or_is_skipped(population):
+    ws, logs, _ = population
+    audit = _entries(ws / "members/001/audit.jsonl")
+    state = json.loads((ws / "members/001/state.json").read_text())
+    restored = [e for e in audit if e["kind"] == "restored"][-1]
+    (start,) = [e for e in audit if e["kind"] == "start"][:1]
+    steps_before = start["hyperparameters"].get("num_steps_per_env", 16)  # the diverse start may draw it
+    steps_after = state["hyperparameters"].get("num_steps_per_env", 16)
+    # The recipient keeps its own counters: the iterations it completed, at its own rollout length.
+    assert restored["frame"] == state["lineage"][0]["frame"] == restored["epoch"] * ENVS * steps_before
+    # rsl_rl's own log, across both process images on the restart path: every index once, in order.
+    indices = [int(i) for i in re.findall(r"Learning iteration (\d+)/", logs[1])]
+    assert indices == list(range(RSL_RL_ITERATIONS[1])), indices
+    record = json.loads((ws / "members/001/record.json").read_text())
+    assert record["status"] == "finished" and record["epoch"] == RSL_RL_ITERATIONS[1]
+    assert record["frame"] == restored["frame"] + (RSL_RL_ITERATIONS[1] - restored["epoch"]) * ENVS * steps_after
+
+
+def test_the_restart_carries_the_planned_values_in_rsl_rls_own_names(population):
+    ws, _, mode = population
+    state = json.loads((ws / "members/001/state.json").read_text())
+    changes = {c["key"]: c["new"] for c in state["lineage"][0]["changes"]}
+    assert changes and set(changes) <= set(state["hyperparameters"])
+    for key, value in changes.items():
+        spec = SUPPORTED_HYPERPARAMETERS[key].spec
+        assert spec.low <= value <= spec.high and state["hyperparameters"][key] == value
+    if mode == "inprocess":
+        return
+    assert "num_steps_per_env" in changes  # mutation_rate 1.0: a key only a restart can set
+    starts = [e for e in _entries(ws / "members/001/audit.jsonl") if e["kind"] == "start"]
+    added = [a for a in starts[1]["argv"] if a not in starts[0]["argv"]]
+    where = {"num_steps_per_env": "agent.runner.num_steps_per_env"}
+    for key, value in changes.items():
+        name = where.get(key, f"agent.runner.algorithm.{key}")
+        (arg,) = [a for a in added if a.startswith(f"{name}=")]
+        assert float(arg.split("=", 1)[1]) == pytest.approx(value)
+
+
+def test_the_recipient_checkpoint_is_rsl_rls_own_and_holds_the_donors_weights(population, tmp_path):
+    ws, _, _ = population
+    applied = _applied(ws)
+    recipient = torch.load(ws / applied["checkpoint"], weights_only=True)
+    donor_ckpt = torch.load(ws / applied["donor_checkpoint"], weights_only=True)
+    layout = LAYOUTS[installed_line()]
+    assert set(layout.written) <= set(recipient) and recipient["pbt"]["member"] == 1
+    for key in layout.models:
+        assert model_fingerprint(recipient[key]) == model_fingerprint(donor_ckpt[key])
+    assert recipient["infos"][COUNTERS_KEY]["frame"] == applied["frame"]
+    assert recipient["iter"] == recipient["infos"][COUNTERS_KEY]["epoch"] - 1
+    # rsl_rl's own load, unchanged, of the member's best checkpoint.
+    best = json.loads((ws / "members/000/best.json").read_text())[0]
+    played = make_runner(small_config(), seed=3, log_dir=tmp_path)
+    infos = played.load(str(ws / best["checkpoint"]))
+    saved = torch.load(ws / best["checkpoint"], weights_only=True)
+    assert infos[COUNTERS_KEY]["epoch"] == saved["infos"][COUNTERS_KEY]["epoch"]
+    for key, weights in layout.model_weights(played.alg).items():
+        assert model_fingerprint(weights) == model_fingerprint(saved[key])
+
+
+def _train_here(flags: list[str], log_dir: Path) -> list:
+    """Member 1 trained in this process by the CPU member's own code (its parser, config, ``train_member``);
+    returns the runners it built (a restart raises ``SystemExit`` naming the new command line)."""
+    from rsl_rl_runners import runner as build_runner
+
+    from async_pbt_isaaclab.examples import rsl_rl_member
+    from async_pbt_isaaclab.rsl_rl.member import train_member
+
+    args, overrides = rsl_rl_member.build_parser().parse_with_overrides(flags)
+    rsl_cfg, _, cfg = rsl_rl_member.load(args, overrides)
+    runners: list = []
+
+    def build(config: dict, folder: str) -> object:
+        runners.append(build_runner(config, int(config["runner"]["seed"]), folder))
+        return runners[-1]
+
+    train_member(rsl_cfg, cfg, build, train_dir=str(log_dir), exit_on_restart=True)
+    return runners
+
+
+def test_the_recipients_live_values_are_the_planned_ones(population, tmp_path, monkeypatch):
+    """Member 1 again, in this process, against the finished donor of the population: after its exploit (loaded
+    live, or by the restarted start) the running PPO holds exactly the values its state records."""
+    import ast
+    import shutil
+
+    from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV
+    from async_pbt_isaaclab.rsl_rl.live import live_values
+    from async_pbt_isaaclab.testing.forced_exploit import FIXTURE_RULE, rsl_rl_member_args
+
+    source, _, mode = population
+    ws = tmp_path / "ws"
+    shutil.copytree(source, ws, ignore=shutil.ignore_patterns("001", "runs"))
+    monkeypatch.setenv(TEST_FIXTURE_ENV, FIXTURE_RULE)
+    extra = ("agent.pbt.mutation.num_steps_per_env=int",) if mode == "restart" else ()
+    flags = [*rsl_rl_member_args(ws, mode, (*MUTATIONS, *extra)), "--pbt-index", "1", "--max_iterations", "24"]
+    if mode == "restart":
+        with pytest.raises(SystemExit, match="restart requested") as exited:
+            _train_here(flags, tmp_path / "runs")
+        argv = ast.literal_eval(str(exited.value).split(": ", 1)[1])
+        flags += [a for a in argv if a.startswith(("--checkpoint=", "agent.runner."))]
+    runner = _train_here(flags, tmp_path / "runs")[-1]
+    state = json.loads((ws / "members/001/state.json").read_text())
+    assert state["generation"] == 1 and state["lineage"][0]["donor"] == 0
+    planned = {k: v for k, v in state["hyperparameters"].items() if k != "num_steps_per_env"}
+    assert live_values(runner.alg, planned) == pytest.approx(planned)
+    assert runner.cfg["num_steps_per_env"] == state["hyperparameters"].get("num_steps_per_env", 16)
