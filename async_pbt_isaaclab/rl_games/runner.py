@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.resume import describe_resume
 from async_pbt_isaaclab.envs.summary_source import SummarySource
-from async_pbt_isaaclab.member.held_stop import StopOnSignal as _StopOnSignal
 
 if TYPE_CHECKING:
     from async_pbt_isaaclab.rl_games.observer import PbtObserver

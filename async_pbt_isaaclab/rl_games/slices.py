@@ -129,12 +129,12 @@ def train_slices(
     problems = check_slices(cfg, layout.count, agent_cfg)
     if problems:
         raise ValueError("; ".join(problems))
-    from async_pbt_isaaclab.rl_games.runner import _StopOnSignal
+    from async_pbt_isaaclab.member.held_stop import StopOnSignal
 
     threads = member_threads(agent_cfg["params"].get("torch_threads", "auto"), layout.count, available_cores())
     host = SliceHost(layout, threads, stop_wait_s())
     rl_cfgs = _start_sessions(host, agent_cfg, cfg, train_dir, task, checkpoint, reward_config)
-    stop_signal = _StopOnSignal()
+    stop_signal = StopOnSignal()
     shared: SharedVecEnv | None = None
     try:
         shared = _build(host, rl_cfgs, make_env, sigma, extra_observers)

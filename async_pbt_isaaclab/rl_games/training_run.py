@@ -13,11 +13,12 @@ from rl_games.common.algo_observer import IsaacAlgoObserver
 from rl_games.torch_runner import Runner
 
 from async_pbt_isaaclab.envs.summary_source import SummarySource
+from async_pbt_isaaclab.member.held_stop import StopOnSignal
 from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
 from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
 from async_pbt_isaaclab.rl_games.observer import PbtObserver
 from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalarsObserver
-from async_pbt_isaaclab.rl_games.runner import _say_where_it_resumes, _StopOnSignal
+from async_pbt_isaaclab.rl_games.runner import _say_where_it_resumes
 
 
 def run_training(
@@ -49,7 +50,7 @@ def _train_as_member(
     """The member's run: the PBT observer publishes, decides and exploits at epoch boundaries; a stop (Ctrl-C,
     SIGTERM) ends it like the end of training does, with the record saying ``stopped``."""
     observer = PbtObserver(session, summary_source=summary_source)
-    stop = _StopOnSignal()
+    stop = StopOnSignal()
     # pbt/* scalars in the member's TensorBoard run; after the PBT observer, which publishes the record it reads.
     runner = Runner(MultiObserver([observer, PbtScalarsObserver(session, observer.publisher), *observers]))
     status = "stopped"
