@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
-from async_pbt_isaaclab.core.mutation import agent_path
+from async_pbt_isaaclab.core.decision.mutation import agent_path
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 
 

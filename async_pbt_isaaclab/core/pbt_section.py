@@ -2,8 +2,8 @@
 
 :func:`population_config_from_dict` coerces each value to its field's type, reads the ``mutation:`` mapping
 (:mod:`async_pbt_isaaclab.core.mutation_section`), then checks every value against what it accepts: ranges,
-the selection rules of the registry (:mod:`async_pbt_isaaclab.core.rules`) and the test fixtures, refused
-unless their variable names them (:mod:`async_pbt_isaaclab.core.fixtures`, imported here, which registers
+the selection rules of the registry (:mod:`async_pbt_isaaclab.core.decision.rules`) and the test fixtures, refused
+unless their variable names them (:mod:`async_pbt_isaaclab.core.decision.fixture_rules`, imported here, which registers
 them). Every problem is collected and raised together in one :class:`ConfigError`, each line naming the key
 and what is accepted (the file too, with ``source``).
 """
@@ -15,7 +15,6 @@ import difflib
 import math
 from typing import Any, Mapping
 
-from async_pbt_isaaclab.core import explore, pb2, rules
 from async_pbt_isaaclab.core.config import (
     EXPLOIT_MODES,
     HPARAM_SOURCES,
@@ -23,14 +22,15 @@ from async_pbt_isaaclab.core.config import (
     ConfigError,
     PopulationConfig,
 )
-from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV, fixture_enabled
+from async_pbt_isaaclab.core.decision import explore, pb2, rules
+from async_pbt_isaaclab.core.decision.fixture_rules import TEST_FIXTURE_ENV, fixture_enabled
 from async_pbt_isaaclab.core.mutation_section import parse_mutation_section, valid_change_range
 
 SELECTION_RULES = rules.production_rules()
-"""Selection rules a user may choose (from the registry in :mod:`async_pbt_isaaclab.core.rules`)."""
+"""Selection rules a user may choose (from the registry in :mod:`async_pbt_isaaclab.core.decision.rules`)."""
 
 TEST_FIXTURE_RULES = rules.fixture_rules()
-"""Rules for end-to-end tests only (:mod:`async_pbt_isaaclab.core.fixtures`, registered by importing it
+"""Rules for end-to-end tests only (:mod:`async_pbt_isaaclab.core.decision.fixture_rules`, registered by importing it
 above). Refused unless ``ASYNC_PBT_TEST_FIXTURE`` names the rule."""
 
 RETIRED_KEYS = {

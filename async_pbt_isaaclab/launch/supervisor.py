@@ -61,9 +61,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from async_pbt_isaaclab.core.resume import describe_resume
 from async_pbt_isaaclab.core.slices import process_members
-from async_pbt_isaaclab.core.workspace import member_dirname
+from async_pbt_isaaclab.core.workspace.layout import member_dirname
+from async_pbt_isaaclab.core.workspace.resume import describe_resume
 from async_pbt_isaaclab.exit_codes import (
     EXIT_GAVE_UP,
     EXIT_OK,

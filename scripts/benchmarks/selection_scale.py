@@ -32,13 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-from async_pbt_isaaclab.core.member_rng import MemberRng
+from async_pbt_isaaclab.core.decision.rules import decide
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
-from async_pbt_isaaclab.core.records import MemberRecord
-from async_pbt_isaaclab.core.rules import decide
-from async_pbt_isaaclab.core.workspace import Workspace, checkpoint_name
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EvidenceSummary
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
+from async_pbt_isaaclab.core.state.records import MemberRecord
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.layout import Workspace, checkpoint_name
 
 TASK = "Isaac-Repose-Cube-Allegro-Direct-v0"
 INTERVAL = 1_000_000

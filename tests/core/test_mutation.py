@@ -1,4 +1,4 @@
-"""Bounded, reproducible mutation (async_pbt_isaaclab.core.mutation).
+"""Bounded, reproducible mutation (async_pbt_isaaclab.core.decision.mutation).
 
 What is shown here:
 1. (property) every result of every kind lies inside [low, high], for any starting value (inside,
@@ -19,14 +19,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.mutation import (
+from async_pbt_isaaclab.core.decision.mutation import (
     SUPPORTED_HYPERPARAMETERS,
     MutationSpec,
     mutate,
     mutate_value,
     within_bounds,
 )
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -162,7 +162,7 @@ def test_zero_stays_zero_unless_the_spec_says_where_it_goes():
 
 
 def test_legacy_semantics_replay_the_0_1_mutation():
-    from async_pbt_isaaclab.core.mutation import legacy_semantics
+    from async_pbt_isaaclab.core.decision.mutation import legacy_semantics
 
     lr = MutationSpec(kind="log_float", low=1e-6, high=1e-2)
     with legacy_semantics():
@@ -390,7 +390,7 @@ def test_resampling_jumps_across_the_bounds_and_is_recorded():
 def test_entries_written_under_version_2_replay_their_counting():
     """An entry written before the change (``mutation_semantics`` 2) counted keys drawn, not changed, and let a key
     at its bound stay: replayed under its version, the same draws give the same (clone) result."""
-    from async_pbt_isaaclab.core.mutation import replay_semantics
+    from async_pbt_isaaclab.core.decision.mutation import replay_semantics
 
     specs = {"learning_rate": MutationSpec(kind="log_float", low=1e-6, high=1e-2)}
     clones = 0

@@ -5,12 +5,12 @@
     audit.append("decision", step.audit_body(view, cfg))   # write-ahead, before anything acts on it
 
 The observer (:mod:`async_pbt_isaaclab.rl_games.observer`) calls :func:`pbt_step` at every interval; the
-audit verifier (:func:`async_pbt_isaaclab.core.audit.recompute_decision`) calls it again on the inputs an
+audit verifier (:func:`async_pbt_isaaclab.core.workspace.audit.recompute_decision`) calls it again on the inputs an
 entry recorded and compares. Both go through this one function, so what is verified is what ran.
 
 :func:`initial_step` is the same for the optional mutation of a member's yaml hyperparameters at its first
 start (``initial_mutation``), logged as an ``initial_mutation`` entry and replayed the same way; the diverse
-start (:func:`async_pbt_isaaclab.core.start.initial_draw`) returns the same :class:`InitialMutation`.
+start (:func:`async_pbt_isaaclab.core.decision.start.initial_draw`) returns the same :class:`InitialMutation`.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from async_pbt_isaaclab.core import explore
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.mutation import MUTATION_SEMANTICS, Change, MutationSpec, legacy, mutate
-from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
-from async_pbt_isaaclab.core.rules import decide
-from async_pbt_isaaclab.core.selection import Decision, Outcome
+from async_pbt_isaaclab.core.decision import explore
+from async_pbt_isaaclab.core.decision.mutation import MUTATION_SEMANTICS, Change, MutationSpec, legacy, mutate
+from async_pbt_isaaclab.core.decision.rules import decide
+from async_pbt_isaaclab.core.decision.selection import Decision, Outcome
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
+from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class StepResult:
 
 def pbt_step(view: PopulationView, cfg: PopulationConfig, rng_state: Mapping[str, Any]) -> StepResult:
     """Decide, and for an exploit or explore propose the new generation's hyperparameters with the configured
-    explore strategy (:mod:`async_pbt_isaaclab.core.explore`). An explore whose proposal changes nothing
+    explore strategy (:mod:`async_pbt_isaaclab.core.decision.explore`). An explore whose proposal changes nothing
     becomes a keep (an exploit that changes nothing still copies the donor's weights). Pure."""
     rng = MemberRng.from_state(rng_state)
     rng_before = rng.get_state()

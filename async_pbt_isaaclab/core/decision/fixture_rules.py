@@ -1,6 +1,6 @@
 """Selection rules for end-to-end tests only: deterministic outcomes that real member processes can run.
 
-Importing this module registers them in :data:`async_pbt_isaaclab.core.rules.RULES` with ``fixture=True``
+Importing this module registers them in :data:`async_pbt_isaaclab.core.decision.rules.RULES` with ``fixture=True``
 (:mod:`async_pbt_isaaclab.core.pbt_section` imports it, so they are known wherever a config is read). A
 config naming one is refused unless the environment variable :data:`TEST_FIXTURE_ENV` equals its name, and
 the audit verifier replays recorded fixture decisions as they ran. Never meant for a real population.
@@ -11,9 +11,8 @@ from __future__ import annotations
 import os
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.rules import RuleSpec, register
-from async_pbt_isaaclab.core.selection import (
+from async_pbt_isaaclab.core.decision.rules import RuleSpec, register
+from async_pbt_isaaclab.core.decision.selection import (
     Decision,
     Field,
     donor_candidates,
@@ -21,6 +20,7 @@ from async_pbt_isaaclab.core.selection import (
     explore_decision,
     keep_decision,
 )
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
 
 TEST_FIXTURE_ENV = "ASYNC_PBT_TEST_FIXTURE"
 """Environment variable that must equal a fixture rule's name for that rule to be accepted."""

@@ -18,7 +18,7 @@ A key that is not drawn keeps its value exactly, even outside the bounds (a dono
 stays as it came). A ``log_float`` value of exactly 0 stays 0 when drawn, unless its spec sets ``from_zero``: it then
 jumps to that value (the recorded :class:`Change` says it came from 0 and has no factor).
 
-The draws come from the member's RNG (:class:`~async_pbt_isaaclab.core.member_rng.MemberRng`).
+The draws come from the member's RNG (:class:`~async_pbt_isaaclab.core.state.member_rng.MemberRng`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
-from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.value_draws import clip, clip_int, draw_value
+from async_pbt_isaaclab.core.decision.value_draws import clip, clip_int, draw_value
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
 
 __all__ = ["Change", "MutationSpec", "clip", "clip_int", "mutate", "mutate_value"]
 

@@ -1,9 +1,10 @@
 """The bookkeeping of a new generation (an exploit or an explore), as a pure function.
 
-    step = pbt_step(view, cfg, rng_state)                      # decide, explore (core/step.py)
-    plan = plan_exploit(step, view.me, ...)                    # core/exploit_plan.py, which calls plan_generation
+    step = pbt_step(view, cfg, rng_state)                      # decide, explore (core/decision/step.py)
+    plan = plan_exploit(step, view.me, ...)                    # core/decision/exploit_plan.py, which calls
+    plan_generation
     ... copy and verify the donor, write the recipient checkpoint ...       (member/executor.py, the I/O)
-    state.begin_generation(plan.pending(checkpoint, sha256, lr), ...)      (core/member_state.py)
+    state.begin_generation(plan.pending(checkpoint, sha256, lr), ...)      (core/state/member_state.py)
 
 A generation plan says, from plain data alone, which weights the new generation starts from
 (:class:`DonorSource`), its number, hyperparameters and changes, the counters the recipient keeps, the origin of its
@@ -17,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from async_pbt_isaaclab.core.mutation import Change
-from async_pbt_isaaclab.core.plan_inputs import PlanInputs, TrainerCounters
-from async_pbt_isaaclab.core.records import MemberRecord, RecordError
-from async_pbt_isaaclab.core.selection import Outcome
-from async_pbt_isaaclab.core.step import StepResult
+from async_pbt_isaaclab.core.decision.mutation import Change
+from async_pbt_isaaclab.core.decision.plan_inputs import PlanInputs, TrainerCounters
+from async_pbt_isaaclab.core.decision.selection import Outcome
+from async_pbt_isaaclab.core.decision.step import StepResult
+from async_pbt_isaaclab.core.state.records import MemberRecord, RecordError
 
 
 @dataclass(frozen=True)

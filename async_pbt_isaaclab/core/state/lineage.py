@@ -1,11 +1,11 @@
 """Where a member's weights came from: each member's generation changes read from its audit log, and the
-chain of them back through every donor as one :class:`~async_pbt_isaaclab.core.schedule.Schedule`.
+chain of them back through every donor as one :class:`~async_pbt_isaaclab.core.state.schedule.Schedule`.
 
 A member's final weights were trained by a chain of members: its own training since its last exploit, the
 donor's training before the donor checkpoint it copied, that donor's own donor, and so on.
 :func:`member_lineage` reads one member's ``start`` and ``exploit_applied`` audit entries into a
 :class:`MemberLineage`; :func:`lineage_schedule` follows the exploits back to a fresh start and lays the
-chain out on the replay-frame axis (see :mod:`async_pbt_isaaclab.core.schedule`). Pure Python over plain data.
+chain out on the replay-frame axis (see :mod:`async_pbt_isaaclab.core.state.schedule`). Pure Python over plain data.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from async_pbt_isaaclab.core.schedule import Schedule, ScheduleError, ScheduleStep
+from async_pbt_isaaclab.core.state.schedule import Schedule, ScheduleError, ScheduleStep
 
 _CKPT_FRAME = re.compile(r"g(\d+)_f(\d+)\.pth$")
 """Generation and frame in a checkpoint path, for entries that name the donor checkpoint but not its frame."""

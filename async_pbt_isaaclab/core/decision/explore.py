@@ -1,9 +1,9 @@
 """Explore strategies, registered by name: how a new generation's hyperparameters are proposed.
 
-An exploit or explore decision (:mod:`async_pbt_isaaclab.core.rules`) says *whether* a member starts a new
+An exploit or explore decision (:mod:`async_pbt_isaaclab.core.decision.rules`) says *whether* a member starts a new
 generation and from whose weights; the strategy named by ``pbt.explore`` says *with which hyperparameters*. A
 strategy is a pure function ``(start, context, cfg, rng) -> (new hyperparameters, changes)`` that draws only
-through ``rng``, so :func:`~async_pbt_isaaclab.core.step.pbt_step` and the audit verifier run the same draws.
+through ``rng``, so :func:`~async_pbt_isaaclab.core.decision.step.pbt_step` and the audit verifier run the same draws.
 Every value it returns must lie inside the key's mutation bounds.
 
 To add one: write the function and one :func:`register` call here (or in a module imported by
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.mutation import Change, mutate
-from async_pbt_isaaclab.core.records import MemberRecord
+from async_pbt_isaaclab.core.decision.mutation import Change, mutate
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
+from async_pbt_isaaclab.core.state.records import MemberRecord
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def random_mutation(
     """Bounded random mutation: each key of ``pbt.mutation`` changes with probability ``mutation_rate`` by a
     factor drawn from ``change_range`` (or, with probability ``resample_probability``, to a value drawn afresh from
     its whole bounds), and at least ``min_mutated_keys`` of them change
-    (:func:`~async_pbt_isaaclab.core.mutation.mutate`)."""
+    (:func:`~async_pbt_isaaclab.core.decision.mutation.mutate`)."""
     new, changes = mutate(
         start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng, cfg.min_mutated_keys, cfg.resample_probability
     )

@@ -1,6 +1,7 @@
 """PB2's data: the normalised search space and the observations taken from the population's histories.
 
-:mod:`async_pbt_isaaclab.core.pb2` fits its model to these. Every modelled key maps to ``[0, 1]`` (log scale for
+:mod:`async_pbt_isaaclab.core.decision.pb2` fits its model to these. Every modelled key maps to ``[0, 1]`` (log scale
+for
 ``log_float``, ``log(1 - x)`` for ``discount``, linear for ``log_shift`` and ``int``; values outside the bounds
 count as the bound); every two consecutive history entries of one member's generation, collected under my
 conditions, are one observation (``t``: the later entry's frame in intervals, ``x``: its values, ``y``: the change
@@ -14,10 +15,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from async_pbt_isaaclab.core import explore
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.mutation import MutationSpec, clip, clip_int
-from async_pbt_isaaclab.core.records import MemberRecord
+from async_pbt_isaaclab.core.decision import explore
+from async_pbt_isaaclab.core.decision.mutation import MutationSpec, clip, clip_int
+from async_pbt_isaaclab.core.state.records import MemberRecord
 
 MAX_OBSERVATIONS = 256
 """Newest observations kept (the fit costs O(n^3); older ones are nearly forgotten by the time kernel anyway)."""

@@ -1,6 +1,6 @@
 """What the exploit plan is told besides the decision: the trainer's abilities and counters, the member's mode.
 
-Plain data on purpose. The core's exploit plan (:mod:`async_pbt_isaaclab.core.exploit_plan`) reads it to choose
+Plain data on purpose. The core's exploit plan (:mod:`async_pbt_isaaclab.core.decision.exploit_plan`) reads it to choose
 the exploit's path (in-process or restart) and the keys set on the running trainer, and the ``exploit_applied``
 audit entry records it (``plan_inputs``), so the verifier replays that choice from the log alone. A trainer adapter
 (``member/trainer.py``: rl_games, rsl_rl, a slice of either) describes itself with :class:`TrainerAbilities` and
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from async_pbt_isaaclab.core.records import RecordError
+from async_pbt_isaaclab.core.state.records import RecordError
 
 EXPLOIT_MODES = ("auto", "inprocess", "restart")
 """``pbt.exploit_mode`` values (docs/checkpoint-restart.md, "Exploit without a reboot")."""

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.workspace import CHECKPOINT_NAME, Workspace, WorkspaceError, member_dirname
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.layout import CHECKPOINT_NAME, Workspace, WorkspaceError, member_dirname
 
 PIN_TTL_S = 3600.0
 """A pin older than this is ignored (its owner died mid-exploit); retention may then delete."""

@@ -2,12 +2,12 @@
 and :func:`decide`, which runs the shared selection steps and hands the field to the configured rule.
 
 A rule is a pure function ``(field, cfg, rng) -> Decision`` over the members that count
-(:class:`~async_pbt_isaaclab.core.selection.Field`: me and every compared peer at matching progress,
+(:class:`~async_pbt_isaaclab.core.decision.selection.Field`: me and every compared peer at matching progress,
 ranked best first on the ``objective_direction`` scale). ``check-config``, the config validation and the
 benchmarks read :data:`RULES`; to add a rule, write its function and add one :func:`register` call.
 
 Test fixtures (rules that force outcomes for end-to-end tests) live in
-:mod:`async_pbt_isaaclab.core.fixtures`, which registers them with ``fixture=True`` when it is imported.
+:mod:`async_pbt_isaaclab.core.decision.fixture_rules`, which registers them with ``fixture=True`` when it is imported.
 The reader of the ``pbt:`` section (:mod:`async_pbt_isaaclab.core.pbt_section`) imports it, so every config
 read from a yaml or replayed from an audit entry can name one; it refuses a fixture unless the
 ``ASYNC_PBT_TEST_FIXTURE`` variable names it, and every output calls them fixtures.
@@ -20,10 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.install_hint import extra_install_command, import_failure
-from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.records import MemberRecord
-from async_pbt_isaaclab.core.selection import (
+from async_pbt_isaaclab.core.decision.selection import (
     Decision,
     Field,
     Standing,
@@ -34,6 +31,9 @@ from async_pbt_isaaclab.core.selection import (
     keep_decision,
     my_ineligibility,
 )
+from async_pbt_isaaclab.core.install_hint import extra_install_command, import_failure
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
+from async_pbt_isaaclab.core.state.records import MemberRecord
 
 RuleFunction = Callable[[Field, PopulationConfig, MemberRng], Decision]
 """``(field, cfg, rng) -> Decision``: pure; draws only through ``rng``."""

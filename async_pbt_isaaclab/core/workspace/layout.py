@@ -17,7 +17,7 @@ Layout (``docs/reliability.md`` explains the guarantees)::
           checkpoints/           g0002_f000001234567.pth ... (written atomically, sha256 in record)
           pins/                  pins other members hold on this member's checkpoints during an exploit
 
-Every file is written through :mod:`async_pbt_isaaclab.core.fsio` (temp name in the same folder,
+Every file is written through :mod:`async_pbt_isaaclab.core.workspace.fsio` (temp name in the same folder,
 fsync, ``os.replace``). Readers never see partial files. The lock is a kernel record lock, so a lock
 left by a killed process is released by the kernel and the next claim simply succeeds.
 """
@@ -35,8 +35,8 @@ from typing import Any
 
 import yaml
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.records import MemberRecord, RecordError, parse_record_bytes
+from async_pbt_isaaclab.core.state.records import MemberRecord, RecordError, parse_record_bytes
+from async_pbt_isaaclab.core.workspace import fsio
 
 WORKSPACE_SCHEMA_VERSION = 1
 """Version of the workspace layout (``population.json``)."""
@@ -216,7 +216,7 @@ class Workspace:
 
     def population_id(self, meta: dict[str, Any]) -> str | None:
         """The population id ``population.json`` records (random, drawn at creation); every member's audit chain
-        is bound to it (:func:`~async_pbt_isaaclab.core.audit.genesis_hash`). ``None`` for a workspace created
+        is bound to it (:func:`~async_pbt_isaaclab.core.workspace.audit.genesis_hash`). ``None`` for a workspace created
         before ids were recorded."""
         value = meta.get("id")
         return value if isinstance(value, str) and value else None
@@ -256,7 +256,8 @@ class Workspace:
     def clear_temp_files(self, grace_s: float) -> list[Path]:
         """Remove the temp files killed writers left in the shared folders (:data:`SHARED_FOLDERS`): a dead process
         of this host's at once, another host's once older than ``grace_s``, a live writer's never
-        (:func:`~async_pbt_isaaclab.core.fsio.remove_stale_temp_files`). A folder that is a link is left alone."""
+        (:func:`~async_pbt_isaaclab.core.workspace.fsio.remove_stale_temp_files`). A folder that is a link is left
+        alone."""
         removed: list[Path] = []
         for sub in self.SHARED_FOLDERS:
             folder = self.root / sub if sub else self.root

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.workspace import WorkspaceError
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
 
 _HELD_IN_PROCESS: dict[tuple[int, int], int] = {}
 """(st_dev, st_ino) of lock files this process holds -> member. POSIX record locks are per process, so

@@ -35,11 +35,11 @@ proposes the values with the highest upper confidence bound at the member's curr
   ``mutation_rate``). A ``log_float`` key whose start value is 0 or less stays exactly as it is (a log scale has
   no 0; leaving 0 is the spec's business, not the model's). Both are named in the proposal's note.
 * **Fallback.** With fewer than ``max(MIN_OBSERVATIONS, 2 * modelled keys)`` observations (or no key to model)
-  the proposal is the bounded random mutation (:func:`~async_pbt_isaaclab.core.explore.random_mutation`), and
+  the proposal is the bounded random mutation (:func:`~async_pbt_isaaclab.core.decision.explore.random_mutation`), and
   the note says so, e.g. ``pb2: 3 observations < 4 needed; random mutation``.
 
 Everything is a pure function of (start, context, cfg, rng); the RNG is the only source of draws, so
-:func:`~async_pbt_isaaclab.core.step.pbt_step` and the audit verifier compute the same proposal. Without
+:func:`~async_pbt_isaaclab.core.decision.step.pbt_step` and the audit verifier compute the same proposal. Without
 scikit-learn, :func:`missing_dependency` says what to install and the config reader refuses ``explore: pb2``.
 """
 
@@ -54,19 +54,19 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from async_pbt_isaaclab.core import explore
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.install_hint import extra_install_command, import_failure
-from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.mutation import Change, MutationSpec, mutate
-from async_pbt_isaaclab.core.pb2_data import (  # re-exported: the model reads them, the tests too
+from async_pbt_isaaclab.core.decision import explore
+from async_pbt_isaaclab.core.decision.mutation import Change, MutationSpec, mutate
+from async_pbt_isaaclab.core.decision.pb2_data import (  # re-exported: the model reads them, the tests too
     Observation,
     _in_bounds,
     denormalize,
     normalize,
     observations,
 )
-from async_pbt_isaaclab.core.selection import heartbeat_exclusion
+from async_pbt_isaaclab.core.decision.selection import heartbeat_exclusion
+from async_pbt_isaaclab.core.install_hint import extra_install_command, import_failure
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
 
 NAME = "pb2"
 """Value of ``pbt.explore`` that selects this strategy."""

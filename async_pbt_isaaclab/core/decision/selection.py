@@ -1,6 +1,6 @@
 """Selection: the steps every rule shares, pure functions of (my record, peers' records, config, now).
 
-:func:`async_pbt_isaaclab.core.rules.decide` runs them in order and hands the result to the configured
+:func:`async_pbt_isaaclab.core.decision.rules.decide` runs them in order and hands the result to the configured
 rule. Nothing here reads files or clocks: ``now`` is an input, so the audit verifier can recompute every
 decision from the values recorded in its entry. The steps are always the same:
 
@@ -13,7 +13,7 @@ decision from the values recorded in its entry. The steps are always the same:
    future, it optimises another objective, its new generation has not settled yet (it just exploited), it
    has no entry at or before my frame, its newest entry lags more than ``max_frame_lag`` behind me, or the
    entry's condition differs.
-3. **The rule** (``dexpbt``, ``isaaclab``, ``welch``; :mod:`async_pbt_isaaclab.core.rules`) ranks me and the
+3. **The rule** (``dexpbt``, ``isaaclab``, ``welch``; :mod:`async_pbt_isaaclab.core.decision.rules`) ranks me and the
    compared peers and returns keep, exploit (with a donor entry, whose checkpoint is the one copied) or
    explore (mutate my own hyperparameters, keep my weights), built with :func:`keep_decision`,
    :func:`exploit_decision` and :func:`explore_decision`.
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.mutation import semantics
-from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
+from async_pbt_isaaclab.core.decision.mutation import semantics
+from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
 
 
 class Outcome(str, enum.Enum):

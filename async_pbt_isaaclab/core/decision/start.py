@@ -2,7 +2,7 @@
 
 At a member's first start (never on a resume or restart) every key of ``pbt.mutation`` is drawn from the
 member's own RNG, which comes from (population seed, member index)
-(:meth:`~async_pbt_isaaclab.core.member_rng.MemberRng.for_member`), so the draw is reproducible and differs
+(:meth:`~async_pbt_isaaclab.core.state.member_rng.MemberRng.for_member`), so the draw is reproducible and differs
 between populations. Member 0, the reference, keeps the yaml's values. Per kind:
 
 * ``log_float``: log-uniform; ``discount``: uniform on ``log(1 - x)``; ``log_shift`` and ``int``: uniform;
@@ -12,7 +12,7 @@ between populations. Member 0, the reference, keeps the yaml's values. Per kind:
   bounds, ``s = 0`` is off (the session then draws nothing). A ``choice`` draws among all choices for any
   ``s > 0``.
 * A ``log_float`` value of exactly 0 stays 0 unless its spec sets ``from_zero`` (the window is then centred
-  there), as in :func:`~async_pbt_isaaclab.core.mutation.mutate`.
+  there), as in :func:`~async_pbt_isaaclab.core.decision.mutation.mutate`.
 * Stratified (Latin hypercube) when the population seed is known: each key's window is cut into
   ``num_policies - 1`` equal strata (on the scale above) and the population seed deals them out, one per
   non-reference member, by a permutation of its own per key (:func:`stratum`); the member's RNG places it within
@@ -32,10 +32,10 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.mutation import Change, MutationSpec, agent_path
-from async_pbt_isaaclab.core.step import InitialMutation
-from async_pbt_isaaclab.core.value_draws import Stratum, draw_value
+from async_pbt_isaaclab.core.decision.mutation import Change, MutationSpec, agent_path
+from async_pbt_isaaclab.core.decision.step import InitialMutation
+from async_pbt_isaaclab.core.decision.value_draws import Stratum, draw_value
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
 
 __all__ = [
     "REFERENCE_MEMBER",

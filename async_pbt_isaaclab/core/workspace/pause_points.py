@@ -17,7 +17,7 @@ import os
 import signal
 from pathlib import Path
 
-from async_pbt_isaaclab.core import fsio
+from async_pbt_isaaclab.core.workspace import fsio
 
 PAUSE_ENV = "ASYNC_PBT_TEST_PAUSE_AT"
 """Environment variable naming the pause points to hold at (comma-separated); unset in production."""

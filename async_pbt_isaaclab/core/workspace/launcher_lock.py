@@ -5,9 +5,10 @@ for its one member, and the Ray driver) takes the lock of every member it runs b
 second launcher of the same workspace is refused at once, in one line naming the holder (pid, host, start time);
 launchers of other ``--indices`` of the same workspace (one per node) run side by side. The kernel drops a lock
 when its holder dies, so a launcher killed with SIGKILL never blocks the next one; on NFS the lock manager does the
-same for a crashed node (see :mod:`~async_pbt_isaaclab.core.filesystem_checks`, which ``async-pbt doctor`` runs).
+same for a crashed node (see :mod:`~async_pbt_isaaclab.core.workspace.filesystem_checks`, which ``async-pbt doctor``
+runs).
 
-The same kind of lock as :class:`~async_pbt_isaaclab.core.member_lock.MemberLock`: ``fcntl.lockf`` is what NFS
+The same kind of lock as :class:`~async_pbt_isaaclab.core.workspace.member_lock.MemberLock`: ``fcntl.lockf`` is what NFS
 implements between nodes (``flock`` is emulated on some NFS clients and local to the node on others). POSIX locks
 belong to a process, so within one process the locks are counted, not taken twice: the command line takes them
 before its checks write anything and the local backend it then calls takes them again.
@@ -27,9 +28,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.member_lock import read_lock_owner
-from async_pbt_isaaclab.core.workspace import WorkspaceError, member_dirname
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.layout import WorkspaceError, member_dirname
+from async_pbt_isaaclab.core.workspace.member_lock import read_lock_owner
 
 LAUNCHERS_DIR = "launchers"
 """Folder of the launcher locks, in the workspace."""

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, SupportsInt, TypeGuard
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.retention import list_checkpoints
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.retention import list_checkpoints
 
 TARGET_FILE = "target.json"
 """In a member's folder: ``{"target_frames": N}``, where its training stops."""

@@ -3,7 +3,7 @@
 A :class:`Schedule` lays out the hyperparameters the weights of one member were trained with on the
 *replay frame* axis: frames of experience the weights have had, counted from the first fresh start of
 their chain of donors (a recipient keeps its own frame counter after an exploit, so its frames are shifted
-onto the donor's). :mod:`async_pbt_isaaclab.core.lineage` builds one from the audit logs.
+onto the donor's). :mod:`async_pbt_isaaclab.core.state.lineage` builds one from the audit logs.
 
 :func:`values_at` looks up the values in force at a replay frame, :class:`ScheduleFollower` tells a single
 training run when to apply the next step, :func:`check_replayable` and :func:`initial_overrides` say whether
@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS, agent_path
+from async_pbt_isaaclab.core.decision.mutation import SUPPORTED_HYPERPARAMETERS, agent_path
 
 SCHEDULE_FORMAT = "async-pbt-schedule/1"
 """The ``format`` key of a schedule file; other values are refused."""

@@ -1,7 +1,8 @@
 """Values drawn within a hyperparameter's bounds, on the scale it is searched on.
 
-The diverse start (:mod:`async_pbt_isaaclab.core.start`) draws every searched key within its bounds at a member's
-first start, and the random explore's resampling (:func:`async_pbt_isaaclab.core.mutation.mutate` with
+The diverse start (:mod:`async_pbt_isaaclab.core.decision.start`) draws every searched key within its bounds at a
+member's
+first start, and the random explore's resampling (:func:`async_pbt_isaaclab.core.decision.mutation.mutate` with
 ``pbt.resample_probability``) draws a key afresh from the whole bounds: both through :func:`draw_value`, one draw
 from the member's RNG per key, so the audit verifier replays them. Per kind:
 
@@ -20,10 +21,10 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from async_pbt_isaaclab.core.member_rng import MemberRng
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
 
 if TYPE_CHECKING:
-    from async_pbt_isaaclab.core.mutation import MutationSpec
+    from async_pbt_isaaclab.core.decision.mutation import MutationSpec
 
 
 def clip(value: float, low: float, high: float) -> float:

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceError, EvidenceSummary
-from async_pbt_isaaclab.core.generation import LineageEntry, PendingExploit
-from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.records import HistoryEntry, RecordError
-from async_pbt_isaaclab.core.retention import BestEntry
+from async_pbt_isaaclab.core.decision.generation import LineageEntry, PendingExploit
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EvidenceError, EvidenceSummary
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
+from async_pbt_isaaclab.core.state.records import HistoryEntry, RecordError
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.retention import BestEntry
 
 STATE_SCHEMA_VERSION = 2
 """Version of ``state.json`` (2: evidence, history, origin and finish kept with the member)."""

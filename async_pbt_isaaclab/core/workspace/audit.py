@@ -1,8 +1,8 @@
 """The audit log: append-only, hash-chained JSON lines, one file per member, and its verifier.
 
 Every decision is logged *before* it is acted on (write-ahead), keep decisions included. A decision
-entry holds everything :func:`~async_pbt_isaaclab.core.rules.decide` and
-:func:`~async_pbt_isaaclab.core.mutation.mutate` need to recompute it: my record, the peers'
+entry holds everything :func:`~async_pbt_isaaclab.core.decision.rules.decide` and
+:func:`~async_pbt_isaaclab.core.decision.mutation.mutate` need to recompute it: my record, the peers'
 records, the selection config, ``now``, the RNG state before, the starting hyperparameters; and
 what came out: the decision, the mutation changes and the RNG state after.
 
@@ -34,15 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.config import ConfigError
-from async_pbt_isaaclab.core.exploit_plan import aborted_mismatches, applied_mismatches
-from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.mutation import replay_semantics
-from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
-from async_pbt_isaaclab.core.records import RecordError
-from async_pbt_isaaclab.core.start import initial_draw
-from async_pbt_isaaclab.core.step import (
+from async_pbt_isaaclab.core.decision.exploit_plan import aborted_mismatches, applied_mismatches
+from async_pbt_isaaclab.core.decision.mutation import replay_semantics
+from async_pbt_isaaclab.core.decision.start import initial_draw
+from async_pbt_isaaclab.core.decision.step import (
     InitialMutation,
     PopulationView,
     StepResult,
@@ -50,6 +46,10 @@ from async_pbt_isaaclab.core.step import (
     pbt_step,
     replay_records,
 )
+from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
+from async_pbt_isaaclab.core.state.records import RecordError
+from async_pbt_isaaclab.core.workspace import fsio
 
 GENESIS = "0" * 64
 """``prev_hash`` of the first entry of a log written before logs were bound to their member and workspace."""
@@ -210,7 +210,8 @@ class VerifyProblem:
 
 
 def replay_decision(entry: dict[str, Any]) -> tuple[StepResult | None, list[str]]:
-    """Replay a decision entry through :func:`~async_pbt_isaaclab.core.step.pbt_step`: the recomputed step (``None``
+    """Replay a decision entry through :func:`~async_pbt_isaaclab.core.decision.step.pbt_step`: the recomputed step
+    (``None``
     when the entry cannot be replayed) and the differences from what was recorded (empty when it reproduces)."""
     try:
         # A recorded fixture decision replays as it ran; this does not enable the fixture anywhere else.
@@ -282,8 +283,8 @@ def recompute_decision(entry: dict[str, Any]) -> list[str]:
 
 
 def recompute_initial_mutation(entry: dict[str, Any]) -> list[str]:
-    """Replay an ``initial_mutation`` entry through :func:`~async_pbt_isaaclab.core.step.initial_step`, or an
-    ``initial_draw`` entry (the diverse start) through :func:`~async_pbt_isaaclab.core.start.initial_draw`."""
+    """Replay an ``initial_mutation`` entry through :func:`~async_pbt_isaaclab.core.decision.step.initial_step`, or an
+    ``initial_draw`` entry (the diverse start) through :func:`~async_pbt_isaaclab.core.decision.start.initial_draw`."""
     try:
         cfg = population_config_from_dict(recorded_config(entry), allow_test_fixture=True)
         member, start, rng_before = int(entry["member"]), entry["start_hyperparameters"], entry["rng_before"]
@@ -325,7 +326,8 @@ def _string_list(value: Any) -> list[str]:
 
 def applied_exploit_mismatches(applied: dict[str, Any], decision: dict[str, Any] | None) -> list[str]:
     """How an ``exploit_applied`` entry differs from the plan its ``decision`` entry makes (empty when it carries out
-    exactly that decision): the plan is replayed through :func:`~async_pbt_isaaclab.core.exploit_plan.plan_exploit`
+    exactly that decision): the plan is replayed through
+    :func:`~async_pbt_isaaclab.core.decision.exploit_plan.plan_exploit`
     as the member made it, and its donor source, generation, hyperparameters and changes compared, and, where the
     entry records the plan's inputs, its path, keys set live and starting learning rate."""
     if decision is None:

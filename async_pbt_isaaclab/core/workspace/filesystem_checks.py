@@ -5,7 +5,8 @@ The workspace is only crash-safe and only shared correctly between nodes when th
 * **atomic replace**: a file written under a temp name, fsynced and ``os.replace``d over an existing one is
   seen whole, never half-written, by a reader that opens it afterwards;
 * **fsync** of files and of the folder (so a rename survives a crash of this node);
-* **POSIX record locks** (``fcntl.lockf``, what :class:`~async_pbt_isaaclab.core.member_lock.MemberLock` uses): a
+* **POSIX record locks** (``fcntl.lockf``, what :class:`~async_pbt_isaaclab.core.workspace.member_lock.MemberLock`
+uses): a
   second process must be refused the lock of a member that is running (one writer per member). On NFS they
   need the lock manager (NFSv3 ``lockd``/``statd``, or NFSv4); a mount with ``nolock`` or ``local_lock=all``
   only locks within one node, which this check cannot see from one node: the doctor says so for NFS;
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.fsio import check_no_links, fsync_dir
+from async_pbt_isaaclab.core.workspace.fsio import check_no_links, fsync_dir
 
 SKEW_WARN_S = 5.0
 """Clock differences above this are reported (heartbeat ages shift by as much)."""

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from async_pbt_isaaclab.core.member_state import load_state
-from async_pbt_isaaclab.core.records import read_record
-from async_pbt_isaaclab.core.workspace import checkpoint_frame, member_dirname
+from async_pbt_isaaclab.core.state.member_state import load_state
+from async_pbt_isaaclab.core.state.records import read_record
+from async_pbt_isaaclab.core.workspace.layout import checkpoint_frame, member_dirname
 
 
 def resume_point(workspace: str | Path, index: int) -> tuple[int | None, int, str]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from async_pbt_isaaclab.core.evidence import MAX_ABS_OBJECTIVE, ConditionLabel, EvidenceError, EvidenceSummary
+from async_pbt_isaaclab.core.state.evidence import MAX_ABS_OBJECTIVE, ConditionLabel, EvidenceError, EvidenceSummary
 
 SCHEMA_VERSION = 2
 """Version of the record layout; readers refuse other versions rather than guess (2: interval history,
