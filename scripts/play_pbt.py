@@ -131,9 +131,9 @@ def select_checkpoint(args: argparse.Namespace) -> tuple[Path, str, str | None]:
         return Path(args.checkpoint), "--checkpoint", None
     if not args.pbt_workspace:
         raise PlayError("--member and --best need --pbt-workspace DIR")
-    from async_pbt_isaaclab.core.state.member_state import load_state
     from async_pbt_isaaclab.core.workspace.layout import Workspace, WorkspaceError
     from async_pbt_isaaclab.core.workspace.retention import population_best
+    from async_pbt_isaaclab.core.workspace.state_files import load_state
 
     ws = Workspace(args.pbt_workspace)
     try:

@@ -201,7 +201,8 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: ScriptHooks 
         print(DISTRIBUTED_MEMBER, file=sys.stderr)
         return 2
     if getattr(args, "pbt_replay", None):
-        from async_pbt_isaaclab.core.state.schedule import ScheduleError, load_replay_schedule
+        from async_pbt_isaaclab.core.state.schedule import ScheduleError
+        from async_pbt_isaaclab.core.workspace.state_files import load_replay_schedule
 
         try:  # a bad schedule is refused in a second, before the simulator starts
             args.pbt_replay_schedule = load_replay_schedule(args.pbt_replay)
@@ -491,8 +492,8 @@ def member_experiment_name(rl_cfg: dict, cfg: Any, train_dir: str) -> str:
     A ``full_experiment_name`` given for the whole population gets the member suffix too, so members never share
     a log folder.
     """
-    from async_pbt_isaaclab.core.state.member_state import load_state
     from async_pbt_isaaclab.core.workspace.layout import Workspace
+    from async_pbt_isaaclab.core.workspace.state_files import load_state
 
     try:
         state = load_state(Workspace(cfg.workspace_path(train_dir)).member_dir(cfg.policy_idx) / "state.json")

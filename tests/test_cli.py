@@ -153,8 +153,9 @@ def selection_cfg() -> PopulationConfig:
 def write_audit_chain(ws: Workspace, member: int = 1) -> Path:
     """start, a real exploit decision (replayable), then exploit_applied; the member is the worst. As a member writes
     it: the chain begins at the member's genesis in this workspace, and state.json records its head."""
-    from async_pbt_isaaclab.core.state.member_state import AuditHead, MemberState, save_state
+    from async_pbt_isaaclab.core.state.member_state import AuditHead, MemberState
     from async_pbt_isaaclab.core.workspace.audit import genesis_hash
+    from async_pbt_isaaclab.core.workspace.state_files import save_state
 
     cfg = selection_cfg()
     now = 1_700_000_000.0

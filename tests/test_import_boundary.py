@@ -25,9 +25,7 @@ import async_pbt_isaaclab.core
 
 CORE_DIR = Path(async_pbt_isaaclab.core.__file__).parent
 PACKAGE_DIR = Path(async_pbt_isaaclab.__file__).parent
-CORE_MODULES = sorted(
-    m.name for m in pkgutil.walk_packages([str(CORE_DIR)], "async_pbt_isaaclab.core.") if not m.ispkg
-)
+CORE_MODULES = sorted(m.name for m in pkgutil.walk_packages([str(CORE_DIR)], "async_pbt_isaaclab.core.") if not m.ispkg)
 
 BLOCKED_BODY = textwrap.dedent(
     """
@@ -48,7 +46,7 @@ BLOCKED_BODY = textwrap.dedent(
     from async_pbt_isaaclab.core.state.member_rng import MemberRng
     from async_pbt_isaaclab.core.decision.mutation import mutate
     from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
-    from async_pbt_isaaclab.core.decision.rules import decide
+    from async_pbt_isaaclab.core.decision.step import decide
     now = time.time()
     recs = []
     for i in range(4):

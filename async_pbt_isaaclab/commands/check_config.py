@@ -20,7 +20,7 @@ from async_pbt_isaaclab.core.agent_config import (
     validate_agent_config,
 )
 from async_pbt_isaaclab.core.config import LATE_PEER_INTERVALS, ConfigError, PopulationConfig, objective_term
-from async_pbt_isaaclab.core.decision import rules
+from async_pbt_isaaclab.core.decision import catalog as rules
 from async_pbt_isaaclab.core.decision.mutation import SUPPORTED_HYPERPARAMETERS, isaaclab_key, within_bounds
 from async_pbt_isaaclab.core.decision.start import command_line_keys, kept_from_start
 from async_pbt_isaaclab.exit_codes import EXIT_OK, EXIT_USAGE

@@ -196,8 +196,8 @@ def audit_data(ws, member: int | None = None) -> dict[str, Any]:
 
 def _member_anchor(ws, index: int, population: str | None) -> tuple[Any, str | None]:
     """(the member's state.json, or ``None``; why it cannot anchor the log, or ``None`` when it can)."""
-    from async_pbt_isaaclab.core.state.member_state import load_state
     from async_pbt_isaaclab.core.state.records import RecordError
+    from async_pbt_isaaclab.core.workspace.state_files import load_state
 
     path = ws.member_dir(index) / "state.json"
     try:
@@ -217,7 +217,8 @@ def _member_anchor(ws, index: int, population: str | None) -> tuple[Any, str | N
 
 def _audit_member(ws, index: int, population: str | None, known: bool) -> dict[str, Any]:
     """Verify member ``index``'s log against its state.json and this workspace's genesis (:func:`audit_data`)."""
-    from async_pbt_isaaclab.core.workspace.audit import GENESIS, genesis_hash, verify_log
+    from async_pbt_isaaclab.core.workspace.audit import GENESIS, genesis_hash
+    from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
     from async_pbt_isaaclab.core.workspace.member_lock import lock_holder
 
     path = ws.member_dir(index) / "audit.jsonl"

@@ -30,3 +30,11 @@ def import_failure(*modules: str) -> str | None:
         first_line = (str(exc).strip().splitlines() or [""])[0]
         return f"{type(exc).__name__}: {first_line:.200}"
     return None
+
+
+def missing_dependency(requires: tuple[str, ...], extra: str, message: str) -> str | None:
+    """Why an entry of the catalog (a rule or an explore strategy that needs the modules ``requires`` of the optional
+    ``extra``) cannot run here, as its ``message`` says it with ``{why}`` and ``{install}`` filled in; ``None`` when
+    they import."""
+    why = import_failure(*requires) if requires else None
+    return None if why is None else message.format(why=why, install=extra_install_command(extra))

@@ -2,10 +2,10 @@
 
 :func:`population_config_from_dict` coerces each value to its field's type, reads the ``mutation:`` mapping
 (:mod:`async_pbt_isaaclab.core.mutation_section`), then checks every value against what it accepts: ranges,
-the selection rules of the registry (:mod:`async_pbt_isaaclab.core.decision.rules`) and the test fixtures, refused
-unless their variable names them (:mod:`async_pbt_isaaclab.core.decision.fixture_rules`, imported here, which registers
-them). Every problem is collected and raised together in one :class:`ConfigError`, each line naming the key
-and what is accepted (the file too, with ``source``).
+the selection rules and explore strategies of the catalog (:mod:`async_pbt_isaaclab.core.decision.catalog`), the
+optional dependency each needs, and the test fixtures, refused unless :data:`TEST_FIXTURE_ENV` names them. Every
+problem is collected and raised together in one :class:`ConfigError`, each line naming the key and what is accepted
+(the file too, with ``source``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 from typing import Any, Mapping
 
 from async_pbt_isaaclab.core.config import (
@@ -22,16 +23,25 @@ from async_pbt_isaaclab.core.config import (
     ConfigError,
     PopulationConfig,
 )
-from async_pbt_isaaclab.core.decision import explore, pb2, rules
-from async_pbt_isaaclab.core.decision.fixture_rules import TEST_FIXTURE_ENV, fixture_enabled
+from async_pbt_isaaclab.core.decision import catalog
+from async_pbt_isaaclab.core.install_hint import missing_dependency
 from async_pbt_isaaclab.core.mutation_section import parse_mutation_section, valid_change_range
 
-SELECTION_RULES = rules.production_rules()
-"""Selection rules a user may choose (from the registry in :mod:`async_pbt_isaaclab.core.decision.rules`)."""
+TEST_FIXTURE_ENV = "ASYNC_PBT_TEST_FIXTURE"
+"""Environment variable that must equal a fixture rule's name for that rule to be accepted."""
 
-TEST_FIXTURE_RULES = rules.fixture_rules()
-"""Rules for end-to-end tests only (:mod:`async_pbt_isaaclab.core.decision.fixture_rules`, registered by importing it
-above). Refused unless ``ASYNC_PBT_TEST_FIXTURE`` names the rule."""
+
+def fixture_enabled(rule: str) -> bool:
+    """``rule`` is the fixture the environment variable :data:`TEST_FIXTURE_ENV` names for this process."""
+    return os.environ.get(TEST_FIXTURE_ENV) == rule
+
+
+SELECTION_RULES = catalog.production_rules()
+"""Selection rules a user may choose (from :mod:`async_pbt_isaaclab.core.decision.catalog`)."""
+
+TEST_FIXTURE_RULES = catalog.fixture_rules()
+"""Rules for end-to-end tests only (:mod:`async_pbt_isaaclab.core.decision.fixture_rules`, listed in the catalog).
+Refused unless :data:`TEST_FIXTURE_ENV` names the rule."""
 
 RETIRED_KEYS = {
     "frame_tolerance": "removed: a peer ahead of you is compared at its history entry at or before your frame, "
@@ -236,15 +246,13 @@ def _choice_problems(cfg: PopulationConfig, allow_test_fixture: bool) -> list[st
         f"hparams_from: {cfg.hparams_from!r} is not accepted; accepted: {', '.join(HPARAM_SOURCES)}",
     )
     need(
-        cfg.explore in explore.STRATEGIES,
-        f"explore: {cfg.explore!r} is not accepted; accepted: {', '.join(explore.STRATEGIES)}",
+        cfg.explore in catalog.STRATEGIES,
+        f"explore: {cfg.explore!r} is not accepted; accepted: {', '.join(catalog.STRATEGIES.choices())}",
     )
-    if cfg.explore == pb2.NAME:
-        missing = pb2.missing_dependency()
-        need(missing is None, f"explore: {missing}")
-    if cfg.rule == "welch":
-        missing = rules.welch_missing_dependency()
-        need(missing is None, f"rule: {missing}")
+    for key, registry in (("explore", catalog.STRATEGIES), ("rule", catalog.RULES)):
+        entry = registry[getattr(cfg, key)] if getattr(cfg, key) in registry else None
+        missing = None if entry is None else missing_dependency(entry.requires, entry.extra, entry.missing)
+        need(missing is None, f"{key}: {missing}")
     need(bool(cfg.objective.strip()), "objective: must name a per-episode quantity, e.g. episode_return or success")
     low_b, high_b = cfg.mutation.get("network.log_std_bounds.low"), cfg.mutation.get("network.log_std_bounds.high")
     if low_b is not None and high_b is not None and low_b.high >= high_b.low:

@@ -313,7 +313,8 @@ def _replay_observers(
         return [], cfg
     from rl_games.common.algo_observer import IsaacAlgoObserver
 
-    from async_pbt_isaaclab.core.state.schedule import ScheduleError, load_replay_schedule
+    from async_pbt_isaaclab.core.state.schedule import ScheduleError
+    from async_pbt_isaaclab.core.workspace.state_files import load_replay_schedule
     from async_pbt_isaaclab.rl_games.schedule_replay import start_replay
 
     try:

@@ -41,11 +41,11 @@ from async_pbt_isaaclab.core.agent_config import load_population_config, load_ya
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, objective_term
 from async_pbt_isaaclab.core.pbt_section import SELECTION_RULES, population_size_problem
 from async_pbt_isaaclab.core.slices import SLICES_FLAG, slice_problems
-from async_pbt_isaaclab.core.state.member_state import load_state
 from async_pbt_isaaclab.core.workspace.fsio import folder_problem
 from async_pbt_isaaclab.core.workspace.layout import Workspace, WorkspaceError, population_conflicts
 from async_pbt_isaaclab.core.workspace.member_progress import generation_changes
 from async_pbt_isaaclab.core.workspace.retention import population_best
+from async_pbt_isaaclab.core.workspace.state_files import load_state
 from async_pbt_isaaclab.examples.agents import DEFAULT_TASK, PACKAGED_AGENTS
 from async_pbt_isaaclab.exit_codes import EXIT_OK, EXIT_USAGE
 from async_pbt_isaaclab.pbt_flags import add_population_args, population_overrides

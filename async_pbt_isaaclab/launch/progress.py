@@ -20,8 +20,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from async_pbt_isaaclab.core.state.member_state import load_state
-from async_pbt_isaaclab.core.state.records import read_record
 from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.core.workspace.layout import Workspace, member_dirname
 from async_pbt_isaaclab.core.workspace.member_progress import (
@@ -31,6 +29,7 @@ from async_pbt_isaaclab.core.workspace.member_progress import (
     last_decision_entry,
     read_target,
 )
+from async_pbt_isaaclab.core.workspace.state_files import load_state, read_record
 from async_pbt_isaaclab.launch.results import MemberOutcome
 
 LOG_TAIL_LINES = 12

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from async_pbt_isaaclab.core.decision.exploit_plan import ExploitPlan
+from async_pbt_isaaclab.core.state.best import BestEntry
 from async_pbt_isaaclab.core.state.member_state import MemberState, PublishUndo
 from async_pbt_isaaclab.core.state.records import MemberRecord
-from async_pbt_isaaclab.core.workspace.retention import BestEntry
 
 
 @dataclass(frozen=True)

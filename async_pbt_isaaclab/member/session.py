@@ -32,11 +32,12 @@ from async_pbt_isaaclab.core.config import PopulationConfig, objective_term
 from async_pbt_isaaclab.core.decision.mutation import agent_path
 from async_pbt_isaaclab.core.state.evidence import ConditionLabel
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
-from async_pbt_isaaclab.core.state.member_state import AuditHead, FinishedMark, MemberState, load_state, save_state
+from async_pbt_isaaclab.core.state.member_state import AuditHead, FinishedMark, MemberState
 from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.core.workspace.audit import AuditLog, genesis_hash
 from async_pbt_isaaclab.core.workspace.layout import Workspace, WorkspaceError, checkpoint_name, save_agent_config
 from async_pbt_isaaclab.core.workspace.member_lock import MemberLock
+from async_pbt_isaaclab.core.workspace.state_files import load_state, save_state
 from async_pbt_isaaclab.member.restart import capture_argv
 from async_pbt_isaaclab.member.wandb_run import assign_wandb_run_id
 

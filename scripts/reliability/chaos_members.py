@@ -18,7 +18,7 @@ from typing import Callable
 
 from chaos_windows import aimed_windows, held_windows
 
-from async_pbt_isaaclab.core.decision.fixture_rules import TEST_FIXTURE_ENV
+from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV
 from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.core.workspace.layout import member_dirname
 from async_pbt_isaaclab.core.workspace.pause_points import PAUSE_ENV

@@ -12,11 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from async_pbt_isaaclab.core.state.member_state import load_state
 from async_pbt_isaaclab.core.state.records import RecordError
 from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.core.workspace.audit import read_entries
 from async_pbt_isaaclab.core.workspace.pause_points import PAUSE_POINTS
+from async_pbt_isaaclab.core.workspace.state_files import load_state
 
 RESTART_WINDOWS = (
     "checkpoint_write",

@@ -19,17 +19,18 @@ from hypothesis import strategies as st
 
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
 from async_pbt_isaaclab.core.decision.mutation import mutate
-from async_pbt_isaaclab.core.decision.rules import decide
-from async_pbt_isaaclab.core.decision.step import start_hyperparameters
+from async_pbt_isaaclab.core.decision.step import decide, start_hyperparameters
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
-from async_pbt_isaaclab.core.state.member_state import MemberState, load_state
+from async_pbt_isaaclab.core.state.member_state import MemberState
 from async_pbt_isaaclab.core.state.records import MemberRecord, RecordError, parse_record_bytes
 from async_pbt_isaaclab.core.workspace import fsio
-from async_pbt_isaaclab.core.workspace.audit import AuditLog, read_entries, verify_log
+from async_pbt_isaaclab.core.workspace.audit import AuditLog, read_entries
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
 from async_pbt_isaaclab.core.workspace.layout import Workspace, WorkspaceError
 from async_pbt_isaaclab.core.workspace.member_lock import read_lock_owner
 from async_pbt_isaaclab.core.workspace.retention import active_pins, population_best
+from async_pbt_isaaclab.core.workspace.state_files import load_state
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the other parts of the fuzzer, next to this file
 from fuzz_inputs import (

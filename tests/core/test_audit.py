@@ -22,7 +22,8 @@ from async_pbt_isaaclab.core.decision.selection import Outcome
 from async_pbt_isaaclab.core.decision.step import PopulationView, pbt_step
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
-from async_pbt_isaaclab.core.workspace.audit import GENESIS, AuditLog, entry_hash, genesis_hash, verify_log
+from async_pbt_isaaclab.core.workspace.audit import GENESIS, AuditLog, entry_hash, genesis_hash
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
 
 NOW = 1_700_000_000.0
 
@@ -454,8 +455,9 @@ def test_rewritten_tail_is_caught_by_the_recorded_head(chain):
 
 def test_audit_command_reports_truncation_against_state_json(tmp_path, chain, capsys):
     from async_pbt_isaaclab import cli
-    from async_pbt_isaaclab.core.state.member_state import AuditHead, MemberState, load_state, save_state
+    from async_pbt_isaaclab.core.state.member_state import AuditHead, MemberState
     from async_pbt_isaaclab.core.workspace.layout import Workspace
+    from async_pbt_isaaclab.core.workspace.state_files import load_state, save_state
 
     ws = Workspace(tmp_path)
     ws.ensure(4, "episode_return")
@@ -476,8 +478,9 @@ def test_audit_command_reports_truncation_against_state_json(tmp_path, chain, ca
 
 def test_state_without_audit_head_still_loads(tmp_path):
     """A state.json written before the head was recorded (same schema version) loads, with no head."""
-    from async_pbt_isaaclab.core.state.member_state import MemberState, load_state
+    from async_pbt_isaaclab.core.state.member_state import MemberState
     from async_pbt_isaaclab.core.state.records import RecordError
+    from async_pbt_isaaclab.core.workspace.state_files import load_state
 
     data = MemberState(member=2).to_dict()
     del data["audit_head"]
@@ -493,7 +496,7 @@ def test_member_start_records_the_head_and_truncation_is_reported(tmp_path, caps
     """Real member starts (claim, start entry, state.json saved): the head follows the log; cutting the last
     start entry is what `async-pbt audit` then reports."""
     from async_pbt_isaaclab import cli
-    from async_pbt_isaaclab.core.state.member_state import load_state
+    from async_pbt_isaaclab.core.workspace.state_files import load_state
 
     for _ in range(2):
         session = start_pendulum_member(tmp_path, {"learning_rate": "mutate_float"})

@@ -30,9 +30,8 @@ from async_pbt_isaaclab.core.config import (
     task_start_grace,
     with_task_start_grace,
 )
-from async_pbt_isaaclab.core.decision.fixture_rules import TEST_FIXTURE_ENV
 from async_pbt_isaaclab.core.decision.mutation import MutationSpec
-from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
+from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV, population_config_from_dict
 
 # An Isaac Lab rl_games agent yaml as shipped with a PBT section (field names of isaaclab_rl's PbtCfg).
 ISAACLAB_AGENT_YAML = textwrap.dedent(

@@ -1,4 +1,4 @@
-"""Comparison at matching progress (async_pbt_isaaclab.core.decision.selection and rules.decide with record histories).
+"""Comparison at matching progress (async_pbt_isaaclab.core.decision.selection and step.decide with record histories).
 
 What is shown here, with records that go through the same JSON round trip as the workspace:
 1. a peer ahead of me is compared at its newest entry at or before my frame, never excluded for being
@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from async_pbt_isaaclab.core.decision.rules import decide
 from async_pbt_isaaclab.core.decision.selection import Outcome, entry_at_or_before
+from async_pbt_isaaclab.core.decision.step import decide
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EvidenceSummary
 from async_pbt_isaaclab.core.state.member_rng import MemberRng

@@ -33,16 +33,16 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
-from async_pbt_isaaclab.core.decision import explore, pb2
-from async_pbt_isaaclab.core.decision.fixture_rules import TEST_FIXTURE_ENV
+from async_pbt_isaaclab.core.decision import catalog, explore, pb2
 from async_pbt_isaaclab.core.decision.mutation import MutationSpec, within_bounds
 from async_pbt_isaaclab.core.decision.selection import Outcome
 from async_pbt_isaaclab.core.decision.step import PopulationView, pbt_step
-from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
+from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV, population_config_from_dict
 from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EvidenceSummary
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
 from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
-from async_pbt_isaaclab.core.workspace.audit import GENESIS, AuditLog, entry_hash, verify_log
+from async_pbt_isaaclab.core.workspace.audit import GENESIS, AuditLog, entry_hash
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
 
 NOW = 1_700_000_000.0
 INTERVAL = 1000
@@ -458,7 +458,7 @@ def test_without_scikit_learn_the_core_imports_and_pb2_is_refused_in_one_line():
 
 def test_pb2_is_accepted_where_scikit_learn_is_installed():
     cfg = population_config_from_dict({"explore": "pb2", "mutation": {"learning_rate": "mutate_float"}})
-    assert cfg.explore == "pb2" and explore.strategy("pb2").propose is pb2.propose
+    assert cfg.explore == "pb2" and catalog.strategy("pb2").propose is pb2.propose
     with pytest.raises(ConfigError, match="accepted: random, pb2"):
         population_config_from_dict({"explore": "pb3"})
 

@@ -15,10 +15,11 @@ import pytest
 
 from async_pbt_isaaclab import cli
 from async_pbt_isaaclab.core.decision.generation import LineageEntry, PendingExploit
-from async_pbt_isaaclab.core.state.member_state import AuditHead, MemberState, load_state
+from async_pbt_isaaclab.core.state.best import BestEntry
+from async_pbt_isaaclab.core.state.member_state import AuditHead, MemberState
 from async_pbt_isaaclab.core.state.records import HistoryEntry
-from async_pbt_isaaclab.core.workspace.audit import verify_log
-from async_pbt_isaaclab.core.workspace.retention import BestEntry
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+from async_pbt_isaaclab.core.workspace.state_files import load_state
 
 RELEASE = Path(__file__).resolve().parents[1] / "data" / "workspace_0_1_0"
 WORKSPACES = sorted(p.name for p in RELEASE.iterdir())

@@ -12,10 +12,10 @@ from async_pbt_isaaclab.core.state.schedule import (
     ScheduleFollower,
     ScheduleStep,
     dump_schedule,
-    load_schedule,
     schedule_from_dict,
     values_at,
 )
+from async_pbt_isaaclab.core.workspace.state_files import load_schedule
 
 
 def _entries(*entries):
@@ -215,12 +215,8 @@ def test_replay_needs_live_keys_and_starts_from_the_first_step():
 
 
 def test_load_replay_schedule_checks_the_file_before_any_run_starts(tmp_path):
-    from async_pbt_isaaclab.core.state.schedule import (
-        ScheduleError,
-        dump_schedule,
-        load_replay_schedule,
-        replay_experiment_name,
-    )
+    from async_pbt_isaaclab.core.state.schedule import ScheduleError, dump_schedule, replay_experiment_name
+    from async_pbt_isaaclab.core.workspace.state_files import load_replay_schedule
 
     good = Schedule(
         7,

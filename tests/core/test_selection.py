@@ -26,8 +26,9 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from async_pbt_isaaclab.core.decision.rules import decide, welch_p_value
+from async_pbt_isaaclab.core.decision.rules import welch_p_value
 from async_pbt_isaaclab.core.decision.selection import Outcome, peer_exclusion
+from async_pbt_isaaclab.core.decision.step import decide
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.state.evidence import ConditionLabel
 from async_pbt_isaaclab.core.state.member_rng import MemberRng

@@ -13,7 +13,8 @@ from async_pbt_isaaclab.core.decision.mutation import MutationSpec, default_spec
 from async_pbt_isaaclab.core.decision.start import initial_draw, stratum
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
-from async_pbt_isaaclab.core.workspace.audit import AuditLog, verify_log
+from async_pbt_isaaclab.core.workspace.audit import AuditLog
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
 from async_pbt_isaaclab.core.workspace.layout import Workspace, WorkspaceError
 
 SPECS = {
@@ -319,7 +320,7 @@ def test_a_first_start_killed_before_it_saved_its_state_keeps_its_draw(tmp_path,
 def test_a_member_keeps_a_value_its_command_line_set(tmp_path, monkeypatch, capsys):
     """A real member start whose command line sets the learning rate: the diverse start keeps it (and says so),
     draws the discount, and the initial_draw entry records the pin so the audit replays it."""
-    from async_pbt_isaaclab.core.workspace.audit import verify_log
+    from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
     from async_pbt_isaaclab.member import restart
 
     monkeypatch.setattr(restart, "_CAPTURED", ["python", "train.py", "agent.params.config.learning_rate=0.002"])

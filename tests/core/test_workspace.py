@@ -27,7 +27,8 @@ import time
 
 import pytest
 
-from async_pbt_isaaclab.core.state.records import SCHEMA_VERSION, MemberRecord, RecordError, read_record
+from async_pbt_isaaclab.core.state.best import BestEntry
+from async_pbt_isaaclab.core.state.records import SCHEMA_VERSION, MemberRecord, RecordError
 from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.core.workspace.layout import (
     Workspace,
@@ -39,7 +40,6 @@ from async_pbt_isaaclab.core.workspace.layout import (
 from async_pbt_isaaclab.core.workspace.member_lock import MemberLock
 from async_pbt_isaaclab.core.workspace.retention import (
     PIN_TTL_S,
-    BestEntry,
     active_pins,
     apply_retention,
     list_checkpoints,
@@ -47,6 +47,7 @@ from async_pbt_isaaclab.core.workspace.retention import (
     population_best,
     update_best,
 )
+from async_pbt_isaaclab.core.workspace.state_files import read_record
 
 CLAIMER = textwrap.dedent(
     """

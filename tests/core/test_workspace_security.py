@@ -25,11 +25,12 @@ from pathlib import Path
 import pytest
 
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
-from async_pbt_isaaclab.core.state.member_state import load_state
 from async_pbt_isaaclab.core.workspace import fsio
-from async_pbt_isaaclab.core.workspace.audit import AuditLog, verify_log
+from async_pbt_isaaclab.core.workspace.audit import AuditLog
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
 from async_pbt_isaaclab.core.workspace.layout import Workspace, WorkspaceError, checkpoint_name
 from async_pbt_isaaclab.core.workspace.retention import active_pins, apply_retention, pin_checkpoint, population_best
+from async_pbt_isaaclab.core.workspace.state_files import load_state
 
 YAML = Path(__file__).resolve().parents[2] / "async_pbt_isaaclab" / "examples" / "pendulum_ppo.yaml"
 

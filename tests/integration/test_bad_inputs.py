@@ -29,9 +29,10 @@ import pytest
 import torch
 
 from async_pbt_isaaclab.core.state.evidence import EvidenceSummary
-from async_pbt_isaaclab.core.state.records import SCHEMA_VERSION, HistoryEntry, MemberRecord, RecordError, read_record
+from async_pbt_isaaclab.core.state.records import SCHEMA_VERSION, HistoryEntry, MemberRecord, RecordError
 from async_pbt_isaaclab.core.workspace import fsio
-from async_pbt_isaaclab.core.workspace.audit import verify_log
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+from async_pbt_isaaclab.core.workspace.state_files import read_record
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.slow

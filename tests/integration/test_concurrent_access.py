@@ -43,10 +43,12 @@ WRITER = textwrap.dedent(
     from async_pbt_isaaclab.core.workspace import fsio
     from async_pbt_isaaclab.core.workspace.audit import AuditLog
     from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EvidenceSummary
-    from async_pbt_isaaclab.core.state.member_state import MemberState, save_state
+    from async_pbt_isaaclab.core.state.member_state import MemberState
+    from async_pbt_isaaclab.core.workspace.state_files import save_state
     from async_pbt_isaaclab.core.state.records import MemberRecord
     from async_pbt_isaaclab.core.workspace.member_lock import MemberLock
-    from async_pbt_isaaclab.core.workspace.retention import BestEntry, apply_retention
+    from async_pbt_isaaclab.core.state.best import BestEntry
+    from async_pbt_isaaclab.core.workspace.retention import apply_retention
     from async_pbt_isaaclab.core.workspace.layout import Workspace, checkpoint_name
 
     root, member, control, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
@@ -92,7 +94,7 @@ READER = textwrap.dedent(
     from collections import Counter
     from pathlib import Path
     from async_pbt_isaaclab.core.workspace.audit import GENESIS, entry_hash
-    from async_pbt_isaaclab.core.state.member_state import load_state
+    from async_pbt_isaaclab.core.workspace.state_files import load_state
     from async_pbt_isaaclab.core.state.records import RecordError
     from async_pbt_isaaclab.core.workspace.layout import Workspace
 

@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from async_pbt_isaaclab.core.state.schedule import load_schedule, values_at
+from async_pbt_isaaclab.core.state.schedule import values_at
+from async_pbt_isaaclab.core.workspace.state_files import load_schedule
 
 pytestmark = pytest.mark.slow
 

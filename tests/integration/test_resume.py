@@ -48,7 +48,8 @@ from pathlib import Path
 
 import pytest
 
-from async_pbt_isaaclab.core.workspace.audit import read_entries, verify_log
+from async_pbt_isaaclab.core.workspace.audit import read_entries
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow

@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.decision.rules import RULES, production_rules
+from async_pbt_isaaclab.core.decision.catalog import RULES, production_rules
 from async_pbt_isaaclab.core.workspace.audit import read_entries
 
 pytestmark = pytest.mark.slow

@@ -36,8 +36,9 @@ from pathlib import Path
 
 import pytest
 
-from async_pbt_isaaclab.core.state.member_state import MemberState, save_state
+from async_pbt_isaaclab.core.state.member_state import MemberState
 from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.state_files import save_state
 from async_pbt_isaaclab.launch.arguments import LaunchError
 from async_pbt_isaaclab.launch.cli import add_launch_parser, cmd_launch, main, parse_indices
 from async_pbt_isaaclab.launch.gpus import detect_gpus, parse_nvidia_smi_list

@@ -10,8 +10,9 @@ import re
 
 import pytest
 
-from async_pbt_isaaclab.core.state.member_state import MemberState, load_state, save_state
+from async_pbt_isaaclab.core.state.member_state import MemberState
 from async_pbt_isaaclab.core.state.records import RecordError
+from async_pbt_isaaclab.core.workspace.state_files import load_state, save_state
 from async_pbt_isaaclab.member.wandb_run import assign_wandb_run_id, member_wandb_init_kwargs, wandb_init_kwargs
 
 

@@ -25,9 +25,10 @@ from async_pbt_isaaclab.core.agent_config import load_population_config, load_ya
 from async_pbt_isaaclab.core.config import ConfigError  # noqa: E402
 from async_pbt_isaaclab.core.decision.generation import PendingExploit  # noqa: E402
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict  # noqa: E402
-from async_pbt_isaaclab.core.state.member_state import MemberState, save_state  # noqa: E402
+from async_pbt_isaaclab.core.state.member_state import MemberState  # noqa: E402
 from async_pbt_isaaclab.core.workspace import fsio  # noqa: E402
 from async_pbt_isaaclab.core.workspace.layout import Workspace  # noqa: E402
+from async_pbt_isaaclab.core.workspace.state_files import save_state  # noqa: E402
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from async_pbt_isaaclab.rl_games.inheritance import (  # noqa: E402
     DONOR_KEYS,

@@ -6,9 +6,9 @@ strategy is a pure function ``(start, context, cfg, rng) -> (new hyperparameters
 through ``rng``, so :func:`~async_pbt_isaaclab.core.decision.step.pbt_step` and the audit verifier run the same draws.
 Every value it returns must lie inside the key's mutation bounds.
 
-To add one: write the function and one :func:`register` call here (or in a module imported by
-:mod:`async_pbt_isaaclab.core.pbt_section`); ``pbt.explore`` then accepts its name, ``check-config`` lists it and
-the verifier replays it.
+To add one: write the function and its :class:`ExploreStrategy`, and list it in
+:mod:`async_pbt_isaaclab.core.decision.catalog`; ``pbt.explore`` then accepts its name, ``check-config`` lists it
+and the verifier replays it.
 """
 
 from __future__ import annotations
@@ -60,26 +60,12 @@ class ExploreStrategy:
     """The proposal function."""
     summary: str = ""
     """One line for ``--help``, ``check-config`` and the docs."""
-
-
-STRATEGIES: dict[str, ExploreStrategy] = {}
-"""Every registered strategy by name."""
-
-
-def register(strategy: ExploreStrategy) -> ExploreStrategy:
-    """Add ``strategy`` to :data:`STRATEGIES` (a name registered twice is a programming error)."""
-    if strategy.name in STRATEGIES:
-        raise ValueError(f"explore strategy {strategy.name!r} is registered twice")
-    STRATEGIES[strategy.name] = strategy
-    return strategy
-
-
-def strategy(name: str) -> ExploreStrategy:
-    """The strategy registered as ``name``; a ``ValueError`` lists the accepted names."""
-    try:
-        return STRATEGIES[name]
-    except KeyError:
-        raise ValueError(f"unknown explore strategy {name!r}; accepted: {', '.join(STRATEGIES)}") from None
+    requires: tuple[str, ...] = ()
+    """Modules of an optional dependency it needs: a config naming it is refused when they cannot be imported."""
+    extra: str = ""
+    """The optional extra that installs them."""
+    missing: str = ""
+    """The refusal, with ``{why}`` (the import error) and ``{install}`` (the extra's install command)."""
 
 
 def random_mutation(
@@ -95,4 +81,5 @@ def random_mutation(
     return Proposal(new, tuple(changes))
 
 
-register(ExploreStrategy("random", random_mutation, "bounded random mutation of each key (DexPBT, Isaac Lab)"))
+RANDOM = ExploreStrategy("random", random_mutation, "bounded random mutation of each key (DexPBT, Isaac Lab)")
+"""The default strategy; :mod:`async_pbt_isaaclab.core.decision.catalog` lists it."""

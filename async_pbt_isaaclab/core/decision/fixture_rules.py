@@ -1,17 +1,15 @@
 """Selection rules for end-to-end tests only: deterministic outcomes that real member processes can run.
 
-Importing this module registers them in :data:`async_pbt_isaaclab.core.decision.rules.RULES` with ``fixture=True``
-(:mod:`async_pbt_isaaclab.core.pbt_section` imports it, so they are known wherever a config is read). A
-config naming one is refused unless the environment variable :data:`TEST_FIXTURE_ENV` equals its name, and
-the audit verifier replays recorded fixture decisions as they ran. Never meant for a real population.
+Listed with ``fixture=True`` in :mod:`async_pbt_isaaclab.core.decision.catalog` (:data:`FIXTURE_RULES`), so they are
+known wherever a config is read and the audit verifier replays recorded fixture decisions as they ran. A config
+naming one is refused unless the environment variable the config reader checks names it
+(:data:`async_pbt_isaaclab.core.pbt_section.TEST_FIXTURE_ENV`). Never meant for a real population.
 """
 
 from __future__ import annotations
 
-import os
-
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.decision.rules import RuleSpec, register
+from async_pbt_isaaclab.core.decision.rules import RuleSpec
 from async_pbt_isaaclab.core.decision.selection import (
     Decision,
     Field,
@@ -21,14 +19,6 @@ from async_pbt_isaaclab.core.decision.selection import (
     keep_decision,
 )
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
-
-TEST_FIXTURE_ENV = "ASYNC_PBT_TEST_FIXTURE"
-"""Environment variable that must equal a fixture rule's name for that rule to be accepted."""
-
-
-def fixture_enabled(rule: str) -> bool:
-    """``rule`` is the fixture the environment variable :data:`TEST_FIXTURE_ENV` names for this process."""
-    return os.environ.get(TEST_FIXTURE_ENV) == rule
 
 
 def forced_exploit(fld: Field, cfg: PopulationConfig, rng: MemberRng) -> Decision:
@@ -42,9 +32,6 @@ def forced_exploit(fld: Field, cfg: PopulationConfig, rng: MemberRng) -> Decisio
     return exploit_decision(
         "fixture_forced_exploit", fld, donors[0], [f"fixture: forced exploit of member {donors[0]}"], {}
     )
-
-
-register(RuleSpec("fixture_forced_exploit", forced_exploit, (), "test fixture: forced exploits", fixture=True))
 
 
 def exploit_every_decision(fld: Field, cfg: PopulationConfig, rng: MemberRng) -> Decision:
@@ -64,29 +51,27 @@ def exploit_every_decision(fld: Field, cfg: PopulationConfig, rng: MemberRng) ->
     )
 
 
-register(
-    RuleSpec(
-        "fixture_exploit_every_decision",
-        exploit_every_decision,
-        (),
-        "test fixture: every decision exploits the best peer (chaos harness)",
-        fixture=True,
-    )
-)
-
-
 def explore_every_decision(fld: Field, cfg: PopulationConfig, rng: MemberRng) -> Decision:
     """Every decision explores in place (my own weights, hyperparameters from ``pbt.explore``): an end-to-end test
     of an explore strategy gets one explore per decision; ``restart_grace_frames`` spaces them out."""
     return explore_decision("fixture_explore_every_decision", fld, ["fixture: explore at every decision"], {})
 
 
-register(
+FIXTURE_RULES = (
+    RuleSpec("fixture_forced_exploit", forced_exploit, (), "test fixture: forced exploits", fixture=True),
+    RuleSpec(
+        "fixture_exploit_every_decision",
+        exploit_every_decision,
+        (),
+        "test fixture: every decision exploits the best peer (chaos harness)",
+        fixture=True,
+    ),
     RuleSpec(
         "fixture_explore_every_decision",
         explore_every_decision,
         (),
         "test fixture: every decision explores in place (explore-strategy tests)",
         fixture=True,
-    )
+    ),
 )
+"""The fixture rules, in the order the catalog lists them."""

@@ -40,7 +40,7 @@ proposes the values with the highest upper confidence bound at the member's curr
 
 Everything is a pure function of (start, context, cfg, rng); the RNG is the only source of draws, so
 :func:`~async_pbt_isaaclab.core.decision.step.pbt_step` and the audit verifier compute the same proposal. Without
-scikit-learn, :func:`missing_dependency` says what to install and the config reader refuses ``explore: pb2``.
+scikit-learn, :data:`STRATEGY` says what to install and the config reader refuses ``explore: pb2``.
 """
 
 from __future__ import annotations
@@ -65,7 +65,6 @@ from async_pbt_isaaclab.core.decision.pb2_data import (  # re-exported: the mode
     observations,
 )
 from async_pbt_isaaclab.core.decision.selection import heartbeat_exclusion
-from async_pbt_isaaclab.core.install_hint import extra_install_command, import_failure
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
 
 NAME = "pb2"
@@ -116,15 +115,6 @@ LOCAL_WIDTH = 0.1
 
 TOP_OBSERVATIONS = 4
 """The best observations (by improvement) local candidates are drawn around."""
-
-
-def missing_dependency() -> str | None:
-    """Why ``explore: pb2`` cannot run in this environment (one line naming the extra), or ``None``."""
-    why = import_failure("sklearn.gaussian_process", "threadpoolctl")
-    if why is None:
-        return None
-    install = extra_install_command(EXTRA)
-    return f"pb2 needs scikit-learn, which cannot be imported here ({why}); install the extra: {install}"
 
 
 # --------------------------------------------------------------------------------------------- the model
@@ -373,10 +363,12 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-explore.register(
-    explore.ExploreStrategy(
-        NAME,
-        propose,
-        "PB2: a time-varying GP bandit over the population's history proposes within the bounds (needs [pb2])",
-    )
+STRATEGY = explore.ExploreStrategy(
+    NAME,
+    propose,
+    "PB2: a time-varying GP bandit over the population's history proposes within the bounds (needs [pb2])",
+    requires=("sklearn.gaussian_process", "threadpoolctl"),
+    extra=EXTRA,
+    missing="pb2 needs scikit-learn, which cannot be imported here ({why}); install the extra: {install}",
 )
+"""``pbt.explore: pb2``; :mod:`async_pbt_isaaclab.core.decision.catalog` lists it."""

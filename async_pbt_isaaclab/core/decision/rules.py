@@ -1,39 +1,30 @@
-"""The selection rules, registered in one place (name, decision function, the config keys each reads),
-and :func:`decide`, which runs the shared selection steps and hands the field to the configured rule.
+"""The selection rules: ``dexpbt``, ``isaaclab`` and ``welch``, each a :class:`RuleSpec` (name, decision function,
+the config keys it reads), listed with the test fixtures in :mod:`async_pbt_isaaclab.core.decision.catalog`.
 
 A rule is a pure function ``(field, cfg, rng) -> Decision`` over the members that count
 (:class:`~async_pbt_isaaclab.core.decision.selection.Field`: me and every compared peer at matching progress,
-ranked best first on the ``objective_direction`` scale). ``check-config``, the config validation and the
-benchmarks read :data:`RULES`; to add a rule, write its function and add one :func:`register` call.
-
-Test fixtures (rules that force outcomes for end-to-end tests) live in
-:mod:`async_pbt_isaaclab.core.decision.fixture_rules`, which registers them with ``fixture=True`` when it is imported.
-The reader of the ``pbt:`` section (:mod:`async_pbt_isaaclab.core.pbt_section`) imports it, so every config
-read from a yaml or replayed from an audit entry can name one; it refuses a fixture unless the
-``ASYNC_PBT_TEST_FIXTURE`` variable names it, and every output calls them fixtures.
+ranked best first on the ``objective_direction`` scale); :func:`~async_pbt_isaaclab.core.decision.step.decide` runs
+the shared selection steps and hands the field to the configured rule. To add a rule, write its function and its
+:class:`RuleSpec` and list it in the catalog.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.decision.selection import (
     Decision,
     Field,
     Standing,
-    build_field,
     donor_candidates,
     exploit_decision,
     explore_decision,
     keep_decision,
-    my_ineligibility,
 )
-from async_pbt_isaaclab.core.install_hint import extra_install_command, import_failure
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
-from async_pbt_isaaclab.core.state.records import MemberRecord
 
 RuleFunction = Callable[[Field, PopulationConfig, MemberRng], Decision]
 """``(field, cfg, rng) -> Decision``: pure; draws only through ``rng``."""
@@ -53,72 +44,12 @@ class RuleSpec:
     """One line for ``--help`` and docs."""
     fixture: bool = False
     """A test fixture: refused unless ``ASYNC_PBT_TEST_FIXTURE`` names it."""
-
-
-RULES: dict[str, RuleSpec] = {}
-"""Every registered rule by name, production rules first."""
-
-
-def register(spec: RuleSpec) -> RuleSpec:
-    """Add ``spec`` to :data:`RULES` (a name registered twice is a programming error)."""
-    if spec.name in RULES:
-        raise ValueError(f"selection rule {spec.name!r} is registered twice")
-    RULES[spec.name] = spec
-    return spec
-
-
-def rule_spec(name: str) -> RuleSpec:
-    """The rule registered as ``name``; a ``ValueError`` lists the production rules."""
-    try:
-        return RULES[name]
-    except KeyError:
-        raise ValueError(f"unknown selection rule {name!r}; accepted: {', '.join(production_rules())}") from None
-
-
-def production_rules() -> tuple[str, ...]:
-    """Rules a user may choose."""
-    return tuple(n for n, s in RULES.items() if not s.fixture)
-
-
-def fixture_rules() -> tuple[str, ...]:
-    """Rules for end-to-end tests only."""
-    return tuple(n for n, s in RULES.items() if s.fixture)
-
-
-def rule_specific_keys() -> dict[str, tuple[str, ...]]:
-    """``{config key: rules that read it}`` over the production rules."""
-    out: dict[str, tuple[str, ...]] = {}
-    for name in production_rules():
-        for key in RULES[name].keys:
-            out[key] = out.get(key, ()) + (name,)
-    return out
-
-
-# ------------------------------------------------------------------------------------------ dispatch
-
-
-def decide(
-    me: MemberRecord,
-    peers: Sequence[MemberRecord],
-    cfg: PopulationConfig,
-    rng: MemberRng,
-    now: float,
-) -> Decision:
-    """Decide keep / exploit / explore for ``me``. Pure: same inputs and RNG state, same decision."""
-    rule = cfg.rule
-    why = my_ineligibility(me, cfg)
-    if why is not None:
-        return keep_decision(rule, why)
-    fld = build_field(me, peers, cfg, now)
-    if len(fld.standings) < cfg.min_members:
-        n_ex = len(fld.common["excluded"])
-        return keep_decision(
-            rule,
-            f"{len(fld.standings)} compatible live members with evidence < min_members="
-            f"{cfg.min_members}" + (f" ({n_ex} excluded: see excluded)" if n_ex else ""),
-            **fld.common,
-        )
-    return rule_spec(rule).decide(fld, cfg, rng)
+    requires: tuple[str, ...] = ()
+    """Modules of an optional dependency it needs: a config naming it is refused when they cannot be imported."""
+    extra: str = ""
+    """The optional extra that installs them."""
+    missing: str = ""
+    """The refusal, with ``{why}`` (the import error) and ``{install}`` (the extra's install command)."""
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -148,18 +79,6 @@ def standard_error_of_difference(a: Standing, b: Standing) -> float:
     """Standard error of the difference of two window means, ``sqrt(s_a^2/n_a + s_b^2/n_b)`` (sample stds): how
     far apart two members' means lie by sampling noise alone. Invariant to a constant added to every objective."""
     return math.sqrt(sum(s.std**2 / s.count for s in (a, b) if s.count > 0))
-
-
-def welch_missing_dependency() -> str | None:
-    """Why ``rule: welch`` cannot run here (one line naming the install), or ``None``: its t-test is scipy's, which the
-    core does not require, so a config naming it is refused when it is read rather than at the first decision."""
-    why = import_failure("scipy.stats")
-    if why is None:
-        return None
-    return (
-        f"welch needs scipy (its Welch t-test), which cannot be imported here ({why}); install it: pip install scipy, "
-        f"or the extra: {extra_install_command('rl-games')}"
-    )
 
 
 def welch_p_value(donor: tuple[float, float, int], mine: tuple[float, float, int]) -> float:
@@ -312,35 +231,34 @@ def welch(fld: Field, cfg: PopulationConfig, rng: MemberRng) -> Decision:
     )
 
 
-register(
-    RuleSpec(
-        "dexpbt",
-        dexpbt,
-        (
-            "worst_fraction",
-            "top_fraction",
-            "gap_std_fraction",
-            "gap_donor_fraction",
-            "gap_z",
-            "trim_fraction",
-            "protect_interval_best",
-        ),
-        "worst group copies a top-group donor, or explores in place when the gap is small",
-    )
+DEXPBT = RuleSpec(
+    "dexpbt",
+    dexpbt,
+    (
+        "worst_fraction",
+        "top_fraction",
+        "gap_std_fraction",
+        "gap_donor_fraction",
+        "gap_z",
+        "trim_fraction",
+        "protect_interval_best",
+    ),
+    "worst group copies a top-group donor, or explores in place when the gap is small",
 )
-register(
-    RuleSpec(
-        "isaaclab",
-        isaaclab,
-        ("threshold_std", "threshold_abs", "explore_without_donor"),
-        "Isaac Lab's mean +- max(k*std, abs) bands",
-    )
+ISAACLAB = RuleSpec(
+    "isaaclab",
+    isaaclab,
+    ("threshold_std", "threshold_abs", "explore_without_donor"),
+    "Isaac Lab's mean +- max(k*std, abs) bands",
 )
-register(
-    RuleSpec(
-        "welch",
-        welch,
-        ("worst_fraction", "top_fraction", "welch_alpha"),
-        "worst group copies a donor that Welch's t-test finds better",
-    )
+WELCH = RuleSpec(
+    "welch",
+    welch,
+    ("worst_fraction", "top_fraction", "welch_alpha"),
+    "worst group copies a donor that Welch's t-test finds better",
+    requires=("scipy.stats",),
+    extra="rl-games",
+    missing="welch needs scipy (its Welch t-test), which cannot be imported here ({why}); install it: pip install "
+    "scipy, or the extra: {install}",
 )
+"""The rules a user may choose; :mod:`async_pbt_isaaclab.core.decision.catalog` lists them."""

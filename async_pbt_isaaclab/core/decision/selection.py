@@ -1,6 +1,6 @@
 """Selection: the steps every rule shares, pure functions of (my record, peers' records, config, now).
 
-:func:`async_pbt_isaaclab.core.decision.rules.decide` runs them in order and hands the result to the configured
+:func:`async_pbt_isaaclab.core.decision.step.decide` runs them in order and hands the result to the configured
 rule. Nothing here reads files or clocks: ``now`` is an input, so the audit verifier can recompute every
 decision from the values recorded in its entry. The steps are always the same:
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.decision import explore
+from async_pbt_isaaclab.core.decision import catalog
+from async_pbt_isaaclab.core.decision.explore import ExploreContext
 from async_pbt_isaaclab.core.decision.mutation import MUTATION_SEMANTICS, Change, MutationSpec, legacy, mutate
-from async_pbt_isaaclab.core.decision.rules import decide
-from async_pbt_isaaclab.core.decision.selection import Decision, Outcome
+from async_pbt_isaaclab.core.decision.selection import Decision, Outcome, build_field, keep_decision, my_ineligibility
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
 from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
 
@@ -88,6 +88,30 @@ class StepResult:
         }
 
 
+def decide(
+    me: MemberRecord,
+    peers: Sequence[MemberRecord],
+    cfg: PopulationConfig,
+    rng: MemberRng,
+    now: float,
+) -> Decision:
+    """Decide keep / exploit / explore for ``me``. Pure: same inputs and RNG state, same decision."""
+    rule = cfg.rule
+    why = my_ineligibility(me, cfg)
+    if why is not None:
+        return keep_decision(rule, why)
+    fld = build_field(me, peers, cfg, now)
+    if len(fld.standings) < cfg.min_members:
+        n_ex = len(fld.common["excluded"])
+        return keep_decision(
+            rule,
+            f"{len(fld.standings)} compatible live members with evidence < min_members="
+            f"{cfg.min_members}" + (f" ({n_ex} excluded: see excluded)" if n_ex else ""),
+            **fld.common,
+        )
+    return catalog.rule_spec(rule).decide(fld, cfg, rng)
+
+
 def pbt_step(view: PopulationView, cfg: PopulationConfig, rng_state: Mapping[str, Any]) -> StepResult:
     """Decide, and for an exploit or explore propose the new generation's hyperparameters with the configured
     explore strategy (:mod:`async_pbt_isaaclab.core.decision.explore`). An explore whose proposal changes nothing
@@ -99,8 +123,8 @@ def pbt_step(view: PopulationView, cfg: PopulationConfig, rng_state: Mapping[str
         return StepResult(decision, None, None, (), rng_before, rng.get_state())
     donor = decision.donor_entry if decision.outcome is Outcome.EXPLOIT else None
     start = start_hyperparameters(view.me, donor, cfg)
-    context = explore.ExploreContext(view.me, view.peers, view.now)
-    proposal = explore.strategy(cfg.explore).propose(start, context, cfg, rng)
+    context = ExploreContext(view.me, view.peers, view.now)
+    proposal = catalog.strategy(cfg.explore).propose(start, context, cfg, rng)
     if decision.outcome is Outcome.EXPLORE and not proposal.changes and not legacy():
         # Same weights, same values: no new generation and no grace. The draws stay consumed (and recorded).
         keep = dataclasses.replace(

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping
 
 from async_pbt_isaaclab.core.decision.generation import LineageEntry, PendingExploit
+from async_pbt_isaaclab.core.state.best import BestEntry
 from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EvidenceError, EvidenceSummary
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
 from async_pbt_isaaclab.core.state.records import HistoryEntry, RecordError
-from async_pbt_isaaclab.core.workspace import fsio
-from async_pbt_isaaclab.core.workspace.retention import BestEntry
 
 STATE_SCHEMA_VERSION = 2
 """Version of ``state.json`` (2: evidence, history, origin and finish kept with the member)."""
@@ -348,7 +346,7 @@ class MemberState:
             except ValueError as exc:
                 raise RecordError(f"{where}.rng_state: {exc}") from None
         try:
-            fsio.canonical_json(state.to_dict())  # save_state must be able to write it back
+            json.dumps(state.to_dict(), allow_nan=False)  # save_state must be able to write it back
         except ValueError:
             raise RecordError(f"{where}: contains NaN or infinite values") from None
         return state
@@ -412,23 +410,3 @@ def _items(data: Mapping[str, Any], key: str, where: str, parse: Any) -> list[An
 def _optional(data: Mapping[str, Any], key: str, where: str, parse: Any) -> Any:
     value = data.get(key)
     return None if value is None else parse(value, f"{where}.{key}")
-
-
-def load_state(path: Path) -> MemberState | None:
-    """The member's state, ``None`` when it never ran. A corrupt file raises :class:`RecordError`."""
-    try:
-        raw = fsio.read_bytes_nofollow(path)  # a symbolic link here is refused (UnsafePathError), not followed
-    except FileNotFoundError:
-        return None
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError) as exc:  # ValueError covers UnicodeDecodeError
-        raise RecordError(
-            f"{path}: corrupt member state ({exc}); restore it from a backup or start a new workspace"
-        ) from None
-    return MemberState.from_dict(data, str(path))
-
-
-def save_state(path: Path, state: MemberState) -> None:
-    """Write ``state`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
-    fsio.atomic_write_json(path, state.to_dict())

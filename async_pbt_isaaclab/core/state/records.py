@@ -16,7 +16,6 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping
 
 from async_pbt_isaaclab.core.state.evidence import MAX_ABS_OBJECTIVE, ConditionLabel, EvidenceError, EvidenceSummary
@@ -292,15 +291,6 @@ def parse_record_bytes(data: bytes, where: str) -> MemberRecord:
     except ValueError as exc:  # e.g. an integer of more than 4300 digits (int_max_str_digits)
         raise RecordError(f"{where}: not valid JSON ({exc})") from None
     return MemberRecord.from_dict(obj, where)
-
-
-def read_record(path: Path) -> MemberRecord:
-    """The record in ``path``; :class:`RecordError` naming the file when it cannot be read or parsed."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise RecordError(f"{path}: cannot read ({exc.strerror})") from None
-    return parse_record_bytes(data, str(path))
 
 
 def _checked_hyperparameters(hparams: Any, where: str) -> dict[str, Any]:

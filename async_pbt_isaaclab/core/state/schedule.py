@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
@@ -145,12 +144,6 @@ def check_replayable(schedule: Schedule, where: str = "schedule") -> Schedule:
     return schedule
 
 
-def load_replay_schedule(path: str | Path) -> Schedule:
-    """Read a schedule for ``--pbt-replay`` and check one run can follow it (pure, so an entry point refuses a bad
-    file before it starts a simulator); :class:`ScheduleError` names the file and key."""
-    return check_replayable(load_schedule(path), str(path))
-
-
 def replay_experiment_name(base_name: str, schedule: Schedule) -> str:
     """The run folder of a replayed run: ``<name>_replay_<NNN>``, beside the members' ``<name>_pbt_<NNN>``."""
     return f"{base_name}_replay_{schedule.member:03d}"
@@ -214,18 +207,6 @@ def schedule_from_dict(data: Any, where: str = "schedule") -> Schedule:
         raise ScheduleError(f"{where}.steps[0].frame: the first step must be at frame 0, got {steps[0].frame}")
     end = data.get("end_frame")
     return Schedule(member, tuple(steps), str(data.get("workspace") or ""), _count(end))
-
-
-def load_schedule(path: str | Path) -> Schedule:
-    """Read a schedule yaml written by ``async-pbt replay``."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ScheduleError(f"{path}: cannot read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise ScheduleError(f"{path}: not valid yaml ({str(exc).splitlines()[0]})") from None
-    return schedule_from_dict(data, str(path))
 
 
 def dump_schedule(schedule: Schedule) -> str:

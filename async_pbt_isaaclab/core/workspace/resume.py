@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from async_pbt_isaaclab.core.state.member_state import load_state
-from async_pbt_isaaclab.core.state.records import read_record
 from async_pbt_isaaclab.core.workspace.layout import checkpoint_frame, member_dirname
+from async_pbt_isaaclab.core.workspace.state_files import load_state, read_record
 
 
 def resume_point(workspace: str | Path, index: int) -> tuple[int | None, int, str]:
