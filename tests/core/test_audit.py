@@ -539,10 +539,7 @@ def test_an_explore_that_changes_nothing_is_a_keep_and_replays(tmp_path, make_re
     assert verify_log(path) == (1, [])
 
     # The same inputs written by 0.1.x (an explore with no changes): replayed with 0.1.x's semantics.
-    from async_pbt_isaaclab.core.decision.mutation import legacy_semantics
-
-    with legacy_semantics():
-        old = pbt_step(PopulationView(recs[1], tuple(recs), NOW, {3: "bad json"}), cfg, before)
+    old = pbt_step(PopulationView(recs[1], tuple(recs), NOW, {3: "bad json"}), cfg, before, semantics=1)
     assert old.decision.outcome is Outcome.EXPLORE and old.changes == ()
     body = old.audit_body(PopulationView(recs[1], tuple(recs), NOW, {3: "bad json"}), cfg)
     del body["mutation_semantics"]

@@ -162,14 +162,10 @@ def test_zero_stays_zero_unless_the_spec_says_where_it_goes():
 
 
 def test_legacy_semantics_replay_the_0_1_mutation():
-    from async_pbt_isaaclab.core.decision.mutation import legacy_semantics
-
     lr = MutationSpec(kind="log_float", low=1e-6, high=1e-2)
-    with legacy_semantics():
-        new, changes = mutate({"learning_rate": 0.5}, {"learning_rate": lr}, 0.0, (1.1, 2.0), MemberRng(1))
+    new, changes = mutate({"learning_rate": 0.5}, {"learning_rate": lr}, 0.0, (1.1, 2.0), MemberRng(1), semantics=1)
     assert new["learning_rate"] == 1e-2 and [(c.old, c.new, c.factor) for c in changes] == [(0.5, 1e-2, None)]
-    with legacy_semantics():
-        new, _ = mutate({"x": 0.0}, {"x": lr}, 1.0, (1.1, 2.0), MemberRng(1))
+    new, _ = mutate({"x": 0.0}, {"x": lr}, 1.0, (1.1, 2.0), MemberRng(1), semantics=1)
     assert 1e-6 <= new["x"] <= 1e-2
 
 
@@ -390,13 +386,10 @@ def test_resampling_jumps_across_the_bounds_and_is_recorded():
 def test_entries_written_under_version_2_replay_their_counting():
     """An entry written before the change (``mutation_semantics`` 2) counted keys drawn, not changed, and let a key
     at its bound stay: replayed under its version, the same draws give the same (clone) result."""
-    from async_pbt_isaaclab.core.decision.mutation import replay_semantics
-
     specs = {"learning_rate": MutationSpec(kind="log_float", low=1e-6, high=1e-2)}
     clones = 0
     for seed in range(40):
-        with replay_semantics(2):
-            new, changes = mutate({"learning_rate": 1e-2}, specs, 0.25, (1.1, 2.0), MemberRng(seed), 1, 0.25)
+        new, changes = mutate({"learning_rate": 1e-2}, specs, 0.25, (1.1, 2.0), MemberRng(seed), 1, 0.25, semantics=2)
         clones += not changes
         assert new["learning_rate"] == 1e-2 or new["learning_rate"] < 1e-2
     assert 10 <= clones <= 30  # about half, as the issue measured

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.decision.mutation import Change, mutate
+from async_pbt_isaaclab.core.decision.mutation import MUTATION_SEMANTICS, Change, mutate
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
 from async_pbt_isaaclab.core.state.records import MemberRecord
 
@@ -32,6 +32,9 @@ class ExploreContext:
     """Every peer record the decision read (histories included)."""
     now: float | None = None
     """The decision's time (heartbeats are judged against it); ``None`` when unknown."""
+    semantics: int = MUTATION_SEMANTICS
+    """The rules the step runs under (:data:`~async_pbt_isaaclab.core.decision.mutation.MUTATION_SEMANTICS`; an
+    older entry's when the verifier replays it)."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,14 @@ def random_mutation(
     its whole bounds), and at least ``min_mutated_keys`` of them change
     (:func:`~async_pbt_isaaclab.core.decision.mutation.mutate`)."""
     new, changes = mutate(
-        start, cfg.mutation, cfg.mutation_rate, cfg.change_range, rng, cfg.min_mutated_keys, cfg.resample_probability
+        start,
+        cfg.mutation,
+        cfg.mutation_rate,
+        cfg.change_range,
+        rng,
+        cfg.min_mutated_keys,
+        cfg.resample_probability,
+        semantics=context.semantics,
     )
     return Proposal(new, tuple(changes))
 

@@ -23,11 +23,9 @@ The draws come from the member's RNG (:class:`~async_pbt_isaaclab.core.state.mem
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 from async_pbt_isaaclab.core.decision.value_draws import clip, clip_int, draw_value
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
@@ -42,43 +40,16 @@ ISAACLAB_KIND_NAMES = {"mutate_float": "log_float", "mutate_discount": "discount
 
 MUTATION_SEMANTICS = 3
 """Recorded in every audit entry that mutates (``mutation_semantics``), so the verifier replays an entry with the
-rules it was written under (:func:`replay_semantics`):
+rules it was written under: every function whose result depends on them takes ``semantics`` (this version when not
+given; the verifier passes the entry's, 1 for 0.1.x, whose entries carry none):
 
 * none (0.1.x): undrawn keys clipped into bounds, a drawn 0 moved from the lower bound, an explore that changed
-  nothing kept as an explore (:func:`legacy_semantics`);
+  nothing kept as an explore;
 * 2: ``min_mutated_keys`` counted keys *drawn*; a key at its bound could stay there; no resampling; PB2 with fixed
   kernel hyperparameters; ``max_frame_lag: -1`` meant no limit;
 * 3: ``min_mutated_keys`` counts keys *changed* (after clipping), a key at a bound moves inward, the random explore
   may resample a key from its whole bounds (``resample_probability``), PB2 fits its kernel and counts the running
   members' configurations, and ``max_frame_lag: -1`` keeps a peer far behind out of the ranking."""
-
-_SEMANTICS = contextvars.ContextVar("async_pbt_mutation_semantics", default=MUTATION_SEMANTICS)
-
-
-@contextlib.contextmanager
-def replay_semantics(version: int) -> Iterator[None]:
-    """Within the block, the step behaves as entries written under ``version`` of :data:`MUTATION_SEMANTICS` did
-    (1 for 0.1.x, whose entries carry no version); only the audit verifier uses it."""
-    token = _SEMANTICS.set(version)
-    try:
-        yield
-    finally:
-        _SEMANTICS.reset(token)
-
-
-def legacy_semantics(on: bool = True) -> contextlib.AbstractContextManager[None]:
-    """:func:`replay_semantics` of 0.1.x when ``on`` (else of this version)."""
-    return replay_semantics(1 if on else MUTATION_SEMANTICS)
-
-
-def semantics() -> int:
-    """The version of the rules in force (:func:`replay_semantics`)."""
-    return _SEMANTICS.get()
-
-
-def legacy() -> bool:
-    """Whether the 0.1.x semantics are in force (:func:`legacy_semantics`)."""
-    return semantics() < 2
 
 
 @dataclass(frozen=True)
@@ -145,14 +116,18 @@ class Change:
 
 
 def mutate_value(
-    value: Any, spec: MutationSpec, change_range: tuple[float, float], rng: MemberRng
+    value: Any,
+    spec: MutationSpec,
+    change_range: tuple[float, float],
+    rng: MemberRng,
+    semantics: int = MUTATION_SEMANTICS,
 ) -> tuple[Any, float | None]:
     """Mutate one value according to its spec. Returns (new value, factor or None).
 
     Under the current rules (:data:`MUTATION_SEMANTICS` 3) a step that the bounds would clip back onto the value
     (a key at its bound pushed outward) goes the other way, inward, with the same drawn size: the draws are the
     same, and a drawn key that can move always moves."""
-    inward = semantics() >= 3
+    inward = semantics >= 3
     if spec.kind in ("log_float", "discount", "log_shift"):
         lo, hi = spec.change_range or change_range
         factor = rng.uniform(lo, hi)
@@ -198,6 +173,7 @@ def mutate(
     rng: MemberRng,
     min_keys: int = 0,
     resample_probability: float = 0.0,
+    semantics: int = MUTATION_SEMANTICS,
 ) -> tuple[dict[str, Any], list[Change]]:
     """Mutate each key of ``specs`` with probability ``mutation_rate``; keys in sorted order.
 
@@ -209,8 +185,9 @@ def mutate(
     back across orders of magnitude). When fewer than ``min_keys`` keys *changed* (after clipping), more are
     picked uniformly among the undrawn ones that can move, one at a time (``pbt.min_mutated_keys``: with one
     searched key and rate 0.25, three of four exploits would otherwise copy weights and change nothing).
+    ``semantics``: the rules of :data:`MUTATION_SEMANTICS` an older entry was written under, when replayed.
     """
-    version = semantics()  # an older entry replays under the rules it was written with (replay_semantics)
+    version = semantics
     new = dict(hparams)
     changes: list[Change] = []
     undrawn: list[str] = []
@@ -219,18 +196,22 @@ def mutate(
         if key not in hparams:
             raise KeyError(f"hyperparameter {key!r} has a mutation spec but no current value")
         if rng.random() < mutation_rate:
-            moved = _mutate_key(key, hparams[key], specs[key], change_range, rng, new, changes, resample_probability)
+            moved = _mutate_key(
+                key, hparams[key], specs[key], change_range, rng, new, changes, resample_probability, version
+            )
             counted += 1 if moved or version < 3 else 0
         elif version < 2:  # 0.1.x clipped an undrawn key into the bounds
             value = _clip_0_1(hparams[key], specs[key])
             if value != hparams[key]:
                 new[key] = value
                 changes.append(Change(key, hparams[key], value, None, False))
-        elif _can_move(hparams[key], specs[key]):
+        elif _can_move(hparams[key], specs[key], version):
             undrawn.append(key)
     while version >= 2 and counted < min_keys and undrawn:
         key = undrawn.pop(rng.choice_index(len(undrawn)))
-        moved = _mutate_key(key, hparams[key], specs[key], change_range, rng, new, changes, resample_probability)
+        moved = _mutate_key(
+            key, hparams[key], specs[key], change_range, rng, new, changes, resample_probability, version
+        )
         counted += 1 if moved or version < 3 else 0
     return new, changes
 
@@ -244,17 +225,18 @@ def _mutate_key(
     new: dict[str, Any],
     changes: list[Change],
     resample_probability: float = 0.0,
+    semantics: int = MUTATION_SEMANTICS,
 ) -> bool:
     """Draw one key's new value into ``new`` and record it in ``changes`` when it differs; whether it did."""
-    if resample_probability > 0 and semantics() >= 3 and rng.random() < resample_probability:
+    if resample_probability > 0 and semantics >= 3 and rng.random() < resample_probability:
         fresh, _ = draw_value(old, spec, 1.0, rng)
         if fresh != old and not _is_zero(old, spec):
             new[key] = fresh
             changes.append(Change(key, old, fresh, None, resampled=True))
             return True
-    value, factor = mutate_value(old, spec, change_range, rng)
+    value, factor = mutate_value(old, spec, change_range, rng, semantics)
     from_zero = False
-    if _is_zero(old, spec) and not legacy():
+    if _is_zero(old, spec) and semantics >= 2:
         if spec.from_zero is None:
             return False
         value, factor, from_zero = spec.from_zero, None, True
@@ -265,12 +247,12 @@ def _mutate_key(
     return True
 
 
-def _can_move(value: Any, spec: MutationSpec) -> bool:
+def _can_move(value: Any, spec: MutationSpec, semantics: int = MUTATION_SEMANTICS) -> bool:
     """Whether a mutation of this key can change it: not a 0 without ``from_zero`` and, under the current rules, a
     range with room (two values at least, a factor range not exactly 1, or a value outside the bounds)."""
     if _is_zero(value, spec) and spec.from_zero is None:
         return False
-    if semantics() < 3 or spec.kind == "choice":
+    if semantics < 3 or spec.kind == "choice":
         return True
     if spec.kind == "int":
         return math.floor(spec.high) > math.ceil(spec.low) or not spec.low <= value <= spec.high

@@ -294,7 +294,10 @@ def propose(
     if len(obs) < need:
         return _fallback(start, context, cfg, rng, f"{len(obs)} observations < {need} needed")
 
-    new, choice_changes = mutate(start, {k: specs[k] for k in choices}, cfg.mutation_rate, cfg.change_range, rng)
+    choice_specs = {k: specs[k] for k in choices}
+    new, choice_changes = mutate(
+        start, choice_specs, cfg.mutation_rate, cfg.change_range, rng, semantics=context.semantics
+    )
     model = fit(obs)
     candidates = _candidates(obs, [normalize(start[k], specs[k]) for k in keys], rng)
     values = [_values(row, keys, start, specs) for row in candidates]

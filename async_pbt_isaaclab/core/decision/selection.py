@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.decision.mutation import semantics
+from async_pbt_isaaclab.core.decision.mutation import MUTATION_SEMANTICS
 from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
 
 
@@ -138,9 +138,10 @@ def entry_at_or_before(history: Sequence[HistoryEntry], frame: int) -> HistoryEn
 
 
 def peer_entry(
-    me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float
+    me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float, semantics: int = MUTATION_SEMANTICS
 ) -> tuple[HistoryEntry | None, str | None]:
-    """``(entry, None)``: compare ``peer`` at ``entry``; ``(None, why)``: ``peer`` is excluded."""
+    """``(entry, None)``: compare ``peer`` at ``entry``; ``(None, why)``: ``peer`` is excluded (under the rules of
+    ``semantics``, :data:`~async_pbt_isaaclab.core.decision.mutation.MUTATION_SEMANTICS`)."""
     if peer.member == me.member:
         return None, "is me"
     why = heartbeat_exclusion(peer, cfg, now)
@@ -172,7 +173,7 @@ def peer_entry(
             f"no history entry at or before my frame {me.frame} (oldest at frame "
             f"{peer.history[0].frame}; history_length={cfg.history_length} too short for the spread)"
         )
-    if entry.frame < cfg.resolved_start_grace() and semantics() >= 3:
+    if entry.frame < cfg.resolved_start_grace() and semantics >= 3:
         # Its window holds the episodes of the start (with long episodes, all begun at frame 0): what the start
         # grace keeps my own first decision from resting on, it keeps from a peer's entry too.
         return None, f"entry at frame {entry.frame} is inside the start grace (< {cfg.resolved_start_grace()})"
@@ -223,13 +224,19 @@ def my_ineligibility(me: MemberRecord, cfg: PopulationConfig) -> str | None:
     return None
 
 
-def build_field(me: MemberRecord, peers: Sequence[MemberRecord], cfg: PopulationConfig, now: float) -> Field:
-    """Me and the peers that count, each at the evidence it is compared by."""
+def build_field(
+    me: MemberRecord,
+    peers: Sequence[MemberRecord],
+    cfg: PopulationConfig,
+    now: float,
+    semantics: int = MUTATION_SEMANTICS,
+) -> Field:
+    """Me and the peers that count, each at the evidence it is compared by (under the rules of ``semantics``)."""
     ev = me.evidence
     standings = {me.member: Standing(me.member, me.frame, ev.mean, ev.std, ev.count, None)}
     excluded: dict[int, str] = {}
     for peer in sorted(peers, key=lambda r: r.member):
-        entry, why = peer_entry(me, peer, cfg, now)
+        entry, why = peer_entry(me, peer, cfg, now, semantics)
         if why is None and peer.member in standings:
             why = "duplicate record for this member"
         if why is None and entry is not None:

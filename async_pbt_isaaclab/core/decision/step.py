@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.decision import catalog
 from async_pbt_isaaclab.core.decision.explore import ExploreContext
-from async_pbt_isaaclab.core.decision.mutation import MUTATION_SEMANTICS, Change, MutationSpec, legacy, mutate
+from async_pbt_isaaclab.core.decision.mutation import MUTATION_SEMANTICS, Change, MutationSpec, mutate
 from async_pbt_isaaclab.core.decision.selection import Decision, Outcome, build_field, keep_decision, my_ineligibility
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
 from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
@@ -94,13 +94,15 @@ def decide(
     cfg: PopulationConfig,
     rng: MemberRng,
     now: float,
+    semantics: int = MUTATION_SEMANTICS,
 ) -> Decision:
-    """Decide keep / exploit / explore for ``me``. Pure: same inputs and RNG state, same decision."""
+    """Decide keep / exploit / explore for ``me``. Pure: same inputs and RNG state, same decision. ``semantics``: the
+    rules an older audit entry was written under, when the verifier replays it."""
     rule = cfg.rule
     why = my_ineligibility(me, cfg)
     if why is not None:
         return keep_decision(rule, why)
-    fld = build_field(me, peers, cfg, now)
+    fld = build_field(me, peers, cfg, now, semantics)
     if len(fld.standings) < cfg.min_members:
         n_ex = len(fld.common["excluded"])
         return keep_decision(
@@ -112,20 +114,24 @@ def decide(
     return catalog.rule_spec(rule).decide(fld, cfg, rng)
 
 
-def pbt_step(view: PopulationView, cfg: PopulationConfig, rng_state: Mapping[str, Any]) -> StepResult:
+def pbt_step(
+    view: PopulationView, cfg: PopulationConfig, rng_state: Mapping[str, Any], semantics: int = MUTATION_SEMANTICS
+) -> StepResult:
     """Decide, and for an exploit or explore propose the new generation's hyperparameters with the configured
     explore strategy (:mod:`async_pbt_isaaclab.core.decision.explore`). An explore whose proposal changes nothing
-    becomes a keep (an exploit that changes nothing still copies the donor's weights). Pure."""
+    becomes a keep (an exploit that changes nothing still copies the donor's weights). Pure. ``semantics``: the rules
+    of :data:`~async_pbt_isaaclab.core.decision.mutation.MUTATION_SEMANTICS` to run under (an older entry's, when
+    the verifier replays it)."""
     rng = MemberRng.from_state(rng_state)
     rng_before = rng.get_state()
-    decision = decide(view.me, view.peers, cfg, rng, view.now)
+    decision = decide(view.me, view.peers, cfg, rng, view.now, semantics)
     if decision.outcome is Outcome.KEEP:
         return StepResult(decision, None, None, (), rng_before, rng.get_state())
     donor = decision.donor_entry if decision.outcome is Outcome.EXPLOIT else None
     start = start_hyperparameters(view.me, donor, cfg)
-    context = ExploreContext(view.me, view.peers, view.now)
+    context = ExploreContext(view.me, view.peers, view.now, semantics)
     proposal = catalog.strategy(cfg.explore).propose(start, context, cfg, rng)
-    if decision.outcome is Outcome.EXPLORE and not proposal.changes and not legacy():
+    if decision.outcome is Outcome.EXPLORE and not proposal.changes and semantics >= 2:
         # Same weights, same values: no new generation and no grace. The draws stay consumed (and recorded).
         keep = dataclasses.replace(
             decision,
@@ -207,7 +213,11 @@ class InitialMutation:
 
 
 def initial_step(
-    member: int, hyperparameters: Mapping[str, Any], cfg: PopulationConfig, rng_state: Mapping[str, Any]
+    member: int,
+    hyperparameters: Mapping[str, Any],
+    cfg: PopulationConfig,
+    rng_state: Mapping[str, Any],
+    semantics: int = MUTATION_SEMANTICS,
 ) -> InitialMutation:
     """Member 0 keeps the yaml's values (the population always holds the configuration you wrote); every
     other member mutates each key with probability 1, inside the bounds. Pure."""
@@ -216,7 +226,7 @@ def initial_step(
     start = dict(hyperparameters)
     if member == 0:
         return InitialMutation(start, dict(start), (), before, before)
-    new, changes = mutate(start, cfg.mutation, 1.0, cfg.change_range, rng)
+    new, changes = mutate(start, cfg.mutation, 1.0, cfg.change_range, rng, semantics=semantics)
     return InitialMutation(start, new, tuple(changes), before, rng.get_state())
 
 

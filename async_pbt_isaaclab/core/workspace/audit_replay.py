@@ -10,7 +10,6 @@ from typing import Any
 
 from async_pbt_isaaclab.core.config import ConfigError
 from async_pbt_isaaclab.core.decision.exploit_plan import aborted_mismatches, applied_mismatches
-from async_pbt_isaaclab.core.decision.mutation import replay_semantics
 from async_pbt_isaaclab.core.decision.start import initial_draw
 from async_pbt_isaaclab.core.decision.step import (
     InitialMutation,
@@ -38,8 +37,7 @@ def replay_decision(entry: dict[str, Any]) -> tuple[StepResult | None, list[str]
     except (KeyError, TypeError, ValueError, OverflowError, ConfigError, RecordError) as exc:
         return None, [f"entry cannot be replayed: {exc}"]
     try:
-        with replay_semantics(_recorded_semantics(entry)):
-            step = pbt_step(PopulationView(me, tuple(peers), now), cfg, rng_before)
+        step = pbt_step(PopulationView(me, tuple(peers), now), cfg, rng_before, _recorded_semantics(entry))
     except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
         # Recorded inputs a member could not have produced (e.g. a start value missing for a mutated key).
         return None, [f"entry cannot be replayed: {type(exc).__name__}: {exc}"]
@@ -104,13 +102,13 @@ def recompute_initial_mutation(entry: dict[str, Any]) -> list[str]:
     try:
         cfg = population_config_from_dict(recorded_config(entry), allow_test_fixture=True)
         member, start, rng_before = int(entry["member"]), entry["start_hyperparameters"], entry["rng_before"]
-        with replay_semantics(_recorded_semantics(entry)):
-            if entry.get("kind") == "initial_draw":
-                strata_seed = entry.get("strata_seed")
-                pinned = _string_list(entry.get("pinned", []))
-                step: InitialMutation = initial_draw(member, start, cfg, rng_before, _optional_int(strata_seed), pinned)
-            else:
-                step = initial_step(member, start, cfg, rng_before)
+        semantics = _recorded_semantics(entry)
+        if entry.get("kind") == "initial_draw":
+            strata_seed = entry.get("strata_seed")
+            pinned = _string_list(entry.get("pinned", []))
+            step: InitialMutation = initial_draw(member, start, cfg, rng_before, _optional_int(strata_seed), pinned)
+        else:
+            step = initial_step(member, start, cfg, rng_before, semantics)
     except (KeyError, TypeError, ValueError, OverflowError, ArithmeticError, ConfigError) as exc:
         return [f"entry cannot be replayed: {exc}"]
     problems = []
