@@ -14,10 +14,11 @@ and the verifier replays it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.decision.mutation import MUTATION_SEMANTICS, Change, mutate
+from async_pbt_isaaclab.core.state.hyperparameters import Hyperparameters, HyperparameterView
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
 from async_pbt_isaaclab.core.state.records import MemberRecord
 
@@ -41,7 +42,7 @@ class ExploreContext:
 class Proposal:
     """What a strategy proposes for the new generation."""
 
-    hyperparameters: dict[str, Any]
+    hyperparameters: Hyperparameters
     """Every mutated key's new value (inside its bounds); keys not proposed keep their start value."""
     changes: tuple[Change, ...]
     """The keys whose value differs from the start."""
@@ -49,7 +50,7 @@ class Proposal:
     """Why, when it is not the strategy's plain rule (a fallback, say); recorded in the audit entry and replayed."""
 
 
-ExploreFunction = Callable[[Mapping[str, Any], ExploreContext, PopulationConfig, MemberRng], Proposal]
+ExploreFunction = Callable[[HyperparameterView, ExploreContext, PopulationConfig, MemberRng], Proposal]
 """``(start, context, cfg, rng) -> Proposal``: pure; draws only through ``rng``; results inside bounds."""
 
 
@@ -72,7 +73,7 @@ class ExploreStrategy:
 
 
 def random_mutation(
-    start: Mapping[str, Any], context: ExploreContext, cfg: PopulationConfig, rng: MemberRng
+    start: HyperparameterView, context: ExploreContext, cfg: PopulationConfig, rng: MemberRng
 ) -> Proposal:
     """Bounded random mutation: each key of ``pbt.mutation`` changes with probability ``mutation_rate`` by a
     factor drawn from ``change_range`` (or, with probability ``resample_probability``, to a value drawn afresh from

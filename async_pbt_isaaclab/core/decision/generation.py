@@ -22,6 +22,7 @@ from async_pbt_isaaclab.core.decision.mutation import Change
 from async_pbt_isaaclab.core.decision.plan_inputs import PlanInputs, TrainerCounters
 from async_pbt_isaaclab.core.decision.selection import Outcome
 from async_pbt_isaaclab.core.decision.step import StepResult
+from async_pbt_isaaclab.core.state.hyperparameters import Hyperparameters
 from async_pbt_isaaclab.core.state.records import MemberRecord, RecordError
 
 
@@ -123,7 +124,7 @@ class GenerationPlan:
     """Whose weights it starts from."""
     origin_sha256: str
     """sha256 of the checkpoint its weights were copied from: the donor's (exploit), unchanged (explore)."""
-    hyperparameters: dict[str, Any]
+    hyperparameters: Hyperparameters
     """What it trains with."""
     changes: tuple[Change, ...]
     """Which hyperparameters changed."""
@@ -168,7 +169,7 @@ class PendingExploit:
     """The new generation."""
     frame: int
     """Recipient frame at the change."""
-    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    hyperparameters: Hyperparameters = field(default_factory=dict)
     """The new generation's hyperparameters."""
     changes: tuple[Change, ...] = ()
     """What changed."""

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from async_pbt_isaaclab.core.decision.value_draws import clip, clip_int, draw_value
+from async_pbt_isaaclab.core.state.hyperparameters import Hyperparameters, HyperparameterView
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
 
 __all__ = ["Change", "MutationSpec", "clip", "clip_int", "mutate", "mutate_value"]
@@ -166,7 +167,7 @@ def _scaled(value: Any, spec: MutationSpec, factor: float) -> float:
 
 
 def mutate(
-    hparams: Mapping[str, Any],
+    hparams: HyperparameterView,
     specs: Mapping[str, MutationSpec],
     mutation_rate: float,
     change_range: tuple[float, float],
@@ -174,7 +175,7 @@ def mutate(
     min_keys: int = 0,
     resample_probability: float = 0.0,
     semantics: int = MUTATION_SEMANTICS,
-) -> tuple[dict[str, Any], list[Change]]:
+) -> tuple[Hyperparameters, list[Change]]:
     """Mutate each key of ``specs`` with probability ``mutation_rate``; keys in sorted order.
 
     Keys are visited in sorted order so the RNG draw sequence never depends on dict insertion order. A key

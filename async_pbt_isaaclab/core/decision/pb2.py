@@ -65,6 +65,7 @@ from async_pbt_isaaclab.core.decision.pb2_data import (  # re-exported: the mode
     observations,
 )
 from async_pbt_isaaclab.core.decision.selection import heartbeat_exclusion
+from async_pbt_isaaclab.core.state.hyperparameters import HyperparameterView
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
 
 NAME = "pb2"
@@ -276,7 +277,7 @@ def pending_points(context: explore.ExploreContext, keys: Sequence[str], cfg: Po
 
 
 def propose(
-    start: Mapping[str, Any], context: explore.ExploreContext, cfg: PopulationConfig, rng: MemberRng
+    start: HyperparameterView, context: explore.ExploreContext, cfg: PopulationConfig, rng: MemberRng
 ) -> explore.Proposal:
     """PB2's proposal (module docstring): GP-UCB on the modelled keys, random mutation of ``choice`` keys, the
     random strategy while there are too few observations. Pure; draws only through ``rng``."""
@@ -284,7 +285,7 @@ def propose(
     for key in specs:
         if key not in start:
             raise KeyError(f"hyperparameter {key!r} has a mutation spec but no current value")
-    held = sorted(k for k, s in specs.items() if s.kind == "log_float" and _is_number(start[k]) and start[k] <= 0)
+    held = sorted(k for k, s in specs.items() if s.kind == "log_float" and _at_or_below_zero(start[k]))
     choices = sorted(k for k, s in specs.items() if s.kind == "choice")
     keys = sorted(k for k in specs if k not in held and k not in choices)
     if not keys:
@@ -356,7 +357,7 @@ def _note(obs: Sequence[Observation], choices: Sequence[str], held: Sequence[str
 
 
 def _fallback(
-    start: Mapping[str, Any], context: explore.ExploreContext, cfg: PopulationConfig, rng: MemberRng, why: str
+    start: HyperparameterView, context: explore.ExploreContext, cfg: PopulationConfig, rng: MemberRng, why: str
 ) -> explore.Proposal:
     proposal = explore.random_mutation(start, context, cfg, rng)
     return explore.Proposal(proposal.hyperparameters, proposal.changes, f"pb2: {why}; random mutation")
@@ -364,6 +365,11 @@ def _fallback(
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _at_or_below_zero(value: Any) -> bool:
+    """A number <= 0: a ``log_float`` value with no log scale, which PB2 leaves where it is."""
+    return _is_number(value) and value <= 0
 
 
 STRATEGY = explore.ExploreStrategy(

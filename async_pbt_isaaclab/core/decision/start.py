@@ -35,6 +35,7 @@ from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.decision.mutation import Change, MutationSpec, agent_path
 from async_pbt_isaaclab.core.decision.step import InitialMutation
 from async_pbt_isaaclab.core.decision.value_draws import Stratum, draw_value
+from async_pbt_isaaclab.core.state.hyperparameters import HyperparameterView
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
 
 __all__ = [
@@ -92,7 +93,7 @@ def kept_from_start(key: str, spec: MutationSpec, pinned: Iterable[str] = ()) ->
 
 def initial_draw(
     member: int,
-    hyperparameters: Mapping[str, Any],
+    hyperparameters: HyperparameterView,
     cfg: PopulationConfig,
     rng_state: Mapping[str, Any],
     strata_seed: int | None = None,

@@ -25,7 +25,8 @@ from async_pbt_isaaclab.core.decision import catalog
 from async_pbt_isaaclab.core.decision.explore import ExploreContext
 from async_pbt_isaaclab.core.decision.mutation import MUTATION_SEMANTICS, Change, MutationSpec, mutate
 from async_pbt_isaaclab.core.decision.selection import Decision, Outcome, build_field, keep_decision, my_ineligibility
-from async_pbt_isaaclab.core.state.member_rng import MemberRng
+from async_pbt_isaaclab.core.state.hyperparameters import Hyperparameters, HyperparameterView
+from async_pbt_isaaclab.core.state.member_rng import MemberRng, RngState
 from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
 
 
@@ -49,15 +50,15 @@ class StepResult:
 
     decision: Decision
     """Keep / exploit / explore, with reasons, compared and excluded peers, and the donor entry."""
-    start_hyperparameters: dict[str, Any] | None
+    start_hyperparameters: Hyperparameters | None
     """What the mutation started from (exploit/explore only): mine, with the donor entry's mutated keys."""
-    new_hyperparameters: dict[str, Any] | None
+    new_hyperparameters: Hyperparameters | None
     """Hyperparameters of the next generation (exploit/explore only)."""
     changes: tuple[Change, ...]
     """The mutation's changes (empty for keep)."""
-    rng_before: dict[str, Any]
+    rng_before: RngState
     """Member RNG state before the step."""
-    rng_after: dict[str, Any]
+    rng_after: RngState
     """Member RNG state after the step (the member persists it)."""
     explore_note: str = ""
     """What the explore strategy said about its proposal (a fallback, say); empty for keep."""
@@ -150,7 +151,7 @@ def pbt_step(
     )
 
 
-def start_hyperparameters(me: MemberRecord, donor: HistoryEntry | None, cfg: PopulationConfig) -> dict[str, Any]:
+def start_hyperparameters(me: MemberRecord, donor: HistoryEntry | None, cfg: PopulationConfig) -> Hyperparameters:
     """What a new generation mutates from: my hyperparameters, with the donor entry's mutated keys when
     ``hparams_from: donor``. The donor's ``learning_rate`` is its live rate at that entry, so under the
     adaptive schedule the recipient continues from the rate the donor had reached."""
@@ -181,15 +182,15 @@ class InitialMutation:
     """What a member's first start did to its yaml hyperparameters: the optional one-off mutation
     (``initial_mutation``) or the diverse start's draw (``initial_draw``)."""
 
-    start_hyperparameters: dict[str, Any]
+    start_hyperparameters: Hyperparameters
     """The yaml's values."""
-    new_hyperparameters: dict[str, Any]
+    new_hyperparameters: Hyperparameters
     """What the member trains with from its first epoch."""
     changes: tuple[Change, ...]
     """What changed."""
-    rng_before: dict[str, Any]
+    rng_before: RngState
     """Member RNG state before."""
-    rng_after: dict[str, Any]
+    rng_after: RngState
     """Member RNG state after."""
     strata_seed: int | None = None
     """The population seed that dealt the diverse start's strata (``None``: independent draws)."""
@@ -214,7 +215,7 @@ class InitialMutation:
 
 def initial_step(
     member: int,
-    hyperparameters: Mapping[str, Any],
+    hyperparameters: HyperparameterView,
     cfg: PopulationConfig,
     rng_state: Mapping[str, Any],
     semantics: int = MUTATION_SEMANTICS,

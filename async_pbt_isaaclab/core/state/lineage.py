@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from async_pbt_isaaclab.core.state.hyperparameters import Hyperparameters
 from async_pbt_isaaclab.core.state.schedule import Schedule, ScheduleError, ScheduleStep
 
 _CKPT_FRAME = re.compile(r"g(\d+)_f(\d+)\.pth$")
@@ -33,7 +34,7 @@ class GenerationChange:
     """The member's new generation."""
     frame: int
     """The member's own frame counter when the change was applied."""
-    hyperparameters: dict[str, Any]
+    hyperparameters: Hyperparameters
     """Every mutated hyperparameter's value from this change on."""
     donor: int | None = None
     """Member whose checkpoint was copied; ``None`` (or the member itself) for an explore of own weights."""
@@ -49,7 +50,7 @@ class MemberLineage:
 
     member: int
     """Member index."""
-    start_hyperparameters: dict[str, Any]
+    start_hyperparameters: Hyperparameters
     """Values at the member's first start (generation 0)."""
     start_frame: int = 0
     """Frame counter at the first start (0 for a fresh start)."""

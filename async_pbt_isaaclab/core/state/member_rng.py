@@ -7,9 +7,21 @@ same draws, and the audit verifier can replay a decision from the state recorded
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, TypedDict
 
 import numpy as np
+
+
+class RngState(TypedDict):
+    """A PCG64 state as plain JSON data (``state.json``'s ``rng_state``, an audit entry's ``rng_before``/``rng_after``):
+    the exact state of numpy's bit generator, its two 128-bit integers as Python ints."""
+
+    bit_generator: str
+    """Always ``"PCG64"``."""
+    state: int
+    inc: int
+    has_uint32: int
+    uinteger: int
 
 
 class MemberRng:
@@ -24,16 +36,16 @@ class MemberRng:
         if state is not None:
             self.set_state(state)
 
-    def get_state(self) -> dict[str, Any]:
+    def get_state(self) -> RngState:
         """The generator's state as plain JSON data (what ``state.json`` keeps)."""
         s = self.generator.bit_generator.state
-        return {
-            "bit_generator": s["bit_generator"],
-            "state": int(s["state"]["state"]),
-            "inc": int(s["state"]["inc"]),
-            "has_uint32": int(s["has_uint32"]),
-            "uinteger": int(s["uinteger"]),
-        }
+        return RngState(
+            bit_generator=str(s["bit_generator"]),
+            state=int(s["state"]["state"]),
+            inc=int(s["state"]["inc"]),
+            has_uint32=int(s["has_uint32"]),
+            uinteger=int(s["uinteger"]),
+        )
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Continue from a state written by :meth:`get_state`; :class:`ValueError` for anything else."""

@@ -21,7 +21,8 @@ from typing import Any, Mapping
 from async_pbt_isaaclab.core.decision.generation import LineageEntry, PendingExploit
 from async_pbt_isaaclab.core.state.best import BestEntry
 from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EvidenceError, EvidenceSummary
-from async_pbt_isaaclab.core.state.member_rng import MemberRng
+from async_pbt_isaaclab.core.state.hyperparameters import Hyperparameters, HyperparameterView
+from async_pbt_isaaclab.core.state.member_rng import MemberRng, RngState
 from async_pbt_isaaclab.core.state.records import HistoryEntry, RecordError
 
 STATE_SCHEMA_VERSION = 2
@@ -157,9 +158,10 @@ class MemberState:
     """Generation changes so far (exploits and explores, in-process or by restart)."""
     process_starts: int = 0
     """How many times a process started as this member (exec restarts, crashes and resumes included)."""
-    rng_state: dict[str, Any] = field(default_factory=dict)
-    """State of the member's mutation/selection RNG (numpy's PCG64 state as JSON, opaque here)."""
-    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    rng_state: RngState | dict[str, Any] = field(default_factory=dict)
+    """State of the member's mutation/selection RNG (numpy's PCG64 state as JSON, :class:`RngState`); ``{}`` until
+    the member first draws from it."""
+    hyperparameters: Hyperparameters = field(default_factory=dict)
     """Current values of the mutated hyperparameters (short names); applied at every start."""
     lineage: list[LineageEntry] = field(default_factory=list)
     """One entry per generation change."""
@@ -235,12 +237,12 @@ class MemberState:
         for key, value in searched.items():
             self.hyperparameters.setdefault(key, value)
 
-    def drew(self, hyperparameters: Mapping[str, Any], rng_after: dict[str, Any]) -> None:
+    def drew(self, hyperparameters: HyperparameterView, rng_after: RngState) -> None:
         """A logged draw (the diverse start, ``initial_mutation``) set the values; the RNG continues after it."""
         self.hyperparameters.update(hyperparameters)
         self.rng_state = rng_after
 
-    def decided(self, rng_after: dict[str, Any]) -> None:
+    def decided(self, rng_after: RngState) -> None:
         """A decision drew from the member's RNG (logged first: write-ahead); the stream continues after it."""
         self.rng_state = rng_after
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from async_pbt_isaaclab.core.state.evidence import MAX_ABS_OBJECTIVE, ConditionLabel, EvidenceError, EvidenceSummary
+from async_pbt_isaaclab.core.state.hyperparameters import Hyperparameters
 
 SCHEMA_VERSION = 2
 """Version of the record layout; readers refuse other versions rather than guess (2: interval history,
@@ -75,7 +76,7 @@ class HistoryEntry:
     """Checkpoint saved at this entry, workspace-relative (kept on disk while the entry is in the history)."""
     checkpoint_sha256: str | None = None
     """Its sha256."""
-    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    hyperparameters: Hyperparameters = field(default_factory=dict)
     """Hyperparameters at this entry; ``learning_rate`` is the live rate (adaptive schedule included)."""
     live_learning_rate: float | None = None
     """The learning rate the member trained with at this entry (under an adaptive schedule, the rate reached), whether
@@ -158,7 +159,7 @@ class MemberRecord:
     """Completed-episode evidence of the current generation."""
     condition: ConditionLabel
     """Conditions the evidence was collected under."""
-    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    hyperparameters: Hyperparameters = field(default_factory=dict)
     """Current values of the mutated hyperparameters (short names)."""
     checkpoint: str | None = None
     """Latest checkpoint, relative to the workspace root; ``None`` before the first publish."""
@@ -293,7 +294,7 @@ def parse_record_bytes(data: bytes, where: str) -> MemberRecord:
     return MemberRecord.from_dict(obj, where)
 
 
-def _checked_hyperparameters(hparams: Any, where: str) -> dict[str, Any]:
+def _checked_hyperparameters(hparams: Any, where: str) -> Hyperparameters:
     """A copy of a hyperparameter mapping with only finite JSON values (the audit log refuses NaN anywhere)."""
     if not isinstance(hparams, Mapping):
         raise RecordError(f"{where}: expected a JSON object, got {hparams!r:.40}")
