@@ -14,7 +14,7 @@ import dataclasses
 import difflib
 import math
 import os
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from async_pbt_isaaclab.core.config import (
     EXPLOIT_MODES,
@@ -71,42 +71,61 @@ def population_size_problem(members: int) -> str:
     )
 
 
+def _as_bool(value: Any) -> tuple[Any, str | None]:
+    return (value, None) if isinstance(value, bool) else (None, f"expected true or false, got {value!r}")
+
+
+def _as_int(value: Any) -> tuple[Any, str | None]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, None
+    if isinstance(value, float) and value.is_integer():
+        return int(value), None
+    return None, f"expected an integer, got {value!r}"
+
+
+def _as_float(value: Any) -> tuple[Any, str | None]:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None, f"expected a number, got {value!r}"
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too large for a float
+        number = math.inf
+    if not math.isfinite(number):
+        return None, f"expected a finite number, got {value!r:.40}"
+    return number, None
+
+
+def _as_str(value: Any) -> tuple[Any, str | None]:
+    return (value, None) if isinstance(value, str) else (None, f"expected a string, got {value!r}")
+
+
+def _as_strings(value: Any) -> tuple[Any, str | None]:
+    if isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value):
+        return list(value), None
+    if isinstance(value, str):
+        return value.split(), None
+    return None, f"expected a list of strings, got {value!r}"
+
+
+_COERCIONS: tuple[tuple[type, Callable[[Any], tuple[Any, str | None]]], ...] = (
+    (bool, _as_bool),  # before int: a bool is an int
+    (int, _as_int),
+    (float, _as_float),
+    (str, _as_str),
+    (list, _as_strings),
+)
+"""How a value is coerced to the type of a field's default: (value, None), or (None, what was expected)."""
+
+
 def _check_type(key: str, value: Any, default: Any, problems: list[str], where: str) -> Any:
-    """Coerce ``value`` to the type of ``default`` or record a problem."""
-    if isinstance(default, bool):
-        if isinstance(value, bool):
-            return value
-        problems.append(f"{where}{key}: expected true or false, got {value!r}")
-    elif isinstance(default, int):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        problems.append(f"{where}{key}: expected an integer, got {value!r}")
-    elif isinstance(default, float):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            try:
-                number = float(value)
-            except OverflowError:  # an integer too large for a float
-                number = math.inf
-            if not math.isfinite(number):
-                problems.append(f"{where}{key}: expected a finite number, got {value!r:.40}")
-                return None
-            return number
-        problems.append(f"{where}{key}: expected a number, got {value!r}")
-    elif isinstance(default, str):
-        if isinstance(value, str):
-            return value
-        problems.append(f"{where}{key}: expected a string, got {value!r}")
-    elif isinstance(default, list):
-        if isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value):
-            return list(value)
-        if isinstance(value, str):
-            return value.split()
-        problems.append(f"{where}{key}: expected a list of strings, got {value!r}")
-    else:
-        return value
-    return None
+    """Coerce ``value`` to the type of ``default`` or record a problem (and return ``None``)."""
+    for kind, coerce in _COERCIONS:
+        if isinstance(default, kind):
+            coerced, expected = coerce(value)
+            if expected is not None:
+                problems.append(f"{where}{key}: {expected}")
+            return coerced
+    return value
 
 
 def population_config_from_dict(

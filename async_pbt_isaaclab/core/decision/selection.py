@@ -137,36 +137,43 @@ def entry_at_or_before(history: Sequence[HistoryEntry], frame: int) -> HistoryEn
     return None
 
 
-def peer_entry(
-    me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float, semantics: int = MUTATION_SEMANTICS
-) -> tuple[HistoryEntry | None, str | None]:
-    """``(entry, None)``: compare ``peer`` at ``entry``; ``(None, why)``: ``peer`` is excluded (under the rules of
-    ``semantics``, :data:`~async_pbt_isaaclab.core.decision.mutation.MUTATION_SEMANTICS`)."""
+def _live_peer_exclusion(me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float) -> str | None:
+    """Why ``peer`` cannot be compared at all (not live, another objective, nothing settled, far behind), or
+    ``None``; which of its entries is compared is :func:`peer_entry`'s."""
     if peer.member == me.member:
-        return None, "is me"
+        return "is me"
     why = heartbeat_exclusion(peer, cfg, now)
     if why is not None:
-        return None, why
+        return why
     if peer.evidence.objective != me.evidence.objective:
-        return None, f"objective {peer.evidence.objective!r} != mine {me.evidence.objective!r}"
+        return f"objective {peer.evidence.objective!r} != mine {me.evidence.objective!r}"
     if not peer.history:
-        return None, (
+        return (
             f"no settled evidence yet: window has {peer.evidence.count} episodes of generation "
             f"{peer.evidence.generation}, member is at generation {peer.generation}"
         )
     newest = peer.history[-1]
     if newest.generation < peer.generation:
         # It decided to exploit/explore: its old generation must not be offered, its new one has not settled.
-        return None, (
-            f"new generation {peer.generation} (from frame {peer.generation_start_frame}) has not settled yet"
-        )
+        return f"new generation {peer.generation} (from frame {peer.generation_start_frame}) has not settled yet"
     lag = me.frame - newest.frame
     if lag > cfg.resolved_max_frame_lag():
         # Ranked against me it would take my worst slot at every decision; it decides at its own progress instead.
-        return None, (
+        return (
             f"far behind: newest entry lags by {lag} frames > max_frame_lag={cfg.resolved_max_frame_lag()} "
             f"(it compares itself with us at its own progress)"
         )
+    return None
+
+
+def peer_entry(
+    me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float, semantics: int = MUTATION_SEMANTICS
+) -> tuple[HistoryEntry | None, str | None]:
+    """``(entry, None)``: compare ``peer`` at ``entry``; ``(None, why)``: ``peer`` is excluded (under the rules of
+    ``semantics``, :data:`~async_pbt_isaaclab.core.decision.mutation.MUTATION_SEMANTICS`)."""
+    why = _live_peer_exclusion(me, peer, cfg, now)
+    if why is not None:
+        return None, why
     entry = entry_at_or_before(peer.history, me.frame)
     if entry is None:
         return None, (

@@ -311,27 +311,7 @@ class MemberState:
     @classmethod
     def from_dict(cls, data: Any, where: str) -> MemberState:
         """Parse ``state.json``: the schema version, every key and its type; raises :class:`RecordError`."""
-        if not isinstance(data, dict):
-            raise RecordError(f"{where}: expected a JSON object")
-        if data.get("schema_version") != STATE_SCHEMA_VERSION or isinstance(data.get("schema_version"), bool):
-            raise RecordError(
-                f"{where}: schema_version {data.get('schema_version')!r} is not supported "
-                f"(expected {STATE_SCHEMA_VERSION})"
-            )
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise RecordError(f"{where}: unknown keys {sorted(unknown)}")
-        if "member" not in data:
-            raise RecordError(f"{where}: missing key 'member'")
-        for key in ("member", "generation", "generation_start_frame", "restarts", "process_starts"):
-            value = data.get(key, 0)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise RecordError(f"{where}.{key}: expected a non-negative integer, got {value!r}")
-        if data.get("population") is not None and not isinstance(data["population"], str):
-            raise RecordError(f"{where}.population: expected null or a string, got {data['population']!r:.80}")
-        for key, typ in _PLAIN_TYPES.items():
-            if key in data and not isinstance(data[key], typ):
-                raise RecordError(f"{where}.{key}: expected {typ.__name__}, got {data[key]!r:.80}")
+        _check_plain_keys(data, where, set(cls.__dataclass_fields__))
         state = cls(
             **{k: data[k] for k in _PLAIN_KEYS if k in data},
             lineage=_items(data, "lineage", where, LineageEntry.from_dict),
@@ -342,16 +322,46 @@ class MemberState:
             finished=_optional(data, "finished", where, FinishedMark.from_dict),
             audit_head=_optional(data, "audit_head", where, AuditHead.from_dict),
         )
-        if state.rng_state:  # {}: not drawn from yet (the member sets it at its first start)
-            try:
-                MemberRng.from_state(state.rng_state)
-            except ValueError as exc:
-                raise RecordError(f"{where}.rng_state: {exc}") from None
-        try:
-            json.dumps(state.to_dict(), allow_nan=False)  # save_state must be able to write it back
-        except ValueError:
-            raise RecordError(f"{where}: contains NaN or infinite values") from None
+        _check_writable(state, where)
         return state
+
+
+def _check_plain_keys(data: Any, where: str, fields: set[str]) -> None:
+    """``state.json``'s schema version, its keys (``fields`` known, ``member`` present) and the plain values' types;
+    :class:`RecordError` naming the key."""
+    if not isinstance(data, dict):
+        raise RecordError(f"{where}: expected a JSON object")
+    if data.get("schema_version") != STATE_SCHEMA_VERSION or isinstance(data.get("schema_version"), bool):
+        raise RecordError(
+            f"{where}: schema_version {data.get('schema_version')!r} is not supported (expected {STATE_SCHEMA_VERSION})"
+        )
+    unknown = set(data) - fields
+    if unknown:
+        raise RecordError(f"{where}: unknown keys {sorted(unknown)}")
+    if "member" not in data:
+        raise RecordError(f"{where}: missing key 'member'")
+    for key in ("member", "generation", "generation_start_frame", "restarts", "process_starts"):
+        value = data.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise RecordError(f"{where}.{key}: expected a non-negative integer, got {value!r}")
+    if data.get("population") is not None and not isinstance(data["population"], str):
+        raise RecordError(f"{where}.population: expected null or a string, got {data['population']!r:.80}")
+    for key, typ in _PLAIN_TYPES.items():
+        if key in data and not isinstance(data[key], typ):
+            raise RecordError(f"{where}.{key}: expected {typ.__name__}, got {data[key]!r:.80}")
+
+
+def _check_writable(state: MemberState, where: str) -> None:
+    """A parsed state's RNG state continues a stream and its JSON can be written back; :class:`RecordError`."""
+    if state.rng_state:  # {}: not drawn from yet (the member sets it at its first start)
+        try:
+            MemberRng.from_state(state.rng_state)
+        except ValueError as exc:
+            raise RecordError(f"{where}.rng_state: {exc}") from None
+    try:
+        json.dumps(state.to_dict(), allow_nan=False)  # save_state must be able to write it back
+    except ValueError:
+        raise RecordError(f"{where}: contains NaN or infinite values") from None
 
 
 def thin_history(history: list[HistoryEntry], limit: int) -> list[HistoryEntry]:

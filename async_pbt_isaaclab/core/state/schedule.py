@@ -165,6 +165,29 @@ def _count(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
+def _schedule_step(s: Any, w: str) -> ScheduleStep:
+    """One step of a schedule (``w`` names it in errors)."""
+    if not isinstance(s, Mapping):
+        raise ScheduleError(f"{w}: expected a mapping")
+    frame = _count(s.get("frame"))
+    if frame is None:
+        raise ScheduleError(f"{w}.frame: expected an integer >= 0, got {s.get('frame')!r}")
+    values = s.get("values")
+    if not isinstance(values, Mapping) or not all(isinstance(k, str) for k in values):
+        raise ScheduleError(f"{w}.values: expected a mapping of hyperparameter names to values")
+    for k, v in values.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ScheduleError(f"{w}.values.{k}: not finite: {v!r}")
+    return ScheduleStep(
+        frame,
+        dict(values),
+        _count(s.get("member")) or 0,
+        _count(s.get("member_frame")) or 0,
+        _count(s.get("generation")) or 0,
+        str(s.get("source") or ""),
+    )
+
+
 def schedule_from_dict(data: Any, where: str = "schedule") -> Schedule:
     """Parse a schedule (as :meth:`Schedule.to_dict` writes it); errors name the key."""
     if not isinstance(data, Mapping):
@@ -179,30 +202,12 @@ def schedule_from_dict(data: Any, where: str = "schedule") -> Schedule:
         raise ScheduleError(f"{where}.steps: expected a non-empty list of steps")
     steps: list[ScheduleStep] = []
     for i, s in enumerate(raw):
-        w = f"{where}.steps[{i}]"
-        if not isinstance(s, Mapping):
-            raise ScheduleError(f"{w}: expected a mapping")
-        frame = _count(s.get("frame"))
-        if frame is None:
-            raise ScheduleError(f"{w}.frame: expected an integer >= 0, got {s.get('frame')!r}")
-        values = s.get("values")
-        if not isinstance(values, Mapping) or not all(isinstance(k, str) for k in values):
-            raise ScheduleError(f"{w}.values: expected a mapping of hyperparameter names to values")
-        for k, v in values.items():
-            if isinstance(v, float) and not math.isfinite(v):
-                raise ScheduleError(f"{w}.values.{k}: not finite: {v!r}")
-        if steps and frame < steps[-1].frame:
-            raise ScheduleError(f"{w}.frame: {frame} comes before the previous step's {steps[-1].frame}")
-        steps.append(
-            ScheduleStep(
-                frame,
-                dict(values),
-                _count(s.get("member")) or 0,
-                _count(s.get("member_frame")) or 0,
-                _count(s.get("generation")) or 0,
-                str(s.get("source") or ""),
+        step = _schedule_step(s, f"{where}.steps[{i}]")
+        if steps and step.frame < steps[-1].frame:
+            raise ScheduleError(
+                f"{where}.steps[{i}].frame: {step.frame} comes before the previous step's {steps[-1].frame}"
             )
-        )
+        steps.append(step)
     if steps[0].frame != 0:
         raise ScheduleError(f"{where}.steps[0].frame: the first step must be at frame 0, got {steps[0].frame}")
     end = data.get("end_frame")
