@@ -13,7 +13,9 @@ class Named(Protocol):
     """What a registry holds: anything with a ``name``."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The name the entry is chosen by (``pbt.rule``, ``pbt.explore``)."""
+        ...
 
 
 T = TypeVar("T", bound=Named)
