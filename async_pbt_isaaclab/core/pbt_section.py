@@ -270,7 +270,7 @@ def _choice_problems(cfg: PopulationConfig, allow_test_fixture: bool) -> list[st
     )
     for key, registry in (("explore", catalog.STRATEGIES), ("rule", catalog.RULES)):
         entry = registry[getattr(cfg, key)] if getattr(cfg, key) in registry else None
-        missing = None if entry is None else missing_dependency(entry.requires, entry.extra, entry.missing)
+        missing = None if entry is None else missing_dependency(entry.needs)
         need(missing is None, f"{key}: {missing}")
     need(bool(cfg.objective.strip()), "objective: must name a per-episode quantity, e.g. episode_return or success")
     low_b, high_b = cfg.mutation.get("network.log_std_bounds.low"), cfg.mutation.get("network.log_std_bounds.high")

@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.decision.mutation import MUTATION_SEMANTICS, Change, mutate
+from async_pbt_isaaclab.core.decision.registry import OptionalExtra
 from async_pbt_isaaclab.core.state.hyperparameters import Hyperparameters, HyperparameterView
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
 from async_pbt_isaaclab.core.state.records import MemberRecord
@@ -64,12 +65,8 @@ class ExploreStrategy:
     """The proposal function."""
     summary: str = ""
     """One line for ``--help``, ``check-config`` and the docs."""
-    requires: tuple[str, ...] = ()
-    """Modules of an optional dependency it needs: a config naming it is refused when they cannot be imported."""
-    extra: str = ""
-    """The optional extra that installs them."""
-    missing: str = ""
-    """The refusal, with ``{why}`` (the import error) and ``{install}`` (the extra's install command)."""
+    needs: OptionalExtra | None = None
+    """The optional dependency it needs (a config naming it is refused when that cannot be imported)."""
 
 
 def random_mutation(

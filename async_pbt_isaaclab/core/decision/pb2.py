@@ -64,6 +64,7 @@ from async_pbt_isaaclab.core.decision.pb2_data import (  # re-exported: the mode
     normalize,
     observations,
 )
+from async_pbt_isaaclab.core.decision.registry import OptionalExtra
 from async_pbt_isaaclab.core.decision.selection import heartbeat_exclusion
 from async_pbt_isaaclab.core.state.hyperparameters import HyperparameterView
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
@@ -376,8 +377,10 @@ STRATEGY = explore.ExploreStrategy(
     NAME,
     propose,
     "PB2: a time-varying GP bandit over the population's history proposes within the bounds (needs [pb2])",
-    requires=("sklearn.gaussian_process", "threadpoolctl"),
-    extra=EXTRA,
-    missing="pb2 needs scikit-learn, which cannot be imported here ({why}); install the extra: {install}",
+    needs=OptionalExtra(
+        ("sklearn.gaussian_process", "threadpoolctl"),
+        EXTRA,
+        "pb2 needs scikit-learn, which cannot be imported here ({why}); install the extra: {install}",
+    ),
 )
 """``pbt.explore: pb2``; :mod:`async_pbt_isaaclab.core.decision.catalog` lists it."""

@@ -6,7 +6,21 @@ nothing. An unknown name is a ``ValueError`` that names the choices a user may m
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Generic, Iterable, Iterator, Protocol, TypeVar
+
+
+@dataclass(frozen=True)
+class OptionalExtra:
+    """An optional dependency an entry needs (scipy for ``welch``, scikit-learn for ``pb2``): the core imports without
+    it, and a config that names the entry is refused when it is read, not at the first decision."""
+
+    modules: tuple[str, ...]
+    """What must import."""
+    extra: str
+    """The optional extra that installs them (``pip install -e ".[extra]"``)."""
+    refusal: str
+    """The one-line refusal, with ``{why}`` (the import error) and ``{install}`` (the extra's install command)."""
 
 
 class Named(Protocol):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from async_pbt_isaaclab.core.config import PopulationConfig
+from async_pbt_isaaclab.core.decision.registry import OptionalExtra
 from async_pbt_isaaclab.core.decision.selection import (
     Decision,
     Field,
@@ -44,12 +45,8 @@ class RuleSpec:
     """One line for ``--help`` and docs."""
     fixture: bool = False
     """A test fixture: refused unless ``ASYNC_PBT_TEST_FIXTURE`` names it."""
-    requires: tuple[str, ...] = ()
-    """Modules of an optional dependency it needs: a config naming it is refused when they cannot be imported."""
-    extra: str = ""
-    """The optional extra that installs them."""
-    missing: str = ""
-    """The refusal, with ``{why}`` (the import error) and ``{install}`` (the extra's install command)."""
+    needs: OptionalExtra | None = None
+    """The optional dependency it needs (a config naming it is refused when that cannot be imported)."""
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -256,9 +253,11 @@ WELCH = RuleSpec(
     welch,
     ("worst_fraction", "top_fraction", "welch_alpha"),
     "worst group copies a donor that Welch's t-test finds better",
-    requires=("scipy.stats",),
-    extra="rl-games",
-    missing="welch needs scipy (its Welch t-test), which cannot be imported here ({why}); install it: pip install "
-    "scipy, or the extra: {install}",
+    needs=OptionalExtra(
+        ("scipy.stats",),
+        "rl-games",
+        "welch needs scipy (its Welch t-test), which cannot be imported here ({why}); install it: pip install scipy, "
+        "or the extra: {install}",
+    ),
 )
 """The rules a user may choose; :mod:`async_pbt_isaaclab.core.decision.catalog` lists them."""
