@@ -15,9 +15,8 @@ workspace they trust.
 
 **Atomic writes.** :func:`save_checkpoint` serialises to memory, hashes the bytes, and writes them with
 :func:`async_pbt_isaaclab.core.workspace.fsio.atomic_write_bytes` (temp file in the same folder, fsync,
-``os.replace``), so
-readers never see a partial checkpoint and the returned sha256 is exactly the file's, ready to be published in the
-member record.
+``os.replace``), so readers never see a partial checkpoint and the returned sha256 is exactly the file's, ready to be
+published in the member record.
 """
 
 from __future__ import annotations

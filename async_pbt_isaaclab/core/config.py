@@ -140,8 +140,7 @@ class PopulationConfig:
     """``isaaclab``: an underperformer with no leader explores from its own weights (Isaac Lab does)."""
     explore: str = "random"
     """How a new generation's hyperparameters are proposed: a strategy of
-    :mod:`async_pbt_isaaclab.core.decision.explore`
-    (``random``: bounded random mutation)."""
+    :mod:`async_pbt_isaaclab.core.decision.explore` (``random``: bounded random mutation)."""
     hparams_from: str = "donor"
     """Exploit starts from the ``donor``'s hyperparameters (PBT) or keeps its ``own`` before mutation."""
     exploit_mode: str = "auto"

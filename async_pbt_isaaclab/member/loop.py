@@ -12,8 +12,7 @@ A trainer adapter (``rl_games/observer.py``; ``member/trainer.py`` says what a t
 :class:`MemberLoop` turns each event into effects (``member/effects.py``): the decision is
 :func:`~async_pbt_isaaclab.core.decision.step.pbt_step`'s and the whole exploit is planned by
 :func:`~async_pbt_isaaclab.core.decision.exploit_plan.plan_exploit`, both pure and replayed by the audit verifier; the
-member's
-state changes only through :class:`~async_pbt_isaaclab.core.state.member_state.MemberState`'s methods. The
+member's state changes only through :class:`~async_pbt_isaaclab.core.state.member_state.MemberState`'s methods. The
 :class:`~async_pbt_isaaclab.member.executor.MemberExecutor` carries the effects out in a fixed order.
 """
 

@@ -12,8 +12,7 @@ lineage, log directory / TensorBoard run (all in ``state.json``).
 
 The learning rate is the one the exploit plan decided
 (:func:`async_pbt_isaaclab.core.decision.exploit_plan.start_learning_rate`): the searched value, else the donor's live
-rate
-as it published it. It is written into every optimizer param group and into ``pbt.last_lr``, which the next start
+rate as it published it. It is written into every optimizer param group and into ``pbt.last_lr``, which the next start
 sets as ``agent.last_lr`` (rl_games would otherwise restart from the config's value and the adaptive scheduler
 would erase the inherited rate).
 

@@ -1,5 +1,5 @@
-"""Selection (async_pbt_isaaclab.core.decision.selection and the rules in core.rules): unit tests and Hypothesis
-properties.
+"""Selection (async_pbt_isaaclab.core.decision.selection and the rules in core/decision/rules.py): unit tests and
+Hypothesis properties.
 
 What is shown here:
 1. decide is deterministic: same inputs and RNG state give the same Decision and the same RNG state

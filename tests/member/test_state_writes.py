@@ -2,8 +2,7 @@
 
 The package's source is scanned (``ast``) for writes to a field of a member's state anywhere but in
 ``core/state/member_state.py``: an assignment or augmented assignment to ``<state>.<field>`` (tuple targets included),
-an
-item assignment or deletion inside one (``state.hyperparameters[k] = v``), a mutating call on one
+an item assignment or deletion inside one (``state.hyperparameters[k] = v``), a mutating call on one
 (``state.lineage.append(...)``, ``state.hyperparameters.update(...)``) and ``setattr(<state>, "<field>", ...)``.
 ``<state>`` is an expression naming a member's state: a name or attribute called ``state`` or ending in ``_state``
 (``state``, ``self.state``, ``session.state``), or a name annotated ``MemberState``. A checker that finds nothing

@@ -1,8 +1,7 @@
 """The bookkeeping of a new generation (an exploit or an explore), as a pure function.
 
     step = pbt_step(view, cfg, rng_state)                      # decide, explore (core/decision/step.py)
-    plan = plan_exploit(step, view.me, ...)                    # core/decision/exploit_plan.py, which calls
-    plan_generation
+    plan = plan_exploit(step, view.me, ...)               # core/decision/exploit_plan.py, which calls plan_generation
     ... copy and verify the donor, write the recipient checkpoint ...       (member/executor.py, the I/O)
     state.begin_generation(plan.pending(checkpoint, sha256, lr), ...)      (core/state/member_state.py)
 

@@ -223,7 +223,7 @@ def _mutate_key(
     spec: MutationSpec,
     change_range: tuple[float, float],
     rng: MemberRng,
-    new: dict[str, Any],
+    new: Hyperparameters,
     changes: list[Change],
     resample_probability: float = 0.0,
     semantics: int = MUTATION_SEMANTICS,

@@ -66,7 +66,7 @@ from async_pbt_isaaclab.core.decision.pb2_data import (  # re-exported: the mode
 )
 from async_pbt_isaaclab.core.decision.registry import OptionalExtra
 from async_pbt_isaaclab.core.decision.selection import heartbeat_exclusion
-from async_pbt_isaaclab.core.state.hyperparameters import HyperparameterView
+from async_pbt_isaaclab.core.state.hyperparameters import Hyperparameters, HyperparameterView
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
 
 NAME = "pb2"
@@ -336,8 +336,8 @@ def _candidates(obs: Sequence[Observation], z_start: list[float], rng: MemberRng
 
 
 def _values(
-    row: np.ndarray, keys: Sequence[str], start: Mapping[str, Any], specs: Mapping[str, MutationSpec]
-) -> dict[str, Any]:
+    row: np.ndarray, keys: Sequence[str], start: HyperparameterView, specs: Mapping[str, MutationSpec]
+) -> Hyperparameters:
     """The values a candidate row means; a coordinate equal to the start's keeps the start value (in bounds)."""
     out = {}
     for key, z in zip(keys, row, strict=True):

@@ -1,8 +1,7 @@
 """PB2's data: the normalised search space and the observations taken from the population's histories.
 
 :mod:`async_pbt_isaaclab.core.decision.pb2` fits its model to these. Every modelled key maps to ``[0, 1]`` (log scale
-for
-``log_float``, ``log(1 - x)`` for ``discount``, linear for ``log_shift`` and ``int``; values outside the bounds
+for ``log_float``, ``log(1 - x)`` for ``discount``, linear for ``log_shift`` and ``int``; values outside the bounds
 count as the bound); every two consecutive history entries of one member's generation, collected under my
 conditions, are one observation (``t``: the later entry's frame in intervals, ``x``: its values, ``y``: the change
 of the window mean per frame, larger is better). Pure; numpy-free.

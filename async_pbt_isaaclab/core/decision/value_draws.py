@@ -1,8 +1,7 @@
 """Values drawn within a hyperparameter's bounds, on the scale it is searched on.
 
 The diverse start (:mod:`async_pbt_isaaclab.core.decision.start`) draws every searched key within its bounds at a
-member's
-first start, and the random explore's resampling (:func:`async_pbt_isaaclab.core.decision.mutation.mutate` with
+member's first start, and the random explore's resampling (:func:`async_pbt_isaaclab.core.decision.mutation.mutate` with
 ``pbt.resample_probability``) draws a key afresh from the whole bounds: both through :func:`draw_value`, one draw
 from the member's RNG per key, so the audit verifier replays them. Per kind:
 

@@ -6,8 +6,7 @@ The workspace is only crash-safe and only shared correctly between nodes when th
   seen whole, never half-written, by a reader that opens it afterwards;
 * **fsync** of files and of the folder (so a rename survives a crash of this node);
 * **POSIX record locks** (``fcntl.lockf``, what :class:`~async_pbt_isaaclab.core.workspace.member_lock.MemberLock`
-uses): a
-  second process must be refused the lock of a member that is running (one writer per member). On NFS they
+  uses): a second process must be refused the lock of a member that is running (one writer per member). On NFS they
   need the lock manager (NFSv3 ``lockd``/``statd``, or NFSv4); a mount with ``nolock`` or ``local_lock=all``
   only locks within one node, which this check cannot see from one node: the doctor says so for NFS;
 * **clocks that agree**: heartbeats are wall-clock times written by each member's node. The doctor compares
