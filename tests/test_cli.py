@@ -228,7 +228,7 @@ def test_check_config_valid_prints_effective_values(tmp_path, capsys):
         assert re.search(rf"^  {f.name}\s", out, re.M), f"{f.name} missing from check-config output"
     # resolved defaults
     assert re.search(r"^  settle_max_steps\s+-1  -> no cap", out, re.M)
-    assert re.search(r"^  max_frame_lag\s+-1  -> 8192 \(4 x interval_steps=2048", out, re.M)
+    assert re.search(r"^  max_frame_lag\s+-1  -> 16384 \(8 x interval_steps=2048", out, re.M)
     assert re.search(r"^  start_grace_frames\s+-1  -> 4096", out, re.M)
     assert "max_restarts" in out and "no limit" in out
     # resolved workspace path

@@ -91,7 +91,7 @@ def test_launch_refuses_on_a_failing_check_and_no_doctor_overrides(tmp_path, mak
         "async_pbt_isaaclab.cli",
         "launch",
         "--members",
-        "1",
+        "2",
         "--workspace",
         str(ws),
         "--gpus",
@@ -108,7 +108,7 @@ def test_launch_refuses_on_a_failing_check_and_no_doctor_overrides(tmp_path, mak
         [*base, "--no-doctor", "--", *member], capture_output=True, text=True, timeout=120, cwd=tmp_path
     )
     assert forced.returncode == 0, forced.stdout + forced.stderr
-    assert (tmp_path / "0.ran").exists()
+    assert (tmp_path / "0.ran").exists() and (tmp_path / "1.ran").exists()
 
 
 def test_stop_without_a_cluster_launch_says_so(tmp_path, make_record, capsys):

@@ -31,10 +31,11 @@ EXPLOIT_MODES = ("auto", "inprocess", "restart")
 OBJECTIVE_DIRECTIONS = ("max", "min")
 """Accepted values of ``objective_direction``."""
 
-LATE_PEER_INTERVALS = 4
+LATE_PEER_INTERVALS = 8
 """``max_frame_lag: -1``: a peer whose newest entry lags more than this many ``interval_steps`` behind me is not
-ranked against me. Members that train at one speed stay within an interval or two of each other; one that started
-late or came back from a long restart is far behind, and ranked against the members ahead it would take their worst
+ranked against me. Members that train at one speed stay within an interval or two of each other, and restarts spread
+them over up to about five (tests/core/test_matching_progress.py); one that started late or came back from a long
+restart is further behind, and ranked against the members ahead it would take their worst
 slot at every decision, so none of them would ever copy (it still decides itself, at its own progress)."""
 
 

@@ -190,7 +190,7 @@ SWEEP_UNREACHABLE = {
         ),
     ),
 }
-"""Cases a sweep cannot reach (issue 36, item 8), defined and screened before the search code was tuned on them."""
+"""Cases a sweep cannot reach, defined and screened before the search code was tuned on them."""
 
 
 def value_overrides(values: tuple[str, ...] | list[str]) -> list[str]:

@@ -41,7 +41,7 @@ def sweep_summary(run: dict[str, Any], points: list[int], targets: tuple[float, 
 
 
 def sweep_goal(results: dict[str, Any]) -> dict[str, Any] | None:
-    """Issue 36's goals against the sweep: in every seed the population ends no worse than the sweep's best run
+    """The goals against the sweep: in every seed the population ends no worse than the sweep's best run
     (``ends``), and, for the cases a sweep cannot reach (``faster``), reaches every target in at most 0.5 x its frames
     (a target the sweep never reaches and the population does counts as met). ``None`` without a sweep arm."""
     seeds = [s["against_sweep"] for s in results["seeds"].values() if "against_sweep" in s]

@@ -297,7 +297,7 @@ def test_min_keys_skips_a_zero_that_cannot_move():
         assert [c.key for c in changes] == ["learning_rate"] and new["entropy_coef"] == 0.0
 
 
-# ------------------------------------------------------------------ no clones (issue 36)
+# ------------------------------------------------------------------ no clones
 
 
 def _any_spec_and_value():

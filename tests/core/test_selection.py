@@ -109,7 +109,7 @@ STALE_CASES = {
     "too few episodes": (dict(values=const(100.0, n=7)), "min_episodes"),
     "no entry at or before my frame": (dict(frame=FRAME + 1001), "no history entry at or before my frame"),
     "lagging past a set cap": (dict(frame=FRAME - 10_001, cfg={"max_frame_lag": 10_000}), "max_frame_lag"),
-    "far behind, by default": (dict(frame=FRAME - 4_001), "far behind"),
+    "far behind, by default": (dict(frame=FRAME - 8_001), "far behind"),
     "other task": (dict(task="Isaac-Other-v0"), "incompatible condition"),
 }
 
@@ -133,8 +133,8 @@ def test_stale_or_incompatible_peer_is_never_the_donor(make_record, case):
 def test_frame_and_clock_limits_are_inclusive(make_record):
     cfg = cfg_()
     me = make_record(0, const(0.0), now=NOW, frame=FRAME)
-    # max_frame_lag: -1 is 4 intervals (4,000 frames here).
-    for kw in (dict(frame=FRAME), dict(frame=FRAME - 4_000), dict(heartbeat_age=600.0), dict(heartbeat_age=-60.0)):
+    # max_frame_lag: -1 is 8 intervals (8,000 frames here).
+    for kw in (dict(frame=FRAME), dict(frame=FRAME - 8_000), dict(heartbeat_age=600.0), dict(heartbeat_age=-60.0)):
         peer = make_record(1, const(1.0), now=NOW, **{"frame": FRAME, **kw})
         assert peer_exclusion(me, peer, cfg, NOW) is None, kw
 

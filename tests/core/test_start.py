@@ -317,7 +317,7 @@ def test_a_first_start_killed_before_it_saved_its_state_keeps_its_draw(tmp_path,
     assert verify_log(log)[1] == []
 
 
-def test_a_member_keeps_a_value_its_command_line_set(tmp_path, monkeypatch, capsys):
+def test_a_member_keeps_a_value_its_command_line_set(tmp_path, monkeypatch, capsys, start_pendulum_member):
     """A real member start whose command line sets the learning rate: the diverse start keeps it (and says so),
     draws the discount, and the initial_draw entry records the pin so the audit replays it."""
     from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
@@ -325,9 +325,7 @@ def test_a_member_keeps_a_value_its_command_line_set(tmp_path, monkeypatch, caps
 
     monkeypatch.setattr(restart, "_CAPTURED", ["python", "train.py", "agent.params.config.learning_rate=0.002"])
     mutation = {"learning_rate": "mutate_float", "gamma": "mutate_discount"}
-    from conftest import _start_pendulum_member
-
-    session = _start_pendulum_member(tmp_path, mutation, overrides=["agent.params.config.learning_rate=0.002"])
+    session = start_pendulum_member(tmp_path, mutation, overrides=["agent.params.config.learning_rate=0.002"])
     assert session.state.hyperparameters["learning_rate"] == 0.002
     assert session.state.hyperparameters["gamma"] != 0.95  # drawn
     assert "learning_rate=0.002 kept out of the diverse start: set on the command line" in capsys.readouterr().err

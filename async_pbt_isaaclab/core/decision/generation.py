@@ -303,7 +303,11 @@ def changes_from_list(data: Any, where: str) -> tuple[Change, ...]:
         factor = item.get("factor")
         if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))):
             raise RecordError(f"{where}[{i}].factor: expected a number or null, got {factor!r:.40}")
-        out.append(Change(item["key"], item.get("old"), item.get("new"), None if factor is None else float(factor)))
+        flags = {name: item.get(name, False) for name in ("from_zero", "resampled")}
+        if not all(isinstance(v, bool) for v in flags.values()):
+            raise RecordError(f"{where}[{i}]: expected from_zero and resampled true or false, got {item!r:.80}")
+        factor = None if factor is None else float(factor)
+        out.append(Change(item["key"], item.get("old"), item.get("new"), factor, **flags))
     return tuple(out)
 
 
