@@ -28,18 +28,18 @@ from types import ModuleType
 
 from async_pbt_isaaclab._version import __version__
 from async_pbt_isaaclab.core.agent_config import apply_overrides, load_population_config, load_yaml
-from async_pbt_isaaclab.core.audit import AuditLog, verify_log
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
-from async_pbt_isaaclab.core.evidence import ConditionLabel, EpisodeBatch, EvidenceSummary, EvidenceWindow
-from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.mutation import MutationSpec, mutate
+from async_pbt_isaaclab.core.decision.mutation import MutationSpec, mutate
+from async_pbt_isaaclab.core.decision.selection import Decision, Outcome
+from async_pbt_isaaclab.core.decision.step import PopulationView, StepResult, decide, pbt_step
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
-from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
-from async_pbt_isaaclab.core.retention import population_best
-from async_pbt_isaaclab.core.rules import decide
-from async_pbt_isaaclab.core.selection import Decision, Outcome
-from async_pbt_isaaclab.core.step import PopulationView, StepResult, pbt_step
-from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EpisodeBatch, EvidenceSummary, EvidenceWindow
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
+from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
+from async_pbt_isaaclab.core.workspace.audit import AuditLog
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+from async_pbt_isaaclab.core.workspace.layout import Workspace, WorkspaceError
+from async_pbt_isaaclab.core.workspace.retention import population_best
 
 _IMPLEMENTATION = "async_pbt_isaaclab"
 """The package every ``async_pbt.<path>`` module resolves to."""

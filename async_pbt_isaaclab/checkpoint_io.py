@@ -14,9 +14,9 @@ naming the file and the global. Full pickle happens only with ``trusted=True``, 
 workspace they trust.
 
 **Atomic writes.** :func:`save_checkpoint` serialises to memory, hashes the bytes, and writes them with
-:func:`async_pbt_isaaclab.core.fsio.atomic_write_bytes` (temp file in the same folder, fsync, ``os.replace``), so
-readers never see a partial checkpoint and the returned sha256 is exactly the file's, ready to be published in the
-member record.
+:func:`async_pbt_isaaclab.core.workspace.fsio.atomic_write_bytes` (temp file in the same folder, fsync,
+``os.replace``), so readers never see a partial checkpoint and the returned sha256 is exactly the file's, ready to be
+published in the member record.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from async_pbt_isaaclab.core.fsio import ChecksumMismatch, atomic_write_bytes
+from async_pbt_isaaclab.core.workspace.fsio import ChecksumMismatch, atomic_write_bytes
 from async_pbt_isaaclab.member.trainer import UnreadableCheckpoint
 
 #: Key of the checkpoint dict that holds the PBT metadata.
@@ -349,7 +349,7 @@ def load_checkpoint(
     state dicts.
 
     ``expected_sha256`` (the checksum a member record published): the bytes are hashed first and a
-    mismatch raises :class:`~async_pbt_isaaclab.core.fsio.ChecksumMismatch`. torch itself does not
+    mismatch raises :class:`~async_pbt_isaaclab.core.workspace.fsio.ChecksumMismatch`. torch itself does not
     checksum tensor data, so a file damaged inside a tensor would otherwise load silently.
 
     The file is read once into memory and everything (sniffing, hashing, unpickling) works on those

@@ -131,9 +131,9 @@ def select_checkpoint(args: argparse.Namespace) -> tuple[Path, str, str | None]:
         return Path(args.checkpoint), "--checkpoint", None
     if not args.pbt_workspace:
         raise PlayError("--member and --best need --pbt-workspace DIR")
-    from async_pbt_isaaclab.core.member_state import load_state
-    from async_pbt_isaaclab.core.retention import population_best
-    from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
+    from async_pbt_isaaclab.core.workspace.layout import Workspace, WorkspaceError
+    from async_pbt_isaaclab.core.workspace.retention import population_best
+    from async_pbt_isaaclab.core.workspace.state_files import load_state
 
     ws = Workspace(args.pbt_workspace)
     try:
@@ -167,7 +167,7 @@ def select_checkpoint(args: argparse.Namespace) -> tuple[Path, str, str | None]:
 
 def load_verified(path: Path, sha256: str | None, trusted: bool) -> dict[str, Any]:
     """Check the published sha256 (when known) and load the checkpoint safely. Raises :class:`PlayError`."""
-    from async_pbt_isaaclab.core import fsio
+    from async_pbt_isaaclab.core.workspace import fsio
     from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError, load_checkpoint
 
     if sha256:
@@ -235,7 +235,7 @@ def _play(
     args: argparse.Namespace, session: Session, hooks: ScriptHooks, path: Path, source: str, state: dict[str, Any]
 ) -> PlayResult:
     from async_pbt_isaaclab.core.agent_config import set_path
-    from async_pbt_isaaclab.core.mutation import agent_path
+    from async_pbt_isaaclab.core.decision.mutation import agent_path
     from async_pbt_isaaclab.envs.isaaclab import api as isaaclab_api
     from async_pbt_isaaclab.envs.isaaclab import register_rl_games_env, rl_games_wrapper_options
     from async_pbt_isaaclab.rl_games.checkpoint import read_pbt_metadata
@@ -279,7 +279,7 @@ def _play(
 def _with_evidence(env: Any, task: str, agent_cfg: dict[str, Any], meta: dict[str, Any]) -> tuple[Any, str]:
     """``env`` with the evidence wrapper, and the objective it reports: the member's, else the return alone."""
     from async_pbt_isaaclab.core.config import objective_term
-    from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE
+    from async_pbt_isaaclab.core.state.evidence import RETURN_OBJECTIVE
     from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
     from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
 

@@ -4,7 +4,7 @@
 """Train one member of an asynchronous PBT population with RL-Games on an Isaac Lab task.
 
 Isaac Lab's ``scripts/reinforcement_learning/rl_games/train.py`` (same flags, same Hydra overrides, same log
-folders) plus the population flags of :func:`async_pbt_isaaclab.core.flags.add_population_args`::
+folders) plus the population flags of :func:`async_pbt_isaaclab.pbt_flags.add_population_args`::
 
     ./isaaclab.sh -p scripts/train_pbt.py --task AsyncPbt-Repose-Cube-Allegro-Direct-v0 --headless \\
         --pbt-workspace /shared/pbt/allegro --pbt-members 8 --pbt-index 3
@@ -52,12 +52,6 @@ from async_pbt_isaaclab.member.restart import capture_argv
 # First thing, before anything can rewrite sys.argv (sys.orig_argv is read; the call only pins it).
 capture_argv()
 
-from async_pbt_isaaclab.core.flags import (  # noqa: E402
-    add_population_args,
-    add_slices_arg,
-    population_flag_origins,
-    population_overrides,
-)
 from async_pbt_isaaclab.core.slices import SLICES_FLAG  # noqa: E402
 
 # torch-free; Isaac Lab is imported lazily inside the hooks
@@ -69,6 +63,12 @@ from async_pbt_isaaclab.envs.isaaclab import (  # noqa: E402
     plain_config,
 )
 from async_pbt_isaaclab.envs.isaaclab.api import Session  # noqa: E402
+from async_pbt_isaaclab.pbt_flags import (  # noqa: E402
+    add_population_args,
+    add_slices_arg,
+    population_flag_origins,
+    population_overrides,
+)
 
 LAUNCHER_NOTE = (
     "Simulator flags (--headless, --device, --enable_cameras, --livestream, ...) are added by Isaac Lab's "
@@ -201,7 +201,8 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: ScriptHooks 
         print(DISTRIBUTED_MEMBER, file=sys.stderr)
         return 2
     if getattr(args, "pbt_replay", None):
-        from async_pbt_isaaclab.core.schedule import ScheduleError, load_replay_schedule
+        from async_pbt_isaaclab.core.state.schedule import ScheduleError
+        from async_pbt_isaaclab.core.workspace.state_files import load_replay_schedule
 
         try:  # a bad schedule is refused in a second, before the simulator starts
             args.pbt_replay_schedule = load_replay_schedule(args.pbt_replay)
@@ -491,8 +492,8 @@ def member_experiment_name(rl_cfg: dict, cfg: Any, train_dir: str) -> str:
     A ``full_experiment_name`` given for the whole population gets the member suffix too, so members never share
     a log folder.
     """
-    from async_pbt_isaaclab.core.member_state import load_state
-    from async_pbt_isaaclab.core.workspace import Workspace
+    from async_pbt_isaaclab.core.workspace.layout import Workspace
+    from async_pbt_isaaclab.core.workspace.state_files import load_state
 
     try:
         state = load_state(Workspace(cfg.workspace_path(train_dir)).member_dir(cfg.policy_idx) / "state.json")

@@ -8,8 +8,8 @@ from typing import Any, Callable
 
 import pytest
 
-from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EvidenceSummary
+from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
 
 # One torch/OpenMP thread per process, set before anything imports torch, and inherited by every member
 # process a test starts. Tests run real members side by side with in-process training on small machines

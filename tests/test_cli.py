@@ -16,17 +16,17 @@ import pytest
 import yaml
 
 from async_pbt_isaaclab import cli
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.audit import AuditLog
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS
+from async_pbt_isaaclab.core.decision.mutation import SUPPORTED_HYPERPARAMETERS
+from async_pbt_isaaclab.core.decision.selection import Outcome
+from async_pbt_isaaclab.core.decision.step import PopulationView, pbt_step
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
-from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
-from async_pbt_isaaclab.core.selection import Outcome
-from async_pbt_isaaclab.core.step import PopulationView, pbt_step
-from async_pbt_isaaclab.core.workspace import Workspace, checkpoint_name
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EvidenceSummary
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
+from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.audit import AuditLog
+from async_pbt_isaaclab.core.workspace.layout import Workspace, checkpoint_name
 
 REPO = Path(__file__).resolve().parents[1]
 SHA = "ab" * 32
@@ -153,8 +153,9 @@ def selection_cfg() -> PopulationConfig:
 def write_audit_chain(ws: Workspace, member: int = 1) -> Path:
     """start, a real exploit decision (replayable), then exploit_applied; the member is the worst. As a member writes
     it: the chain begins at the member's genesis in this workspace, and state.json records its head."""
-    from async_pbt_isaaclab.core.audit import genesis_hash
-    from async_pbt_isaaclab.core.member_state import AuditHead, MemberState, save_state
+    from async_pbt_isaaclab.core.state.member_state import AuditHead, MemberState
+    from async_pbt_isaaclab.core.workspace.audit import genesis_hash
+    from async_pbt_isaaclab.core.workspace.state_files import save_state
 
     cfg = selection_cfg()
     now = 1_700_000_000.0
@@ -355,7 +356,7 @@ def test_check_config_blames_the_override_not_the_file_and_suggests_the_key(tmp_
 def test_a_flag_is_blamed_by_its_own_name():
     from async_pbt_isaaclab.core.agent_config import load_population_config
     from async_pbt_isaaclab.core.config import ConfigError
-    from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides
+    from async_pbt_isaaclab.pbt_flags import add_population_args, population_flag_origins, population_overrides
 
     parser = argparse.ArgumentParser()
     add_population_args(parser)

@@ -14,8 +14,8 @@ import sys
 import time
 
 from async_pbt_isaaclab.cli import main
-from async_pbt_isaaclab.core.filesystem_checks import SKEW_FAIL_S, run_checks
-from async_pbt_isaaclab.core.fsio import atomic_write_json
+from async_pbt_isaaclab.core.workspace.filesystem_checks import SKEW_FAIL_S, run_checks
+from async_pbt_isaaclab.core.workspace.fsio import atomic_write_json
 
 
 def _write_record(ws, record, host: str, server_offset_s: float) -> None:

@@ -166,7 +166,7 @@ def member_checkpoint(checkpoints, tmp_path):
 
 def test_a_members_checkpoint_is_recorded_for_the_report_and_only_the_table_is_printed(member_checkpoint, capsys):
     from async_pbt_isaaclab.commands.population_history import read_evaluations
-    from async_pbt_isaaclab.core.workspace import Workspace
+    from async_pbt_isaaclab.core.workspace.layout import Workspace
 
     ws, path = member_checkpoint
     code, out, err = run_cli(capsys, path, "--episodes", "2", "--seed", "5")

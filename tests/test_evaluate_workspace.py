@@ -69,7 +69,7 @@ def test_a_checkpoint_evaluated_twice_is_one_result_of_the_report(member_checkpo
     import shutil
 
     from async_pbt_isaaclab.commands.population_history import population_history
-    from async_pbt_isaaclab.core.workspace import Workspace
+    from async_pbt_isaaclab.core.workspace.layout import Workspace
 
     ws = tmp_path / "ws"
     shutil.copytree(member_checkpoint[0], ws)

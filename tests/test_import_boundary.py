@@ -8,7 +8,12 @@ What is shown here:
    afterwards, nor was an import of them even attempted;
 2. statically, no file in ``core/`` has an import statement naming them (lazy ones included);
 3. statically, the layers under the ``async-pbt`` command (core, member, envs, rl_games, launch, the one-line
-   parser) never import ``commands/`` or ``cli.py``, lazily or not: what both need lives below them.
+   parser) never import ``commands/`` or ``cli.py``, lazily or not: what both need lives below them;
+4. statically, the decision part of the core (``core/decision/``) and the typed member state (``core/state/``) do no
+   I/O: no module of theirs imports a module that reaches files, processes, sockets, the clock or the environment
+   (``os``, ``pathlib``, ``io``, ``subprocess``, ``time`` ...), calls ``open``/``print``/``input``, or imports a
+   core module outside ``decision/``, ``state/`` and ``config.py`` (the workspace's files and locks, the config
+   readers); the checker finds each kind of offence in planted files.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import async_pbt_isaaclab.core
 
 CORE_DIR = Path(async_pbt_isaaclab.core.__file__).parent
 PACKAGE_DIR = Path(async_pbt_isaaclab.__file__).parent
-CORE_MODULES = sorted(f"async_pbt_isaaclab.core.{m.name}" for m in pkgutil.iter_modules([str(CORE_DIR)]))
+CORE_MODULES = sorted(m.name for m in pkgutil.walk_packages([str(CORE_DIR)], "async_pbt_isaaclab.core.") if not m.ispkg)
 
 BLOCKED_BODY = textwrap.dedent(
     """
@@ -42,11 +47,11 @@ BLOCKED_BODY = textwrap.dedent(
 
     # Exercise the lazily imported paths too: every selection rule and a mutation.
     from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
-    from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-    from async_pbt_isaaclab.core.member_rng import MemberRng
-    from async_pbt_isaaclab.core.mutation import mutate
-    from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
-    from async_pbt_isaaclab.core.rules import decide
+    from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EvidenceSummary
+    from async_pbt_isaaclab.core.state.member_rng import MemberRng
+    from async_pbt_isaaclab.core.decision.mutation import mutate
+    from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
+    from async_pbt_isaaclab.core.decision.step import decide
     now = time.time()
     recs = []
     for i in range(4):
@@ -79,10 +84,10 @@ def test_core_modules_found():
     # Guard against a vacuous pass: the list must hold the modules the core is made of.
     assert {
         "async_pbt_isaaclab.core.config",
-        "async_pbt_isaaclab.core.selection",
-        "async_pbt_isaaclab.core.audit",
-        "async_pbt_isaaclab.core.workspace",
-        "async_pbt_isaaclab.core.mutation",
+        "async_pbt_isaaclab.core.decision.selection",
+        "async_pbt_isaaclab.core.workspace.audit",
+        "async_pbt_isaaclab.core.workspace.layout",
+        "async_pbt_isaaclab.core.decision.mutation",
     } <= set(CORE_MODULES)
 
 
@@ -126,7 +131,7 @@ def _imported_names(path: Path) -> list[tuple[int, str]]:
 
 
 def test_no_core_file_imports_heavy_stacks_statically():
-    files = sorted(CORE_DIR.glob("*.py"))
+    files = sorted(CORE_DIR.rglob("*.py"))
     assert len(files) >= 8
     offenders = [
         f"{path.name}:{line}: {name}"
@@ -164,3 +169,105 @@ def test_layers_under_the_commands_never_import_them():
         if name.startswith(("async_pbt_isaaclab.commands", "async_pbt_isaaclab.cli"))
     ]
     assert offenders == []
+
+
+IO_MODULES = frozenset(
+    {
+        "os",
+        "pathlib",
+        "io",
+        "shutil",
+        "tempfile",
+        "glob",
+        "fcntl",
+        "mmap",
+        "select",
+        "selectors",
+        "socket",
+        "ssl",
+        "subprocess",
+        "multiprocessing",
+        "threading",
+        "signal",
+        "time",
+        "sys",
+        "logging",
+        "sqlite3",
+        "urllib",
+        "http",
+        "asyncio",
+        "builtins",
+    }
+)
+"""Standard modules a pure decision never needs: files, processes, sockets, threads, the clock, the environment."""
+
+IO_CALLS = frozenset({"open", "print", "input", "breakpoint", "exec", "eval"})
+"""Built-in calls that read or write outside the function's arguments."""
+
+PURE_PARTS = ("decision", "state")
+"""The parts of the core that do no I/O."""
+
+PURE_IMPORTS = ("async_pbt_isaaclab.core.decision", "async_pbt_isaaclab.core.state", "async_pbt_isaaclab.core.config")
+"""What a pure part may import of the package: itself, the other pure part, and the config value it is handed."""
+
+
+def io_offences(path: Path) -> list[str]:
+    """Every import or call of ``path`` that would let a pure module do I/O (``line: what``)."""
+    found = []
+    for line, name in _imported_names(path):
+        top = name.split(".")[0]
+        if top in IO_MODULES:
+            found.append(f"{line}: imports {name}")
+        elif top == "async_pbt_isaaclab" and not name.startswith(PURE_IMPORTS):
+            found.append(f"{line}: imports {name}, outside the pure parts")
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            found.append(f"{node.lineno}: relative import (name the part it comes from)")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in IO_CALLS:
+            found.append(f"{node.lineno}: calls {node.func.id}()")
+    return found
+
+
+def test_the_decision_and_the_member_state_do_no_io():
+    files = sorted(path for part in PURE_PARTS for path in (CORE_DIR / part).rglob("*.py"))
+    # Guard against a vacuous pass: the parts hold the modules the audit replays and the state it reads.
+    names = {f"{p.parent.name}/{p.name}" for p in files}
+    assert {
+        "decision/step.py",
+        "decision/selection.py",
+        "decision/mutation.py",
+        "decision/exploit_plan.py",
+        "decision/catalog.py",
+        "state/member_state.py",
+        "state/records.py",
+        "state/member_rng.py",
+    } <= names
+    offences = [f"core/{p.relative_to(CORE_DIR)}:{o}" for p in files for o in io_offences(p)]
+    assert offences == []
+
+
+def test_the_io_rule_catches_each_offence(tmp_path):
+    sample = tmp_path / "bad.py"
+    sample.write_text(
+        "import os.path\n"
+        "from pathlib import Path\n"
+        "from async_pbt_isaaclab.core.workspace import fsio\n"
+        "from async_pbt_isaaclab.core import pbt_section\n"
+        "from . import sibling\n"
+        "from async_pbt_isaaclab.core.state.records import MemberRecord\n"
+        "def f(rng):\n"
+        "    import time\n"
+        "    print(open('x').read())\n"
+        "    time.sleep(1)\n"
+    )
+    assert io_offences(sample) == [
+        "1: imports os.path",
+        "2: imports pathlib",
+        "3: imports async_pbt_isaaclab.core.workspace, outside the pure parts",
+        "4: imports async_pbt_isaaclab.core, outside the pure parts",
+        "8: imports time",
+        "5: relative import (name the part it comes from)",
+        "9: calls print()",
+        "9: calls open()",
+    ]

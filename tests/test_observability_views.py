@@ -13,9 +13,10 @@ import pytest
 
 from async_pbt_isaaclab import cli
 from async_pbt_isaaclab.commands.status_view import render_status, watch
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.audit import AuditLog
-from async_pbt_isaaclab.core.member_progress import (
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.audit import AuditLog
+from async_pbt_isaaclab.core.workspace.layout import Workspace, checkpoint_name
+from async_pbt_isaaclab.core.workspace.member_progress import (
     TAIL_CHUNK,
     decision_in_words,
     eta_seconds,
@@ -25,7 +26,6 @@ from async_pbt_isaaclab.core.member_progress import (
     target_frames,
     write_target,
 )
-from async_pbt_isaaclab.core.workspace import Workspace, checkpoint_name
 from async_pbt_isaaclab.launch.progress import progress_lines
 
 
@@ -328,9 +328,9 @@ def test_diverse_start_is_shown_by_lineage_status_and_the_report(tmp_path, capsy
     from async_pbt_isaaclab.commands.population_history import member_history
     from async_pbt_isaaclab.commands.status_view import start_draw_in_words
     from async_pbt_isaaclab.core.config import PopulationConfig
-    from async_pbt_isaaclab.core.member_rng import MemberRng
-    from async_pbt_isaaclab.core.mutation import default_spec
-    from async_pbt_isaaclab.core.start import initial_draw
+    from async_pbt_isaaclab.core.decision.mutation import default_spec
+    from async_pbt_isaaclab.core.decision.start import initial_draw
+    from async_pbt_isaaclab.core.state.member_rng import MemberRng
 
     ws = Workspace(tmp_path / "ws")
     ws.ensure(2, "episode_return")
@@ -390,7 +390,7 @@ def test_report_against_independent_runs_and_mutations_told_apart(tmp_path):
 
 
 def test_generation_changes_count_what_they_name_and_read_only_what_was_appended(tmp_path):
-    from async_pbt_isaaclab.core.member_progress import generation_changes
+    from async_pbt_isaaclab.core.workspace.member_progress import generation_changes
 
     path = tmp_path / "audit.jsonl"
     assert generation_changes(2, path).words() == "generations: 0 (no exploit or explore yet)"

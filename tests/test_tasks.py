@@ -30,8 +30,8 @@ from blocked_imports import run_blocked
 import async_pbt_isaaclab.tasks as tasks_pkg
 from async_pbt_isaaclab.core.agent_config import get_path, load_population_config
 from async_pbt_isaaclab.core.config import objective_term
-from async_pbt_isaaclab.core.evidence import LENGTH_OBJECTIVE, RETURN_OBJECTIVE
-from async_pbt_isaaclab.core.mutation import agent_path
+from async_pbt_isaaclab.core.decision.mutation import agent_path
+from async_pbt_isaaclab.core.state.evidence import LENGTH_OBJECTIVE, RETURN_OBJECTIVE
 from async_pbt_isaaclab.envs.isaaclab import ISAACLAB_INSTALL_HINT
 from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
 from async_pbt_isaaclab.tasks.registry import (

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from async_pbt_isaaclab.commands.common import emit_json, format_number, format_table
-from async_pbt_isaaclab.core import rules
 from async_pbt_isaaclab.core.agent_config import (
     current_hyperparameters,
     load_population_config,
@@ -21,8 +20,9 @@ from async_pbt_isaaclab.core.agent_config import (
     validate_agent_config,
 )
 from async_pbt_isaaclab.core.config import LATE_PEER_INTERVALS, ConfigError, PopulationConfig, objective_term
-from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS, isaaclab_key, within_bounds
-from async_pbt_isaaclab.core.start import command_line_keys, kept_from_start
+from async_pbt_isaaclab.core.decision import catalog as rules
+from async_pbt_isaaclab.core.decision.mutation import SUPPORTED_HYPERPARAMETERS, isaaclab_key, within_bounds
+from async_pbt_isaaclab.core.decision.start import command_line_keys, kept_from_start
 from async_pbt_isaaclab.exit_codes import EXIT_OK, EXIT_USAGE
 
 RULE_SPECIFIC_KEYS: dict[str, tuple[str, ...]] = rules.rule_specific_keys()

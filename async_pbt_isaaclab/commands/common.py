@@ -48,7 +48,7 @@ def format_table(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
 
 def open_workspace(path: str):
     """A :class:`Workspace` for ``path``, or :class:`CliError` when it is not a population workspace."""
-    from async_pbt_isaaclab.core.workspace import Workspace
+    from async_pbt_isaaclab.core.workspace.layout import Workspace
 
     root = Path(path).expanduser()
     if not root.exists():
@@ -70,7 +70,7 @@ def open_workspace(path: str):
 
 
 def read_population_meta(ws) -> tuple[dict[str, Any] | None, str | None]:
-    from async_pbt_isaaclab.core.workspace import WorkspaceError
+    from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
 
     try:
         return ws.population_meta(), None

@@ -2,8 +2,8 @@
 
 Atomic replace, fsync, POSIX record locks enforced between processes, and clocks that agree (this node against
 the file server, and every node that wrote a member record): the checks themselves, and why each matters, are
-:mod:`async_pbt_isaaclab.core.filesystem_checks`. This module is the command: its parser and how the results are
-printed.
+:mod:`async_pbt_isaaclab.core.workspace.filesystem_checks`. This module is the command: its parser and how the results
+are printed.
 
 Exit code 0 without failures, 1 with any failure, 2 for a path that cannot be a workspace. ``async-pbt launch`` runs
 the same checks before starting members and refuses to launch on a failure (``--no-doctor`` skips them).
@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from async_pbt_isaaclab.commands.common import CliError, emit_json
-from async_pbt_isaaclab.core.filesystem_checks import failures, format_checks, run_checks
+from async_pbt_isaaclab.core.workspace.filesystem_checks import failures, format_checks, run_checks
 from async_pbt_isaaclab.exit_codes import EXIT_CHECK_FAILED, EXIT_OK
 
 

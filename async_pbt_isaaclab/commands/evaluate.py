@@ -188,7 +188,7 @@ class Evaluator:
         from rl_games.torch_runner import Runner
 
         from async_pbt_isaaclab.core.agent_config import set_path
-        from async_pbt_isaaclab.core.mutation import agent_path
+        from async_pbt_isaaclab.core.decision.mutation import agent_path
         from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
 
         register_bounded_exploration()

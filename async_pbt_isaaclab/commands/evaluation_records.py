@@ -31,7 +31,7 @@ class MemberCheckpoint:
 def member_workspace(checkpoint: str | Path) -> MemberCheckpoint | None:
     """The workspace and member of ``checkpoint`` when it lies in ``WS/members/NNN/checkpoints/`` of a workspace
     (one with a ``population.json``), else ``None``."""
-    from async_pbt_isaaclab.core.workspace import parse_member_dirname
+    from async_pbt_isaaclab.core.workspace.layout import parse_member_dirname
 
     path = Path(checkpoint).resolve()
     folder, member_dir = path.parent, path.parent.parent
@@ -47,7 +47,7 @@ def member_workspace(checkpoint: str | Path) -> MemberCheckpoint | None:
 def workspace_defaults(checkpoint: str | Path) -> tuple[str | None, Path | None]:
     """``(task, agent yaml)`` that the workspace of a member's ``checkpoint`` records (each ``None`` when it records
     none, or the checkpoint is not a member's): the population's task and the member's ``agent.yaml``."""
-    from async_pbt_isaaclab.core.workspace import AGENT_FILE, Workspace, WorkspaceError
+    from async_pbt_isaaclab.core.workspace.layout import AGENT_FILE, Workspace, WorkspaceError
 
     found = member_workspace(checkpoint)
     if found is None:
@@ -104,7 +104,7 @@ def record_evaluation(workspace: Path, line: dict[str, Any]) -> Path:
     """Append ``line`` to ``workspace/evaluations.jsonl`` in one write (concurrent evaluations never interleave
     within a line), refusing a planted link; returns the file."""
     from async_pbt_isaaclab.commands.population_history import EVALUATIONS_FILE
-    from async_pbt_isaaclab.core import fsio
+    from async_pbt_isaaclab.core.workspace import fsio
 
     target = workspace / EVALUATIONS_FILE
     data = (json.dumps(line, sort_keys=True, allow_nan=False) + "\n").encode()

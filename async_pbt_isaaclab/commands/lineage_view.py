@@ -288,7 +288,7 @@ def initial_row(initial: Mapping[str, Any]) -> list[str]:
 
 
 def lineage_data(ws, member: int | None = None) -> list[dict[str, Any]]:
-    from async_pbt_isaaclab.core.audit import read_entries
+    from async_pbt_isaaclab.core.workspace.audit import read_entries
 
     out: list[dict[str, Any]] = []
     for index in member_list(ws, member):

@@ -4,7 +4,7 @@ Per member: the objective at every decision (each ``decision`` audit entry holds
 that moment) and now (its ``record.json``), its generation changes and hyperparameters over frames, every
 decision with its reasons and the peers it left out; for the population: the best checkpoints and held-out
 evaluations when any were recorded. Records are read through :meth:`Workspace.read_records` and audit logs
-through :func:`~async_pbt_isaaclab.core.audit.read_entries`; nothing here writes. Imports only the pure core.
+through :func:`~async_pbt_isaaclab.core.workspace.audit.read_entries`; nothing here writes. Imports only the pure core.
 
 Held-out evaluations are optional: ``WORKSPACE/evaluations.jsonl``, one JSON object per line with at least a
 numeric ``objective`` and optionally ``member``, ``checkpoint``, ``frame``, ``episodes``, ``label``, ``time``.
@@ -18,10 +18,10 @@ from typing import Any, Mapping
 
 from async_pbt_isaaclab.commands.lineage_view import lineage_events
 from async_pbt_isaaclab.commands.workspace_views import best_data
-from async_pbt_isaaclab.core.audit import read_entries
-from async_pbt_isaaclab.core.evidence import EvidenceError, EvidenceSummary
-from async_pbt_isaaclab.core.lineage import MemberLineage, member_lineage
-from async_pbt_isaaclab.core.member_progress import decision_in_words, generation_changes
+from async_pbt_isaaclab.core.state.evidence import EvidenceError, EvidenceSummary
+from async_pbt_isaaclab.core.state.lineage import MemberLineage, member_lineage
+from async_pbt_isaaclab.core.workspace.audit import read_entries
+from async_pbt_isaaclab.core.workspace.member_progress import decision_in_words, generation_changes
 
 EVALUATIONS_FILE = "evaluations.jsonl"
 """Held-out evaluation results, one JSON object per line, in the workspace root (optional)."""

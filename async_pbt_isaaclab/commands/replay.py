@@ -1,7 +1,7 @@
 """``async-pbt replay WORKSPACE --member K``: export the hyperparameter schedule of member K's lineage.
 
 The schedule follows K's exploits back through each donor's audit log to the fresh start the weights came
-from (:mod:`async_pbt_isaaclab.core.lineage`; :mod:`async_pbt_isaaclab.core.schedule` has the replay-frame
+from (:mod:`async_pbt_isaaclab.core.state.lineage`; :mod:`async_pbt_isaaclab.core.state.schedule` has the replay-frame
 axis) and is written as yaml, ready for a single training run to follow. ``--frame F`` prints the values in
 force at replay frame F instead.
 """
@@ -35,10 +35,10 @@ def add_replay_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def schedule_for(ws, member: int):
-    """The :class:`~async_pbt_isaaclab.core.schedule.Schedule` of ``member``'s lineage in workspace ``ws``."""
-    from async_pbt_isaaclab.core.audit import read_entries
-    from async_pbt_isaaclab.core.lineage import MemberLineage, lineage_schedule, member_lineage
-    from async_pbt_isaaclab.core.schedule import ScheduleError
+    """The :class:`~async_pbt_isaaclab.core.state.schedule.Schedule` of ``member``'s lineage in workspace ``ws``."""
+    from async_pbt_isaaclab.core.state.lineage import MemberLineage, lineage_schedule, member_lineage
+    from async_pbt_isaaclab.core.state.schedule import ScheduleError
+    from async_pbt_isaaclab.core.workspace.audit import read_entries
 
     indices = ws.member_indices()
     if member not in indices:
@@ -66,7 +66,7 @@ def schedule_for(ws, member: int):
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from async_pbt_isaaclab.core.schedule import dump_schedule
+    from async_pbt_isaaclab.core.state.schedule import dump_schedule
 
     if args.member < 0:
         raise CliError(f"--member must be >= 0, got {args.member}")
@@ -87,7 +87,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _print_values_at(schedule: Any, member: int, frame: int, *, as_json: bool) -> None:
     """``--frame F``: the values the schedule gives at replay frame ``frame``."""
-    from async_pbt_isaaclab.core.schedule import values_at
+    from async_pbt_isaaclab.core.state.schedule import values_at
 
     values = values_at(schedule, frame)
     if as_json:
@@ -99,7 +99,7 @@ def _print_values_at(schedule: Any, member: int, frame: int, *, as_json: bool) -
 
 def _write_schedule(schedule: Any, member: int, out: Path) -> None:
     """``--out FILE``: the schedule written to ``out``, and its steps shown as a table."""
-    from async_pbt_isaaclab.core.schedule import dump_schedule
+    from async_pbt_isaaclab.core.state.schedule import dump_schedule
 
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -18,9 +18,9 @@ from typing import Any, Iterable, Sequence
 
 from async_pbt_isaaclab.commands.common import CliError, format_number, open_workspace
 from async_pbt_isaaclab.commands.lineage_view import change_text, format_changes
-from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.install_hint import extra_install_command
-from async_pbt_isaaclab.core.member_progress import format_age
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.member_progress import format_age
 from async_pbt_isaaclab.exit_codes import EXIT_OK
 
 DEFAULT_MAX_DECISIONS = 500

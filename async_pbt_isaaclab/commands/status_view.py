@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from async_pbt_isaaclab.commands.common import format_table
-from async_pbt_isaaclab.core.member_progress import (
+from async_pbt_isaaclab.core.workspace.member_progress import (
     decision_in_words,
     eta_seconds,
     format_age,

@@ -23,10 +23,10 @@ from async_pbt_isaaclab.commands.common import (
     open_workspace,
     read_population_meta,
 )
-from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.member_progress import generation_changes
-from async_pbt_isaaclab.core.records import MemberRecord
+from async_pbt_isaaclab.core.state.records import MemberRecord
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.member_progress import generation_changes
 from async_pbt_isaaclab.exit_codes import EXIT_AUDIT_FAILED, EXIT_OK
 
 # ============================================================================ status
@@ -182,7 +182,7 @@ def add_audit_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def audit_data(ws, member: int | None = None) -> dict[str, Any]:
-    from async_pbt_isaaclab.core.workspace import WorkspaceError
+    from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
 
     try:
         population: str | None = ws.population_id(ws.population_meta())
@@ -196,8 +196,8 @@ def audit_data(ws, member: int | None = None) -> dict[str, Any]:
 
 def _member_anchor(ws, index: int, population: str | None) -> tuple[Any, str | None]:
     """(the member's state.json, or ``None``; why it cannot anchor the log, or ``None`` when it can)."""
-    from async_pbt_isaaclab.core.member_state import load_state
-    from async_pbt_isaaclab.core.records import RecordError
+    from async_pbt_isaaclab.core.state.records import RecordError
+    from async_pbt_isaaclab.core.workspace.state_files import load_state
 
     path = ws.member_dir(index) / "state.json"
     try:
@@ -217,8 +217,9 @@ def _member_anchor(ws, index: int, population: str | None) -> tuple[Any, str | N
 
 def _audit_member(ws, index: int, population: str | None, known: bool) -> dict[str, Any]:
     """Verify member ``index``'s log against its state.json and this workspace's genesis (:func:`audit_data`)."""
-    from async_pbt_isaaclab.core.audit import GENESIS, genesis_hash, verify_log
-    from async_pbt_isaaclab.core.member_lock import lock_holder
+    from async_pbt_isaaclab.core.workspace.audit import GENESIS, genesis_hash
+    from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+    from async_pbt_isaaclab.core.workspace.member_lock import lock_holder
 
     path = ws.member_dir(index) / "audit.jsonl"
     item: dict[str, Any] = {
@@ -321,8 +322,8 @@ def add_best_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def best_data(ws, top: int) -> list[dict[str, Any]]:
-    from async_pbt_isaaclab.core.retention import population_best
-    from async_pbt_isaaclab.core.workspace import WorkspaceError
+    from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
+    from async_pbt_isaaclab.core.workspace.retention import population_best
 
     out = []
     for rank, e in enumerate(population_best(ws, top), start=1):

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
-from async_pbt_isaaclab.core.mutation import agent_path
+from async_pbt_isaaclab.core.decision.mutation import agent_path
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 
 
@@ -90,6 +90,32 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return parts, value
 
 
+def _may_add(parts: list[str]) -> bool:
+    """An override may add a key under ``pbt`` (validated afterwards), ``params.config`` (rl_games reads optional keys
+    with defaults) and ``params.network``; elsewhere the key must exist."""
+    return parts[0] == "pbt" or parts[:2] == ["params", "config"] or parts[:2] == ["params", "network"]
+
+
+def _override_parent(cfg: dict[str, Any], parts: list[str], text: str, problems: list[str]) -> dict[str, Any] | None:
+    """The mapping the override ``text`` (at ``parts``) sets its last key in, the keys on the way added where
+    :func:`_may_add`; ``None`` with the problem recorded when there is none."""
+    node: Any = cfg
+    for i, part in enumerate(parts[:-1]):
+        if not isinstance(node, dict):
+            problems.append(f"override {text!r}: {'.'.join(parts[:i])} is not a mapping")
+            return None
+        if part not in node:
+            if not _may_add(parts):
+                problems.append(f"override {text!r}: no key {'.'.join(parts[: i + 1])!r} in the agent config")
+                return None
+            node[part] = {}
+        node = node[part]
+    if not isinstance(node, dict):
+        problems.append(f"override {text!r}: {'.'.join(parts[:-1])} is not a mapping")
+        return None
+    return node
+
+
 def apply_overrides(agent_cfg: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
     """Return a copy of ``agent_cfg`` with Hydra-style dotted overrides applied.
 
@@ -105,28 +131,10 @@ def apply_overrides(agent_cfg: Mapping[str, Any], overrides: Iterable[str]) -> d
         except ConfigError as exc:
             problems.extend(exc.problems)
             continue
-        node: Any = cfg
-        ok = True
-        for i, part in enumerate(parts[:-1]):
-            if not isinstance(node, dict):
-                problems.append(f"override {text!r}: {'.'.join(parts[:i])} is not a mapping")
-                ok = False
-                break
-            if part not in node:
-                if parts[0] == "pbt" or parts[:2] == ["params", "config"] or parts[:2] == ["params", "network"]:
-                    node[part] = {}
-                else:
-                    problems.append(f"override {text!r}: no key {'.'.join(parts[: i + 1])!r} in the agent config")
-                    ok = False
-                    break
-            node = node[part]
-        if not ok:
+        node = _override_parent(cfg, parts, text, problems)
+        if node is None:
             continue
-        if not isinstance(node, dict):
-            problems.append(f"override {text!r}: {'.'.join(parts[:-1])} is not a mapping")
-            continue
-        allowed_new = parts[0] == "pbt" or parts[:2] == ["params", "config"] or parts[:2] == ["params", "network"]
-        if parts[-1] not in node and not allowed_new:
+        if parts[-1] not in node and not _may_add(parts):
             problems.append(f"override {text!r}: no key {'.'.join(parts)!r} in the agent config")
             continue
         node[parts[-1]] = value

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE
-from async_pbt_isaaclab.core.mutation import MutationSpec
+from async_pbt_isaaclab.core.decision.mutation import MutationSpec
+from async_pbt_isaaclab.core.state.evidence import RETURN_OBJECTIVE
 
 HPARAM_SOURCES = ("donor", "own")
 """Where an exploiting member's hyperparameters start from before mutation."""
@@ -140,8 +140,8 @@ class PopulationConfig:
     explore_without_donor: bool = True
     """``isaaclab``: an underperformer with no leader explores from its own weights (Isaac Lab does)."""
     explore: str = "random"
-    """How a new generation's hyperparameters are proposed: a strategy of :mod:`async_pbt_isaaclab.core.explore`
-    (``random``: bounded random mutation)."""
+    """How a new generation's hyperparameters are proposed: a strategy of
+    :mod:`async_pbt_isaaclab.core.decision.explore` (``random``: bounded random mutation)."""
     hparams_from: str = "donor"
     """Exploit starts from the ``donor``'s hyperparameters (PBT) or keeps its ``own`` before mutation."""
     exploit_mode: str = "auto"

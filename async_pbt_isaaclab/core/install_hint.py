@@ -2,12 +2,14 @@
 
 The README installs from a clone with ``pip install -e ".[extra]"``; the package is not on a package index, so a
 hint such as ``pip install 'async-pbt-isaaclab[report]'`` would send the user to a registry that does not have it.
-Imports only the standard library (the core stays pure)."""
+Imports only the standard library and the core's own types."""
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
+
+from async_pbt_isaaclab.core.decision.registry import OptionalExtra
 
 PLACEHOLDER = "/path/to/async-pbt-isaaclab"
 """Where the clone is, when this copy was not installed from one (a wheel)."""
@@ -30,3 +32,12 @@ def import_failure(*modules: str) -> str | None:
         first_line = (str(exc).strip().splitlines() or [""])[0]
         return f"{type(exc).__name__}: {first_line:.200}"
     return None
+
+
+def missing_dependency(needs: OptionalExtra | None) -> str | None:
+    """Why an entry of the catalog (a rule or an explore strategy) that ``needs`` an optional extra cannot run here,
+    its refusal with ``{why}`` and ``{install}`` filled in; ``None`` when it needs none or what it needs imports."""
+    if needs is None:
+        return None
+    why = import_failure(*needs.modules)
+    return None if why is None else needs.refusal.format(why=why, install=extra_install_command(needs.extra))

@@ -13,7 +13,7 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
-from async_pbt_isaaclab.core.mutation import (
+from async_pbt_isaaclab.core.decision.mutation import (
     ISAACLAB_KIND_NAMES,
     MUTATION_KINDS,
     SUPPORTED_HYPERPARAMETERS,

@@ -2,10 +2,10 @@
 
 :func:`population_config_from_dict` coerces each value to its field's type, reads the ``mutation:`` mapping
 (:mod:`async_pbt_isaaclab.core.mutation_section`), then checks every value against what it accepts: ranges,
-the selection rules of the registry (:mod:`async_pbt_isaaclab.core.rules`) and the test fixtures, refused
-unless their variable names them (:mod:`async_pbt_isaaclab.core.fixtures`, imported here, which registers
-them). Every problem is collected and raised together in one :class:`ConfigError`, each line naming the key
-and what is accepted (the file too, with ``source``).
+the selection rules and explore strategies of the catalog (:mod:`async_pbt_isaaclab.core.decision.catalog`), the
+optional dependency each needs, and the test fixtures, refused unless :data:`TEST_FIXTURE_ENV` names them. Every
+problem is collected and raised together in one :class:`ConfigError`, each line naming the key and what is accepted
+(the file too, with ``source``).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from typing import Any, Mapping
+import os
+from typing import Any, Callable, Mapping
 
-from async_pbt_isaaclab.core import explore, pb2, rules
 from async_pbt_isaaclab.core.config import (
     EXPLOIT_MODES,
     HPARAM_SOURCES,
@@ -23,15 +23,25 @@ from async_pbt_isaaclab.core.config import (
     ConfigError,
     PopulationConfig,
 )
-from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV, fixture_enabled
+from async_pbt_isaaclab.core.decision import catalog
+from async_pbt_isaaclab.core.install_hint import missing_dependency
 from async_pbt_isaaclab.core.mutation_section import parse_mutation_section, valid_change_range
 
-SELECTION_RULES = rules.production_rules()
-"""Selection rules a user may choose (from the registry in :mod:`async_pbt_isaaclab.core.rules`)."""
+TEST_FIXTURE_ENV = "ASYNC_PBT_TEST_FIXTURE"
+"""Environment variable that must equal a fixture rule's name for that rule to be accepted."""
 
-TEST_FIXTURE_RULES = rules.fixture_rules()
-"""Rules for end-to-end tests only (:mod:`async_pbt_isaaclab.core.fixtures`, registered by importing it
-above). Refused unless ``ASYNC_PBT_TEST_FIXTURE`` names the rule."""
+
+def fixture_enabled(rule: str) -> bool:
+    """``rule`` is the fixture the environment variable :data:`TEST_FIXTURE_ENV` names for this process."""
+    return os.environ.get(TEST_FIXTURE_ENV) == rule
+
+
+SELECTION_RULES = catalog.production_rules()
+"""Selection rules a user may choose (from :mod:`async_pbt_isaaclab.core.decision.catalog`)."""
+
+TEST_FIXTURE_RULES = catalog.fixture_rules()
+"""Rules for end-to-end tests only (:mod:`async_pbt_isaaclab.core.decision.fixture_rules`, listed in the catalog).
+Refused unless :data:`TEST_FIXTURE_ENV` names the rule."""
 
 RETIRED_KEYS = {
     "frame_tolerance": "removed: a peer ahead of you is compared at its history entry at or before your frame, "
@@ -61,42 +71,61 @@ def population_size_problem(members: int) -> str:
     )
 
 
+def _as_bool(value: Any) -> tuple[Any, str | None]:
+    return (value, None) if isinstance(value, bool) else (None, f"expected true or false, got {value!r}")
+
+
+def _as_int(value: Any) -> tuple[Any, str | None]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, None
+    if isinstance(value, float) and value.is_integer():
+        return int(value), None
+    return None, f"expected an integer, got {value!r}"
+
+
+def _as_float(value: Any) -> tuple[Any, str | None]:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None, f"expected a number, got {value!r}"
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too large for a float
+        number = math.inf
+    if not math.isfinite(number):
+        return None, f"expected a finite number, got {value!r:.40}"
+    return number, None
+
+
+def _as_str(value: Any) -> tuple[Any, str | None]:
+    return (value, None) if isinstance(value, str) else (None, f"expected a string, got {value!r}")
+
+
+def _as_strings(value: Any) -> tuple[Any, str | None]:
+    if isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value):
+        return list(value), None
+    if isinstance(value, str):
+        return value.split(), None
+    return None, f"expected a list of strings, got {value!r}"
+
+
+_COERCIONS: tuple[tuple[type, Callable[[Any], tuple[Any, str | None]]], ...] = (
+    (bool, _as_bool),  # before int: a bool is an int
+    (int, _as_int),
+    (float, _as_float),
+    (str, _as_str),
+    (list, _as_strings),
+)
+"""How a value is coerced to the type of a field's default: (value, None), or (None, what was expected)."""
+
+
 def _check_type(key: str, value: Any, default: Any, problems: list[str], where: str) -> Any:
-    """Coerce ``value`` to the type of ``default`` or record a problem."""
-    if isinstance(default, bool):
-        if isinstance(value, bool):
-            return value
-        problems.append(f"{where}{key}: expected true or false, got {value!r}")
-    elif isinstance(default, int):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        problems.append(f"{where}{key}: expected an integer, got {value!r}")
-    elif isinstance(default, float):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            try:
-                number = float(value)
-            except OverflowError:  # an integer too large for a float
-                number = math.inf
-            if not math.isfinite(number):
-                problems.append(f"{where}{key}: expected a finite number, got {value!r:.40}")
-                return None
-            return number
-        problems.append(f"{where}{key}: expected a number, got {value!r}")
-    elif isinstance(default, str):
-        if isinstance(value, str):
-            return value
-        problems.append(f"{where}{key}: expected a string, got {value!r}")
-    elif isinstance(default, list):
-        if isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value):
-            return list(value)
-        if isinstance(value, str):
-            return value.split()
-        problems.append(f"{where}{key}: expected a list of strings, got {value!r}")
-    else:
-        return value
-    return None
+    """Coerce ``value`` to the type of ``default`` or record a problem (and return ``None``)."""
+    for kind, coerce in _COERCIONS:
+        if isinstance(default, kind):
+            coerced, expected = coerce(value)
+            if expected is not None:
+                problems.append(f"{where}{key}: {expected}")
+            return coerced
+    return value
 
 
 def population_config_from_dict(
@@ -236,15 +265,13 @@ def _choice_problems(cfg: PopulationConfig, allow_test_fixture: bool) -> list[st
         f"hparams_from: {cfg.hparams_from!r} is not accepted; accepted: {', '.join(HPARAM_SOURCES)}",
     )
     need(
-        cfg.explore in explore.STRATEGIES,
-        f"explore: {cfg.explore!r} is not accepted; accepted: {', '.join(explore.STRATEGIES)}",
+        cfg.explore in catalog.STRATEGIES,
+        f"explore: {cfg.explore!r} is not accepted; accepted: {', '.join(catalog.STRATEGIES.choices())}",
     )
-    if cfg.explore == pb2.NAME:
-        missing = pb2.missing_dependency()
-        need(missing is None, f"explore: {missing}")
-    if cfg.rule == "welch":
-        missing = rules.welch_missing_dependency()
-        need(missing is None, f"rule: {missing}")
+    for key, registry in (("explore", catalog.STRATEGIES), ("rule", catalog.RULES)):
+        entry = registry[getattr(cfg, key)] if getattr(cfg, key) in registry else None
+        missing = None if entry is None else missing_dependency(entry.needs)
+        need(missing is None, f"{key}: {missing}")
     need(bool(cfg.objective.strip()), "objective: must name a per-episode quantity, e.g. episode_return or success")
     low_b, high_b = cfg.mutation.get("network.log_std_bounds.low"), cfg.mutation.get("network.log_std_bounds.high")
     if low_b is not None and high_b is not None and low_b.high >= high_b.low:

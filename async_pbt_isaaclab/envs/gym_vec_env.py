@@ -13,7 +13,7 @@ Usage with a plain rl_games ``Runner``::
 
 with ``params.config.env_name: Pendulum-v1`` in the agent yaml. ``params.config.env_config`` is passed
 to :class:`GymVecEnv` as keyword arguments: ``seed`` (the rl_games ``Runner`` fills it from
-``params.seed``), ``pbt_condition`` (a :class:`~async_pbt_isaaclab.core.evidence.ConditionLabel`
+``params.seed``), ``pbt_condition`` (a :class:`~async_pbt_isaaclab.core.state.evidence.ConditionLabel`
 dict; ``task`` defaults to the gymnasium id), ``pbt_terms`` (info keys to record as per-episode terms:
 a list, each read at the episode's final step, or ``{key: "sum" | "last" | "max"}``; a key missing from
 an env's info makes that episode's term NaN, which the evidence window counts and drops); every other
@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from gymnasium.vector import SyncVectorEnv
 
-from async_pbt_isaaclab.core.evidence import ConditionLabel
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel
 from async_pbt_isaaclab.envs.summary_emitter import EpisodeSummaryEmitter
 from async_pbt_isaaclab.envs.summary_source import SUMMARY_SOURCE_ATTR, find_summary_source
 

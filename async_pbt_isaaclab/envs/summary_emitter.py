@@ -4,7 +4,7 @@ Isaac Lab reports episode statistics only as batch means in ``extras["log"]``; p
 needs *per-episode* evidence (return, length, objective terms) of the *current* policy generation. The
 :class:`EpisodeSummaryEmitter` builds those records on the env device, one fused update per env step,
 and hands them to the host only when the member publishes (:meth:`EpisodeSummaryEmitter.drain`), as an
-:class:`~async_pbt_isaaclab.core.evidence.EpisodeBatch`.
+:class:`~async_pbt_isaaclab.core.state.evidence.EpisodeBatch`.
 
 Data flow::
 
@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 import torch
 
-from async_pbt_isaaclab.core.evidence import ConditionLabel, EpisodeBatch
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EpisodeBatch
 from async_pbt_isaaclab.envs.episode_layout import EpisodeLayout
 from async_pbt_isaaclab.envs.settling_gate import SettlingGate
 

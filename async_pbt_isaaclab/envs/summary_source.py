@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from async_pbt_isaaclab.core.evidence import EpisodeBatch
+    from async_pbt_isaaclab.core.state.evidence import EpisodeBatch
 
 SUMMARY_SOURCE_ATTR = "pbt_summary_source"
 """Attribute of a vec-env or wrapper that holds its episode-summary source."""

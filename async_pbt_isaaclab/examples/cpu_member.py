@@ -21,15 +21,15 @@ from typing import Any
 from async_pbt_isaaclab.console import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, with_task_start_grace
-from async_pbt_isaaclab.core.flags import (
+from async_pbt_isaaclab.core.slices import SLICES_FLAG
+from async_pbt_isaaclab.examples.agents import DEFAULT_TASK, PACKAGED_AGENTS, packaged_agent_yaml
+from async_pbt_isaaclab.member.restart import capture_argv
+from async_pbt_isaaclab.pbt_flags import (
     add_population_args,
     add_slices_arg,
     population_flag_origins,
     population_overrides,
 )
-from async_pbt_isaaclab.core.slices import SLICES_FLAG
-from async_pbt_isaaclab.examples.agents import DEFAULT_TASK, PACKAGED_AGENTS, packaged_agent_yaml
-from async_pbt_isaaclab.member.restart import capture_argv
 
 VEC_ENV_CHOICES = ("gymnasium", "envpool")
 """``--vec-env``: the backends of ``envs.vec_env_registry.VEC_ENV_BACKENDS``."""
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     agent_cfg, cfg = loaded
     _apply_run_flags(agent_cfg, cfg, args)
 
-    from async_pbt_isaaclab.core.workspace import WorkspaceError
+    from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
     from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError
     from async_pbt_isaaclab.rl_games.runner import train_member
 
@@ -160,7 +160,7 @@ def _train_slices(
 ) -> int:
     """``--pbt-slices M``: members ``--pbt-index .. +M-1`` in this process, on one gymnasium vec-env of M x num_envs."""
     from async_pbt_isaaclab.core.slices import slice_layout
-    from async_pbt_isaaclab.core.workspace import WorkspaceError
+    from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
     from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError
     from async_pbt_isaaclab.rl_games.slice_threads import MembersStuck, MemberThreadError, end_process
     from async_pbt_isaaclab.rl_games.slices import check_slices, train_slices
@@ -310,7 +310,8 @@ def _replay_observers(
         return [], cfg
     from rl_games.common.algo_observer import IsaacAlgoObserver
 
-    from async_pbt_isaaclab.core.schedule import ScheduleError, load_replay_schedule
+    from async_pbt_isaaclab.core.state.schedule import ScheduleError
+    from async_pbt_isaaclab.core.workspace.state_files import load_replay_schedule
     from async_pbt_isaaclab.rl_games.schedule_replay import start_replay
 
     try:

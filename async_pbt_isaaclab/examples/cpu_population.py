@@ -41,17 +41,17 @@ from typing import Any
 from async_pbt_isaaclab.console import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, objective_term
-from async_pbt_isaaclab.core.flags import add_population_args, population_overrides
-from async_pbt_isaaclab.core.fsio import folder_problem
-from async_pbt_isaaclab.core.member_progress import generation_changes
-from async_pbt_isaaclab.core.member_state import load_state
 from async_pbt_isaaclab.core.pbt_section import SELECTION_RULES, population_size_problem
-from async_pbt_isaaclab.core.retention import population_best
 from async_pbt_isaaclab.core.slices import SLICES_FLAG, slice_problems
-from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, population_conflicts
+from async_pbt_isaaclab.core.workspace.fsio import folder_problem
+from async_pbt_isaaclab.core.workspace.layout import Workspace, WorkspaceError, population_conflicts
+from async_pbt_isaaclab.core.workspace.member_progress import generation_changes
+from async_pbt_isaaclab.core.workspace.retention import population_best
+from async_pbt_isaaclab.core.workspace.state_files import load_state
 from async_pbt_isaaclab.examples import rsl_rl_member
 from async_pbt_isaaclab.examples.agents import DEFAULT_TASK, PACKAGED_AGENTS
 from async_pbt_isaaclab.exit_codes import EXIT_OK, EXIT_USAGE
+from async_pbt_isaaclab.pbt_flags import add_population_args, population_overrides
 from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS  # plain data: no torch, no rl_games
 
 PROG = "python -m async_pbt.examples.cpu_population"
@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _launch(args: argparse.Namespace, workspace: Path, start_words: str, resumed: bool) -> int:
-    from async_pbt_isaaclab.core.launcher_lock import release_launcher_locks
+    from async_pbt_isaaclab.core.workspace.launcher_lock import release_launcher_locks
     from async_pbt_isaaclab.launch.arguments import LaunchError
     from async_pbt_isaaclab.launch.backends import hold_workspace
     from async_pbt_isaaclab.launch.local_backend import launch_population

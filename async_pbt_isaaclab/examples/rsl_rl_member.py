@@ -21,10 +21,10 @@ from typing import Any
 from async_pbt_isaaclab.console import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_yaml
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
-from async_pbt_isaaclab.core.flags import add_population_args, population_flag_origins, population_overrides
 from async_pbt_isaaclab.examples.agents import DEFAULT_TASK, PACKAGED_RSL_RL_CONFIGS
 from async_pbt_isaaclab.exit_codes import EXIT_USAGE
 from async_pbt_isaaclab.member.restart import capture_argv
+from async_pbt_isaaclab.pbt_flags import add_population_args, population_flag_origins, population_overrides
 
 PROG = "python -m async_pbt.examples.rsl_rl_member"
 
@@ -111,7 +111,7 @@ def _train(args: argparse.Namespace, rsl_cfg: dict[str, Any], cfg: PopulationCon
     import dataclasses
 
     from async_pbt_isaaclab.checkpoint_io import CheckpointError
-    from async_pbt_isaaclab.core.workspace import WorkspaceError
+    from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
     from async_pbt_isaaclab.examples.rsl_rl_train import build_runner
     from async_pbt_isaaclab.rsl_rl.member import train_member
 

@@ -13,8 +13,8 @@ import stat
 from pathlib import Path
 from typing import Sequence
 
-from async_pbt_isaaclab.core.fsio import UnsafePathError, check_no_links, folder_problem
 from async_pbt_isaaclab.core.slices import SLICES_FLAG, process_members
+from async_pbt_isaaclab.core.workspace.fsio import UnsafePathError, check_no_links, folder_problem
 
 MEMBER_FLAGS = ("--pbt-workspace", "--pbt-members", "--pbt-index")
 """Flags the launcher appends to the member command; the user must not pass them too."""
@@ -133,10 +133,10 @@ def check_workspace_conditions(workspace: Path, members: int, command: Sequence[
     """Refuse, before anything is written or started, a launch into an existing workspace whose population was
     created under another condition than ``members`` and the member command ask for: its size, and the task
     (``--task``), objective and seed (``--pbt-objective``/``--pbt-seed`` or their ``agent.pbt.*`` overrides) when the
-    command names them (:func:`~async_pbt_isaaclab.core.workspace.population_conflicts`, the rule every member's
+    command names them (:func:`~async_pbt_isaaclab.core.workspace.layout.population_conflicts`, the rule every member's
     start applies). One line naming each value and the workspace."""
     from async_pbt_isaaclab.core.config import objective_term
-    from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, population_conflicts
+    from async_pbt_isaaclab.core.workspace.layout import Workspace, WorkspaceError, population_conflicts
 
     if not (workspace / "population.json").is_file():
         return

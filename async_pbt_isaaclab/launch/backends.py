@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.filesystem_checks import doctor_report
-from async_pbt_isaaclab.core.fsio import folder_problem
-from async_pbt_isaaclab.core.launcher_lock import acquire_launcher_locks
-from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
+from async_pbt_isaaclab.core.workspace.filesystem_checks import doctor_report
+from async_pbt_isaaclab.core.workspace.fsio import folder_problem
+from async_pbt_isaaclab.core.workspace.launcher_lock import acquire_launcher_locks
+from async_pbt_isaaclab.core.workspace.layout import Workspace, WorkspaceError
 from async_pbt_isaaclab.exit_codes import EXIT_CHECK_FAILED, EXIT_USAGE
 from async_pbt_isaaclab.launch.arguments import (
     LaunchError,

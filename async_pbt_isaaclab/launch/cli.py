@@ -26,8 +26,8 @@ import sys
 from typing import Sequence
 
 from async_pbt_isaaclab.console import OneLineParser
-from async_pbt_isaaclab.core.launcher_lock import release_launcher_locks
 from async_pbt_isaaclab.core.pbt_section import population_size_problem
+from async_pbt_isaaclab.core.workspace.launcher_lock import release_launcher_locks
 from async_pbt_isaaclab.exit_codes import EXIT_USAGE
 from async_pbt_isaaclab.launch.arguments import LaunchError
 from async_pbt_isaaclab.launch.backends import add_backend_arguments, run_backend

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence, TextIO
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.launcher_lock import acquire_launcher_locks, release_launcher_locks
-from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, member_dirname
+from async_pbt_isaaclab.core.workspace.launcher_lock import acquire_launcher_locks, release_launcher_locks
+from async_pbt_isaaclab.core.workspace.layout import Workspace, WorkspaceError, member_dirname
 from async_pbt_isaaclab.launch.arguments import (
     LaunchError,
     check_indices,

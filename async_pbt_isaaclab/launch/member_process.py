@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from async_pbt_isaaclab.core import fsio
+from async_pbt_isaaclab.core.workspace import fsio
 
 
 class MemberStartError(Exception):

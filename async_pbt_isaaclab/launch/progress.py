@@ -20,17 +20,16 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.member_progress import (
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.layout import Workspace, member_dirname
+from async_pbt_isaaclab.core.workspace.member_progress import (
     decision_in_words,
     format_age,
     generation_changes,
     last_decision_entry,
     read_target,
 )
-from async_pbt_isaaclab.core.member_state import load_state
-from async_pbt_isaaclab.core.records import read_record
-from async_pbt_isaaclab.core.workspace import Workspace, member_dirname
+from async_pbt_isaaclab.core.workspace.state_files import load_state, read_record
 from async_pbt_isaaclab.launch.results import MemberOutcome
 
 LOG_TAIL_LINES = 12
@@ -188,7 +187,7 @@ def resume_point(workspace: Path, index: int) -> str:
 class Journal:
     """Append-only ``launcher.jsonl``. One ``write`` per line so concurrent launchers (one per node,
     different ``indices``) do not interleave within a line; a full disk is reported once, not fatal. Never
-    appended through a symbolic or hard link (:func:`~async_pbt_isaaclab.core.fsio.append_line`)."""
+    appended through a symbolic or hard link (:func:`~async_pbt_isaaclab.core.workspace.fsio.append_line`)."""
 
     def __init__(self, path: Path, say: Callable[[str], None], root: Path | None = None):
         self.path = path

@@ -39,9 +39,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from async_pbt_isaaclab.core.fsio import atomic_write_json
 from async_pbt_isaaclab.core.install_hint import extra_install_command
-from async_pbt_isaaclab.core.workspace import member_dirname
+from async_pbt_isaaclab.core.workspace.fsio import atomic_write_json
+from async_pbt_isaaclab.core.workspace.layout import member_dirname
 from async_pbt_isaaclab.launch.arguments import LaunchError, check_launch_paths, member_command
 from async_pbt_isaaclab.launch.member_process import member_preexec, spawn_member
 from async_pbt_isaaclab.launch.progress import describe_exit, progress_lines

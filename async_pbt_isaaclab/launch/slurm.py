@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from async_pbt_isaaclab.core.fsio import atomic_write_bytes, atomic_write_json
+from async_pbt_isaaclab.core.workspace.fsio import atomic_write_bytes, atomic_write_json
 from async_pbt_isaaclab.launch.arguments import LaunchError, check_launch_paths
 
 JOBS_FILE = "cluster/slurm_jobs.json"

@@ -58,9 +58,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from async_pbt_isaaclab.core.resume import describe_resume
 from async_pbt_isaaclab.core.slices import process_members
-from async_pbt_isaaclab.core.workspace import member_dirname
+from async_pbt_isaaclab.core.workspace.layout import member_dirname
+from async_pbt_isaaclab.core.workspace.resume import describe_resume
 from async_pbt_isaaclab.exit_codes import (
     EXIT_GAVE_UP,
     EXIT_OK,

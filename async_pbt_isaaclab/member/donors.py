@@ -16,10 +16,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.generation import DonorSource
-from async_pbt_isaaclab.core.retention import pin_checkpoint
-from async_pbt_isaaclab.core.workspace import WorkspaceError
+from async_pbt_isaaclab.core.decision.generation import DonorSource
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
+from async_pbt_isaaclab.core.workspace.retention import pin_checkpoint
 from async_pbt_isaaclab.member.session import MemberSession
 from async_pbt_isaaclab.member.trainer import Trainer, UnreadableCheckpoint
 

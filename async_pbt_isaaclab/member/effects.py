@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from async_pbt_isaaclab.core.exploit_plan import ExploitPlan
-from async_pbt_isaaclab.core.member_state import MemberState, PublishUndo
-from async_pbt_isaaclab.core.records import MemberRecord
-from async_pbt_isaaclab.core.retention import BestEntry
+from async_pbt_isaaclab.core.decision.exploit_plan import ExploitPlan
+from async_pbt_isaaclab.core.state.best import BestEntry
+from async_pbt_isaaclab.core.state.member_state import MemberState, PublishUndo
+from async_pbt_isaaclab.core.state.records import MemberRecord
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,10 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.exploit_plan import ExploitPlan, keys_set_live, start_learning_rate
-from async_pbt_isaaclab.core.generation import DonorSource, PendingExploit
-from async_pbt_isaaclab.core.pause_points import pause_at
+from async_pbt_isaaclab.core.decision.exploit_plan import ExploitPlan, keys_set_live, start_learning_rate
+from async_pbt_isaaclab.core.decision.generation import DonorSource, PendingExploit
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.pause_points import pause_at
 from async_pbt_isaaclab.member import restart as process
 from async_pbt_isaaclab.member.donors import DONOR_ERRORS, DonorLookup, KeptState, fetch_donor, in_memory
 from async_pbt_isaaclab.member.effects import CarryOut, Heartbeat, PublishFiles, Repair, Restore, Say, Stop, Warn

@@ -10,9 +10,9 @@ A trainer adapter (``rl_games/observer.py``; ``member/trainer.py`` says what a t
     member.stop(status)       training ended or was stopped -> final publish, status record, ``stop`` entry
 
 :class:`MemberLoop` turns each event into effects (``member/effects.py``): the decision is
-:func:`~async_pbt_isaaclab.core.step.pbt_step`'s and the whole exploit is planned by
-:func:`~async_pbt_isaaclab.core.exploit_plan.plan_exploit`, both pure and replayed by the audit verifier; the member's
-state changes only through :class:`~async_pbt_isaaclab.core.member_state.MemberState`'s methods. The
+:func:`~async_pbt_isaaclab.core.decision.step.pbt_step`'s and the whole exploit is planned by
+:func:`~async_pbt_isaaclab.core.decision.exploit_plan.plan_exploit`, both pure and replayed by the audit verifier; the
+member's state changes only through :class:`~async_pbt_isaaclab.core.state.member_state.MemberState`'s methods. The
 :class:`~async_pbt_isaaclab.member.executor.MemberExecutor` carries the effects out in a fixed order.
 """
 
@@ -25,12 +25,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from async_pbt_isaaclab.core.exploit_plan import plan_exploit
-from async_pbt_isaaclab.core.member_state import FinishedMark
-from async_pbt_isaaclab.core.plan_inputs import PlanInputs
-from async_pbt_isaaclab.core.records import MemberRecord
-from async_pbt_isaaclab.core.selection import Outcome
-from async_pbt_isaaclab.core.step import PopulationView, StepResult, pbt_step
+from async_pbt_isaaclab.core.decision.exploit_plan import plan_exploit
+from async_pbt_isaaclab.core.decision.plan_inputs import PlanInputs
+from async_pbt_isaaclab.core.decision.selection import Outcome
+from async_pbt_isaaclab.core.decision.step import PopulationView, StepResult, pbt_step
+from async_pbt_isaaclab.core.state.member_state import FinishedMark
+from async_pbt_isaaclab.core.state.records import MemberRecord
 from async_pbt_isaaclab.member.effects import (
     CarryOut,
     Effect,

@@ -17,12 +17,13 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary, EvidenceWindow
-from async_pbt_isaaclab.core.member_state import MemberState, Publish, SavedEvidence
-from async_pbt_isaaclab.core.plan_inputs import TrainerCounters
-from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
-from async_pbt_isaaclab.core.retention import BestEntry, update_best
-from async_pbt_isaaclab.core.selection import Decision
+from async_pbt_isaaclab.core.decision.plan_inputs import TrainerCounters
+from async_pbt_isaaclab.core.decision.selection import Decision
+from async_pbt_isaaclab.core.state.best import BestEntry
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EvidenceSummary, EvidenceWindow
+from async_pbt_isaaclab.core.state.member_state import MemberState, Publish, SavedEvidence
+from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
+from async_pbt_isaaclab.core.workspace.retention import update_best
 
 if TYPE_CHECKING:
     from async_pbt_isaaclab.envs.summary_source import SummarySource

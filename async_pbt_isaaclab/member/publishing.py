@@ -4,7 +4,7 @@
 checkpoint, ``best.json`` when the best list changed, retention, the decision, ``state.json``, ``record.json``), and
 heartbeats as one-step jobs. The writer reports the steps each job finished; from that, once the writer is idle,
 :class:`Publishing` records which checkpoint is durable and puts the member's state back
-(:meth:`~async_pbt_isaaclab.core.member_state.MemberState.undo_publish`) for every queued publish whose checkpoint
+(:meth:`~async_pbt_isaaclab.core.state.member_state.MemberState.undo_publish`) for every queued publish whose checkpoint
 never reached the disk, newest first; records then name the durable one.
 
 This is where the writer discipline is kept: a publish's state changes are undone together when its checkpoint is
@@ -16,8 +16,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.retention import apply_retention
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.retention import apply_retention
 from async_pbt_isaaclab.member.effects import Heartbeat, PublishFiles
 from async_pbt_isaaclab.member.publication import Publication
 from async_pbt_isaaclab.member.session import MemberSession
@@ -60,7 +60,8 @@ class Publishing:
         member_dir = self.session.dir
         steps: list[Any] = [
             (f"checkpoint {files.path}", functools.partial(fsio.atomic_write_bytes, files.path, files.data)),
-            # Test facility (core/pause_points.py): the chaos harness kills the member here, checkpoint written.
+            # Test facility (core/workspace/pause_points.py): the chaos harness kills the member here,
+            # checkpoint written.
             ("pause point", PausePoint("background_write", member_dir)),
         ]
         if files.best is not None:

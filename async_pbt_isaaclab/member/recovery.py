@@ -11,10 +11,10 @@ import json
 import re
 from pathlib import Path
 
-from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.member_state import MemberState
-from async_pbt_isaaclab.core.workspace import Workspace
+from async_pbt_isaaclab.core.state.member_state import MemberState
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.layout import Workspace
 
 
 def clear_leftovers(ws: Workspace, cfg: PopulationConfig) -> None:
@@ -55,7 +55,7 @@ def recover_after_crash(state: MemberState, mdir: Path) -> None:
       checkpoint the state does not know (and so does not protect from retention, and that the resumed
       member may overwrite with other content under the same name). Rewrite it from ``state.best``.
     """
-    from async_pbt_isaaclab.core.audit import read_entries
+    from async_pbt_isaaclab.core.workspace.audit import read_entries
 
     last = None
     try:

@@ -25,16 +25,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.agent_config import current_hyperparameters, set_path
-from async_pbt_isaaclab.core.audit import AuditLog, genesis_hash
 from async_pbt_isaaclab.core.config import PopulationConfig, objective_term
-from async_pbt_isaaclab.core.evidence import ConditionLabel
-from async_pbt_isaaclab.core.member_lock import MemberLock
-from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.member_state import AuditHead, FinishedMark, MemberState, load_state, save_state
-from async_pbt_isaaclab.core.mutation import agent_path
-from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, checkpoint_name, save_agent_config
+from async_pbt_isaaclab.core.decision.mutation import agent_path
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
+from async_pbt_isaaclab.core.state.member_state import AuditHead, FinishedMark, MemberState
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.audit import AuditLog, genesis_hash
+from async_pbt_isaaclab.core.workspace.layout import Workspace, WorkspaceError, checkpoint_name, save_agent_config
+from async_pbt_isaaclab.core.workspace.member_lock import MemberLock
+from async_pbt_isaaclab.core.workspace.state_files import load_state, save_state
 from async_pbt_isaaclab.member.recovery import clear_leftovers, recover_after_crash
 from async_pbt_isaaclab.member.restart import capture_argv
 from async_pbt_isaaclab.member.wandb_run import assign_wandb_run_id
@@ -342,7 +343,7 @@ def _first_rng(cfg: PopulationConfig, population_seed: int | None) -> MemberRng:
 
 def _logged_first_draw(audit: AuditLog) -> dict[str, Any] | None:
     """The ``initial_draw``/``initial_mutation`` entry a killed first start logged (``None`` without one)."""
-    from async_pbt_isaaclab.core.audit import read_entries
+    from async_pbt_isaaclab.core.workspace.audit import read_entries
 
     found = None
     try:
@@ -363,7 +364,7 @@ def _initial_draw(
     (member 0 keeps the yaml's), stratified across the population by its seed (none in a workspace written
     before seeds were recorded); logged as an ``initial_draw`` entry and replayed by the verifier. A value set on
     the command line is kept, and said so (``core.start.kept_from_start``)."""
-    from async_pbt_isaaclab.core.start import command_line_keys, initial_draw, kept_from_start
+    from async_pbt_isaaclab.core.decision.start import command_line_keys, initial_draw, kept_from_start
 
     pinned = command_line_keys(argv[1:], cfg)
     for key in sorted(cfg.mutation):
@@ -383,7 +384,7 @@ def _initial_draw(
 def _initial_mutation(state: MemberState, cfg: PopulationConfig, audit: AuditLog) -> None:
     """``initial_mutation``: perturb the yaml's hyperparameters once at the member's first start (logged and
     replayable, like every draw from the member's RNG)."""
-    from async_pbt_isaaclab.core.step import initial_step
+    from async_pbt_isaaclab.core.decision.step import initial_step
 
     step = initial_step(cfg.policy_idx, state.hyperparameters, cfg, state.rng_state)
     audit.append("initial_mutation", step.audit_body(cfg.policy_idx, cfg))

@@ -11,7 +11,7 @@ the member loop and the core never import a trainer.
 To add a trainer: implement :class:`Trainer` in its subpackage, and call the member loop's events from the
 trainer's own hooks (``rl_games/observer.py`` is the example): evidence ready before an update, the update done,
 stop. :class:`TrainerAbilities` and :class:`TrainerCounters` are plain data defined in the core
-(:mod:`async_pbt_isaaclab.core.plan_inputs`), because the core's exploit plan reads them.
+(:mod:`async_pbt_isaaclab.core.decision.plan_inputs`), because the core's exploit plan reads them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
 
-from async_pbt_isaaclab.core.plan_inputs import TrainerAbilities, TrainerCounters
+from async_pbt_isaaclab.core.decision.plan_inputs import TrainerAbilities, TrainerCounters
 
 if TYPE_CHECKING:
     from async_pbt_isaaclab.envs.summary_source import SummarySource

@@ -53,8 +53,8 @@ def member_wandb_init_kwargs(workspace: str | os.PathLike, member: int, name: st
     Called by a member's process after :func:`~async_pbt_isaaclab.member.session.start_member` saved the state, so
     the id is there: the one given at the member's first start, whatever restarted the process.
     """
-    from async_pbt_isaaclab.core.member_state import load_state
-    from async_pbt_isaaclab.core.workspace import Workspace
+    from async_pbt_isaaclab.core.workspace.layout import Workspace
+    from async_pbt_isaaclab.core.workspace.state_files import load_state
 
     path = Workspace(workspace).member_dir(member) / "state.json"
     state = load_state(path)

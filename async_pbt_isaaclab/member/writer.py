@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Union
 
-from async_pbt_isaaclab.core.pause_points import pause_at
+from async_pbt_isaaclab.core.workspace.pause_points import pause_at
 
 
 @dataclass(frozen=True)

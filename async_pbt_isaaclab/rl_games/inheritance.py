@@ -11,8 +11,8 @@ peers stay meaningful), ``last_mean_rewards`` (rl_games' best-so-far guard for t
 lineage, log directory / TensorBoard run (all in ``state.json``).
 
 The learning rate is the one the exploit plan decided
-(:func:`async_pbt_isaaclab.core.exploit_plan.start_learning_rate`): the searched value, else the donor's live rate
-as it published it. It is written into every optimizer param group and into ``pbt.last_lr``, which the next start
+(:func:`async_pbt_isaaclab.core.decision.exploit_plan.start_learning_rate`): the searched value, else the donor's live
+rate as it published it. It is written into every optimizer param group and into ``pbt.last_lr``, which the next start
 sets as ``agent.last_lr`` (rl_games would otherwise restart from the config's value and the adaptive scheduler
 would erase the inherited rate).
 

@@ -27,7 +27,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from async_pbt_isaaclab.core import fsio
+from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.member.session import MemberSession
 
 TAG_PREFIX = "pbt/"
@@ -189,7 +189,7 @@ class PbtScalarsObserver:
         pass
 
     def after_init(self, algo: Any) -> None:
-        from async_pbt_isaaclab.core.member_progress import target_frames, write_target
+        from async_pbt_isaaclab.core.workspace.member_progress import target_frames, write_target
 
         self.algo = algo
         self.scalars = PbtScalars(getattr(algo, "writer", None), ScalarFile(self.session.dir / SCALARS_FILE))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.resume import describe_resume
+from async_pbt_isaaclab.core.workspace.resume import describe_resume
 from async_pbt_isaaclab.envs.summary_source import SummarySource
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ a schedule that
 changes another one and puts the first step's values into the agent config before the agent is built.
 
 Both training entry points (the CPU member and ``scripts/train_pbt.py``) take ``--pbt-replay SCHEDULE`` the same way:
-:func:`~async_pbt_isaaclab.core.schedule.load_replay_schedule` reads and checks the file (before any simulator
+:func:`~async_pbt_isaaclab.core.state.schedule.load_replay_schedule` reads and checks the file (before any simulator
 starts), then :func:`start_replay` prepares the agent config and returns the observer to train with.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 from rl_games.common.algo_observer import AlgoObserver
 
 from async_pbt_isaaclab.core.agent_config import set_path
-from async_pbt_isaaclab.core.schedule import (
+from async_pbt_isaaclab.core.state.schedule import (
     Schedule,
     ScheduleFollower,
     check_replayable,

@@ -13,8 +13,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Mapping
 
-from async_pbt_isaaclab.core.mutation import isaaclab_key
-from async_pbt_isaaclab.core.plan_inputs import TrainerAbilities, TrainerCounters
+from async_pbt_isaaclab.core.decision.mutation import isaaclab_key
+from async_pbt_isaaclab.core.decision.plan_inputs import TrainerAbilities, TrainerCounters
 from async_pbt_isaaclab.envs.summary_source import SummarySource, find_summary_source
 from async_pbt_isaaclab.rl_games.checkpoint import PBT_KEY, checkpoint_bytes, load_checkpoint, with_pbt_metadata
 from async_pbt_isaaclab.rl_games.inheritance import build_recipient_state, check_donor_fits, model_fingerprint

@@ -21,8 +21,8 @@ from typing import Any, Callable, Mapping
 
 from async_pbt_isaaclab.core.agent_config import get_path
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.mutation import agent_path
-from async_pbt_isaaclab.core.resume import describe_resume
+from async_pbt_isaaclab.core.decision.mutation import agent_path
+from async_pbt_isaaclab.core.workspace.resume import describe_resume
 from async_pbt_isaaclab.member.executor import MemberExecutor
 from async_pbt_isaaclab.member.held_stop import StopOnSignal
 from async_pbt_isaaclab.member.loop import Member, MemberLoop

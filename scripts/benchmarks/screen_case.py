@@ -54,7 +54,7 @@ def command(case: study_cases.Case, values: tuple[str, ...], workspace: Path, ar
 
 
 def curve(workspace: Path) -> list[tuple[int, float]]:
-    from async_pbt_isaaclab.core.records import read_record
+    from async_pbt_isaaclab.core.workspace.state_files import read_record
 
     record = read_record(workspace / "members" / "000" / "record.json")
     return [(h.frame, h.mean) for h in record.history]

@@ -8,7 +8,7 @@ sha256, and a few stale (old heartbeat, old-generation evidence, lagging) and in
 curriculum stage) members. It then times, over repeats:
 
 * ``read``: ``Workspace.read_records()`` (list the members, read and strictly parse every record);
-* ``decide``: ``rules.decide`` for the worst member with the ``dexpbt``, ``isaaclab`` and ``welch`` rules.
+* ``decide``: ``step.decide`` for the worst member with the ``dexpbt``, ``isaaclab`` and ``welch`` rules.
 
 Targets (checked at 1024 members): decide <= 50 ms for every rule, read + decide <= 250 ms.
 Exit status 0 when every target passes, 1 otherwise.
@@ -32,13 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-from async_pbt_isaaclab.core.member_rng import MemberRng
+from async_pbt_isaaclab.core.decision.step import decide
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
-from async_pbt_isaaclab.core.records import MemberRecord
-from async_pbt_isaaclab.core.rules import decide
-from async_pbt_isaaclab.core.workspace import Workspace, checkpoint_name
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EvidenceSummary
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
+from async_pbt_isaaclab.core.state.records import MemberRecord
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.layout import Workspace, checkpoint_name
 
 TASK = "Isaac-Repose-Cube-Allegro-Direct-v0"
 INTERVAL = 1_000_000

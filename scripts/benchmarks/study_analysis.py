@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from async_pbt_isaaclab.commands.evaluate import DEFAULT_EVAL_SEED
-from async_pbt_isaaclab.core.retention import list_checkpoints
-from async_pbt_isaaclab.core.workspace import member_dirname
+from async_pbt_isaaclab.core.workspace.layout import member_dirname
+from async_pbt_isaaclab.core.workspace.retention import list_checkpoints
 
 INF = math.inf
 

@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from async_pbt_isaaclab.commands.evaluate import DEFAULT_EVAL_SEED, Evaluator
-    from async_pbt_isaaclab.core.records import read_record
-    from async_pbt_isaaclab.core.retention import list_checkpoints
+    from async_pbt_isaaclab.core.workspace.retention import list_checkpoints
+    from async_pbt_isaaclab.core.workspace.state_files import read_record
 
     workspace = Path(args.workspace).absolute()
     member = workspace / "members" / "000"

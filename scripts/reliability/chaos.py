@@ -24,7 +24,7 @@ The watcher (``chaos_watch``) follows the workspace with inotify (Linux; polling
 about a millisecond of the file event. The first three in-process windows are a few milliseconds wide, and
 the background writer's publish runs beside training: the members hold inside them at pause points
 (``ASYNC_PBT_TEST_PAUSE_AT``, a test facility set through the launcher for the windows aimed at;
-``async_pbt_isaaclab.core.pause_points``), and the driver (``chaos_driver``) kills a
+``async_pbt_isaaclab.core.workspace.pause_points``), and the driver (``chaos_driver``) kills a
 held member or lets it go on with SIGCONT, so those kills land whatever the machine's load. After each SIGKILL it
 waits for the process to die and reads what it left: a kill counts for its window only when the window was
 still open at death; otherwise it is reported as missed and the driver waits for the next opportunity. A
@@ -60,7 +60,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from async_pbt_isaaclab.core.workspace import Workspace
+from async_pbt_isaaclab.core.workspace.layout import Workspace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The harness's modules, next to this script.

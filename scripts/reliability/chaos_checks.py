@@ -17,11 +17,12 @@ from typing import Any
 
 from chaos_exploit_checks import verify_exploits
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.audit import read_entries, verify_log
-from async_pbt_isaaclab.core.member_state import load_state
-from async_pbt_isaaclab.core.pause_points import MARKER_PREFIX
-from async_pbt_isaaclab.core.workspace import Workspace
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.audit import read_entries
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+from async_pbt_isaaclab.core.workspace.layout import Workspace
+from async_pbt_isaaclab.core.workspace.pause_points import MARKER_PREFIX
+from async_pbt_isaaclab.core.workspace.state_files import load_state
 
 FRAMES_PER_EPOCH = 8 * 64
 """num_envs x horizon_length of the member command in chaos.py."""

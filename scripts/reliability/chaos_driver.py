@@ -22,7 +22,7 @@ from typing import Callable
 
 from chaos_windows import EXPLOIT_WINDOWS
 
-from async_pbt_isaaclab.core.workspace import member_dirname
+from async_pbt_isaaclab.core.workspace.layout import member_dirname
 
 FREQUENT_WINDOWS = ("checkpoint_write", "background_write", "random")
 """Windows that open at any time; the others need an exploit decision."""

@@ -18,10 +18,10 @@ from typing import Callable
 
 from chaos_windows import aimed_windows, held_windows
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV
-from async_pbt_isaaclab.core.pause_points import PAUSE_ENV
-from async_pbt_isaaclab.core.workspace import member_dirname
+from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.layout import member_dirname
+from async_pbt_isaaclab.core.workspace.pause_points import PAUSE_ENV
 
 FIXTURE_RULE = "fixture_exploit_every_decision"
 """The test fixture rule the members use unless ``--rule dexpbt``."""

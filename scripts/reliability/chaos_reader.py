@@ -14,9 +14,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from async_pbt_isaaclab.core.member_state import load_state
-from async_pbt_isaaclab.core.records import RecordError
-from async_pbt_isaaclab.core.workspace import Workspace
+from async_pbt_isaaclab.core.state.records import RecordError
+from async_pbt_isaaclab.core.workspace.layout import Workspace
+from async_pbt_isaaclab.core.workspace.state_files import load_state
 
 PAUSE_S = 0.05
 """Pause between two passes over the workspace. About 20 passes a second: a record, state or best list is rewritten

@@ -46,11 +46,11 @@ from chaos_windows import (
     restart_in_flight,
 )
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.member_state import load_state
-from async_pbt_isaaclab.core.pause_points import MARKER_PREFIX
-from async_pbt_isaaclab.core.records import RecordError
-from async_pbt_isaaclab.core.workspace import parse_member_dirname
+from async_pbt_isaaclab.core.state.records import RecordError
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.layout import parse_member_dirname
+from async_pbt_isaaclab.core.workspace.pause_points import MARKER_PREFIX
+from async_pbt_isaaclab.core.workspace.state_files import load_state
 
 
 class Inotify:

@@ -12,11 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.audit import read_entries
-from async_pbt_isaaclab.core.member_state import load_state
-from async_pbt_isaaclab.core.pause_points import PAUSE_POINTS
-from async_pbt_isaaclab.core.records import RecordError
+from async_pbt_isaaclab.core.state.records import RecordError
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.audit import read_entries
+from async_pbt_isaaclab.core.workspace.pause_points import PAUSE_POINTS
+from async_pbt_isaaclab.core.workspace.state_files import load_state
 
 RESTART_WINDOWS = (
     "checkpoint_write",
@@ -55,7 +55,7 @@ HELD_WINDOWS = PAUSE_POINTS
 """Windows a few milliseconds wide (one fsynced write each), too narrow for a driver woken by a file event on a
 loaded machine, and the background writer's publish (beside training: no file event says where training is): the
 members hold inside them at a pause point (``ASYNC_PBT_TEST_PAUSE_AT``, a test facility in
-``async_pbt_isaaclab.core.pause_points``) and the driver kills the held process or lets it go on (SIGCONT)."""
+``async_pbt_isaaclab.core.workspace.pause_points``) and the driver kills the held process or lets it go on (SIGCONT)."""
 
 
 def held_windows(windows: tuple[str, ...]) -> tuple[str, ...]:

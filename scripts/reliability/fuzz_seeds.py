@@ -10,16 +10,17 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from async_pbt_isaaclab.core.audit import AuditLog
-from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-from async_pbt_isaaclab.core.generation import plan_generation
-from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.member_state import STATE_SCHEMA_VERSION, MemberState
+from async_pbt_isaaclab.core.decision.generation import plan_generation
+from async_pbt_isaaclab.core.decision.plan_inputs import TrainerCounters
+from async_pbt_isaaclab.core.decision.step import PopulationView, pbt_step
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
-from async_pbt_isaaclab.core.plan_inputs import TrainerCounters
-from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
-from async_pbt_isaaclab.core.retention import BestEntry, update_best
-from async_pbt_isaaclab.core.step import PopulationView, pbt_step
+from async_pbt_isaaclab.core.state.best import BestEntry
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EvidenceSummary
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
+from async_pbt_isaaclab.core.state.member_state import STATE_SCHEMA_VERSION, MemberState
+from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
+from async_pbt_isaaclab.core.workspace.audit import AuditLog
+from async_pbt_isaaclab.core.workspace.retention import update_best
 
 NOW = 1_700_000_000.0
 TASK = "Pendulum-v1"

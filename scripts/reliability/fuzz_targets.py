@@ -17,19 +17,20 @@ from typing import Any, Callable
 
 from hypothesis import strategies as st
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.audit import AuditLog, read_entries, verify_log
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
-from async_pbt_isaaclab.core.member_lock import read_lock_owner
-from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.member_state import MemberState, load_state
-from async_pbt_isaaclab.core.mutation import mutate
+from async_pbt_isaaclab.core.decision.mutation import mutate
+from async_pbt_isaaclab.core.decision.step import decide, start_hyperparameters
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
-from async_pbt_isaaclab.core.records import MemberRecord, RecordError, parse_record_bytes
-from async_pbt_isaaclab.core.retention import active_pins, population_best
-from async_pbt_isaaclab.core.rules import decide
-from async_pbt_isaaclab.core.step import start_hyperparameters
-from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
+from async_pbt_isaaclab.core.state.member_state import MemberState
+from async_pbt_isaaclab.core.state.records import MemberRecord, RecordError, parse_record_bytes
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.audit import AuditLog, read_entries
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+from async_pbt_isaaclab.core.workspace.layout import Workspace, WorkspaceError
+from async_pbt_isaaclab.core.workspace.member_lock import read_lock_owner
+from async_pbt_isaaclab.core.workspace.retention import active_pins, population_best
+from async_pbt_isaaclab.core.workspace.state_files import load_state
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the other parts of the fuzzer, next to this file
 from fuzz_inputs import (
@@ -307,7 +308,7 @@ def build_targets(checkpoint_bytes: bytes | None, audit_bytes: bytes) -> list[Ta
 def audit_line_edits(draw: Any, base: bytes) -> bytes:
     """Structured edits of one or two entries of a real log (hashes left as they were, or recomputed so
     that the chain holds and the replay of an edited decision is what has to catch it)."""
-    from async_pbt_isaaclab.core.audit import entry_hash
+    from async_pbt_isaaclab.core.workspace.audit import entry_hash
 
     lines = base.splitlines(keepends=True)
     entries = [json.loads(line) for line in lines]
@@ -348,7 +349,7 @@ def checkpoint_target(checkpoint_bytes: bytes) -> Target:
         if with_sha and data != checkpoint_bytes:
             raise InvariantError("a file whose bytes differ from the expected sha256 was accepted")
 
-    from async_pbt_isaaclab.core.fsio import ChecksumMismatch
+    from async_pbt_isaaclab.core.workspace.fsio import ChecksumMismatch
 
     strategy = st.tuples(
         st.one_of(

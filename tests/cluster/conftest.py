@@ -12,7 +12,7 @@ from typing import Callable
 
 import pytest
 
-from async_pbt_isaaclab.core.audit import read_entries
+from async_pbt_isaaclab.core.workspace.audit import read_entries
 
 MEMBERS = 2
 SAFETY_S = 1200

@@ -1,4 +1,4 @@
-"""Audit log and verifier (async_pbt_isaaclab.core.audit).
+"""Audit log and verifier (async_pbt_isaaclab.core.workspace.audit).
 
 The log is built from real decisions: records -> pbt_step -> audit_body -> append, as a
 member does it. What is shown here:
@@ -18,11 +18,12 @@ import json
 
 import pytest
 
-from async_pbt_isaaclab.core.audit import GENESIS, AuditLog, entry_hash, genesis_hash, verify_log
-from async_pbt_isaaclab.core.member_rng import MemberRng
+from async_pbt_isaaclab.core.decision.selection import Outcome
+from async_pbt_isaaclab.core.decision.step import PopulationView, pbt_step
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
-from async_pbt_isaaclab.core.selection import Outcome
-from async_pbt_isaaclab.core.step import PopulationView, pbt_step
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
+from async_pbt_isaaclab.core.workspace.audit import GENESIS, AuditLog, entry_hash, genesis_hash
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
 
 NOW = 1_700_000_000.0
 
@@ -111,7 +112,7 @@ def _applied_body(step, me):
 def chain(tmp_path, make_record):
     """A member-0 log with start, keep, exploit (+ applied), and an isaaclab explore, in the workspace ``tmp_path``
     (its chain begins at member 0's genesis there)."""
-    from async_pbt_isaaclab.core.workspace import Workspace
+    from async_pbt_isaaclab.core.workspace.layout import Workspace
 
     ws = Workspace(tmp_path)
     population = ws.population_id(ws.ensure(4, "episode_return"))
@@ -348,7 +349,7 @@ def test_verifier_follows_the_rng_stream_across_entries(chain):
 
 
 def test_initial_mutation_is_replayed(tmp_path):
-    from async_pbt_isaaclab.core.step import initial_step
+    from async_pbt_isaaclab.core.decision.step import initial_step
 
     cfg = _cfg(policy_idx=2)
     path = tmp_path / "audit.jsonl"
@@ -454,8 +455,9 @@ def test_rewritten_tail_is_caught_by_the_recorded_head(chain):
 
 def test_audit_command_reports_truncation_against_state_json(tmp_path, chain, capsys):
     from async_pbt_isaaclab import cli
-    from async_pbt_isaaclab.core.member_state import AuditHead, MemberState, load_state, save_state
-    from async_pbt_isaaclab.core.workspace import Workspace
+    from async_pbt_isaaclab.core.state.member_state import AuditHead, MemberState
+    from async_pbt_isaaclab.core.workspace.layout import Workspace
+    from async_pbt_isaaclab.core.workspace.state_files import load_state, save_state
 
     ws = Workspace(tmp_path)
     ws.ensure(4, "episode_return")
@@ -476,8 +478,9 @@ def test_audit_command_reports_truncation_against_state_json(tmp_path, chain, ca
 
 def test_state_without_audit_head_still_loads(tmp_path):
     """A state.json written before the head was recorded (same schema version) loads, with no head."""
-    from async_pbt_isaaclab.core.member_state import MemberState, load_state
-    from async_pbt_isaaclab.core.records import RecordError
+    from async_pbt_isaaclab.core.state.member_state import MemberState
+    from async_pbt_isaaclab.core.state.records import RecordError
+    from async_pbt_isaaclab.core.workspace.state_files import load_state
 
     data = MemberState(member=2).to_dict()
     del data["audit_head"]
@@ -493,7 +496,7 @@ def test_member_start_records_the_head_and_truncation_is_reported(tmp_path, caps
     """Real member starts (claim, start entry, state.json saved): the head follows the log; cutting the last
     start entry is what `async-pbt audit` then reports."""
     from async_pbt_isaaclab import cli
-    from async_pbt_isaaclab.core.member_state import load_state
+    from async_pbt_isaaclab.core.workspace.state_files import load_state
 
     for _ in range(2):
         session = start_pendulum_member(tmp_path, {"learning_rate": "mutate_float"})
@@ -536,10 +539,7 @@ def test_an_explore_that_changes_nothing_is_a_keep_and_replays(tmp_path, make_re
     assert verify_log(path) == (1, [])
 
     # The same inputs written by 0.1.x (an explore with no changes): replayed with 0.1.x's semantics.
-    from async_pbt_isaaclab.core.mutation import legacy_semantics
-
-    with legacy_semantics():
-        old = pbt_step(PopulationView(recs[1], tuple(recs), NOW, {3: "bad json"}), cfg, before)
+    old = pbt_step(PopulationView(recs[1], tuple(recs), NOW, {3: "bad json"}), cfg, before, semantics=1)
     assert old.decision.outcome is Outcome.EXPLORE and old.changes == ()
     body = old.audit_body(PopulationView(recs[1], tuple(recs), NOW, {3: "bad json"}), cfg)
     del body["mutation_semantics"]

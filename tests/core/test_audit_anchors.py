@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from async_pbt_isaaclab import cli
-from async_pbt_isaaclab.core.audit import AuditLog
-from async_pbt_isaaclab.core.member_lock import MemberLock
-from async_pbt_isaaclab.core.member_state import load_state
+from async_pbt_isaaclab.core.workspace.audit import AuditLog
+from async_pbt_isaaclab.core.workspace.member_lock import MemberLock
+from async_pbt_isaaclab.core.workspace.state_files import load_state
 
 
 def _start_and_stop(ws: Path, index: int) -> None:

@@ -30,9 +30,8 @@ from async_pbt_isaaclab.core.config import (
     task_start_grace,
     with_task_start_grace,
 )
-from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV
-from async_pbt_isaaclab.core.mutation import MutationSpec
-from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
+from async_pbt_isaaclab.core.decision.mutation import MutationSpec
+from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV, population_config_from_dict
 
 # An Isaac Lab rl_games agent yaml as shipped with a PBT section (field names of isaaclab_rl's PbtCfg).
 ISAACLAB_AGENT_YAML = textwrap.dedent(
@@ -463,8 +462,8 @@ def test_rule_welch_without_scipy_is_refused_when_the_config_is_read(monkeypatch
 
 
 def test_mapping_form_gets_the_same_kind_check_and_int_coercion_as_the_short_form():
-    from async_pbt_isaaclab.core.member_rng import MemberRng
-    from async_pbt_isaaclab.core.mutation import mutate
+    from async_pbt_isaaclab.core.decision.mutation import mutate
+    from async_pbt_isaaclab.core.state.member_rng import MemberRng
 
     cfg = population_config_from_dict({"mutation": {"mini_epochs": {"kind": "mutate_float", "low": 2, "high": 8}}})
     spec = cfg.mutation["mini_epochs"]

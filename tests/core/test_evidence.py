@@ -1,4 +1,4 @@
-"""Completed-episode evidence (async_pbt_isaaclab.core.evidence) and how selection uses it.
+"""Completed-episode evidence (async_pbt_isaaclab.core.state.evidence) and how selection uses it.
 
 What is shown here:
 1. the window keeps the last K finite values of the current generation, oldest dropped first;
@@ -18,15 +18,15 @@ import math
 
 import pytest
 
-from async_pbt_isaaclab.core.evidence import (
+from async_pbt_isaaclab.core.decision.selection import peer_exclusion
+from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
+from async_pbt_isaaclab.core.state.evidence import (
     ConditionLabel,
     EpisodeBatch,
     EvidenceError,
     EvidenceSummary,
     EvidenceWindow,
 )
-from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
-from async_pbt_isaaclab.core.selection import peer_exclusion
 
 
 def batch(returns, generation=0, lengths=None, terms=None):

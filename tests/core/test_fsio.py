@@ -1,4 +1,4 @@
-"""Crash-safe file primitives (async_pbt_isaaclab.core.fsio).
+"""Crash-safe file primitives (async_pbt_isaaclab.core.workspace.fsio).
 
 What is shown here:
 1. a writer SIGKILLed in the middle of large writes never leaves a partial file under the final name:
@@ -24,12 +24,12 @@ import time
 
 import pytest
 
-from async_pbt_isaaclab.core import fsio
+from async_pbt_isaaclab.core.workspace import fsio
 
 WRITER = textwrap.dedent(
     """
     import hashlib, json, pathlib, sys, time
-    from async_pbt_isaaclab.core import fsio
+    from async_pbt_isaaclab.core.workspace import fsio
 
     final, control, stall_at = sys.argv[1], pathlib.Path(sys.argv[2]), int(sys.argv[3])
     i = 0

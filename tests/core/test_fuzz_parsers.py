@@ -77,7 +77,7 @@ def test_parser_raises_only_documented_errors(targets, name, tmp_path):
 
 @pytest.mark.parametrize("data", [b"[" * 100_000, b'{"heartbeat": ' + b"9" * 5000 + b"}", b"1e400"])
 def test_pathological_record_files_are_record_errors(data):
-    from async_pbt_isaaclab.core.records import RecordError, parse_record_bytes
+    from async_pbt_isaaclab.core.state.records import RecordError, parse_record_bytes
 
     with pytest.raises(RecordError):
         parse_record_bytes(data, "record.json")

@@ -47,31 +47,46 @@ def _is_type_checking(node: ast.AST) -> bool:
     )
 
 
-def _targets(node: ast.Import | ast.ImportFrom, package: str, modules: set[str]) -> list[str]:
-    """The core modules ``node`` imports (absolute or relative)."""
+def _resolve(dotted: str, modules: set[str]) -> str | None:
+    """The core module ``dotted`` (relative to the core package) names, or the module it lies in."""
+    while dotted and dotted not in modules:
+        dotted = dotted.rpartition(".")[0]
+    return dotted or None
+
+
+def _targets(node: ast.Import | ast.ImportFrom, package: str, source: str, modules: set[str]) -> list[str]:
+    """The core modules ``node`` (in core module ``source``) imports, absolute or relative; names are dotted and
+    relative to the core package (``decision.rules``)."""
     if isinstance(node, ast.Import):
         prefix = package + "."
-        return [a.name[len(prefix) :].split(".")[0] for a in node.names if a.name.startswith(prefix)]
-    if node.level > 1:
-        return []  # above the core package: not a core module
-    base = node.module or ""
+        names = [a.name[len(prefix) :] for a in node.names if a.name.startswith(prefix)]
+        return [t for t in (_resolve(n, modules) for n in names) if t]
     if node.level == 0:
-        if base == package:
-            base = ""
-        elif base.startswith(package + "."):
-            base = base[len(package) + 1 :]
-        else:
+        base = node.module or ""
+        if base != package and not base.startswith(package + "."):
             return []
-    if base:
-        return [base.split(".")[0]]
-    return [a.name for a in node.names if a.name in modules]  # ``from <core> import config, rules``
+        base = base[len(package) + 1 :]
+    else:
+        if node.level > len(source.split(".")):
+            return []  # above the core package: not a core module
+        parts = source.split(".")[: -node.level]
+        base = ".".join([*parts, *([node.module] if node.module else [])])
+    found = []
+    for alias in node.names:  # ``from <core>.workspace import fsio`` names a module
+        full = f"{base}.{alias.name}" if base else alias.name
+        target = full if full in modules else _resolve(base, modules)
+        if target:
+            found.append(target)
+    return found
 
 
 def core_imports(core_dir: Path, package: str) -> list[CoreImport]:
-    """Every runtime import between the modules of ``core_dir`` (``package`` is its dotted name)."""
-    modules = {p.stem for p in core_dir.glob("*.py")} - {"__init__"}
+    """Every runtime import between the modules of ``core_dir`` (``package`` is its dotted name), its subpackages
+    included; a module is named by its dotted path below ``core_dir`` (``decision.rules``)."""
+    paths = {".".join(p.relative_to(core_dir).with_suffix("").parts): p for p in sorted(core_dir.rglob("*.py"))}
+    modules = {name for name in paths if name.rpartition(".")[2] != "__init__"}
     found: list[CoreImport] = []
-    for path in sorted(core_dir.glob("*.py")):
+    for name, path in sorted(paths.items()):
         tree = ast.parse(path.read_text(), str(path))
         type_only: set[int] = set()
         for node in ast.walk(tree):
@@ -84,9 +99,9 @@ def core_imports(core_dir: Path, package: str) -> list[CoreImport]:
         for node in ast.walk(tree):
             if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in type_only:
                 continue
-            for target in _targets(node, package, modules):
-                if target in modules and target != path.stem:
-                    found.append(CoreImport(path.stem, target, node.lineno, id(node) in early_ids))
+            for target in _targets(node, package, name, modules):
+                if target != name:
+                    found.append(CoreImport(name, target, node.lineno, id(node) in early_ids))
     return found
 
 
@@ -103,7 +118,7 @@ def import_cycle(imports: list[CoreImport]) -> list[str] | None:
 
 
 def _describe(imports: list[CoreImport]) -> str:
-    return "; ".join(f"core/{i.source}.py:{i.line} imports {i.target}" for i in imports)
+    return "; ".join(f"core/{i.source.replace('.', '/')}.py:{i.line} imports {i.target}" for i in imports)
 
 
 def test_the_core_import_graph_is_acyclic():
@@ -111,16 +126,20 @@ def test_the_core_import_graph_is_acyclic():
     edges = {(i.source, i.target) for i in imports}
     # Guard against a vacuous pass: the graph holds the edges the layering is built on.
     assert {
-        ("pbt_section", "fixtures"),
+        ("pbt_section", "decision.catalog"),
         ("pbt_section", "config"),
         ("pbt_section", "mutation_section"),
-        ("fixtures", "rules"),
-        ("rules", "selection"),
-        ("rules", "config"),
-        ("selection", "config"),
-        ("step", "rules"),
-        ("audit", "step"),
-        ("lineage", "schedule"),
+        ("decision.catalog", "decision.rules"),
+        ("decision.catalog", "decision.fixture_rules"),
+        ("decision.catalog", "decision.pb2"),
+        ("decision.fixture_rules", "decision.rules"),
+        ("decision.rules", "decision.selection"),
+        ("decision.rules", "config"),
+        ("decision.selection", "config"),
+        ("decision.step", "decision.catalog"),
+        ("workspace.audit_replay", "decision.step"),
+        ("workspace.audit", "workspace.fsio"),
+        ("state.lineage", "state.schedule"),
     } <= edges
     cycle = import_cycle(imports)
     assert cycle is None, "import cycle in the core: " + " -> ".join(cycle or [])

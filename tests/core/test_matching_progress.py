@@ -1,4 +1,4 @@
-"""Comparison at matching progress (async_pbt_isaaclab.core.selection and rules.decide with record histories).
+"""Comparison at matching progress (async_pbt_isaaclab.core.decision.selection and step.decide with record histories).
 
 What is shown here, with records that go through the same JSON round trip as the workspace:
 1. a peer ahead of me is compared at its newest entry at or before my frame, never excluded for being
@@ -16,12 +16,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-from async_pbt_isaaclab.core.member_rng import MemberRng
+from async_pbt_isaaclab.core.decision.selection import Outcome, entry_at_or_before
+from async_pbt_isaaclab.core.decision.step import decide
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
-from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
-from async_pbt_isaaclab.core.rules import decide
-from async_pbt_isaaclab.core.selection import Outcome, entry_at_or_before
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EvidenceSummary
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
+from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
 
 NOW = 1_700_000_000.0
 INTERVAL = 100_000  # Isaac Lab's PbtCfg default interval_steps
@@ -167,7 +167,7 @@ def test_objective_direction_min_ranks_smaller_first():
 def test_the_thinned_history_reaches_back_to_the_first_entry_evenly():
     """A record keeps its newest ``history_length`` entries and as many older ones spread over the run, so a member
     that starts 30 intervals late finds an entry at or before its frame, less than one bucket earlier."""
-    from async_pbt_isaaclab.core.member_state import MemberState
+    from async_pbt_isaaclab.core.state.member_state import MemberState
 
     interval, limit = 2048, 12
     state = MemberState(member=0)

@@ -1,4 +1,4 @@
-"""Bounded, reproducible mutation (async_pbt_isaaclab.core.mutation).
+"""Bounded, reproducible mutation (async_pbt_isaaclab.core.decision.mutation).
 
 What is shown here:
 1. (property) every result of every kind lies inside [low, high], for any starting value (inside,
@@ -19,14 +19,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.mutation import (
+from async_pbt_isaaclab.core.decision.mutation import (
     SUPPORTED_HYPERPARAMETERS,
     MutationSpec,
     mutate,
     mutate_value,
     within_bounds,
 )
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -162,14 +162,10 @@ def test_zero_stays_zero_unless_the_spec_says_where_it_goes():
 
 
 def test_legacy_semantics_replay_the_0_1_mutation():
-    from async_pbt_isaaclab.core.mutation import legacy_semantics
-
     lr = MutationSpec(kind="log_float", low=1e-6, high=1e-2)
-    with legacy_semantics():
-        new, changes = mutate({"learning_rate": 0.5}, {"learning_rate": lr}, 0.0, (1.1, 2.0), MemberRng(1))
+    new, changes = mutate({"learning_rate": 0.5}, {"learning_rate": lr}, 0.0, (1.1, 2.0), MemberRng(1), semantics=1)
     assert new["learning_rate"] == 1e-2 and [(c.old, c.new, c.factor) for c in changes] == [(0.5, 1e-2, None)]
-    with legacy_semantics():
-        new, _ = mutate({"x": 0.0}, {"x": lr}, 1.0, (1.1, 2.0), MemberRng(1))
+    new, _ = mutate({"x": 0.0}, {"x": lr}, 1.0, (1.1, 2.0), MemberRng(1), semantics=1)
     assert 1e-6 <= new["x"] <= 1e-2
 
 
@@ -390,13 +386,10 @@ def test_resampling_jumps_across_the_bounds_and_is_recorded():
 def test_entries_written_under_version_2_replay_their_counting():
     """An entry written before the change (``mutation_semantics`` 2) counted keys drawn, not changed, and let a key
     at its bound stay: replayed under its version, the same draws give the same (clone) result."""
-    from async_pbt_isaaclab.core.mutation import replay_semantics
-
     specs = {"learning_rate": MutationSpec(kind="log_float", low=1e-6, high=1e-2)}
     clones = 0
     for seed in range(40):
-        with replay_semantics(2):
-            new, changes = mutate({"learning_rate": 1e-2}, specs, 0.25, (1.1, 2.0), MemberRng(seed), 1, 0.25)
+        new, changes = mutate({"learning_rate": 1e-2}, specs, 0.25, (1.1, 2.0), MemberRng(seed), 1, 0.25, semantics=2)
         clones += not changes
         assert new["learning_rate"] == 1e-2 or new["learning_rate"] < 1e-2
     assert 10 <= clones <= 30  # about half, as the issue measured
@@ -405,8 +398,8 @@ def test_entries_written_under_version_2_replay_their_counting():
 def test_recorded_changes_round_trip_with_their_flags():
     """A pending exploit read back from state.json (after a restart) keeps ``resampled`` and ``from_zero``: the
     verifier compares its changes with the decision's."""
-    from async_pbt_isaaclab.core.generation import changes_from_list
-    from async_pbt_isaaclab.core.mutation import Change
+    from async_pbt_isaaclab.core.decision.generation import changes_from_list
+    from async_pbt_isaaclab.core.decision.mutation import Change
 
     changes = (
         Change("entropy_coef", 0.005, 1e-5, None, resampled=True),

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from async_pbt_isaaclab.core import pause_points
+from async_pbt_isaaclab.core.workspace import pause_points
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and SIGSTOP (Linux)")
 
 MEMBER = """
 import sys
 from pathlib import Path
-from async_pbt_isaaclab.core.pause_points import pause_at
+from async_pbt_isaaclab.core.workspace.pause_points import pause_at
 pause_at("inprocess_pending", Path(sys.argv[1]))
 pause_at("inprocess_saved", Path(sys.argv[1]))
 print("went on", flush=True)

@@ -1,4 +1,4 @@
-"""PB2, the model-based explore strategy (``pbt.explore: pb2``, :mod:`async_pbt_isaaclab.core.pb2`).
+"""PB2, the model-based explore strategy (``pbt.explore: pb2``, :mod:`async_pbt_isaaclab.core.decision.pb2`).
 
 What is shown here:
 1. every proposal lies inside its key's bounds, for every mutation kind, whatever the start values and the
@@ -32,17 +32,17 @@ from blocked_imports import run_blocked
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from async_pbt_isaaclab.core import explore, pb2
-from async_pbt_isaaclab.core.audit import GENESIS, AuditLog, entry_hash, verify_log
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
-from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV
-from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.mutation import MutationSpec, within_bounds
-from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
-from async_pbt_isaaclab.core.records import HistoryEntry, MemberRecord
-from async_pbt_isaaclab.core.selection import Outcome
-from async_pbt_isaaclab.core.step import PopulationView, pbt_step
+from async_pbt_isaaclab.core.decision import catalog, explore, pb2
+from async_pbt_isaaclab.core.decision.mutation import MutationSpec, within_bounds
+from async_pbt_isaaclab.core.decision.selection import Outcome
+from async_pbt_isaaclab.core.decision.step import PopulationView, pbt_step
+from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV, population_config_from_dict
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EvidenceSummary
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
+from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
+from async_pbt_isaaclab.core.workspace.audit import GENESIS, AuditLog, entry_hash
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
 
 NOW = 1_700_000_000.0
 INTERVAL = 1000
@@ -232,11 +232,11 @@ def test_a_process_with_other_blas_threads_computes_the_same_bits(tmp_path):
         f"""
         import dataclasses, json
         from pathlib import Path
-        from async_pbt_isaaclab.core import explore, pb2
+        from async_pbt_isaaclab.core.decision import explore, pb2
         from async_pbt_isaaclab.core.config import PopulationConfig
-        from async_pbt_isaaclab.core.member_rng import MemberRng
-        from async_pbt_isaaclab.core.mutation import MutationSpec
-        from async_pbt_isaaclab.core.records import MemberRecord
+        from async_pbt_isaaclab.core.state.member_rng import MemberRng
+        from async_pbt_isaaclab.core.decision.mutation import MutationSpec
+        from async_pbt_isaaclab.core.state.records import MemberRecord
         records = [MemberRecord.from_dict(r) for r in json.loads(Path({str(tmp_path / "records.json")!r}).read_text())]
         specs = {{"learning_rate": MutationSpec(**{SPECS["learning_rate"].to_dict()!r}),
                   "gamma": MutationSpec(**{dict(SPECS["gamma"].to_dict(), change_range=(1.1, 1.2))!r})}}
@@ -433,8 +433,8 @@ def test_without_scikit_learn_the_core_imports_and_pb2_is_refused_in_one_line():
         """
         import pkgutil
         import async_pbt_isaaclab.core as core
-        for m in pkgutil.iter_modules(core.__path__):
-            __import__("async_pbt_isaaclab.core." + m.name)
+        for m in pkgutil.walk_packages(core.__path__, "async_pbt_isaaclab.core."):
+            __import__(m.name)
         from async_pbt_isaaclab.core.config import ConfigError
         from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
         population_config_from_dict({"explore": "random", "mutation": {"learning_rate": "mutate_float"}})
@@ -458,7 +458,7 @@ def test_without_scikit_learn_the_core_imports_and_pb2_is_refused_in_one_line():
 
 def test_pb2_is_accepted_where_scikit_learn_is_installed():
     cfg = population_config_from_dict({"explore": "pb2", "mutation": {"learning_rate": "mutate_float"}})
-    assert cfg.explore == "pb2" and explore.strategy("pb2").propose is pb2.propose
+    assert cfg.explore == "pb2" and catalog.strategy("pb2").propose is pb2.propose
     with pytest.raises(ConfigError, match="accepted: random, pb2"):
         population_config_from_dict({"explore": "pb3"})
 

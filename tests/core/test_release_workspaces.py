@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from async_pbt_isaaclab import cli
-from async_pbt_isaaclab.core.audit import verify_log
-from async_pbt_isaaclab.core.generation import LineageEntry, PendingExploit
-from async_pbt_isaaclab.core.member_state import AuditHead, MemberState, load_state
-from async_pbt_isaaclab.core.records import HistoryEntry
-from async_pbt_isaaclab.core.retention import BestEntry
+from async_pbt_isaaclab.core.decision.generation import LineageEntry, PendingExploit
+from async_pbt_isaaclab.core.state.best import BestEntry
+from async_pbt_isaaclab.core.state.member_state import AuditHead, MemberState
+from async_pbt_isaaclab.core.state.records import HistoryEntry
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+from async_pbt_isaaclab.core.workspace.state_files import load_state
 
 RELEASE = Path(__file__).resolve().parents[1] / "data" / "workspace_0_1_0"
 WORKSPACES = sorted(p.name for p in RELEASE.iterdir())
@@ -67,7 +68,7 @@ def test_release_audit_logs_verify_with_the_replayed_plans(name, capsys):
 
 def test_a_forged_plan_in_a_release_log_is_caught(tmp_path):
     """The replayed plan checks the donor frame too (a key the verifier did not compare before)."""
-    from async_pbt_isaaclab.core.audit import entry_hash
+    from async_pbt_isaaclab.core.workspace.audit import entry_hash
 
     src = RELEASE / "restart" / "members" / "001" / "audit.jsonl"
     entries = [json.loads(line) for line in src.read_text().splitlines()]

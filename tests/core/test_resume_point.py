@@ -6,10 +6,11 @@ its last checkpoint); the end-to-end check with real members is in tests/integra
 
 from __future__ import annotations
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.member_state import MemberState, save_state
-from async_pbt_isaaclab.core.resume import describe_resume, resume_point
-from async_pbt_isaaclab.core.workspace import Workspace, checkpoint_frame, checkpoint_name
+from async_pbt_isaaclab.core.state.member_state import MemberState
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.layout import Workspace, checkpoint_frame, checkpoint_name
+from async_pbt_isaaclab.core.workspace.resume import describe_resume, resume_point
+from async_pbt_isaaclab.core.workspace.state_files import save_state
 
 
 def _member(tmp_path, frame: int | None, checkpoint_at: int | None, make_record):

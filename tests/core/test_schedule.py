@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from async_pbt_isaaclab.core.lineage import lineage_schedule, member_lineage
-from async_pbt_isaaclab.core.schedule import (
+from async_pbt_isaaclab.core.state.lineage import lineage_schedule, member_lineage
+from async_pbt_isaaclab.core.state.schedule import (
     Schedule,
     ScheduleError,
     ScheduleFollower,
     ScheduleStep,
     dump_schedule,
-    load_schedule,
     schedule_from_dict,
     values_at,
 )
+from async_pbt_isaaclab.core.workspace.state_files import load_schedule
 
 
 def _entries(*entries):
@@ -191,7 +191,7 @@ def test_a_long_lineage_is_followed_without_recursion_limits():
 
 
 def test_replay_needs_live_keys_and_starts_from_the_first_step():
-    from async_pbt_isaaclab.core.schedule import initial_overrides, replay_problems
+    from async_pbt_isaaclab.core.state.schedule import initial_overrides, replay_problems
 
     steps = (
         ScheduleStep(0, {"learning_rate": 1e-3, "gamma": 0.95, "network.log_std_bounds.low": -5.0}, 0, 0, 0, "start"),
@@ -215,12 +215,8 @@ def test_replay_needs_live_keys_and_starts_from_the_first_step():
 
 
 def test_load_replay_schedule_checks_the_file_before_any_run_starts(tmp_path):
-    from async_pbt_isaaclab.core.schedule import (
-        ScheduleError,
-        dump_schedule,
-        load_replay_schedule,
-        replay_experiment_name,
-    )
+    from async_pbt_isaaclab.core.state.schedule import ScheduleError, dump_schedule, replay_experiment_name
+    from async_pbt_isaaclab.core.workspace.state_files import load_replay_schedule
 
     good = Schedule(
         7,

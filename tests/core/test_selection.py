@@ -1,4 +1,5 @@
-"""Selection (async_pbt_isaaclab.core.selection and the rules in core.rules): unit tests and Hypothesis properties.
+"""Selection (async_pbt_isaaclab.core.decision.selection and the rules in core/decision/rules.py): unit tests and
+Hypothesis properties.
 
 What is shown here:
 1. decide is deterministic: same inputs and RNG state give the same Decision and the same RNG state
@@ -25,11 +26,12 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from async_pbt_isaaclab.core.evidence import ConditionLabel
-from async_pbt_isaaclab.core.member_rng import MemberRng
+from async_pbt_isaaclab.core.decision.rules import welch_p_value
+from async_pbt_isaaclab.core.decision.selection import Outcome, peer_exclusion
+from async_pbt_isaaclab.core.decision.step import decide
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
-from async_pbt_isaaclab.core.rules import decide, welch_p_value
-from async_pbt_isaaclab.core.selection import Outcome, peer_exclusion
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
 
 NOW = 1_700_000_000.0
 FRAME = 100_000

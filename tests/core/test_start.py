@@ -1,4 +1,4 @@
-"""The diverse start (core/start.py), the population seed and the mutation semantics around them."""
+"""The diverse start (core/decision/start.py), the population seed and the mutation semantics around them."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ import math
 
 import pytest
 
-from async_pbt_isaaclab.core.audit import AuditLog, verify_log
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
-from async_pbt_isaaclab.core.member_rng import MemberRng
-from async_pbt_isaaclab.core.mutation import MutationSpec, default_spec
+from async_pbt_isaaclab.core.decision.mutation import MutationSpec, default_spec
+from async_pbt_isaaclab.core.decision.start import initial_draw, stratum
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
-from async_pbt_isaaclab.core.start import initial_draw, stratum
-from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError
+from async_pbt_isaaclab.core.state.member_rng import MemberRng
+from async_pbt_isaaclab.core.workspace.audit import AuditLog
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+from async_pbt_isaaclab.core.workspace.layout import Workspace, WorkspaceError
 
 SPECS = {
     "learning_rate": default_spec("learning_rate"),
@@ -171,7 +172,7 @@ def test_values_the_user_pinned_stay_and_the_draw_replays(tmp_path):
 
 
 def test_command_line_keys_are_the_overrides_of_searched_values():
-    from async_pbt_isaaclab.core.start import command_line_keys
+    from async_pbt_isaaclab.core.decision.start import command_line_keys
 
     cfg = dataclasses.replace(PopulationConfig(), mutation={k: v for k, v in SPECS.items() if k != "optimizer"})
     argv = [
@@ -319,7 +320,7 @@ def test_a_first_start_killed_before_it_saved_its_state_keeps_its_draw(tmp_path,
 def test_a_member_keeps_a_value_its_command_line_set(tmp_path, monkeypatch, capsys, start_pendulum_member):
     """A real member start whose command line sets the learning rate: the diverse start keeps it (and says so),
     draws the discount, and the initial_draw entry records the pin so the audit replays it."""
-    from async_pbt_isaaclab.core.audit import verify_log
+    from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
     from async_pbt_isaaclab.member import restart
 
     monkeypatch.setattr(restart, "_CAPTURED", ["python", "train.py", "agent.params.config.learning_rate=0.002"])

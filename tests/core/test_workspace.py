@@ -1,4 +1,4 @@
-"""The shared workspace (async_pbt_isaaclab.core.workspace, records).
+"""The shared workspace (async_pbt_isaaclab.core.workspace.layout, records).
 
 What is shown here:
 1. member lock: a second process claiming the same member gets a clear error naming the member and the
@@ -27,12 +27,19 @@ import time
 
 import pytest
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.member_lock import MemberLock
-from async_pbt_isaaclab.core.records import SCHEMA_VERSION, MemberRecord, RecordError, read_record
-from async_pbt_isaaclab.core.retention import (
+from async_pbt_isaaclab.core.state.best import BestEntry
+from async_pbt_isaaclab.core.state.records import SCHEMA_VERSION, MemberRecord, RecordError
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.layout import (
+    Workspace,
+    WorkspaceError,
+    checkpoint_name,
+    member_dirname,
+    resolve_inside,
+)
+from async_pbt_isaaclab.core.workspace.member_lock import MemberLock
+from async_pbt_isaaclab.core.workspace.retention import (
     PIN_TTL_S,
-    BestEntry,
     active_pins,
     apply_retention,
     list_checkpoints,
@@ -40,19 +47,13 @@ from async_pbt_isaaclab.core.retention import (
     population_best,
     update_best,
 )
-from async_pbt_isaaclab.core.workspace import (
-    Workspace,
-    WorkspaceError,
-    checkpoint_name,
-    member_dirname,
-    resolve_inside,
-)
+from async_pbt_isaaclab.core.workspace.state_files import read_record
 
 CLAIMER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from async_pbt_isaaclab.core.member_lock import MemberLock
+    from async_pbt_isaaclab.core.workspace.member_lock import MemberLock
     lock = MemberLock(Path(sys.argv[1]))
     try:
         lock.acquire(int(sys.argv[2]))
@@ -374,7 +375,7 @@ def test_a_marker_left_by_a_member_killed_while_creating_the_workspace_does_not_
 RACER = """
 import json, sys, time
 from pathlib import Path
-from async_pbt_isaaclab.core.workspace import Workspace
+from async_pbt_isaaclab.core.workspace.layout import Workspace
 root, go = Path(sys.argv[1]), Path(sys.argv[2])
 Path(sys.argv[3]).touch()  # imported and ready: the test says go once every racer is
 while not go.exists():

@@ -1,4 +1,4 @@
-"""Planted links and paths that leave the workspace (async_pbt_isaaclab.core.workspace, core.fsio).
+"""Planted links and paths that leave the workspace (async_pbt_isaaclab.core.workspace.layout, core.fsio).
 
 Anyone who can write the shared workspace can replace a member's folder, a subfolder or a file with a
 symbolic link, or publish a record whose checkpoint path points elsewhere. What is shown here, one trick
@@ -24,12 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from async_pbt_isaaclab.core import fsio
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
-from async_pbt_isaaclab.core.audit import AuditLog, verify_log
-from async_pbt_isaaclab.core.member_state import load_state
-from async_pbt_isaaclab.core.retention import active_pins, apply_retention, pin_checkpoint, population_best
-from async_pbt_isaaclab.core.workspace import Workspace, WorkspaceError, checkpoint_name
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.audit import AuditLog
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+from async_pbt_isaaclab.core.workspace.layout import Workspace, WorkspaceError, checkpoint_name
+from async_pbt_isaaclab.core.workspace.retention import active_pins, apply_retention, pin_checkpoint, population_best
+from async_pbt_isaaclab.core.workspace.state_files import load_state
 
 YAML = Path(__file__).resolve().parents[2] / "async_pbt_isaaclab" / "examples" / "pendulum_ppo.yaml"
 

@@ -12,7 +12,7 @@ import torch
 import yaml
 
 import async_pbt_isaaclab.examples as examples
-from async_pbt_isaaclab.core.evidence import ConditionLabel, EpisodeBatch
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EpisodeBatch
 from async_pbt_isaaclab.envs.gym_vec_env import (
     SUMMARY_SOURCE_ATTR,
     VECENV_TYPE,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from async_pbt_isaaclab.core.evidence import ConditionLabel
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel
 from async_pbt_isaaclab.envs.gym_vec_env import GymVecEnv
 from async_pbt_isaaclab.envs.slice_env import (
     SharedVecEnv,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE, ConditionLabel, EpisodeBatch, EvidenceWindow
+from async_pbt_isaaclab.core.state.evidence import RETURN_OBJECTIVE, ConditionLabel, EpisodeBatch, EvidenceWindow
 from async_pbt_isaaclab.envs.episode_layout import default_term_mode
 from async_pbt_isaaclab.envs.summary_emitter import DrainStats, EpisodeSummaryEmitter
 

@@ -10,7 +10,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from async_pbt_isaaclab.core.evidence import ConditionLabel
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel
 from async_pbt_isaaclab.envs.summary_emitter import EpisodeSummaryEmitter
 from async_pbt_isaaclab.testing.torch_reach_task import (
     PER_ENV_TERM_MODES,

@@ -28,16 +28,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.audit import verify_log
-from async_pbt_isaaclab.core.evidence import EvidenceSummary
-from async_pbt_isaaclab.core.records import (
-    SCHEMA_VERSION,
-    HistoryEntry,
-    MemberRecord,
-    RecordError,
-    read_record,
-)
+from async_pbt_isaaclab.core.state.evidence import EvidenceSummary
+from async_pbt_isaaclab.core.state.records import SCHEMA_VERSION, HistoryEntry, MemberRecord, RecordError
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+from async_pbt_isaaclab.core.workspace.state_files import read_record
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -386,8 +381,8 @@ def _hold_member_lock(ws: Path, members: int = 2) -> subprocess.Popen:
             sys.executable,
             "-c",
             (
-                "import time; from async_pbt_isaaclab.core.workspace import Workspace; "
-                "from async_pbt_isaaclab.core.member_lock import MemberLock;"
+                "import time; from async_pbt_isaaclab.core.workspace.layout import Workspace; "
+                "from async_pbt_isaaclab.core.workspace.member_lock import MemberLock;"
                 f"w=Workspace({str(ws)!r}); w.ensure({members},'episode_return','Pendulum-v1');"
                 "l=MemberLock(w.member_dir(0)/'lock'); l.acquire(0); print('held', flush=True); time.sleep(120)"
             ),

@@ -134,11 +134,12 @@ def test_the_window_list_is_checked_against_the_exploit_path(capsys):
 def test_a_kill_counts_only_when_its_window_was_still_open(tmp_path):
     """The driver's verdicts on the files a killed member left, for each window: open and closed."""
     chaos = _load_chaos()
-    from async_pbt_isaaclab.core import fsio
-    from async_pbt_isaaclab.core.audit import AuditLog
-    from async_pbt_isaaclab.core.generation import PendingExploit
-    from async_pbt_isaaclab.core.member_rng import MemberRng
-    from async_pbt_isaaclab.core.member_state import MemberState, save_state
+    from async_pbt_isaaclab.core.decision.generation import PendingExploit
+    from async_pbt_isaaclab.core.state.member_rng import MemberRng
+    from async_pbt_isaaclab.core.state.member_state import MemberState
+    from async_pbt_isaaclab.core.workspace import fsio
+    from async_pbt_isaaclab.core.workspace.audit import AuditLog
+    from async_pbt_isaaclab.core.workspace.state_files import save_state
 
     rng = MemberRng(1)
     rng_before = rng.get_state()
@@ -205,8 +206,9 @@ def test_background_write_window_is_open_from_the_checkpoint_until_state_or_reco
     """The verdict on the files a member held in its background writer left: open once the publish's checkpoint is
     written and until ``state.json`` or ``record.json`` names it."""
     chaos = _load_chaos()
-    from async_pbt_isaaclab.core import fsio
-    from async_pbt_isaaclab.core.member_state import MemberState, save_state
+    from async_pbt_isaaclab.core.state.member_state import MemberState
+    from async_pbt_isaaclab.core.workspace import fsio
+    from async_pbt_isaaclab.core.workspace.state_files import save_state
 
     mdir = tmp_path / "members" / "001"
     (mdir / "checkpoints").mkdir(parents=True)
@@ -234,11 +236,12 @@ def test_background_write_window_is_open_from_the_checkpoint_until_state_or_reco
 def test_in_process_windows_open_and_close_with_each_write_of_the_exploit(tmp_path):
     """The verdicts on the files a member killed inside an in-process exploit left, write by write."""
     chaos = _load_chaos()
-    from async_pbt_isaaclab.core import fsio
-    from async_pbt_isaaclab.core.audit import AuditLog
-    from async_pbt_isaaclab.core.generation import DonorSource, LineageEntry, PendingExploit
-    from async_pbt_isaaclab.core.member_rng import MemberRng
-    from async_pbt_isaaclab.core.member_state import MemberState, save_state
+    from async_pbt_isaaclab.core.decision.generation import DonorSource, LineageEntry, PendingExploit
+    from async_pbt_isaaclab.core.state.member_rng import MemberRng
+    from async_pbt_isaaclab.core.state.member_state import MemberState
+    from async_pbt_isaaclab.core.workspace import fsio
+    from async_pbt_isaaclab.core.workspace.audit import AuditLog
+    from async_pbt_isaaclab.core.workspace.state_files import save_state
 
     mdir = tmp_path / "members" / "002"
     (mdir / "checkpoints").mkdir(parents=True)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from async_pbt_isaaclab.core.workspace import Workspace
+from async_pbt_isaaclab.core.workspace.layout import Workspace
 
 pytestmark = pytest.mark.slow
 
@@ -40,14 +40,16 @@ WRITER = textwrap.dedent(
     """
     import hashlib, json, os, sys, time
     from pathlib import Path
-    from async_pbt_isaaclab.core import fsio
-    from async_pbt_isaaclab.core.audit import AuditLog
-    from async_pbt_isaaclab.core.evidence import ConditionLabel, EvidenceSummary
-    from async_pbt_isaaclab.core.member_state import MemberState, save_state
-    from async_pbt_isaaclab.core.records import MemberRecord
-    from async_pbt_isaaclab.core.member_lock import MemberLock
-    from async_pbt_isaaclab.core.retention import BestEntry, apply_retention
-    from async_pbt_isaaclab.core.workspace import Workspace, checkpoint_name
+    from async_pbt_isaaclab.core.workspace import fsio
+    from async_pbt_isaaclab.core.workspace.audit import AuditLog
+    from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EvidenceSummary
+    from async_pbt_isaaclab.core.state.member_state import MemberState
+    from async_pbt_isaaclab.core.workspace.state_files import save_state
+    from async_pbt_isaaclab.core.state.records import MemberRecord
+    from async_pbt_isaaclab.core.workspace.member_lock import MemberLock
+    from async_pbt_isaaclab.core.state.best import BestEntry
+    from async_pbt_isaaclab.core.workspace.retention import apply_retention
+    from async_pbt_isaaclab.core.workspace.layout import Workspace, checkpoint_name
 
     root, member, control, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
     ws = Workspace(root)
@@ -91,10 +93,10 @@ READER = textwrap.dedent(
     import hashlib, json, sys, threading, time
     from collections import Counter
     from pathlib import Path
-    from async_pbt_isaaclab.core.audit import GENESIS, entry_hash
-    from async_pbt_isaaclab.core.member_state import load_state
-    from async_pbt_isaaclab.core.records import RecordError
-    from async_pbt_isaaclab.core.workspace import Workspace
+    from async_pbt_isaaclab.core.workspace.audit import GENESIS, entry_hash
+    from async_pbt_isaaclab.core.workspace.state_files import load_state
+    from async_pbt_isaaclab.core.state.records import RecordError
+    from async_pbt_isaaclab.core.workspace.layout import Workspace
 
     root, out, may_stop = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     # Each reader stops once it has read enough of everything and the test lets it stop (after the writers made their

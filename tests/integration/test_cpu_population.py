@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from async_pbt_isaaclab.core.workspace import Workspace, checkpoint_frame
+from async_pbt_isaaclab.core.workspace.layout import Workspace, checkpoint_frame
 
 MODULE = "async_pbt.examples.cpu_population"
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from async_pbt_isaaclab.core.audit import verify_log
-from async_pbt_isaaclab.core.member_state import load_state
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+from async_pbt_isaaclab.core.workspace.state_files import load_state
 from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env
 
 pytestmark = pytest.mark.slow

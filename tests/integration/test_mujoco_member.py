@@ -17,8 +17,8 @@ import rl_games
 from yaml_values import changed_settings, flat_settings
 
 from async_pbt_isaaclab.core.agent_config import load_yaml
-from async_pbt_isaaclab.core.records import read_record
-from async_pbt_isaaclab.core.workspace import Workspace
+from async_pbt_isaaclab.core.workspace.layout import Workspace
+from async_pbt_isaaclab.core.workspace.state_files import read_record
 from async_pbt_isaaclab.examples.agents import PACKAGED_AGENTS, packaged_agent_yaml
 
 pytestmark = pytest.mark.slow

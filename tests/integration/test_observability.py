@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from async_pbt_isaaclab.core.schedule import load_schedule, values_at
+from async_pbt_isaaclab.core.state.schedule import values_at
+from async_pbt_isaaclab.core.workspace.state_files import load_schedule
 
 pytestmark = pytest.mark.slow
 
@@ -170,7 +171,7 @@ def test_member_logs_live_inside_the_workspace_by_default(population):
 def test_replayed_run_applies_every_change_at_the_recorded_frame(population, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from async_pbt_isaaclab.core.schedule import Schedule, ScheduleStep, dump_schedule
+    from async_pbt_isaaclab.core.state.schedule import Schedule, ScheduleStep, dump_schedule
 
     _, ws = population
     exported = tmp_path / "exported.yaml"

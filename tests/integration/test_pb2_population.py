@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from async_pbt_isaaclab.core import explore, pb2
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.mutation import default_spec, within_bounds
-from async_pbt_isaaclab.core.step import replay_records
+from async_pbt_isaaclab.core.decision import explore, pb2
+from async_pbt_isaaclab.core.decision.mutation import default_spec, within_bounds
+from async_pbt_isaaclab.core.decision.step import replay_records
 from async_pbt_isaaclab.testing.forced_exploit import member_env
 
 pytestmark = pytest.mark.slow
@@ -167,7 +167,7 @@ def _entries(ws: Path, index: int) -> list[dict]:
 def test_members_start_diverse_from_the_population_seed(population):
     """The diverse start: member 0 keeps the yaml's values, member 1 starts from values drawn within the bounds
     from (the seed population.json records, 1); both are each member's first audit entry."""
-    from async_pbt_isaaclab.core.member_rng import MemberRng
+    from async_pbt_isaaclab.core.state.member_rng import MemberRng
 
     seed = json.loads((population / "population.json").read_text())["seed"]
     first = [_entries(population, index)[0] for index in (0, 1)]

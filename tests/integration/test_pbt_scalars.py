@@ -112,7 +112,7 @@ def test_objective_window_at_every_decision_is_the_one_decided_on(population, me
 @pytest.mark.parametrize("member", sorted(MIXED_PATHS))
 def test_the_workspace_copy_the_report_reads_equals_tensorboard(population, member):
     from async_pbt_isaaclab.commands.population_history import read_member_scalars
-    from async_pbt_isaaclab.core.workspace import Workspace
+    from async_pbt_isaaclab.core.workspace.layout import Workspace
 
     ws, _, scalars = population
     copy = read_member_scalars(Workspace(ws), member)
@@ -127,7 +127,7 @@ def test_the_workspace_copy_the_report_reads_equals_tensorboard(population, memb
 def test_report_draws_live_values_and_puts_every_marker_on_its_curve(population):
     from async_pbt_isaaclab.commands import report_objective, report_plots
     from async_pbt_isaaclab.commands.population_history import population_history
-    from async_pbt_isaaclab.core.workspace import Workspace
+    from async_pbt_isaaclab.core.workspace.layout import Workspace
 
     ws, audits, scalars = population
     data = population_history(Workspace(ws), 0.0)
@@ -181,7 +181,7 @@ def test_the_last_objective_logged_is_the_final_record(population, member):
     """The member's last record (status finished) is logged too: TensorBoard and the workspace copy end where
     record.json does, not one publish earlier (member 3 explores at every decision: its last window may be empty)."""
     from async_pbt_isaaclab.commands.population_history import read_member_scalars
-    from async_pbt_isaaclab.core.workspace import Workspace
+    from async_pbt_isaaclab.core.workspace.layout import Workspace
 
     ws, _, scalars = population
     record = json.loads((ws / "members" / f"{member:03d}" / "record.json").read_text())

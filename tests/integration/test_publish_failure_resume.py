@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.audit import read_entries
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.audit import read_entries
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow

@@ -60,7 +60,7 @@ def test_each_curve_ends_at_its_final_record_and_a_recipients_goes_on_after_its_
     """What the objective plot draws, read from the figure the page's SVG is made of."""
     from async_pbt_isaaclab.commands.population_history import population_history
     from async_pbt_isaaclab.commands.report_objective import objective_figure
-    from async_pbt_isaaclab.core.workspace import Workspace
+    from async_pbt_isaaclab.core.workspace.layout import Workspace
 
     data = population_history(Workspace(report.parent / "ws"), 0.0)
     ax = objective_figure(data).axes[0]

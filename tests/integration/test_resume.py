@@ -48,7 +48,8 @@ from pathlib import Path
 
 import pytest
 
-from async_pbt_isaaclab.core.audit import read_entries, verify_log
+from async_pbt_isaaclab.core.workspace.audit import read_entries
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -359,8 +360,8 @@ def test_a_stop_during_a_members_step_is_delivered_after_the_step():
 def test_ctrl_c_right_after_an_audit_append_does_not_fork_the_chain(tmp_path, monkeypatch):
     """Found by this test's population: Ctrl-C landing just after an entry was written (during the fsync)
     must not make the stop entry repeat that entry's seq with the same prev_hash (a forked chain)."""
-    from async_pbt_isaaclab.core import audit as audit_module
-    from async_pbt_isaaclab.core.audit import AuditLog
+    from async_pbt_isaaclab.core.workspace import audit as audit_module
+    from async_pbt_isaaclab.core.workspace.audit import AuditLog
 
     log = AuditLog.open(tmp_path / "audit.jsonl")
     log.append("start", {"mode": "fresh"})

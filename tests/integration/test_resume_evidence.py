@@ -122,7 +122,7 @@ def test_finished_member_exits_at_once_and_resumes_with_its_evidence(tmp_path, c
 def test_initial_mutation_perturbs_every_member_but_zero_once_and_is_replayable(tmp_path):
     """``initial_mutation: true``: at its first start a member mutates its yaml values (member 0 keeps them);
     a later start keeps what it drew; the audit replays the draw and the RNG stream continues from it."""
-    from async_pbt_isaaclab.core.audit import verify_log
+    from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
     from async_pbt_isaaclab.member.session import start_member
 
     def start(index: int):

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import pytest
 
-from async_pbt_isaaclab.core.audit import read_entries
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.rules import RULES, production_rules
+from async_pbt_isaaclab.core.decision.catalog import RULES, production_rules
+from async_pbt_isaaclab.core.workspace.audit import read_entries
 
 pytestmark = pytest.mark.slow
 

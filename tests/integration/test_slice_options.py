@@ -21,8 +21,8 @@ import torch
 from rl_games.common.algo_observer import AlgoObserver
 
 from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
-from async_pbt_isaaclab.core.audit import verify_log
-from async_pbt_isaaclab.core.workspace import Workspace
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+from async_pbt_isaaclab.core.workspace.layout import Workspace
 from async_pbt_isaaclab.envs.slice_env import SharedVecEnv
 from async_pbt_isaaclab.examples.cpu_member import DEFAULT_AGENT
 from async_pbt_isaaclab.rl_games.inheritance import model_fingerprint

@@ -15,11 +15,12 @@ import torch
 from rl_games.common.algo_observer import AlgoObserver
 
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
-from async_pbt_isaaclab.core.audit import read_entries, verify_log
-from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV
-from async_pbt_isaaclab.core.member_state import load_state
+from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV
 from async_pbt_isaaclab.core.slices import slice_layout
-from async_pbt_isaaclab.core.workspace import Workspace
+from async_pbt_isaaclab.core.workspace.audit import read_entries
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+from async_pbt_isaaclab.core.workspace.layout import Workspace
+from async_pbt_isaaclab.core.workspace.state_files import load_state
 from async_pbt_isaaclab.envs.gym_vec_env import GymVecEnv
 from async_pbt_isaaclab.examples.cpu_member import DEFAULT_AGENT
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from async_pbt_isaaclab.core.audit import read_entries, verify_log
+from async_pbt_isaaclab.core.workspace.audit import read_entries
+from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
 from async_pbt_isaaclab.testing.forced_exploit import _wait_for_history, forced_exploit_flags, member_env
 
 pytestmark = pytest.mark.slow

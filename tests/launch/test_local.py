@@ -36,8 +36,9 @@ from pathlib import Path
 
 import pytest
 
-from async_pbt_isaaclab.core import fsio
-from async_pbt_isaaclab.core.member_state import MemberState, save_state
+from async_pbt_isaaclab.core.state.member_state import MemberState
+from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.state_files import save_state
 from async_pbt_isaaclab.launch.arguments import LaunchError
 from async_pbt_isaaclab.launch.cli import add_launch_parser, cmd_launch, main, parse_indices
 from async_pbt_isaaclab.launch.gpus import detect_gpus, parse_nvidia_smi_list
@@ -487,7 +488,7 @@ def _write_records(ws: Path, make_record, now: float) -> None:
     )
     (ws / "members" / "000").mkdir(parents=True)
     fsio.atomic_write_json(ws / "members" / "000" / "record.json", rec.to_dict())
-    from async_pbt_isaaclab.core.audit import AuditLog
+    from async_pbt_isaaclab.core.workspace.audit import AuditLog
 
     # Generation 2 came from an exploit of member 3 in the running process and an explore applied by a restart.
     audit = AuditLog.open(ws / "members" / "000" / "audit.jsonl")

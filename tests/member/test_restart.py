@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from async_pbt_isaaclab.core.agent_config import parse_override, yaml_load
-from async_pbt_isaaclab.core.mutation import isaaclab_key
+from async_pbt_isaaclab.core.decision.mutation import isaaclab_key
 from async_pbt_isaaclab.member.restart import exec_command, format_override_value, restart_argv
 
 pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)

@@ -1,8 +1,8 @@
-"""A member's state changes only through ``MemberState``'s methods (``core/member_state.py``).
+"""A member's state changes only through ``MemberState``'s methods (``core/state/member_state.py``).
 
 The package's source is scanned (``ast``) for writes to a field of a member's state anywhere but in
-``core/member_state.py``: an assignment or augmented assignment to ``<state>.<field>`` (tuple targets included), an
-item assignment or deletion inside one (``state.hyperparameters[k] = v``), a mutating call on one
+``core/state/member_state.py``: an assignment or augmented assignment to ``<state>.<field>`` (tuple targets included),
+an item assignment or deletion inside one (``state.hyperparameters[k] = v``), a mutating call on one
 (``state.lineage.append(...)``, ``state.hyperparameters.update(...)``) and ``setattr(<state>, "<field>", ...)``.
 ``<state>`` is an expression naming a member's state: a name or attribute called ``state`` or ending in ``_state``
 (``state``, ``self.state``, ``session.state``), or a name annotated ``MemberState``. A checker that finds nothing
@@ -17,14 +17,14 @@ import textwrap
 from pathlib import Path
 
 import async_pbt_isaaclab
-from async_pbt_isaaclab.core.member_state import MemberState
+from async_pbt_isaaclab.core.state.member_state import MemberState
 
 PACKAGE = Path(async_pbt_isaaclab.__file__).parent
 FIELDS = frozenset(f.name for f in dataclasses.fields(MemberState))
 MUTATORS = frozenset(
     {"append", "extend", "insert", "remove", "pop", "popitem", "clear", "update", "setdefault", "sort", "reverse"}
 )
-HOME = PACKAGE / "core" / "member_state.py"
+HOME = PACKAGE / "core" / "state" / "member_state.py"
 
 
 def _state_names(tree: ast.AST) -> set[str]:

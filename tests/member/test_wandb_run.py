@@ -10,8 +10,9 @@ import re
 
 import pytest
 
-from async_pbt_isaaclab.core.member_state import MemberState, load_state, save_state
-from async_pbt_isaaclab.core.records import RecordError
+from async_pbt_isaaclab.core.state.member_state import MemberState
+from async_pbt_isaaclab.core.state.records import RecordError
+from async_pbt_isaaclab.core.workspace.state_files import load_state, save_state
 from async_pbt_isaaclab.member.wandb_run import assign_wandb_run_id, member_wandb_init_kwargs, wandb_init_kwargs
 
 
@@ -47,7 +48,7 @@ def test_a_state_written_before_the_id_was_kept_loads_and_keeps_its_earlier_run(
 
 
 def test_member_wandb_init_kwargs_reads_the_id_from_state_json(tmp_path):
-    from async_pbt_isaaclab.core.workspace import Workspace
+    from async_pbt_isaaclab.core.workspace.layout import Workspace
 
     ws = tmp_path / "pop"
     mdir = Workspace(ws).member_dir(3)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from async_pbt_isaaclab.core import fsio
+from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.member.writer import (
     BackgroundWriteError,
     BackgroundWriter,

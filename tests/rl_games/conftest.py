@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import pytest
 
-from async_pbt_isaaclab.core import fsio
+from async_pbt_isaaclab.core.workspace import fsio
 
 
 @pytest.fixture

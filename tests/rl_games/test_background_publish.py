@@ -25,8 +25,8 @@ pytestmark = [
 ]
 
 import async_pbt_isaaclab.examples as examples  # noqa: E402
-from async_pbt_isaaclab.core import fsio  # noqa: E402
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml  # noqa: E402
+from async_pbt_isaaclab.core.workspace import fsio  # noqa: E402
 from async_pbt_isaaclab.member.loop import MemberLoop  # noqa: E402
 from async_pbt_isaaclab.member.writer import BackgroundWriteError  # noqa: E402
 from async_pbt_isaaclab.rl_games.observer import PbtObserver  # noqa: E402

@@ -14,7 +14,7 @@ import pytest
 import torch
 from rl_games_line import NUMPY_VERSION, restore_with_plain_rl_games
 
-from async_pbt_isaaclab.core.fsio import is_temp_file, sha256_file
+from async_pbt_isaaclab.core.workspace.fsio import is_temp_file, sha256_file
 from async_pbt_isaaclab.rl_games.checkpoint import (
     PBT_KEY,
     CheckpointError,
@@ -323,7 +323,7 @@ def test_metadata_survives_weights_only_in_memory():
 
 
 def test_expected_checksum(agent, tmp_path):
-    from async_pbt_isaaclab.core.fsio import ChecksumMismatch
+    from async_pbt_isaaclab.core.workspace.fsio import ChecksumMismatch
 
     path = tmp_path / "c.pth"
     digest = save_checkpoint(path, agent.get_full_state_weights())

@@ -21,13 +21,14 @@ from rl_games_line import restore_with_plain_rl_games
 pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)
 
 import async_pbt_isaaclab.examples as examples  # noqa: E402
-from async_pbt_isaaclab.core import fsio  # noqa: E402
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml, validate_agent_config  # noqa: E402
 from async_pbt_isaaclab.core.config import ConfigError  # noqa: E402
-from async_pbt_isaaclab.core.generation import PendingExploit  # noqa: E402
-from async_pbt_isaaclab.core.member_state import MemberState, save_state  # noqa: E402
+from async_pbt_isaaclab.core.decision.generation import PendingExploit  # noqa: E402
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict  # noqa: E402
-from async_pbt_isaaclab.core.workspace import Workspace  # noqa: E402
+from async_pbt_isaaclab.core.state.member_state import MemberState  # noqa: E402
+from async_pbt_isaaclab.core.workspace import fsio  # noqa: E402
+from async_pbt_isaaclab.core.workspace.layout import Workspace  # noqa: E402
+from async_pbt_isaaclab.core.workspace.state_files import save_state  # noqa: E402
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from async_pbt_isaaclab.rl_games.inheritance import (  # noqa: E402
     DONOR_KEYS,

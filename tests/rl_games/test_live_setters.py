@@ -13,12 +13,13 @@ from __future__ import annotations
 import pytest
 
 from async_pbt_isaaclab.core.agent_config import load_population_config
-from async_pbt_isaaclab.core.evidence import EpisodeBatch
-from async_pbt_isaaclab.core.generation import PendingExploit
-from async_pbt_isaaclab.core.member_state import MemberState, save_state
-from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS
-from async_pbt_isaaclab.core.schedule import Schedule, ScheduleStep
-from async_pbt_isaaclab.core.workspace import Workspace
+from async_pbt_isaaclab.core.decision.generation import PendingExploit
+from async_pbt_isaaclab.core.decision.mutation import SUPPORTED_HYPERPARAMETERS
+from async_pbt_isaaclab.core.state.evidence import EpisodeBatch
+from async_pbt_isaaclab.core.state.member_state import MemberState
+from async_pbt_isaaclab.core.state.schedule import Schedule, ScheduleStep
+from async_pbt_isaaclab.core.workspace.layout import Workspace
+from async_pbt_isaaclab.core.workspace.state_files import save_state
 from async_pbt_isaaclab.member.executor import MemberExecutor
 from async_pbt_isaaclab.member.publication import Publication
 from async_pbt_isaaclab.member.session import start_member

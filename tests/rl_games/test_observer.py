@@ -18,9 +18,9 @@ import torch
 pytestmark = pytest.mark.rlgames_compat  # also run by .ci/run with rl-games 1.6.1 + gym (Isaac Lab 2.x)
 
 import async_pbt_isaaclab.examples as examples  # noqa: E402
-from async_pbt_isaaclab.core import fsio  # noqa: E402
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml  # noqa: E402
-from async_pbt_isaaclab.core.evidence import ConditionLabel, EpisodeBatch  # noqa: E402
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EpisodeBatch  # noqa: E402
+from async_pbt_isaaclab.core.workspace import fsio  # noqa: E402
 from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver  # noqa: E402
 from async_pbt_isaaclab.rl_games.observer import PbtObserver  # noqa: E402
 from async_pbt_isaaclab.testing.tiny_agent import train_agent  # noqa: E402
@@ -338,8 +338,8 @@ def test_exploit_under_adaptive_schedule_starts_from_the_donors_live_learning_ra
     """Donor trains with lr_schedule: adaptive (its rate drifts from the configured 1e-3) and publishes; the
     recipient exploits it (forced by the test fixture) with a learning-rate mutation. After the restart the
     optimizer's rate is the donor's live rate at the compared entry x the mutation factor, clipped."""
-    from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV
-    from async_pbt_isaaclab.core.mutation import clip
+    from async_pbt_isaaclab.core.decision.mutation import clip
+    from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV
 
     monkeypatch.setenv(TEST_FIXTURE_ENV, "fixture_forced_exploit")
     # Bounds wider than the adaptive scheduler's own [1e-6, 1e-2], which the donor's rate may have reached.
@@ -427,7 +427,7 @@ def test_an_explore_records_the_weights_training_continues_from(tmp_path, monkey
     """An explore decided at frame 4096 (after epoch 2's rollout) is carried out once that epoch's update is done.
     Its ``exploit_applied`` entry names the checkpoint published at the decision and the fingerprint of the weights
     the next training step runs with; both are those weights (the checkpoint's model has that fingerprint)."""
-    from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV
+    from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV
     from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
     from async_pbt_isaaclab.rl_games.inheritance import model_fingerprint
 

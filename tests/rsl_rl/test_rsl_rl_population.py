@@ -18,7 +18,7 @@ from rsl_rl_runners import runner as make_runner
 from rsl_rl_runners import small_config
 
 from async_pbt_isaaclab.checkpoint_io import model_fingerprint
-from async_pbt_isaaclab.core.mutation import SUPPORTED_HYPERPARAMETERS
+from async_pbt_isaaclab.core.decision.mutation import SUPPORTED_HYPERPARAMETERS
 from async_pbt_isaaclab.rsl_rl.layout import COUNTERS_KEY, LAYOUTS
 from async_pbt_isaaclab.rsl_rl.release import installed_line
 from async_pbt_isaaclab.testing.forced_exploit import RSL_RL_ITERATIONS, run_rsl_rl_population
@@ -157,7 +157,7 @@ def test_the_recipients_live_values_are_the_planned_ones(population, tmp_path, m
     import ast
     import shutil
 
-    from async_pbt_isaaclab.core.fixtures import TEST_FIXTURE_ENV
+    from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV
     from async_pbt_isaaclab.rsl_rl.live import live_values
     from async_pbt_isaaclab.testing.forced_exploit import FIXTURE_RULE, rsl_rl_member_args
 

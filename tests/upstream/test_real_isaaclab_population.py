@@ -91,7 +91,7 @@ def _entries(path: Path) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.timeout(3600)  # two member processes run one after the other, each starting Isaac Lab
 def test_population_exploit_restart_on_the_real_release(population_release, population):
-    from async_pbt_isaaclab.core.audit import verify_log
+    from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
 
     root, ws, logs = population
     state = json.loads((ws / "members/001/state.json").read_text())

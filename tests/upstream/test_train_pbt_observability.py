@@ -29,7 +29,7 @@ from isaaclab_real import TASK  # noqa: E402
 RELEASE = isaaclab_real.releases_under_test()[-1]
 
 
-from async_pbt_isaaclab.core.schedule import Schedule, ScheduleStep, dump_schedule  # noqa: E402
+from async_pbt_isaaclab.core.state.schedule import Schedule, ScheduleStep, dump_schedule  # noqa: E402
 
 EPOCH = 32 * 32
 """Frames per epoch of the runs below: 32 envs x horizon_length 32 (the reach yaml's)."""

@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import gymnasium
 
-from async_pbt_isaaclab.core.evidence import RETURN_OBJECTIVE, ConditionLabel
+from async_pbt_isaaclab.core.state.evidence import RETURN_OBJECTIVE, ConditionLabel
 from async_pbt_isaaclab.envs.isaaclab.condition import curriculum_reader, format_stage
 from async_pbt_isaaclab.envs.isaaclab.terms import (
     CALLABLE_PREFIX,
