@@ -421,3 +421,11 @@ def _resume_from_last(session: MemberSession) -> None:
 def print_notes(session: MemberSession) -> None:
     for note in session.notes:
         print(f"[async-pbt] member {session.member}: {note}", file=sys.stderr, flush=True)
+
+
+def say_where_it_resumes(session: MemberSession) -> None:
+    """After a stop (which writes no checkpoint): where the next start of this member resumes from, and what that
+    costs; every trainer's member says it alike."""
+    from async_pbt_isaaclab.core.workspace.resume import describe_resume
+
+    print(f"[async-pbt] {describe_resume(session.ws.root, session.member)}", flush=True)

@@ -76,7 +76,7 @@ class Trainer(Protocol):
     def read_checkpoint(self, path: Path, sha256: str | None, trusted: bool, on_device: bool = False) -> dict[str, Any]:
         """Load a checkpoint file safely (an allowlist unless ``trusted``), checking ``sha256`` when given; the
         tensors on the trainer's device with ``on_device`` (a checkpoint it loads next), else on the CPU. Raises
-        :class:`UnreadableCheckpoint` (or ``OSError``, ``core.fsio.ChecksumMismatch``)."""
+        :class:`UnreadableCheckpoint` (or ``OSError``, ``core.workspace.fsio.ChecksumMismatch``)."""
         ...
 
     def check_fits(self, state: Mapping[str, Any]) -> None:

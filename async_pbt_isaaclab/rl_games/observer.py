@@ -25,6 +25,7 @@ from typing import Any
 
 from rl_games.common.algo_observer import AlgoObserver
 
+from async_pbt_isaaclab.envs.summary_source import SummarySource
 from async_pbt_isaaclab.member.donors import KeptStates
 from async_pbt_isaaclab.member.executor import MemberExecutor
 from async_pbt_isaaclab.member.loop import Member, MemberLoop
@@ -39,7 +40,7 @@ class PbtObserver(AlgoObserver):
     def __init__(
         self,
         session: MemberSession,
-        summary_source: Any = None,
+        summary_source: SummarySource | None = None,
         exit_on_restart: bool = False,
         shared: KeptStates | None = None,
     ):

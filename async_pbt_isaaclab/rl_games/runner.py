@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.workspace.resume import describe_resume
 from async_pbt_isaaclab.envs.summary_source import SummarySource
 
 if TYPE_CHECKING:
@@ -43,7 +42,7 @@ def train_member(
 
     Returns the PbtObserver (``None`` when the population is disabled or the member had already finished).
     """
-    from async_pbt_isaaclab.member.session import start_member
+    from async_pbt_isaaclab.member.session import say_where_it_resumes, start_member
 
     session = None
     if cfg.enabled:
@@ -66,7 +65,7 @@ def train_member(
         if not isinstance(exc, KeyboardInterrupt):
             raise
         # Ctrl-C while rl_games loads (seconds after a start or an exec restart): a stop like any other.
-        _say_where_it_resumes(session)
+        say_where_it_resumes(session)
         return None
     return run_training(
         session,
@@ -97,7 +96,3 @@ def _check_warm_start(session: Any) -> None:
     from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
 
     load_checkpoint(session.start_checkpoint, trusted=session.cfg.trusted_workspace)
-
-
-def _say_where_it_resumes(session: Any) -> None:
-    print(f"[async-pbt] {describe_resume(session.ws.root, session.cfg.policy_idx)}", flush=True)

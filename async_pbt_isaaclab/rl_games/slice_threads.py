@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, NoReturn
 from async_pbt_isaaclab.envs.slice_env import SharedVecEnv, SlicesStopped
 
 if TYPE_CHECKING:
-    from async_pbt_isaaclab.rl_games.slices import SliceHost, SliceMember
+    from async_pbt_isaaclab.rl_games.slice_host import SliceHost, SliceMember
 
 STOP_WAIT_ENV = "ASYNC_PBT_SLICES_STOP_WAIT_S"
 """Seconds the process waits for its member threads after a stop before it ends without them (default
@@ -96,7 +96,7 @@ def _train_one(m: SliceMember, shared: SharedVecEnv, torch_threads: int) -> None
     import torch
 
     from async_pbt_isaaclab.member.executor import MemberFault
-    from async_pbt_isaaclab.rl_games.runner import _say_where_it_resumes
+    from async_pbt_isaaclab.member.session import say_where_it_resumes
 
     observer = m.observer
     assert observer is not None
@@ -123,7 +123,7 @@ def _train_one(m: SliceMember, shared: SharedVecEnv, torch_threads: int) -> None
         finally:
             if m.status != "finished":
                 # A stop writes no checkpoint (it may land inside an optimizer step): say what it costs.
-                _say_where_it_resumes(m.session)
+                say_where_it_resumes(m.session)
 
 
 def join_members(host: SliceHost, shared: SharedVecEnv | None) -> None:
@@ -152,7 +152,7 @@ def join_members(host: SliceHost, shared: SharedVecEnv | None) -> None:
 def _leave_stuck(m: SliceMember, waited: float) -> None:
     """Mark a member whose thread did not end after a stop as stuck, and say where its thread is and where it
     resumes (its state on disk is what it last published)."""
-    from async_pbt_isaaclab.rl_games.runner import _say_where_it_resumes
+    from async_pbt_isaaclab.member.session import say_where_it_resumes
 
     frame = sys._current_frames().get(m.thread.ident) if m.thread is not None and m.thread.ident else None
     where = f"in {frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})" if frame else "still running"
@@ -161,13 +161,13 @@ def _leave_stuck(m: SliceMember, waited: float) -> None:
         f"member {m.session.member:03d} did not stop within {waited:g} s of the stop (its thread is {where})"
     )
     print(f"[async-pbt] {m.error}", file=sys.stderr, flush=True)
-    _say_where_it_resumes(m.session)
+    say_where_it_resumes(m.session)
 
 
 def end_unstarted(host: SliceHost) -> None:
     """Members that never trained (a stop or an error while the env, the agents or the threads were built): a built
     agent ends like a process member's (record and audit say stopped), an unbuilt one just releases the member."""
-    from async_pbt_isaaclab.rl_games.runner import _say_where_it_resumes
+    from async_pbt_isaaclab.member.session import say_where_it_resumes
 
     for m in host.members.values():
         if m.status != "running":
@@ -177,7 +177,7 @@ def end_unstarted(host: SliceHost) -> None:
             m.observer.finish("stopped")
         else:
             m.session.close()
-        _say_where_it_resumes(m.session)
+        say_where_it_resumes(m.session)
 
 
 def raise_for_members(host: SliceHost) -> None:

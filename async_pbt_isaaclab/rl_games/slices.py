@@ -38,19 +38,16 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import threading
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.slices import SliceLayout, member_threads, slice_problems
 from async_pbt_isaaclab.envs.slice_env import SharedVecEnv
-from async_pbt_isaaclab.member.donors import KeptStates
 from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS, blockers
 from async_pbt_isaaclab.rl_games.observer import PbtObserver
+from async_pbt_isaaclab.rl_games.slice_host import SliceHost, SliceMember
 from async_pbt_isaaclab.rl_games.slice_rollout import SliceRollout, rollout_problems
 from async_pbt_isaaclab.rl_games.slice_threads import (
-    STOP_WAIT_S,
     available_cores,
     end_unstarted,
     join_members,
@@ -69,39 +66,6 @@ def check_slices(cfg: PopulationConfig, count: int, agent_cfg: dict[str, Any] | 
     """Why this population config (and ``agent_cfg``, the rl_games yaml, when given) cannot run as ``count`` slices
     of one process (empty: it can). Every entry point asks this before anything is claimed."""
     return slice_problems(cfg.mutation, cfg.exploit_mode, LIVE_SETTERS, count, agent_cfg)
-
-
-# ---------------------------------------------------------------------------------------------- the host
-
-
-@dataclass
-class SliceMember:
-    """One member of the process: its slot, session and observer, and how its training ended."""
-
-    slot: int
-    session: Any
-    observer: PbtObserver | None = None
-    agent: Any = None
-    status: str = "running"
-    """``running``, ``finished``, ``stopped``, ``failed`` or ``stuck`` (its thread did not end after a stop)."""
-    error: BaseException | None = None
-    thread: threading.Thread | None = None
-    """Its training thread, once started."""
-
-
-class SliceHost:
-    """The members of one process (see the module docstring)."""
-
-    def __init__(self, layout: SliceLayout, torch_threads: int = 1, stop_wait: float = STOP_WAIT_S):
-        self.layout = layout
-        self.members: dict[int, SliceMember] = {}
-        """By member index."""
-        self.torch_threads = torch_threads
-        """Torch intra-op threads of each member's training thread (``core.slices.member_threads``)."""
-        self.stop_wait = stop_wait
-        """Seconds a stop waits for the member threads (:func:`stop_wait_s`)."""
-        self.kept = KeptStates(layout.members)
-        """The states the members published, where recipients in this process take their donors from."""
 
 
 def train_slices(

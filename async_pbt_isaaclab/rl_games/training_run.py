@@ -14,11 +14,11 @@ from rl_games.torch_runner import Runner
 
 from async_pbt_isaaclab.envs.summary_source import SummarySource
 from async_pbt_isaaclab.member.held_stop import StopOnSignal
+from async_pbt_isaaclab.member.session import say_where_it_resumes
 from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
 from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
 from async_pbt_isaaclab.rl_games.observer import PbtObserver
 from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalarsObserver
-from async_pbt_isaaclab.rl_games.runner import _say_where_it_resumes
 
 
 def run_training(
@@ -75,5 +75,5 @@ def _train_as_member(
             session.close()
         if status == "stopped":
             # A stop writes no checkpoint (it may land inside an optimizer step): say what it costs.
-            _say_where_it_resumes(session)
+            say_where_it_resumes(session)
     return observer

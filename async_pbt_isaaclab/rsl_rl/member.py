@@ -22,12 +22,11 @@ from typing import Any, Callable, Mapping
 from async_pbt_isaaclab.core.agent_config import get_path
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.decision.mutation import agent_path
-from async_pbt_isaaclab.core.workspace.resume import describe_resume
 from async_pbt_isaaclab.member.executor import MemberExecutor
 from async_pbt_isaaclab.member.held_stop import StopOnSignal
 from async_pbt_isaaclab.member.loop import Member, MemberLoop
 from async_pbt_isaaclab.member.publication import Publication
-from async_pbt_isaaclab.member.session import MemberSession, start_member
+from async_pbt_isaaclab.member.session import MemberSession, say_where_it_resumes, start_member
 from async_pbt_isaaclab.rsl_rl.config import with_hyperparameters
 from async_pbt_isaaclab.rsl_rl.member_config import OVERRIDE_PREFIX, agent_view
 from async_pbt_isaaclab.rsl_rl.trainer import RslRlTrainer
@@ -102,5 +101,5 @@ def train_member(
         else:
             session.close()
         if status == "stopped":
-            print(f"[async-pbt] {describe_resume(session.ws.root, session.member)}", flush=True)
+            say_where_it_resumes(session)
     return events

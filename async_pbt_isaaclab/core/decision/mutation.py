@@ -27,14 +27,12 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from async_pbt_isaaclab.core.decision.mutation_spec import MUTATION_KINDS, MutationSpec
 from async_pbt_isaaclab.core.decision.value_draws import clip, clip_int, draw_value
 from async_pbt_isaaclab.core.state.hyperparameters import Hyperparameters, HyperparameterView
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
 
-__all__ = ["Change", "MutationSpec", "clip", "clip_int", "mutate", "mutate_value"]
-
-MUTATION_KINDS = ("log_float", "discount", "log_shift", "int", "choice")
-"""Accepted values of ``MutationSpec.kind``."""
+__all__ = ["MUTATION_KINDS", "Change", "MutationSpec", "clip", "clip_int", "mutate", "mutate_value"]
 
 ISAACLAB_KIND_NAMES = {"mutate_float": "log_float", "mutate_discount": "discount"}
 """Isaac Lab's mutation function names and the kind each one means here."""
@@ -51,44 +49,6 @@ given; the verifier passes the entry's, 1 for 0.1.x, whose entries carry none):
 * 3: ``min_mutated_keys`` counts keys *changed* (after clipping), a key at a bound moves inward, the random explore
   may resample a key from its whole bounds (``resample_probability``), PB2 fits its kernel and counts the running
   members' configurations, and ``max_frame_lag: -1`` keeps a peer far behind out of the ranking."""
-
-
-@dataclass(frozen=True)
-class MutationSpec:
-    """How one hyperparameter may change. Every result lies in ``[low, high]``."""
-
-    kind: str = "log_float"
-    """One of ``MUTATION_KINDS``."""
-    low: float = 0.0
-    """Smallest allowed value (inclusive)."""
-    high: float = 1.0
-    """Largest allowed value (inclusive)."""
-    change_range: tuple[float, float] | None = None
-    """Factor range for ``log_float``/``discount``/``log_shift``; ``None`` uses the population's ``change_range``."""
-    step: int = 1
-    """Largest step for ``int`` (a step in ``1..step`` is drawn)."""
-    choices: tuple[Any, ...] = ()
-    """Allowed values for ``choice``."""
-    from_zero: float | None = None
-    """``log_float``: where a drawn value of exactly 0 jumps to (inside the bounds); ``None``: a 0 stays 0."""
-    diverse_start: bool | None = None
-    """Whether the diverse start draws this key: ``False`` keeps the configured value for every member, ``True``
-    draws it even when the command line set it; ``None`` (not given): drawn, unless the command line set it."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (the ``mutation`` mapping of a recorded config)."""
-        out: dict[str, Any] = {"kind": self.kind, "low": self.low, "high": self.high}
-        if self.change_range is not None:
-            out["change_range"] = list(self.change_range)
-        if self.kind == "int":
-            out["step"] = self.step
-        if self.kind == "choice":
-            out["choices"] = list(self.choices)
-        if self.from_zero is not None:
-            out["from_zero"] = self.from_zero
-        if self.diverse_start is not None:
-            out["diverse_start"] = self.diverse_start
-        return out
 
 
 @dataclass(frozen=True)

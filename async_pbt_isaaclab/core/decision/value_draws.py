@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
 
 if TYPE_CHECKING:
-    from async_pbt_isaaclab.core.decision.mutation import MutationSpec
+    from async_pbt_isaaclab.core.decision.mutation_spec import MutationSpec
 
 
 def clip(value: float, low: float, high: float) -> float:
