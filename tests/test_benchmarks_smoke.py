@@ -204,10 +204,33 @@ def test_population_vs_independent_refuses_a_used_folder(tmp_path, capsys):
 
 
 MUJOCO_CASES = sorted(c for c in _load_study().CASES if c.startswith(("halfcheetah_", "hopper_")))
+TRAINED_CASES = ("halfcheetah_lr", "hopper_many")
+"""One case per MuJoCo task trains its three arms in the smoke below (every case runs the same code on its task;
+what differs, the start values and mutation specs, every case has checked without training)."""
+
+
+@pytest.mark.parametrize("case", MUJOCO_CASES)
+def test_every_mujoco_case_builds_a_population_config(case, tmp_path):
+    """Each MuJoCo case's start values land in the study's own yaml, and that yaml with the case's mutation specs is
+    a population config the members accept (what the smoke below trains, without the training)."""
+    from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
+
+    study = _load_study()
+    spec = study.CASES[case]
+    args = study.resolve(study.build_parser().parse_args(["--case", case, "--smoke", "--out", str(tmp_path)]))
+    study.write_case_yaml(args, tmp_path)
+    raw = load_yaml(args.agent_yaml)
+    config = raw["params"]["config"]
+    for item in spec.set_values:
+        key, value = item.split("=", 1)
+        assert str(config[key]) == value or config[key] == float(value), (item, config[key])
+    pbt = [f"agent.pbt.{k}" for k in ("enabled=true", "num_policies=2", f"workspace={tmp_path / 'ws'}")]
+    _, cfg = load_population_config(raw, [*pbt, *study.agent_overrides(args)])
+    assert sorted(cfg.mutation) == sorted(item.split("=", 1)[0] for item in spec.mutate)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", MUJOCO_CASES)
+@pytest.mark.parametrize("case", TRAINED_CASES)
 def test_population_vs_independent_mujoco_case_smoke(case, tmp_path, capsys):
     """``--case <mujoco case> --smoke``: both arms train the case's task (rl_games' tuned yaml, shrunk rollout) with
     the case's start, the held-out evaluation plays the same env, and the figures come out."""

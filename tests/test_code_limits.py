@@ -1,4 +1,4 @@
-"""Size limits of the package's code (issue 34): no function over 60 lines, no module over 450.
+"""Size limits of the package's code: no function over 60 lines, no module over 450.
 
 ruff holds the other two limits (C901 branches, PLR0915 statements; pyproject.toml); it has no rule for a
 function's or a module's length, so this test walks the package with `ast` and names every one over its limit.

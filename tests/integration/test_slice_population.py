@@ -112,7 +112,10 @@ def test_exploit_between_slices_is_a_memory_copy(tmp_path, monkeypatch, capsys, 
         start = next(e for e in entries if e["kind"] == "start")
         assert start["slices"]["members"] == [0, 1, 2] and start["slot"] == recipient
         memory = [e for e in entries if e["kind"] == "donor_in_memory"]
-        assert len(memory) == 1 and memory[0]["donor"] == 0, entries
+        # The fixture rule copies the lowest-index member it compared: member 0, or for member 2 member 1 when its
+        # decision came before member 0's publish of that interval (the threads publish in any order).
+        assert len(memory) == 1 and memory[0]["donor"] in range(recipient), entries
+        donor = memory[0]["donor"]
         # The published file and the memory copy are the same weights, and the recipient acted with them from its
         # first step of the new generation.
         published = load_checkpoint(
@@ -122,9 +125,9 @@ def test_exploit_between_slices_is_a_memory_copy(tmp_path, monkeypatch, capsys, 
         assert probes[recipient].seen[1] == memory[0]["model_sha256"]
         assert probes[recipient].seen[0] != probes[recipient].seen[1]
         applied = next(e for e in entries if e["kind"] == "exploit_applied")
-        assert applied["path"] == "inprocess" and applied["donor"] == 0
+        assert applied["path"] == "inprocess" and applied["donor"] == donor
         state = load_state(ws / "members" / f"{recipient:03d}" / "state.json")
-        assert state.generation == 1 and state.lineage[-1].source.member == 0
+        assert state.generation == 1 and state.lineage[-1].source.member == donor
         # The recipient kept its own counters: frames continue, no copy of the donor's.
         restored = next(e for e in entries if e["kind"] == "restored" and e["mode"] == "exploit_inprocess")
         assert restored["model_sha256"] == memory[0]["model_sha256"]
