@@ -347,6 +347,8 @@ def test_exploit_under_adaptive_schedule_starts_from_the_donors_live_learning_ra
         interval_steps=2 * FRAMES_PER_EPOCH,
         rule="fixture_forced_exploit",
         mutation_rate=1.0,
+        # A multiplied rate, never one resampled from the whole bounds (which would not start from the live rate).
+        resample_probability=0.0,
         heartbeat_interval_s=3600.0,
         exploit_mode="restart",
         mutation={"learning_rate": {"kind": "mutate_float", "low": 1e-6, "high": 0.1}},
