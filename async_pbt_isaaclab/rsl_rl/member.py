@@ -71,13 +71,21 @@ def train_member(
     train_dir: str,
     checkpoint: str | None = None,
     exit_on_restart: bool = False,
+    override_prefix: str = OVERRIDE_PREFIX,
+    reward_config: str = "",
 ) -> MemberEvents | None:
     """Train ``rsl_cfg`` as population member ``cfg.policy_idx`` for the config's ``max_iterations`` (the
     member's own count). rsl_rl's log folder (TensorBoard, ``model_<it>.pt``) is the experiment's ``summaries/``
-    under ``train_dir``, where the member's start refuses planted links. Returns ``None`` when the member had
-    already finished."""
+    under ``train_dir``, where the member's start refuses planted links. A restart writes the new values as
+    ``override_prefix`` + the runner config's key (Isaac Lab's Hydra: ``agent.``). Returns ``None`` when the member
+    had already finished."""
     session, view = start_member(
-        agent_view(rsl_cfg), cfg, train_dir=train_dir, task=rsl_cfg["env"]["id"], checkpoint=checkpoint
+        agent_view(rsl_cfg),
+        cfg,
+        train_dir=train_dir,
+        task=rsl_cfg["env"]["id"],
+        checkpoint=checkpoint,
+        reward_config=reward_config,
     )
     if session.already_finished:
         print(f"[async-pbt] member {session.member}: nothing to train: {session.already_finished}", flush=True)
@@ -88,7 +96,7 @@ def train_member(
     log_dir = Path(train_dir) / view["params"]["config"]["full_experiment_name"] / "summaries"
     stop, events, status = StopOnSignal(), None, "stopped"
     try:
-        trainer = RslRlTrainer(build(config, str(log_dir)), override_prefix=OVERRIDE_PREFIX)
+        trainer = RslRlTrainer(build(config, str(log_dir)), override_prefix=override_prefix)
         events = MemberEvents(session, trainer, exit_on_restart=exit_on_restart)
         trainer.train(int(config["runner"]["max_iterations"]))
         status = "finished"
