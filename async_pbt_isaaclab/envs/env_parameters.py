@@ -21,6 +21,7 @@ import gymnasium
 import numpy as np
 
 from async_pbt_isaaclab.core.decision.mutation_spec import env_parameter, is_env_key
+from async_pbt_isaaclab.core.state.evidence import LENGTH_OBJECTIVE, RETURN_OBJECTIVE
 
 DISTANCE_TERM = "distance_travelled"
 """The term name (``pbt_terms`` entry and ``pbt.objective``): x position at the episode's end minus at its start."""
@@ -92,6 +93,28 @@ class EpisodeDistance:
         return distance
 
 
+def episode_objective(
+    objective: str, episode_return: float, length: int, first: Mapping[str, Any], last: Mapping[str, Any]
+) -> float:
+    """One played episode's value of a population objective, as members measure it: its return, its length,
+    ``distance_travelled`` (``x_position`` of the last step's ``info`` minus the reset's), or a term read from the
+    last step's ``info`` (NaN when the env reports none)."""
+    if objective == RETURN_OBJECTIVE:
+        return float(episode_return)
+    if objective == LENGTH_OBJECTIVE:
+        return float(length)
+    if objective == DISTANCE_TERM:
+        return _value(last, POSITION_KEY) - _value(first, POSITION_KEY)
+    return _value(last, objective)
+
+
+def _value(info: Mapping[str, Any], key: str) -> float:
+    try:
+        return float(info[key])
+    except (KeyError, TypeError, ValueError):
+        return float("nan")
+
+
 def _positions(info: Mapping[str, Any], n: int) -> np.ndarray:
     """``info["x_position"]`` per env (NaN where an env reports none)."""
     out = np.full(n, np.nan, dtype=np.float64)
@@ -108,4 +131,5 @@ __all__ = [
     "built_value",
     "constructor_parameters",
     "env_key_problems",
+    "episode_objective",
 ]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from async_pbt_isaaclab import cli
 from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
 from async_pbt_isaaclab.core.workspace.state_files import load_state, read_record
 from async_pbt_isaaclab.examples.agents import PACKAGED_SEARCHES
@@ -90,3 +91,15 @@ def test_the_audit_replays_the_env_values_and_distance_is_the_evidence(populatio
     record = read_record(ws / "members/000/record.json")
     assert record.condition.objective == "distance_travelled"
     assert record.evidence.count > 0
+
+
+def test_held_out_evaluation_reports_the_populations_objective(population, capsys):
+    ws, _ = population
+    checkpoint = sorted((ws / "members/001/checkpoints").glob("*.pth"))[-1]
+    assert cli.main(["evaluate", str(checkpoint), "--episodes", "2", "--json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    assert result["objective"] == "distance_travelled" and len(result["objective_values"]) == 2
+    # Each episode's distance, not its return (the weights it was trained with are not the yaml's).
+    assert result["objective_values"] != result["returns"]
+    (line,) = [json.loads(x) for x in (ws / "evaluations.jsonl").read_text().splitlines()]
+    assert line["objective"] == pytest.approx(sum(result["objective_values"]) / 2)
