@@ -14,9 +14,10 @@ input normaliser are loaded through the safe loader
 with the deterministic action (the Gaussian's mean), one gymnasium env per episode, env ``i`` reset with seed
 ``S + i``. The default ``S`` (100000) lies far from the training seeds rl_games and the CPU member use (the
 yaml's ``params.seed`` plus the member index, then one seed per env), so the episodes are held out from
-training. The return is the undiscounted sum of the env's own rewards (no reward shaping), with the yaml's
-``env_config`` (a member's searched env values are not applied); the yaml's ``pbt.objective`` is measured on each
-episode as members measure it (``distance_travelled``, a term of the last step's info) and shown beside it.
+training. The return is the undiscounted sum of the env's own rewards (no reward shaping), the env built with the
+yaml's ``env_config`` and the checkpoint's own searched env values (``env.<name>``: the reward it trained with); the
+yaml's ``pbt.objective`` is measured on each episode as members measure it (``distance_travelled``, a term of the
+last step's info) and shown beside it.
 
 Recording: a member's checkpoint (one under ``WS/members/NNN/checkpoints/`` of a workspace with a
 ``population.json``) is recorded by default as one JSON line in ``WS/evaluations.jsonl``, the file
@@ -52,6 +53,7 @@ from async_pbt_isaaclab.commands.evaluation_records import (
     record_evaluation,
     record_targets,
 )
+from async_pbt_isaaclab.core.decision.mutation_spec import env_parameter, is_env_key
 
 DEFAULT_AGENT_YAML = Path(__file__).resolve().parents[1] / "examples" / "pendulum_ppo.yaml"
 """The packaged Pendulum-v1 PPO agent yaml, used when ``--agent-yaml`` is not given."""
@@ -111,7 +113,9 @@ class Evaluator:
         self._player_cache: dict[str, Any] = {}
         self._spaces = self._task_spaces()
 
-    def _make_env(self):
+    def _make_env(self, env_values: Mapping[str, Any] | None = None):
+        """One env of the task, built with the yaml's ``env_config`` and ``env_values`` (a checkpoint's own searched
+        env values, ``env.<name>``, over the yaml's)."""
         import gymnasium
 
         kwargs = {
@@ -119,6 +123,7 @@ class Evaluator:
             for k, v in (self.cfg["params"]["config"].get("env_config") or {}).items()
             if k not in ("seed", "pbt_condition", "pbt_terms")
         }
+        kwargs.update({env_parameter(k): v for k, v in (env_values or {}).items()})
         try:
             return gymnasium.make(self.task, **kwargs)
         except gymnasium.error.Error as exc:
@@ -198,7 +203,8 @@ class Evaluator:
         if episodes < 1:
             raise CliError(f"--episodes must be >= 1, got {episodes}")
         player, meta = self._load(Path(checkpoint))
-        returns, lengths, values = self._play(player, episodes, seed)
+        searched = {k: v for k, v in (meta.get("hyperparameters") or {}).items() if is_env_key(k)}
+        returns, lengths, values = self._play(player, episodes, seed, searched)
         if not all(math.isfinite(v) for v in values):
             raise CliError(f"{checkpoint}: task {self.task!r} reported no value of the objective {self.objective!r}")
         return Evaluation(str(checkpoint), self.task, seed, returns, lengths, meta, self.objective, values)
@@ -236,14 +242,16 @@ class Evaluator:
             raise CliError(f"agent yaml {self.agent_yaml}: recurrent policies are not supported by evaluate")
         return player, meta
 
-    def _play(self, player: Any, episodes: int, seed: int) -> tuple[list[float], list[int], list[float]]:
+    def _play(
+        self, player: Any, episodes: int, seed: int, env_values: Mapping[str, Any]
+    ) -> tuple[list[float], list[int], list[float]]:
         """Each episode's return, length and objective value: one env per episode, env ``i`` reset with ``seed + i``."""
         import numpy as np
         import torch
 
         from async_pbt_isaaclab.envs.env_parameters import episode_objective
 
-        envs = [self._make_env() for _ in range(episodes)]
+        envs = [self._make_env(env_values) for _ in range(episodes)]
         firsts = [env.reset(seed=seed + i) for i, env in enumerate(envs)]
         obs = np.stack([first[0] for first in firsts]).astype(np.float32)
         values = [math.nan] * episodes

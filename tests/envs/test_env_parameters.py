@@ -74,3 +74,12 @@ def test_check_config_refuses_the_shaped_return_unless_allowed(tmp_path, capsys)
     allowed = ["pbt.objective=episode_return", "pbt.allow_shaped_return_objective=true", "--train-dir", str(tmp_path)]
     assert cli.main(["check-config", SEARCH_YAML, *allowed]) == 0
     assert "warning: " in (err := capsys.readouterr().err) and "(accepted by allow_shaped_return_objective)" in err
+
+
+def test_held_out_episodes_use_the_checkpoints_own_env_values():
+    from async_pbt_isaaclab.commands.evaluate import Evaluator
+
+    evaluator = Evaluator("Hopper-v5", SEARCH_YAML)
+    assert evaluator.objective == DISTANCE_TERM
+    assert evaluator._make_env().unwrapped._healthy_reward == 1.0  # the yaml's
+    assert evaluator._make_env({"env.healthy_reward": 4.0}).unwrapped._healthy_reward == 4.0
