@@ -193,6 +193,37 @@ SWEEP_UNREACHABLE = {
 """Cases a sweep cannot reach, defined and screened before the search code was tuned on them."""
 
 
+@dataclass(frozen=True)
+class Screen:
+    """Configurations measured with one plain run each before a case is defined on them (``screen_case.py``), where
+    the measurement decides whether the case exists at all: the figure read is the members' objective."""
+
+    summary: str
+    """One line: what the screen must show."""
+    task: str
+    """The gymnasium task, trained with its packaged agent yaml."""
+    screen: tuple[tuple[str, tuple[str, ...]], ...]
+    """A label and its values on top of the packaged yaml, per run."""
+
+
+DISTANCE_OBJECTIVE = ("params.config.env_config.pbt_terms=[distance_travelled]", "pbt.objective=distance_travelled")
+"""Judge a run by the distance it travels per episode (x position at its end minus at its start), not its return."""
+
+SCREENS = {
+    "hopper_standing": Screen(
+        "Hopper-v5 with a healthy reward so high that standing still pays best: before a case searches the reward "
+        "weights, independent runs at that value must be seen not to travel (the default weight 1 travels)",
+        "Hopper-v5",
+        (
+            ("healthy1", DISTANCE_OBJECTIVE),
+            ("healthy10", ("params.config.env_config.healthy_reward=10.0", *DISTANCE_OBJECTIVE)),
+            ("healthy30", ("params.config.env_config.healthy_reward=30.0", *DISTANCE_OBJECTIVE)),
+        ),
+    ),
+}
+"""Screens that decide whether a case is defined (reward weights: a case no PPO search can fix)."""
+
+
 def value_overrides(values: tuple[str, ...] | list[str]) -> list[str]:
     """``KEY=VALUE`` (a short KEY is ``params.config.KEY``) as the member's ``agent.*`` overrides."""
     out = []

@@ -83,3 +83,20 @@ def test_held_out_episodes_use_the_checkpoints_own_env_values():
     assert evaluator.objective == DISTANCE_TERM
     assert evaluator._make_env().unwrapped._healthy_reward == 1.0  # the yaml's
     assert evaluator._make_env({"env.healthy_reward": 4.0}).unwrapped._healthy_reward == 4.0
+
+
+def test_the_cpu_population_runs_the_packaged_reward_search(tmp_path):
+    from async_pbt_isaaclab.examples import cpu_population
+
+    args = cpu_population.build_parser().parse_args(
+        ["--task", "Hopper-v5", "--agent", "hopper_reward_search", "--smoke", "--workspace", str(tmp_path / "ws")]
+    )
+    cpu_population.check_arguments(args)
+    agent, cfg = cpu_population.check_member_config(args, tmp_path / "ws")
+    assert cfg.objective == DISTANCE_TERM and agent["params"]["config"]["env_config"]["healthy_reward"] == 1.0
+    assert {"env.healthy_reward", "env.ctrl_cost_weight", "env.forward_reward_weight", "learning_rate"} <= set(
+        cfg.mutation
+    )
+    missing = cpu_population.build_parser().parse_args(["--agent", "hopper_search"])
+    with pytest.raises(cpu_population.UsageError, match=r"--agent hopper_search: no such file \(packaged: hopper_rew"):
+        cpu_population.check_arguments(missing)
