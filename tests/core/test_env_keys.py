@@ -108,3 +108,17 @@ def test_a_changed_env_value_takes_the_restart_path_and_an_unchanged_one_does_no
     # A trainer that can set it live says so in its abilities: the plan reads only them.
     rebuilds = TrainerAbilities(live_keys=frozenset({"learning_rate", "env.healthy_reward"}))
     assert exploit_path(PlanInputs("auto", inputs.mutated_keys, rebuilds), changed)[0] == "inprocess"
+
+
+def test_a_replayed_run_starts_with_the_env_values_and_cannot_change_them():
+    from async_pbt_isaaclab.core.state.schedule import Schedule, ScheduleStep, initial_overrides, replay_problems
+
+    start = ScheduleStep(0, {"learning_rate": 1e-3, "env.healthy_reward": 2.0}, 0, 0, 0, "start")
+    same = ScheduleStep(100, {"learning_rate": 2e-3, "env.healthy_reward": 2.0}, 1, 300, 1, "exploit")
+    assert replay_problems(Schedule(1, (start, same))) == []
+    assert initial_overrides(Schedule(1, (start,)))[("params", "config", "env_config", "healthy_reward")] == 2.0
+    moved = ScheduleStep(200, {"learning_rate": 2e-3, "env.healthy_reward": 4.0}, 1, 400, 2, "explore")
+    assert replay_problems(Schedule(1, (start, same, moved))) == [
+        "steps[2].values.env.healthy_reward: changes at frame 200, but env.healthy_reward is fixed once the env is "
+        "built; replay cannot change it within one run"
+    ]
