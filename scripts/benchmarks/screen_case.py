@@ -33,28 +33,16 @@ def command(
     case: study_cases.Case | study_cases.Screen, values: tuple[str, ...], workspace: Path, args: argparse.Namespace
 ) -> list[str]:
     per_epoch = study_cases.frames_per_epoch(case.task, values)
-    return [
-        sys.executable,
-        "-m",
-        "async_pbt_isaaclab.examples.cpu_member",
-        "--task",
+    return study_cases.solo_run_command(
         case.task,
-        "--pbt-workspace",
-        str(workspace),
-        "--pbt-members",
-        "2",
-        "--pbt-index",
-        "0",
-        "--pbt-max-restarts",
-        "0",
-        "--pbt-interval-steps",
-        str(args.interval),
+        workspace,
+        args.interval,
         "--max_iterations",
         str(-(-args.frames // per_epoch)),
         *(["--vec-env", args.vec_env] if args.vec_env else []),
         f"agent.params.seed={args.seed}",
         *study_cases.value_overrides(values),
-    ]
+    )
 
 
 def curve(workspace: Path) -> list[tuple[int, float]]:

@@ -5,7 +5,9 @@ in docs/validation.md)."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 GAMMA_SPEC = "gamma={kind: mutate_discount, low: 0.5, high: 0.995, change_range: [1.2, 2.0]}"
 """The discount's search range: it contains the mis-set 0.8, so the population has to find a good discount by
@@ -231,6 +233,30 @@ SCREENS = {
     ),
 }
 """Screens that decide whether a case is defined (reward weights: a case no PPO search can fix)."""
+
+
+def solo_run_command(task: str, workspace: Path, interval: int, *extra: str) -> list[str]:
+    """The CPU member of ``task`` trained alone, as a user would: a 2-member workspace where it publishes a record and
+    a checkpoint every ``interval`` frames and never exploits or explores (``--pbt-max-restarts 0``); ``extra``
+    flags and overrides follow."""
+    return [
+        sys.executable,
+        "-m",
+        "async_pbt_isaaclab.examples.cpu_member",
+        "--task",
+        task,
+        "--pbt-workspace",
+        str(workspace),
+        "--pbt-members",
+        "2",
+        "--pbt-index",
+        "0",
+        "--pbt-max-restarts",
+        "0",
+        "--pbt-interval-steps",
+        str(interval),
+        *extra,
+    ]
 
 
 def value_overrides(values: tuple[str, ...] | list[str]) -> list[str]:
