@@ -100,3 +100,26 @@ def test_the_cpu_population_runs_the_packaged_reward_search(tmp_path):
     missing = cpu_population.build_parser().parse_args(["--agent", "hopper_search"])
     with pytest.raises(cpu_population.UsageError, match=r"--agent hopper_search: no such file \(packaged: hopper_rew"):
         cpu_population.check_arguments(missing)
+
+
+def test_the_hopper_standing_screen_runs_members_judged_by_distance(tmp_path):
+    """Each screened configuration is a member config the CPU member accepts, judged by distance travelled, with the
+    healthy reward it names (what ``screen_case.py --case hopper_standing`` trains, without the training)."""
+    import sys
+    from pathlib import Path
+
+    from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
+    from async_pbt_isaaclab.examples.agents import packaged_agent_yaml
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "benchmarks"))
+    import study_cases
+
+    pbt = ["agent.pbt.enabled=true", "agent.pbt.num_policies=2", f"agent.pbt.workspace={tmp_path}"]
+    healthy = {}
+    for label, values in study_cases.SCREENS["hopper_standing"].screen:
+        agent, cfg = load_population_config(
+            load_yaml(packaged_agent_yaml("Hopper-v5")), [*pbt, *study_cases.value_overrides(values)]
+        )
+        assert cfg.objective == DISTANCE_TERM
+        healthy[label] = agent["params"]["config"]["env_config"].get("healthy_reward", 1.0)
+    assert healthy == {"healthy1": 1.0, "healthy10": 10.0, "healthy30": 30.0}
