@@ -3,8 +3,10 @@
 Two forms load: Isaac Lab's ``{agent.params.config.learning_rate: mutate_float}`` (the key may carry the
 agent-config prefix, the value names a kind) and ours, a mapping with ``kind``, ``low``, ``high``,
 ``change_range``, ``step``, ``choices``, ``from_zero`` and ``diverse_start``. Each hyperparameter's kind must fit it
-(an integer stays an integer, ``discount`` only suits values in [0, 1)). :mod:`async_pbt_isaaclab.core.config` calls
-:func:`parse_mutation_section` and reports its problems with the rest of the section.
+(an integer stays an integer, ``discount`` only suits values in [0, 1)). An env value (``env.<name>``, also written
+as an ``env:`` mapping of names) takes our form only, with its bounds, and any kind.
+:mod:`async_pbt_isaaclab.core.config` calls :func:`parse_mutation_section` and reports its problems with the rest of
+the section.
 """
 
 from __future__ import annotations
