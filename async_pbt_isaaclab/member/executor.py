@@ -97,12 +97,12 @@ class MemberExecutor:
 
     # ------------------------------------------------------------------ files, audit, state
     def save(self) -> None:
-        """Save ``state.json`` (with the audit log's head)."""
-        self.session.save()
+        """Save ``state.json`` (with the audit log's head), once no publish is in flight (the writer rule)."""
+        self.publishing.save()
 
     def log(self, kind: str, body: dict[str, Any]) -> None:
-        """Append an audit entry and save ``state.json`` with it as the head."""
-        self.session.log(kind, body)
+        """Append an audit entry and save ``state.json`` with it as the head, once no publish is in flight."""
+        self.publishing.log(kind, body)
 
     def _warn(self, effect: Warn) -> None:
         print(f"[async-pbt] member {self.session.member}: WARNING: {effect.message}", file=sys.stderr, flush=True)
@@ -120,8 +120,8 @@ class MemberExecutor:
             if self.publication.warn_once("write"):
                 message = f"cannot write {self.session.dir / 'record.json'}: {exc}; training continues"
                 print(f"[async-pbt] member {self.session.member}: WARNING: {message}", file=sys.stderr, flush=True)
-                try:
-                    self.log("warning", {"message": message})
+                try:  # no state save here: this may run on the writer's thread; the next save anchors it
+                    self.session.audit.append("warning", {"message": message})
                 except OSError:
                     pass
 
@@ -354,6 +354,7 @@ class MemberExecutor:
     def _repair(self, effect: Repair) -> None:
         """Weights went non-finite in the last update: restore the last published checkpoint with the counters
         kept, or stop this member when there is none. Logged as a ``fault`` entry either way."""
+        self.settle()  # the resume point must be on disk, not a publish still in flight
         session, state = self.session, self.state
         counters = self.trainer.counters()
         body: dict[str, Any] = {"reason": effect.reason, "frame": counters.frame, "epoch": counters.epoch}

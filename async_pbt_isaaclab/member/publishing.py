@@ -7,21 +7,39 @@ heartbeats as one-step jobs. The writer reports the steps each job finished; fro
 (:meth:`~async_pbt_isaaclab.core.state.member_state.MemberState.undo_publish`) for every queued publish whose checkpoint
 never reached the disk, newest first; records then name the durable one.
 
-This is where the writer discipline is kept: a publish's state changes are undone together when its checkpoint is
-lost, for every queued publish; a save of ``state.json`` while a publish is queued belongs on this writer too.
+The writer rule is kept here: while a publish is in flight nothing else writes member state. Audit entries may be
+appended from either thread (the log is locked), but every save of ``state.json`` off the writer goes through
+:meth:`Publishing.save` (or :meth:`Publishing.log`), which first settles the writer, so the state it saves names only
+what is on disk. A publish's state changes are undone together when its writes are lost, for every queued publish:
+the resume point, history, best list and evidence when its checkpoint never reached the disk, the RNG (and the
+decision records name) when its decision never reached the audit log. A failed write is said once, on the member's
+log and as a ``publish_failed`` audit entry with the error, and the member stops (docs/reliability.md).
 """
 
 from __future__ import annotations
 
 import functools
+import sys
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from async_pbt_isaaclab.core.workspace import fsio
+from async_pbt_isaaclab.core.workspace.audit import read_entries
 from async_pbt_isaaclab.core.workspace.retention import apply_retention
 from async_pbt_isaaclab.member.effects import Heartbeat, PublishFiles
 from async_pbt_isaaclab.member.publication import Publication
 from async_pbt_isaaclab.member.session import MemberSession
-from async_pbt_isaaclab.member.writer import BackgroundWriteError, PausePoint, WriteJob, make_writer
+from async_pbt_isaaclab.member.writer import PausePoint, WriteJob, make_writer
+
+
+@dataclass
+class Queued:
+    """A publish handed to the writer, with what rolls it back."""
+
+    job: WriteJob
+    files: PublishFiles
+    decisions: int
+    """How many decisions the records named before this publish's."""
 
 
 class Publishing:
@@ -40,11 +58,23 @@ class Publishing:
         """Runs the durable writes of publishes and heartbeats (beside training, or inline)."""
         self.durable: tuple[str, str] | None = None
         """The newest checkpoint on disk that this process published (path, sha256)."""
-        self._queued: list[tuple[WriteJob, PublishFiles]] = []
+        self.failure = ""
+        """The error of the write that failed in this process ("" while none has): the member stops on it."""
+        self._queued: list[Queued] = []
 
     def written(self, checkpoint: tuple[str, str]) -> None:
         """``checkpoint`` is on disk (written on the training thread, or the one this process started from)."""
         self.durable = checkpoint
+
+    def save(self) -> None:
+        """Save ``state.json`` once the writer has settled: it names only what is on disk (the writer rule)."""
+        self.settle()
+        self.session.save()
+
+    def log(self, kind: str, body: dict[str, Any]) -> None:
+        """Append an audit entry and save ``state.json`` with it as the head, once the writer has settled."""
+        self.settle()
+        self.session.log(kind, body)
 
     def heartbeat(self, effect: Heartbeat) -> None:
         """Rewrite the record beside training, unless a publish is in flight (it rewrites the record anyway)."""
@@ -55,9 +85,18 @@ class Publishing:
         self.writer.submit(WriteJob(f"heartbeat at frame {effect.record.frame}", [step]))
 
     def publish(self, files: PublishFiles) -> None:
-        """Hand a publish's writes to the writer, in the order a crash needs (module docstring)."""
+        """Hand a publish's writes to the writer, in the order a crash needs (module docstring). Queued before the
+        writer is asked, so a publish that never starts (an earlier one failed) is rolled back with the others."""
         assert files.state is not None and files.record is not None, "the loop completes a publish before it is run"
+        self.publication.handed(files.record)
+        job = WriteJob(f"{files.what}", self._steps(files))
+        decisions = len(self.publication.decisions) - (files.decision is not None)
+        self._queued.append(Queued(job, files, decisions))
+        self._guarded(self.writer.run_now if files.final else self.writer.submit, job)
+
+    def _steps(self, files: PublishFiles) -> list[Any]:
         member_dir = self.session.dir
+        assert files.state is not None and files.record is not None
         steps: list[Any] = [
             (f"checkpoint {files.path}", functools.partial(fsio.atomic_write_bytes, files.path, files.data)),
             # Test facility (core/workspace/pause_points.py): the chaos harness kills the member here,
@@ -74,53 +113,76 @@ class Publishing:
         if files.decision is not None:
             append = functools.partial(self.session.audit.append, "decision", files.decision, now=files.now)
             steps.append(("decision in audit.jsonl", append))
-        steps += [
+        return [
+            *steps,
             ("state.json", functools.partial(self.session.save, files.state)),
             ("record.json", functools.partial(self._write_record, files.record)),
         ]
-        self.publication.handed(files.record)
-        job = WriteJob(f"{files.what}", steps)
-        if files.final:
-            self.writer.run_now(job)
-            self._queued.append((job, files))
-            self._settled()
-            return
-        try:
-            self.writer.submit(job)
-        except BackgroundWriteError:
-            self.session.state.undo_publish(files.undo)  # never started: an earlier job failed
-            self.publication.names(self.durable)
-            self._settled()
-            raise
-        self._queued.append((job, files))
 
     def check(self) -> None:
         """Raise the error of a publish that failed beside training (its state rolled back first)."""
-        try:
-            self.writer.check()
-        finally:
-            self._settled()
+        self._guarded(self.writer.check)
 
     def settle(self) -> None:
         """Wait until every publish is written (or rolled back, then raise its error)."""
-        try:
-            self.writer.drain()
-        finally:
-            self._settled()
+        self._guarded(self.writer.drain)
 
-    def _settled(self) -> None:
-        """Once the writer is idle: the newest checkpoint it wrote is durable, and every queued publish whose
-        checkpoint never reached the disk is undone in the state, newest first (records name the durable one)."""
+    def _guarded(self, action: Callable[..., None], *args: Any) -> None:
+        """Run a writer call; then, once the writer is idle, settle what it wrote (or failed to)."""
+        failure: BaseException | None = None
+        try:
+            action(*args)
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            self._settled(failure)
+
+    def _settled(self, failure: BaseException | None) -> None:
+        """Once the writer is idle: the newest checkpoint it wrote is durable, and every queued publish whose writes
+        were lost is undone in the state, newest first (records name the durable checkpoint); a failed write is said
+        and logged (``publish_failed``)."""
         if self.writer.busy():
             return
-        lost = []
-        for job, files in self._queued:
-            if f"checkpoint {files.path}" in job.done:
-                self.durable = files.checkpoint
-            else:
-                lost.append(files)
-        self._queued = []
-        for files in reversed(lost):
-            self.session.state.undo_publish(files.undo)
+        queued, self._queued = self._queued, []
+        lost = [q for q in queued if f"checkpoint {q.files.path}" not in q.job.done]
+        for q in queued:
+            if q not in lost:
+                self.durable = q.files.checkpoint
+        for q in reversed(queued):
+            if q in lost:
+                self.session.state.undo_publish(q.files.undo)
+            if q.files.decision is not None and not self._decision_logged(q):
+                self.session.state.undo_decision(q.files.undo)
+                del self.publication.decisions[q.decisions :]
         if lost:
             self.publication.names(self.durable)
+        if failure is not None and not isinstance(failure, (KeyboardInterrupt, SystemExit)) and queued:
+            self._failed(failure, lost)
+
+    def _decision_logged(self, q: Queued) -> bool:
+        """The publish's decision is in the audit log: its step finished, or its line reached the file before the
+        step failed (an fsync that fails after the write); the log is read only then."""
+        if "decision in audit.jsonl" in q.job.done or "decision in audit.jsonl" != q.job.current:
+            return "decision in audit.jsonl" in q.job.done
+        try:
+            entries = [e for _n, e, _err in read_entries(self.session.audit.path) if e is not None]
+        except OSError:
+            return False
+        return any(e.get("kind") == "decision" and e.get("time") == q.files.now for e in entries[-8:])
+
+    def _failed(self, failure: BaseException, lost: list[Queued]) -> None:
+        """A write failed: one line on the member's log, a ``publish_failed`` entry, the rolled-back state saved."""
+        self.failure = f"{type(failure).__name__}: {failure}"
+        rolled_back = self.durable[0] if self.durable else self.session.state.last_checkpoint
+        print(
+            f"[async-pbt] member {self.session.member}: ERROR: publish failed, the member stops: {self.failure} "
+            f"(resumes from {rolled_back or 'fresh weights'})",
+            file=sys.stderr,
+            flush=True,
+        )
+        body = {"error": self.failure[:2000], "lost": [str(q.files.checkpoint[0]) for q in lost]}
+        try:
+            self.session.log("publish_failed", dict(body, resume_checkpoint=self.session.state.last_checkpoint))
+        except OSError:
+            pass  # the disk that failed the write may fail this too: the log line above stands

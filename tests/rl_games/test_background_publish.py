@@ -264,3 +264,87 @@ def test_a_stop_writes_the_publish_in_flight_before_its_stopped_record(tmp_path,
     assert Path(state["last_checkpoint"]).name == in_flight
     entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
     assert [e["kind"] for e in entries[-2:]] == ["decision", "stop"]
+
+
+def names_only_written_checkpoints(calls: Syscalls) -> int:
+    """Every ``state.json`` replaced names a checkpoint already fsynced and in place; returns how many were."""
+    saves = [
+        (i, Path(c["last_checkpoint"]).name)
+        for i, (kind, path, _t, c) in enumerate(calls.events)
+        if kind == "replace" and path.endswith("001/state.json") and c.get("last_checkpoint")
+    ]
+    for i, ckpt in saves:
+        checkpoint_written_before(calls, ckpt, i)
+    return len(saves)
+
+
+def verified(session) -> None:
+    """``async-pbt audit``'s check of the member's log passes against the head its state.json anchors."""
+    from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+
+    state = json.loads((session.dir / "state.json").read_text())
+    assert verify_log(session.dir / "audit.jsonl", state["audit_head"], final=True)[1] == []
+
+
+def test_a_warning_at_a_heartbeat_saves_the_state_only_once_the_publish_in_flight_is_written(tmp_path, monkeypatch):
+    from async_pbt_isaaclab.member.publication import Publication
+
+    session, agent_cfg = start(tmp_path, epochs=5, interval_steps=2 * FRAMES_PER_EPOCH)
+    calls = Syscalls(monkeypatch, tmp_path / "ws")
+    held = f"f{2 * FRAMES_PER_EPOCH:012d}.pth{fsio.TEMP_MARKER}"
+    calls.hold_test = lambda path: held in path  # the first publish's checkpoint waits for a drain
+    collect = Publication.collect
+
+    def warning_after_the_first_publish(self):
+        warnings = collect(self)
+        if self.named is not None and self.warn_once("test"):
+            warnings.append(("test", "a warning while the publish is in flight (injected by the test)"))
+        return warnings
+
+    monkeypatch.setattr(Publication, "collect", warning_after_the_first_publish)
+    observer = PbtObserver(session)
+    try:
+        train_agent(agent_cfg, [observer])
+    finally:
+        session.close()
+    assert calls.held_until_drain == 1  # the warning's state save waited for the publish in flight
+    assert names_only_written_checkpoints(calls) >= 2
+    entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
+    assert any("injected by the test" in e.get("message", "") for e in entries)
+    verified(session)
+
+
+def test_a_failed_decision_write_rolls_the_rng_back_and_is_logged_as_publish_failed(tmp_path, monkeypatch, capfd):
+    session, agent_cfg = start(tmp_path, epochs=6)
+    calls = Syscalls(monkeypatch, tmp_path / "ws")
+    audit_log = str(session.dir / "audit.jsonl")
+    failed: list[str] = []
+
+    def second_decision(path):
+        # The writer's second append of a decision fails: its checkpoint is on disk, its decision is not.
+        if path != audit_log or threading.current_thread() is threading.main_thread() or failed == ["x", "x"]:
+            return False
+        failed.append("x")
+        return len(failed) == 2
+
+    calls.fail_test = second_decision
+    observer = PbtObserver(session)
+    try:
+        with pytest.raises(BackgroundWriteError):
+            train_agent(agent_cfg, [observer])
+        observer.finish("stopped")
+    finally:
+        session.close()
+    entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
+    decisions = [e for e in entries if e["kind"] == "decision"]
+    assert len(decisions) == 2  # the failed fsync came after the line was written: that decision is logged
+    state = json.loads((session.dir / "state.json").read_text())
+    assert state["rng_state"] == decisions[-1]["rng_after"]  # not the RNG after the decision never logged
+    (failure,) = [e for e in entries if e["kind"] == "publish_failed"]
+    assert "decision in audit.jsonl" in failure["error"] and "Input/output error" in failure["error"]
+    assert failure["lost"] == []  # the checkpoint of that publish was written: it stays the resume point
+    assert fsio.sha256_file(session.ws.root / state["last_checkpoint"]) == state["last_checkpoint_sha256"]
+    record = json.loads((session.dir / "record.json").read_text())
+    assert record["last_decision"] != "" and entries[-1]["kind"] == "stop"
+    assert "publish failed, the member stops" in capfd.readouterr().err
+    verified(session)
