@@ -174,6 +174,7 @@ class Publishing:
     def _failed(self, failure: BaseException, lost: list[Queued]) -> None:
         """A write failed: one line on the member's log, a ``publish_failed`` entry, the rolled-back state saved."""
         self.failure = f"{type(failure).__name__}: {failure}"
+        self.publication.failure = self.failure
         rolled_back = self.durable[0] if self.durable else self.session.state.last_checkpoint
         print(
             f"[async-pbt] member {self.session.member}: ERROR: publish failed, the member stops: {self.failure} "

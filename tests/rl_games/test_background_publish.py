@@ -345,6 +345,10 @@ def test_a_failed_decision_write_rolls_the_rng_back_and_is_logged_as_publish_fai
     assert failure["lost"] == []  # the checkpoint of that publish was written: it stays the resume point
     assert fsio.sha256_file(session.ws.root / state["last_checkpoint"]) == state["last_checkpoint_sha256"]
     record = json.loads((session.dir / "record.json").read_text())
-    assert record["last_decision"] != "" and entries[-1]["kind"] == "stop"
+    assert record["status"] == "stopped" and entries[-1]["kind"] == "stop"
+    from async_pbt_isaaclab.commands.workspace_views import status_data
+
+    (shown,) = [m for m in status_data(session.ws, time.time(), 60.0)["members"] if m.get("member") == 1]
+    assert shown["last_decision"].startswith("publish failed: BackgroundWriteError") and "Input/output" in str(shown)
     assert "publish failed, the member stops" in capfd.readouterr().err
     verified(session)
