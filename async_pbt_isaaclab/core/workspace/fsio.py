@@ -301,6 +301,25 @@ def remove_files(
     return removed
 
 
+def rename_in(folder: Path, src: str, dst: str) -> bool:
+    """Rename ``src`` to ``dst`` inside ``folder``, opened without following a link (a rename moves a link itself,
+    never what it points to). ``False`` when ``src`` is not there."""
+    try:
+        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafePathError(folder, "it is a symbolic link or not a folder") from None
+        raise
+    try:
+        os.rename(src, dst, src_dir_fd=dfd, dst_dir_fd=dfd)
+        os.fsync(dfd)
+        return True
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(dfd)
+
+
 def remove_stale_temp_files(folder: Path, older_than_s: float, now: float | None = None) -> list[Path]:
     """Delete the temp files killed writers left in ``folder``: at once when the name says the writer was a process
     of this host that is gone (:func:`writer_is_dead`), else once older than the grace period, unless the writer is
