@@ -88,11 +88,15 @@ class Syscalls:
             self.note("fsync", path, None)
             return result
 
-        def replace(src, dst):
+        def replace(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+            # Writers rename through their folder's descriptor: the full names are read back through /proc.
+            src_path = src if src_dir_fd is None else os.path.join(os.readlink(f"/proc/self/fd/{src_dir_fd}"), src)
+            dst_path = dst if dst_dir_fd is None else os.path.join(os.readlink(f"/proc/self/fd/{dst_dir_fd}"), dst)
             content = None
             if str(dst).endswith((".json",)):
-                content = json.loads(Path(src).read_text())
-            result = real_replace(src, dst)
+                content = json.loads(Path(src_path).read_text())
+            result = real_replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+            dst = dst_path
             self.note("replace", str(dst), content)
             return result
 
