@@ -391,10 +391,16 @@ class MemberExecutor:
         )
 
     def _stop(self, effect: Stop) -> None:
-        if effect.final is not None:
-            self._publish(effect.final)
-        # Handed like every record: its listeners (the pbt/* scalars) hear of the last one too, since no epoch follows.
-        self.publication.handed(effect.record)
-        self.write_record(effect.record)
-        self.log("stop", {"status": effect.status, "frame": effect.record.frame})
-        self.session.close()
+        record = effect.record
+        try:
+            if effect.final is not None:
+                self._publish(effect.final)
+        except BaseException:
+            record = self.record(status="stopped")  # the final publish failed: name what is on disk
+            raise
+        finally:
+            # Handed like every record: its listeners (the pbt/* scalars) hear of the last one too.
+            self.publication.handed(record)
+            self.write_record(record)
+            self.log("stop", {"status": record.status, "frame": record.frame})
+            self.session.close()

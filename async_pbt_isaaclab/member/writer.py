@@ -124,7 +124,8 @@ class BackgroundWriter:
         """Wait until no job is in flight; raise :class:`BackgroundWriteError` if one failed since the last check."""
         thread = self._thread
         if thread is not None:
-            thread.join()
+            if thread.ident is not None:  # never started (a signal between submit's two lines): nothing ran
+                thread.join()
             self._thread = None
         self.check()
 

@@ -356,3 +356,38 @@ def test_a_failed_decision_write_rolls_the_rng_back_and_is_logged_as_publish_fai
     assert shown["last_decision"].startswith("publish failed: BackgroundWriteError") and "Input/output" in str(shown)
     assert "publish failed, the member stops" in capfd.readouterr().err
     verified(session)
+
+
+def test_ctrl_c_while_the_publish_in_flight_fails_still_writes_the_stop_record_and_entry(tmp_path, monkeypatch):
+    session, agent_cfg = start(tmp_path, epochs=6, heartbeat_interval_s=3600.0)
+    calls = Syscalls(monkeypatch, tmp_path / "ws")
+    stop_at = 3 * FRAMES_PER_EPOCH
+    failing = f"f{stop_at:012d}.pth{fsio.TEMP_MARKER}"
+    calls.fail_test = lambda path: failing in path  # the publish handed to the writer just before Ctrl-C fails
+
+    class CtrlC:
+        algo = None
+
+        def after_init(self, algo):
+            self.algo = algo
+
+        def after_steps(self):
+            if self.algo.frame == stop_at:
+                raise KeyboardInterrupt("test stop")
+
+    observer = PbtObserver(session)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train_agent(agent_cfg, [observer, CtrlC()])
+        with pytest.raises(BackgroundWriteError):
+            observer.finish("stopped")
+    finally:
+        session.close()
+    entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
+    assert [e["kind"] for e in entries[-2:]] == ["publish_failed", "stop"]
+    record, state = (json.loads((session.dir / f).read_text()) for f in ("record.json", "state.json"))
+    assert record["status"] == "stopped" and record["last_decision"].startswith("publish failed")
+    kept = f"g0000_f{2 * FRAMES_PER_EPOCH:012d}.pth"
+    assert Path(record["checkpoint"]).name == Path(state["last_checkpoint"]).name == kept
+    assert fsio.sha256_file(session.ws.root / state["last_checkpoint"]) == state["last_checkpoint_sha256"]
+    verified(session)
