@@ -115,6 +115,7 @@ class MemberExecutor:
         """Publish ``record`` as ``record.json`` (a failed write is warned about once; training goes on)."""
         try:
             fsio.atomic_write_json(self.session.dir / "record.json", record.to_dict())
+            self.publishing.record_on_disk = record
         except OSError as exc:
             # A full or unwritable shared disk must not kill training; peers will see us as stale.
             if self.publication.warn_once("write"):

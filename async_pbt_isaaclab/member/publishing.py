@@ -18,11 +18,15 @@ log and as a ``publish_failed`` audit entry with the error, and the member stops
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from async_pbt_isaaclab.core.state.records import MemberRecord
 from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.core.workspace.audit import read_entries
 from async_pbt_isaaclab.core.workspace.retention import apply_retention
@@ -61,6 +65,12 @@ class Publishing:
         self.failure = ""
         """The error of the write that failed in this process ("" while none has): the member stops on it."""
         self._queued: list[Queued] = []
+        self._in_flight: WriteJob | None = None
+        self._submitted = 0.0
+        self._reported: WriteJob | None = None
+        self.record_on_disk: MemberRecord | None = None
+        """The newest record written (set by whoever wrote it): what a heartbeat beside a publish refreshes."""
+        self._record_lock = threading.Lock()  # the writer's record step and a heartbeat beside it
 
     def written(self, checkpoint: tuple[str, str]) -> None:
         """``checkpoint`` is on disk (written on the training thread, or the one this process started from)."""
@@ -77,12 +87,40 @@ class Publishing:
         self.session.log(kind, body)
 
     def heartbeat(self, effect: Heartbeat) -> None:
-        """Rewrite the record beside training, unless a publish is in flight (it rewrites the record anyway)."""
+        """Rewrite the record beside training; while a publish is in flight, the record on disk with a fresh heartbeat
+        (written here: peers must not take a member whose disk is slow for a dead one), and the slow write said."""
         if self.writer.busy():
-            return  # the publish in flight rewrites the record anyway
+            return self._heartbeat_while_busy()
         self.publication.handed(effect.record)
-        step = ("record.json", functools.partial(self._write_record, effect.record))
-        self.writer.submit(WriteJob(f"heartbeat at frame {effect.record.frame}", [step]))
+        step = ("record.json", functools.partial(self._record_step, effect.record))
+        self._in_flight = WriteJob(f"heartbeat at frame {effect.record.frame}", [step])
+        self._submitted = time.monotonic()
+        self.writer.submit(self._in_flight)
+        return None
+
+    def _record_step(self, record: MemberRecord) -> None:
+        """The writer's record step: what a heartbeat beside a later publish refreshes."""
+        with self._record_lock:
+            self._write_record(record)
+
+    def _heartbeat_while_busy(self) -> None:
+        """The record on disk again, its heartbeat now, its last decision saying which write is slow; said once per
+        job on the member's log and in the audit log (the publish in flight rewrites the record when it is done)."""
+        job, waited = self._in_flight, time.monotonic() - self._submitted
+        slow = f"writing {job.what if job else 'a publish'} for {waited:.0f} s (step: {job.current if job else '?'})"
+        if job is not None and job is not self._reported:
+            self._reported = job
+            print(f"[async-pbt] member {self.session.member}: WARNING: {slow}; training goes on", file=sys.stderr)
+            try:
+                self.session.audit.append("warning", {"message": f"{slow}; training goes on"})
+            except OSError:
+                pass
+        with self._record_lock:
+            if self.record_on_disk is None or "record.json" in (job.done if job else []):
+                return  # nothing written yet, or the job's own record is on disk already
+            record = dataclasses.replace(self.record_on_disk, heartbeat=time.time(), last_decision=slow[:300])
+            self._write_record(record)
+        self.publication.last_heartbeat = time.time()
 
     def publish(self, files: PublishFiles) -> None:
         """Hand a publish's writes to the writer, in the order a crash needs (module docstring). Queued before the
@@ -90,6 +128,7 @@ class Publishing:
         assert files.state is not None and files.record is not None, "the loop completes a publish before it is run"
         self.publication.handed(files.record)
         job = WriteJob(f"{files.what}", self._steps(files))
+        self._in_flight, self._submitted = job, time.monotonic()
         decisions = len(self.publication.decisions) - (files.decision is not None)
         self._queued.append(Queued(job, files, decisions))
         self._guarded(self.writer.run_now if files.final else self.writer.submit, job)
@@ -116,7 +155,7 @@ class Publishing:
         return [
             *steps,
             ("state.json", functools.partial(self.session.save, files.state)),
-            ("record.json", functools.partial(self._write_record, files.record)),
+            ("record.json", functools.partial(self._record_step, files.record)),
         ]
 
     def check(self) -> None:

@@ -391,3 +391,31 @@ def test_ctrl_c_while_the_publish_in_flight_fails_still_writes_the_stop_record_a
     assert Path(record["checkpoint"]).name == Path(state["last_checkpoint"]).name == kept
     assert fsio.sha256_file(session.ws.root / state["last_checkpoint"]) == state["last_checkpoint_sha256"]
     verified(session)
+
+
+def test_heartbeats_flow_and_a_slow_write_is_said_while_the_writer_is_held(tmp_path, monkeypatch, capfd):
+    session, agent_cfg = start(tmp_path, epochs=6, interval_steps=2 * FRAMES_PER_EPOCH)
+    calls = Syscalls(monkeypatch, tmp_path / "ws")
+    held = f"g0000_f{4 * FRAMES_PER_EPOCH:012d}.pth"
+    calls.hold_test = lambda path: f".{held}{fsio.TEMP_MARKER}" in path  # held until the next publish drains
+    observer = PbtObserver(session)
+    try:
+        train_agent(agent_cfg, [observer])
+    finally:
+        session.close()
+    assert calls.held_until_drain == 1
+    placed = calls.index("replace", lambda p, c: Path(p).name == held)
+    main = threading.main_thread().name
+    beside = [
+        (i, c)
+        for i, (kind, path, thread, c) in enumerate(calls.events)
+        if kind == "replace" and path.endswith("001/record.json") and thread == main and i < placed
+    ]
+    assert beside, "no heartbeat reached record.json while the publish was held"
+    for i, content in beside:  # the record on disk again (a written checkpoint), its heartbeat fresh
+        checkpoint_written_before(calls, Path(content["checkpoint"]).name, i)
+        assert content["last_decision"].startswith(f"writing member 1: publish at frame {4 * FRAMES_PER_EPOCH}")
+    entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
+    assert any("training goes on" in e.get("message", "") for e in entries)
+    assert "training goes on" in capfd.readouterr().err
+    verified(session)
