@@ -168,16 +168,12 @@ class Publishing:
 
     def _guarded(self, action: Callable[..., None], *args: Any) -> None:
         """Run a writer call; then, once the writer is idle, settle what it wrote (or failed to)."""
-        failure: BaseException | None = None
         try:
             action(*args)
-        except BaseException as exc:
-            failure = exc
-            raise
         finally:
-            self._settled(failure)
+            self._settled()
 
-    def _settled(self, failure: BaseException | None) -> None:
+    def _settled(self) -> None:
         """Once the writer is idle: the newest checkpoint it wrote is durable, and every queued publish whose writes
         were lost is undone in the state, newest first (records name the durable checkpoint); a failed write is said
         and logged (``publish_failed``)."""
@@ -196,8 +192,10 @@ class Publishing:
                 del self.publication.decisions[q.decisions :]
         if lost:
             self.publication.names(self.durable)
-        if failure is not None and not isinstance(failure, (KeyboardInterrupt, SystemExit)) and queued:
-            self._failed(failure, lost)
+        # From the jobs themselves: a job may fail after the writer was checked and before it was found idle.
+        failed = [q.job for q in queued if q.job.error is not None]
+        if failed and not isinstance(failed[0].error, (KeyboardInterrupt, SystemExit)):
+            self._failed(failed[0], lost)
 
     def _decision_logged(self, q: Queued) -> bool:
         """The publish's decision is in the audit log: its step finished, or its line reached the file before the
@@ -210,9 +208,9 @@ class Publishing:
             return False
         return any(e.get("kind") == "decision" and e.get("time") == q.files.now for e in entries[-8:])
 
-    def _failed(self, failure: BaseException, lost: list[Queued]) -> None:
+    def _failed(self, job: WriteJob, lost: list[Queued]) -> None:
         """A write failed: one line on the member's log, a ``publish_failed`` entry, the rolled-back state saved."""
-        self.failure = f"{type(failure).__name__}: {failure}"
+        self.failure = f"{job.what}: writing {job.current} failed: {type(job.error).__name__}: {job.error}"
         self.publication.failure = self.failure
         rolled_back = self.durable[0] if self.durable else self.session.state.last_checkpoint
         print(
