@@ -14,12 +14,13 @@ from __future__ import annotations
 import copy
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from async_pbt_isaaclab.core.decision.generation import DonorSource
 from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
-from async_pbt_isaaclab.core.workspace.retention import pin_checkpoint
+from async_pbt_isaaclab.core.workspace.retention import pin_checkpoint, retiring_name
 from async_pbt_isaaclab.member.session import MemberSession
 from async_pbt_isaaclab.member.trainer import Trainer, UnreadableCheckpoint
 
@@ -113,7 +114,7 @@ def fetch_donor(session: MemberSession, trainer: Trainer, source: DonorSource) -
         session.ws.checked_member_dir(session.member, "incoming", create=True)  # refuses a planted link
         incoming_checked = True
         pin = pin_checkpoint(session.ws, source.member, source.checkpoint, session.member)
-        fsio.atomic_copy_verified(session.ws.checkpoint_path(source.checkpoint), local, source.sha256)
+        _copy_pinned(session.ws.checkpoint_path(source.checkpoint), local, source.sha256)
         state = trainer.read_checkpoint(local, source.sha256, session.cfg.trusted_workspace)
         trainer.check_fits(state)
         return state
@@ -122,3 +123,15 @@ def fetch_donor(session: MemberSession, trainer: Trainer, source: DonorSource) -
             pin.unlink(missing_ok=True)
         if incoming_checked:
             local.unlink(missing_ok=True)
+
+
+def _copy_pinned(path: Path, local: Path, sha256: str) -> None:
+    """Copy a pinned checkpoint: retention may have set it aside just before the pin was read (it then puts it back),
+    so it is looked for under both names, twice (``core/workspace/retention.py``)."""
+    for candidate in (path, retiring_name(path), path, retiring_name(path)):
+        try:
+            fsio.atomic_copy_verified(candidate, local, sha256)
+            return
+        except FileNotFoundError:
+            continue
+    raise FileNotFoundError(f"{path}: donor checkpoint deleted before it was pinned")

@@ -97,12 +97,12 @@ class MemberExecutor:
 
     # ------------------------------------------------------------------ files, audit, state
     def save(self) -> None:
-        """Save ``state.json`` (with the audit log's head)."""
-        self.session.save()
+        """Save ``state.json`` (with the audit log's head), once no publish is in flight (the writer rule)."""
+        self.publishing.save()
 
     def log(self, kind: str, body: dict[str, Any]) -> None:
-        """Append an audit entry and save ``state.json`` with it as the head."""
-        self.session.log(kind, body)
+        """Append an audit entry and save ``state.json`` with it as the head, once no publish is in flight."""
+        self.publishing.log(kind, body)
 
     def _warn(self, effect: Warn) -> None:
         print(f"[async-pbt] member {self.session.member}: WARNING: {effect.message}", file=sys.stderr, flush=True)
@@ -115,13 +115,14 @@ class MemberExecutor:
         """Publish ``record`` as ``record.json`` (a failed write is warned about once; training goes on)."""
         try:
             fsio.atomic_write_json(self.session.dir / "record.json", record.to_dict())
+            self.publishing.record_on_disk = record
         except OSError as exc:
             # A full or unwritable shared disk must not kill training; peers will see us as stale.
             if self.publication.warn_once("write"):
                 message = f"cannot write {self.session.dir / 'record.json'}: {exc}; training continues"
                 print(f"[async-pbt] member {self.session.member}: WARNING: {message}", file=sys.stderr, flush=True)
-                try:
-                    self.log("warning", {"message": message})
+                try:  # no state save here: this may run on the writer's thread; the next save anchors it
+                    self.session.audit.append("warning", {"message": message})
                 except OSError:
                     pass
 
@@ -354,6 +355,7 @@ class MemberExecutor:
     def _repair(self, effect: Repair) -> None:
         """Weights went non-finite in the last update: restore the last published checkpoint with the counters
         kept, or stop this member when there is none. Logged as a ``fault`` entry either way."""
+        self.settle()  # the resume point must be on disk, not a publish still in flight
         session, state = self.session, self.state
         counters = self.trainer.counters()
         body: dict[str, Any] = {"reason": effect.reason, "frame": counters.frame, "epoch": counters.epoch}
@@ -390,10 +392,16 @@ class MemberExecutor:
         )
 
     def _stop(self, effect: Stop) -> None:
-        if effect.final is not None:
-            self._publish(effect.final)
-        # Handed like every record: its listeners (the pbt/* scalars) hear of the last one too, since no epoch follows.
-        self.publication.handed(effect.record)
-        self.write_record(effect.record)
-        self.log("stop", {"status": effect.status, "frame": effect.record.frame})
-        self.session.close()
+        record = effect.record
+        try:
+            if effect.final is not None:
+                self._publish(effect.final)
+        except BaseException:
+            record = self.record(status="stopped")  # the final publish failed: name what is on disk
+            raise
+        finally:
+            # Handed like every record: its listeners (the pbt/* scalars) hear of the last one too.
+            self.publication.handed(record)
+            self.write_record(record)
+            self.log("stop", {"status": record.status, "frame": record.frame})
+            self.session.close()

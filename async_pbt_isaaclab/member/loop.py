@@ -216,5 +216,7 @@ class Member:
         self.executor.run(self.loop.faulted(reason))
 
     def stop(self, status: str) -> None:
-        self.executor.settle()  # a publish in flight is written (or rolled back) before the status record
-        self.executor.run(self.loop.stopped(status))
+        try:
+            self.executor.settle()  # a publish in flight is written (or rolled back) before the status record
+        finally:  # even when it failed: the stop record and entry follow its publish_failed entry
+            self.executor.run(self.loop.stopped(status))

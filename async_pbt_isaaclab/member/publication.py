@@ -56,6 +56,8 @@ class Publication:
         self.record_listeners: list[Callable[[MemberRecord], None]] = []
         """Called on the training thread with every record handed to the writer (the TensorBoard scalars: the
         file on disk may already hold a newer record when a reader gets to it)."""
+        self.failure = ""
+        """A write of this member that failed ("" while none has): records say so, as ``async-pbt status`` shows."""
         self._warned: set[str] = set()
 
     def objective(self) -> str:
@@ -169,13 +171,18 @@ class Publication:
             interval_best=self.interval_best,
             status=status,
             epoch=counters.epoch,
-            last_decision=last_decision or (self.decisions[-1].summary() if self.decisions else ""),
+            last_decision=last_decision or self._last_decision(),
             host=socket.gethostname(),
             pid=os.getpid(),
             history=tuple(state.history),
             origin_sha256=state.origin_sha256,
             live_learning_rate=learning_rate,
         )
+
+    def _last_decision(self) -> str:
+        if self.failure:
+            return f"publish failed: {self.failure}"[:300]
+        return self.decisions[-1].summary() if self.decisions else ""
 
     def publish(
         self, state: MemberState, counters: TrainerCounters, learning_rate: float, checkpoint: tuple[str, str]

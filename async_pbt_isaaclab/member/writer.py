@@ -69,16 +69,23 @@ class WriteJob:
     """The labels of the steps that finished, in order: how the job reports what is on disk (a publish whose later
     step failed still wrote its checkpoint). Appended by the thread that runs the job, read once it is drained."""
 
+    error: BaseException | None = None
+    """The error a step raised (the job stopped there); set by the thread that runs the job."""
+
     def run(self, background: bool) -> None:
         """Run every step in order; the first error propagates (the later steps are not run)."""
-        for label, action in self.steps:
-            self.current = label
-            if isinstance(action, PausePoint):
-                if background:
-                    pause_at(action.point, action.member_dir)
-            else:
-                action()
-            self.done.append(label)
+        try:
+            for label, action in self.steps:
+                self.current = label
+                if isinstance(action, PausePoint):
+                    if background:
+                        pause_at(action.point, action.member_dir)
+                else:
+                    action()
+                self.done.append(label)
+        except BaseException as exc:
+            self.error = exc
+            raise
 
 
 class BackgroundWriteError(RuntimeError):
@@ -124,7 +131,8 @@ class BackgroundWriter:
         """Wait until no job is in flight; raise :class:`BackgroundWriteError` if one failed since the last check."""
         thread = self._thread
         if thread is not None:
-            thread.join()
+            if thread.ident is not None:  # never started (a signal between submit's two lines): nothing ran
+                thread.join()
             self._thread = None
         self.check()
 

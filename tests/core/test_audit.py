@@ -546,3 +546,12 @@ def test_an_explore_that_changes_nothing_is_a_keep_and_replays(tmp_path, make_re
     legacy_log = AuditLog.open(tmp_path / "legacy.jsonl")
     legacy_log.append("decision", body, now=NOW)
     assert verify_log(tmp_path / "legacy.jsonl") == (1, [])
+
+
+def test_a_publish_failed_entry_verifies_with_its_error_and_is_reported_without_one(chain):
+    log = AuditLog.open(chain)
+    log.append("publish_failed", {"error": "BackgroundWriteError: writing state.json: disk full", "lost": []})
+    log.append("stop", {"status": "stopped", "frame": 0})
+    assert verify_log(chain)[1] == []
+    log.append("publish_failed", {"error": "", "lost": []})
+    assert _problems_at(verify_log(chain)[1], 7) == ["publish_failed entry without the error that failed the write"]

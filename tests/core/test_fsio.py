@@ -244,3 +244,31 @@ def test_the_next_member_start_removes_a_dead_writers_population_json_temp(tmp_p
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_folder_link_planted_after_the_check_is_refused_and_nothing_is_written_through_it(tmp_path, monkeypatch):
+    folder, outside = tmp_path / "members" / "001", tmp_path / "outside"
+    folder.mkdir(parents=True)
+    outside.mkdir()
+    checked = fsio.refuse_links_at
+
+    def then_plant_a_link(final):
+        checked(final)  # the check passes; the folder is swapped for a link right after it
+        folder.rename(tmp_path / "moved")
+        folder.symlink_to(outside, target_is_directory=True)
+
+    monkeypatch.setattr(fsio, "refuse_links_at", then_plant_a_link)
+    with pytest.raises(fsio.UnsafePathError, match="symbolic link"):
+        fsio.atomic_write_json(folder / "state.json", {"a": 1})
+    assert list(outside.iterdir()) == []
+
+
+def test_a_file_link_planted_at_the_temp_name_is_not_followed(tmp_path, monkeypatch):
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("kept")
+    names = iter([tmp_path / ".planted"])
+    monkeypatch.setattr(fsio, "temp_name", lambda final: next(names))
+    (tmp_path / ".planted").symlink_to(target)
+    with pytest.raises(OSError):
+        fsio.atomic_write_bytes(tmp_path / "final.bin", b"new")
+    assert target.read_text() == "kept" and not (tmp_path / "final.bin").exists()

@@ -294,6 +294,44 @@ def test_retention_keeps_last_k_bests_and_pinned(ws):
     assert kept == {rels[0], rels[5], rels[6], rels[7]}
 
 
+def test_a_pin_written_between_retentions_two_reads_keeps_the_file_and_the_copy_finds_it(ws, monkeypatch, tmp_path):
+    """The recipient pins (and starts its copy) in the window after retention's first read of the pins, when the file
+    is already set aside: retention's second read sees the pin and puts the file back; the copy succeeds."""
+    from async_pbt_isaaclab.core.workspace import retention
+    from async_pbt_isaaclab.member.donors import _copy_pinned
+
+    rels = _make_checkpoints(ws, 1, 3)
+    path = ws.checkpoint_path(rels[0])
+    sha = fsio.sha256_file(path)
+    copied: list[str] = []
+    reads = iter(range(100))
+    real_pins = retention.active_pins
+
+    def recipient_in_the_window(*args, **kwargs):
+        if next(reads) == 1:  # retention has set the oldest checkpoint aside: the recipient pins and copies now
+            assert not path.exists() and retention.retiring_name(path).exists()
+            pin_checkpoint(ws, donor=1, checkpoint_rel=rels[0], by_member=3)
+            _copy_pinned(path, tmp_path / "copy.pth", sha)
+            copied.append(fsio.sha256_file(tmp_path / "copy.pth"))
+        return real_pins(*args, **kwargs)
+
+    monkeypatch.setattr(retention, "active_pins", recipient_in_the_window)
+    assert apply_retention(ws, 1, keep_last=2) == []
+    assert copied == [sha] and fsio.sha256_file(path) == sha  # put back under its own name
+    assert not retention.retiring_name(path).exists()
+
+
+def test_a_checkpoint_set_aside_by_a_killed_deleter_is_put_back(ws):
+    from async_pbt_isaaclab.core.workspace import retention
+
+    rels = _make_checkpoints(ws, 1, 3)
+    path = ws.checkpoint_path(rels[0])
+    os.rename(path, retention.retiring_name(path))
+    pin_checkpoint(ws, donor=1, checkpoint_rel=rels[0], by_member=3)
+    assert apply_retention(ws, 1, keep_last=1) == [ws.checkpoint_path(rels[1])]
+    assert path.exists() and not retention.retiring_name(path).exists()
+
+
 def test_stale_pin_does_not_protect(ws):
     rels = _make_checkpoints(ws, 2, 4)
     pin = pin_checkpoint(ws, donor=2, checkpoint_rel=rels[0], by_member=0)

@@ -195,3 +195,19 @@ def test_a_pause_point_step_is_skipped_inline_and_when_not_enabled(tmp_path, mon
         writer.drain()
     assert lines(log) == ["a", "b", "a", "b"]
     assert not list(tmp_path.glob("pause.*"))
+
+
+def test_a_drain_after_a_signal_between_submit_and_the_threads_start_returns():
+    from async_pbt_isaaclab.member.writer import BackgroundWriter, WriteJob
+
+    writer = BackgroundWriter()
+    ran: list[str] = []
+    real_start = threading.Thread.start
+    try:
+        threading.Thread.start = lambda self: (_ for _ in ()).throw(KeyboardInterrupt())  # the signal lands here
+        with pytest.raises(KeyboardInterrupt):
+            writer.submit(WriteJob("publish", [("step", lambda: ran.append("x"))]))
+    finally:
+        threading.Thread.start = real_start
+    writer.drain()  # the job never started: nothing to wait for, nothing raised
+    assert ran == [] and not writer.busy()

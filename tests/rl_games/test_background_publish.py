@@ -88,11 +88,15 @@ class Syscalls:
             self.note("fsync", path, None)
             return result
 
-        def replace(src, dst):
+        def replace(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+            # Writers rename through their folder's descriptor: the full names are read back through /proc.
+            src_path = src if src_dir_fd is None else os.path.join(os.readlink(f"/proc/self/fd/{src_dir_fd}"), src)
+            dst_path = dst if dst_dir_fd is None else os.path.join(os.readlink(f"/proc/self/fd/{dst_dir_fd}"), dst)
             content = None
             if str(dst).endswith((".json",)):
-                content = json.loads(Path(src).read_text())
-            result = real_replace(src, dst)
+                content = json.loads(Path(src_path).read_text())
+            result = real_replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+            dst = dst_path
             self.note("replace", str(dst), content)
             return result
 
@@ -119,6 +123,21 @@ class Syscalls:
     def index(self, kind: str, test, after: int = -1) -> int:
         """The first such event after event ``after``."""
         return next(i for i, (k, p, _t, c) in enumerate(self.events) if i > after and k == kind and test(p, c))
+
+
+class CtrlC:
+    """After the PBT observer: a Ctrl-C right after the publish at frame ``stop_at`` was handed to the writer."""
+
+    def __init__(self, stop_at: int):
+        self.stop_at = stop_at
+        self.algo = None
+
+    def after_init(self, algo):
+        self.algo = algo
+
+    def after_steps(self):
+        if self.algo.frame == self.stop_at:
+            raise KeyboardInterrupt("test stop")
 
 
 def checkpoint_written_before(calls: Syscalls, name: str, before: int) -> None:
@@ -236,22 +255,10 @@ def test_a_stop_writes_the_publish_in_flight_before_its_stopped_record(tmp_path,
     held = f"f{stop_at:012d}.pth{fsio.TEMP_MARKER}"
     calls.hold_test = lambda path: held in path  # that publish's checkpoint fsync waits for the training thread
 
-    class CtrlC:
-        """After the PBT observer: a Ctrl-C right after the publish at ``stop_at`` was handed to the writer."""
-
-        algo = None
-
-        def after_init(self, algo):
-            self.algo = algo
-
-        def after_steps(self):
-            if self.algo.frame == stop_at:
-                raise KeyboardInterrupt("test stop")
-
     observer = PbtObserver(session)
     try:
         with pytest.raises(KeyboardInterrupt):
-            train_agent(agent_cfg, [observer, CtrlC()])
+            train_agent(agent_cfg, [observer, CtrlC(stop_at)])
         observer.finish("stopped")
     finally:
         session.close()
@@ -264,3 +271,145 @@ def test_a_stop_writes_the_publish_in_flight_before_its_stopped_record(tmp_path,
     assert Path(state["last_checkpoint"]).name == in_flight
     entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
     assert [e["kind"] for e in entries[-2:]] == ["decision", "stop"]
+
+
+def names_only_written_checkpoints(calls: Syscalls) -> int:
+    """Every ``state.json`` replaced names a checkpoint already fsynced and in place; returns how many were."""
+    saves = [
+        (i, Path(c["last_checkpoint"]).name)
+        for i, (kind, path, _t, c) in enumerate(calls.events)
+        if kind == "replace" and path.endswith("001/state.json") and c.get("last_checkpoint")
+    ]
+    for i, ckpt in saves:
+        checkpoint_written_before(calls, ckpt, i)
+    return len(saves)
+
+
+def verified(session) -> None:
+    """``async-pbt audit``'s check of the member's log passes against the head its state.json anchors."""
+    from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+
+    state = json.loads((session.dir / "state.json").read_text())
+    assert verify_log(session.dir / "audit.jsonl", state["audit_head"], final=True)[1] == []
+
+
+def test_a_warning_at_a_heartbeat_saves_the_state_only_once_the_publish_in_flight_is_written(tmp_path, monkeypatch):
+    from async_pbt_isaaclab.member.publication import Publication
+
+    session, agent_cfg = start(tmp_path, epochs=5, interval_steps=2 * FRAMES_PER_EPOCH)
+    calls = Syscalls(monkeypatch, tmp_path / "ws")
+    held = f"f{2 * FRAMES_PER_EPOCH:012d}.pth{fsio.TEMP_MARKER}"
+    calls.hold_test = lambda path: held in path  # the first publish's checkpoint waits for a drain
+    collect = Publication.collect
+
+    def warning_after_the_first_publish(self):
+        warnings = collect(self)
+        if self.named is not None and self.warn_once("test"):
+            warnings.append(("test", "a warning while the publish is in flight (injected by the test)"))
+        return warnings
+
+    monkeypatch.setattr(Publication, "collect", warning_after_the_first_publish)
+    observer = PbtObserver(session)
+    try:
+        train_agent(agent_cfg, [observer])
+    finally:
+        session.close()
+    assert calls.held_until_drain == 1  # the warning's state save waited for the publish in flight
+    assert names_only_written_checkpoints(calls) >= 2
+    entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
+    assert any("injected by the test" in e.get("message", "") for e in entries)
+    verified(session)
+
+
+def test_a_failed_decision_write_rolls_the_rng_back_and_is_logged_as_publish_failed(tmp_path, monkeypatch, capfd):
+    session, agent_cfg = start(tmp_path, epochs=6)
+    calls = Syscalls(monkeypatch, tmp_path / "ws")
+    audit_log = str(session.dir / "audit.jsonl")
+    failed: list[str] = []
+
+    def second_decision(path):
+        # The writer's second append of a decision fails: its checkpoint is on disk, its decision is not.
+        if path != audit_log or threading.current_thread() is threading.main_thread() or failed == ["x", "x"]:
+            return False
+        failed.append("x")
+        return len(failed) == 2
+
+    calls.fail_test = second_decision
+    observer = PbtObserver(session)
+    try:
+        with pytest.raises(BackgroundWriteError):
+            train_agent(agent_cfg, [observer])
+        observer.finish("stopped")
+    finally:
+        session.close()
+    entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
+    decisions = [e for e in entries if e["kind"] == "decision"]
+    assert len(decisions) == 2  # the failed fsync came after the line was written: that decision is logged
+    state = json.loads((session.dir / "state.json").read_text())
+    assert state["rng_state"] == decisions[-1]["rng_after"]  # not the RNG after the decision never logged
+    (failure,) = [e for e in entries if e["kind"] == "publish_failed"]
+    assert "decision in audit.jsonl" in failure["error"] and "Input/output error" in failure["error"]
+    assert failure["lost"] == []  # the checkpoint of that publish was written: it stays the resume point
+    assert fsio.sha256_file(session.ws.root / state["last_checkpoint"]) == state["last_checkpoint_sha256"]
+    record = json.loads((session.dir / "record.json").read_text())
+    assert record["status"] == "stopped" and entries[-1]["kind"] == "stop"
+    from async_pbt_isaaclab.commands.workspace_views import status_data
+
+    (shown,) = [m for m in status_data(session.ws, time.time(), 60.0)["members"] if m.get("member") == 1]
+    assert shown["last_decision"].startswith("publish failed: member 1: publish at frame")
+    assert "Input/output error" in shown["last_decision"]
+    assert "publish failed, the member stops" in capfd.readouterr().err
+    verified(session)
+
+
+def test_ctrl_c_while_the_publish_in_flight_fails_still_writes_the_stop_record_and_entry(tmp_path, monkeypatch):
+    session, agent_cfg = start(tmp_path, epochs=6, heartbeat_interval_s=3600.0)
+    calls = Syscalls(monkeypatch, tmp_path / "ws")
+    stop_at = 3 * FRAMES_PER_EPOCH
+    failing = f"f{stop_at:012d}.pth{fsio.TEMP_MARKER}"
+    calls.fail_test = lambda path: failing in path  # the publish handed to the writer just before Ctrl-C fails
+
+    observer = PbtObserver(session)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train_agent(agent_cfg, [observer, CtrlC(stop_at)])
+        with pytest.raises(BackgroundWriteError):
+            observer.finish("stopped")
+    finally:
+        session.close()
+    entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
+    assert [e["kind"] for e in entries[-2:]] == ["publish_failed", "stop"]
+    record, state = (json.loads((session.dir / f).read_text()) for f in ("record.json", "state.json"))
+    assert record["status"] == "stopped" and record["last_decision"].startswith("publish failed")
+    kept = f"g0000_f{2 * FRAMES_PER_EPOCH:012d}.pth"
+    assert Path(record["checkpoint"]).name == Path(state["last_checkpoint"]).name == kept
+    assert fsio.sha256_file(session.ws.root / state["last_checkpoint"]) == state["last_checkpoint_sha256"]
+    verified(session)
+
+
+def test_heartbeats_flow_and_a_slow_write_is_said_while_the_writer_is_held(tmp_path, monkeypatch, capfd):
+    session, agent_cfg = start(tmp_path, epochs=6, interval_steps=2 * FRAMES_PER_EPOCH)
+    calls = Syscalls(monkeypatch, tmp_path / "ws")
+    held = f"g0000_f{4 * FRAMES_PER_EPOCH:012d}.pth"
+    calls.hold_test = lambda path: f".{held}{fsio.TEMP_MARKER}" in path  # held until the next publish drains
+    observer = PbtObserver(session)
+    try:
+        train_agent(agent_cfg, [observer])
+    finally:
+        session.close()
+    assert calls.held_until_drain == 1
+    placed = calls.index("replace", lambda p, c: Path(p).name == held)
+    main = threading.main_thread().name
+    beside = [
+        (i, c)
+        for i, (kind, path, thread, c) in enumerate(calls.events)
+        if kind == "replace" and path.endswith("001/record.json") and thread == main and i < placed
+    ]
+    assert beside, "no heartbeat reached record.json while the publish was held"
+    for i, content in beside:  # the record on disk again (a written checkpoint), its heartbeat fresh
+        checkpoint_written_before(calls, Path(content["checkpoint"]).name, i)
+        assert content["last_decision"].startswith(f"writing member 1: publish at frame {4 * FRAMES_PER_EPOCH}")
+    entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
+    assert any("training goes on" in e.get("message", "") for e in entries)
+    assert "training goes on" in capfd.readouterr().err
+    verified(session)

@@ -14,6 +14,7 @@ Two-phase exploit across a process restart::
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -142,6 +143,9 @@ class PublishUndo:
     history: list[HistoryEntry]
     best: list[BestEntry]
     evidence: SavedEvidence | None
+    rng_state: Any = None
+    """The RNG before the publish: put back by :meth:`MemberState.undo_decision` when the decision taken on it never
+    reached the audit log (the next decision then draws what the log says it drew)."""
 
 
 @dataclass
@@ -259,7 +263,12 @@ class MemberState:
         """A publish names its checkpoint as the resume point, with the evidence, history entry and best list that
         go with it. Returns what it replaced (:meth:`undo_publish` puts it back if the checkpoint is never written)."""
         undo = PublishUndo(
-            self.last_checkpoint, self.last_checkpoint_sha256, list(self.history), list(self.best), self.evidence
+            self.last_checkpoint,
+            self.last_checkpoint_sha256,
+            list(self.history),
+            list(self.best),
+            self.evidence,
+            copy.deepcopy(self.rng_state),
         )
         self.published(publish.checkpoint, publish.sha256)
         self.evidence = publish.evidence
@@ -277,6 +286,10 @@ class MemberState:
         """A publish's checkpoint was never written: the state names what it named before, history and all."""
         self.published(undo.checkpoint, undo.sha256)
         self.history, self.best, self.evidence = list(undo.history), list(undo.best), undo.evidence
+
+    def undo_decision(self, undo: PublishUndo) -> None:
+        """The decision taken at a publish never reached the audit log: the RNG is what it was before it."""
+        self.rng_state = copy.deepcopy(undo.rng_state)
 
     def begin_generation(self, pending: PendingExploit, lineage_entry: LineageEntry, origin_sha256: str) -> int:
         """Exploit or explore decided and its recipient checkpoint written (``pending``): the next generation starts

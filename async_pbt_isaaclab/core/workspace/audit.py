@@ -52,6 +52,7 @@ ENTRY_KINDS = (
     "warning",
     "donor_in_memory",
     "fault",
+    "publish_failed",
 )
 """``decision``, ``initial_draw`` and ``initial_mutation`` entries are recomputed by the verifier; the others are
 chained facts. The verifier also follows the member's RNG stream: every recomputed entry's ``rng_before`` must be the

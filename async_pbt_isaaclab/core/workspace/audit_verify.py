@@ -136,10 +136,18 @@ class _LogWalk:
             for p in aborted_exploit_mismatches(entry, self.acting):
                 self.problem(lineno, seq, f"aborted exploit does not match its decision's plan: {p}")
             self.acting = None
+        elif kind == "publish_failed":
+            self.check_publish_failed(lineno, entry)
         elif kind in ("initial_mutation", "initial_draw"):
             what = "initial mutation" if kind == "initial_mutation" else "initial draw (diverse start)"
             for p in recompute_initial_mutation(entry):
                 self.problem(lineno, seq, f"{what} does not reproduce: {p}")
+
+    def check_publish_failed(self, lineno: int, entry: dict[str, Any]) -> None:
+        """A failed write names its error; the member stopped on it, so a decision it had taken is never acted on."""
+        if not isinstance(entry.get("error"), str) or not entry["error"]:
+            self.problem(lineno, entry.get("seq"), "publish_failed entry without the error that failed the write")
+        self.acting = None
 
     def check_head(self, lineno: int, entry: dict[str, Any]) -> None:
         """The entry state.json named as the last one must still be the one at that seq."""

@@ -81,24 +81,45 @@ def fsync_dir(folder: Path) -> None:
 def atomic_write(final: Path | str, write: Callable[[BinaryIO], object]) -> None:
     """Write a file atomically: ``write(fh)`` fills a temp file that then replaces ``final``.
 
-    If ``write`` raises, the temp file is removed and ``final`` is untouched.
+    If ``write`` raises, the temp file is removed and ``final`` is untouched. The folder is opened once, refusing a
+    link there (``O_NOFOLLOW``), and the temp file is created, renamed and synced through that descriptor: a link
+    planted at the folder after the check cannot redirect the write.
     """
     final = Path(final)
     refuse_links_at(final)
-    tmp = temp_name(final)
+    dfd = open_folder(final.parent)
+    tmp = temp_name(final).name
     try:
-        with open(tmp, "xb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
-    except BaseException:
         try:
-            tmp.unlink()
-        except FileNotFoundError:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=dfd)
+            with os.fdopen(fd, "wb") as fh:
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, final.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+            raise
+        try:
+            os.fsync(dfd)  # the rename is durable
+        except OSError:
             pass
+    finally:
+        os.close(dfd)
+
+
+def open_folder(folder: Path) -> int:
+    """A descriptor of ``folder`` for ``dir_fd`` calls; :class:`UnsafePathError` when it is a symbolic link or not a
+    folder (``FileNotFoundError`` when it does not exist)."""
+    try:
+        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafePathError(folder, "it is a symbolic link or not a folder") from None
         raise
-    fsync_dir(final.parent)
 
 
 def atomic_write_bytes(final: Path | str, data: bytes) -> None:
@@ -274,13 +295,9 @@ def remove_files(
     refused (:class:`UnsafePathError`), so nothing outside it can be deleted through it."""
     now = time.time() if now is None else now
     try:
-        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        dfd = open_folder(folder)
     except FileNotFoundError:
         return []
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise UnsafePathError(folder, "it is a symbolic link or not a folder") from None
-        raise
     removed = []
     try:
         for name in os.listdir(dfd):
@@ -299,6 +316,20 @@ def remove_files(
     finally:
         os.close(dfd)
     return removed
+
+
+def rename_in(folder: Path, src: str, dst: str) -> bool:
+    """Rename ``src`` to ``dst`` inside ``folder``, opened without following a link (a rename moves a link itself,
+    never what it points to). ``False`` when ``src`` is not there."""
+    dfd = open_folder(folder)
+    try:
+        os.rename(src, dst, src_dir_fd=dfd, dst_dir_fd=dfd)
+        os.fsync(dfd)
+        return True
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(dfd)
 
 
 def remove_stale_temp_files(folder: Path, older_than_s: float, now: float | None = None) -> list[Path]:

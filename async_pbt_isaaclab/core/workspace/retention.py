@@ -1,7 +1,10 @@
 """Which checkpoints a member keeps: the newest ones, the ones exploits in flight have pinned, and its best ones.
 
 A recipient pins the donor checkpoint it copies (``members/DONOR/pins/NNN.pin``) and removes the pin after; a
-member deletes an old checkpoint only when no live pin names it (:func:`apply_retention`). The best-first lists
+member deletes an old checkpoint only when no live pin names it (:func:`apply_retention`). The deleter first sets
+the file aside (renamed to :data:`RETIRING` + its name, so a copy started from now on finds it under that name only),
+then reads the pins again, and puts it back when one names it: a pin written before that second read keeps its file,
+and the recipient (``member/donors.py``) opens the checkpoint after pinning it, under either name. The best-first lists
 of ``best.json`` (:func:`update_best`, :func:`population_best`) name checkpoints that are kept as well.
 """
 
@@ -19,6 +22,9 @@ from typing import Any, Iterable, Sequence
 from async_pbt_isaaclab.core.state.best import BestEntry
 from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.core.workspace.layout import CHECKPOINT_NAME, Workspace, WorkspaceError, member_dirname
+
+RETIRING = ".retiring."
+"""Prefix of a checkpoint that retention has set aside to delete; a recipient that pinned it may still open it."""
 
 PIN_TTL_S = 3600.0
 """A pin older than this is ignored (its owner died mid-exploit); retention may then delete."""
@@ -91,6 +97,7 @@ def apply_retention(
     except WorkspaceError as exc:
         warnings.warn(f"retention skipped: {exc}", stacklevel=2)
         return []
+    _put_back_retiring(folder)  # a deleter killed between its two pin reads
     ckpts = list_checkpoints(folder)
     protected = set(keep)
     removed = []
@@ -102,9 +109,35 @@ def apply_retention(
         pins = active_pins(ws, member, now)
         if rel in pins or "*" in pins:
             continue
-        removed += fsio.remove_files(folder, {path.name}.__contains__)
+        removed += _remove_unless_pinned(ws, member, folder, path, now)
     fsio.remove_stale_temp_files(folder, older_than_s=600.0, now=now)
     return removed
+
+
+def _remove_unless_pinned(ws: Workspace, member: int, folder: Path, path: Path, now: float | None) -> list[Path]:
+    """Set ``path`` aside, read the pins again, then delete it, or put it back when a pin names it now."""
+    retiring = RETIRING + path.name
+    if not fsio.rename_in(folder, path.name, retiring):
+        return []
+    pins = active_pins(ws, member, now)
+    if ws.relative(path) in pins or "*" in pins:
+        fsio.rename_in(folder, retiring, path.name)
+        return []
+    return [path] if fsio.remove_files(folder, {retiring}.__contains__) else []
+
+
+def _put_back_retiring(folder: Path) -> None:
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(RETIRING)]
+    except FileNotFoundError:
+        return
+    for name in names:
+        fsio.rename_in(folder, name, name[len(RETIRING) :])
+
+
+def retiring_name(path: Path) -> Path:
+    """Where a checkpoint retention is deleting is, until it is deleted or put back."""
+    return path.with_name(RETIRING + path.name)
 
 
 # ------------------------------------------------------------ historical bests
