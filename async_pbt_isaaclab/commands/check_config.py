@@ -19,7 +19,13 @@ from async_pbt_isaaclab.core.agent_config import (
     load_yaml,
     validate_agent_config,
 )
-from async_pbt_isaaclab.core.config import LATE_PEER_INTERVALS, ConfigError, PopulationConfig, objective_term
+from async_pbt_isaaclab.core.config import (
+    LATE_PEER_INTERVALS,
+    ConfigError,
+    PopulationConfig,
+    objective_term,
+    shaped_return_problem,
+)
 from async_pbt_isaaclab.core.decision import catalog as rules
 from async_pbt_isaaclab.core.decision.mutation import SUPPORTED_HYPERPARAMETERS, isaaclab_key, within_bounds
 from async_pbt_isaaclab.core.decision.start import command_line_keys, kept_from_start
@@ -210,6 +216,12 @@ def _notes_and_warnings(
         )
     if not cfg.mutation:
         warnings.append("pbt.mutation is empty: exploit copies weights only and explore changes nothing")
+    if cfg.allow_shaped_return_objective and shaped_return_problem(cfg):
+        warnings.append(
+            f"{source}: pbt.objective {cfg.objective!r} sums the reward that the searched env values shape "
+            f"(accepted by allow_shaped_return_objective): the search may raise it by changing the reward instead of "
+            f"the policy"
+        )
     raw_pbt = merged.get("pbt") or {}
     for key, key_rules in RULE_SPECIFIC_KEYS.items():
         if key in raw_pbt and cfg.rule not in key_rules:
@@ -262,7 +274,6 @@ def _hyperparameter_table(
     """One entry per mutated hyperparameter: its kind, bounds, change, current value, agent key and what the
     diverse start does with it (``pinned``: the keys the command line sets; ``rsl_rl``: an rsl_rl member's config,
     whose keys live in its runner config)."""
-    from async_pbt_isaaclab.rsl_rl.live import LIVE_SETTERS as RSL_RL_LIVE
     from async_pbt_isaaclab.rsl_rl.member_config import rsl_rl_key
 
     hparams = []
@@ -279,11 +290,21 @@ def _hyperparameter_table(
                 "choices": list(spec.choices) if spec.kind == "choice" else None,
                 "current": current[key],
                 "agent_key": rsl_rl_key(key) if rsl_rl else isaaclab_key(key),
-                "live": key in RSL_RL_LIVE if rsl_rl else SUPPORTED_HYPERPARAMETERS[key].live,
+                "live": _live(key, rsl_rl),
                 "diverse_start": _diverse_start(cfg, key, pinned),
             }
         )
     return hparams
+
+
+def _live(key: str, rsl_rl: bool) -> bool:
+    """Whether a searched key is set on the running trainer (an env value never is: a restart rebuilds the env)."""
+    from async_pbt_isaaclab.rsl_rl.live import LIVE_SETTERS as RSL_RL_LIVE
+
+    if rsl_rl:
+        return key in RSL_RL_LIVE
+    known = SUPPORTED_HYPERPARAMETERS.get(key)
+    return known is not None and known.live
 
 
 def _config_rows(cfg: PopulationConfig, resolved: Mapping[str, tuple[Any, str]]) -> list[list[str]]:

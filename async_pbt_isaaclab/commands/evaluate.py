@@ -14,11 +14,14 @@ input normaliser are loaded through the safe loader
 with the deterministic action (the Gaussian's mean), one gymnasium env per episode, env ``i`` reset with seed
 ``S + i``. The default ``S`` (100000) lies far from the training seeds rl_games and the CPU member use (the
 yaml's ``params.seed`` plus the member index, then one seed per env), so the episodes are held out from
-training. The return is the undiscounted sum of the env's own rewards (no reward shaping).
+training. The return is the undiscounted sum of the env's own rewards (no reward shaping), the env built with the
+yaml's ``env_config`` and the checkpoint's own searched env values (``env.<name>``: the reward it trained with); the
+yaml's ``pbt.objective`` is measured on each episode as members measure it (``distance_travelled``, a term of the
+last step's info) and shown beside it.
 
 Recording: a member's checkpoint (one under ``WS/members/NNN/checkpoints/`` of a workspace with a
 ``population.json``) is recorded by default as one JSON line in ``WS/evaluations.jsonl``, the file
-``async-pbt report`` reads (docs/observability.md, "Held-out evaluations"): ``objective`` (the mean return),
+``async-pbt report`` reads (docs/observability.md, "Held-out evaluations"): ``objective`` (the objective's mean),
 ``member``, ``checkpoint`` (workspace-relative), ``frame``, ``generation``, ``episodes``, ``std``, ``task``,
 ``seed``, ``label`` and ``time``. ``--no-record`` turns that off; ``--record`` makes a checkpoint that is not a
 member's (or one copied elsewhere) recorded into ``--workspace WS``.
@@ -38,62 +41,24 @@ import contextlib
 import io
 import json
 import math
-import statistics
 import sys
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from async_pbt_isaaclab.commands.common import CliError, emit_json, format_table
 from async_pbt_isaaclab.commands.evaluation_records import (
+    Evaluation,
     checkpoint_setup,
     evaluation_line,
     record_evaluation,
     record_targets,
 )
+from async_pbt_isaaclab.core.decision.mutation_spec import env_parameter, is_env_key
 
 DEFAULT_AGENT_YAML = Path(__file__).resolve().parents[1] / "examples" / "pendulum_ppo.yaml"
 """The packaged Pendulum-v1 PPO agent yaml, used when ``--agent-yaml`` is not given."""
 DEFAULT_EVAL_SEED = 100_000
 """First env seed of the held-out episodes: far above the training seeds (yaml seed + member index + env)."""
-
-
-@dataclass
-class Evaluation:
-    """Held-out returns of one checkpoint."""
-
-    checkpoint: str
-    """The checkpoint file evaluated."""
-    task: str
-    """The gymnasium task id it was played on."""
-    seed: int
-    """Seed of the first episode's env; episode ``i`` used ``seed + i``."""
-    returns: list[float] = field(default_factory=list)
-    """Undiscounted return of each episode, in seed order."""
-    lengths: list[int] = field(default_factory=list)
-    """Steps of each episode."""
-    pbt: dict[str, Any] = field(default_factory=dict)
-    """The checkpoint's PBT metadata (member, generation, frame); empty for a plain rl_games checkpoint."""
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(self.returns) if self.returns else math.nan
-
-    @property
-    def std(self) -> float:
-        return statistics.pstdev(self.returns) if len(self.returns) > 1 else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out.update(
-            episodes=len(self.returns),
-            mean=self.mean,
-            std=self.std,
-            min=min(self.returns) if self.returns else math.nan,
-            max=max(self.returns) if self.returns else math.nan,
-        )
-        out["pbt"] = {k: self.pbt[k] for k in ("member", "generation", "frame", "epoch") if k in self.pbt}
-        return out
 
 
 class Evaluator:
@@ -110,7 +75,8 @@ class Evaluator:
         verbose: bool = False,
     ):
         from async_pbt_isaaclab.core.agent_config import load_yaml
-        from async_pbt_isaaclab.core.config import ConfigError
+        from async_pbt_isaaclab.core.config import ConfigError, objective_term
+        from async_pbt_isaaclab.core.state.evidence import RETURN_OBJECTIVE
         from async_pbt_isaaclab.examples.agents import PACKAGED_AGENTS
 
         # Without a yaml: the task's packaged one (Pendulum-v1, HalfCheetah-v5, Hopper-v5), else Pendulum's.
@@ -140,13 +106,16 @@ class Evaluator:
         if not self.task:
             raise CliError(f"agent yaml {self.agent_yaml}: no params.config.env_name; pass --task")
         self.cfg = cfg
+        self.objective = objective_term(str((cfg.get("pbt") or {}).get("objective") or RETURN_OBJECTIVE))
         self.trusted = trusted
         self.verbose = verbose
         """Show rl_games' own lines (on stderr) instead of keeping them out of the output."""
         self._player_cache: dict[str, Any] = {}
         self._spaces = self._task_spaces()
 
-    def _make_env(self):
+    def _make_env(self, env_values: Mapping[str, Any] | None = None):
+        """One env of the task, built with the yaml's ``env_config`` and ``env_values`` (a checkpoint's own searched
+        env values, ``env.<name>``, over the yaml's)."""
         import gymnasium
 
         kwargs = {
@@ -154,6 +123,7 @@ class Evaluator:
             for k, v in (self.cfg["params"]["config"].get("env_config") or {}).items()
             if k not in ("seed", "pbt_condition", "pbt_terms")
         }
+        kwargs.update({env_parameter(k): v for k, v in (env_values or {}).items()})
         try:
             return gymnasium.make(self.task, **kwargs)
         except gymnasium.error.Error as exc:
@@ -233,10 +203,11 @@ class Evaluator:
         if episodes < 1:
             raise CliError(f"--episodes must be >= 1, got {episodes}")
         player, meta = self._load(Path(checkpoint))
-        returns, lengths = self._play(player, episodes, seed)
-        return Evaluation(
-            checkpoint=str(checkpoint), task=self.task, seed=seed, returns=returns, lengths=lengths, pbt=meta
-        )
+        searched = {k: v for k, v in (meta.get("hyperparameters") or {}).items() if is_env_key(k)}
+        returns, lengths, values = self._play(player, episodes, seed, searched)
+        if not all(math.isfinite(v) for v in values):
+            raise CliError(f"{checkpoint}: task {self.task!r} reported no value of the objective {self.objective!r}")
+        return Evaluation(str(checkpoint), self.task, seed, returns, lengths, meta, self.objective, values)
 
     def _load(self, path: Path) -> tuple[Any, dict[str, Any]]:
         """The player with ``path``'s weights and its PBT metadata; one line naming the checkpoint, the task and the
@@ -271,13 +242,19 @@ class Evaluator:
             raise CliError(f"agent yaml {self.agent_yaml}: recurrent policies are not supported by evaluate")
         return player, meta
 
-    def _play(self, player: Any, episodes: int, seed: int) -> tuple[list[float], list[int]]:
-        """Each episode's return and length: one env per episode, env ``i`` reset with ``seed + i``."""
+    def _play(
+        self, player: Any, episodes: int, seed: int, env_values: Mapping[str, Any]
+    ) -> tuple[list[float], list[int], list[float]]:
+        """Each episode's return, length and objective value: one env per episode, env ``i`` reset with ``seed + i``."""
         import numpy as np
         import torch
 
-        envs = [self._make_env() for _ in range(episodes)]
-        obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]).astype(np.float32)
+        from async_pbt_isaaclab.envs.env_parameters import episode_objective
+
+        envs = [self._make_env(env_values) for _ in range(episodes)]
+        firsts = [env.reset(seed=seed + i) for i, env in enumerate(envs)]
+        obs = np.stack([first[0] for first in firsts]).astype(np.float32)
+        values = [math.nan] * episodes
         returns = np.zeros(episodes, dtype=np.float64)
         lengths = np.zeros(episodes, dtype=np.int64)
         active = np.ones(episodes, dtype=bool)
@@ -287,15 +264,16 @@ class Evaluator:
                 actions = player.get_action(torch.from_numpy(obs[idx]), is_deterministic=True).cpu().numpy()
                 for j, i in enumerate(idx):
                     action = actions[j] if actions.ndim > 1 else actions[j].item()
-                    o, r, terminated, truncated, _ = envs[i].step(action)
+                    o, r, terminated, truncated, info = envs[i].step(action)
                     returns[i] += float(r)
                     lengths[i] += 1
                     obs[i] = o
                     if terminated or truncated:
                         active[i] = False
+                        values[i] = episode_objective(self.objective, returns[i], lengths[i], firsts[i][1], info)
         for env in envs:
             env.close()
-        return [float(r) for r in returns], [int(n) for n in lengths]
+        return [float(r) for r in returns], [int(n) for n in lengths], values
 
 
 def _shape(tensor: Any) -> str:
@@ -402,11 +380,14 @@ def _print_results(results: Sequence[Evaluation], args: argparse.Namespace, reco
     """The table (with a task column when the checkpoints were played on several) and where results were recorded."""
     tasks = sorted({r.task for r in results})
     several = len(tasks) > 1
-    rows = [["checkpoint", *(["task"] if several else []), "episodes", "mean", "std", "min", "max"]]
+    # The population's objective beside the return when it is another one (distance_travelled, a success term).
+    objectives = sorted({r.objective for r in results} - {"episode_return"})
+    rows = [["checkpoint", *(["task"] if several else []), "episodes", "mean", "std", "min", "max", *objectives]]
     for r in results:
         d = r.as_dict()
         figures = [f"{d[k]:.2f}" for k in ("mean", "std", "min", "max")]
-        rows.append([r.checkpoint, *([r.task] if several else []), str(d["episodes"]), *figures])
+        named = [f"{d['objective_mean']:.3f}" if r.objective == name else "" for name in objectives]
+        rows.append([r.checkpoint, *([r.task] if several else []), str(d["episodes"]), *figures, *named])
     on = "" if several else f" on {tasks[0]}"
     print(f"held-out return{on}, deterministic policy, env seeds {args.seed}..{args.seed + args.episodes - 1}:")
     for line in format_table(rows, indent="  "):

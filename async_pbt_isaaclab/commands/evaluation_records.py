@@ -11,9 +11,11 @@ Its result is recorded as one JSON line in ``WS/evaluations.jsonl`` (:func:`eval
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -26,6 +28,49 @@ class MemberCheckpoint:
 
     workspace: Path
     member: int
+
+
+@dataclass
+class Evaluation:
+    """Held-out returns of one checkpoint."""
+
+    checkpoint: str
+    """The checkpoint file evaluated."""
+    task: str
+    """The gymnasium task id it was played on."""
+    seed: int
+    """Seed of the first episode's env; episode ``i`` used ``seed + i``."""
+    returns: list[float] = field(default_factory=list)
+    """Undiscounted return of each episode, in seed order."""
+    lengths: list[int] = field(default_factory=list)
+    """Steps of each episode."""
+    pbt: dict[str, Any] = field(default_factory=dict)
+    """The checkpoint's PBT metadata (member, generation, frame); empty for a plain rl_games checkpoint."""
+    objective: str = "episode_return"
+    """The population objective the agent yaml names (``pbt.objective``), measured on each episode as members do."""
+    objective_values: list[float] = field(default_factory=list)
+    """Each episode's value of :attr:`objective` (its return for ``episode_return``), in seed order."""
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.returns) if self.returns else math.nan
+
+    @property
+    def std(self) -> float:
+        return statistics.pstdev(self.returns) if len(self.returns) > 1 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(
+            episodes=len(self.returns),
+            mean=self.mean,
+            std=self.std,
+            min=min(self.returns) if self.returns else math.nan,
+            max=max(self.returns) if self.returns else math.nan,
+            objective_mean=statistics.fmean(self.objective_values) if self.objective_values else math.nan,
+        )
+        out["pbt"] = {k: self.pbt[k] for k in ("member", "generation", "frame", "epoch") if k in self.pbt}
+        return out
 
 
 def member_workspace(checkpoint: str | Path) -> MemberCheckpoint | None:
@@ -85,7 +130,7 @@ def evaluation_line(result: Any, workspace: Path, label: str = "") -> dict[str, 
     except ValueError:
         checkpoint = str(path)
     line = {
-        "objective": d["mean"],
+        "objective": d["objective_mean"],
         "std": d["std"],
         "episodes": d["episodes"],
         "checkpoint": checkpoint,

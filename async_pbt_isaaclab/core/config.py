@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from async_pbt_isaaclab.core.decision.mutation import MutationSpec
+from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
 from async_pbt_isaaclab.core.state.evidence import RETURN_OBJECTIVE
 
 HPARAM_SOURCES = ("donor", "own")
@@ -90,6 +91,11 @@ class PopulationConfig:
     """Selection rule: ``dexpbt``, ``isaaclab`` or ``welch`` (see docs/selection.md)."""
     objective_direction: str = "max"
     """``max``: a larger objective is better (returns, success rates); ``min``: smaller is better (errors)."""
+    allow_shaped_return_objective: bool = False
+    """Accept ``objective: episode_return`` while ``mutation`` searches env values (``env.*``), with a warning instead
+    of the refusal. The return sums the reward those values shape, so the search could raise it by changing the
+    reward rather than the policy: name an objective the env reports apart from its reward instead
+    (``distance_travelled``, a success rate)."""
     window: int = 64
     """Evidence window: the last K completed episodes of the current generation."""
     min_episodes: int = 16
@@ -260,6 +266,20 @@ def with_task_start_grace(cfg: PopulationConfig, envs: Any, episode_steps: Any) 
     if cfg.start_grace_frames >= 0 or envs < 1 or steps < 1:
         return cfg
     return dataclasses.replace(cfg, start_grace_frames=task_start_grace(cfg, envs, steps))
+
+
+def shaped_return_problem(cfg: PopulationConfig) -> str:
+    """Why ``cfg`` judges its members by a return its own search reshapes (``""`` when it does not): the objective is
+    the return while ``mutation`` searches env values. A problem unless ``allow_shaped_return_objective``, then a
+    warning (check-config)."""
+    env_keys = sorted(k for k in cfg.mutation if is_env_key(k))
+    if not env_keys or objective_term(cfg.objective) != RETURN_OBJECTIVE:
+        return ""
+    return (
+        f"objective: {cfg.objective!r} sums the reward that the searched env values {', '.join(env_keys)} shape, so "
+        f"the search could raise it by changing the reward instead of the policy; name an objective the env reports "
+        f"apart from its reward (distance_travelled, a success rate), or set allow_shaped_return_objective: true"
+    )
 
 
 def objective_term(objective: str) -> str:

@@ -3,8 +3,10 @@
 Two forms load: Isaac Lab's ``{agent.params.config.learning_rate: mutate_float}`` (the key may carry the
 agent-config prefix, the value names a kind) and ours, a mapping with ``kind``, ``low``, ``high``,
 ``change_range``, ``step``, ``choices``, ``from_zero`` and ``diverse_start``. Each hyperparameter's kind must fit it
-(an integer stays an integer, ``discount`` only suits values in [0, 1)). :mod:`async_pbt_isaaclab.core.config` calls
-:func:`parse_mutation_section` and reports its problems with the rest of the section.
+(an integer stays an integer, ``discount`` only suits values in [0, 1)). An env value (``env.<name>``, also written
+as an ``env:`` mapping of names) takes our form only, with its bounds, and any kind.
+:mod:`async_pbt_isaaclab.core.config` calls :func:`parse_mutation_section` and reports its problems with the rest of
+the section.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from async_pbt_isaaclab.core.decision.mutation import (
     SUPPORTED_HYPERPARAMETERS,
     MutationSpec,
 )
+from async_pbt_isaaclab.core.decision.mutation_spec import ENV_KEY_PREFIX, env_parameter, is_env_key
 
 BAKED_IN = {
     "minibatch_size": " (baked into the PPO dataset at start: a donor's optimizer state and buffers assume it)",
@@ -49,7 +52,7 @@ def parse_mutation_section(raw: Any, problems: list[str], where: str) -> dict[st
         problems.append(f"{where}mutation: expected a mapping of hyperparameter -> kind, got {raw!r}")
         return {}
     specs: dict[str, MutationSpec] = {}
-    for raw_key, raw_spec in raw.items():
+    for raw_key, raw_spec in _entries(raw):
         key = normalise_hparam_key(str(raw_key))
         try:
             specs[key] = _read_entry(key, raw_key, raw_spec, f"{where}mutation.{raw_key}")
@@ -58,18 +61,54 @@ def parse_mutation_section(raw: Any, problems: list[str], where: str) -> dict[st
     return specs
 
 
+def _entries(raw: Mapping[Any, Any]) -> list[tuple[Any, Any]]:
+    """The section's entries, an ``env:`` mapping of env values spelled out as ``env.<name>`` keys (the form a
+    command-line override ``pbt.mutation.env.healthy_reward=...`` gives)."""
+    out: list[tuple[Any, Any]] = []
+    for raw_key, raw_spec in raw.items():
+        if raw_key == ENV_KEY_PREFIX.rstrip(".") and isinstance(raw_spec, Mapping):
+            out.extend((f"{ENV_KEY_PREFIX}{name}", spec) for name, spec in raw_spec.items())
+        else:
+            out.append((raw_key, raw_spec))
+    return out
+
+
 def _read_entry(key: str, raw_key: Any, raw_spec: Any, label: str) -> MutationSpec:
     """One entry, in either form; raises :class:`_Problem` with the first thing wrong with it."""
+    if is_env_key(key):
+        return _read_env_entry(key, raw_spec, label)
     if key not in SUPPORTED_HYPERPARAMETERS:
         why = BAKED_IN.get(key, "")
         supported = ", ".join(SUPPORTED_HYPERPARAMETERS)
-        raise _Problem(f"{label}: {raw_key!r} is not a supported hyperparameter{why}; supported: {supported}")
+        raise _Problem(
+            f"{label}: {raw_key!r} is not a supported hyperparameter{why}; supported: {supported}; or an env "
+            f"value as {ENV_KEY_PREFIX}<name> (e.g. {ENV_KEY_PREFIX}healthy_reward)"
+        )
     default = SUPPORTED_HYPERPARAMETERS[key].spec
     if isinstance(raw_spec, str):
         return _spec_for_kind_name(key, default, raw_spec, label, "mutation")
     if not isinstance(raw_spec, Mapping):
         raise _Problem(f"{label}: expected a kind name or a mapping with kind/low/high, got {raw_spec!r}")
     return _read_mapping(key, default, raw_spec, label)
+
+
+def _read_env_entry(key: str, raw_spec: Any, label: str) -> MutationSpec:
+    """An env key's entry: our mapping form only, with its bounds (an env value has no default ones); any kind."""
+    if not env_parameter(key).isidentifier():
+        raise _Problem(
+            f"{label}: {key!r} names no env value; an env key is {ENV_KEY_PREFIX}<name> with the name the env is "
+            f"built with (e.g. {ENV_KEY_PREFIX}healthy_reward)"
+        )
+    kind = raw_spec.get("kind", "log_float") if isinstance(raw_spec, Mapping) else None
+    kind = ISAACLAB_KIND_NAMES.get(kind, kind) if isinstance(kind, str) else kind
+    needed = ("choices",) if kind == "choice" else ("low", "high")
+    if not isinstance(raw_spec, Mapping) or any(k not in raw_spec for k in needed):
+        raise _Problem(
+            f"{label}: an env value has no default bounds; give a mapping with kind, {' and '.join(needed)} "
+            f"(e.g. {{kind: log_float, low: 0.1, high: 10.0}}), got {raw_spec!r}"
+        )
+    # The kind asked for is the key's own: every kind fits an env value whose bounds are given.
+    return _read_mapping(key, MutationSpec(kind=kind if kind in MUTATION_KINDS else "log_float"), raw_spec, label)
 
 
 def _spec_for_kind_name(key: str, default: MutationSpec, raw_kind: str, where: str, noun: str) -> MutationSpec:

@@ -22,6 +22,7 @@ from async_pbt_isaaclab.core.config import (
     OBJECTIVE_DIRECTIONS,
     ConfigError,
     PopulationConfig,
+    shaped_return_problem,
 )
 from async_pbt_isaaclab.core.decision import catalog
 from async_pbt_isaaclab.core.install_hint import missing_dependency
@@ -273,6 +274,7 @@ def _choice_problems(cfg: PopulationConfig, allow_test_fixture: bool) -> list[st
         missing = None if entry is None else missing_dependency(entry.needs)
         need(missing is None, f"{key}: {missing}")
     need(bool(cfg.objective.strip()), "objective: must name a per-episode quantity, e.g. episode_return or success")
+    need(cfg.allow_shaped_return_objective or not shaped_return_problem(cfg), shaped_return_problem(cfg))
     low_b, high_b = cfg.mutation.get("network.log_std_bounds.low"), cfg.mutation.get("network.log_std_bounds.high")
     if low_b is not None and high_b is not None and low_b.high >= high_b.low:
         p.append(

@@ -54,11 +54,13 @@ class EnvpoolVecEnv(GymVecEnv):
             obs[ended] = first
         return obs, rewards, terminated, truncated, info
 
-    def _env_reset(self, seed: int | None) -> Any:
+    tracks_distance = False  # the distance term reads gymnasium's reset info and final_info, which envpool has not
+
+    def _env_reset(self, seed: int | None) -> tuple[Any, Mapping[str, Any]]:
         if seed is not None and int(seed) != self._built_seed:
             self.envs.close()
             self.envs = self._make_envs()
-        return self.envs.reset()[0]
+        return self.envs.reset()
 
     def _step_terms(self, info: Mapping[str, Any], done: np.ndarray) -> dict[str, torch.Tensor]:
         """Per-env values of ``pbt_terms`` this step: envpool's info holds every env's values of the step itself

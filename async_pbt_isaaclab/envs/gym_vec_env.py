@@ -43,6 +43,7 @@ import torch
 from gymnasium.vector import SyncVectorEnv
 
 from async_pbt_isaaclab.core.state.evidence import ConditionLabel
+from async_pbt_isaaclab.envs.env_parameters import DISTANCE_TERM, EpisodeDistance, built_value
 from async_pbt_isaaclab.envs.summary_emitter import EpisodeSummaryEmitter
 from async_pbt_isaaclab.envs.summary_source import SUMMARY_SOURCE_ATTR, find_summary_source
 
@@ -125,6 +126,7 @@ class GymVecEnv(IVecEnv):
         self._make_kwargs = dict(make_kwargs)
         self._seed = seed
         self.envs = self._make_envs()
+        self._say_built_values()
         self.observation_space = _float32_space(self.envs.single_observation_space)
         self.action_space = self.envs.single_action_space
         # Seeds the first reset only: later resets continue each env's RNG instead of replaying it.
@@ -138,20 +140,9 @@ class GymVecEnv(IVecEnv):
             cond = dict(pbt_condition or {})
             cond.setdefault("task", env_id)
             condition = ConditionLabel.from_dict(cond, where=f"{env_id} env_config.pbt_condition")
-        # Terms are gymnasium info keys. Default mode "last": gymnasium envs report episode outcomes
-        # (is_success, final distances) in the info of the final step. "log" needs Isaac Lab's
-        # extras["log"], which gymnasium has not: it would only ever yield NaN, so it is refused.
-        if isinstance(pbt_terms, Mapping):
-            term_modes = {str(k): str(v) for k, v in pbt_terms.items()}
-        else:
-            term_modes = {str(k): "last" for k in pbt_terms}
-        bad = sorted(k for k, m in term_modes.items() if m == "log")
-        if bad:
-            raise ValueError(
-                f"{env_id}: pbt_terms {bad} use mode 'log' (Isaac Lab extras['log']); gymnasium envs "
-                f"report terms through info, use 'sum', 'last' or 'max'"
-            )
+        term_modes = _term_modes(env_id, pbt_terms)
         self.term_names = tuple(term_modes)
+        self._distance = self._episode_distance(term_modes)
         self.pbt_summary_source = EpisodeSummaryEmitter(
             num_envs=self.num_envs,
             device="cpu",
@@ -184,9 +175,45 @@ class GymVecEnv(IVecEnv):
         reset within the step (its observation is the next episode's first)."""
         return self.envs.step(actions)
 
-    def _env_reset(self, seed: int | None) -> Any:
-        """Reset every env (seeded when ``seed`` is given); the observations."""
-        return self.envs.reset(seed=seed)[0] if seed is not None else self.envs.reset()[0]
+    def _env_reset(self, seed: int | None) -> tuple[Any, Mapping[str, Any]]:
+        """Reset every env (seeded when ``seed`` is given); the observations and the reset's info."""
+        return self.envs.reset(seed=seed) if seed is not None else self.envs.reset()
+
+    def _say_built_values(self) -> None:
+        """One line with the constructor arguments the envs were built with, read back from the env, not from the
+        config: what a searched env value (``env.<name>``) really built. Nothing when none is readable."""
+        built = self.built_values()
+        if built:
+            shown = ", ".join(f"{k}={v!r}" for k, v in sorted(built.items()))
+            print(
+                f"[async-pbt] {self.env_id}: {self.num_envs} envs built with {shown} (read back from the env)",
+                flush=True,
+            )
+
+    def built_values(self) -> dict[str, Any]:
+        """The constructor arguments given in ``env_config`` as the first built env holds them (those it keeps as a
+        plain attribute, :func:`~.env_parameters.built_value`); empty for a backend without gymnasium env objects."""
+        first = getattr(self.envs, "envs", [None])[0]
+        if first is None:
+            return {}
+        values = {name: built_value(first, name) for name in self._make_kwargs}
+        return {name: value for name, value in values.items() if value is not None}
+
+    tracks_distance = True
+    """The backend reports the reset's ``x_position`` and a finished episode's in ``final_info``, from which the
+    ``distance_travelled`` term is computed (:class:`~.env_parameters.EpisodeDistance`)."""
+
+    def _episode_distance(self, term_modes: Mapping[str, str]) -> EpisodeDistance | None:
+        """The per-env start positions behind a ``distance_travelled`` term (``None`` without one); refused on a
+        backend that cannot compute it, or in another mode than ``last`` (it gives the distance so far each step)."""
+        if DISTANCE_TERM not in term_modes:
+            return None
+        if not self.tracks_distance or term_modes[DISTANCE_TERM] != "last":
+            raise ValueError(
+                f"{self.env_id}: pbt_terms {DISTANCE_TERM} is computed by the gymnasium backend in mode 'last' "
+                f"(got mode {term_modes[DISTANCE_TERM]!r} on {type(self).__name__}); use --vec-env gymnasium"
+            )
+        return EpisodeDistance(self.num_envs)
 
     # ----------------------------------------------------------------- rl_games IVecEnv interface
     def step(self, actions):
@@ -223,7 +250,9 @@ class GymVecEnv(IVecEnv):
         return self._obs32(obs), rewards32, done.astype(np.uint8), infos
 
     def reset(self):
-        obs = self._env_reset(self._seed if self._seed_next_reset else None)
+        obs, info = self._env_reset(self._seed if self._seed_next_reset else None)
+        if self._distance is not None:
+            self._distance.reset(info)
         self._seed_next_reset = False
         # Episodes in flight were abandoned: they must not be reported as completed later.
         self.pbt_summary_source.reset()
@@ -289,6 +318,9 @@ class GymVecEnv(IVecEnv):
         out = {}
         final = info.get("final_info", {}) if done.any() else {}
         for name in self.term_names:
+            if name == DISTANCE_TERM and self._distance is not None:
+                out[name] = torch.from_numpy(self._distance.step(info, done))
+                continue
             col = np.full(self.num_envs, np.nan, dtype=np.float64)
             for source, rows in ((info, ~done), (final, done)):
                 if name in source:
@@ -298,6 +330,23 @@ class GymVecEnv(IVecEnv):
                     col[mask] = vals[mask]
             out[name] = torch.from_numpy(col)
         return out
+
+
+def _term_modes(env_id: str, pbt_terms: Iterable[str] | Mapping[str, str]) -> dict[str, str]:
+    """``pbt_terms`` as ``{name: mode}``. Terms are gymnasium info keys (and ``distance_travelled``). Default mode
+    "last": gymnasium envs report episode outcomes (is_success, final distances) in the info of the final step.
+    "log" needs Isaac Lab's extras["log"], which gymnasium has not: it would only ever yield NaN, so it is refused."""
+    if isinstance(pbt_terms, Mapping):
+        term_modes = {str(k): str(v) for k, v in pbt_terms.items()}
+    else:
+        term_modes = {str(k): "last" for k in pbt_terms}
+    bad = sorted(k for k, m in term_modes.items() if m == "log")
+    if bad:
+        raise ValueError(
+            f"{env_id}: pbt_terms {bad} use mode 'log' (Isaac Lab extras['log']); gymnasium envs "
+            f"report terms through info, use 'sum', 'last' or 'max'"
+        )
+    return term_modes
 
 
 def gym_id_for(agent_cfg: Mapping[str, Any]) -> str:

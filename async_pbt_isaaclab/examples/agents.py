@@ -22,6 +22,9 @@ PACKAGED_RSL_RL_CONFIGS = {
     "Hopper-v5": HERE / "rsl_rl_hopper.yaml",
 }
 """Gymnasium task id -> its packaged rsl_rl config (``env``, ``runner`` in rsl-rl-lib 5's form, ``pbt``)."""
+PACKAGED_SEARCHES = {"hopper_reward_search": HERE / "hopper_reward_search.yaml"}
+"""Packaged agent yamls that search more than PPO's values, by the name ``--agent`` takes instead of a path
+(``hopper_reward_search``: Hopper-v5's reward weights, judged by the distance travelled)."""
 DEFAULT_TASK = "Pendulum-v1"
 """The task of the examples when none is named."""
 
@@ -37,4 +40,16 @@ def packaged_agent_yaml(task: str) -> Path:
         ) from None
 
 
-__all__ = ["DEFAULT_TASK", "PACKAGED_AGENTS", "PACKAGED_RSL_RL_CONFIGS", "packaged_agent_yaml"]
+def agent_file(agent: str) -> Path:
+    """``--agent``'s yaml: a packaged search's name (:data:`PACKAGED_SEARCHES`), else the path given."""
+    return PACKAGED_SEARCHES.get(agent) or Path(agent).expanduser().absolute()
+
+
+__all__ = [
+    "DEFAULT_TASK",
+    "PACKAGED_AGENTS",
+    "PACKAGED_RSL_RL_CONFIGS",
+    "PACKAGED_SEARCHES",
+    "agent_file",
+    "packaged_agent_yaml",
+]

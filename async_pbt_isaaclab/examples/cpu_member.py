@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         task = _checked_task(agent_cfg, args.agent)
+        _check_env_keys(task, cfg)
         _check_vec_env(args.vec_env)
         cfg = with_task_start_grace(cfg, *_task_shape(agent_cfg, task))
         train_dir, cfg = _train_dir(args, cfg)
@@ -267,6 +268,15 @@ def _load_config(
         for problem in exc.problems:
             print(f"error: {where}: {problem}", file=sys.stderr)
         return None
+
+
+def _check_env_keys(task: str, cfg: PopulationConfig) -> None:
+    """Searched env values (``env.<name>``) the task's constructor does not take: one line each, before training."""
+    from async_pbt_isaaclab.envs.env_parameters import env_key_problems
+
+    problems = env_key_problems(task, cfg.mutation)
+    if problems:
+        raise _Refused("; ".join(problems))
 
 
 def _check_vec_env(backend: str) -> None:

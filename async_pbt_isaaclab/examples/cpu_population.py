@@ -6,10 +6,11 @@
     python -m async_pbt.examples.cpu_population --task Humanoid-v5 --agent humanoid_ppo.yaml --members 4
 
 ``--task`` trains a task with its packaged agent yaml (Pendulum-v1, the default; HalfCheetah-v5 and Hopper-v5 need
-the ``[mujoco]`` extra); ``--agent YAML`` trains any gymnasium task with your rl_games agent yaml. The presets are
-frames per member, rounded up to whole epochs of that yaml. HalfCheetah's episodes last 1,000 steps, so its
-``--smoke`` (3 epochs of 256 steps) ends before any episode does: pass ``--iterations 8`` or more to see evidence
-and exploits.
+the ``[mujoco]`` extra); ``--agent YAML`` trains any gymnasium task with your rl_games agent yaml, and
+``--agent hopper_reward_search`` the packaged Hopper-v5 search of its reward weights, judged by distance travelled.
+The presets are frames per member, rounded up to whole epochs of that yaml. HalfCheetah's episodes last 1,000 steps,
+so its ``--smoke`` (3 epochs of 256 steps) ends before any episode does: pass ``--iterations 8`` or more to see
+evidence and exploits.
 
 Each member is ``python -m async_pbt.examples.cpu_member`` (``--trainer rsl_rl``: ``rsl_rl_member``, rsl_rl PPO on
 the task's packaged rsl_rl config, searching ``desired_kl``, ``entropy_coef``, ``gamma``, ``clip_param``) with the
@@ -41,6 +42,7 @@ from typing import Any
 from async_pbt_isaaclab.console import OneLineParser
 from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig, objective_term
+from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
 from async_pbt_isaaclab.core.pbt_section import SELECTION_RULES, population_size_problem
 from async_pbt_isaaclab.core.slices import SLICES_FLAG, slice_problems
 from async_pbt_isaaclab.core.workspace.fsio import folder_problem
@@ -49,7 +51,7 @@ from async_pbt_isaaclab.core.workspace.member_progress import generation_changes
 from async_pbt_isaaclab.core.workspace.retention import population_best
 from async_pbt_isaaclab.core.workspace.state_files import load_state
 from async_pbt_isaaclab.examples import rsl_rl_member
-from async_pbt_isaaclab.examples.agents import DEFAULT_TASK, PACKAGED_AGENTS
+from async_pbt_isaaclab.examples.agents import DEFAULT_TASK, PACKAGED_AGENTS, PACKAGED_SEARCHES, agent_file
 from async_pbt_isaaclab.exit_codes import EXIT_OK, EXIT_USAGE
 from async_pbt_isaaclab.pbt_flags import add_population_args, population_overrides
 from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS  # plain data: no torch, no rl_games
@@ -112,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="YAML",
         help="your rl_games agent yaml (with a pbt: section or not), for any gymnasium task: its "
-        "params.config.env_name, or --task",
+        f"params.config.env_name, or --task; or a packaged one by name ({', '.join(PACKAGED_SEARCHES)})",
     )
     p.add_argument("--smoke", action="store_true", help="short run that exercises every step")
     p.add_argument("--iterations", type=int, default=None, help="rl_games epochs per member (overrides the preset)")
@@ -135,7 +137,7 @@ def agent_yaml(args: argparse.Namespace) -> Path:
     """The members' agent yaml: ``--agent``, else ``--task``'s packaged one (a task without one is a
     :class:`UsageError` saying ``--agent`` takes any gymnasium task); with ``--trainer rsl_rl`` an rsl_rl config."""
     if args.agent is not None:
-        return Path(args.agent).expanduser().absolute()
+        return agent_file(args.agent)
     task = args.task or DEFAULT_TASK
     if args.trainer == "rsl_rl":
         try:
@@ -257,8 +259,8 @@ def check_arguments(args: argparse.Namespace) -> None:
         )
     if not args.progress_interval > 0:
         raise UsageError(f"--progress-interval {args.progress_interval:g}: must be a positive number of seconds")
-    if args.agent is not None and not Path(args.agent).expanduser().is_file():
-        raise UsageError(f"--agent {args.agent}: no such file")
+    if args.agent is not None and not agent_file(args.agent).is_file():
+        raise UsageError(f"--agent {args.agent}: no such file (packaged: {', '.join(PACKAGED_SEARCHES)})")
     if args.trainer == "rsl_rl" and args.slices != 1:
         raise UsageError(f"--slices {args.slices}: slices are rl_games members only (docs/rsl_rl.md); use --slices 1")
     agent_yaml(args)
@@ -292,10 +294,21 @@ def check_member_config(args: argparse.Namespace, workspace: Path) -> tuple[dict
     except ConfigError as exc:
         raise UsageError("; ".join(exc.problems)) from None
     problems = slice_problems(cfg.mutation, cfg.exploit_mode, LIVE_SETTERS, args.slices, agent_cfg)
+    problems += _env_key_problems(agent_cfg, cfg)
     if problems:
         raise UsageError("; ".join(problems))
     agent_cfg["params"]["config"]["max_epochs"] = preset_iterations(args)
     return agent_cfg, cfg
+
+
+def _env_key_problems(agent_cfg: dict[str, Any], cfg: PopulationConfig) -> list[str]:
+    """The members' refusal of a searched env value their task is not built with (``cpu_member``), said before any
+    member starts."""
+    if not any(is_env_key(k) for k in cfg.mutation):
+        return []
+    from async_pbt_isaaclab.envs.env_parameters import env_key_problems
+
+    return env_key_problems(str(agent_cfg["params"]["config"].get("env_name")), cfg.mutation)
 
 
 def _rsl_rl_member_config(

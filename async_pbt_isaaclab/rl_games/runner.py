@@ -42,6 +42,7 @@ def train_member(
 
     Returns the PbtObserver (``None`` when the population is disabled or the member had already finished).
     """
+    from async_pbt_isaaclab.member.run_to_end import end_finished_member
     from async_pbt_isaaclab.member.session import say_where_it_resumes, start_member
 
     session = None
@@ -50,7 +51,7 @@ def train_member(
             agent_cfg, cfg, train_dir=train_dir, task=task, checkpoint=checkpoint, reward_config=reward_config
         )
         if session.already_finished:
-            _end_finished_member(session)
+            end_finished_member(session)
             return None
     try:
         if session is not None and session.start_mode == "warm_start":
@@ -75,18 +76,6 @@ def train_member(
         extra_observers=extra_observers,
         summary_source=summary_source,
     )
-
-
-def _end_finished_member(session: Any) -> None:
-    """A member that has already finished is released untouched: rl_games trains at least one epoch whatever its
-    limits, so it must not even start."""
-    print(
-        f"[async-pbt] member {session.member}: nothing to train: {session.already_finished}; its records, "
-        f"evidence and checkpoints stay as they are",
-        flush=True,
-    )
-    session.log("stop", {"status": "finished", "reason": session.already_finished})
-    session.close()
 
 
 def _check_warm_start(session: Any) -> None:

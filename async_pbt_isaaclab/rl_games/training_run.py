@@ -13,8 +13,7 @@ from rl_games.common.algo_observer import IsaacAlgoObserver
 from rl_games.torch_runner import Runner
 
 from async_pbt_isaaclab.envs.summary_source import SummarySource
-from async_pbt_isaaclab.member.held_stop import StopOnSignal
-from async_pbt_isaaclab.member.session import say_where_it_resumes
+from async_pbt_isaaclab.member.run_to_end import train_to_end
 from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
 from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
 from async_pbt_isaaclab.rl_games.observer import PbtObserver
@@ -50,13 +49,10 @@ def _train_as_member(
     """The member's run: the PBT observer publishes, decides and exploits at epoch boundaries; a stop (Ctrl-C,
     SIGTERM) ends it like the end of training does, with the record saying ``stopped``."""
     observer = PbtObserver(session, summary_source=summary_source)
-    stop = StopOnSignal()
     # pbt/* scalars in the member's TensorBoard run; after the PBT observer, which publishes the record it reads.
     runner = Runner(MultiObserver([observer, PbtScalarsObserver(session, observer.publisher), *observers]))
-    status = "stopped"
-    try:
-        # Building the agent is inside the try: a Ctrl-C while it builds (right after a start or an exec
-        # restart) is a stop like any other, and says where the member resumes.
+
+    def train() -> None:
         runner.load(agent_cfg)
         runner.reset()
         # No checkpoint for the Runner: the observer restores it in after_init through the safe loader.
@@ -64,16 +60,6 @@ def _train_as_member(
         # it would overwrite the sigma the checkpoint carries, so it is passed on a fresh or warm start only.
         run_sigma = sigma if session.start_mode in ("fresh", "warm_start") else None
         runner.run({"train": True, "play": False, "checkpoint": None, "sigma": run_sigma})
-        status = "finished"
-    except KeyboardInterrupt:
-        status = "stopped"
-    finally:
-        stop.restore()
-        if observer.algo is not None:
-            observer.finish(status)
-        else:
-            session.close()
-        if status == "stopped":
-            # A stop writes no checkpoint (it may land inside an optimizer step): say what it costs.
-            say_where_it_resumes(session)
+
+    train_to_end(session, train, lambda: observer.finish if observer.algo is not None else None)
     return observer

@@ -23,10 +23,10 @@ from async_pbt_isaaclab.core.agent_config import get_path
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.decision.mutation import agent_path
 from async_pbt_isaaclab.member.executor import MemberExecutor
-from async_pbt_isaaclab.member.held_stop import StopOnSignal
 from async_pbt_isaaclab.member.loop import Member, MemberLoop
 from async_pbt_isaaclab.member.publication import Publication
-from async_pbt_isaaclab.member.session import MemberSession, say_where_it_resumes, start_member
+from async_pbt_isaaclab.member.run_to_end import end_finished_member, train_to_end
+from async_pbt_isaaclab.member.session import MemberSession, start_member
 from async_pbt_isaaclab.rsl_rl.config import with_hyperparameters
 from async_pbt_isaaclab.rsl_rl.member_config import OVERRIDE_PREFIX, agent_view
 from async_pbt_isaaclab.rsl_rl.trainer import RslRlTrainer
@@ -71,35 +71,34 @@ def train_member(
     train_dir: str,
     checkpoint: str | None = None,
     exit_on_restart: bool = False,
+    override_prefix: str = OVERRIDE_PREFIX,
+    reward_config: str = "",
 ) -> MemberEvents | None:
     """Train ``rsl_cfg`` as population member ``cfg.policy_idx`` for the config's ``max_iterations`` (the
     member's own count). rsl_rl's log folder (TensorBoard, ``model_<it>.pt``) is the experiment's ``summaries/``
-    under ``train_dir``, where the member's start refuses planted links. Returns ``None`` when the member had
-    already finished."""
+    under ``train_dir``, where the member's start refuses planted links. A restart writes the new values as
+    ``override_prefix`` + the runner config's key (Isaac Lab's Hydra: ``agent.``). Returns ``None`` when the member
+    had already finished."""
     session, view = start_member(
-        agent_view(rsl_cfg), cfg, train_dir=train_dir, task=rsl_cfg["env"]["id"], checkpoint=checkpoint
+        agent_view(rsl_cfg),
+        cfg,
+        train_dir=train_dir,
+        task=rsl_cfg["env"]["id"],
+        checkpoint=checkpoint,
+        reward_config=reward_config,
     )
     if session.already_finished:
-        print(f"[async-pbt] member {session.member}: nothing to train: {session.already_finished}", flush=True)
-        session.log("stop", {"status": "finished", "reason": session.already_finished})
-        session.close()
+        end_finished_member(session)
         return None
     config = dict(rsl_cfg, runner=with_hyperparameters(rsl_cfg["runner"], member_values(view, cfg)))
     log_dir = Path(train_dir) / view["params"]["config"]["full_experiment_name"] / "summaries"
-    stop, events, status = StopOnSignal(), None, "stopped"
-    try:
-        trainer = RslRlTrainer(build(config, str(log_dir)), override_prefix=OVERRIDE_PREFIX)
+    events: MemberEvents | None = None
+
+    def train() -> None:
+        nonlocal events
+        trainer = RslRlTrainer(build(config, str(log_dir)), override_prefix=override_prefix)
         events = MemberEvents(session, trainer, exit_on_restart=exit_on_restart)
         trainer.train(int(config["runner"]["max_iterations"]))
-        status = "finished"
-    except KeyboardInterrupt:
-        status = "stopped"
-    finally:
-        stop.restore()
-        if events is not None:
-            events.finish(status)
-        else:
-            session.close()
-        if status == "stopped":
-            say_where_it_resumes(session)
+
+    train_to_end(session, train, lambda: events.finish if events is not None else None)
     return events

@@ -222,16 +222,12 @@ class RslRlTrainer:
         return optimizer_learning_rate(state)
 
     def recipient_state(
-        self,
-        donor_state: Mapping[str, Any],
-        counters: TrainerCounters,
-        metadata: Mapping[str, Any],
-        learning_rate: float,
+        self, donor: Mapping[str, Any], counters: TrainerCounters, metadata: Mapping[str, Any], learning_rate: float
     ) -> dict[str, Any]:
         """The donor's models, normalisers (inside the models), RND and optimizer moments at ``learning_rate``; the
         recipient's counters and runner ``infos`` (its env's state); ``metadata`` under ``"pbt"``: a file
         ``runner.load`` reads as any of its own."""
-        state = {k: v for k, v in donor_state.items() if k not in ("iter", "infos", checkpoint_io.PBT_KEY)}
+        state = {k: v for k, v in donor.items() if k not in ("iter", "infos", checkpoint_io.PBT_KEY)}
         optimizer = dict(state["optimizer_state_dict"])
         optimizer["param_groups"] = [dict(g, lr=float(learning_rate)) for g in optimizer["param_groups"]]
         state["optimizer_state_dict"] = optimizer

@@ -7,10 +7,12 @@
 Each configuration of the case's ``screen`` list (``study_cases.Case.screen``: a label and its ``KEY=VALUE`` values
 on top of the packaged yaml) trains one real CPU member alone, as a user's single run would: ``cpu_member --task``
 in a 2-member workspace with ``--pbt-max-restarts 0`` (it publishes evidence every interval and never exploits),
-``--frames`` frames, agent seed ``--seed``. The figure read is the training return (the mean of the member's
-evidence window, the last 64 completed episodes of the stochastic policy) at every published interval, from its
-``record.json``. Prints one row per configuration and writes ``screen.json``. No held-out evaluation: screening
-says whether a start is mis-set and whether the best value moves, not how a population does.
+``--frames`` frames, agent seed ``--seed``. The figure read is the training objective (the mean of the member's
+evidence window, the last 64 completed episodes of the stochastic policy: the return, or what the configuration names
+as ``pbt.objective``, such as ``distance_travelled``) at every published interval, from its ``record.json``.
+``--case`` also takes a screen of ``study_cases.SCREENS`` (``hopper_standing``), which decides whether a case exists.
+Prints one row per configuration and writes ``screen.json``. No held-out evaluation: screening says whether a start
+is mis-set and whether the best value moves, not how a population does.
 """
 
 from __future__ import annotations
@@ -27,30 +29,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import study_cases
 
 
-def command(case: study_cases.Case, values: tuple[str, ...], workspace: Path, args: argparse.Namespace) -> list[str]:
+def command(
+    case: study_cases.Case | study_cases.Screen, values: tuple[str, ...], workspace: Path, args: argparse.Namespace
+) -> list[str]:
     per_epoch = study_cases.frames_per_epoch(case.task, values)
-    return [
-        sys.executable,
-        "-m",
-        "async_pbt_isaaclab.examples.cpu_member",
-        "--task",
+    return study_cases.solo_run_command(
         case.task,
-        "--pbt-workspace",
-        str(workspace),
-        "--pbt-members",
-        "2",
-        "--pbt-index",
-        "0",
-        "--pbt-max-restarts",
-        "0",
-        "--pbt-interval-steps",
-        str(args.interval),
+        workspace,
+        args.interval,
         "--max_iterations",
         str(-(-args.frames // per_epoch)),
         *(["--vec-env", args.vec_env] if args.vec_env else []),
         f"agent.params.seed={args.seed}",
         *study_cases.value_overrides(values),
-    ]
+    )
 
 
 def curve(workspace: Path) -> list[tuple[int, float]]:
@@ -62,7 +54,8 @@ def curve(workspace: Path) -> list[tuple[int, float]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--case", required=True, choices=sorted(k for k, c in study_cases.CASES.items() if c.screen))
+    screened = {**{k: c for k, c in study_cases.CASES.items() if c.screen}, **study_cases.SCREENS}
+    p.add_argument("--case", required=True, choices=sorted(screened))
     p.add_argument("--out", required=True, help="new folder for the runs and screen.json")
     p.add_argument("--frames", type=int, default=524_288, help="frames per run (default 524288)")
     p.add_argument("--interval", type=int, default=65_536, help="frames between published entries (default 65536)")
@@ -70,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parallel", type=int, default=2, help="runs at once (default 2)")
     p.add_argument("--vec-env", default=None, help="the member's vec-env (gymnasium, envpool; default its own)")
     args = p.parse_args(argv)
-    case = study_cases.CASES[args.case]
+    case = screened[args.case]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=False)
     pending = list(case.screen)
@@ -94,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = curve(ws) if proc.returncode == 0 else []
             results[label] = {"values": list(dict(case.screen)[label]), "exit": proc.returncode, "curve": rows}
             results[label]["wall_s"] = time.time() - started
-            shown = " ".join(f"{f // 1000}k:{m:.0f}" for f, m in rows)
+            shown = " ".join(f"{f // 1000}k:{m:.0f}" if abs(m) >= 100 else f"{f // 1000}k:{m:.2f}" for f, m in rows)
             print(f"[screen] {label} (exit {proc.returncode}): {shown}", flush=True)
     summary = {"case": args.case, "task": case.task, "seed": args.seed, "frames": args.frames, "runs": results}
     summary["load_average"] = [min(load), max(load)]

@@ -5,7 +5,9 @@ in docs/validation.md)."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 GAMMA_SPEC = "gamma={kind: mutate_discount, low: 0.5, high: 0.995, change_range: [1.2, 2.0]}"
 """The discount's search range: it contains the mis-set 0.8, so the population has to find a good discount by
@@ -191,6 +193,70 @@ SWEEP_UNREACHABLE = {
     ),
 }
 """Cases a sweep cannot reach, defined and screened before the search code was tuned on them."""
+
+
+@dataclass(frozen=True)
+class Screen:
+    """Configurations measured with one plain run each before a case is defined on them (``screen_case.py``), where
+    the measurement decides whether the case exists at all: the figure read is the members' objective."""
+
+    summary: str
+    """One line: what the screen must show."""
+    task: str
+    """The gymnasium task, trained with its packaged agent yaml."""
+    screen: tuple[tuple[str, tuple[str, ...]], ...]
+    """A label and its values on top of the packaged yaml, per run."""
+
+
+DISTANCE_OBJECTIVE = ("params.config.env_config.pbt_terms=[distance_travelled]", "pbt.objective=distance_travelled")
+"""Judge a run by the distance it travels per episode (x position at its end minus at its start), not its return."""
+
+SCREENED_STANDING = (
+    "Screened with screen_case.py (one run per configuration and seed, agent seeds 0 and 1, distance travelled per "
+    "episode in metres, mean of the last 64 episodes, at 524k frames): healthy_reward 1 travels 15.4 / 9.5; 10 "
+    "travels 0.9 / 8.4 (one seed learns to hop after 327k: not a value that keeps runs standing); 30 travels 0.16 / "
+    "0.04 (both stand still from 131k on)."
+)
+"""``hopper_standing`` measured (docs/validation.md, "Reward weights: a start no PPO search can fix")."""
+
+SCREENS = {
+    "hopper_standing": Screen(
+        "Hopper-v5 with a healthy reward so high that standing still pays best: before a case searches the reward "
+        "weights, independent runs at that value must be seen not to travel (the default weight 1 travels). "
+        + SCREENED_STANDING,
+        "Hopper-v5",
+        (
+            ("healthy1", DISTANCE_OBJECTIVE),
+            ("healthy10", ("params.config.env_config.healthy_reward=10.0", *DISTANCE_OBJECTIVE)),
+            ("healthy30", ("params.config.env_config.healthy_reward=30.0", *DISTANCE_OBJECTIVE)),
+        ),
+    ),
+}
+"""Screens that decide whether a case is defined (reward weights: a case no PPO search can fix)."""
+
+
+def solo_run_command(task: str, workspace: Path, interval: int, *extra: str) -> list[str]:
+    """The CPU member of ``task`` trained alone, as a user would: a 2-member workspace where it publishes a record and
+    a checkpoint every ``interval`` frames and never exploits or explores (``--pbt-max-restarts 0``); ``extra``
+    flags and overrides follow."""
+    return [
+        sys.executable,
+        "-m",
+        "async_pbt_isaaclab.examples.cpu_member",
+        "--task",
+        task,
+        "--pbt-workspace",
+        str(workspace),
+        "--pbt-members",
+        "2",
+        "--pbt-index",
+        "0",
+        "--pbt-max-restarts",
+        "0",
+        "--pbt-interval-steps",
+        str(interval),
+        *extra,
+    ]
 
 
 def value_overrides(values: tuple[str, ...] | list[str]) -> list[str]:

@@ -24,27 +24,13 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import study_cases
+
 
 def train(task: str, workspace: Path, interval: int) -> float:
-    cmd = [
-        sys.executable,
-        "-m",
-        "async_pbt.examples.cpu_member",
-        "--task",
-        task,
-        "--pbt-workspace",
-        str(workspace),
-        "--pbt-members",
-        "2",
-        "--pbt-index",
-        "0",
-        "--pbt-max-restarts",
-        "0",
-        "--pbt-interval-steps",
-        str(interval),
-        "--pbt-keep-last-checkpoints",
-        "1000000",
-    ]
+    # Retention off: every interval's checkpoint is played afterwards.
+    cmd = study_cases.solo_run_command(task, workspace, interval, "--pbt-keep-last-checkpoints", "1000000")
     print("[reference] " + " ".join(cmd), flush=True)
     started = time.time()
     subprocess.run(cmd, check=True)

@@ -103,6 +103,19 @@ def kill_quota(args: argparse.Namespace) -> dict[str, int]:
     return quota
 
 
+def log_tails(ws: Path, members: list[int], lines: int = 25) -> list[str]:
+    """The last lines of each member's log: a member that exited on its own says why there (a traceback)."""
+    tails = []
+    for m in sorted(set(members)):
+        path = ws / "logs" / f"member_{m:03d}.log"
+        try:
+            text = path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError as e:
+            text = [f"(no log: {e})"]
+        tails.append(f"last lines of {path}:\n" + "\n".join(f"    {line}" for line in text))
+    return tails
+
+
 def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(args.workdir or tempfile.mkdtemp(prefix="pbt-chaos-")).absolute()
     ws = root / "ws"
@@ -142,6 +155,7 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
                 driver.update_pids()
                 if driver.unexpected_exits:
                     notes.append(f"stopped early: a member exited without being killed: {driver.unexpected_exits}")
+                    notes.extend(log_tails(ws, driver.unexpected_members))
                     break
             if chaos_started is None and all_published(ws, args.members):
                 # Kills start once every member is training (published a record).

@@ -68,6 +68,8 @@ class Driver:
     """Wall times of the launcher's starts of each member (from its journal)."""
     unexpected_exits: list[str] = field(default_factory=list)
     """Exits the driver did not cause (a crash of its own, or a finish at the epoch cap)."""
+    unexpected_members: list[int] = field(default_factory=list)
+    """The members (first of their process) of ``unexpected_exits``."""
     journal_pos: int = 0
     """Bytes of the launcher's journal read so far."""
     kills: list[Kill] = field(default_factory=list)
@@ -127,6 +129,7 @@ class Driver:
                 killed = any(k in self.last_kill for k in sharing)
                 ours = e.get("event") == "exit" and e.get("code") == -signal.SIGKILL and killed
                 if not ours:
+                    self.unexpected_members.append(m)
                     self.unexpected_exits.append(
                         f"member {m}: {e.get('event')} code {e.get('code')} ({e.get('reason', '')})"
                     )

@@ -9,6 +9,9 @@ builds the physics scene, is not called). Import it only after Isaac Lab is impo
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import gymnasium as gym
 from isaaclab.envs import DirectRLEnv, DirectRLEnvCfg
 from isaaclab.scene import InteractiveSceneCfg
@@ -20,6 +23,17 @@ from async_pbt_isaaclab.testing.torch_reach_task import TorchReachEnv
 TASK_ID = "AsyncPbtTest-Reach-Direct-v0"
 """Gymnasium id of the test task."""
 AGENT_ENTRY_POINT = "async_pbt_isaaclab.tasks:agents/torch_reach_pbt.yaml"
+
+
+def rsl_rl_entry_point() -> str:
+    """The release's own cartpole ``RslRlOnPolicyRunnerCfg`` (3.0: ``isaaclab_tasks.core``; 2.x: the manager-based
+    classic task), found without importing ``isaaclab_tasks`` (2.x task modules need the running app)."""
+    spec = importlib.util.find_spec("isaaclab_tasks")
+    root = Path(spec.origin).parent if spec is not None and spec.origin else Path()
+    package = "core.cartpole" if (root / "core" / "cartpole").is_dir() else "manager_based.classic.cartpole"
+    return f"isaaclab_tasks.{package}.agents.rsl_rl_ppo_cfg:CartpolePPORunnerCfg"
+
+
 """Its rl_games agent config (the packaged reach yaml, ``pbt:`` and ``pbt_summary:`` sections included)."""
 
 
@@ -94,6 +108,7 @@ def register_task(task_id: str, env: type, cfg: type) -> None:
             kwargs={
                 "env_cfg_entry_point": f"{cfg.__module__}:{cfg.__name__}",
                 "rl_games_cfg_entry_point": AGENT_ENTRY_POINT,
+                "rsl_rl_cfg_entry_point": rsl_rl_entry_point(),
             },
         )
 

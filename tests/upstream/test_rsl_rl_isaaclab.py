@@ -10,6 +10,8 @@ and plays the member's checkpoint with rsl_rl's ``runner.load``, as Isaac Lab's 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,3 +36,73 @@ def test_an_rsl_rl_member_trains_through_isaac_labs_wrapper_and_plays_with_its_l
     assert (seen["frames_per_iteration"], seen["epoch"], seen["frame"]) == (256, 14, 14 * 256)
     assert seen["episodes"] >= 16
     assert seen["played_fingerprint_equal"] and seen["same_actions"]
+
+
+def _entries(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # three Isaac Lab starts: member 0, member 1 and its exploit restart
+def test_an_rsl_rl_population_on_isaac_labs_train_entry_exploits_through_a_restart(release, tmp_path):
+    """Two members of ``scripts/train_pbt_rsl_rl.py`` on the release's own config loading, ``RslRlVecEnvWrapper``
+    and runner config (Isaac Lab's cartpole ``RslRlOnPolicyRunnerCfg`` registered for the reach task): member 0
+    trains to completion, member 1 exploits it at its first decision (test rule) and restarts with the new values as
+    Isaac Lab's own Hydra overrides of the runner config."""
+    from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+    from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env
+
+    ws = tmp_path / "ws"
+    common = [
+        sys.executable,
+        str(isaaclab_real.ENTRY),
+        release,
+        *isaaclab_real.script_args(release, "train_pbt_rsl_rl.py", isaaclab_real.TASK),
+        "--num_envs",
+        "32",
+        *forced_exploit_flags(interval_steps=1024, exploit_mode="restart"),
+        "agent.pbt.mutation.desired_kl=mutate_float",
+        "agent.pbt.mutation.gamma=mutate_discount",
+    ]
+    logs = {}
+    for index, iterations in ((0, 8), (1, 10)):  # the donor first, to completion: the exploit is certain
+        flags = ["--max_iterations", str(iterations), "--pbt-workspace", str(ws), "--pbt-members", "2"]
+        with open(tmp_path / f"member{index}.log", "w") as log:
+            proc = subprocess.run(
+                [*common, *flags, "--pbt-index", str(index)],
+                cwd=tmp_path,
+                env=member_env(OMP_NUM_THREADS="1"),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=900,
+            )
+        logs[index] = (tmp_path / f"member{index}.log").read_text()
+        assert proc.returncode == 0, f"member {index} failed:\n{logs[index][-6000:]}"
+    audit = _entries(ws / "members/001/audit.jsonl")
+    starts = [e for e in audit if e["kind"] == "start"]
+    (applied,) = [e for e in audit if e["kind"] == "exploit_applied"]
+    assert [s["mode"] for s in starts] == ["fresh", "exploit_applied"] and applied["donor"] == 0
+    state = json.loads((ws / "members/001/state.json").read_text())
+    changes = {c["key"]: c["new"] for c in state["lineage"][0]["changes"]}
+    added = starts[1]["argv"][len(starts[0]["argv"]) :]
+    # The new values, in the runner config's own names, which Isaac Lab's config loading applied after the restart.
+    assert added[0].startswith("--checkpoint=") and sorted(a.split("=")[0] for a in added[1:]) == sorted(
+        f"agent.algorithm.{key}" for key in changes
+    )
+    assert set(changes) == {"desired_kl", "gamma"} and state["hyperparameters"] == {
+        **state["hyperparameters"],
+        **changes,
+    }
+    record = json.loads((ws / "members/001/record.json").read_text())
+    assert record["status"] == "finished" and record["epoch"] == 10 and record["frame"] == 10 * 32 * 16
+    assert record["condition"]["task"] == isaaclab_real.TASK and record["condition"]["reward_config"].startswith(
+        "sha256"
+    )
+    for member in (0, 1):
+        count, problems = verify_log(ws / f"members/{member:03d}/audit.jsonl")
+        assert count > 0 and problems == [], problems
+    # rsl_rl's own checkpoints in the member's run folder, where Isaac Lab's play script finds them.
+    runs = tmp_path / "logs" / "rsl_rl" / "cartpole"
+    assert sorted(p.name for p in runs.iterdir()) == ["cartpole_pbt_000", "cartpole_pbt_001"]
+    indices = [int(i) for i in re.findall(r"Learning iteration (\d+)/", logs[1])]
+    assert indices == list(range(10)), "no iteration index repeated or skipped across the restart"

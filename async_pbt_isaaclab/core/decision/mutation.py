@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from async_pbt_isaaclab.core.decision.mutation_spec import MUTATION_KINDS, MutationSpec
+from async_pbt_isaaclab.core.decision.mutation_spec import MUTATION_KINDS, MutationSpec, env_parameter, is_env_key
 from async_pbt_isaaclab.core.decision.value_draws import clip, clip_int, draw_value
 from async_pbt_isaaclab.core.state.hyperparameters import Hyperparameters, HyperparameterView
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
@@ -290,7 +290,8 @@ SUPPORTED_HYPERPARAMETERS: dict[str, _Default] = {
     "num_steps_per_env": _Default(MutationSpec(kind="int", low=4, high=128, step=8), False, "rsl_rl: rollout"),
 }
 """Hyperparameters that may be mutated, with default bounds. Short names are ``params.config.<name>``;
-dotted names starting with ``network.`` are ``params.network.<...>``."""
+dotted names starting with ``network.`` are ``params.network.<...>``. Env values (``env.<name>``, see
+:data:`~.mutation_spec.ENV_KEY_PREFIX`) are searched too; they have no default bounds."""
 
 
 def default_spec(key: str) -> MutationSpec:
@@ -299,7 +300,10 @@ def default_spec(key: str) -> MutationSpec:
 
 
 def agent_path(key: str) -> tuple[str, ...]:
-    """Where a hyperparameter lives in an rl_games agent config dict (under ``params``)."""
+    """Where a hyperparameter lives in an rl_games agent config dict (under ``params``); an env key's value is a
+    keyword the env is built with, in ``params.config.env_config``."""
+    if is_env_key(key):
+        return ("params", "config", "env_config", env_parameter(key))
     if key.startswith("network."):
         return ("params",) + tuple(key.split("."))
     return ("params", "config", key)

@@ -10,6 +10,22 @@ from typing import Any
 MUTATION_KINDS = ("log_float", "discount", "log_shift", "int", "choice")
 """Accepted values of ``MutationSpec.kind``."""
 
+ENV_KEY_PREFIX = "env."
+"""Searched env values are named ``env.<parameter>`` (``env.healthy_reward``): a value the env is built with (a
+gymnasium constructor argument, under ``params.config.env_config`` of an rl_games agent), searched beside the
+trainer's hyperparameters with the same kinds, bounds, audit and lineage. Nothing sets one on a running trainer:
+an exploit or explore that changes one rebuilds the env (the restart path)."""
+
+
+def is_env_key(key: str) -> bool:
+    """``key`` names a searched env value (``env.<parameter>``), not a trainer hyperparameter."""
+    return key.startswith(ENV_KEY_PREFIX)
+
+
+def env_parameter(key: str) -> str:
+    """The env's own name of a searched env key: ``env.healthy_reward`` -> ``healthy_reward``."""
+    return key[len(ENV_KEY_PREFIX) :]
+
 
 @dataclass(frozen=True)
 class MutationSpec:

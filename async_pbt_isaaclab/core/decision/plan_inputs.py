@@ -12,10 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
 from async_pbt_isaaclab.core.state.records import RecordError
 
 EXPLOIT_MODES = ("auto", "inprocess", "restart")
 """``pbt.exploit_mode`` values (docs/checkpoint-restart.md, "Exploit without a reboot")."""
+
+ENV_KEY_REASON = "the env is built with it (a restart rebuilds the env with the new value)"
+"""Why a changed env value (``env.*``) is not set live, unless the trainer says otherwise in ``key_reasons``."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class TrainerAbilities:
         for key in sorted(keys):
             if key in self.live_keys:
                 continue
-            reason = self.key_reasons.get(key)
+            reason = self.key_reasons.get(key) or (ENV_KEY_REASON if is_env_key(key) else "")
             out.append(f"{key}: {reason}" if reason else f"{key} cannot be set on a running {self.trainer} agent")
         return out
 

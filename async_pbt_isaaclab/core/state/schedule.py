@@ -21,6 +21,7 @@ from typing import Any, Mapping
 import yaml
 
 from async_pbt_isaaclab.core.decision.mutation import SUPPORTED_HYPERPARAMETERS, agent_path
+from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
 
 SCHEDULE_FORMAT = "async-pbt-schedule/1"
 """The ``format`` key of a schedule file; other values are refused."""
@@ -120,18 +121,20 @@ class ScheduleFollower:
 
 def replay_problems(schedule: Schedule) -> list[str]:
     """Why a single run cannot follow ``schedule``: unknown keys, or a key that is not live (the network's
-    log-std bounds need a rebuilt network) changing after frame 0. Empty when it can."""
+    log-std bounds need a rebuilt network, an env value ``env.<name>`` a rebuilt env) changing after frame 0. Empty
+    when it can."""
     problems = []
     first = schedule.steps[0].values if schedule.steps else {}
     for i, step in enumerate(schedule.steps):
         for key, value in step.values.items():
             spec = SUPPORTED_HYPERPARAMETERS.get(key)
-            if spec is None:
+            if spec is None and not is_env_key(key):
                 problems.append(f"steps[{i}].values.{key}: not a hyperparameter this version mutates")
-            elif i and not spec.live and value != first.get(key):
+            elif i and not (spec is not None and spec.live) and value != first.get(key):
+                built = "env" if spec is None else "network"
                 problems.append(
                     f"steps[{i}].values.{key}: changes at frame {step.frame}, but {key} is fixed once "
-                    f"the network is built; replay cannot change it within one run"
+                    f"the {built} is built; replay cannot change it within one run"
                 )
     return problems
 

@@ -75,8 +75,10 @@ def add_launcher_args(parser: argparse.ArgumentParser, script: str = "train") ->
             continue
         if not shared:
             parser._add_action(action)
-        elif shared[0].dest == action.dest and action.dest != "help":
-            shared[0].default = action.default  # same flag, the installed release's default (e.g. --video_length)
+        elif shared[0].dest == action.dest and action.dest not in ("help", "agent"):
+            # same flag, the installed release's default (e.g. --video_length); --agent keeps the script's own
+            # (rl_games or rsl_rl entry point)
+            shared[0].default = action.default
     add(parser)
 
 
