@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from async_pbt_isaaclab.core.decision.exploit_plan import ExploitPlan
+from async_pbt_isaaclab.core.decision.selection import Decision
 from async_pbt_isaaclab.core.state.best import BestEntry
 from async_pbt_isaaclab.core.state.member_state import MemberState, PublishUndo
 from async_pbt_isaaclab.core.state.records import MemberRecord
@@ -40,8 +41,10 @@ class Heartbeat:
 
 @dataclass(frozen=True)
 class PublishFiles:
-    """A publish's writes, in this order: the checkpoint, ``best.json`` when the best list changed, retention, the
-    decision (audit log, write-ahead), ``state.json``, ``record.json``. ``final``: on this thread, now."""
+    """A publish, planned: first committed (``state`` becomes the member's live state, records name the checkpoint,
+    the decision is the last one taken), then its writes, in this order: the checkpoint, ``best.json`` when the best
+    list changed, retention, the decision (audit log, write-ahead), ``state.json``, ``record.json``. ``final``: on
+    this thread, now."""
 
     what: str
     """The job's name in messages (``member 1: publish at frame 4096``)."""
@@ -58,15 +61,23 @@ class PublishFiles:
     keep: frozenset[str]
     """Checkpoints retention must keep."""
     state: MemberState | None = None
-    """``state.json`` as it is once the publish (and its decision) changed it (a copy)."""
+    """The member's state as the publish (and its decision) leaves it: planned on a copy, made the live state when
+    the publish is committed, and saved as ``state.json`` by the writer."""
     record: MemberRecord | None = None
     """The record that names the checkpoint."""
     decision: dict[str, Any] | None = None
     """The ``decision`` audit entry's body, with ``now`` its time."""
     now: float | None = None
+    decided: Decision | None = None
+    """The decision taken at this publish (records name it once committed)."""
     weights: dict[str, Any] | None = field(default=None, repr=False)
     """The state that was serialised, for recipients in this process (slices keep it in memory)."""
     final: bool = False
+
+
+@dataclass(frozen=True)
+class Settle:
+    """Wait until every publish is written (the trainer returns after this epoch: with this member's files on disk)."""
 
 
 @dataclass(frozen=True)
@@ -102,5 +113,5 @@ class Stop:
     """The final publish (``finished``), written first."""
 
 
-Effect = Warn | Say | Heartbeat | PublishFiles | CarryOut | Restore | Repair | Stop
+Effect = Warn | Say | Heartbeat | PublishFiles | Settle | CarryOut | Restore | Repair | Stop
 """Everything the loop returns."""

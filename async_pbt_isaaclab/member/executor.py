@@ -4,8 +4,10 @@
 audit log, and the calls that change the running trainer. It carries the loop's effects (``member/effects.py``)
 out in the order given, and each effect's writes in a fixed order:
 
-* a **publish** (:class:`~.effects.PublishFiles`), as one job of the member's writer (``member/publishing.py``,
-  beside training by default): the checkpoint, ``best.json`` when the best list changed, retention, the decision
+* a **publish** (:class:`~.effects.PublishFiles`), committed (:meth:`MemberExecutor.commit`, signals held: a publish
+  that failed beside training raised first, then the state the loop planned on a copy made the live one, records
+  naming its checkpoint and decision), then as one job of the member's writer (``member/publishing.py``, beside
+  training by default): the checkpoint, ``best.json`` when the best list changed, retention, the decision
   (audit log, written ahead of anything that acts on it), ``state.json``, ``record.json``; a record never names a
   checkpoint before it is on disk, and a publish whose checkpoint never reached the disk is undone in the state;
 * an **exploit or explore** (:meth:`MemberExecutor.carry_out`, read top to bottom): the writer drained, the donor's
@@ -36,7 +38,17 @@ from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.core.workspace.pause_points import pause_at
 from async_pbt_isaaclab.member import restart as process
 from async_pbt_isaaclab.member.donors import DONOR_ERRORS, DonorLookup, KeptState, fetch_donor, in_memory
-from async_pbt_isaaclab.member.effects import CarryOut, Heartbeat, PublishFiles, Repair, Restore, Say, Stop, Warn
+from async_pbt_isaaclab.member.effects import (
+    CarryOut,
+    Heartbeat,
+    PublishFiles,
+    Repair,
+    Restore,
+    Say,
+    Settle,
+    Stop,
+    Warn,
+)
 from async_pbt_isaaclab.member.held_stop import HeldStop
 from async_pbt_isaaclab.member.publication import Publication
 from async_pbt_isaaclab.member.publishing import Publishing
@@ -80,6 +92,7 @@ class MemberExecutor:
             Say: lambda e: print(e.text, flush=True),
             Heartbeat: self.publishing.heartbeat,
             PublishFiles: self._publish,
+            Settle: lambda e: self.settle(),
             CarryOut: self.carry_out,
             Restore: self._restore,
             Repair: self._repair,
@@ -94,6 +107,19 @@ class MemberExecutor:
             unanchored = isinstance(effect, Warn) or (unanchored and not isinstance(effect, SAVES_STATE))
         if unanchored:
             self.save()
+
+    def commit(self, effects: list[Any]) -> None:
+        """Carry out the effects of an event whose plan changes the member's state (a publish and its decision),
+        in this order, with Ctrl-C / SIGTERM held until the last write is handed over: a publish that failed beside
+        training raised first (its state rolled back; the plan, made on a copy, changes nothing then, and only its
+        warnings are logged), then the effects in order, each publish made the live state before its writes."""
+        with HeldStop():
+            try:
+                self.check()
+            except BaseException:
+                self.run([effect for effect in effects if isinstance(effect, Warn)])
+                raise
+            self.run(effects)
 
     # ------------------------------------------------------------------ files, audit, state
     def save(self) -> None:
@@ -133,8 +159,14 @@ class MemberExecutor:
 
     # ------------------------------------------------------------------ the writer
     def _publish(self, files: PublishFiles) -> None:
-        """Members of this process may copy this publish: its state is kept before any record names it. Then its
+        """Commit the planned publish: its state becomes the member's, records name its checkpoint (and its
+        decision). Members of this process may copy it: its state is kept before any record names it. Then its
         writes go to the writer."""
+        assert files.state is not None, "the loop completes a publish before it is run"
+        self.state.adopt(files.state)
+        self.publication.names(files.checkpoint)
+        if files.decided is not None:
+            self.publication.decided(files.decided)
         if self.donors is not None and files.weights is not None:
             rel, sha = files.checkpoint
             kept = KeptState(rel, sha, self.trainer.fingerprint(files.weights), files.weights)

@@ -13,7 +13,9 @@ A trainer adapter (``rl_games/observer.py``; ``member/trainer.py`` says what a t
 :func:`~async_pbt_isaaclab.core.decision.step.pbt_step`'s and the whole exploit is planned by
 :func:`~async_pbt_isaaclab.core.decision.exploit_plan.plan_exploit`, both pure and replayed by the audit verifier; the
 member's state changes only through :class:`~async_pbt_isaaclab.core.state.member_state.MemberState`'s methods. The
-:class:`~async_pbt_isaaclab.member.executor.MemberExecutor` carries the effects out in a fixed order.
+loop never changes the live member state: a publish and its decision are planned on a copy, which the
+:class:`~async_pbt_isaaclab.member.executor.MemberExecutor` commits; the executor carries the effects out in a fixed
+order. Each event is one line: adapter -> loop (plan) -> executor (carry out).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from async_pbt_isaaclab.core.decision.exploit_plan import plan_exploit
 from async_pbt_isaaclab.core.decision.plan_inputs import PlanInputs
 from async_pbt_isaaclab.core.decision.selection import Outcome
 from async_pbt_isaaclab.core.decision.step import PopulationView, StepResult, pbt_step
-from async_pbt_isaaclab.core.state.member_state import FinishedMark
+from async_pbt_isaaclab.core.state.member_state import FinishedMark, MemberState
 from async_pbt_isaaclab.core.state.records import MemberRecord
 from async_pbt_isaaclab.member.effects import (
     CarryOut,
@@ -39,11 +41,11 @@ from async_pbt_isaaclab.member.effects import (
     Repair,
     Restore,
     Say,
+    Settle,
     Stop,
     Warn,
 )
 from async_pbt_isaaclab.member.executor import MemberExecutor
-from async_pbt_isaaclab.member.held_stop import HeldStop
 from async_pbt_isaaclab.member.publication import Publication
 from async_pbt_isaaclab.member.session import MemberSession
 from async_pbt_isaaclab.member.trainer import Trainer
@@ -98,13 +100,13 @@ class MemberLoop:
             return self._publish_and_decide(now)
         elif now - self.publication.last_heartbeat < self.cfg.heartbeat_interval_s:
             return []
-        return [*self._collect(), Heartbeat(self._record())]
+        return [*self._collect(), Heartbeat(self._record(self.state))]
 
     def update_done(self) -> list[Effect]:
         """The update after the decision is done: carry the decided exploit or explore out (the rollout just
         collected belonged to the old policy and trained it; both exploit paths continue from these counters)."""
         if self.decided is None:
-            return []
+            return [Settle()] if self.trainer.training_ends_now() else []
         decided, self.decided = self.decided, None
         inputs = PlanInputs(
             exploit_mode=self.cfg.exploit_mode,
@@ -126,26 +128,29 @@ class MemberLoop:
         published. ``stopped``: the interrupt may have landed inside an optimizer step, so no checkpoint is written;
         a later start resumes from the last published one (and the saved evidence stays that checkpoint's)."""
         warnings = self._collect()
-        final = None
-        if status == "finished":
-            counters = self.trainer.counters()
-            self.state.finish(FinishedMark(counters.frame, counters.epoch))
-            final = self._publish("final publish", final=True)
-            final = dataclasses.replace(final, state=self.session.snapshot(), record=self._record())
-        return [*warnings, Stop(status, self._record(status=status), final)]
+        if status != "finished":
+            return [*warnings, Stop(status, self._record(self.state, status=status))]
+        counters = self.trainer.counters()
+        state = self.session.snapshot()  # planned on a copy: the executor commits it with the final publish
+        state.finish(FinishedMark(counters.frame, counters.epoch))
+        final = self._publish(state, "final publish", final=True)
+        final = dataclasses.replace(final, state=state, record=self._record(state, final.checkpoint))
+        return [*warnings, Stop(status, self._record(state, final.checkpoint, status=status), final)]
 
     # ------------------------------------------------------------------ the interval's publish and decision
     def _collect(self) -> list[Effect]:
         return [Warn(message) for _key, message in self.publication.collect()]
 
-    def _record(self, **kwargs: Any) -> MemberRecord:
-        return self.publication.record(self.state, self.trainer.counters(), self.trainer.learning_rate(), **kwargs)
+    def _record(self, state: MemberState, named: tuple[str, str] | None = None, **kwargs: Any) -> MemberRecord:
+        counters, rate = self.trainer.counters(), self.trainer.learning_rate()
+        return self.publication.record(state, counters, rate, named=named, **kwargs)
 
-    def _publish(self, what: str, final: bool = False) -> PublishFiles:
+    def _publish(self, state: MemberState, what: str, final: bool = False) -> PublishFiles:
         """The training thread's part of a publish: the trainer's state as checkpoint bytes (the one copy of the
-        weights a publish costs training), and the member's state naming it (in memory: the executor writes both;
-        the caller adds the state and record to write, once it has changed the state further)."""
-        state, counters, rate = self.state, self.trainer.counters(), self.trainer.learning_rate()
+        weights a publish costs training), and ``state`` (the plan's copy of the member's state) naming it. The
+        executor commits and writes both; the caller adds the state and record to write, once it has changed the
+        copy further."""
+        counters, rate = self.trainer.counters(), self.trainer.learning_rate()
         state.trains_with(rate)
         metadata = self.publication.metadata(state, state.generation, counters, state.hyperparameters, rate)
         weights = self.trainer.with_metadata(self.trainer.full_state(), metadata)
@@ -165,15 +170,16 @@ class MemberLoop:
 
     def _publish_and_decide(self, now: float) -> list[Effect]:
         """Publish a checkpoint and record, read the peers, decide (logged before anything acts on it) and keep an
-        exploit or explore for :meth:`update_done`."""
+        exploit or explore for :meth:`update_done`. The member's state is planned on a copy: the live state changes
+        only when the executor commits the publish (so a failed background write found first drops the plan)."""
         warnings = self._collect()
-        files = self._publish(f"member {self.session.member}: publish")
-        me = self._record()
+        state = self.session.snapshot()
+        files = self._publish(state, f"member {self.session.member}: publish")
+        me = self._record(state, files.checkpoint)
         records, unreadable = self.session.ws.read_records(self.cfg.num_policies)
         view = PopulationView(me, tuple(r for m, r in sorted(records.items()) if m != me.member), now, unreadable)
-        step = pbt_step(view, self.cfg, self.state.rng_state)
-        self.state.decided(step.rng_after)
-        self.publication.decided(step.decision)
+        step = pbt_step(view, self.cfg, state.rng_state)
+        state.decided(step.rng_after)
         summary = step.decision.summary()
         if step.acts:
             # An explore continues from the weights just published (those the decision judged): a copy, since the
@@ -184,15 +190,21 @@ class MemberLoop:
             files,
             decision=step.audit_body(view, self.cfg),
             now=view.now,
-            state=self.session.snapshot(),
-            record=self._record(last_decision=summary, next_generation=step.acts),
+            decided=step.decision,
+            state=state,
+            # A new interval begins with the decision: no best of it yet.
+            record=dataclasses.replace(
+                self._record(state, files.checkpoint, last_decision=summary, next_generation=step.acts),
+                interval_best=None,
+            ),
         )
         return [*warnings, files, Say(f"[async-pbt] member {me.member} frame {me.frame}: {summary}")]
 
 
 class Member:
     """A member as its trainer adapter drives it: each event goes to the :class:`MemberLoop`, the effects to the
-    :class:`MemberExecutor`. Signals (Ctrl-C, SIGTERM) are held while one event's writes are made."""
+    :class:`MemberExecutor`, which commits the state the loop planned and holds signals (Ctrl-C, SIGTERM) while one
+    event's writes are made."""
 
     def __init__(self, loop: MemberLoop, executor: MemberExecutor):
         self.loop = loop
@@ -202,15 +214,10 @@ class Member:
         self.executor.run(self.loop.started())
 
     def evidence_ready(self) -> None:
-        self.executor.check()  # a failed background write stops training here, on this thread
-        with HeldStop():
-            self.executor.run(self.loop.evidence_ready(time.time()))
+        self.executor.commit(self.loop.evidence_ready(time.time()))
 
     def update_done(self) -> None:
-        effects = self.loop.update_done()
-        if not effects and self.loop.trainer.training_ends_now():
-            self.executor.settle()  # the trainer returns after this epoch: with this member's files written
-        self.executor.run(effects)
+        self.executor.run(self.loop.update_done())
 
     def fault(self, reason: str) -> None:
         self.executor.run(self.loop.faulted(reason))

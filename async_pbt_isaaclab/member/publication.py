@@ -149,9 +149,12 @@ class Publication:
         last_decision: str = "",
         status: str = "running",
         next_generation: bool = False,
+        named: tuple[str, str] | None = None,
     ) -> MemberRecord:
         """This member's record now. ``next_generation``: an exploit/explore was decided and is being carried
-        out; the record already names the new generation, so no peer compares or copies the old one."""
+        out; the record already names the new generation, so no peer compares or copies the old one. ``named``: the
+        checkpoint it names, when not the one records name now (a planned publish's, before it is committed)."""
+        named = named or self.named
         generation = state.generation + (1 if next_generation else 0)
         evidence = self.window.summary()
         if next_generation:
@@ -166,8 +169,8 @@ class Publication:
             evidence=evidence,
             condition=self.condition,
             hyperparameters=dict(state.hyperparameters),
-            checkpoint=None if self.named is None else self.named[0],
-            checkpoint_sha256=None if self.named is None else self.named[1],
+            checkpoint=None if named is None else named[0],
+            checkpoint_sha256=None if named is None else named[1],
             interval_best=self.interval_best,
             status=status,
             epoch=counters.epoch,
@@ -189,9 +192,9 @@ class Publication:
     ) -> Publish:
         """What a publish of ``checkpoint`` (path, sha256) at ``counters`` makes the state name: the resume point,
         the evidence window, a history entry when the evidence is publishable (peers behind compare with it and
-        may copy it), the best list when the checkpoint makes it. Records name the checkpoint from now on."""
+        may copy it), the best list when the checkpoint makes it. Records name the checkpoint once the executor
+        commits the publish (:meth:`names`)."""
         rel, sha = checkpoint
-        self.named = checkpoint
         summary = self.window.summary()
         entry = best = None
         if self.publishable():

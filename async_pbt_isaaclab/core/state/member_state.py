@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from async_pbt_isaaclab.core.decision.generation import LineageEntry, PendingExploit
@@ -304,6 +304,13 @@ class MemberState:
         self.evidence = None
         self.pending_exploit = pending
         return self.generation
+
+    def adopt(self, planned: MemberState) -> None:
+        """Take every field of ``planned``: a copy of this state that the member loop changed while it planned a
+        publish (the loop never changes the live state; the executor commits the plan with signals held). Deep
+        copies: ``planned`` goes on to the background writer."""
+        for name in (f.name for f in fields(self)):
+            setattr(self, name, copy.deepcopy(getattr(planned, name)))
 
     def exploit_done(self) -> None:
         """The pending exploit was applied (its weights train now), or could not be and never will be."""
