@@ -12,6 +12,8 @@ them (by checksum) takes a copy instead of reading the file, once the copy's mod
 from __future__ import annotations
 
 import copy
+import errno
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,4 +136,6 @@ def _copy_pinned(path: Path, local: Path, sha256: str) -> None:
             return
         except FileNotFoundError:
             continue
-    raise FileNotFoundError(f"{path}: donor checkpoint deleted before it was pinned")
+    # errno and the OS's own words, as the copy of a vanished file says them elsewhere, with why it is gone.
+    why = f"{os.strerror(errno.ENOENT)}: donor checkpoint deleted before it was pinned (not set aside by retention)"
+    raise FileNotFoundError(errno.ENOENT, why, str(path))
