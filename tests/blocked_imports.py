@@ -12,7 +12,7 @@ import sys
 import textwrap
 from typing import Sequence
 
-FORBIDDEN = ("torch", "rl_games", "isaaclab", "isaacsim", "omni", "pxr")
+FORBIDDEN = ("torch", "rl_games", "isaaclab", "isaacsim", "omni", "pxr", "mjlab")
 """The packages the pure core, the CLI and the public API must never import."""
 
 PRELUDE = textwrap.dedent(

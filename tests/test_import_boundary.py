@@ -13,7 +13,10 @@ What is shown here:
    I/O: no module of theirs imports a module that reaches files, processes, sockets, the clock or the environment
    (``os``, ``pathlib``, ``io``, ``subprocess``, ``time`` ...), calls ``open``/``print``/``input``, or imports a
    core module outside ``decision/``, ``state/`` and ``config.py`` (the workspace's files and locks, the config
-   readers); the checker finds each kind of offence in planted files.
+   readers); the checker finds each kind of offence in planted files;
+5. mjlab (an optional extra) is imported only by ``async_pbt_isaaclab/mjlab/``, which nothing else imports: with mjlab
+   blocked, the rsl_rl adapter, the CPU entries and the mjlab entry itself import without trying it, and the entry
+   run without it ends in one line naming the extra.
 """
 
 from __future__ import annotations
@@ -271,3 +274,37 @@ def test_the_io_rule_catches_each_offence(tmp_path):
         "9: calls print()",
         "9: calls open()",
     ]
+
+
+def test_only_the_mjlab_entry_imports_mjlab():
+    mjlab_dir = PACKAGE_DIR / "mjlab"
+    files = sorted(PACKAGE_DIR.rglob("*.py"))
+    assert mjlab_dir / "train.py" in files
+    naming = {
+        f"{path.relative_to(PACKAGE_DIR)}: {name}"
+        for path in files
+        for _, name in _imported_names(path)
+        if name.split(".")[0] in ("mjlab", "tyro") or name.startswith("async_pbt_isaaclab.mjlab")
+    }
+    outside = sorted(n for n in naming if not n.startswith("mjlab/"))
+    assert outside == [] and any(n.endswith(": mjlab.rl") for n in naming)
+
+
+def test_without_mjlab_its_entry_ends_in_one_line_and_nothing_else_tries_it(tmp_path):
+    body = f"""
+    import contextlib, io
+    for mod in ("async_pbt_isaaclab.rsl_rl.member", "async_pbt_isaaclab.examples.rsl_rl_member",
+                "async_pbt_isaaclab.examples.cpu_population", "async_pbt_isaaclab.mjlab.train"):
+        __import__(mod)
+    before = list(attempts)
+    from async_pbt_isaaclab.mjlab import train
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = train.main(["Mjlab-Cartpole-Balance", "--pbt-workspace", {str(tmp_path / "ws")!r}, "--pbt-members", "2"])
+    print(json.dumps({{"before": before, "attempts": attempts, "code": code, "err": err.getvalue()}}))
+    """
+    out = run_blocked(body, forbidden=("mjlab",))
+    assert out["before"] == [] and out["attempts"] == ["mjlab"] and out["code"] == 2
+    (line,) = out["err"].splitlines()
+    assert "mjlab members need mjlab" in line and "async-pbt-isaaclab[mjlab]" in line
+    assert not (tmp_path / "ws").exists()

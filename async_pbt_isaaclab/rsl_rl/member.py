@@ -29,7 +29,7 @@ from async_pbt_isaaclab.member.run_to_end import end_finished_member, train_to_e
 from async_pbt_isaaclab.member.session import MemberSession, start_member
 from async_pbt_isaaclab.rsl_rl.config import with_hyperparameters
 from async_pbt_isaaclab.rsl_rl.member_config import OVERRIDE_PREFIX, agent_view
-from async_pbt_isaaclab.rsl_rl.trainer import RslRlTrainer
+from async_pbt_isaaclab.rsl_rl.trainer import RslRlTrainer, RunnerInfos
 
 RunnerFactory = Callable[[dict[str, Any], str], Any]
 """``(rsl_rl config with the member's values, log folder) -> OnPolicyRunner``."""
@@ -73,12 +73,13 @@ def train_member(
     exit_on_restart: bool = False,
     override_prefix: str = OVERRIDE_PREFIX,
     reward_config: str = "",
+    runner_infos: RunnerInfos | None = None,
 ) -> MemberEvents | None:
     """Train ``rsl_cfg`` as population member ``cfg.policy_idx`` for the config's ``max_iterations`` (the
     member's own count). rsl_rl's log folder (TensorBoard, ``model_<it>.pt``) is the experiment's ``summaries/``
     under ``train_dir``, where the member's start refuses planted links. A restart writes the new values as
-    ``override_prefix`` + the runner config's key (Isaac Lab's Hydra: ``agent.``). Returns ``None`` when the member
-    had already finished."""
+    ``override_prefix`` + the runner config's key (Isaac Lab's Hydra: ``agent.``); ``runner_infos``: what a runner
+    subclass keeps in a checkpoint's ``infos`` (mjlab's). Returns ``None`` when the member had already finished."""
     session, view = start_member(
         agent_view(rsl_cfg),
         cfg,
@@ -96,7 +97,7 @@ def train_member(
 
     def train() -> None:
         nonlocal events
-        trainer = RslRlTrainer(build(config, str(log_dir)), override_prefix=override_prefix)
+        trainer = RslRlTrainer(build(config, str(log_dir)), override_prefix=override_prefix, runner_infos=runner_infos)
         events = MemberEvents(session, trainer, exit_on_restart=exit_on_restart)
         trainer.train(int(config["runner"]["max_iterations"]))
 

@@ -19,7 +19,7 @@ index is repeated or skipped across a restart (rsl_rl's own resume repeats the s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Mapping, Protocol
 
 from async_pbt_isaaclab import checkpoint_io
 from async_pbt_isaaclab.envs.summary_source import SummarySource, find_summary_source
@@ -40,6 +40,17 @@ class IterationListener(Protocol):
         """The iteration's update has run and rsl_rl has logged it; the next rollout has not started."""
 
 
+class RunnerInfos(Protocol):
+    """What a runner subclass's own ``save`` adds to ``infos`` and its ``load`` takes back (mjlab's runner: the env's
+    ``env_state``); a member checkpoint carries it beside the member's counters."""
+
+    def saved(self, runner: Any) -> Mapping[str, Any]:
+        """The runner's own ``infos`` entries now."""
+
+    def restore(self, runner: Any, infos: Mapping[str, Any]) -> None:
+        """Take them back from a loaded checkpoint's ``infos``."""
+
+
 class StopTraining(Exception):
     """Raised by a listener to end ``runner.learn`` after the current event (:meth:`RslRlTrainer.train` returns)."""
 
@@ -54,14 +65,14 @@ class RslRlTrainer:
         runner: Any,
         summary_source: SummarySource | None = None,
         line: int | None = None,
-        runner_infos: Callable[[], Mapping[str, Any]] | None = None,
+        runner_infos: RunnerInfos | None = None,
         override_prefix: str = "agent.",
     ):
         self.runner = runner
         self.override_prefix = override_prefix
         """Where the runner config sits among the command line's overrides (:meth:`restart_overrides`): ``agent.``
         on Isaac Lab (the agent config is the runner config), ``agent.runner.`` for the CPU member's config."""
-        self._runner_infos = runner_infos or dict
+        self._runner_infos = runner_infos
         """What the runner's own ``save`` puts in ``infos`` (mjlab: the env's ``env_state``); the member's are kept
         beside it."""
         self.layout = LAYOUTS[installed_line() if line is None else line]
@@ -184,7 +195,8 @@ class RslRlTrainer:
         return state
 
     def _infos(self, counters: TrainerCounters) -> dict[str, Any]:
-        return {**self._runner_infos(), COUNTERS_KEY: {"frame": int(counters.frame), "epoch": int(counters.epoch)}}
+        own = self._runner_infos.saved(self.runner) if self._runner_infos is not None else {}
+        return {**own, COUNTERS_KEY: {"frame": int(counters.frame), "epoch": int(counters.epoch)}}
 
     def with_metadata(self, state: Mapping[str, Any], metadata: Mapping[str, Any]) -> dict[str, Any]:
         return checkpoint_io.with_pbt_metadata(state, metadata)
@@ -239,7 +251,11 @@ class RslRlTrainer:
         """Load ``state`` (models, optimizer, its rate), take its counters when it has them, then set every live
         value of ``hyperparameters``: all of it applies from the next update on."""
         self.layout.load(self.alg, state)
-        counters = (state.get("infos") or {}).get(COUNTERS_KEY) if isinstance(state.get("infos"), Mapping) else None
+        infos = state.get("infos")
+        infos = infos if isinstance(infos, Mapping) else {}
+        if self._runner_infos is not None and infos:
+            self._runner_infos.restore(self.runner, infos)
+        counters = infos.get(COUNTERS_KEY)
         if counters:
             self.epoch, self.frame = int(counters["epoch"]), int(counters["frame"])
         apply_live_hyperparameters(self.alg, hyperparameters)
