@@ -133,14 +133,12 @@ def _member_settings(args: argparse.Namespace, session: Session, population: lis
 
 def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks, population: list[str]) -> int:
     # Everything heavy is imported after the simulator started, as Isaac Lab's scripts do.
-    from async_pbt_isaaclab.checkpoint_io import CheckpointError
     from async_pbt_isaaclab.core.config import ConfigError, objective_term
-    from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
     from async_pbt_isaaclab.envs.isaaclab import rsl_rl as glue
     from async_pbt_isaaclab.envs.isaaclab.condition import reward_fingerprint
     from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
     from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
-    from async_pbt_isaaclab.rsl_rl.member import train_member
+    from async_pbt_isaaclab.rsl_rl.member import train_member_exit_code
 
     try:
         agent_cfg, rsl_cfg, cfg = _member_settings(args, session, population)
@@ -160,23 +158,16 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks, popul
     )
     vec_env = glue.vec_env(env, agent_cfg.clip_actions)
     resume = hooks.resolve_checkpoint(args.checkpoint) if args.checkpoint else None
-    try:
-        build = glue.runner_factory(vec_env)
-        train_member(
-            rsl_cfg,
-            cfg,
-            build,
-            train_dir=log_root,
-            checkpoint=resume,
-            override_prefix=glue.HYDRA_PREFIX,
-            reward_config=reward_config,
-        )
-    except (WorkspaceError, CheckpointError) as exc:
-        print(f"error: member {cfg.policy_idx}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    finally:
-        vec_env.close()
-    return 0
+    return train_member_exit_code(
+        rsl_cfg,
+        cfg,
+        glue.runner_factory(vec_env),
+        vec_env.close,
+        train_dir=log_root,
+        checkpoint=resume,
+        override_prefix=glue.HYDRA_PREFIX,
+        reward_config=reward_config,
+    )
 
 
 if __name__ == "__main__":

@@ -135,13 +135,11 @@ def _train(task: str, cfg: Any, device: str, rsl_cfg: dict[str, Any], pop_cfg: A
     from mjlab.rl import RslRlVecEnvWrapper
     from mjlab.utils.torch import configure_torch_backends
 
-    from async_pbt_isaaclab.checkpoint_io import CheckpointError
     from async_pbt_isaaclab.core.config import objective_term
-    from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
     from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
     from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
     from async_pbt_isaaclab.mjlab import glue
-    from async_pbt_isaaclab.rsl_rl.member import train_member
+    from async_pbt_isaaclab.rsl_rl.member import train_member_exit_code
 
     log_root = Path(cfg.log_root, cfg.agent.experiment_name).absolute()
     workspace = pop_cfg.workspace_path(log_root)
@@ -156,22 +154,16 @@ def _train(task: str, cfg: Any, device: str, rsl_cfg: dict[str, Any], pop_cfg: A
         reward_config=reward_config,
     )
     vec_env = RslRlVecEnvWrapper(env, clip_actions=cfg.agent.clip_actions)
-    try:
-        train_member(
-            rsl_cfg,
-            dataclasses.replace(pop_cfg, workspace=str(workspace)),
-            glue.runner_factory(vec_env, task, device),
-            train_dir=str(log_root),
-            checkpoint=checkpoint,
-            reward_config=reward_config,
-            runner_infos=glue.EnvState(),
-        )
-    except (WorkspaceError, CheckpointError) as exc:
-        print(f"error: member {pop_cfg.policy_idx}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    finally:
-        vec_env.close()
-    return 0
+    return train_member_exit_code(
+        rsl_cfg,
+        dataclasses.replace(pop_cfg, workspace=str(workspace)),
+        glue.runner_factory(vec_env, task, device),
+        vec_env.close,
+        train_dir=str(log_root),
+        checkpoint=checkpoint,
+        reward_config=reward_config,
+        runner_infos=glue.EnvState(),
+    )
 
 
 if __name__ == "__main__":

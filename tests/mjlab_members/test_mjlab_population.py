@@ -20,7 +20,7 @@ import torch
 
 from async_pbt_isaaclab.checkpoint_io import model_fingerprint
 from async_pbt_isaaclab.rsl_rl.layout import COUNTERS_KEY, LAYOUTS
-from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, run_donor_and_recipient
+from async_pbt_isaaclab.testing.forced_exploit import pair_flags, run_donor_and_recipient
 
 pytestmark = [pytest.mark.slow, pytest.mark.mjlab]
 
@@ -58,13 +58,7 @@ def population(tmp_path_factory):
         *MJLAB_FLAGS,
         "--log-root",
         str(root / "logs"),
-        "--pbt-workspace",
-        str(root / "ws"),
-        "--pbt-members",
-        "2",
-        *forced_exploit_flags(interval_steps=2 * ENVS * STEPS, exploit_mode="restart", keep_last_checkpoints=100),
-        "--pbt-max-heartbeat-age-s",
-        "100000000",
+        *pair_flags(root / "ws", "restart", interval_steps=2 * ENVS * STEPS),
         *MUTATIONS,
     ]
     logs = run_donor_and_recipient(
