@@ -120,7 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except (ValueError, RuntimeError) as exc:  # ConfigError is a ValueError, UnsupportedRslRl a RuntimeError
         lines = exc.problems if isinstance(exc, ConfigError) else [str(exc)]
-        print("\n".join(f"error: {PROG}: {line}" for line in lines), file=sys.stderr)
+        where = getattr(exc, "source", "") or PROG  # a config problem names the task's config
+        print("\n".join(f"error: {where}: {line}" for line in lines), file=sys.stderr)
         return EXIT_USAGE
     if not pop_cfg.enabled:
         print(f"error: {PROG} trains population members: give --pbt-workspace and --pbt-members", file=sys.stderr)
