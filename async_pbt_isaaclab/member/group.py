@@ -19,7 +19,6 @@ module is pure Python so the member layer stays free of torch.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
@@ -110,22 +109,23 @@ class GroupLeader:
         self.trainer = trainer
         self.log = log
         """Appends an audit entry: ``log(kind, body)``."""
-        self._queued: GroupSync | None = None
+        self._queued: dict[str, Any] = {}
+        """The load to send at the next epoch start (``GroupSync``'s fields but the generation)."""
 
     @property
     def world_size(self) -> int:
         return self.group.world_size
 
     def loaded(self, state: Mapping[str, Any], values: Mapping[str, Any], plan: Mapping[str, Any] | None) -> None:
-        """Rank 0's trainer was given ``state`` and ``values`` (by ``plan``, an exploit, else the start)."""
+        """Rank 0's trainer was given ``state`` and ``values`` (by ``plan``, an exploit, else a restore)."""
         reason = "exploit" if plan is not None else "restore"
-        # The generation is read when it is sent: an exploit starts it on the summary source after the load.
-        self._queued = GroupSync(-1, state, dict(values), reason, plan)
+        self._queued = {"state": state, "values": dict(values), "reason": reason, "plan": plan}
 
     def epoch_start(self) -> None:
         """The epoch-start collective: the sync sent, then (after a load) every rank's fingerprint compared."""
-        queued, self._queued = self._queued or GroupSync(-1), None
-        sync = dataclasses.replace(queued, generation=self.source.generation)
+        # The generation is read now: an exploit starts it on the summary source after the load.
+        queued, self._queued = self._queued, {}
+        sync = GroupSync(self.source.generation, **queued)
         self.group.broadcast(sync)
         if sync.state is None:
             return

@@ -55,12 +55,12 @@ def test_a_dead_rank_stops_the_group_and_the_launcher_restarts_it_from_its_check
     command = [a for i, a in enumerate(args) if a not in flags and (i == 0 or args[i - 1] not in flags)]
     command = [sys.executable, "-m", "async_pbt_isaaclab.testing.gloo_ranks", *command,
                "agent.params.config.multi_gpu=True"]  # fmt: skip
-    env = member_env()
+    env = {k: v for k, v in member_env().items() if k in ("ASYNC_PBT_TEST_FIXTURE", "PYTHONUNBUFFERED")}
     results = []
     launcher = threading.Thread(
         target=lambda: results.append(
             launch_population(
-                command, 2, ws, gpus=[], indices=[0], extra_env={k: env[k] for k in ("ASYNC_PBT_TEST_FIXTURE", "PYTHONUNBUFFERED")},
+                command, 2, ws, gpus=[], indices=[0], extra_env=env,
                 output=io.StringIO(), ranks_per_member=2, restart_backoff_s=0.1, progress_interval_s=3600,
             )
         )
