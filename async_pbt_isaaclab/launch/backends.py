@@ -28,6 +28,7 @@ from async_pbt_isaaclab.launch.arguments import (
     check_workspace_conditions,
     hosted_members,
 )
+from async_pbt_isaaclab.launch.torchrun import ranks_per_member, torchrun_command
 
 BACKENDS = ("local", "slurm", "ray")
 """Values of ``--backend``."""
@@ -44,6 +45,15 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--no-doctor", action="store_true", help="skip the filesystem checks of `async-pbt doctor` before launching"
+    )
+    p.add_argument(
+        "--gpus-per-member",
+        type=float,
+        default=0.0,
+        metavar="K",
+        help="GPUs of each member: K >= 2 runs each member as a torchrun of K ranks (local: on its block of K "
+        "of --gpus; slurm: a task of K GPUs; ray: a task of K GPUs; docs/distributed.md); ray also takes "
+        "fractions, which share a GPU (0.5: two members per GPU)",
     )
     _add_slurm_arguments(p.add_argument_group("SLURM backend (--backend slurm)"))
     _add_ray_arguments(p.add_argument_group("Ray backend (--backend ray)"))
@@ -90,13 +100,6 @@ def _add_ray_arguments(r: argparse._ArgumentGroup) -> None:
         "HOST:PORT; default: start a local Ray instance for this launch",
     )
     r.add_argument(
-        "--gpus-per-member",
-        type=float,
-        default=0.0,
-        metavar="G",
-        help="GPUs each member's Ray task requests; fractions share a GPU (0.5: two per GPU)",
-    )
-    r.add_argument(
         "--cpus-per-member",
         type=float,
         default=1.0,
@@ -119,7 +122,7 @@ SLURM_OPTIONS = (
 )
 """Destinations of the options that only ``--backend slurm`` reads."""
 
-RAY_OPTIONS = ("address", "gpus_per_member", "cpus_per_member")
+RAY_OPTIONS = ("address", "cpus_per_member")
 """Destinations of the options that only ``--backend ray`` reads."""
 
 
@@ -190,6 +193,7 @@ def run_backend(args: argparse.Namespace, command: list[str], held: list[Path] |
     try:
         check_backend_options(args, BACKEND_DEFAULTS)
         check_member_command(command)
+        torchrun_command(command, ranks_per_member(args.gpus_per_member, backend))  # refused now, not in a task
         indices = check_indices(args.members, args.indices, command=command, flag_prefix="--")
         check_workspace_conditions(Path(os.path.expanduser(args.workspace)).absolute(), args.members, command, "--")
         if backend == "slurm" and args.dry_run:

@@ -33,6 +33,7 @@ from async_pbt_isaaclab.launch.arguments import LaunchError
 from async_pbt_isaaclab.launch.backends import add_backend_arguments, run_backend
 from async_pbt_isaaclab.launch.gpus import GPU_PLACEMENTS
 from async_pbt_isaaclab.launch.local_backend import launch_population
+from async_pbt_isaaclab.launch.torchrun import ranks_per_member
 
 # ============================================================================ command line
 
@@ -250,6 +251,7 @@ def _launch_local(args: argparse.Namespace, command: list[str]) -> int:
             extra_env=dict(args.env),
             indices=args.indices,
             gpu_placement=args.gpu_placement,
+            ranks_per_member=ranks_per_member(args.gpus_per_member, "local"),
         )
     except LaunchError as exc:
         print(f"async-pbt launch: error: {exc}", file=sys.stderr)

@@ -41,6 +41,7 @@ from async_pbt_isaaclab.launch.gpus import (
 from async_pbt_isaaclab.launch.results import LaunchResult, MemberOutcome
 from async_pbt_isaaclab.launch.supervision import SupervisedMember, SupervisionOptions
 from async_pbt_isaaclab.launch.supervisor import Supervisor
+from async_pbt_isaaclab.launch.torchrun import check_group_command, member_gpus, torchrun_command
 
 
 def launch_population(
@@ -64,6 +65,7 @@ def launch_population(
     stop_event: threading.Event | None = None,
     die_with_launcher: bool = True,
     gpu_placement: str = "auto",
+    ranks_per_member: int = 1,
 ) -> LaunchResult:
     """Start members ``indices`` (default all ``members``) of ``command`` and supervise them until each
     has finished, been given up, or the launcher is stopped. Blocks; see the module docstring.
@@ -72,8 +74,7 @@ def launch_population(
         command: the training command, without the population flags (the launcher adds them).
         members: population size (``--pbt-members``).
         workspace: population workspace (``--pbt-workspace``); created if missing.
-        gpus: ``CUDA_VISIBLE_DEVICES`` values to assign round-robin by member index; ``None`` detects
-            them (:func:`detect_gpus`); ``[]`` assigns none (the environment passes through).
+        gpus: ``CUDA_VISIBLE_DEVICES`` values, round-robin by member; ``None``: :func:`detect_gpus`; ``[]``: none.
         max_retries, retry_window_s, restart_backoff_s, max_backoff_s, progress_interval_s, stop_grace_s,
             term_grace_s, on_progress, stop_event, die_with_launcher: how the members are restarted, reported
             on and stopped: the fields of :class:`~async_pbt_isaaclab.launch.supervision.SupervisionOptions`.
@@ -81,13 +82,12 @@ def launch_population(
         extra_env: variables added to every member's environment (the GPU assignment wins).
         indices: the subset of members this launcher runs (e.g. one launcher per node).
         output: where launcher messages go (default ``sys.stdout``).
-        gpu_placement: ``auto``, ``device`` or ``mask`` (:data:`GPU_PLACEMENTS`).
-
-    Raises:
-        LaunchError: invalid arguments (empty command, population flags in the command, bad indices).
+        gpu_placement: ``auto``, ``device`` or ``mask`` (:data:`GPU_PLACEMENTS`); ranks_per_member: each member
+            a torchrun of this many ranks on its GPUs (:mod:`.torchrun`). Raises ``LaunchError`` on bad arguments.
     """
     command = check_member_command(command)
     chosen = check_indices(members, indices, command=command)
+    check_group_command(command, ranks_per_member, slices_per_process(command))
     options = SupervisionOptions(
         max_retries=max_retries,
         retry_window_s=retry_window_s,
@@ -102,7 +102,8 @@ def launch_population(
     )
     root, logs = make_folders(workspace, log_dir)
     with _launcher_locks(root, hosted_members(command, chosen)):
-        return _supervise(command, members, chosen, root, logs, gpus, gpu_placement, extra_env, output, options)
+        gpu_options = (gpus, gpu_placement, ranks_per_member)
+        return _supervise(command, members, chosen, root, logs, gpu_options, extra_env, output, options)
 
 
 @contextmanager
@@ -126,19 +127,21 @@ def _supervise(
     chosen: list[int],
     root: Path,
     logs: Path,
-    gpus: Sequence[str] | None,
-    gpu_placement: str,
+    gpu_options: tuple[Sequence[str] | None, str, int],
     extra_env: Mapping[str, str] | None,
     output: TextIO | None,
     options: SupervisionOptions,
 ) -> LaunchResult:
-    """Place the members and run the :class:`Supervisor` until the population ends (the locks are held)."""
+    """Place the members (``gpu_options``: the GPUs, their placement, the ranks of each member) and run the
+    :class:`Supervisor` until the population ends (the locks are held)."""
+    gpus, gpu_placement, ranks = gpu_options
     gpu_ids = detect_gpus() if gpus is None else [str(g) for g in gpus]
-    placement = resolve_gpu_placement(gpu_placement)
+    # A member of several ranks sees its block of GPUs through the mask: rank r is cuda:r in it.
+    placement = resolve_gpu_placement(gpu_placement) if ranks == 1 else "mask"
     check_device_flag(command, gpu_ids, placement)
     out = output if output is not None else sys.stdout
 
-    table = _member_table(command, members, chosen, root, logs, gpu_ids, placement, extra_env)
+    table = _member_table(command, members, chosen, root, logs, gpu_ids, placement, extra_env, ranks)
     # Before anything is written: no journal line or member output through a link planted in the workspace.
     check_launch_paths(root, [Path(m.outcome.log_path) for m in table.values()])
 
@@ -161,6 +164,7 @@ def _member_table(
     gpu_ids: Sequence[str],
     placement: str,
     extra_env: Mapping[str, str] | None,
+    ranks: int = 1,
 ) -> dict[int, SupervisedMember]:
     """Each chosen member's command, environment and GPU, built once: identical at every restart."""
     base_env = dict(os.environ)
@@ -171,7 +175,12 @@ def _member_table(
     for i in chosen:
         env = dict(base_env)
         cmd = member_command(command, str(root), members, i)
-        gpu = place_member(i // slices, cmd, env, gpu_ids, placement, base_env)
+        if ranks > 1:
+            cmd, gpu = torchrun_command(cmd, ranks), None
+            if gpu_ids:
+                gpu = env["CUDA_VISIBLE_DEVICES"] = ",".join(member_gpus(i, ranks, gpu_ids))
+        else:
+            gpu = place_member(i // slices, cmd, env, gpu_ids, placement, base_env)
         env["ASYNC_PBT_MEMBER_INDEX"] = str(i)
         outcome = MemberOutcome(index=i, gpu=gpu, log_path=str(logs / f"member_{member_dirname(i)}.log"))
         table[i] = SupervisedMember(outcome=outcome, command=cmd, env=env)

@@ -45,6 +45,7 @@ from async_pbt_isaaclab.core.workspace.layout import member_dirname
 from async_pbt_isaaclab.launch.arguments import LaunchError, check_launch_paths, member_command
 from async_pbt_isaaclab.launch.member_process import member_preexec, spawn_member
 from async_pbt_isaaclab.launch.progress import describe_exit, progress_lines
+from async_pbt_isaaclab.launch.torchrun import ranks_per_member, torchrun_command
 
 STATUS_DIR = "cluster/ray"
 """Per-member attempt files, relative to the workspace."""
@@ -288,9 +289,11 @@ def _submit_members(
         name="async-pbt-member",
     )
     refs: dict[Any, int] = {}
+    ranks = ranks_per_member(args.gpus_per_member, "ray")
     for i in indices:
         env = {**dict(args.env), "ASYNC_PBT_MEMBER_INDEX": str(i), "ASYNC_PBT_LAUNCH_ID": launch_id}
-        argv = member_command(command, str(workspace), args.members, i)
+        # A member of K >= 2 GPUs: a torchrun of K ranks on the GPUs Ray gives the task.
+        argv = torchrun_command(member_command(command, str(workspace), args.members, i), ranks)
         log_path = str(logs / f"member_{member_dirname(i)}.log")
         ref = task.remote(i, argv, env, os.getcwd(), str(workspace), log_path, args.backoff, args.stop_grace)
         refs[ref] = i

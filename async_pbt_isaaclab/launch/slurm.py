@@ -48,6 +48,7 @@ from typing import Sequence
 
 from async_pbt_isaaclab.core.workspace.fsio import atomic_write_bytes, atomic_write_json
 from async_pbt_isaaclab.launch.arguments import LaunchError, check_launch_paths
+from async_pbt_isaaclab.launch.torchrun import ranks_per_member
 
 JOBS_FILE = "cluster/slurm_jobs.json"
 """Submissions of this workspace, relative to it."""
@@ -315,14 +316,18 @@ def supervisor_args(args) -> list[str]:
         out += ["--env", f"{key}={value}"]
     if getattr(args, "no_doctor", False):
         out.append("--no-doctor")
+    ranks = ranks_per_member(getattr(args, "gpus_per_member", 0.0), "slurm")
+    if ranks > 1:  # the task's supervisor runs the member as a torchrun on the task's GPUs
+        out += ["--gpus-per-member", str(ranks)]
     return out
 
 
 def launch_slurm(args, command: list[str], workspace: Path, indices: list[int]) -> int:
     """``async-pbt launch --backend slurm``: print (``--dry-run``) or submit the batch script."""
+    ranks = ranks_per_member(args.gpus_per_member, "slurm")
     options = SlurmOptions(
         partition=args.partition,
-        gres=args.gres,
+        gres=args.gres or (f"gpu:{ranks}" if ranks > 1 else None),
         time=args.time,
         cpus_per_task=args.cpus_per_task,
         mem=args.mem,

@@ -49,6 +49,7 @@ from async_pbt_isaaclab.member.effects import (
     Stop,
     Warn,
 )
+from async_pbt_isaaclab.member.group import GroupLeader
 from async_pbt_isaaclab.member.held_stop import HeldStop
 from async_pbt_isaaclab.member.publication import Publication
 from async_pbt_isaaclab.member.publishing import Publishing
@@ -75,6 +76,7 @@ class MemberExecutor:
         *,
         donors: DonorLookup | None = None,
         exit_on_restart: bool = False,
+        group: GroupLeader | None = None,
     ):
         self.session = session
         self.state = session.state
@@ -85,6 +87,8 @@ class MemberExecutor:
         """States of the members of this process (slices), where a donor may be taken from memory."""
         self.exit_on_restart = exit_on_restart
         """Raise ``SystemExit`` instead of replacing the process (in-process tests of the restart path)."""
+        self.group = group
+        """Rank 0 of a rank group: every load is sent to the other ranks (``member/group.py``)."""
         self.publishing = Publishing(session, publication, self.write_record)
         """The member's writer and what it has written."""
         self._handlers: dict[type, Callable[[Any], None]] = {
@@ -163,6 +167,8 @@ class MemberExecutor:
         decision). Members of this process may copy it: its state is kept before any record names it. Then its
         writes go to the writer."""
         assert files.state is not None, "the loop completes a publish before it is run"
+        if self.group is not None and files.decision is not None:  # frames are the group's; so is the decision
+            files.decision["world_size"] = self.group.world_size
         self.state.adopt(files.state)
         self.publication.names(files.checkpoint)
         if files.decided is not None:
@@ -278,7 +284,7 @@ class MemberExecutor:
     def load_in_process(self, pending: PendingExploit, recipient: dict[str, Any]) -> None:
         """The exploit without a reboot: the recipient state goes into the running trainer, the environment keeps
         running; episodes in flight began under the old policy and are dropped."""
-        self.trainer.load(recipient, self._live_values(pending.hyperparameters, pending, pending.last_lr))
+        self._load(recipient, self._live_values(pending.hyperparameters, pending, pending.last_lr), pending.to_dict())
         self.publication.generation_running(self.state.generation)
         self.apply(pending, "inprocess")
 
@@ -363,7 +369,12 @@ class MemberExecutor:
             saved_rate = None
         rate, _ = start_learning_rate(published=saved_rate, own=self.trainer.learning_rate())
         assert rate is not None
-        self.trainer.load(state, self._live_values(self.state.hyperparameters, pending, rate))
+        self._load(state, self._live_values(self.state.hyperparameters, pending, rate), None)
+
+    def _load(self, state: dict[str, Any], values: dict[str, Any], plan: dict[str, Any] | None) -> None:
+        self.trainer.load(state, values)
+        if self.group is not None:
+            self.group.loaded(state, values, plan)
 
     def _started_from(self, path: Path) -> None:
         session, state = self.session, self.state

@@ -325,6 +325,15 @@ def _apply_pending(session: MemberSession) -> None:
     _resume_from_last(session)
 
 
+def finished_before(agent_cfg: dict[str, Any], cfg: PopulationConfig, train_dir: str) -> str:
+    """Why the member must not train again (its state says it finished), read without claiming it: what a rank of
+    a member's group other than 0 checks, since rank 0 then ends without joining the group ("" otherwise)."""
+    state = load_state(Workspace(cfg.workspace_path(train_dir)).member_dir(cfg.policy_idx) / "state.json")
+    if state is None or not state.finished or state.pending_exploit:
+        return ""
+    return _finished_reason(state.finished, agent_cfg["params"]["config"])
+
+
 def _finished_reason(finished: FinishedMark, rl_cfg: dict[str, Any]) -> str:
     """Why a member that finished before must not train again ("" when its limit grew since)."""
     return finished.still_reached(int(rl_cfg.get("max_epochs", -1) or -1), int(rl_cfg.get("max_frames", -1) or -1))

@@ -41,6 +41,12 @@ from async_pbt_isaaclab.member.setters import attribute_setter as _attr
 def _learning_rate(algo: Any, value: Any) -> None:
     # rl_games reads the optimizer's rate, which it rewrites from last_lr after every minibatch: both, always.
     algo.last_lr = float(value)
+    if getattr(algo, "multi_gpu", False):
+        # update_lr broadcasts rank 0's rate, a collective the other ranks would not be in at this point: every rank
+        # of a group sets the same value itself (rl_games/group.py), so the optimizer is written as update_lr does.
+        for group in algo.optimizer.param_groups:
+            group["lr"] = algo.last_lr
+        return
     algo.update_lr(algo.last_lr)
 
 
@@ -94,10 +100,11 @@ def has_bounded_network(algo: Any) -> bool:
     return bool(find_bounded_networks(algo.model))
 
 
-def blockers(algo: Any, keys: Any) -> list[str]:
-    """Why an in-process exploit of ``keys`` is impossible on ``algo`` (empty: it is possible)."""
+def blockers(algo: Any, keys: Any, in_group: bool = False) -> list[str]:
+    """Why an in-process exploit of ``keys`` is impossible on ``algo`` (empty: it is possible). ``in_group``: a
+    multi-GPU agent whose ranks load together (``rl_games/group.py``)."""
     out = []
-    if getattr(algo, "multi_gpu", False):
+    if getattr(algo, "multi_gpu", False) and not in_group:
         out.append("multi-GPU member: every rank must load the donor together (a restart does that)")
     if getattr(algo, "is_rnn", False):
         out.append("recurrent policy: its hidden states belong to the old weights")

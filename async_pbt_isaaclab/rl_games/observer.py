@@ -14,6 +14,9 @@ The agent is read and changed through :class:`~async_pbt_isaaclab.rl_games.train
 loop's :class:`~async_pbt_isaaclab.member.trainer.Trainer`). Checkpoints are restored by the member at
 ``after_init`` through the safe loader, never by the rl_games Runner's full-pickle ``restore``.
 
+Rank 0 of a member trained by several ranks (``multi_gpu`` under torchrun) is this observer with a group leader
+(``rl_games/group.py``); the other ranks run ``RankFollower``.
+
 A member on a slice of a shared env (``rl_games/slices.py``) is the same observer given ``shared``: the states the
 process's members published (in-memory donors), and a fault event after every update whose weights went non-finite.
 """
@@ -25,12 +28,14 @@ from typing import Any
 
 from rl_games.common.algo_observer import AlgoObserver
 
-from async_pbt_isaaclab.envs.summary_source import SummarySource
+from async_pbt_isaaclab.envs.summary_source import SummarySource, find_summary_source
 from async_pbt_isaaclab.member.donors import KeptStates
 from async_pbt_isaaclab.member.executor import MemberExecutor
+from async_pbt_isaaclab.member.group import GatheredSummarySource, GroupLeader
 from async_pbt_isaaclab.member.loop import Member, MemberLoop
 from async_pbt_isaaclab.member.publication import Publication
 from async_pbt_isaaclab.member.session import MemberSession
+from async_pbt_isaaclab.rl_games.group import GroupTrainer, TorchRankGroup, in_group, on_epoch_start
 from async_pbt_isaaclab.rl_games.trainer import RlGamesTrainer, SliceTrainer, weights_finite
 
 
@@ -62,6 +67,8 @@ class PbtObserver(AlgoObserver):
         """Wall time spent inside ``after_steps`` and ``after_print_stats`` (for the overhead benchmark)."""
         self.hook_calls = 0
         """Number of ``after_steps`` calls."""
+        self.gathered: GatheredSummarySource | None = None
+        """Rank 0 of a rank group: every rank's episodes, gathered once an epoch."""
 
     @property
     def algo(self) -> Any:
@@ -69,17 +76,36 @@ class PbtObserver(AlgoObserver):
         return None if self.trainer is None else self.trainer.algo
 
     def after_init(self, algo: Any) -> None:
-        trainer = (SliceTrainer if self.shared is not None else RlGamesTrainer)(algo, self.summary_source)
+        group = self._join_group(algo) if in_group(algo) else None
+        trainer_type = GroupTrainer if group else SliceTrainer if self.shared is not None else RlGamesTrainer
+        trainer = trainer_type(algo, self.summary_source)
+        leader = None
+        if group is not None and self.gathered is not None:
+            leader = GroupLeader(group, self.gathered, trainer, self.session.audit.append)
+            on_epoch_start(algo, leader.epoch_start)
         executor = MemberExecutor(
-            self.session, trainer, self.publisher, donors=self.shared, exit_on_restart=self.exit_on_restart
-        )
+            self.session, trainer, self.publisher, donors=self.shared, exit_on_restart=self.exit_on_restart,
+            group=leader,
+        )  # fmt: skip
         member = Member(MemberLoop(self.session, trainer, self.publisher), executor)
         member.start()
         # Attached only once restored: a stop before that must not publish the agent's fresh counters (frame 0,
         # no checkpoint) as this member's "stopped" record.
         self.trainer, self.member = trainer, member
 
+    def _join_group(self, algo: Any) -> TorchRankGroup:
+        """Rank 0 of a member's rank group (``rl_games/group.py``): the group's episodes are the member's evidence,
+        and what the member loads reaches every rank at the next epoch start."""
+        group = TorchRankGroup()
+        local = self.summary_source or find_summary_source(algo)
+        if local is None:
+            raise RuntimeError("rank 0: the rl_games vec-env exposes no 'pbt_summary_source'")
+        self.summary_source = self.gathered = GatheredSummarySource(local, group)
+        return group
+
     def after_steps(self) -> None:
+        if self.gathered is not None:
+            self.gathered.pull()  # every rank, every epoch: before anything of the member can stop it
         if self.member is None or self.trainer is None:
             return
         t0 = time.perf_counter()

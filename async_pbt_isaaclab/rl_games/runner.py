@@ -46,6 +46,9 @@ def train_member(
     from async_pbt_isaaclab.member.session import say_where_it_resumes, start_member
 
     session = None
+    if cfg.enabled and _group_rank(agent_cfg) > 0:
+        _follow_group(agent_cfg, cfg, train_dir, extra_observers, summary_source, register_env)
+        return None
     if cfg.enabled:
         session, agent_cfg = start_member(
             agent_cfg, cfg, train_dir=train_dir, task=task, checkpoint=checkpoint, reward_config=reward_config
@@ -76,6 +79,36 @@ def train_member(
         extra_observers=extra_observers,
         summary_source=summary_source,
     )
+
+
+def _follow_group(
+    agent_cfg: dict[str, Any],
+    cfg: PopulationConfig,
+    train_dir: str,
+    extra_observers: Sequence[Any],
+    summary_source: SummarySource | None,
+    register_env: Callable[[], object] | None,
+) -> None:
+    """A rank other than 0 of the member's group (docs/distributed.md): rank 0 claims the member; this one trains
+    beside it and writes nothing in the workspace."""
+    from async_pbt_isaaclab.member.session import finished_before
+
+    if finished_before(agent_cfg, cfg, train_dir):
+        return  # rank 0 ends too, without joining the group
+    if register_env is not None:
+        register_env()
+    from async_pbt_isaaclab.rl_games.training_run import follow_group
+
+    follow_group(agent_cfg, cfg, extra_observers=extra_observers, summary_source=summary_source)
+
+
+def _group_rank(agent_cfg: dict[str, Any]) -> int:
+    """torchrun's ``RANK`` for a ``multi_gpu`` agent, else 0 (read before rl_games is imported)."""
+    if not agent_cfg.get("params", {}).get("config", {}).get("multi_gpu"):
+        return 0
+    import os
+
+    return int(os.environ.get("RANK", "0"))
 
 
 def _check_warm_start(session: Any) -> None:

@@ -170,21 +170,22 @@ class SliceTrainer(RlGamesTrainer):
         return dataclasses.replace(super().abilities(), restarts=False)
 
 
-def clone_state(value: Any) -> Any:
+def clone_state(value: Any, to: str | None = None) -> Any:
     """A copy of a checkpoint dict whose tensors share no storage with the live agent (later updates of the agent
-    cannot change it); on a GPU the clones stay on the device (no host synchronisation)."""
+    cannot change it); on a GPU the clones stay on the device (no host synchronisation) unless ``to`` names
+    another."""
     import copy
 
     import torch
 
     if isinstance(value, torch.Tensor):
-        return value.detach().clone()
+        return value.detach().clone() if to is None else value.detach().to(to, copy=True)
     if isinstance(value, dict):
-        return {k: clone_state(v) for k, v in value.items()}
+        return {k: clone_state(v, to) for k, v in value.items()}
     if isinstance(value, list):
-        return [clone_state(v) for v in value]
+        return [clone_state(v, to) for v in value]
     if isinstance(value, tuple):
-        return tuple(clone_state(v) for v in value)
+        return tuple(clone_state(v, to) for v in value)
     return copy.deepcopy(value)
 
 

@@ -15,6 +15,7 @@ from rl_games.torch_runner import Runner
 from async_pbt_isaaclab.envs.summary_source import SummarySource
 from async_pbt_isaaclab.member.run_to_end import train_to_end
 from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
+from async_pbt_isaaclab.rl_games.group import RankFollower
 from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
 from async_pbt_isaaclab.rl_games.observer import PbtObserver
 from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalarsObserver
@@ -63,3 +64,16 @@ def _train_as_member(
 
     train_to_end(session, train, lambda: observer.finish if observer.algo is not None else None)
     return observer
+
+
+def follow_group(
+    agent_cfg: dict[str, Any], cfg: Any, *, extra_observers: Sequence[Any], summary_source: SummarySource | None
+) -> None:
+    """Train as a rank other than 0 of a member's group (``rl_games/group.py``): rl_games trains with the group,
+    the follower loads what rank 0 loads. It ends when the group does (rl_games' exit is rank 0's)."""
+    register_bounded_exploration()
+    follower = RankFollower(cfg.settle_max_steps, summary_source)
+    runner = Runner(MultiObserver([follower, *(list(extra_observers) or [IsaacAlgoObserver()])]))
+    runner.load(agent_cfg)
+    runner.reset()
+    runner.run({"train": True, "play": False, "checkpoint": None, "sigma": None})

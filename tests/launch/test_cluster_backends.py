@@ -145,7 +145,7 @@ def test_bad_cluster_options_are_usage_errors(tmp_path, capsys):
         ("local", ["--partition", "gpu"], "slurm"),
         ("ray", ["--sbatch-arg=--account=rl"], "slurm"),
         ("local", ["--address", "auto"], "ray"),
-        ("slurm", ["--gpus-per-member", "0.5"], "ray"),
+        ("slurm", ["--cpus-per-member", "2"], "ray"),
     ],
 )
 def test_an_option_of_another_backend_is_refused_before_anything_starts(tmp_path, capsys, backend, option, owner):

@@ -53,13 +53,15 @@ ENTRY_KINDS = (
     "donor_in_memory",
     "fault",
     "publish_failed",
+    "group_synced",
 )
 """``decision``, ``initial_draw`` and ``initial_mutation`` entries are recomputed by the verifier; the others are
 chained facts. The verifier also follows the member's RNG stream: every recomputed entry's ``rng_before`` must be the
 previous one's ``rng_after`` (and a ``start`` entry's ``rng_state`` the same), so a member whose state.json was
 replaced or deleted, restarting its random stream, is caught. ``donor_in_memory`` (a slice member took its donor's
 state from memory) and ``fault`` (non-finite weights repaired or the member stopped) are facts
-(``rl_games/slices.py``)."""
+(``rl_games/slices.py``); so is ``group_synced`` (what rank 0 of a member of several ranks loaded reached every
+rank: each rank's model fingerprint, ``member/group.py``)."""
 
 
 def entry_hash(prev_hash: str, entry: dict[str, Any]) -> str:

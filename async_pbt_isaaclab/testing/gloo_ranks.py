@@ -1,0 +1,98 @@
+"""For tests only: a CPU member of several ranks, rl_games' multi-GPU path over the ``gloo`` backend.
+
+    torchrun --standalone --nproc_per_node 2 -m async_pbt_isaaclab.testing.gloo_ranks \\
+        --pbt-workspace ws --pbt-members 2 --pbt-index 0 agent.params.config.multi_gpu=True
+
+rl_games (1.6.1 and 1.6.5) joins the process group with ``nccl`` and puts each rank on ``cuda:LOCAL_RANK``, so its
+multi-GPU agent needs GPUs. This entry point runs the CPU member (``examples/cpu_member.py``) after three changes
+to this process only, none to rl_games' files: ``torch.distributed.init_process_group`` joins with ``gloo``,
+``torch.cuda.set_device`` does nothing, and the agent's ``params.config`` keeps its ``device`` (rl_games writes
+``cuda:LOCAL_RANK`` into it). Everything else (gradient averaging, the frame count, rank 0's exit decision, the
+member's collectives) is rl_games' and the package's own code, over real processes. Never use it for training:
+a GPU group runs ``scripts/train_pbt.py --distributed`` or the CPU member under torchrun without this module.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, run_donor_and_recipient
+
+
+class DevicePinnedConfig(dict):
+    """An agent's ``params.config`` whose ``device`` stays what the yaml says."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if key == "device" and "device" in self:
+            return
+        super().__setitem__(key, value)
+
+
+def use_gloo_on_cpu() -> None:
+    """Make rl_games' multi-GPU agent run its ranks on the CPU over gloo (this process only)."""
+    import torch
+    import torch.distributed as dist
+    from rl_games.torch_runner import Runner
+
+    join = dist.init_process_group
+
+    def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
+        return join("gloo", *args, **kwargs)
+
+    dist.init_process_group = init_process_group
+    torch.cuda.set_device = lambda device: None
+    load_config = Runner.load_config
+
+    def pinned_load_config(self: Any, params: dict[str, Any]) -> Any:
+        params["config"] = DevicePinnedConfig(params["config"])
+        return load_config(self, params)
+
+    Runner.load_config = pinned_load_config
+
+
+GROUP_EPOCHS = {0: 4, 1: 4}
+"""Epochs of each member of :func:`run_group_population`: 512 frames an epoch (2 ranks x 8 envs x 32 steps, every
+env of every rank ending a 32-step episode each epoch), a decision every 1024 frames: member 1 exploits member 0 at
+frame 1024 (the fixture rule exploits once) and trains its last epoch from the donor's weights."""
+
+
+def group_member_args(ws: Path, index: int, epochs: int) -> list[str]:
+    """The arguments after ``torchrun ... -m async_pbt_isaaclab.testing.gloo_ranks`` of member ``index`` of 2, each
+    a group of 2 ranks on the CPU, in a forced-exploit population (in-process exploits)."""
+    return [
+        "--pbt-workspace", str(ws), "--pbt-members", "2", "--pbt-index", str(index), "--max_iterations", str(epochs),
+        "--num_envs", "8", "--seed", "7",
+        *forced_exploit_flags(interval_steps=1024, exploit_mode="inprocess", keep_last_checkpoints=100),
+        "--pbt-max-heartbeat-age-s", "100000000",
+        "agent.pbt.mutation.learning_rate=mutate_float", "agent.pbt.mutation.entropy_coef=mutate_float",
+        "agent.params.config.multi_gpu=True", "agent.params.config.env_config.max_episode_steps=32",
+        "agent.params.config.horizon_length=32", "agent.params.config.minibatch_size=128",
+        "agent.params.config.mini_epochs=2", "agent.params.torch_threads=1",
+    ]  # fmt: skip
+
+
+def torchrun(ranks: int, module: str, args: list[str]) -> list[str]:
+    """A ``torchrun`` command of ``ranks`` processes on this machine (a free rendezvous port of its own)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), "-m", module,
+            *args]  # fmt: skip
+
+
+def run_group_population(root: Path) -> dict[int, str]:
+    """Two members of 2 gloo ranks each, as real ``torchrun`` process groups, in workspace ``root/ws``; member 1
+    exploits member 0 at its first decision. Returns each member's log (both ranks'); raises when a group fails."""
+    return run_donor_and_recipient(
+        root, lambda index, epochs: torchrun(2, __name__, group_member_args(root / "ws", index, epochs)), GROUP_EPOCHS
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    use_gloo_on_cpu()
+    from async_pbt_isaaclab.examples.cpu_member import main as cpu_member
+
+    return cpu_member(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

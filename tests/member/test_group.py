@@ -1,0 +1,142 @@
+"""The rank-group protocol of member/group.py over an in-process group of two threads (the collectives' order, the
+gathered evidence, the divergence check); the torchrun processes are tests/integration/test_rank_groups.py."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from async_pbt_isaaclab.core.state.evidence import EpisodeBatch
+from async_pbt_isaaclab.member.group import GatheredSummarySource, GroupDiverged, GroupFollower, GroupLeader
+
+
+class ThreadGroup:
+    """Two ranks as threads: each collective waits for both (a barrier), as torch.distributed's do."""
+
+    def __init__(self, rank: int, shared: dict[str, Any]):
+        self.rank, self.world_size, self.shared = rank, 2, shared
+
+    def _exchange(self, value: Any) -> list[Any]:
+        slots, barrier = self.shared["slots"], self.shared["barrier"]
+        slots[self.rank] = value
+        barrier.wait()
+        out = list(slots)
+        barrier.wait()
+        return out
+
+    def broadcast(self, value: Any) -> Any:
+        return self._exchange(value)[0]
+
+    def gather(self, value: Any) -> list[Any]:
+        return self._exchange(value)
+
+
+class Source:
+    def __init__(self, episodes: list[float], settled: bool = True):
+        self.episodes, self.settled, self.generation = episodes, settled, 0
+
+    def drain(self) -> EpisodeBatch:
+        batch = EpisodeBatch(
+            returns=list(self.episodes), lengths=[1] * len(self.episodes), truncated=[False] * len(self.episodes),
+            generation=self.generation, settled=self.settled,
+        )  # fmt: skip
+        self.episodes = []
+        return batch
+
+    def start_generation(self, generation: int) -> None:
+        self.generation = generation
+
+
+class Trainer:
+    def __init__(self, weights: str):
+        self.weights, self.values = weights, {}
+
+    def load(self, state, values) -> None:
+        self.weights, self.values = state["model"], dict(values)
+
+    def fingerprint(self, state=None) -> str:
+        return self.weights
+
+    def optimizer_learning_rates(self) -> list[float]:
+        return [self.values.get("learning_rate", 0.0)]
+
+
+def _pair(follower_trainer: Trainer, sources: tuple[Source, Source]):
+    shared = {"slots": [None, None], "barrier": threading.Barrier(2, timeout=30)}
+    log: list[tuple[str, dict]] = []
+    groups = ThreadGroup(0, shared), ThreadGroup(1, shared)
+    gathered = GatheredSummarySource(sources[0], groups[0]), GatheredSummarySource(sources[1], groups[1])
+    leader = GroupLeader(groups[0], gathered[0], Trainer("donor"), lambda kind, body: log.append((kind, body)))
+    follower = GroupFollower(groups[1], follower_trainer, gathered[1])
+    return leader, follower, gathered, log
+
+
+def _load(leader: GroupLeader, state: dict, values: dict, plan: dict | None) -> None:
+    """What the executor does on rank 0: the trainer loads, then the leader is told."""
+    leader.trainer.load(state, values)
+    leader.loaded(state, values, plan)
+
+
+def _both(rank0, rank1) -> list[BaseException]:
+    errors: list[BaseException] = []
+
+    def run(call) -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, args=(rank1,))
+    thread.start()
+    run(rank0)
+    thread.join(60)
+    return errors
+
+
+def test_a_load_reaches_the_follower_at_the_next_epoch_start_and_both_ranks_are_logged():
+    follower_trainer = Trainer("stale")
+    leader, follower, gathered, log = _pair(follower_trainer, (Source([1.0]), Source([2.0, 3.0])))
+    gathered[0].start_generation(4)  # rank 0's exploit started generation 4 after its load
+    _load(leader, {"model": "donor"}, {"learning_rate": 0.5}, {"generation": 4})
+    assert not _both(leader.epoch_start, follower.epoch_start)
+    assert follower_trainer.weights == "donor" and follower_trainer.values == {"learning_rate": 0.5}
+    assert gathered[1].generation == 4 and gathered[1].local.generation == 4
+    ((kind, body),) = log
+    assert kind == "group_synced" and body["reason"] == "exploit" and body["generation"] == 4
+    assert body["model_sha256"] == ["donor", "donor"] and body["optimizer_lr"] == [[0.5], [0.5]]
+    # The next epoch start sends nothing to load and logs nothing.
+    assert not _both(leader.epoch_start, follower.epoch_start) and len(log) == 1
+
+
+def test_ranks_that_differ_after_a_load_stop_the_group():
+    class Stuck(Trainer):
+        def load(self, state, values) -> None:  # a rank whose load did not take
+            self.values = dict(values)
+
+    leader, follower, _, log = _pair(Stuck("stale"), (Source([]), Source([])))
+    _load(leader, {"model": "donor"}, {"learning_rate": 0.5}, None)
+    errors = _both(leader.epoch_start, follower.epoch_start)
+    assert [type(e) for e in errors] == [GroupDiverged] and "restore" in str(errors[0])
+    assert log[0][1]["model_sha256"] == ["donor", "stale"]
+
+
+def test_every_ranks_episodes_are_rank_0s_evidence_settled_when_every_rank_is():
+    _, _, gathered, _ = _pair(Trainer("w"), (Source([1.0]), Source([2.0, 3.0], settled=False)))
+    assert not _both(gathered[0].pull, gathered[1].pull)
+    batch = gathered[0].drain()
+    assert batch.returns == [1.0, 2.0, 3.0] and not batch.settled
+    assert gathered[0].drain().returns == []  # drained
+    gathered[1].local.episodes, gathered[1].local.settled = [4.0], True
+    assert not _both(gathered[0].pull, gathered[1].pull)
+    gathered[0].start_generation(1)  # gathered under the old weights: dropped
+    assert gathered[0].drain().returns == []
+
+
+@pytest.mark.parametrize("generation", [0, 3])
+def test_a_follower_follows_rank_0s_generation_without_a_load(generation):
+    leader, follower, gathered, log = _pair(Trainer("w"), (Source([]), Source([])))
+    gathered[0].start_generation(generation)
+    assert not _both(leader.epoch_start, follower.epoch_start)
+    assert gathered[1].generation == generation and not log
