@@ -57,6 +57,13 @@ def find_summary_source(obj: Any) -> SummarySource | None:
     followed through ``.env`` and ``.unwrapped`` (a few levels, cycles ignored) so an Isaac Lab
     ``RlGamesVecEnvWrapper`` around an env that carries the source is found too.
     """
+    source: SummarySource | None = find_on_chain(obj, SUMMARY_SOURCE_ATTR)
+    return source
+
+
+def find_on_chain(obj: Any, attribute: str) -> Any:
+    """The first value of ``attribute`` on ``obj`` or what it wraps (followed through ``vec_env``, ``env`` and
+    ``unwrapped``, breadth first, a few levels, cycles ignored); ``None`` when nothing along the chain has it."""
     seen: set[int] = set()
     todo = [obj]
     while todo:
@@ -64,9 +71,9 @@ def find_summary_source(obj: Any) -> SummarySource | None:
         if cur is None or id(cur) in seen or len(seen) > 16:
             continue
         seen.add(id(cur))
-        source = getattr(cur, SUMMARY_SOURCE_ATTR, None)
-        if source is not None:
-            return source
+        found = getattr(cur, attribute, None)
+        if found is not None:
+            return found
         for attr in ("vec_env", "env", "unwrapped"):
             try:
                 nxt = getattr(cur, attr, None)
