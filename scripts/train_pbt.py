@@ -224,7 +224,8 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
     from async_pbt_isaaclab.core.config import ConfigError, objective_term, with_task_start_grace
     from async_pbt_isaaclab.envs.isaaclab import register_rl_games_env, rl_games_wrapper_options
     from async_pbt_isaaclab.envs.isaaclab.condition import reward_fingerprint
-    from async_pbt_isaaclab.envs.isaaclab.env_values import SHARED_ENV, attach_env_values, restart_refused
+    from async_pbt_isaaclab.envs.isaaclab.env_values import attach_env_values, restart_refused
+    from async_pbt_isaaclab.envs.isaaclab.slice_rewards import per_env_reward_weights
     from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
     from async_pbt_isaaclab.rl_games.runner import train_member
 
@@ -248,8 +249,10 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
     # -- the env: Isaac Lab env [-> RecordVideo] [-> PbtIsaacLabEnv] -> RlGamesVecEnvWrapper
     env = hooks.make_env(session, args.task, env_cfg, args, log_dir, lambda step: step % args.video_interval == 0)
     reward_config = reward_fingerprint(env_cfg, searched=cfg.mutation if cfg.enabled else ())
+    if cfg.enabled and slices > 1:  # reward term weights per slice; the slices refuse any other env key
+        env = per_env_reward_weights(env, cfg.mutation)
     if cfg.enabled:
-        problems = attach_env_values(env, cfg.mutation, restart_refused(cfg), shared=SHARED_ENV if slices > 1 else "")
+        problems = [] if slices > 1 else attach_env_values(env, cfg.mutation, restart_refused(cfg))
         if problems:
             print("\n".join(f"error: {p}" for p in problems), file=sys.stderr)
             env.close()

@@ -26,6 +26,9 @@ from async_pbt_isaaclab.member import restart as process
 
 ENV_VALUES_ATTR = "pbt_env_values"
 """Attribute of an env wrapper that holds its :class:`EnvValues`."""
+SLICE_ENV_VALUES_ATTR = "pbt_slice_env_values"
+"""Attribute of a shared env (``--pbt-slices``) that holds ``(start, stop, keys) -> EnvValues`` of envs
+``[start, stop)``, whose ``problems`` name the keys it cannot hold per slice."""
 
 
 @runtime_checkable
@@ -121,4 +124,12 @@ def rebuild(session: Any, overrides: Mapping[str, Any], exit_on_restart: bool) -
     sys.exit(0)  # not reached: replace_process does not return
 
 
-__all__ = ["ENV_VALUES_ATTR", "EnvValues", "WithEnvValues", "rebuild", "split_env_values", "with_env_values"]
+__all__ = [
+    "SLICE_ENV_VALUES_ATTR",
+    "ENV_VALUES_ATTR",
+    "EnvValues",
+    "WithEnvValues",
+    "rebuild",
+    "split_env_values",
+    "with_env_values",
+]

@@ -44,7 +44,8 @@ from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
 from async_pbt_isaaclab.core.slices import SliceLayout, member_threads, slice_problems
 from async_pbt_isaaclab.envs.slice_env import SharedVecEnv
-from async_pbt_isaaclab.member.env_values import ENV_VALUES_ATTR
+from async_pbt_isaaclab.envs.summary_source import find_on_chain
+from async_pbt_isaaclab.member.env_values import ENV_VALUES_ATTR, SLICE_ENV_VALUES_ATTR
 from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS, blockers
 from async_pbt_isaaclab.rl_games.observer import PbtObserver
 from async_pbt_isaaclab.rl_games.slice_host import SliceHost, SliceMember
@@ -167,12 +168,14 @@ def _give_env_values(env: Any, shared: SharedVecEnv, keys: Iterable[str]) -> Non
     keys = sorted(k for k in keys if is_env_key(k))
     if not keys:
         return
+    # An Isaac Lab env gives its own per-slice values (envs/isaaclab/slice_rewards.py); gymnasium's are env objects.
+    per_slice = find_on_chain(env, SLICE_ENV_VALUES_ATTR)
     sub_envs = getattr(getattr(env, "envs", None), "envs", None)
-    if not isinstance(sub_envs, (list, tuple)):
-        raise ValueError(f"pbt.mutation.{keys[0]}: the shared env ({type(env).__name__}) holds no env per slice")
+    if per_slice is None and not isinstance(sub_envs, (list, tuple)):
+        raise ValueError(f"pbt.mutation.{keys[0]}: the shared env ({type(env).__name__}) holds no value per slice")
     for slot, slice_env in enumerate(shared.slices):
         start, stop = shared.bounds[slot]
-        values = SliceEnvValues(sub_envs[start:stop], keys)
+        values = per_slice(start, stop, keys) if per_slice else SliceEnvValues(list(sub_envs or ())[start:stop], keys)
         if values.problems:
             raise ValueError("; ".join(values.problems))
         setattr(slice_env, ENV_VALUES_ATTR, values)

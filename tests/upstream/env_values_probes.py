@@ -63,6 +63,35 @@ def _manager_env() -> dict:
     }
 
 
+def _slice_weights() -> dict:
+    """Two slices of one manager-based env with their own reward weights: each env's reward is the real manager's
+    step values weighted by its slice's weights."""
+    from reach_manager_task import ReachManagerEnv, ReachManagerEnvCfg
+
+    from async_pbt_isaaclab.envs.isaaclab.slice_rewards import per_env_reward_weights
+
+    cfg = ReachManagerEnvCfg()
+    cfg.scene.num_envs = NUM_ENVS
+    keys = ["env.rewards.progress.weight", "env.rewards.effort.weight"]
+    env = per_env_reward_weights(ReachManagerEnv(cfg), keys)
+    half = NUM_ENVS // 2
+    slices = [env.pbt_slice_env_values(0, half, keys), env.pbt_slice_env_values(half, NUM_ENVS, keys)]
+    refused = env.pbt_slice_env_values(0, half, ["env.episode_length_s"]).problems
+    slices[0].set_live({"env.rewards.progress.weight": 3.0, "env.rewards.effort.weight": -0.5})
+    slices[1].set_live({"env.rewards.progress.weight": 0.5})
+    base = env.unwrapped
+    base.reset()
+    reward = env.step(torch.full((NUM_ENVS, 2), 0.5))[1]
+    weights = torch.tensor([[3.0, -0.5, 20.0, -40.0]] * half + [[0.5, -0.01, 20.0, -40.0]] * half)
+    expected = (weights.T * base._step_terms).sum(dim=0)  # the task's per-term values at weight 1, times dt
+    return {
+        "held": [s.held("env.rewards.progress.weight") for s in slices],
+        "manager_weights": {n: base.reward_manager.get_term_cfg(n).weight for n in ("progress", "effort")},
+        "as_weighted": torch.allclose(reward, expected, atol=1e-6),
+        "refused": refused,
+    }
+
+
 def _direct_env(env_cfg) -> dict:
     """A direct task's config value read at every step is set live on ``env.unwrapped.cfg``; one copied into a
     buffer at construction goes the restart path."""
@@ -94,7 +123,7 @@ def env_values() -> None:
     parser = argparse.ArgumentParser()
     isaaclab_api.add_launcher_args(parser)
     args = parser.parse_args(["--device", "cpu"])
-    found: dict = {"manager": _manager_env()}
+    found: dict = {"manager": _manager_env(), "slices": _slice_weights()}
     argv = ["python", "train_pbt.py", "--task", TASK, "env.reward_weights.progress=1.0", "--checkpoint=a.pth"]
     restarted = restart_argv(argv, "b.pth", {"env.reward_weights.progress": 3.0, "agent.params.config.gamma": 0.9})
     found["restart_argv"] = restarted

@@ -51,6 +51,17 @@ def test_a_reward_weight_set_through_the_real_reward_manager_changes_the_reward_
     }
 
 
+def test_slices_of_one_env_differ_in_reward_weights_through_a_wrapper_around_the_real_reward_manager(found):
+    seen = found["slices"]
+    assert seen["held"] == [[3.0] * 8, [0.5] * 8]
+    # The manager computes the searched terms at weight 1; the wrapper weights its step values per env.
+    assert seen["manager_weights"] == {"progress": 1.0, "effort": 1.0} and seen["as_weighted"]
+    assert seen["refused"] == [
+        "pbt.mutation.env.episode_length_s: members on slices of one Isaac Lab env can differ in reward term weights "
+        "(env.rewards.<term>.weight) only: the env's other values are one for all its envs"
+    ]
+
+
 def test_a_key_naming_no_term_or_field_is_one_line_naming_it(found):
     seen = found["manager"]
     (unknown,) = seen["unknown"]

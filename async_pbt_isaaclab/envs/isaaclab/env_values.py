@@ -208,13 +208,6 @@ class IsaacLabEnvValues:
         return dict(values)
 
 
-SHARED_ENV = (
-    "members on slices of one Isaac Lab env share its env values (the reward manager keeps one weight per term); "
-    "search env values with one member per process"
-)
-"""Why ``--pbt-slices`` members cannot search Isaac Lab env values (:func:`attach_env_values`)."""
-
-
 def restart_refused(cfg: Any) -> str:
     """Why a member cannot take a new env value through a restart (empty: it can): ``pbt.exploit_mode: inprocess``."""
     if getattr(cfg, "exploit_mode", "auto") == "inprocess":
@@ -222,16 +215,14 @@ def restart_refused(cfg: Any) -> str:
     return ""
 
 
-def attach_env_values(env: Any, keys: Iterable[str], restart_refused: str = "", shared: str = "") -> list[str]:
+def attach_env_values(env: Any, keys: Iterable[str], restart_refused: str = "") -> list[str]:
     """Give ``env`` (the outermost Isaac Lab wrapper the member's vec-env wraps) the :class:`IsaacLabEnvValues` of the
     searched env keys among ``keys``; the problems, one line each (empty: the member can train). ``restart_refused``:
-    why this member cannot restart (empty: it can); ``shared``: why the env's values are not this member's alone
-    (several members on slices of it), which refuses every env key."""
+    why this member cannot restart (empty: it can). Members on slices of one env hold theirs per slice instead
+    (:mod:`.slice_rewards`)."""
     values = IsaacLabEnvValues(env, keys)
     if not values.keys:
         return []
-    if shared:
-        return [f"pbt.mutation.{key}: {shared}" for key in values.keys]
     if restart_refused:
         values.refuse_restart(restart_refused)
     setattr(env, ENV_VALUES_ATTR, values)
@@ -240,7 +231,6 @@ def attach_env_values(env: Any, keys: Iterable[str], restart_refused: str = "", 
 
 __all__ = [
     "PER_STEP_METHODS",
-    "SHARED_ENV",
     "IsaacLabEnvValues",
     "attach_env_values",
     "restart_refused",
