@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from async_pbt_isaaclab.member.env_values import find_on_chain
+
 if TYPE_CHECKING:
     from async_pbt_isaaclab.core.state.evidence import EpisodeBatch
 
@@ -59,26 +61,3 @@ def find_summary_source(obj: Any) -> SummarySource | None:
     """
     source: SummarySource | None = find_on_chain(obj, SUMMARY_SOURCE_ATTR)
     return source
-
-
-def find_on_chain(obj: Any, attribute: str) -> Any:
-    """The first value of ``attribute`` on ``obj`` or what it wraps (followed through ``vec_env``, ``env`` and
-    ``unwrapped``, breadth first, a few levels, cycles ignored); ``None`` when nothing along the chain has it."""
-    seen: set[int] = set()
-    todo = [obj]
-    while todo:
-        cur = todo.pop(0)
-        if cur is None or id(cur) in seen or len(seen) > 16:
-            continue
-        seen.add(id(cur))
-        found = getattr(cur, attribute, None)
-        if found is not None:
-            return found
-        for attr in ("vec_env", "env", "unwrapped"):
-            try:
-                nxt = getattr(cur, attr, None)
-            except Exception:  # noqa: BLE001 - some wrappers raise on attribute access before reset
-                nxt = None
-            if nxt is not None and nxt is not cur:
-                todo.append(nxt)
-    return None

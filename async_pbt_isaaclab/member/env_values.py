@@ -21,7 +21,6 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 
 from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
 from async_pbt_isaaclab.core.decision.plan_inputs import TrainerAbilities
-from async_pbt_isaaclab.envs.summary_source import find_on_chain
 from async_pbt_isaaclab.member import restart as process
 
 ENV_VALUES_ATTR = "pbt_env_values"
@@ -54,6 +53,29 @@ class EnvValues(Protocol):
     def overrides(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """The command-line overrides that build the env with ``values`` at a restart."""
         ...
+
+
+def find_on_chain(obj: Any, attribute: str) -> Any:
+    """The first value of ``attribute`` on ``obj`` or what it wraps (followed through ``vec_env``, ``env`` and
+    ``unwrapped``, breadth first, a few levels, cycles ignored); ``None`` when nothing along the chain has it."""
+    seen: set[int] = set()
+    todo = [obj]
+    while todo:
+        cur = todo.pop(0)
+        if cur is None or id(cur) in seen or len(seen) > 16:
+            continue
+        seen.add(id(cur))
+        found = getattr(cur, attribute, None)
+        if found is not None:
+            return found
+        for attr in ("vec_env", "env", "unwrapped"):
+            try:
+                nxt = getattr(cur, attr, None)
+            except Exception:  # noqa: BLE001 - some wrappers raise on attribute access before reset
+                nxt = None
+            if nxt is not None and nxt is not cur:
+                todo.append(nxt)
+    return None
 
 
 class WithEnvValues:
@@ -130,6 +152,7 @@ __all__ = [
     "EnvValues",
     "WithEnvValues",
     "rebuild",
+    "find_on_chain",
     "split_env_values",
     "with_env_values",
 ]

@@ -44,8 +44,7 @@ from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
 from async_pbt_isaaclab.core.slices import SliceLayout, member_threads, slice_problems
 from async_pbt_isaaclab.envs.slice_env import SharedVecEnv
-from async_pbt_isaaclab.envs.summary_source import find_on_chain
-from async_pbt_isaaclab.member.env_values import ENV_VALUES_ATTR, SLICE_ENV_VALUES_ATTR
+from async_pbt_isaaclab.member.env_values import ENV_VALUES_ATTR, SLICE_ENV_VALUES_ATTR, find_on_chain
 from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS, blockers
 from async_pbt_isaaclab.rl_games.observer import PbtObserver
 from async_pbt_isaaclab.rl_games.slice_host import SliceHost, SliceMember
