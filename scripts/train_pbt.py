@@ -224,12 +224,14 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
     from async_pbt_isaaclab.core.config import ConfigError, objective_term, with_task_start_grace
     from async_pbt_isaaclab.envs.isaaclab import register_rl_games_env, rl_games_wrapper_options
     from async_pbt_isaaclab.envs.isaaclab.condition import reward_fingerprint
+    from async_pbt_isaaclab.envs.isaaclab.env_values import attach_env_values, restart_refused
+    from async_pbt_isaaclab.envs.isaaclab.slice_rewards import per_env_reward_weights
     from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
     from async_pbt_isaaclab.rl_games.runner import train_member
 
     env_cfg = session.env_cfg
     try:
-        agent_cfg, cfg, replay, summary = _population_config(args, plain_config(session.agent_cfg))
+        agent_cfg, cfg, replay, summary = _population_config(args, plain_config(session.agent_cfg), env_cfg)
     except (ConfigError, ValueError) as exc:  # ScheduleError is a ValueError naming the schedule file
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -246,8 +248,15 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
 
     # -- the env: Isaac Lab env [-> RecordVideo] [-> PbtIsaacLabEnv] -> RlGamesVecEnvWrapper
     env = hooks.make_env(session, args.task, env_cfg, args, log_dir, lambda step: step % args.video_interval == 0)
-    reward_config = reward_fingerprint(env_cfg)
+    reward_config = reward_fingerprint(env_cfg, searched=cfg.mutation if cfg.enabled else ())
+    if cfg.enabled and slices > 1:  # reward term weights per slice; the slices refuse any other env key
+        env = per_env_reward_weights(env, cfg.mutation)
     if cfg.enabled:
+        problems = [] if slices > 1 else attach_env_values(env, cfg.mutation, restart_refused(cfg))
+        if problems:
+            print("\n".join(f"error: {p}" for p in problems), file=sys.stderr)
+            env.close()
+            return 2
         try:
             env = attach_summary_source(
                 env, summary, objective=objective_term(cfg.objective), task=args.task, reward_config=reward_config
@@ -365,11 +374,14 @@ def _train_slices(
     return 0
 
 
-def _population_config(args: argparse.Namespace, agent_cfg: dict[str, Any]) -> tuple[dict[str, Any], Any, Any, Any]:
+def _population_config(
+    args: argparse.Namespace, agent_cfg: dict[str, Any], env_cfg: Any
+) -> tuple[dict[str, Any], Any, Any, Any]:
     """The agent config with the population flags applied, its population config, the ``--pbt-replay`` observer
     (or ``None``) and the ``pbt_summary:`` section (``None`` without the population). A bad setting raises
-    ``ConfigError`` or ``ValueError``, one line for the user."""
+    ``ConfigError`` or ``ValueError``, one line for the user. Searched env keys start from ``env_cfg``'s values."""
     from async_pbt_isaaclab.core.agent_config import load_population_config
+    from async_pbt_isaaclab.envs.isaaclab.env_values import searched_start_values
     from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
     from async_pbt_isaaclab.rl_games.exploration_config import validate_exploration_config
@@ -388,6 +400,7 @@ def _population_config(args: argparse.Namespace, agent_cfg: dict[str, Any]) -> t
         population_overrides(args),
         source=f"{args.task} ({args.agent})",
         origins=population_flag_origins(args),
+        env_values=lambda keys: searched_start_values(env_cfg, keys),
     )
     replay = None
     if getattr(args, "pbt_replay", None):

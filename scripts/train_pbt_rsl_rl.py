@@ -107,6 +107,7 @@ def _member_settings(args: argparse.Namespace, session: Session, population: lis
     rsl_rl config and population config (``ConfigError``/``ValueError``: one line each)."""
     from async_pbt_isaaclab.envs.isaaclab import api as isaaclab_api
     from async_pbt_isaaclab.envs.isaaclab import rsl_rl as glue
+    from async_pbt_isaaclab.envs.isaaclab.env_values import searched_start_values
     from async_pbt_isaaclab.rsl_rl.member_config import load_member_config
 
     agent_cfg = glue.release_form(session.agent_cfg)
@@ -125,6 +126,7 @@ def _member_settings(args: argparse.Namespace, session: Session, population: lis
         [*population_overrides(args), *population],
         source=f"{args.task} ({args.agent})",
         origins=population_flag_origins(args),
+        env_values=lambda keys: searched_start_values(session.env_cfg, keys),
     )
     # Members must not share a seed, or the population starts as N copies of one run.
     rsl_cfg["runner"]["seed"] = session.env_cfg.seed = int(agent_cfg.seed) + cfg.policy_idx
@@ -136,6 +138,7 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks, popul
     from async_pbt_isaaclab.core.config import ConfigError, objective_term
     from async_pbt_isaaclab.envs.isaaclab import rsl_rl as glue
     from async_pbt_isaaclab.envs.isaaclab.condition import reward_fingerprint
+    from async_pbt_isaaclab.envs.isaaclab.env_values import attach_env_values, restart_refused
     from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
     from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
     from async_pbt_isaaclab.rsl_rl.member import train_member_exit_code
@@ -152,7 +155,12 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks, popul
     env_cfg.log_dir = os.path.join(log_root, f"{agent_cfg.experiment_name}_pbt_{cfg.policy_idx:03d}")
     trigger = lambda step: step % args.video_interval == 0  # noqa: E731
     env = hooks.make_env(session, args.task, env_cfg, args, env_cfg.log_dir, trigger)
-    reward_config = reward_fingerprint(env_cfg)
+    reward_config = reward_fingerprint(env_cfg, searched=cfg.mutation)
+    problems = attach_env_values(env, cfg.mutation, restart_refused(cfg))
+    if problems:
+        print("\n".join(f"error: {p}" for p in problems), file=sys.stderr)
+        env.close()
+        return EXIT_USAGE
     env = attach_summary_source(
         env, SummaryCfg(), objective=objective_term(cfg.objective), task=args.task, reward_config=reward_config
     )

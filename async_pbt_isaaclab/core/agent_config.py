@@ -14,7 +14,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import yaml
 
@@ -34,6 +34,10 @@ class _YamlLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML's classes ar
 _YamlLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789")
 )
+
+
+EnvStartValues = Callable[[list[str]], tuple[dict[str, Any], list[str]]]
+"""``(searched keys) -> (starting value of each env key, one line per env key naming no value)``."""
 
 
 def yaml_load(text: Any) -> Any:
@@ -239,12 +243,15 @@ def load_population_config(
     overrides: Iterable[str] = (),
     source: str = "",
     origins: Mapping[str, str] | None = None,
+    env_values: EnvStartValues | None = None,
 ) -> tuple[dict[str, Any], PopulationConfig]:
     """Apply overrides to an agent config and read + validate its ``pbt:`` section.
 
     Returns ``(agent_cfg_with_overrides, population_config)``. Raises :class:`ConfigError`, whose problems
     each say where the offending value came from: ``source`` (the yaml) unless an override set it, then
-    ``origins[override]`` (e.g. ``flag --pbt-rule foo``) or the override itself.
+    ``origins[override]`` (e.g. ``flag --pbt-rule foo``) or the override itself. ``env_values``: where the searched
+    env keys' starting values come from when the env is not built from the agent config (an Isaac Lab task's env
+    config): they are set at the keys' agent config paths, and a key it names no value for is a problem.
     """
     overrides = list(overrides)
     try:
@@ -252,17 +259,23 @@ def load_population_config(
     except ConfigError as exc:
         raise _blame(exc.problems, overrides, origins, source) from None
     try:
-        cfg = _read_population_config(merged, source)
+        cfg = _read_population_config(merged, source, env_values)
     except ConfigError as exc:
         raise _blame(exc.problems, overrides, origins, source) from None
     return merged, cfg
 
 
-def _read_population_config(merged: dict[str, Any], source: str) -> PopulationConfig:
+def _read_population_config(merged: dict[str, Any], source: str, env_values: EnvStartValues | None) -> PopulationConfig:
     raw = merged.get("pbt") or {}
     if not isinstance(raw, Mapping):
         raise ConfigError([f"pbt: expected a mapping, got {raw!r}"], source)
     cfg = population_config_from_dict(raw, source)
+    if env_values is not None and cfg.enabled:
+        values, problems = env_values(list(cfg.mutation))
+        if problems:
+            raise ConfigError(problems, source)
+        for key, value in values.items():
+            set_path(merged, agent_path(key), value)
     # Configs read with a YAML 1.1 loader elsewhere (Isaac Lab's ``yaml.full_load``) carry "3e-4" as a string.
     for key, spec in cfg.mutation.items():
         if spec.kind == "choice":

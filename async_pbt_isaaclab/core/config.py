@@ -239,7 +239,7 @@ class PopulationConfig:
             "worst_fraction top_fraction gap_std_fraction gap_donor_fraction gap_z trim_fraction min_members "
             "start_grace_frames restart_grace_frames protect_interval_best welch_alpha explore_without_donor "
             "hparams_from mutation max_restarts objective_direction explore start_spread min_mutated_keys "
-            "resample_probability"
+            "resample_probability allow_shaped_return_objective"
         ).split()
         d = self.to_dict()
         return {k: d[k] for k in keys}

@@ -67,10 +67,25 @@ def _entries(raw: Mapping[Any, Any]) -> list[tuple[Any, Any]]:
     out: list[tuple[Any, Any]] = []
     for raw_key, raw_spec in raw.items():
         if raw_key == ENV_KEY_PREFIX.rstrip(".") and isinstance(raw_spec, Mapping):
-            out.extend((f"{ENV_KEY_PREFIX}{name}", spec) for name, spec in raw_spec.items())
+            out.extend(_env_entries(ENV_KEY_PREFIX.rstrip("."), raw_spec))
         else:
             out.append((raw_key, raw_spec))
     return out
+
+
+def _env_entries(prefix: str, raw: Mapping[Any, Any]) -> list[tuple[str, Any]]:
+    """The ``env:`` mapping's entries as ``env.<path>`` keys: a nested mapping that is no spec (it has none of a
+    spec's keys) is a level of the path (``env: {rewards: {track: {weight: {...}}}}``)."""
+    out: list[tuple[str, Any]] = []
+    for name, spec in raw.items():
+        key = f"{prefix}.{name}"
+        nested = isinstance(spec, Mapping) and spec and not set(spec) & _SPEC_FIELDS
+        out.extend(_env_entries(key, spec) if nested else [(key, spec)])
+    return out
+
+
+_SPEC_FIELDS = {"kind", "low", "high", "change_range", "step", "choices", "from_zero", "diverse_start"}
+"""The fields of a mutation spec mapping (what :func:`_read_mapping` accepts)."""
 
 
 def _read_entry(key: str, raw_key: Any, raw_spec: Any, label: str) -> MutationSpec:
@@ -94,10 +109,11 @@ def _read_entry(key: str, raw_key: Any, raw_spec: Any, label: str) -> MutationSp
 
 def _read_env_entry(key: str, raw_spec: Any, label: str) -> MutationSpec:
     """An env key's entry: our mapping form only, with its bounds (an env value has no default ones); any kind."""
-    if not env_parameter(key).isidentifier():
+    if not all(part.isidentifier() for part in env_parameter(key).split(".")):
         raise _Problem(
             f"{label}: {key!r} names no env value; an env key is {ENV_KEY_PREFIX}<name> with the name the env is "
-            f"built with (e.g. {ENV_KEY_PREFIX}healthy_reward)"
+            f"built with (e.g. {ENV_KEY_PREFIX}healthy_reward), or an Isaac Lab env config path "
+            f"(e.g. {ENV_KEY_PREFIX}rewards.<term>.weight)"
         )
     kind = raw_spec.get("kind", "log_float") if isinstance(raw_spec, Mapping) else None
     kind = ISAACLAB_KIND_NAMES.get(kind, kind) if isinstance(kind, str) else kind
@@ -124,7 +140,7 @@ def _spec_for_kind_name(key: str, default: MutationSpec, raw_kind: str, where: s
 
 def _read_mapping(key: str, default: MutationSpec, raw_spec: Mapping[str, Any], label: str) -> MutationSpec:
     """Our form: ``kind`` (default: the key's own), bounds, change range, step and choices, each checked."""
-    unknown = set(raw_spec) - {"kind", "low", "high", "change_range", "step", "choices", "from_zero", "diverse_start"}
+    unknown = set(raw_spec) - _SPEC_FIELDS
     if unknown:
         raise _Problem(
             f"{label}: unknown keys {sorted(unknown)}; accepted: kind, low, high, change_range, step, choices, "

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
+
 ROLLOUT_KEYS = ("horizon_length", "minibatch_size", "num_actors")
 """Settings that shape the shared rollout (env steps per epoch, the PPO dataset, envs per slice): equal for every
 slice of a process, never searched."""
@@ -95,6 +97,8 @@ def slice_problems(
     problems = []
     live = set(live_keys)
     for key in mutation_keys:
+        if is_env_key(str(key)):
+            continue  # set on each slice's own envs where the env can; the shared env refuses it otherwise
         short = str(key).rsplit(".", 1)[-1] if str(key).startswith("params.config.") else str(key)
         if short in ROLLOUT_KEYS:
             problems.append(

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 import gymnasium
 import numpy as np
 
+from async_pbt_isaaclab.core.decision.mutation import agent_path
 from async_pbt_isaaclab.core.decision.mutation_spec import env_parameter, is_env_key
 from async_pbt_isaaclab.core.state.evidence import LENGTH_OBJECTIVE, RETURN_OBJECTIVE
 
@@ -67,6 +68,54 @@ def built_value(env: Any, name: str) -> Any:
         if isinstance(value, (bool, int, float, np.number)):
             return value.item() if isinstance(value, np.number) else value
     return None
+
+
+class SliceEnvValues:
+    """A slice member's searched env values on the CPU fallback (``member.env_values.EnvValues``): set on the envs
+    of its slice of the shared vec-env, each env its own object. A constructor argument the built env keeps as a float
+    attribute (``_name`` or ``name``: MuJoCo v5's reward weights, Pendulum's ``g``) is read at every step, so it is
+    set live; any other cannot be set per slice, and slices cannot restart: a problem."""
+
+    def __init__(self, envs: Iterable[Any], keys: Iterable[str]):
+        self.envs = [getattr(env, "unwrapped", env) for env in envs]
+        self.keys = tuple(sorted(k for k in keys if is_env_key(k)))
+        self.problems = [
+            f"pbt.mutation.{key}: the built env keeps no float attribute {env_parameter(key)!r} to set on its slice "
+            f"(members on slices of one process cannot restart to rebuild it)"
+            for key in self.keys
+            if not isinstance(self._read(self.envs[0], key), float)
+        ]
+
+    @staticmethod
+    def _attribute(env: Any, key: str) -> str:
+        name = env_parameter(key)
+        return f"_{name}" if hasattr(env, f"_{name}") else name
+
+    def _read(self, env: Any, key: str) -> Any:
+        value = getattr(env, self._attribute(env, key), None)
+        return value.item() if isinstance(value, np.floating) else value
+
+    def live_keys(self) -> frozenset[str]:
+        return frozenset(self.keys)
+
+    def key_reasons(self) -> Mapping[str, str]:
+        return {}
+
+    def read(self, key: str) -> Any:
+        return self._read(self.envs[0], key)
+
+    def held(self, key: str) -> list[Any]:
+        """The value each env of the slice holds."""
+        return [self._read(env, key) for env in self.envs]
+
+    def set_live(self, values: Mapping[str, Any]) -> None:
+        for key, value in values.items():
+            for env in self.envs:
+                setattr(env, self._attribute(env, key), float(value))
+
+    def overrides(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """A restart builds the env from ``params.config.env_config`` (unused by slices, which cannot restart)."""
+        return {"agent." + ".".join(agent_path(k)): v for k, v in values.items()}
 
 
 class EpisodeDistance:
@@ -128,6 +177,7 @@ def _positions(info: Mapping[str, Any], n: int) -> np.ndarray:
 __all__ = [
     "DISTANCE_TERM",
     "EpisodeDistance",
+    "SliceEnvValues",
     "built_value",
     "constructor_parameters",
     "env_key_problems",

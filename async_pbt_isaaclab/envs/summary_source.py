@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from async_pbt_isaaclab.member.env_values import find_on_chain
+
 if TYPE_CHECKING:
     from async_pbt_isaaclab.core.state.evidence import EpisodeBatch
 
@@ -57,21 +59,5 @@ def find_summary_source(obj: Any) -> SummarySource | None:
     followed through ``.env`` and ``.unwrapped`` (a few levels, cycles ignored) so an Isaac Lab
     ``RlGamesVecEnvWrapper`` around an env that carries the source is found too.
     """
-    seen: set[int] = set()
-    todo = [obj]
-    while todo:
-        cur = todo.pop(0)
-        if cur is None or id(cur) in seen or len(seen) > 16:
-            continue
-        seen.add(id(cur))
-        source = getattr(cur, SUMMARY_SOURCE_ATTR, None)
-        if source is not None:
-            return source
-        for attr in ("vec_env", "env", "unwrapped"):
-            try:
-                nxt = getattr(cur, attr, None)
-            except Exception:  # noqa: BLE001 - some wrappers raise on attribute access before reset
-                nxt = None
-            if nxt is not None and nxt is not cur:
-                todo.append(nxt)
-    return None
+    source: SummarySource | None = find_on_chain(obj, SUMMARY_SOURCE_ATTR)
+    return source

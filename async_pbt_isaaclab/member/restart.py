@@ -4,7 +4,8 @@ The argv is captured once, when the process starts (``sys.orig_argv``: the inter
 arguments included, untouched by argparse or Hydra rewriting ``sys.argv``). A restart changes only:
 
 * the checkpoint flag (``--checkpoint=<recipient checkpoint>``; any earlier ``--checkpoint`` removed),
-* the Hydra overrides of the mutated hyperparameters (``agent.params.config.learning_rate=...``;
+* the Hydra overrides of the mutated hyperparameters (``agent.params.config.learning_rate=...``, an Isaac Lab env
+  config value as ``env.rewards.<term>.weight=...``;
   an earlier override of the same key removed, its Hydra prefix kept: a key the user added with
   ``+agent...`` or ``++agent...`` because the agent yaml lacks it is written back with that prefix, or Hydra
   would refuse it as "not in struct").
@@ -23,6 +24,9 @@ import os
 import shutil
 import sys
 from typing import Any, Mapping, Sequence
+
+ENV_OVERRIDE_PREFIX = "env."
+"""Hydra's prefix of an Isaac Lab env config override (the entry scripts' ``env.*`` arguments)."""
 
 _CAPTURED: list[str] | None = None
 _CAPTURED_ENV: dict[str, str] | None = None
@@ -54,8 +58,9 @@ def _override_key(arg: str) -> str | None:
     return key[len("agent.") :] if key.startswith("agent.") else key
 
 
-def restart_argv(argv: Sequence[str], checkpoint: str, overrides: Mapping[str, Any]) -> list[str]:
-    """``argv`` with the checkpoint replaced and ``overrides`` (``agent.params...`` keys) set.
+def restart_argv(argv: Sequence[str], checkpoint: str | None, overrides: Mapping[str, Any]) -> list[str]:
+    """``argv`` with the checkpoint replaced (``None``: the checkpoint argument kept as it is) and ``overrides``
+    (``agent.params...`` or ``env.*`` keys) set.
 
     ``argv[0]`` is the interpreter as started; it is kept so the caller can see the whole command.
     """
@@ -67,19 +72,22 @@ def restart_argv(argv: Sequence[str], checkpoint: str, overrides: Mapping[str, A
         if skip_next:
             skip_next = False
             continue
-        if i > 0 and arg == "--checkpoint":
+        if checkpoint is not None and i > 0 and arg == "--checkpoint":
             skip_next = True
             continue
-        if i > 0 and arg.startswith("--checkpoint="):
+        if checkpoint is not None and i > 0 and arg.startswith("--checkpoint="):
             continue
         key = _override_key(arg) if i > 0 else None
         if key is not None and key in wanted:
             prefix[key] = arg[: len(arg) - len(arg.lstrip("+"))]
             continue
         out.append(arg)
-    out.append(f"--checkpoint={checkpoint}")
+    if checkpoint is not None:
+        out.append(f"--checkpoint={checkpoint}")
     for key in sorted(wanted):
-        out.append(f"{prefix.get(key, '')}agent.{key}={format_override_value(wanted[key])}")
+        # An Isaac Lab env config value (``env.rewards.<term>.weight``) is Hydra's ``env.`` override, kept as named.
+        name = key if key.startswith(ENV_OVERRIDE_PREFIX) else f"agent.{key}"
+        out.append(f"{prefix.get(key, '')}{name}={format_override_value(wanted[key])}")
     return out
 
 

@@ -30,6 +30,7 @@ from rl_games.common.algo_observer import AlgoObserver
 
 from async_pbt_isaaclab.envs.summary_source import SummarySource, find_summary_source
 from async_pbt_isaaclab.member.donors import KeptStates
+from async_pbt_isaaclab.member.env_values import with_env_values
 from async_pbt_isaaclab.member.executor import MemberExecutor
 from async_pbt_isaaclab.member.group import GatheredSummarySource, GroupLeader
 from async_pbt_isaaclab.member.loop import Member, MemberLoop
@@ -83,11 +84,13 @@ class PbtObserver(AlgoObserver):
         if group is not None and self.gathered is not None:
             leader = GroupLeader(group, self.gathered, trainer, self.session.audit.append)
             on_epoch_start(algo, leader.epoch_start)
+        # The env's own live keys (searched env values it sets itself) join the agent's: member/env_values.py.
+        member_trainer = with_env_values(trainer, algo, self.session, self.exit_on_restart)
         executor = MemberExecutor(
-            self.session, trainer, self.publisher, donors=self.shared, exit_on_restart=self.exit_on_restart,
+            self.session, member_trainer, self.publisher, donors=self.shared, exit_on_restart=self.exit_on_restart,
             group=leader,
         )  # fmt: skip
-        member = Member(MemberLoop(self.session, trainer, self.publisher), executor)
+        member = Member(MemberLoop(self.session, member_trainer, self.publisher), executor)
         member.start()
         # Attached only once restored: a stop before that must not publish the agent's fresh counters (frame 0,
         # no checkpoint) as this member's "stopped" record.

@@ -38,11 +38,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
+from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
 from async_pbt_isaaclab.core.slices import SliceLayout, member_threads, slice_problems
 from async_pbt_isaaclab.envs.slice_env import SharedVecEnv
+from async_pbt_isaaclab.member.env_values import ENV_VALUES_ATTR, SLICE_ENV_VALUES_ATTR, find_on_chain
 from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS, blockers
 from async_pbt_isaaclab.rl_games.observer import PbtObserver
 from async_pbt_isaaclab.rl_games.slice_host import SliceHost, SliceMember
@@ -156,6 +158,28 @@ def _start_sessions(
     return rl_cfgs
 
 
+def _give_env_values(env: Any, shared: SharedVecEnv, keys: Iterable[str]) -> None:
+    """Each slice's env values (searched ``env.*`` keys) set on its own envs: a slice member's trainer sets them
+    live (``member/env_values.py``), so members on one env differ in them. Raises ``ValueError`` (one line per
+    key) where the shared env cannot hold a value per slice."""
+    from async_pbt_isaaclab.envs.env_parameters import SliceEnvValues
+
+    keys = sorted(k for k in keys if is_env_key(k))
+    if not keys:
+        return
+    # An Isaac Lab env gives its own per-slice values (envs/isaaclab/slice_rewards.py); gymnasium's are env objects.
+    per_slice = find_on_chain(env, SLICE_ENV_VALUES_ATTR)
+    sub_envs = getattr(getattr(env, "envs", None), "envs", None)
+    if per_slice is None and not isinstance(sub_envs, (list, tuple)):
+        raise ValueError(f"pbt.mutation.{keys[0]}: the shared env ({type(env).__name__}) holds no value per slice")
+    for slot, slice_env in enumerate(shared.slices):
+        start, stop = shared.bounds[slot]
+        values = per_slice(start, stop, keys) if per_slice else SliceEnvValues(list(sub_envs or ())[start:stop], keys)
+        if values.problems:
+            raise ValueError("; ".join(values.problems))
+        setattr(slice_env, ENV_VALUES_ATTR, values)
+
+
 def _member_agent_cfg(agent_cfg: dict[str, Any], first: int, member: int) -> dict[str, Any]:
     """The agent config of ``member``: a run name given for the process (Isaac Lab's script names it after the
     first member, ``<name>_pbt_<first>``) gets this member's suffix, so members never share a log folder."""
@@ -187,6 +211,7 @@ def _build(
     layout = host.layout
     env = make_env(layout.num_envs)
     shared = SharedVecEnv(env, layout.num_envs, [layout.bounds(s) for s in range(layout.count)])
+    _give_env_values(env, shared, next(iter(host.members.values())).session.cfg.mutation)
     for member, m in host.members.items():
         if m.session.already_finished:
             m.status = "finished"

@@ -24,8 +24,10 @@ from async_pbt_isaaclab.checkpoint_io import CheckpointError
 from async_pbt_isaaclab.core.agent_config import get_path
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.decision.mutation import agent_path
+from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
 from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
 from async_pbt_isaaclab.exit_codes import EXIT_USAGE
+from async_pbt_isaaclab.member.env_values import with_env_values
 from async_pbt_isaaclab.member.executor import MemberExecutor
 from async_pbt_isaaclab.member.loop import Member, MemberLoop
 from async_pbt_isaaclab.member.publication import Publication
@@ -45,8 +47,10 @@ class MemberEvents:
     def __init__(self, session: MemberSession, trainer: RslRlTrainer, exit_on_restart: bool = False):
         self.trainer = trainer
         publisher = Publication(session.cfg, session.member, session.condition, session.state.generation)
-        executor = MemberExecutor(session, trainer, publisher, exit_on_restart=exit_on_restart)
-        self.member = Member(MemberLoop(session, trainer, publisher), executor)
+        # The env's own live keys (searched env values it sets itself) join the runner's: member/env_values.py.
+        member_trainer = with_env_values(trainer, trainer.runner, session, exit_on_restart)
+        executor = MemberExecutor(session, member_trainer, publisher, exit_on_restart=exit_on_restart)
+        self.member = Member(MemberLoop(session, member_trainer, publisher), executor)
         self.member.start()  # the start checkpoint (resume, exploit, warm start) is in the runner from here on
         trainer.attach(self)
 
@@ -63,8 +67,9 @@ class MemberEvents:
 
 
 def member_values(view: Mapping[str, Any], cfg: PopulationConfig) -> dict[str, Any]:
-    """The member's searched values, as :func:`~async_pbt_isaaclab.member.session.start_member` wrote them."""
-    return {key: get_path(view, agent_path(key)) for key in sorted(cfg.mutation)}
+    """The member's searched runner values, as :func:`~async_pbt_isaaclab.member.session.start_member` wrote them
+    (an env key's value is the env's: ``member/env_values.py``)."""
+    return {key: get_path(view, agent_path(key)) for key in sorted(cfg.mutation) if not is_env_key(key)}
 
 
 def train_member(

@@ -15,8 +15,9 @@ from __future__ import annotations
 import copy
 from typing import Any, Iterable, Mapping
 
-from async_pbt_isaaclab.core.agent_config import apply_overrides, load_population_config
+from async_pbt_isaaclab.core.agent_config import EnvStartValues, apply_overrides, load_population_config
 from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
+from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
 from async_pbt_isaaclab.core.mutation_section import normalise_hparam_key
 from async_pbt_isaaclab.rsl_rl.config import config_key
 from async_pbt_isaaclab.rsl_rl.live import LIVE_SETTERS, RESTART_KEYS, learning_rate_problem, unknown_keys
@@ -41,6 +42,8 @@ def agent_view(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "env_name": cfg["env"]["id"],
         "num_actors": int(cfg["env"]["num_envs"]),
     }
+    if cfg["env"].get("env_config"):  # the env's own values (searched ``env.*`` keys start here)
+        config["env_config"] = copy.deepcopy(dict(cfg["env"]["env_config"]))
     return {
         "params": {"config": config, "seed": int(runner.get("seed", 0) or 0)},
         "pbt": copy.deepcopy(cfg.get("pbt") or {}),
@@ -48,11 +51,13 @@ def agent_view(cfg: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def searched_key_problems(cfg: Mapping[str, Any]) -> list[str]:
-    """Searched keys an rsl_rl member cannot train with, one line each: not rsl_rl's, ``learning_rate`` under the
-    adaptive schedule (it would be erased), ``desired_kl`` without it (it would act on nothing)."""
+def searched_key_problems(cfg: Mapping[str, Any], env_keys: bool = False) -> list[str]:
+    """Searched keys an rsl_rl member cannot train with, one line each: not rsl_rl's (an env key ``env.*`` is
+    allowed where the env sets them, ``env_keys``), ``learning_rate`` under the adaptive schedule (it would be
+    erased), ``desired_kl`` without it (it would act on nothing)."""
     raw = (cfg.get("pbt") or {}).get("mutation") or {}
     keys = [normalise_hparam_key(str(k)) for k in raw] if isinstance(raw, Mapping) else []
+    keys = [k for k in keys if not (env_keys and (is_env_key(k) or k == "env"))]
     searchable = ", ".join(sorted({*LIVE_SETTERS, *RESTART_KEYS}))
     problems = [
         f"pbt.mutation.{key}: not an rsl_rl hyperparameter; an rsl_rl member searches {searchable}"
@@ -74,16 +79,25 @@ def _is_population_override(text: str) -> bool:
 
 
 def load_member_config(
-    cfg: Mapping[str, Any], overrides: Iterable[str], source: str, origins: Mapping[str, str] | None = None
+    cfg: Mapping[str, Any],
+    overrides: Iterable[str],
+    source: str,
+    origins: Mapping[str, str] | None = None,
+    env_values: EnvStartValues | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any], PopulationConfig]:
     """``cfg`` with ``overrides`` applied, its :func:`agent_view` and population config; :class:`ConfigError`
-    naming every problem (the population section's blamed on the flag or override that set it)."""
+    naming every problem (the population section's blamed on the flag or override that set it). ``env_values``:
+    where searched env keys start (an Isaac Lab task's env config); without it an env key is refused."""
     overrides = list(overrides)
     population = [o for o in overrides if _is_population_override(o)]
     merged = apply_overrides(cfg, [o for o in overrides if not _is_population_override(o)])
-    problems = searched_key_problems(apply_overrides(merged, population))
+    problems = searched_key_problems(apply_overrides(merged, population), env_keys=env_values is not None)
     if problems:
         raise ConfigError(problems, source)
-    view, pop_cfg = load_population_config(agent_view(merged), population, source=source, origins=origins)
+    view, pop_cfg = load_population_config(
+        agent_view(merged), population, source=source, origins=origins, env_values=env_values
+    )
     merged["pbt"] = view["pbt"]
+    if "env_config" in view["params"]["config"]:  # the searched env values' starting values, kept for the view
+        merged["env"] = dict(merged["env"], env_config=view["params"]["config"]["env_config"])
     return merged, view, pop_cfg

@@ -175,3 +175,47 @@ def test_a_fault_stays_with_its_member(tmp_path):
     final = load_checkpoint(ws / records[0].checkpoint, map_location="cpu")
     assert all(torch.isfinite(t).all() for t in final["model"].values() if t.is_floating_point())
     _verified(ws, 2)
+
+
+class HeldEnvValues(AlgoObserver):
+    """What its member's slice envs hold of ``env.g`` after the first update of every generation, read from them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.algo: Any = None
+        self.held: dict[int, list[float]] = {}
+
+    def after_init(self, algo) -> None:
+        self.algo = algo
+
+    def after_print_stats(self, frame, epoch_num, total_time) -> None:
+        generation = self.algo.algo_observer.observers[0].session.state.generation
+        self.held.setdefault(generation, self.algo.vec_env.pbt_env_values.held("env.g"))
+
+
+def test_slices_differ_in_env_values_and_an_exploit_carries_the_donors_over(tmp_path, monkeypatch):
+    """Pendulum's gravity ``g`` (a constructor argument the env reads at every step) searched by slices of one env:
+    each slice's envs hold its member's value, and an in-memory exploit sets the donor's (explored from)."""
+    monkeypatch.setenv(TEST_FIXTURE_ENV, FIXTURE_RULE)
+    ws = tmp_path / "ws"
+    flags = [f.replace("--pbt-", "pbt.").replace("-", "_") for f in forced_exploit_flags()[:2]]
+    search = ["params.config.env_config.g=10.0", "pbt.mutation.env.g={kind: log_float, low: 5.0, high: 15.0}"]
+    search += ["pbt.allow_shaped_return_objective=true"]
+    agent_cfg, cfg = _config(ws, 2, 6, [f"{flags[0]}={flags[1]}", *search], 2048)
+    probes = {m: HeldEnvValues() for m in range(2)}
+    host = _train(tmp_path, agent_cfg, cfg, 2, lambda m: [probes[m]])
+    assert {m.status for m in host.members.values()} == {"finished"}
+    starts = {m: next(e for e in _entries(ws, m) if e["kind"] == "start")["hyperparameters"]["env.g"] for m in (0, 1)}
+    assert starts[0] == 10.0 and starts[1] != 10.0  # member 1's diverse start drew another gravity
+    for m in (0, 1):
+        assert probes[m].held[0] == [starts[m]] * 8, probes[m].held
+    applied = [(m, e) for m in (0, 1) for e in _entries(ws, m) if e["kind"] == "exploit_applied"]
+    assert applied, "the fixture rule exploits the better peer at a decision"
+    for recipient, entry in applied:
+        assert entry["path"] == "inprocess"
+        # The donor's value carried over (member 0 keeps its start value: no exploit changes it before this one),
+        # then explored from; the recipient's slice envs hold the new generation's value.
+        (change,) = [c for c in entry["changes"] if c["key"] == "env.g"] or [{"old": entry["hyperparameters"]["env.g"]}]
+        assert change["old"] == starts[entry["donor"]]
+        assert probes[recipient].held[entry["generation"]] == [entry["hyperparameters"]["env.g"]] * 8
+    _verified(ws, 2)

@@ -36,6 +36,26 @@ def rsl_rl_entry_point() -> str:
 
 """Its rl_games agent config (the packaged reach yaml, ``pbt:`` and ``pbt_summary:`` sections included)."""
 
+ENV_KEYS = {
+    "success_radius": {"kind": "log_float", "low": 0.05, "high": 0.5},
+    "reward_weights": {"progress": {"kind": "log_float", "low": 0.5, "high": 4.0}},
+}
+"""The env values :func:`agent_searching_env_values` searches, as a yaml's ``pbt.mutation.env`` mapping: the
+success radius (read at every step: set live) and the progress weight (copied into a buffer when the env is built:
+the restart path)."""
+
+
+def agent_searching_env_values() -> dict:
+    """The packaged reach agent config whose population searches env values only (:data:`ENV_KEYS`): the agent
+    entry point ``rl_games_env_values_cfg_entry_point`` (``--agent rl_games_env_values_cfg_entry_point``)."""
+    import yaml
+
+    from async_pbt_isaaclab.tasks import __file__ as tasks_init
+
+    cfg = yaml.safe_load((Path(tasks_init).parent / "agents" / "torch_reach_pbt.yaml").read_text())
+    cfg["pbt"]["mutation"] = {"env": ENV_KEYS}
+    return cfg
+
 
 @configclass
 class ReachTaskCfg:
@@ -108,6 +128,7 @@ def register_task(task_id: str, env: type, cfg: type) -> None:
             kwargs={
                 "env_cfg_entry_point": f"{cfg.__module__}:{cfg.__name__}",
                 "rl_games_cfg_entry_point": AGENT_ENTRY_POINT,
+                "rl_games_env_values_cfg_entry_point": f"{__name__}:agent_searching_env_values",
                 "rsl_rl_cfg_entry_point": rsl_rl_entry_point(),
             },
         )

@@ -2,6 +2,7 @@
 
     python tests/upstream/run_isaaclab.py 3.0.0 scripts/train_pbt.py --task AsyncPbtTest-Reach-Direct-v0 ...
     python tests/upstream/run_isaaclab.py 2.3.2 -m probe_name [args]      (a function of upstream_probes.py)
+    python tests/upstream/run_isaaclab.py 2.3.2 -m module:probe_name [args]    (a function of another module here)
 
 The script runs as ``__main__`` with everything real (Isaac Lab's launcher, Hydra config loading, gymnasium
 registry, ``RlGamesVecEnvWrapper``/``RlGamesGpuEnv``, rl_games) except the simulator modules; the test tasks
@@ -30,10 +31,11 @@ def main() -> None:
     reach_task.register()
     reach_marl_task.register()
     if target == "-m":
-        import upstream_probes
+        import importlib
 
         name, *args = rest
-        getattr(upstream_probes, name)(*args)
+        module, _, name = name.rpartition(":")  # a probe of another module than upstream_probes: module:function
+        getattr(importlib.import_module(module or "upstream_probes"), name)(*args)
         return
     sys.argv = [target, *rest]
     runpy.run_path(target, run_name="__main__")

@@ -18,7 +18,7 @@ import inspect
 import json
 import math
 import re
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from async_pbt_isaaclab.envs.isaaclab.terms import load_callable, resolve_attr
 
@@ -76,6 +76,17 @@ def _plain(value: Any) -> Any:
     return None
 
 
+def _without(plain: Any, paths: list[list[str]]) -> Any:
+    """``plain`` (a field's plain form) without the nested values at ``paths`` (searched ones)."""
+    for path in paths:
+        parent = plain
+        for part in path[:-1]:
+            parent = parent.get(part) if isinstance(parent, dict) else None
+        if isinstance(parent, dict):
+            parent.pop(path[-1], None)
+    return plain
+
+
 def _callable_name(fn: Any) -> str:
     if fn is None:
         return ""
@@ -83,7 +94,7 @@ def _callable_name(fn: Any) -> str:
     return f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', repr(target))}"
 
 
-def reward_fingerprint(env_cfg: Any) -> str:
+def reward_fingerprint(env_cfg: Any, searched: Iterable[str] = ()) -> str:
     """A short, stable fingerprint of an env config's reward definition ("" when none is recognisable).
 
     Two members whose fingerprints differ optimise different rewards (a reward weight overridden for one of them),
@@ -91,18 +102,23 @@ def reward_fingerprint(env_cfg: Any) -> str:
     (weight and function), and every top-level number, string or container of numbers whose field name mentions
     reward, penalty, bonus or success (``DirectRLEnvCfg`` tasks define their rewards this way, e.g. Allegro's
     ``rot_reward_scale``, ``reach_goal_bonus`` and ``success_tolerance``, which also defines the success objective).
+
+    ``searched``: the population's ``pbt.mutation`` keys. A value it searches (``env.rewards.<term>.weight``,
+    ``env.<field>``) is left out: members differ in it on purpose and are judged by an objective it cannot inflate.
     """
+    skip = {k[len("env.") :] for k in searched if k.startswith("env.")}
     items: dict[str, Any] = {}
     rewards = getattr(env_cfg, "rewards", None)
     if rewards is not None and not isinstance(rewards, (int, float, str, Mapping)):
         for name, term in _public_fields(rewards):
             weight = getattr(term, "weight", None)
             if isinstance(weight, (int, float)) and not isinstance(weight, bool):
-                items[f"rewards.{name}"] = [float(weight), _callable_name(getattr(term, "func", None))]
+                kept = None if f"rewards.{name}.weight" in skip else float(weight)
+                items[f"rewards.{name}"] = [kept, _callable_name(getattr(term, "func", None))]
     for name, value in _public_fields(env_cfg):
-        if name == "rewards" or not _REWARD_FIELD.search(name):
+        if name == "rewards" or name in skip or not _REWARD_FIELD.search(name):
             continue
-        plain = _plain(value)
+        plain = _without(_plain(value), [p.split(".")[1:] for p in skip if p.split(".")[0] == name])
         if plain is not None:
             items[name] = plain
     if not items:
