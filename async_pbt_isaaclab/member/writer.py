@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Union
 
-from async_pbt_isaaclab.core.workspace.pause_points import pause_at
+from async_pbt_isaaclab.core.workspace.pause_points import hold_thread, pause_at
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,8 @@ class PausePoint:
     """The pause point's name."""
     member_dir: Path
     """Where its marker goes."""
+    thread_only: bool = False
+    """Hold the writer's thread only, training going on, until the job is released (``WriteJob.released``)."""
 
 
 Step = tuple[str, Union[Callable[[], object], PausePoint]]
@@ -71,6 +73,11 @@ class WriteJob:
 
     error: BaseException | None = None
     """The error a step raised (the job stopped there); set by the thread that runs the job."""
+    held: bool = False
+    """The writer's thread waits at a thread-only pause point (a test facility) until :attr:`released` is set."""
+    released: threading.Event = field(default_factory=threading.Event)
+    """Lets a thread-only pause point go on: set by the training thread at its own pause point, or when it waits for
+    the job (a drain)."""
 
     def run(self, background: bool) -> None:
         """Run every step in order; the first error propagates (the later steps are not run)."""
@@ -78,7 +85,11 @@ class WriteJob:
             for label, action in self.steps:
                 self.current = label
                 if isinstance(action, PausePoint):
-                    if background:
+                    if background and action.thread_only:
+                        self.held = True
+                        hold_thread(action.point, self.released)
+                        self.held = False
+                    elif background:
                         pause_at(action.point, action.member_dir)
                 else:
                     action()
@@ -103,6 +114,7 @@ class BackgroundWriter:
         self.name = name
         """Name of the writer's threads (seen in ``py-spy``, thread dumps)."""
         self._thread: threading.Thread | None = None
+        self._job: WriteJob | None = None
         self._failed: tuple[WriteJob, BaseException] | None = None
         self._lock = threading.Lock()  # _failed is set by the writer's thread and taken by the training thread
         self.jobs_done = 0
@@ -116,7 +128,7 @@ class BackgroundWriter:
         """Wait for the job in flight (and raise its error, if any), then start ``job`` and return at once."""
         self.drain()
         thread = threading.Thread(target=self._run, args=(job,), name=self.name)
-        self._thread = thread
+        self._thread, self._job = thread, job
         # Not a daemon: an interpreter that exits normally waits for the job in flight instead of cutting it.
         thread.start()
 
@@ -129,11 +141,13 @@ class BackgroundWriter:
 
     def drain(self) -> None:
         """Wait until no job is in flight; raise :class:`BackgroundWriteError` if one failed since the last check."""
-        thread = self._thread
+        thread, job = self._thread, self._job
+        if job is not None:
+            job.released.set()  # a writer held at a thread-only pause point (a test facility) goes on
         if thread is not None:
             if thread.ident is not None:  # never started (a signal between submit's two lines): nothing ran
                 thread.join()
-            self._thread = None
+            self._thread = self._job = None
         self.check()
 
     def check(self) -> None:

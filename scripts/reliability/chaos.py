@@ -168,6 +168,7 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
             watcher.poll(0.05)
             watcher.fire_due()
         watcher.chaos_on = False
+        watcher.faults.withdraw(ws / "members")
         chaos_s = time.monotonic() - t0
         if not driver.done():
             why = (

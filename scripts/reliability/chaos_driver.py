@@ -20,11 +20,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from chaos_death import AtDeath, examine
 from chaos_windows import EXPLOIT_WINDOWS
 
 from async_pbt_isaaclab.core.workspace.layout import member_dirname
 
-FREQUENT_WINDOWS = ("checkpoint_write", "background_write", "random")
+FREQUENT_WINDOWS = (
+    "checkpoint_write",
+    "background_write",
+    "warning_busy",
+    "write_failed",
+    "ctrl_c_failing",
+    "random",
+)
 """Windows that open at any time; the others need an exploit decision."""
 
 
@@ -46,6 +54,10 @@ class Kill:
     """Where the kill landed, read from the files the process left (or why it missed)."""
     came_back: bool = False
     """The launcher started the member again after the kill (filled in by the checks)."""
+    signal: str = "SIGKILL"
+    """SIGKILL, or SIGINT (Ctrl-C: the member stops by itself)."""
+    at_death: dict[int, AtDeath] = field(default_factory=dict)
+    """What each member of the process left at death (``chaos_death``)."""
 
 
 @dataclass
@@ -70,6 +82,9 @@ class Driver:
     """Exits the driver did not cause (a crash of its own, or a finish at the epoch cap)."""
     unexpected_members: list[int] = field(default_factory=list)
     """The members (first of their process) of ``unexpected_exits``."""
+    expected_exits: set[int] = field(default_factory=set)
+    """Processes (first member) the watcher made a publish fail in: their next exit other than a SIGKILL is
+    expected (a Ctrl-C, or the member stopping on the failure), not a crash of its own."""
     journal_pos: int = 0
     """Bytes of the launcher's journal read so far."""
     kills: list[Kill] = field(default_factory=list)
@@ -127,7 +142,11 @@ class Driver:
                 for k in sharing:
                     self.pids[k] = None
                 killed = any(k in self.last_kill for k in sharing)
-                ours = e.get("event") == "exit" and e.get("code") == -signal.SIGKILL and killed
+                sigkilled = e.get("code") == -signal.SIGKILL
+                expected = e.get("event") == "exit" and not sigkilled and sharing[0] in self.expected_exits
+                if expected:
+                    self.expected_exits.discard(sharing[0])
+                ours = expected or (e.get("event") == "exit" and sigkilled and killed)
                 if not ours:
                     self.unexpected_members.append(m)
                     self.unexpected_exits.append(
@@ -172,11 +191,15 @@ class Driver:
         landed: Callable[[], str | None],
         aimed: bool = True,
         held_pid: int | None = None,
+        interrupt: Path | None = None,
+        open_now: Callable[[], str | None] | None = None,
     ) -> bool:
         """Kill ``member``'s process group if the window still wants a kill; ``landed()`` (called once the
         process is dead) says where the kill landed, or ``None`` when the window had closed. ``aimed``: an
         event was just seen (counted; killed with probability ``--aim-probability``). ``held_pid``: the member
-        process stopped itself at the window's pause point (the caller lets it go on unless this returns True)."""
+        process stopped itself at the window's pause point (the caller lets it go on unless this returns True).
+        ``interrupt``: the held process's pause marker; it gets Ctrl-C (SIGINT) and is let go instead, and stops by
+        itself. ``open_now``: the window's test before the kill, where it differs from ``landed``."""
         if aimed:
             self.opportunities[window] += 1
         if self.quota.get(window, 0) <= 0 or not self.frequent_window_due(window) or not self.eligible(member):
@@ -187,28 +210,33 @@ class Driver:
         pid = self.alive_pid(member)
         if pid is None or (held_pid is not None and pid != held_pid):
             return False
-        if landed() is None:
+        if (open_now or landed)() is None:
             # Closed already (the driver was slow to wake up, e.g. on a loaded machine): a kill now would cost
             # a restart without testing the window. Wait for the next opportunity instead. (A member held at a
             # pause point is inside its window: closed there would be a bug, reported by the count.)
             self.closed_before_kill[window] += 1
             return False
-        if not _signal_group(pid, signal.SIGKILL):
+        sig = signal.SIGINT if interrupt is not None else signal.SIGKILL
+        if not _signal_group(pid, sig):
             return False
-        kill = Kill(time.time(), member, window, pid, detail)
+        if interrupt is not None:
+            let_go(interrupt, pid)  # Ctrl-C is handled once the process runs again
+        kill = Kill(time.time(), member, window, pid, detail, signal=sig.name)
         for k in self.process_members(member):  # a slice process takes all its members down
             self.last_kill[k] = kill.time
         if _wait_dead(pid, self.args.deadline):
             phase = landed()
             kill.landed, kill.phase = phase is not None, phase or "window already closed at death"
+            kill.at_death = {k: examine(self.ws, k, self.mdir(k)) for k in self.process_members(member)}
         else:
             kill.phase = "process did not die within the deadline"
         if kill.landed:
             self.quota[window] -= 1
         self.kills.append(kill)
+        problems = [p for d in kill.at_death.values() for p in d.problems]
         print(
-            f"[chaos] SIGKILL member {member:03d} pid {pid} aiming at {window}: {detail}; "
-            f"{'landed' if kill.landed else 'missed'}: {kill.phase}",
+            f"[chaos] {sig.name} member {member:03d} pid {pid} aiming at {window}: {detail}; "
+            f"{'landed' if kill.landed else 'missed'}: {kill.phase}" + (f"; AT DEATH: {problems}" if problems else ""),
             flush=True,
         )
         return True

@@ -12,19 +12,30 @@ workspace:
   named at the failure, the newest one fully written: its ``restored`` entry has that checkpoint's frame and epoch,
   and that checkpoint's sha256 is the one the state recorded;
 * it trains on to its epoch limit from there, and ``async-pbt audit`` verifies the member's whole log.
+
+The same with a SIGKILL instead of the member's own stop: the member's disk fails under the third publish's
+checkpoint (before anything of it is written, or after the checkpoint is complete and only its fsync is reported
+failed) through the test facility of ``core/workspace/pause_points.py`` (a planted ``fault.json``), the member stops
+itself as the failure is raised, before it rolls anything back, and is SIGKILLed there. Its files then name only
+checkpoints on disk, its audit log verifies, and the restart resumes from the checkpoint ``state.json`` names, the
+second publish's: a complete but unnamed third checkpoint is not taken for the resume point.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.core.workspace.audit import read_entries
+from async_pbt_isaaclab.core.workspace.pause_points import FAULT_FILE, PAUSE_ENV, marker_name
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -141,3 +152,75 @@ def test_a_member_restarted_after_a_failed_publish_resumes_from_its_newest_durab
         timeout=600,
     )
     assert audit.returncode == 0 and "audit: all entries verified" in audit.stdout, audit.stdout + audit.stderr
+
+
+def _resume_and_audit(tmp_path: Path, ws: Path, at_failure: dict, failed_seq: int, durable: str) -> None:
+    """The member command again, healthy disk: it resumes from ``durable`` and finishes; the audit verifies."""
+    saved = load_checkpoint(ws / durable, expected_sha256=at_failure["last_checkpoint_sha256"])
+    resumed = subprocess.run(
+        [sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", *_member_args(ws)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    later = [e for e in _entries(ws) if e["seq"] > failed_seq]
+    start = next(e for e in later if e["kind"] == "start")
+    assert start["mode"] == "resume" and start["process_starts"] == at_failure["process_starts"] + 1, start
+    restored = next(e for e in later if e["kind"] == "restored")
+    assert Path(restored["checkpoint"]).name == Path(durable).name, restored
+    assert (restored["frame"], restored["epoch"]) == (saved["frame"], saved["epoch"])
+    final = json.loads((ws / "members" / "000" / "record.json").read_text())
+    assert final["status"] == "finished" and final["frame"] == EPOCHS * FRAMES_PER_EPOCH, final
+    audit = subprocess.run(
+        [sys.executable, "-m", "async_pbt_isaaclab.cli", "audit", str(ws)], capture_output=True, text=True, timeout=600
+    )
+    assert audit.returncode == 0 and "audit: all entries verified" in audit.stdout, audit.stdout + audit.stderr
+
+
+def _held_at_failure(proc: subprocess.Popen, marker: Path, log: Path) -> None:
+    """Wait until the member has stopped itself at the failure (its marker written, the process stopped)."""
+    while proc.poll() is None:
+        if marker.exists() and Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "T":
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the member exited {proc.returncode} before its write failed: {log.read_text()[-3000:]}")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGSTOP and /proc (Linux)")
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_member_sigkilled_as_its_publish_fails_resumes_from_the_checkpoint_its_state_names(tmp_path, when):
+    ws = tmp_path / "ws"
+    member = ws / "members" / "000"
+    member.mkdir(parents=True)
+    lost = member / "checkpoints" / f"g0000_f{LOST_FRAME:012d}.pth"
+    # The third publish's checkpoint step fails, before it writes or after (the facility's plant, in place first).
+    fsio.atomic_write_json(member / FAULT_FILE, {"step": f"checkpoint {lost}", "when": when})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", *_member_args(ws)],
+        cwd=tmp_path,
+        env=dict(os.environ, **{PAUSE_ENV: "write_failed"}),
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "failing.log", "wb"),  # noqa: SIM115 - the child holds its own descriptor
+    )
+    try:
+        _held_at_failure(proc, member / marker_name("write_failed", proc.pid), tmp_path / "failing.log")
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(120) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (member / marker_name("write_failed", proc.pid)).unlink()
+    assert not (member / FAULT_FILE).exists()  # the fault was taken
+    assert lost.exists() == (when == "after")  # complete on disk, or never written
+    at_failure = json.loads((member / "state.json").read_text())
+    durable = at_failure["last_checkpoint"]
+    assert Path(durable).name == f"g0000_f{LOST_FRAME - FRAMES_PER_EPOCH:012d}.pth"
+    assert fsio.sha256_file(ws / durable) == at_failure["last_checkpoint_sha256"]
+    for entry in at_failure["history"] + at_failure["best"]:
+        assert entry.get("checkpoint") is None or (ws / entry["checkpoint"]).is_file(), entry
+    assert json.loads((member / "record.json").read_text())["checkpoint"] == durable
+    entries = _entries(ws)
+    assert not [e for e in entries if e["kind"] in ("publish_failed", "stop")]  # killed before it said anything
+    _resume_and_audit(tmp_path, ws, at_failure, entries[-1]["seq"], durable)

@@ -362,6 +362,52 @@ def test_a_failed_decision_write_rolls_the_rng_back_and_is_logged_as_publish_fai
     verified(session)
 
 
+def test_a_failed_publish_that_carries_an_exploit_rolls_back_the_rng_and_the_decision_list(
+    tmp_path, monkeypatch, publish_donor
+):
+    """The decision at the failed publish exploits (it drew from the member's RNG); the publish's checkpoint write
+    fails, so the decision never reaches the audit log: the RNG and the decisions the records name are put back."""
+    from async_pbt_isaaclab.member.publishing import Publishing
+
+    session, agent_cfg = start(tmp_path, epochs=6, interval_steps=2 * FRAMES_PER_EPOCH, heartbeat_interval_s=3600.0)
+    publish_donor(session.ws.root, frame=2 * FRAMES_PER_EPOCH, model={"w": torch.arange(16, dtype=torch.float32)})
+    calls = Syscalls(monkeypatch, tmp_path / "ws")
+    handed: list[tuple[dict, object, list]] = []
+    publish = Publishing.publish
+
+    def noting_what_is_handed(self, files):
+        # What the records name once the publish is committed: its decision is the last one.
+        handed.append((files.decision, files.undo.rng_state, list(self.publication.decisions)))
+        return publish(self, files)
+
+    monkeypatch.setattr(Publishing, "publish", noting_what_is_handed)
+    failing = f"f{2 * FRAMES_PER_EPOCH:012d}.pth{fsio.TEMP_MARKER}"
+    calls.fail_test = lambda path: failing in path  # the first publish (the one with the exploit) fails
+    observer = PbtObserver(session, exit_on_restart=True)
+    try:
+        with pytest.raises(BackgroundWriteError):
+            train_agent(agent_cfg, [observer])
+        observer.finish("stopped")
+    finally:
+        session.close()
+    (decision, rng_before, decisions_named), *_ = handed
+    assert decision["decision"]["outcome"] == "exploit" and decision["decision"]["donor"] == 0
+    assert [d.outcome.value for d in decisions_named] == ["exploit"]  # named while the publish was in flight
+    assert decision["rng_after"] != decision["rng_before"] == rng_before  # the exploit moved the RNG
+    entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
+    assert not [e for e in entries if e["kind"] == "decision"]  # never logged: its checkpoint failed first
+    state = json.loads((session.dir / "state.json").read_text())
+    assert state["rng_state"] == rng_before  # the RNG as before the decision that was never logged
+    assert observer.publisher.decisions == []  # the records name no decision now
+    record = json.loads((session.dir / "record.json").read_text())
+    assert record["status"] == "stopped" and "exploit" not in record["last_decision"]
+    assert record["last_decision"].startswith("publish failed")
+    (failure,) = [e for e in entries if e["kind"] == "publish_failed"]
+    assert failure["lost"] == [f"members/001/checkpoints/g0000_f{2 * FRAMES_PER_EPOCH:012d}.pth"]
+    assert entries[-1]["kind"] == "stop" and "exploit" not in json.dumps(entries[-1])
+    verified(session)
+
+
 def test_ctrl_c_while_the_publish_in_flight_fails_still_writes_the_stop_record_and_entry(tmp_path, monkeypatch):
     session, agent_cfg = start(tmp_path, epochs=6, heartbeat_interval_s=3600.0)
     calls = Syscalls(monkeypatch, tmp_path / "ws")
