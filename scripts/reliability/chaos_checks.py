@@ -115,6 +115,9 @@ def verify(
         f"{k.member:03d} {k.window}: {k.detail}: {'landed' if k.landed else 'missed'}: {k.phase}" for k in driver.kills
     ]
     short = {w: n for w, n in driver.quota.items() if n > 0}
+    if getattr(args, "chaos_time", None):
+        # A run sized to a time: every window must have been hit, not necessarily as often as wanted.
+        short = {w: n for w, n in short.items() if f["kills"][w] == 0}
     if short:
         failures.append(
             f"windows without their landed kills: {short} (opportunities seen {dict(driver.opportunities)})"

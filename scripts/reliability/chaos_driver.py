@@ -245,7 +245,7 @@ class Driver:
         """Windows that open all the time (a checkpoint write, a random moment) keep pace with the rare exploit
         windows instead of running ahead: each kill there costs a member restart, and a restarting member
         neither exploits nor serves as a donor, which would delay the rare windows (and the whole run)."""
-        if window not in FREQUENT_WINDOWS:
+        if window not in FREQUENT_WINDOWS or getattr(self.args, "no_pace", False):
             return True
 
         def progress(windows: tuple[str, ...]) -> float:

@@ -202,7 +202,7 @@ def test_a_member_sigkilled_as_its_publish_fails_resumes_from_the_checkpoint_its
         cwd=tmp_path,
         env=dict(os.environ, **{PAUSE_ENV: "write_failed"}),
         stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "failing.log", "wb"),  # noqa: SIM115 - the child holds its own descriptor
+        stderr=open(tmp_path / "failing.log", "wb"),  # the child holds its own descriptor
     )
     try:
         _held_at_failure(proc, member / marker_name("write_failed", proc.pid), tmp_path / "failing.log")

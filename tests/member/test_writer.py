@@ -211,3 +211,37 @@ def test_a_drain_after_a_signal_between_submit_and_the_threads_start_returns():
         threading.Thread.start = real_start
     writer.drain()  # the job never started: nothing to wait for, nothing raised
     assert ran == [] and not writer.busy()
+
+
+def test_a_thread_only_pause_point_holds_the_writer_until_released_or_drained(tmp_path, monkeypatch):
+    """``warning_busy`` (a test facility) holds the writer's thread only: the caller goes on, sees the job held, and
+    lets it go (as the training thread does at its own pause point); a drain lets a held job go by itself."""
+    from async_pbt_isaaclab.core.workspace import pause_points
+
+    monkeypatch.setattr(pause_points, "_ENABLED", frozenset({"warning_busy"}))
+    log = tmp_path / "log"
+    writer = BackgroundWriter()
+
+    def held_job() -> WriteJob:
+        return WriteJob(
+            "held",
+            [
+                ("a", lambda: append_line(log, "a")),
+                ("hold", PausePoint("warning_busy", tmp_path, thread_only=True)),
+                ("b", lambda: append_line(log, "b")),
+            ],
+        )
+
+    job = held_job()
+    writer.submit(job)
+    while not job.held:  # the writer reached the hold (an event of the job, not a time)
+        threading.Event().wait(0.001)
+    assert writer.busy() and lines(log) == ["a"]  # held: its later steps wait, the caller went on
+    job.released.set()
+    writer.drain()
+    assert lines(log) == ["a", "b"] and not job.held
+    job = held_job()
+    writer.submit(job)
+    writer.drain()  # never set by anyone else: the drain itself lets the job go on
+    assert lines(log) == ["a", "b", "a", "b"]
+    assert not list(tmp_path.glob("pause.*"))  # the thread hold writes no marker and stops no process
