@@ -134,7 +134,8 @@ class Publishing:
         job = WriteJob(f"{files.what}", self._steps(files))
         self._in_flight, self._submitted = job, time.monotonic()
         decisions = len(self.publication.decisions) - (files.decision is not None)
-        self._queued.append(Queued(job, files, decisions))
+        # What rolls the publish back, without its data: the job alone holds the checkpoint's bytes, until it ran.
+        self._queued.append(Queued(job, dataclasses.replace(files, data=b"", weights=None), decisions))
         self._guarded(self.writer.run_now if files.final else self.writer.submit, job)
 
     def _steps(self, files: PublishFiles) -> list[Any]:
@@ -230,3 +231,4 @@ class Publishing:
             self.session.log("publish_failed", dict(body, resume_checkpoint=self.session.state.last_checkpoint))
         except OSError:
             pass  # the disk that failed the write may fail this too: the log line above stands
+        pause_at("failure_logged", self.session.dir)  # test facility: a kill after the rollback, before the stop

@@ -13,7 +13,9 @@ What the writer guarantees:
   finished (fsynced) before the next starts: a record step placed after its checkpoint step never names a
   checkpoint that is not complete on disk.
 * **Bounded.** At most one job is in flight: :meth:`BackgroundWriter.submit` first waits for the previous one.
-  If training outpaces the disk, the training thread waits there; memory holds one job's copy at most.
+  If training outpaces the disk, the training thread waits there. A job drops its steps (and with them its data)
+  once it has run, so memory holds the copy of the job in flight only: one serialised checkpoint while the disk
+  keeps up, two for the moment the next publish is prepared while the previous one is still being written.
 * **Errors surface on the training thread.** A failed step ends its job (later steps do not run, so nothing
   names what failed to be written) and is raised on the training thread by the next :meth:`~BackgroundWriter.check`,
   :meth:`~BackgroundWriter.submit` or :meth:`~BackgroundWriter.drain`, as :class:`BackgroundWriteError` naming
@@ -97,6 +99,10 @@ class WriteJob:
         except BaseException as exc:
             self.error = exc
             raise
+        finally:
+            # The steps hold the job's data (a checkpoint's bytes): a job that ran holds none of it any more, so
+            # an idle writer keeps no copy (the job object itself lives on until the next one replaces it).
+            self.steps = []
 
 
 class BackgroundWriteError(RuntimeError):

@@ -245,3 +245,40 @@ def test_a_thread_only_pause_point_holds_the_writer_until_released_or_drained(tm
     writer.drain()  # never set by anyone else: the drain itself lets the job go on
     assert lines(log) == ["a", "b", "a", "b"]
     assert not list(tmp_path.glob("pause.*"))  # the thread hold writes no marker and stops no process
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["written", "failed"])
+def test_a_job_that_ran_holds_no_data_so_an_idle_writer_keeps_no_copy(tmp_path, fails):
+    """Memory holds the data of the job in flight only: once a job has run (or failed), nothing the writer keeps
+    refers to what its steps wrote (the checkpoint's bytes, in a publish)."""
+    import functools
+    import gc
+    import weakref
+
+    class Payload:
+        """Stands for a checkpoint's bytes (bytes cannot be weakly referenced)."""
+
+        def __init__(self) -> None:
+            self.data = b"x" * 1024
+
+    def write(payload: Payload) -> None:
+        if fails:
+            raise OSError(28, "No space left on device")
+        fsio.atomic_write_bytes(tmp_path / "checkpoint.pth", payload.data)
+
+    payload = Payload()
+    gone = weakref.ref(payload)
+    job = WriteJob("publish", [("checkpoint", functools.partial(write, payload))])
+    writer = BackgroundWriter()
+    writer.submit(job)
+    del payload
+    if fails:
+        with pytest.raises(BackgroundWriteError):
+            writer.drain()
+    else:
+        writer.drain()
+    gc.collect()
+    assert job.steps == [] and job.done == ([] if fails else ["checkpoint"])
+    # The job object may live on, its data does not (a failed step's traceback still refers to it until the error
+    # is dropped: the member stops on a failed publish).
+    assert (gone() is None) != fails

@@ -459,3 +459,41 @@ def test_heartbeats_flow_and_a_slow_write_is_said_while_the_writer_is_held(tmp_p
     assert any("training goes on" in e.get("message", "") for e in entries)
     assert "training goes on" in capfd.readouterr().err
     verified(session)
+
+
+def test_repeated_record_write_failures_are_counted_in_the_record_and_status_and_said_at_1_and_10(
+    tmp_path, monkeypatch, capfd
+):
+    """``record.json`` cannot be written for a while (its fsync fails 11 times): training goes on; the log and the
+    audit log say it at the 1st and the 10th failure only; the first record written again carries the count, and
+    ``async-pbt status`` shows it."""
+    from async_pbt_isaaclab.commands.status_view import _member_row
+    from async_pbt_isaaclab.commands.workspace_views import status_data
+
+    session, agent_cfg = start(tmp_path, epochs=14)
+    calls = Syscalls(monkeypatch, tmp_path / "ws")
+    failed: list[str] = []
+
+    def first_eleven_records(path):
+        if f"/001/.record.json{fsio.TEMP_MARKER}" not in path or len(failed) == 11:
+            return False
+        failed.append(path)
+        return True
+
+    calls.fail_test = first_eleven_records
+    observer = PbtObserver(session)
+    try:
+        train_agent(agent_cfg, [observer])
+    finally:
+        session.close()
+    assert len(failed) == 11
+    record = json.loads((session.dir / "record.json").read_text())
+    assert record["record_write_failures"] == 11
+    said = [line for line in capfd.readouterr().err.splitlines() if "cannot write" in line]
+    assert len(said) == 2 and "(1 failed record write so far)" in said[0] and "(10 failed" in said[1], said
+    entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
+    assert len([e for e in entries if "failed record write" in e.get("message", "")]) == 2
+    (shown,) = [m for m in status_data(session.ws, time.time(), 60.0)["members"] if m.get("member") == 1]
+    assert shown["record_write_failures"] == 11
+    assert f"{record['status']} (11 record writes failed)" in _member_row(shown)
+    verified(session)

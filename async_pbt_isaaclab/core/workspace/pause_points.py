@@ -44,11 +44,14 @@ PAUSE_POINTS = (
     "background_write",
     "warning_busy",
     "write_failed",
+    "failure_logged",
 )
 """Every pause point, named after the chaos window it holds the member in (``scripts/reliability/chaos_windows``).
 ``background_write`` is inside a publish on the background writer's thread (``member/writer.py``), once the
 checkpoint is fsynced and before the best list, retention, decision, state and record follow it;
-``warning_busy`` and ``write_failed`` are described in the module docstring."""
+``warning_busy`` and ``write_failed`` are described in the module docstring; ``failure_logged`` is where a
+failed publish has been rolled back and logged (``publish_failed``, the state saved) and the member is about to
+stop."""
 
 FAULT_FILE = "fault.json"
 """The file the watcher plants in a member folder to make one step of a publish fail (``write_failed``)."""
