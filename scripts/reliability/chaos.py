@@ -322,8 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-pace",
         action="store_true",
-        help="kill in the windows that open all the time as fast as they come, instead of keeping pace with the "
-        "exploit windows (more kills per minute; the exploit windows still take every kill they can)",
+        help="kill in the windows that open all the time as fast as they come (level with each other), instead of "
+        "keeping pace with the exploit windows (more kills per minute; the exploit windows take every kill they can)",
     )
     p.add_argument(
         "--random-spread",

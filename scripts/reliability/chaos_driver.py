@@ -245,8 +245,15 @@ class Driver:
         """Windows that open all the time (a checkpoint write, a random moment) keep pace with the rare exploit
         windows instead of running ahead: each kill there costs a member restart, and a restarting member
         neither exploits nor serves as a donor, which would delay the rare windows (and the whole run)."""
-        if window not in FREQUENT_WINDOWS or getattr(self.args, "no_pace", False):
+        if window not in FREQUENT_WINDOWS:
             return True
+        if getattr(self.args, "no_pace", False):
+            # Not held back by the exploit windows, but level with the other frequent ones: the first event of a
+            # publish (its checkpoint's temp file) would otherwise take every kill, and no member would ever reach
+            # the writer's windows or an exploit.
+            frequent = [w for w in FREQUENT_WINDOWS if w in self.wanted]
+            landed = {w: self.wanted[w] - self.quota.get(w, 0) for w in frequent}
+            return landed[window] <= min(landed.values())
 
         def progress(windows: tuple[str, ...]) -> float:
             wanted = sum(self.wanted.get(w, 0) for w in windows)
