@@ -87,11 +87,6 @@ def pause_at(point: str, member_dir: Path) -> None:
     os.kill(pid, signal.SIGSTOP)
 
 
-def enabled(point: str) -> bool:
-    """``ASYNC_PBT_TEST_PAUSE_AT`` names ``point``."""
-    return point in _ENABLED
-
-
 def hold_thread(point: str, released: threading.Event) -> bool:
     """Hold the calling thread (not the process) until ``released`` is set, when ``point`` is enabled; returns
     whether it held."""
