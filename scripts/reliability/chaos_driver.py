@@ -193,16 +193,19 @@ class Driver:
         held_pid: int | None = None,
         interrupt: Path | None = None,
         open_now: Callable[[], str | None] | None = None,
+        paced: bool = True,
     ) -> bool:
         """Kill ``member``'s process group if the window still wants a kill; ``landed()`` (called once the
         process is dead) says where the kill landed, or ``None`` when the window had closed. ``aimed``: an
         event was just seen (counted; killed with probability ``--aim-probability``). ``held_pid``: the member
         process stopped itself at the window's pause point (the caller lets it go on unless this returns True).
         ``interrupt``: the held process's pause marker; it gets Ctrl-C (SIGINT) and is let go instead, and stops by
-        itself. ``open_now``: the window's test before the kill, where it differs from ``landed``."""
+        itself. ``open_now``: the window's test before the kill, where it differs from ``landed``. ``paced=False``:
+        the window was due when its opportunity was prepared (a planted fault), it need not be due again."""
         if aimed:
             self.opportunities[window] += 1
-        if self.quota.get(window, 0) <= 0 or not self.frequent_window_due(window) or not self.eligible(member):
+        due = not paced or self.frequent_window_due(window)
+        if self.quota.get(window, 0) <= 0 or not due or not self.eligible(member):
             return False
         # Exploit windows are rare (one per exploit): always aim at those; the frequent ones at --aim-probability.
         if aimed and window not in EXPLOIT_WINDOWS and self.rng.random() > self.args.aim_probability:
