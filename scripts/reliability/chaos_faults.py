@@ -72,9 +72,8 @@ class Faults:
             detail = f"Ctrl-C while {fault} fails"
             landed = functools.partial(stopped_after_failure, mdir, seq)
             failing = functools.partial(write_failing, mdir, seq)
-            return d.try_kill(
-                member, window, detail, landed, aimed=False, held_pid=pid, interrupt=marker, open_now=failing, paced=False
-            )
+            held = {"held_pid": pid, "interrupt": marker, "open_now": failing}
+            return d.try_kill(member, window, detail, landed, aimed=False, paced=False, **held)
         detail = f"held as {fault} fails"
         # Not paced again: the fault was planted when its window was due, and a member let go stops on it anyway.
         killed = d.try_kill(
