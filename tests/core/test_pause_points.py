@@ -39,6 +39,22 @@ def _run(tmp_path: Path, pause_at: str | None) -> subprocess.Popen:
     )
 
 
+def _held_then_continued(proc: subprocess.Popen, marker: Path, held_as_told) -> tuple[bytes, bytes]:
+    """Wait for the process to stop itself (the event the chaos driver waits for, not a time), check
+    ``held_as_told()`` there, then remove the marker, continue it and return its output."""
+    try:
+        while proc.poll() is None and not (marker.exists() and _state(proc.pid) in ("T", "t")):
+            time.sleep(0.01)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert held_as_told()
+        marker.unlink()
+        os.kill(proc.pid, signal.SIGCONT)
+        return proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_a_point_not_named_does_nothing(tmp_path):
     proc = _run(tmp_path, None)
     out, err = proc.communicate(timeout=120)
@@ -49,19 +65,12 @@ def test_a_point_not_named_does_nothing(tmp_path):
 def test_a_named_point_writes_its_marker_and_holds_until_continued(tmp_path):
     proc = _run(tmp_path, "inprocess_saved")
     marker = tmp_path / pause_points.marker_name("inprocess_saved", proc.pid)
-    try:
-        # Wait for the process to stop itself (the event the chaos driver waits for), not for a time.
-        while proc.poll() is None and not (marker.exists() and _state(proc.pid) in ("T", "t")):
-            time.sleep(0.01)
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+
+    def held_as_told() -> bool:
         assert json.loads(marker.read_text()) == {"point": "inprocess_saved", "pid": proc.pid}
-        assert [p.name for p in tmp_path.iterdir()] == [marker.name]  # the atomic write left no temp file
-        marker.unlink()
-        os.kill(proc.pid, signal.SIGCONT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        return [p.name for p in tmp_path.iterdir()] == [marker.name]  # the atomic write left no temp file
+
+    out, err = _held_then_continued(proc, marker, held_as_told)
     assert proc.returncode == 0, err
     assert out == b"went on\n"
 
@@ -105,17 +114,11 @@ def test_a_planted_fault_fails_its_step_once_holding_the_process_as_it_fails(tmp
         [sys.executable, "-c", FAILING, str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     marker = tmp_path / pause_points.marker_name("write_failed", proc.pid)
-    try:
-        while proc.poll() is None and not (marker.exists() and _state(proc.pid) in ("T", "t")):
-            time.sleep(0.01)
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        assert not (tmp_path / pause_points.FAULT_FILE).exists()  # consumed before the process stopped
-        marker.unlink()
-        os.kill(proc.pid, signal.SIGCONT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out, err = _held_then_continued(
+        proc,
+        marker,
+        lambda: not (tmp_path / pause_points.FAULT_FILE).exists(),  # consumed before the process stopped
+    )
     assert proc.returncode == 0, err
     lines = out.decode().splitlines()
     assert lines[0] == (

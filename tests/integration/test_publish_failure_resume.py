@@ -99,63 +99,9 @@ def _entries(ws: Path) -> list[dict]:
     return [e for _, e, _ in read_entries(ws / "members" / "000" / "audit.jsonl") if e is not None]
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/fd names an fsynced file (Linux)")
-def test_a_member_restarted_after_a_failed_publish_resumes_from_its_newest_durable_checkpoint(tmp_path):
-    ws = tmp_path / "ws"
-    lost = f"f{LOST_FRAME:012d}.pth{fsio.TEMP_MARKER}"
-    failed = subprocess.run(
-        [sys.executable, "-c", FAILING_DISK, lost, *_member_args(ws)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    output = failed.stdout[-3000:] + failed.stderr[-3000:]
-    assert failed.returncode != 0, output
-    assert f"publish at frame {LOST_FRAME}: writing checkpoint" in output and "Input/output error" in output, output
-    member = ws / "members" / "000"
-    at_failure = json.loads((member / "state.json").read_text())
-    durable = at_failure["last_checkpoint"]
-    assert Path(durable).name == f"g0000_f{LOST_FRAME - FRAMES_PER_EPOCH:012d}.pth"
-    assert fsio.sha256_file(ws / durable) == at_failure["last_checkpoint_sha256"]
-    saved = load_checkpoint(ws / durable, expected_sha256=at_failure["last_checkpoint_sha256"])
-    assert json.loads((member / "record.json").read_text())["checkpoint"] == durable
-    failed_seq = _entries(ws)[-1]["seq"]
-
-    resumed = subprocess.run(
-        [sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", *_member_args(ws)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    later = [e for e in _entries(ws) if e["seq"] > failed_seq]
-    start = next(e for e in later if e["kind"] == "start")
-    assert start["mode"] == "resume" and start["process_starts"] == at_failure["process_starts"] + 1, start
-    restored = next(e for e in later if e["kind"] == "restored")
-    assert Path(restored["checkpoint"]).name == Path(durable).name, restored
-    assert (
-        (restored["frame"], restored["epoch"])
-        == (saved["frame"], saved["epoch"])
-        == (
-            LOST_FRAME - FRAMES_PER_EPOCH,
-            LOST_FRAME // FRAMES_PER_EPOCH - 1,
-        )
-    )
-    final = json.loads((member / "record.json").read_text())
-    assert final["status"] == "finished" and final["frame"] == EPOCHS * FRAMES_PER_EPOCH, final
-    audit = subprocess.run(
-        [sys.executable, "-m", "async_pbt_isaaclab.cli", "audit", str(ws)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert audit.returncode == 0 and "audit: all entries verified" in audit.stdout, audit.stdout + audit.stderr
-
-
-def _resume_and_audit(tmp_path: Path, ws: Path, at_failure: dict, failed_seq: int, durable: str) -> None:
-    """The member command again, healthy disk: it resumes from ``durable`` and finishes; the audit verifies."""
+def _resume_and_audit(tmp_path: Path, ws: Path, at_failure: dict, failed_seq: int, durable: str) -> dict:
+    """The member command again, healthy disk: it resumes from ``durable`` and finishes; the audit verifies. Returns
+    its ``restored`` entry."""
     saved = load_checkpoint(ws / durable, expected_sha256=at_failure["last_checkpoint_sha256"])
     resumed = subprocess.run(
         [sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", *_member_args(ws)],
@@ -177,6 +123,31 @@ def _resume_and_audit(tmp_path: Path, ws: Path, at_failure: dict, failed_seq: in
         [sys.executable, "-m", "async_pbt_isaaclab.cli", "audit", str(ws)], capture_output=True, text=True, timeout=600
     )
     assert audit.returncode == 0 and "audit: all entries verified" in audit.stdout, audit.stdout + audit.stderr
+    return restored
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/fd names an fsynced file (Linux)")
+def test_a_member_restarted_after_a_failed_publish_resumes_from_its_newest_durable_checkpoint(tmp_path):
+    ws = tmp_path / "ws"
+    lost = f"f{LOST_FRAME:012d}.pth{fsio.TEMP_MARKER}"
+    failed = subprocess.run(
+        [sys.executable, "-c", FAILING_DISK, lost, *_member_args(ws)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    output = failed.stdout[-3000:] + failed.stderr[-3000:]
+    assert failed.returncode != 0, output
+    assert f"publish at frame {LOST_FRAME}: writing checkpoint" in output and "Input/output error" in output, output
+    member = ws / "members" / "000"
+    at_failure = json.loads((member / "state.json").read_text())
+    durable = at_failure["last_checkpoint"]
+    assert Path(durable).name == f"g0000_f{LOST_FRAME - FRAMES_PER_EPOCH:012d}.pth"
+    assert fsio.sha256_file(ws / durable) == at_failure["last_checkpoint_sha256"]
+    assert json.loads((member / "record.json").read_text())["checkpoint"] == durable
+    restored = _resume_and_audit(tmp_path, ws, at_failure, _entries(ws)[-1]["seq"], durable)
+    assert (restored["frame"], restored["epoch"]) == (LOST_FRAME - FRAMES_PER_EPOCH, LOST_FRAME // FRAMES_PER_EPOCH - 1)
 
 
 def _held_at(proc: subprocess.Popen, marker: Path, log: Path) -> None:

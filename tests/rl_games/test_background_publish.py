@@ -321,6 +321,17 @@ def test_a_warning_at_a_heartbeat_saves_the_state_only_once_the_publish_in_fligh
     verified(session)
 
 
+def train_until_the_write_fails(session, agent_cfg, observer) -> None:
+    """Train until the failed write stops training (``BackgroundWriteError``), then stop the member as its runner
+    does when training raised."""
+    try:
+        with pytest.raises(BackgroundWriteError):
+            train_agent(agent_cfg, [observer])
+        observer.finish("stopped")
+    finally:
+        session.close()
+
+
 def test_a_failed_decision_write_rolls_the_rng_back_and_is_logged_as_publish_failed(tmp_path, monkeypatch, capfd):
     session, agent_cfg = start(tmp_path, epochs=6)
     calls = Syscalls(monkeypatch, tmp_path / "ws")
@@ -335,13 +346,7 @@ def test_a_failed_decision_write_rolls_the_rng_back_and_is_logged_as_publish_fai
         return len(failed) == 2
 
     calls.fail_test = second_decision
-    observer = PbtObserver(session)
-    try:
-        with pytest.raises(BackgroundWriteError):
-            train_agent(agent_cfg, [observer])
-        observer.finish("stopped")
-    finally:
-        session.close()
+    train_until_the_write_fails(session, agent_cfg, PbtObserver(session))
     entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
     decisions = [e for e in entries if e["kind"] == "decision"]
     assert len(decisions) == 2  # the failed fsync came after the line was written: that decision is logged
@@ -384,12 +389,7 @@ def test_a_failed_publish_that_carries_an_exploit_rolls_back_the_rng_and_the_dec
     failing = f"f{2 * FRAMES_PER_EPOCH:012d}.pth{fsio.TEMP_MARKER}"
     calls.fail_test = lambda path: failing in path  # the first publish (the one with the exploit) fails
     observer = PbtObserver(session, exit_on_restart=True)
-    try:
-        with pytest.raises(BackgroundWriteError):
-            train_agent(agent_cfg, [observer])
-        observer.finish("stopped")
-    finally:
-        session.close()
+    train_until_the_write_fails(session, agent_cfg, observer)
     (decision, rng_before, decisions_named), *_ = handed
     assert decision["decision"]["outcome"] == "exploit" and decision["decision"]["donor"] == 0
     assert [d.outcome.value for d in decisions_named] == ["exploit"]  # named while the publish was in flight
