@@ -24,6 +24,7 @@ from chaos_death import AtDeath, examine
 from chaos_windows import EXPLOIT_WINDOWS
 
 from async_pbt_isaaclab.core.workspace.layout import member_dirname
+from async_pbt_isaaclab.core.workspace.pause_points import MARKER_PREFIX
 
 FREQUENT_WINDOWS = (
     "checkpoint_write",
@@ -227,7 +228,10 @@ class Driver:
         kill = Kill(time.time(), member, window, pid, detail, signal=sig.name)
         for k in self.process_members(member):  # a slice process takes all its members down
             self.last_kill[k] = kill.time
-        if _wait_dead(pid, self.args.deadline):
+        # A process sent Ctrl-C goes on to its stop, and may reach a pause point on the way (another member of a
+        # slices process, an exploit the stop waits for): it is let go there until it has exited.
+        markers = [self.mdir(k) for k in self.process_members(member)] if interrupt is not None else []
+        if _wait_dead(pid, self.args.deadline, markers):
             phase = landed()
             kill.landed, kill.phase = phase is not None, phase or "window already closed at death"
             kill.at_death = {k: examine(self.ws, k, self.mdir(k)) for k in self.process_members(member)}
@@ -317,15 +321,16 @@ def let_go(marker: Path, pid: int) -> None:
         pass
 
 
-def _wait_dead(pid: int, deadline_s: float) -> bool:
-    """Wait until ``pid`` is a zombie or reaped (SIGKILL is asynchronous); False past the safety deadline."""
+def _wait_dead(pid: int, deadline_s: float, let_go_in: list[Path] | None = None) -> bool:
+    """Wait until ``pid`` is a zombie or reaped (SIGKILL is asynchronous); False past the safety deadline. Where it
+    stops itself at a pause point with its marker in one of the folders ``let_go_in``, it is let go."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
+        state = process_state(pid)
+        if state is None or state in ("Z", "X"):
             return True
-        if stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):
-            return True
+        if let_go_in and state in ("T", "t"):
+            for marker in (m for folder in let_go_in for m in folder.glob(f"{MARKER_PREFIX}*.{pid}.json")):
+                let_go(marker, pid)
         time.sleep(0.0005)
     return False
