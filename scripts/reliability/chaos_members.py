@@ -74,8 +74,10 @@ def member_command(args: argparse.Namespace, workspace: Path, iterations: int, f
         # (learning rate, entropy_coef and gamma can all be set on a running agent): the inprocess_* windows.
         "--pbt-exploit-mode",
         args.exploit_mode,
+        # Frequent heartbeats: the warning_busy window opens at the first heartbeat that finds the writer held, which
+        # must come before the next publish waits for the writer (4 epochs take well under a second when idle).
         "--pbt-heartbeat-interval-s",
-        "1",
+        "0.2",
         "--pbt-temp-grace-s",
         str(args.temp_grace),
         "--pbt-keep-last-checkpoints",
