@@ -138,6 +138,8 @@ def _member_row(m: dict[str, Any]) -> list[str]:
     if m["evidence_generation"] != m["generation"]:
         obj += f" (gen {m['evidence_generation']})"
     status = m["status"] + (" (stale?)" if m["stale"] else "")
+    if m.get("record_write_failures"):
+        status += f" ({m['record_write_failures']} record writes failed)"
     rate = m.get("frames_per_s")
     eta = m.get("eta_s")
     return [

@@ -132,6 +132,7 @@ def _member_status(index: int, rec: MemberRecord, now: float, stale_after: float
         "pid": rec.pid,
         "hyperparameters": rec.hyperparameters,
         "target_frames": getattr(rec, "target_frames", None),
+        "record_write_failures": rec.record_write_failures,
     }
 
 

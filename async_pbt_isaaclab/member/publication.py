@@ -59,6 +59,8 @@ class Publication:
         self.failure = ""
         """A write of this member that failed ("" while none has): records say so, as ``async-pbt status`` shows."""
         self._warned: set[str] = set()
+        self.record_write_failures = 0
+        """Writes of ``record.json`` that failed in this process (records carry the count)."""
 
     def objective(self) -> str:
         """The population objective (a completed-episode value name)."""
@@ -180,6 +182,7 @@ class Publication:
             history=tuple(state.history),
             origin_sha256=state.origin_sha256,
             live_learning_rate=learning_rate,
+            record_write_failures=self.record_write_failures,
         )
 
     def _last_decision(self) -> str:

@@ -29,6 +29,7 @@ from typing import Any, Callable
 from async_pbt_isaaclab.core.state.records import MemberRecord
 from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.core.workspace.audit import read_entries
+from async_pbt_isaaclab.core.workspace.pause_points import faulty, pause_at
 from async_pbt_isaaclab.core.workspace.retention import apply_retention
 from async_pbt_isaaclab.member.effects import Heartbeat, PublishFiles
 from async_pbt_isaaclab.member.publication import Publication
@@ -115,6 +116,9 @@ class Publishing:
                 self.session.audit.append("warning", {"message": f"{slow}; training goes on"})
             except OSError:
                 pass
+            if job.held:  # test facility (core/workspace/pause_points.py): the chaos harness may kill here
+                pause_at("warning_busy", self.session.dir)
+                job.released.set()
         with self._record_lock:
             if self.record_on_disk is None or "record.json" in (job.done if job else []):
                 return  # nothing written yet, or the job's own record is on disk already
@@ -130,7 +134,8 @@ class Publishing:
         job = WriteJob(f"{files.what}", self._steps(files))
         self._in_flight, self._submitted = job, time.monotonic()
         decisions = len(self.publication.decisions) - (files.decision is not None)
-        self._queued.append(Queued(job, files, decisions))
+        # What rolls the publish back, without its data: the job alone holds the checkpoint's bytes, until it ran.
+        self._queued.append(Queued(job, dataclasses.replace(files, data=b"", weights=None), decisions))
         self._guarded(self.writer.run_now if files.final else self.writer.submit, job)
 
     def _steps(self, files: PublishFiles) -> list[Any]:
@@ -139,8 +144,9 @@ class Publishing:
         steps: list[Any] = [
             (f"checkpoint {files.path}", functools.partial(fsio.atomic_write_bytes, files.path, files.data)),
             # Test facility (core/workspace/pause_points.py): the chaos harness kills the member here,
-            # checkpoint written.
+            # checkpoint written, or holds the writer while training goes on to its slow-write warning.
             ("pause point", PausePoint("background_write", member_dir)),
+            ("pause point", PausePoint("warning_busy", member_dir, thread_only=True)),
         ]
         if files.best is not None:
             best = [b.to_dict() for b in files.best]
@@ -152,11 +158,12 @@ class Publishing:
         if files.decision is not None:
             append = functools.partial(self.session.audit.append, "decision", files.decision, now=files.now)
             steps.append(("decision in audit.jsonl", append))
-        return [
-            *steps,
+        steps += [
             ("state.json", functools.partial(self.session.save, files.state)),
             ("record.json", functools.partial(self._record_step, files.record)),
         ]
+        # Test facility: a step fails where the chaos harness planted a fault (a no-op unless enabled).
+        return [(label, faulty(member_dir, label, a) if callable(a) else a) for label, a in steps]
 
     def check(self) -> None:
         """Raise the error of a publish that failed beside training (its state rolled back first)."""
@@ -224,3 +231,4 @@ class Publishing:
             self.session.log("publish_failed", dict(body, resume_checkpoint=self.session.state.last_checkpoint))
         except OSError:
             pass  # the disk that failed the write may fail this too: the log line above stands
+        pause_at("failure_logged", self.session.dir)  # test facility: a kill after the rollback, before the stop

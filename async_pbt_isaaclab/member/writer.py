@@ -13,7 +13,9 @@ What the writer guarantees:
   finished (fsynced) before the next starts: a record step placed after its checkpoint step never names a
   checkpoint that is not complete on disk.
 * **Bounded.** At most one job is in flight: :meth:`BackgroundWriter.submit` first waits for the previous one.
-  If training outpaces the disk, the training thread waits there; memory holds one job's copy at most.
+  If training outpaces the disk, the training thread waits there. A job drops its steps (and with them its data)
+  once it has run, so memory holds the copy of the job in flight only: one serialised checkpoint while the disk
+  keeps up, two for the moment the next publish is prepared while the previous one is still being written.
 * **Errors surface on the training thread.** A failed step ends its job (later steps do not run, so nothing
   names what failed to be written) and is raised on the training thread by the next :meth:`~BackgroundWriter.check`,
   :meth:`~BackgroundWriter.submit` or :meth:`~BackgroundWriter.drain`, as :class:`BackgroundWriteError` naming
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Union
 
-from async_pbt_isaaclab.core.workspace.pause_points import pause_at
+from async_pbt_isaaclab.core.workspace.pause_points import hold_thread, pause_at
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ class PausePoint:
     """The pause point's name."""
     member_dir: Path
     """Where its marker goes."""
+    thread_only: bool = False
+    """Hold the writer's thread only, training going on, until the job is released (``WriteJob.released``)."""
 
 
 Step = tuple[str, Union[Callable[[], object], PausePoint]]
@@ -71,6 +75,11 @@ class WriteJob:
 
     error: BaseException | None = None
     """The error a step raised (the job stopped there); set by the thread that runs the job."""
+    held: bool = False
+    """The writer's thread waits at a thread-only pause point (a test facility) until :attr:`released` is set."""
+    released: threading.Event = field(default_factory=threading.Event)
+    """Lets a thread-only pause point go on: set by the training thread at its own pause point, or when it waits for
+    the job (a drain)."""
 
     def run(self, background: bool) -> None:
         """Run every step in order; the first error propagates (the later steps are not run)."""
@@ -78,7 +87,11 @@ class WriteJob:
             for label, action in self.steps:
                 self.current = label
                 if isinstance(action, PausePoint):
-                    if background:
+                    if background and action.thread_only:
+                        self.held = True
+                        hold_thread(action.point, self.released)
+                        self.held = False
+                    elif background:
                         pause_at(action.point, action.member_dir)
                 else:
                     action()
@@ -86,6 +99,10 @@ class WriteJob:
         except BaseException as exc:
             self.error = exc
             raise
+        finally:
+            # The steps hold the job's data (a checkpoint's bytes): a job that ran holds none of it any more, so
+            # an idle writer keeps no copy (the job object itself lives on until the next one replaces it).
+            self.steps = []
 
 
 class BackgroundWriteError(RuntimeError):
@@ -103,6 +120,7 @@ class BackgroundWriter:
         self.name = name
         """Name of the writer's threads (seen in ``py-spy``, thread dumps)."""
         self._thread: threading.Thread | None = None
+        self._job: WriteJob | None = None
         self._failed: tuple[WriteJob, BaseException] | None = None
         self._lock = threading.Lock()  # _failed is set by the writer's thread and taken by the training thread
         self.jobs_done = 0
@@ -116,7 +134,7 @@ class BackgroundWriter:
         """Wait for the job in flight (and raise its error, if any), then start ``job`` and return at once."""
         self.drain()
         thread = threading.Thread(target=self._run, args=(job,), name=self.name)
-        self._thread = thread
+        self._thread, self._job = thread, job
         # Not a daemon: an interpreter that exits normally waits for the job in flight instead of cutting it.
         thread.start()
 
@@ -129,11 +147,13 @@ class BackgroundWriter:
 
     def drain(self) -> None:
         """Wait until no job is in flight; raise :class:`BackgroundWriteError` if one failed since the last check."""
-        thread = self._thread
+        thread, job = self._thread, self._job
+        if job is not None:
+            job.released.set()  # a writer held at a thread-only pause point (a test facility) goes on
         if thread is not None:
             if thread.ident is not None:  # never started (a signal between submit's two lines): nothing ran
                 thread.join()
-            self._thread = None
+            self._thread = self._job = None
         self.check()
 
     def check(self) -> None:

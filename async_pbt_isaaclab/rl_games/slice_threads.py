@@ -120,6 +120,10 @@ def _train_one(m: SliceMember, shared: SharedVecEnv, torch_threads: int) -> None
                 observer.finish("finished" if m.status == "finished" else "stopped")
             else:
                 m.session.close()
+        except BaseException as exc:  # noqa: BLE001 - a publish that failed, found by the stop: the member failed
+            if m.error is None:  # (its stop record and entry are written; the process exits with the error)
+                m.status, m.error = "failed", exc
+                print(f"[async-pbt] member {m.session.member}: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         finally:
             if m.status != "finished":
                 # A stop writes no checkpoint (it may land inside an optimizer step): say what it costs.

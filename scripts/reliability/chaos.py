@@ -12,6 +12,11 @@ path the members take, and with it the windows aimed at (``chaos_windows``):
   come, training going on beside it), ``donor_copy`` (a donor copy in ``incoming/``, partial or verified and
   not yet loaded), ``exploit_decided`` (the write-ahead exploit decision logged, nothing acted on yet) and
   ``random``;
+* both paths, the member's writer held or failing (``chaos_faults``): ``warning_busy`` (the writer held after a
+  publish's checkpoint, training going on until it logs the slow-write warning with that publish in flight),
+  ``write_failed`` (a step of a publish failing with EIO from a fault the watcher planted, before the member rolled
+  anything back) and ``ctrl_c_failing`` (Ctrl-C at that moment: the member rolls back, logs ``publish_failed``,
+  writes its stop record and entry, exits, and the launcher starts it again);
 * ``restart``: ``restart_pending`` (``pending_exploit`` saved; killed after a random delay up to the restart
   time seen so far, so the ``os.execv`` and the new image's start until ``exploit_applied`` are hit);
 * ``inprocess`` / ``auto``: ``inprocess_pending`` (recipient checkpoint and ``pending_exploit`` saved, record
@@ -43,6 +48,12 @@ reader process (``chaos_reader``) reads every record, state, best list and refer
     python scripts/reliability/chaos.py --exploit-mode inprocess    # the in-process exploit's windows
     python scripts/reliability/chaos.py --members 2 --kills 5       # CI size (tests/integration/test_chaos.py)
     python scripts/reliability/chaos.py --rule dexpbt               # the production rule, no required gap
+    python scripts/reliability/chaos.py --kills 500 --chaos-time 2700 --no-pace --aim-probability 1 --interval 1024
+                                                                    # as many kills as 45 minutes allow
+
+After each kill (or Ctrl-C), once the process is gone, the driver checks what every member of the process left
+(``chaos_death``): ``state.json`` names only checkpoints on disk, with their sha256, and the audit log verifies
+against its head; the checks then compare the checkpoint noted at death with the one the next start restored.
 
 Exit status 0 when every check passes, 1 otherwise, 2 for a bad command line. ``--json FILE`` writes the figures.
 """
@@ -147,7 +158,8 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
         print(f"[chaos] workspace {ws}; launcher pid {launcher.pid}; landed kills wanted {quota}", flush=True)
         poll_last = 0.0
         chaos_started = None
-        while launcher.poll() is None and not driver.done() and time.monotonic() < deadline:
+        chaos_end = t0 + args.chaos_time if args.chaos_time else deadline
+        while launcher.poll() is None and not driver.done() and time.monotonic() < min(deadline, chaos_end):
             now = time.monotonic()
             if now - poll_last > 0.5:
                 poll_last = now
@@ -168,8 +180,11 @@ def run_chaos(args: argparse.Namespace) -> dict[str, Any]:
             watcher.poll(0.05)
             watcher.fire_due()
         watcher.chaos_on = False
+        watcher.faults.withdraw(ws / "members")
         chaos_s = time.monotonic() - t0
-        if not driver.done():
+        if not driver.done() and args.chaos_time and time.monotonic() >= chaos_end and launcher.poll() is None:
+            print(f"[chaos] --chaos-time {args.chaos_time:g} s reached: windows still wanting kills {driver.quota}")
+        elif not driver.done():
             why = (
                 "the safety deadline --deadline passed"
                 if time.monotonic() >= deadline
@@ -296,6 +311,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=3600.0,
         help="safety limit in seconds for the whole run (a hung run fails instead of waiting forever)",
+    )
+    p.add_argument(
+        "--chaos-time",
+        type=float,
+        default=None,
+        help="end the chaos phase after this many seconds even if windows still want kills (a long run sized to the "
+        "time there is): every window must then have at least one landed kill; the rest is checked as always",
+    )
+    p.add_argument(
+        "--no-pace",
+        action="store_true",
+        help="kill in the windows that open all the time as fast as they come (level with each other), instead of "
+        "keeping pace with the exploit windows (more kills per minute; the exploit windows take every kill they can)",
     )
     p.add_argument(
         "--random-spread",

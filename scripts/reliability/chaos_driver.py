@@ -20,11 +20,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from chaos_death import AtDeath, examine
 from chaos_windows import EXPLOIT_WINDOWS
 
 from async_pbt_isaaclab.core.workspace.layout import member_dirname
+from async_pbt_isaaclab.core.workspace.pause_points import MARKER_PREFIX
 
-FREQUENT_WINDOWS = ("checkpoint_write", "background_write", "random")
+FREQUENT_WINDOWS = (
+    "checkpoint_write",
+    "background_write",
+    "warning_busy",
+    "write_failed",
+    "ctrl_c_failing",
+    "random",
+)
 """Windows that open at any time; the others need an exploit decision."""
 
 
@@ -46,6 +55,10 @@ class Kill:
     """Where the kill landed, read from the files the process left (or why it missed)."""
     came_back: bool = False
     """The launcher started the member again after the kill (filled in by the checks)."""
+    signal: str = "SIGKILL"
+    """SIGKILL, or SIGINT (Ctrl-C: the member stops by itself)."""
+    at_death: dict[int, AtDeath] = field(default_factory=dict)
+    """What each member of the process left at death (``chaos_death``)."""
 
 
 @dataclass
@@ -70,6 +83,9 @@ class Driver:
     """Exits the driver did not cause (a crash of its own, or a finish at the epoch cap)."""
     unexpected_members: list[int] = field(default_factory=list)
     """The members (first of their process) of ``unexpected_exits``."""
+    expected_exits: set[int] = field(default_factory=set)
+    """Processes (first member) the watcher made a publish fail in: their next exit other than a SIGKILL is
+    expected (a Ctrl-C, or the member stopping on the failure), not a crash of its own."""
     journal_pos: int = 0
     """Bytes of the launcher's journal read so far."""
     kills: list[Kill] = field(default_factory=list)
@@ -127,7 +143,11 @@ class Driver:
                 for k in sharing:
                     self.pids[k] = None
                 killed = any(k in self.last_kill for k in sharing)
-                ours = e.get("event") == "exit" and e.get("code") == -signal.SIGKILL and killed
+                sigkilled = e.get("code") == -signal.SIGKILL
+                expected = e.get("event") == "exit" and not sigkilled and sharing[0] in self.expected_exits
+                if expected:
+                    self.expected_exits.discard(sharing[0])
+                ours = expected or (e.get("event") == "exit" and sigkilled and killed)
                 if not ours:
                     self.unexpected_members.append(m)
                     self.unexpected_exits.append(
@@ -172,14 +192,21 @@ class Driver:
         landed: Callable[[], str | None],
         aimed: bool = True,
         held_pid: int | None = None,
+        interrupt: Path | None = None,
+        open_now: Callable[[], str | None] | None = None,
+        paced: bool = True,
     ) -> bool:
         """Kill ``member``'s process group if the window still wants a kill; ``landed()`` (called once the
         process is dead) says where the kill landed, or ``None`` when the window had closed. ``aimed``: an
         event was just seen (counted; killed with probability ``--aim-probability``). ``held_pid``: the member
-        process stopped itself at the window's pause point (the caller lets it go on unless this returns True)."""
+        process stopped itself at the window's pause point (the caller lets it go on unless this returns True).
+        ``interrupt``: the held process's pause marker; it gets Ctrl-C (SIGINT) and is let go instead, and stops by
+        itself. ``open_now``: the window's test before the kill, where it differs from ``landed``. ``paced=False``:
+        the window was due when its opportunity was prepared (a planted fault), it need not be due again."""
         if aimed:
             self.opportunities[window] += 1
-        if self.quota.get(window, 0) <= 0 or not self.frequent_window_due(window) or not self.eligible(member):
+        due = not paced or self.frequent_window_due(window)
+        if self.quota.get(window, 0) <= 0 or not due or not self.eligible(member):
             return False
         # Exploit windows are rare (one per exploit): always aim at those; the frequent ones at --aim-probability.
         if aimed and window not in EXPLOIT_WINDOWS and self.rng.random() > self.args.aim_probability:
@@ -187,28 +214,36 @@ class Driver:
         pid = self.alive_pid(member)
         if pid is None or (held_pid is not None and pid != held_pid):
             return False
-        if landed() is None:
+        if (open_now or landed)() is None:
             # Closed already (the driver was slow to wake up, e.g. on a loaded machine): a kill now would cost
             # a restart without testing the window. Wait for the next opportunity instead. (A member held at a
             # pause point is inside its window: closed there would be a bug, reported by the count.)
             self.closed_before_kill[window] += 1
             return False
-        if not _signal_group(pid, signal.SIGKILL):
+        sig = signal.SIGINT if interrupt is not None else signal.SIGKILL
+        if not _signal_group(pid, sig):
             return False
-        kill = Kill(time.time(), member, window, pid, detail)
+        if interrupt is not None:
+            let_go(interrupt, pid)  # Ctrl-C is handled once the process runs again
+        kill = Kill(time.time(), member, window, pid, detail, signal=sig.name)
         for k in self.process_members(member):  # a slice process takes all its members down
             self.last_kill[k] = kill.time
-        if _wait_dead(pid, self.args.deadline):
+        # A process sent Ctrl-C goes on to its stop, and may reach a pause point on the way (another member of a
+        # slices process, an exploit the stop waits for): it is let go there until it has exited.
+        markers = [self.mdir(k) for k in self.process_members(member)] if interrupt is not None else []
+        if _wait_dead(pid, self.args.deadline, markers):
             phase = landed()
             kill.landed, kill.phase = phase is not None, phase or "window already closed at death"
+            kill.at_death = {k: examine(self.ws, k, self.mdir(k)) for k in self.process_members(member)}
         else:
             kill.phase = "process did not die within the deadline"
         if kill.landed:
             self.quota[window] -= 1
         self.kills.append(kill)
+        problems = [p for d in kill.at_death.values() for p in d.problems]
         print(
-            f"[chaos] SIGKILL member {member:03d} pid {pid} aiming at {window}: {detail}; "
-            f"{'landed' if kill.landed else 'missed'}: {kill.phase}",
+            f"[chaos] {sig.name} member {member:03d} pid {pid} aiming at {window}: {detail}; "
+            f"{'landed' if kill.landed else 'missed'}: {kill.phase}" + (f"; AT DEATH: {problems}" if problems else ""),
             flush=True,
         )
         return True
@@ -219,6 +254,13 @@ class Driver:
         neither exploits nor serves as a donor, which would delay the rare windows (and the whole run)."""
         if window not in FREQUENT_WINDOWS:
             return True
+        if getattr(self.args, "no_pace", False):
+            # Not held back by the exploit windows, but level with the other frequent ones: the first event of a
+            # publish (its checkpoint's temp file) would otherwise take every kill, and no member would ever reach
+            # the writer's windows or an exploit.
+            frequent = [w for w in FREQUENT_WINDOWS if w in self.wanted]
+            landed = {w: self.wanted[w] - self.quota.get(w, 0) for w in frequent}
+            return landed[window] <= min(landed.values())
 
         def progress(windows: tuple[str, ...]) -> float:
             wanted = sum(self.wanted.get(w, 0) for w in windows)
@@ -279,15 +321,16 @@ def let_go(marker: Path, pid: int) -> None:
         pass
 
 
-def _wait_dead(pid: int, deadline_s: float) -> bool:
-    """Wait until ``pid`` is a zombie or reaped (SIGKILL is asynchronous); False past the safety deadline."""
+def _wait_dead(pid: int, deadline_s: float, let_go_in: list[Path] | None = None) -> bool:
+    """Wait until ``pid`` is a zombie or reaped (SIGKILL is asynchronous); False past the safety deadline. Where it
+    stops itself at a pause point with its marker in one of the folders ``let_go_in``, it is let go."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
+        state = process_state(pid)
+        if state is None or state in ("Z", "X"):
             return True
-        if stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):
-            return True
+        if let_go_in and state in ("T", "t"):
+            for marker in (m for folder in let_go_in for m in folder.glob(f"{MARKER_PREFIX}*.{pid}.json")):
+                let_go(marker, pid)
         time.sleep(0.0005)
     return False

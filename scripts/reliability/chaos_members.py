@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from chaos_windows import aimed_windows, held_windows
+from chaos_windows import aimed_windows, pause_points_for
 
 from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV
 from async_pbt_isaaclab.core.workspace import fsio
@@ -74,8 +74,10 @@ def member_command(args: argparse.Namespace, workspace: Path, iterations: int, f
         # (learning rate, entropy_coef and gamma can all be set on a running agent): the inprocess_* windows.
         "--pbt-exploit-mode",
         args.exploit_mode,
+        # Frequent heartbeats: the warning_busy window opens at the first heartbeat that finds the writer held, which
+        # must come before the next publish waits for the writer (4 epochs take well under a second when idle).
         "--pbt-heartbeat-interval-s",
-        "1",
+        "0.2",
         "--pbt-temp-grace-s",
         str(args.temp_grace),
         "--pbt-keep-last-checkpoints",
@@ -111,7 +113,7 @@ def launcher_command(
     """The launcher command: every member (the chaos phase), or only ``member`` (its finishing launch)."""
     env = ["--env", f"{TEST_FIXTURE_ENV}={FIXTURE_RULE}"] if args.rule != "dexpbt" else []
     finishing = member is not None
-    held = held_windows(aimed_windows(args))
+    held = pause_points_for(aimed_windows(args))
     if held and not finishing:
         # The members hold at these windows' pause points for the driver (a test facility; see chaos_watch).
         env += ["--env", f"{PAUSE_ENV}={','.join(held)}"]

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable
 
 from chaos_driver import Driver, let_go, wait_stopped
+from chaos_faults import Faults
 from chaos_windows import (
     background_write_in_flight,
     decision_not_acted_on,
@@ -42,6 +43,7 @@ from chaos_windows import (
     inprocess_finished_last,
     inprocess_pending,
     inprocess_saved,
+    pause_points_for,
     publish_in_progress,
     restart_in_flight,
 )
@@ -102,6 +104,10 @@ def _member_of(path: Path, ws: Path) -> int | None:
     return parse_member_dirname(rel.parts[0]) if rel.parts else None
 
 
+WRITER_POINTS = ("warning_busy", "write_failed")
+"""Pause points in the member's writer: handled by ``chaos_faults``."""
+
+
 class Watcher:
     """Turns workspace file events into aimed kills; runs for the whole first launch."""
 
@@ -118,6 +124,8 @@ class Watcher:
         self.inprocess_done: dict[int, tuple[str, int]] = {}
         """In-process exploits saved as done whose record rewrite is awaited: (checkpoint, generation)."""
         self.chaos_on = False
+        self.faults = Faults(driver, rng)
+        """The writer's windows: faults planted, members held at ``warning_busy`` and ``write_failed``."""
         self._watch(self.ws / "members", Inotify.IN_CREATE)
 
     def _watch(self, path: Path, mask: int) -> None:
@@ -180,6 +188,8 @@ class Watcher:
             return
         if not self.chaos_on:
             return
+        if path.name == "record.json":
+            self.faults.plant(member)
         if path.name == "record.json" and member in self.inprocess_done:
             checkpoint, generation = self.inprocess_done.pop(member)
             d.try_kill(
@@ -303,7 +313,9 @@ class Watcher:
             return
         killed = False
         try:
-            if self.chaos_on and point in self.driver.held:
+            if self.chaos_on and point in pause_points_for(self.driver.held) and point in WRITER_POINTS:
+                killed = self.faults.on_marker(member, point, pid, marker)
+            elif self.chaos_on and point in self.driver.held:
                 killed = self.driver.try_kill(member, point, *self._held_window(member, point), held_pid=pid)
         finally:
             if killed:

@@ -15,7 +15,7 @@ from typing import Any
 from async_pbt_isaaclab.core.state.records import RecordError
 from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.core.workspace.audit import read_entries
-from async_pbt_isaaclab.core.workspace.pause_points import PAUSE_POINTS
+from async_pbt_isaaclab.core.workspace.pause_points import FAULT_FILE, PAUSE_POINTS
 from async_pbt_isaaclab.core.workspace.state_files import load_state
 
 RESTART_WINDOWS = (
@@ -24,6 +24,9 @@ RESTART_WINDOWS = (
     "donor_copy",
     "exploit_decided",
     "restart_pending",
+    "warning_busy",
+    "write_failed",
+    "ctrl_c_failing",
     "random",
 )
 """Windows of a population exploiting through the exec restart (``--exploit-mode restart``)."""
@@ -37,6 +40,9 @@ INPROCESS_WINDOWS = (
     "inprocess_applied",
     "inprocess_saved",
     "inprocess_done",
+    "warning_busy",
+    "write_failed",
+    "ctrl_c_failing",
     "random",
 )
 """Windows of a population exploiting in the running process (``--exploit-mode inprocess`` or ``auto``)."""
@@ -51,7 +57,14 @@ EXPLOIT_WINDOWS = (
 )
 """Windows that open once per exploit: the driver always aims at them (the others at --aim-probability)."""
 
-HELD_WINDOWS = PAUSE_POINTS
+FAULT_WINDOWS = ("write_failed", "ctrl_c_failing")
+"""Windows of a publish the watcher makes fail (a planted ``fault.json``): the member holds at the ``write_failed``
+pause point as the failure is raised, and is killed there or sent Ctrl-C (SIGINT) and let go."""
+
+PAUSE_POINT_OF = {"ctrl_c_failing": "write_failed"}
+"""The pause point a window holds at, where it is not named after it."""
+
+HELD_WINDOWS = (*PAUSE_POINTS, *PAUSE_POINT_OF)
 """Windows a few milliseconds wide (one fsynced write each), too narrow for a driver woken by a file event on a
 loaded machine, and the background writer's publish (beside training: no file event says where training is): the
 members hold inside them at a pause point (``ASYNC_PBT_TEST_PAUSE_AT``, a test facility in
@@ -61,6 +74,11 @@ members hold inside them at a pause point (``ASYNC_PBT_TEST_PAUSE_AT``, a test f
 def held_windows(windows: tuple[str, ...]) -> tuple[str, ...]:
     """Of the windows aimed at, those the members hold in at a pause point."""
     return tuple(w for w in windows if w in HELD_WINDOWS)
+
+
+def pause_points_for(windows: tuple[str, ...]) -> tuple[str, ...]:
+    """The pause points the members hold at for ``windows`` (``ASYNC_PBT_TEST_PAUSE_AT``)."""
+    return tuple(dict.fromkeys(PAUSE_POINT_OF.get(w, w) for w in held_windows(windows)))
 
 
 def windows_for(exploit_mode: str) -> tuple[str, ...]:
@@ -253,3 +271,43 @@ def inprocess_done(mdir: Path, checkpoint: str, generation: int) -> str | None:
     if _mtime_ns(mdir / "record.json") < _mtime_ns(mdir / "state.json"):
         return None
     return "in-process exploit complete, record rewritten, training the new generation"
+
+
+# ------------------------------------------------------------ the writer busy or failing
+
+
+def warning_logged_busy(mdir: Path) -> str | None:
+    """The slow-write warning is the last audit entry, logged by the training thread while the publish it names is
+    in flight (its checkpoint written, ``state.json`` and ``record.json`` naming the one before)."""
+    if background_write_in_flight(mdir) is None:
+        return None
+    entries = _audit(mdir)
+    if not entries or entries[-1].get("kind") != "warning" or "training goes on" not in entries[-1].get("message", ""):
+        return None
+    return "slow-write warning logged by the training thread, the publish held in the writer"
+
+
+def _after(mdir: Path, seq: int, kind: str) -> list[dict[str, Any]]:
+    return [e for e in _audit(mdir) if e.get("kind") == kind and e.get("seq", -1) > seq]
+
+
+def write_failing(mdir: Path, seq: int) -> str | None:
+    """The planted fault was taken (a step of a publish failed on the writer) and nothing was rolled back or logged
+    for it yet: no ``publish_failed`` entry after audit entry ``seq`` (the last one when the fault was planted)."""
+    if (mdir / FAULT_FILE).exists() or _after(mdir, seq, "publish_failed"):
+        return None
+    return "a step of the publish failed on the writer (EIO), nothing rolled back or logged yet"
+
+
+def stopped_after_failure(mdir: Path, seq: int) -> str | None:
+    """After Ctrl-C during the failing write: ``publish_failed`` and then ``stop`` logged after entry ``seq``, and
+    the record says stopped."""
+    failed = _after(mdir, seq, "publish_failed")
+    stops = _after(mdir, failed[0]["seq"] if failed else 1 << 62, "stop")
+    try:
+        status = json.loads(fsio.read_bytes_nofollow(mdir / "record.json")).get("status")
+    except (OSError, ValueError, AttributeError):
+        status = None
+    if not failed or not stops or status != "stopped":
+        return None
+    return "Ctrl-C during the failing write: publish_failed, then the stop record and entry"

@@ -1,13 +1,16 @@
 """Chaos, CI size: SIGKILL real CPU members in the dangerous windows and check nothing was lost.
 
 Runs ``scripts/reliability/chaos.py`` (see its docstring) with 2 members and one landed kill in each window, once
-per exploit path (the full runs, 4 members and 100 kills per path, are in docs/reliability.md). Exec restarts: a
+per exploit path (the full runs are in docs/reliability.md). Exec restarts: a
 checkpoint write, a publish held inside the member's background writer, the donor copy of an exploit, right
-after an exploit decision was logged, the exploit restart in flight,
+after an exploit decision was logged, the exploit restart in flight, the slow-write warning logged by the training
+thread while the writer is held, a publish's step failing (EIO from a planted fault) before the member rolled
+anything back, Ctrl-C at that moment (the member rolls back, logs ``publish_failed``, stops, and is restarted),
 and a random moment. In-process exploits: with the recipient pending (record being rewritten, the donor being
 loaded into the live agent), after ``exploit_applied`` was logged and before ``state.json`` cleared the pending
 exploit, after ``state.json`` was saved and before the record was rewritten, and after the record; the same four
-with both members as slices of one process (``--slices 2``: each kill takes both down). The members use
+and the three writer windows with both members as slices of one process (``--slices 2``: each kill takes both
+down). The members use
 the test fixture rule that exploits at every decision, so exploit windows keep coming; the driver watches the
 workspace with inotify, kills the member's process group as a window opens (the three narrowest in-process
 windows: while the member is held inside them at a pause point, ``ASYNC_PBT_TEST_PAUSE_AT``), and counts the kill
@@ -19,6 +22,9 @@ to finish a few epochs past where it stopped. What is checked (by the script, li
   cleanly and the finishing launches finished every member at its frame target;
 * a reader process running all along never saw a partial or mismatched record, state, best list or
   checkpoint;
+* at every death, for every member of the process: ``state.json`` names only checkpoints on disk (resume point,
+  pending exploit, best list, history) with their sha256, and the audit log verifies against the head it anchors;
+  the next start resumed from the checkpoint named at death;
 * every audit chain verifies, every lineage matches its audit log, the RNG stream continues across
   the kills, every referenced checkpoint matches its sha256, no temp file or donor copy is left behind,
   and at least one exploit completed; ``async-pbt audit`` passes; a recipient checkpoint loaded again after
@@ -62,16 +68,17 @@ RUNS = {
         "--windows",
         "inprocess_pending,inprocess_applied,inprocess_saved,inprocess_done",
     ],
-    # Both members as slices of one process (docs/slices.md): every kill takes both down, in one member's window.
+    # Both members as slices of one process (docs/slices.md): every kill takes both down, in one member's window;
+    # the writer's windows too (a slice member's writer held or failing while the other slice trains on).
     "slices": [
         "--slices",
         "2",
         "--exploit-mode",
         "inprocess",
         "--kills",
-        "4",
+        "7",
         "--windows",
-        "inprocess_pending,inprocess_applied,inprocess_saved,inprocess_done",
+        "inprocess_pending,inprocess_applied,inprocess_saved,inprocess_done,warning_busy,write_failed,ctrl_c_failing",
     ],
 }
 
@@ -297,3 +304,46 @@ def test_in_process_windows_open_and_close_with_each_write_of_the_exploit(tmp_pa
     save_state(mdir / "state.json", state)
     audit.append("exploit_applied", {"checkpoint": recipient, "path": "restart", "planned_path": "inprocess"})
     assert chaos.inprocess_applied(mdir, recipient) is None
+
+
+def test_the_writer_windows_open_and_close_with_the_files(tmp_path):
+    """The verdicts on what a member held in its writer, or killed or stopped as a publish failed, left."""
+    chaos = _load_chaos()
+    from async_pbt_isaaclab.core.state.member_state import MemberState
+    from async_pbt_isaaclab.core.workspace import fsio
+    from async_pbt_isaaclab.core.workspace.audit import AuditLog
+    from async_pbt_isaaclab.core.workspace.pause_points import FAULT_FILE
+    from async_pbt_isaaclab.core.workspace.state_files import save_state
+
+    windows = chaos.sys.modules["chaos_windows"]
+    mdir = tmp_path / "members" / "001"
+    (mdir / "checkpoints").mkdir(parents=True)
+    old, new = (f"members/001/checkpoints/g0000_f{f:012d}.pth" for f in (2048, 4096))
+    for rel, ns in ((old, 1), (new, 2**62)):
+        (tmp_path / rel).write_bytes(b"weights")
+        os.utime(tmp_path / rel, ns=(ns, ns))
+    save_state(mdir / "state.json", MemberState(member=1, last_checkpoint=old, last_checkpoint_sha256="a" * 64))
+    fsio.atomic_write_json(mdir / "record.json", {"checkpoint": old, "status": "running"})
+    audit = AuditLog.open(mdir / "audit.jsonl")
+    audit.append("warning", {"message": "another warning"})
+    # warning_busy: the publish in flight (newest checkpoint named by neither file) and the warning last
+    assert windows.warning_logged_busy(mdir) is None
+    audit.append("warning", {"message": "writing member 1: publish at frame 4096 for 3 s; training goes on"})
+    assert windows.warning_logged_busy(mdir).startswith("slow-write warning logged")
+    fsio.atomic_write_json(mdir / "record.json", {"checkpoint": new, "status": "running"})
+    assert windows.warning_logged_busy(mdir) is None  # the publish reached its record: no longer in flight
+    # write_failed: the plant taken, nothing logged for it after the seq noted when it was planted
+    seq = audit.last_seq
+    fsio.atomic_write_json(mdir / FAULT_FILE, {"step": "decision", "when": "before"})
+    assert windows.write_failing(mdir, seq) is None  # not taken yet
+    (mdir / FAULT_FILE).unlink()
+    assert windows.write_failing(mdir, seq).startswith("a step of the publish failed")
+    audit.append("publish_failed", {"error": "EIO", "lost": []})
+    assert windows.write_failing(mdir, seq) is None  # rolled back and logged: past the window
+    # ctrl_c_failing: publish_failed, then stop, and the record stopped
+    assert windows.stopped_after_failure(mdir, seq) is None
+    audit.append("stop", {"status": "stopped"})
+    assert windows.stopped_after_failure(mdir, seq) is None  # the record still says running
+    fsio.atomic_write_json(mdir / "record.json", {"checkpoint": old, "status": "stopped"})
+    assert windows.stopped_after_failure(mdir, seq).startswith("Ctrl-C during the failing write")
+    assert windows.stopped_after_failure(mdir, audit.last_seq) is None  # nothing after a later seq

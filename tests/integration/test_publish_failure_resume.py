@@ -12,19 +12,30 @@ workspace:
   named at the failure, the newest one fully written: its ``restored`` entry has that checkpoint's frame and epoch,
   and that checkpoint's sha256 is the one the state recorded;
 * it trains on to its epoch limit from there, and ``async-pbt audit`` verifies the member's whole log.
+
+The same with a SIGKILL instead of the member's own stop: the third publish's checkpoint write fails through the
+test facility of ``core/workspace/pause_points.py`` (a planted ``fault.json``); the member rolls the publish back,
+logs ``publish_failed``, and is SIGKILLed at the pause point right after, before its stop record and entry. Its
+``state.json`` names the second publish's checkpoint (the newest one on disk), the history and best list only files
+on disk, and the restart resumes from it; ``async-pbt audit`` verifies. (A kill at the failure itself, before the
+rollback, is a window of the chaos run, ``write_failed``.)
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.core.workspace.audit import read_entries
+from async_pbt_isaaclab.core.workspace.pause_points import FAULT_FILE, PAUSE_ENV, marker_name
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -88,6 +99,33 @@ def _entries(ws: Path) -> list[dict]:
     return [e for _, e, _ in read_entries(ws / "members" / "000" / "audit.jsonl") if e is not None]
 
 
+def _resume_and_audit(tmp_path: Path, ws: Path, at_failure: dict, failed_seq: int, durable: str) -> dict:
+    """The member command again, healthy disk: it resumes from ``durable`` and finishes; the audit verifies. Returns
+    its ``restored`` entry."""
+    saved = load_checkpoint(ws / durable, expected_sha256=at_failure["last_checkpoint_sha256"])
+    resumed = subprocess.run(
+        [sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", *_member_args(ws)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    later = [e for e in _entries(ws) if e["seq"] > failed_seq]
+    start = next(e for e in later if e["kind"] == "start")
+    assert start["mode"] == "resume" and start["process_starts"] == at_failure["process_starts"] + 1, start
+    restored = next(e for e in later if e["kind"] == "restored")
+    assert Path(restored["checkpoint"]).name == Path(durable).name, restored
+    assert (restored["frame"], restored["epoch"]) == (saved["frame"], saved["epoch"])
+    final = json.loads((ws / "members" / "000" / "record.json").read_text())
+    assert final["status"] == "finished" and final["frame"] == EPOCHS * FRAMES_PER_EPOCH, final
+    audit = subprocess.run(
+        [sys.executable, "-m", "async_pbt_isaaclab.cli", "audit", str(ws)], capture_output=True, text=True, timeout=600
+    )
+    assert audit.returncode == 0 and "audit: all entries verified" in audit.stdout, audit.stdout + audit.stderr
+    return restored
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/fd names an fsynced file (Linux)")
 def test_a_member_restarted_after_a_failed_publish_resumes_from_its_newest_durable_checkpoint(tmp_path):
     ws = tmp_path / "ws"
@@ -107,37 +145,58 @@ def test_a_member_restarted_after_a_failed_publish_resumes_from_its_newest_durab
     durable = at_failure["last_checkpoint"]
     assert Path(durable).name == f"g0000_f{LOST_FRAME - FRAMES_PER_EPOCH:012d}.pth"
     assert fsio.sha256_file(ws / durable) == at_failure["last_checkpoint_sha256"]
-    saved = load_checkpoint(ws / durable, expected_sha256=at_failure["last_checkpoint_sha256"])
     assert json.loads((member / "record.json").read_text())["checkpoint"] == durable
-    failed_seq = _entries(ws)[-1]["seq"]
+    restored = _resume_and_audit(tmp_path, ws, at_failure, _entries(ws)[-1]["seq"], durable)
+    assert (restored["frame"], restored["epoch"]) == (LOST_FRAME - FRAMES_PER_EPOCH, LOST_FRAME // FRAMES_PER_EPOCH - 1)
 
-    resumed = subprocess.run(
+
+def _held_at(proc: subprocess.Popen, marker: Path, log: Path) -> None:
+    """Wait until the member has stopped itself at a pause point (its marker written, the process stopped)."""
+    while proc.poll() is None:
+        if marker.exists() and Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "T":
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the member exited {proc.returncode} before {marker.name}: {log.read_text()[-3000:]}")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGSTOP and /proc (Linux)")
+def test_a_member_sigkilled_after_its_publish_failed_resumes_from_its_newest_durable_checkpoint(tmp_path):
+    ws = tmp_path / "ws"
+    member = ws / "members" / "000"
+    member.mkdir(parents=True)
+    lost = member / "checkpoints" / f"g0000_f{LOST_FRAME:012d}.pth"
+    # The third publish's checkpoint write fails (the facility's plant, in place before the member starts).
+    fsio.atomic_write_json(member / FAULT_FILE, {"step": f"checkpoint {lost}", "when": "before"})
+    proc = subprocess.Popen(
         [sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", *_member_args(ws)],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=1200,
+        env=dict(os.environ, **{PAUSE_ENV: "write_failed,failure_logged"}),
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "failing.log", "wb"),  # the child holds its own descriptor
     )
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    later = [e for e in _entries(ws) if e["seq"] > failed_seq]
-    start = next(e for e in later if e["kind"] == "start")
-    assert start["mode"] == "resume" and start["process_starts"] == at_failure["process_starts"] + 1, start
-    restored = next(e for e in later if e["kind"] == "restored")
-    assert Path(restored["checkpoint"]).name == Path(durable).name, restored
-    assert (
-        (restored["frame"], restored["epoch"])
-        == (saved["frame"], saved["epoch"])
-        == (
-            LOST_FRAME - FRAMES_PER_EPOCH,
-            LOST_FRAME // FRAMES_PER_EPOCH - 1,
-        )
-    )
-    final = json.loads((member / "record.json").read_text())
-    assert final["status"] == "finished" and final["frame"] == EPOCHS * FRAMES_PER_EPOCH, final
-    audit = subprocess.run(
-        [sys.executable, "-m", "async_pbt_isaaclab.cli", "audit", str(ws)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert audit.returncode == 0 and "audit: all entries verified" in audit.stdout, audit.stdout + audit.stderr
+    try:
+        # Held as the write fails, then once the failure is rolled back and logged: killed there, before its stop.
+        for point in ("write_failed", "failure_logged"):
+            marker = member / marker_name(point, proc.pid)
+            _held_at(proc, marker, tmp_path / "failing.log")
+            if point == "write_failed":
+                marker.unlink()
+                os.kill(proc.pid, signal.SIGCONT)
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(120) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    marker.unlink()
+    assert not (member / FAULT_FILE).exists() and not lost.exists()  # the fault was taken: nothing written
+    at_failure = json.loads((member / "state.json").read_text())
+    durable = at_failure["last_checkpoint"]
+    assert Path(durable).name == f"g0000_f{LOST_FRAME - FRAMES_PER_EPOCH:012d}.pth"  # rolled back before the kill
+    assert fsio.sha256_file(ws / durable) == at_failure["last_checkpoint_sha256"]
+    for entry in at_failure["history"] + at_failure["best"]:
+        assert entry.get("checkpoint") is None or (ws / entry["checkpoint"]).is_file(), entry
+    entries = _entries(ws)
+    (failed,) = [e for e in entries if e["kind"] == "publish_failed"]
+    assert failed["lost"] == [str(lost.relative_to(ws))] and failed["resume_checkpoint"] == durable
+    assert not [e for e in entries if e["kind"] == "stop"]  # killed before its stop
+    _resume_and_audit(tmp_path, ws, at_failure, entries[-1]["seq"], durable)

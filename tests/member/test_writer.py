@@ -211,3 +211,74 @@ def test_a_drain_after_a_signal_between_submit_and_the_threads_start_returns():
         threading.Thread.start = real_start
     writer.drain()  # the job never started: nothing to wait for, nothing raised
     assert ran == [] and not writer.busy()
+
+
+def test_a_thread_only_pause_point_holds_the_writer_until_released_or_drained(tmp_path, monkeypatch):
+    """``warning_busy`` (a test facility) holds the writer's thread only: the caller goes on, sees the job held, and
+    lets it go (as the training thread does at its own pause point); a drain lets a held job go by itself."""
+    from async_pbt_isaaclab.core.workspace import pause_points
+
+    monkeypatch.setattr(pause_points, "_ENABLED", frozenset({"warning_busy"}))
+    log = tmp_path / "log"
+    writer = BackgroundWriter()
+
+    def held_job() -> WriteJob:
+        return WriteJob(
+            "held",
+            [
+                ("a", lambda: append_line(log, "a")),
+                ("hold", PausePoint("warning_busy", tmp_path, thread_only=True)),
+                ("b", lambda: append_line(log, "b")),
+            ],
+        )
+
+    job = held_job()
+    writer.submit(job)
+    while not job.held:  # the writer reached the hold (an event of the job, not a time)
+        threading.Event().wait(0.001)
+    assert writer.busy() and lines(log) == ["a"]  # held: its later steps wait, the caller went on
+    job.released.set()
+    writer.drain()
+    assert lines(log) == ["a", "b"] and not job.held
+    job = held_job()
+    writer.submit(job)
+    writer.drain()  # never set by anyone else: the drain itself lets the job go on
+    assert lines(log) == ["a", "b", "a", "b"]
+    assert not list(tmp_path.glob("pause.*"))  # the thread hold writes no marker and stops no process
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["written", "failed"])
+def test_a_job_that_ran_holds_no_data_so_an_idle_writer_keeps_no_copy(tmp_path, fails):
+    """Memory holds the data of the job in flight only: once a job has run (or failed), nothing the writer keeps
+    refers to what its steps wrote (the checkpoint's bytes, in a publish)."""
+    import functools
+    import gc
+    import weakref
+
+    class Payload:
+        """Stands for a checkpoint's bytes (bytes cannot be weakly referenced)."""
+
+        def __init__(self) -> None:
+            self.data = b"x" * 1024
+
+    def write(payload: Payload) -> None:
+        if fails:
+            raise OSError(28, "No space left on device")
+        fsio.atomic_write_bytes(tmp_path / "checkpoint.pth", payload.data)
+
+    payload = Payload()
+    gone = weakref.ref(payload)
+    job = WriteJob("publish", [("checkpoint", functools.partial(write, payload))])
+    writer = BackgroundWriter()
+    writer.submit(job)
+    del payload
+    if fails:
+        with pytest.raises(BackgroundWriteError):
+            writer.drain()
+    else:
+        writer.drain()
+    gc.collect()
+    assert job.steps == [] and job.done == ([] if fails else ["checkpoint"])
+    # The job object may live on, its data does not (a failed step's traceback still refers to it until the error
+    # is dropped: the member stops on a failed publish).
+    assert (gone() is None) != fails

@@ -321,6 +321,17 @@ def test_a_warning_at_a_heartbeat_saves_the_state_only_once_the_publish_in_fligh
     verified(session)
 
 
+def train_until_the_write_fails(session, agent_cfg, observer) -> None:
+    """Train until the failed write stops training (``BackgroundWriteError``), then stop the member as its runner
+    does when training raised."""
+    try:
+        with pytest.raises(BackgroundWriteError):
+            train_agent(agent_cfg, [observer])
+        observer.finish("stopped")
+    finally:
+        session.close()
+
+
 def test_a_failed_decision_write_rolls_the_rng_back_and_is_logged_as_publish_failed(tmp_path, monkeypatch, capfd):
     session, agent_cfg = start(tmp_path, epochs=6)
     calls = Syscalls(monkeypatch, tmp_path / "ws")
@@ -335,13 +346,7 @@ def test_a_failed_decision_write_rolls_the_rng_back_and_is_logged_as_publish_fai
         return len(failed) == 2
 
     calls.fail_test = second_decision
-    observer = PbtObserver(session)
-    try:
-        with pytest.raises(BackgroundWriteError):
-            train_agent(agent_cfg, [observer])
-        observer.finish("stopped")
-    finally:
-        session.close()
+    train_until_the_write_fails(session, agent_cfg, PbtObserver(session))
     entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
     decisions = [e for e in entries if e["kind"] == "decision"]
     assert len(decisions) == 2  # the failed fsync came after the line was written: that decision is logged
@@ -359,6 +364,47 @@ def test_a_failed_decision_write_rolls_the_rng_back_and_is_logged_as_publish_fai
     assert shown["last_decision"].startswith("publish failed: member 1: publish at frame")
     assert "Input/output error" in shown["last_decision"]
     assert "publish failed, the member stops" in capfd.readouterr().err
+    verified(session)
+
+
+def test_a_failed_publish_that_carries_an_exploit_rolls_back_the_rng_and_the_decision_list(
+    tmp_path, monkeypatch, publish_donor
+):
+    """The decision at the failed publish exploits (it drew from the member's RNG); the publish's checkpoint write
+    fails, so the decision never reaches the audit log: the RNG and the decisions the records name are put back."""
+    from async_pbt_isaaclab.member.publishing import Publishing
+
+    session, agent_cfg = start(tmp_path, epochs=6, interval_steps=2 * FRAMES_PER_EPOCH, heartbeat_interval_s=3600.0)
+    publish_donor(session.ws.root, frame=2 * FRAMES_PER_EPOCH, model={"w": torch.arange(16, dtype=torch.float32)})
+    calls = Syscalls(monkeypatch, tmp_path / "ws")
+    handed: list[tuple[dict, object, list]] = []
+    publish = Publishing.publish
+
+    def noting_what_is_handed(self, files):
+        # What the records name once the publish is committed: its decision is the last one.
+        handed.append((files.decision, files.undo.rng_state, list(self.publication.decisions)))
+        return publish(self, files)
+
+    monkeypatch.setattr(Publishing, "publish", noting_what_is_handed)
+    failing = f"f{2 * FRAMES_PER_EPOCH:012d}.pth{fsio.TEMP_MARKER}"
+    calls.fail_test = lambda path: failing in path  # the first publish (the one with the exploit) fails
+    observer = PbtObserver(session, exit_on_restart=True)
+    train_until_the_write_fails(session, agent_cfg, observer)
+    (decision, rng_before, decisions_named), *_ = handed
+    assert decision["decision"]["outcome"] == "exploit" and decision["decision"]["donor"] == 0
+    assert [d.outcome.value for d in decisions_named] == ["exploit"]  # named while the publish was in flight
+    assert decision["rng_after"] != decision["rng_before"] == rng_before  # the exploit moved the RNG
+    entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
+    assert not [e for e in entries if e["kind"] == "decision"]  # never logged: its checkpoint failed first
+    state = json.loads((session.dir / "state.json").read_text())
+    assert state["rng_state"] == rng_before  # the RNG as before the decision that was never logged
+    assert observer.publisher.decisions == []  # the records name no decision now
+    record = json.loads((session.dir / "record.json").read_text())
+    assert record["status"] == "stopped" and "exploit" not in record["last_decision"]
+    assert record["last_decision"].startswith("publish failed")
+    (failure,) = [e for e in entries if e["kind"] == "publish_failed"]
+    assert failure["lost"] == [f"members/001/checkpoints/g0000_f{2 * FRAMES_PER_EPOCH:012d}.pth"]
+    assert entries[-1]["kind"] == "stop" and "exploit" not in json.dumps(entries[-1])
     verified(session)
 
 
@@ -412,4 +458,42 @@ def test_heartbeats_flow_and_a_slow_write_is_said_while_the_writer_is_held(tmp_p
     entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
     assert any("training goes on" in e.get("message", "") for e in entries)
     assert "training goes on" in capfd.readouterr().err
+    verified(session)
+
+
+def test_repeated_record_write_failures_are_counted_in_the_record_and_status_and_said_at_1_and_10(
+    tmp_path, monkeypatch, capfd
+):
+    """``record.json`` cannot be written for a while (its fsync fails 11 times): training goes on; the log and the
+    audit log say it at the 1st and the 10th failure only; the first record written again carries the count, and
+    ``async-pbt status`` shows it."""
+    from async_pbt_isaaclab.commands.status_view import _member_row
+    from async_pbt_isaaclab.commands.workspace_views import status_data
+
+    session, agent_cfg = start(tmp_path, epochs=14)
+    calls = Syscalls(monkeypatch, tmp_path / "ws")
+    failed: list[str] = []
+
+    def first_eleven_records(path):
+        if f"/001/.record.json{fsio.TEMP_MARKER}" not in path or len(failed) == 11:
+            return False
+        failed.append(path)
+        return True
+
+    calls.fail_test = first_eleven_records
+    observer = PbtObserver(session)
+    try:
+        train_agent(agent_cfg, [observer])
+    finally:
+        session.close()
+    assert len(failed) == 11
+    record = json.loads((session.dir / "record.json").read_text())
+    assert record["record_write_failures"] == 11
+    said = [line for line in capfd.readouterr().err.splitlines() if "cannot write" in line]
+    assert len(said) == 2 and "(1 failed record write so far)" in said[0] and "(10 failed" in said[1], said
+    entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
+    assert len([e for e in entries if "failed record write" in e.get("message", "")]) == 2
+    (shown,) = [m for m in status_data(session.ws, time.time(), 60.0)["members"] if m.get("member") == 1]
+    assert shown["record_write_failures"] == 11
+    assert f"{record['status']} (11 record writes failed)" in _member_row(shown)
     verified(session)

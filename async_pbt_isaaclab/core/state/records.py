@@ -186,11 +186,15 @@ class MemberRecord:
     live_learning_rate: float | None = None
     """The learning rate the member trains with now, searched or not (an explore continues from the rate of the
     record it was decided on); ``None`` in records written before it was published."""
+    record_write_failures: int = 0
+    """Writes of ``record.json`` that failed in the member's process so far (the first one written again says how
+    many: ``async-pbt status`` shows it); 0, and not in the file, while none has."""
     schema_version: int = SCHEMA_VERSION
     """Layout version of this record."""
 
     def to_dict(self) -> dict[str, Any]:
         """The record as the JSON object ``record.json`` holds."""
+        failures = {"record_write_failures": self.record_write_failures} if self.record_write_failures else {}
         return _with_rate(
             self.live_learning_rate,
             {
@@ -214,6 +218,7 @@ class MemberRecord:
                 "pid": self.pid,
                 "history": [e.to_dict() for e in self.history],
                 "origin_sha256": self.origin_sha256,
+                **failures,
             },
         )
 
@@ -246,8 +251,8 @@ class MemberRecord:
         if sha is not None and not _SHA256_HEX.fullmatch(sha):
             raise RecordError(f"{where}.checkpoint_sha256: not a sha256 hex digest: {sha!r}")
         ints: dict[str, Any] = {}
-        for key in ("member", "generation", "frame", "generation_start_frame", "restarts"):
-            v = get(key, int)
+        for key in ("member", "generation", "frame", "generation_start_frame", "restarts", "record_write_failures"):
+            v = get(key, int, optional=key == "record_write_failures") or 0
             if v < 0:
                 raise RecordError(f"{where}.{key}: must be >= 0, got {v}")
             ints[key] = v

@@ -8,24 +8,53 @@ and stops itself with SIGSTOP. Whoever set the variable (``scripts/reliability/c
 the process, certainly inside the window, or removes the marker and sends SIGCONT. Unset (always, outside
 such tests) a point costs one test of an empty set.
 
+Two points hold more than the one process stop:
+
+* ``warning_busy`` holds only the background writer's thread (once its publish's checkpoint is fsynced) and lets
+  training go on, until the training thread logs its slow-write warning with that publish in flight; there the
+  process stops itself as at any point. The writer is let go once the process goes on, or when the training
+  thread waits for it (a drain comes first: nothing is held then).
+* ``write_failed`` makes a step of a publish fail with EIO when the watcher has planted ``fault.json`` in the
+  member folder (``{"step": ..., "when": "before" | "after"}``: the first step whose label starts with ``step``
+  fails before it writes anything, or after it wrote; the file is consumed), and stops the process as the
+  failure is raised, before the member rolls anything back.
+
 Never set the variable for a population nobody watches: a paused member waits for SIGCONT forever.
 """
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import signal
+import threading
 from pathlib import Path
+from typing import Any, Callable
 
 from async_pbt_isaaclab.core.workspace import fsio
 
 PAUSE_ENV = "ASYNC_PBT_TEST_PAUSE_AT"
 """Environment variable naming the pause points to hold at (comma-separated); unset in production."""
 
-PAUSE_POINTS = ("inprocess_pending", "inprocess_applied", "inprocess_saved", "background_write")
+PAUSE_POINTS = (
+    "inprocess_pending",
+    "inprocess_applied",
+    "inprocess_saved",
+    "background_write",
+    "warning_busy",
+    "write_failed",
+    "failure_logged",
+)
 """Every pause point, named after the chaos window it holds the member in (``scripts/reliability/chaos_windows``).
 ``background_write`` is inside a publish on the background writer's thread (``member/writer.py``), once the
-checkpoint is fsynced and before the best list, retention, decision, state and record follow it."""
+checkpoint is fsynced and before the best list, retention, decision, state and record follow it;
+``warning_busy`` and ``write_failed`` are described in the module docstring; ``failure_logged`` is where a
+failed publish has been rolled back and logged (``publish_failed``, the state saved) and the member is about to
+stop."""
+
+FAULT_FILE = "fault.json"
+"""The file the watcher plants in a member folder to make one step of a publish fail (``write_failed``)."""
 
 MARKER_PREFIX = "pause."
 """Marker files in the member folder start with this (``pause.<point>.<pid>.json``)."""
@@ -56,3 +85,41 @@ def pause_at(point: str, member_dir: Path) -> None:
     pid = os.getpid()
     fsio.atomic_write_json(member_dir / marker_name(point, pid), {"point": point, "pid": pid})
     os.kill(pid, signal.SIGSTOP)
+
+
+def hold_thread(point: str, released: threading.Event) -> bool:
+    """Hold the calling thread (not the process) until ``released`` is set, when ``point`` is enabled; returns
+    whether it held."""
+    if point not in _ENABLED:
+        return False
+    released.wait()
+    return True
+
+
+def faulty(member_dir: Path, label: str, action: Callable[[], Any]) -> Callable[[], Any]:
+    """``action``, failing as a planted ``fault.json`` says when ``write_failed`` is enabled (module docstring)."""
+    if "write_failed" not in _ENABLED:
+        return action
+
+    def step() -> Any:
+        when = _take_fault(member_dir, label)
+        result = action() if when != "before" else None
+        if when is not None:
+            pause_at("write_failed", member_dir)
+            raise OSError(errno.EIO, f"Input/output error (injected {when} writing {label} through {PAUSE_ENV})")
+        return result
+
+    return step
+
+
+def _take_fault(member_dir: Path, label: str) -> str | None:
+    """The planted fault's ``when`` if it names the step ``label`` (the plant is consumed then), else None."""
+    path = member_dir / FAULT_FILE
+    try:
+        plan = json.loads(fsio.read_bytes_nofollow(path))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(plan, dict) or not label.startswith(str(plan.get("step"))):
+        return None
+    path.unlink(missing_ok=True)
+    return "before" if plan.get("when") == "before" else "after"
