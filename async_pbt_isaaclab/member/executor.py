@@ -142,20 +142,14 @@ class MemberExecutor:
             pass
 
     def write_record(self, record: Any) -> None:
-        """Publish ``record`` as ``record.json``. A failed write is counted (the next record written carries the
-        count, which ``async-pbt status`` shows) and said on the log and in the audit log at the 1st, 10th, 100th...
-        failure, not at each one; training goes on."""
+        """Publish ``record`` as ``record.json``; a failed write is counted (`Publication.record_write_failed`)."""
         try:
             fsio.atomic_write_json(self.session.dir / "record.json", record.to_dict())
             self.publishing.record_on_disk = record
         except OSError as exc:
             # A full or unwritable shared disk must not kill training; peers will see us as stale.
-            self.publication.record_write_failures = count = self.publication.record_write_failures + 1
-            if str(count).strip("0") == "1":  # 1, 10, 100, ...: every failure counted, the log not flooded
-                message = (
-                    f"cannot write {self.session.dir / 'record.json'}: {exc} ({count} failed record "
-                    f"write{'s' if count > 1 else ''} so far); training continues"
-                )
+            message = self.publication.record_write_failed(f"cannot write {self.session.dir / 'record.json'}: {exc}")
+            if message:
                 print(f"[async-pbt] member {self.session.member}: WARNING: {message}", file=sys.stderr, flush=True)
                 try:  # no state save here: this may run on the writer's thread; the next save anchors it
                     self.session.audit.append("warning", {"message": message})

@@ -133,6 +133,14 @@ class Publication:
         """True the first time a warning of ``key`` is given (a failed record write, say)."""
         return self._first(key)
 
+    def record_write_failed(self, error: str) -> str:
+        """Count a failed write of ``record.json``; the warning to give, or "" (said at the 1st, 10th, 100th...
+        failure: every failure counted, the log not flooded)."""
+        self.record_write_failures = count = self.record_write_failures + 1
+        if str(count).strip("0") != "1":
+            return ""
+        return f"{error} ({count} failed record write{'s' if count > 1 else ''} so far); training continues"
+
     def publishable(self) -> bool:
         """The window is settled evidence of the current generation with at least ``min_episodes`` episodes."""
         return self.window.settled and len(self.window) >= self.cfg.min_episodes
