@@ -19,7 +19,7 @@ a list, each read at the episode's final step, or ``{key: "sum" | "last" | "max"
 an env's info makes that episode's term NaN, which the evidence window counts and drops); every other
 key goes to ``gymnasium.make``.
 
-**The summary-source contract** (:mod:`async_pbt_isaaclab.envs.summary_source`, shared with the Isaac
+**The summary-source contract** (:mod:`async_pbt_isaaclab.member.summary_source`, shared with the Isaac
 Lab wrapper): the vec-env carries ``pbt_summary_source`` with ``drain()`` and ``start_generation(g)``.
 The per-step ``infos`` stay what rl_games and its observers expect (``time_outs``; ``episode`` on
 steps where episodes ended), and carry no emitter.
@@ -45,7 +45,7 @@ from gymnasium.vector import SyncVectorEnv
 from async_pbt_isaaclab.core.state.evidence import ConditionLabel
 from async_pbt_isaaclab.envs.env_parameters import DISTANCE_TERM, EpisodeDistance, built_value
 from async_pbt_isaaclab.envs.summary_emitter import EpisodeSummaryEmitter
-from async_pbt_isaaclab.envs.summary_source import SUMMARY_SOURCE_ATTR, find_summary_source
+from async_pbt_isaaclab.member.summary_source import SUMMARY_SOURCE_ATTR, find_summary_source
 
 try:  # rl_games is needed only by rl_games members; rsl_rl members step this env through rsl_rl/vec_env.py
     from rl_games.common.ivecenv import IVecEnv

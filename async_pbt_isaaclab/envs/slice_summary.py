@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import torch
 
 from async_pbt_isaaclab.envs.summary_emitter import EpisodeSummaryEmitter
-from async_pbt_isaaclab.envs.summary_source import SUMMARY_SOURCE_ATTR, find_summary_source
+from async_pbt_isaaclab.member.summary_source import SUMMARY_SOURCE_ATTR, find_summary_source
 
 
 class SlicedSummarySource:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 from async_pbt_isaaclab.core.state.evidence import EpisodeBatch
 
 if TYPE_CHECKING:
-    from async_pbt_isaaclab.envs.summary_source import SummarySource
+    from async_pbt_isaaclab.member.summary_source import SummarySource
     from async_pbt_isaaclab.member.trainer import Trainer
 
 

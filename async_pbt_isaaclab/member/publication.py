@@ -26,7 +26,7 @@ from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
 from async_pbt_isaaclab.core.workspace.retention import update_best
 
 if TYPE_CHECKING:
-    from async_pbt_isaaclab.envs.summary_source import SummarySource
+    from async_pbt_isaaclab.member.summary_source import SummarySource
 
 
 class Publication:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
 from async_pbt_isaaclab.core.decision.plan_inputs import TrainerAbilities, TrainerCounters
 
 if TYPE_CHECKING:
-    from async_pbt_isaaclab.envs.summary_source import SummarySource
+    from async_pbt_isaaclab.member.summary_source import SummarySource
 
 __all__ = ["Trainer", "TrainerAbilities", "TrainerCounters", "UnreadableCheckpoint"]
 

@@ -28,7 +28,6 @@ from typing import Any
 
 from rl_games.common.algo_observer import AlgoObserver
 
-from async_pbt_isaaclab.envs.summary_source import SummarySource, find_summary_source
 from async_pbt_isaaclab.member.donors import KeptStates
 from async_pbt_isaaclab.member.env_values import with_env_values
 from async_pbt_isaaclab.member.executor import MemberExecutor
@@ -36,6 +35,7 @@ from async_pbt_isaaclab.member.group import GatheredSummarySource, GroupLeader
 from async_pbt_isaaclab.member.loop import Member, MemberLoop
 from async_pbt_isaaclab.member.publication import Publication
 from async_pbt_isaaclab.member.session import MemberSession
+from async_pbt_isaaclab.member.summary_source import SummarySource, find_summary_source
 from async_pbt_isaaclab.rl_games.group import GroupTrainer, TorchRankGroup, in_group, on_epoch_start
 from async_pbt_isaaclab.rl_games.trainer import RlGamesTrainer, SliceTrainer, weights_finite
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.envs.summary_source import SummarySource
+from async_pbt_isaaclab.member.summary_source import SummarySource
 
 if TYPE_CHECKING:
     from async_pbt_isaaclab.rl_games.observer import PbtObserver

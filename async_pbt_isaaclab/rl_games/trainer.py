@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from async_pbt_isaaclab.core.decision.mutation import isaaclab_key
 from async_pbt_isaaclab.core.decision.plan_inputs import TrainerAbilities, TrainerCounters
-from async_pbt_isaaclab.envs.summary_source import SummarySource, find_summary_source
+from async_pbt_isaaclab.member.summary_source import SummarySource, find_summary_source
 from async_pbt_isaaclab.rl_games.checkpoint import PBT_KEY, checkpoint_bytes, load_checkpoint, with_pbt_metadata
 from async_pbt_isaaclab.rl_games.inheritance import build_recipient_state, check_donor_fits, model_fingerprint
 from async_pbt_isaaclab.rl_games.live import (

@@ -12,8 +12,8 @@ from typing import Any, Sequence
 from rl_games.common.algo_observer import IsaacAlgoObserver
 from rl_games.torch_runner import Runner
 
-from async_pbt_isaaclab.envs.summary_source import SummarySource
 from async_pbt_isaaclab.member.run_to_end import train_to_end
+from async_pbt_isaaclab.member.summary_source import SummarySource
 from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
 from async_pbt_isaaclab.rl_games.group import RankFollower
 from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver

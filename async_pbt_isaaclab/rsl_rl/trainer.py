@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping, Protocol
 
 from async_pbt_isaaclab import checkpoint_io
-from async_pbt_isaaclab.envs.summary_source import SummarySource, find_summary_source
+from async_pbt_isaaclab.member.summary_source import SummarySource, find_summary_source
 from async_pbt_isaaclab.member.trainer import TrainerAbilities, TrainerCounters
 from async_pbt_isaaclab.rsl_rl.config import config_key
 from async_pbt_isaaclab.rsl_rl.layout import COUNTERS_KEY, LAYOUTS, optimizer_learning_rate

@@ -38,7 +38,7 @@ class RslRlGymVecEnv(VecEnv):
         self.episode_length_buf = torch.zeros(self.num_envs, dtype=torch.long)
         self.cfg = {"env_id": env_id, "num_envs": self.num_envs, "kwargs": dict(gym_vec_env_kwargs)}
         self.pbt_summary_source = self.gym.pbt_summary_source
-        """The member's completed-episode evidence (``envs/summary_source.py``)."""
+        """The member's completed-episode evidence (``member/summary_source.py``)."""
         self._obs = self._observations(self.gym.reset())
 
     def _observations(self, obs: np.ndarray) -> TensorDict:

@@ -159,7 +159,7 @@ def wrapper_chain() -> None:
     from async_pbt_isaaclab.envs.isaaclab import IsaacLabHooks, register_rl_games_env
     from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
     from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
-    from async_pbt_isaaclab.envs.summary_source import find_summary_source
+    from async_pbt_isaaclab.member.summary_source import find_summary_source
 
     cfg = reach_task.ReachDirectEnvCfg()
     cfg.scene.num_envs = 16
@@ -208,7 +208,7 @@ def multi_agent() -> None:
     from async_pbt_isaaclab.envs.isaaclab import api as isaaclab_api
     from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
     from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
-    from async_pbt_isaaclab.envs.summary_source import find_summary_source
+    from async_pbt_isaaclab.member.summary_source import find_summary_source
 
     single = gym.make(reach_task.TASK_ID, cfg=reach_task.ReachDirectEnvCfg())
     untouched = isaaclab_api.convert_multi_agent(single) is single

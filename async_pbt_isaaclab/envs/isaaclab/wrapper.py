@@ -18,7 +18,7 @@ Where the wrapper sits (the standard Isaac Lab RL-Games chain, one layer added):
 ``RlGamesVecEnvWrapper`` only requires ``isinstance(env.unwrapped, ManagerBasedRLEnv | DirectRLEnv)`` and calls
 ``env.step/reset/close/render_mode`` on the env it is given, so a :class:`gymnasium.Wrapper` is accepted there.
 The PBT observer finds the summary source with
-:func:`async_pbt_isaaclab.envs.summary_source.find_summary_source`, which walks ``vec_env -> env -> env ...``.
+:func:`async_pbt_isaaclab.member.summary_source.find_summary_source`, which walks ``vec_env -> env -> env ...``.
 
 Contract of :class:`PbtIsaacLabEnv` (what it needs from the wrapped env, as ``ManagerBasedRLEnv.step`` and
 ``DirectRLEnv.step`` provide it):

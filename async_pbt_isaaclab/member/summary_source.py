@@ -12,7 +12,8 @@ A source that also has ``set_settle_max_steps`` (a :class:`SettlingSummarySource
 ``settle_max_steps`` from the observer.
 
 The observer finds it with :func:`find_summary_source` and never needs to know which env layer it
-runs on. This module imports nothing heavy so both env layers and the observer can share it.
+runs on. It lives in the member layer, which consumes it; the env layers above implement it. It imports nothing
+heavy, so every env layer and trainer adapter can share it.
 """
 
 from __future__ import annotations
