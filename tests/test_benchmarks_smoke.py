@@ -92,9 +92,59 @@ def _load_study():
     return sys.modules[name]
 
 
+def _first_entry(path):
+    """The first audit entry after the member's RNG was set up: its diverse start (or its start, without one)."""
+    import json
+
+    entries = [json.loads(line) for line in path.read_text().splitlines()]
+    return next(e for e in entries if e["kind"] in ("initial_draw", "start"))
+
+
+def test_population_vs_independent_refuses_a_used_folder(tmp_path, capsys):
+    study = _load_study()
+    (tmp_path / "old.txt").write_text("x")
+    assert study.main(["--smoke", "--out", str(tmp_path)]) == 2
+    assert "exists and is not empty" in capsys.readouterr().err
+
+
+# The exploit-latency benchmark's smoke run is in tests/integration/test_exploit_paths.py: the same run also
+# shows that both exploit paths build the same agent.
+
+
+MUJOCO_CASES = sorted(c for c in _load_study().CASES if c.startswith(("halfcheetah_", "hopper_")))
+
+
+@pytest.mark.parametrize("case", MUJOCO_CASES)
+def test_every_mujoco_case_builds_a_population_config(case, tmp_path):
+    """Each MuJoCo case's start values land in the study's own yaml, and that yaml with the case's mutation specs is
+    a population config the members accept (what the smoke below trains, without the training)."""
+    from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
+
+    study = _load_study()
+    spec = study.CASES[case]
+    args = study.resolve(study.build_parser().parse_args(["--case", case, "--smoke", "--out", str(tmp_path)]))
+    study.write_case_yaml(args, tmp_path)
+    raw = load_yaml(args.agent_yaml)
+    config = raw["params"]["config"]
+    for item in spec.set_values:
+        key, value = item.split("=", 1)
+        assert str(config[key]) == value or config[key] == float(value), (item, config[key])
+    pbt = [f"agent.pbt.{k}" for k in ("enabled=true", "num_policies=2", f"workspace={tmp_path / 'ws'}")]
+    _, cfg = load_population_config(raw, [*pbt, *study.agent_overrides(args)])
+    assert sorted(cfg.mutation) == sorted(item.split("=", 1)[0] for item in spec.mutate)
+
+
+TRAINED_CASE = "gamma"
+"""The one case the smoke below trains (the study's default, on Pendulum, the cheapest task): every case runs the same
+study code; what differs, the task, start values and mutation specs, every MuJoCo case has checked without training
+above (the HalfCheetah member itself trains in tests/integration/test_mujoco_member.py, a Hopper population in
+tests/integration/test_env_value_search.py)."""
+
+
 @pytest.mark.slow
 def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, capsys):
-    """``--smoke``: real members under the launcher in both arms, held-out evaluation, table, JSON, plot.
+    """``--case gamma --smoke``: real members under the launcher in the three arms train the case's task from the
+    case's start (the study's own copy of the yaml), held-out evaluation on the same env, table, JSON, plot.
 
     Checks that the outputs exist and agree with each other; the study's goal is not asserted (a smoke run
     is far too short for any arm to learn).
@@ -103,14 +153,19 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
     import math
     import statistics
 
+    from async_pbt_isaaclab.core.agent_config import load_yaml
+
     study = _load_study()
+    spec = study.CASES[TRAINED_CASE]
     out = tmp_path / "study"
-    assert study.main(["--smoke", "--out", str(out), "--target", "-1300"]) == 0
+    assert study.main(["--case", TRAINED_CASE, "--smoke", "--out", str(out), "--target", "-1300"]) == 0
     printed = capsys.readouterr().out
     results = json.loads((out / "results.json").read_text())
     assert (out / "population_vs_independent.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert results["settings"]["task"] == spec.task and results["settings"]["set_values"] == list(spec.set_values)
+    assert results["frames_per_member"] == 12288
     points = results["eval_points"]
-    assert points == [4096, 8192, 12288] and results["frames_per_member"] == 12288
+    assert points == [4096, 8192, 12288]
     (run,) = results["seeds"].values()
     assert run["launcher_exit"] == {"population": 0, "sweep": 0, "independent": 0}
     for arm in ("population", "sweep", "independent"):
@@ -122,25 +177,30 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
                 p["checkpoint"] and math.isfinite(p["report"]) and math.isfinite(p["selection"])
                 for p in member["points"]
             )
-            assert all(-16.3 * 200 <= p["report"] <= 0 for p in member["points"])
+            assert all(-16.3 * 200 <= p["report"] <= 0 for p in member["points"])  # Pendulum's reward range
     # Selection really was off in the independent and sweep arms, and only there.
     for arm in ("independent", "sweep"):
         assert all(m["exploits"] == 0 and m["generation"] == 0 for m in run[arm]["members"].values())
-    # The sweep started where the population did (its generation-0 draw: the same values per member), the
-    # independent runs at the case's start.
+    # The case's start is the study's own yaml (a value typed on a member's command line would be kept out of the
+    # diverse start), which every arm trains; the independent runs start there, the sweep where the population did
+    # (its generation-0 draw: the same values per member).
+    config = load_yaml(results["settings"]["agent_yaml"])["params"]["config"]
+    for item in spec.set_values:
+        key, value = item.split("=", 1)
+        assert str(config[key]) == value or config[key] == float(value), (item, config[key])
     ws = out / "seed0"
     for m in ("000", "001"):
         draws = [_first_entry(ws / arm / "members" / m / "audit.jsonl") for arm in ("population", "sweep")]
         assert draws[0]["new_hyperparameters"] == draws[1]["new_hyperparameters"]
     member1 = _first_entry(ws / "independent" / "members" / "001" / "audit.jsonl")
-    assert member1["kind"] == "start" and member1["hyperparameters"]["gamma"] == 0.8
+    assert member1["kind"] == "start" and member1["hyperparameters"]["gamma"] == pytest.approx(config["gamma"])
     # Against the sweep: the best sweep run picked on selection episodes, as the population's member is.
     sweep = run["against_sweep"]
     for k, value in enumerate(sweep["curve"]):
         rows = [m["points"][k] for m in run["sweep"]["members"].values()]
         assert value == max(rows, key=lambda r: r["selection"])["report"]
     assert sweep["final"]["population"] == run["final"]["population"]
-    assert "against the sweep" in printed
+    assert "against the sweep" in printed and "case goal" in printed
     # The population's curve is the report return of its member with the best selection return.
     for k, value in enumerate(run["curves"]["population"]):
         rows = [m["points"][k] for m in run["population"]["members"].values()]
@@ -173,7 +233,7 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
         assert cell["population"] == (reached[0] if reached else None)
 
     # --reanalyze: the same evaluated checkpoints against another target, no training.
-    assert study.main(["--out", str(out), "--reanalyze", "--target", "0", "--sweep", "-5000"]) == 0
+    assert study.main(["--out", str(out), "--reanalyze", "--target", "1e9", "--sweep", "-5000"]) == 0
     printed = capsys.readouterr().out
     assert "ratio population / median independent (frames per member): median n/a; per seed: n/a" in printed
     assert re.search(
@@ -181,88 +241,7 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
         r"ratio 1.00",
         printed,
     ), printed
-    assert (out / "population_vs_independent_target0.png").is_file()
-
-
-def _first_entry(path):
-    """The first audit entry after the member's RNG was set up: its diverse start (or its start, without one)."""
-    import json
-
-    entries = [json.loads(line) for line in path.read_text().splitlines()]
-    return next(e for e in entries if e["kind"] in ("initial_draw", "start"))
-
-
-def test_population_vs_independent_refuses_a_used_folder(tmp_path, capsys):
-    study = _load_study()
-    (tmp_path / "old.txt").write_text("x")
-    assert study.main(["--smoke", "--out", str(tmp_path)]) == 2
-    assert "exists and is not empty" in capsys.readouterr().err
-
-
-# The exploit-latency benchmark's smoke run is in tests/integration/test_exploit_paths.py: the same run also
-# shows that both exploit paths build the same agent.
-
-
-MUJOCO_CASES = sorted(c for c in _load_study().CASES if c.startswith(("halfcheetah_", "hopper_")))
-TRAINED_CASES = ("hopper_many",)
-"""One MuJoCo case trains its three arms in the smoke below: every case runs the same study code, on HalfCheetah or
-Hopper; what differs, the task, start values and mutation specs, every case has checked without training above (the
-HalfCheetah member itself trains in tests/integration/test_mujoco_member.py, a Hopper population in
-tests/integration/test_env_value_search.py)."""
-
-
-@pytest.mark.parametrize("case", MUJOCO_CASES)
-def test_every_mujoco_case_builds_a_population_config(case, tmp_path):
-    """Each MuJoCo case's start values land in the study's own yaml, and that yaml with the case's mutation specs is
-    a population config the members accept (what the smoke below trains, without the training)."""
-    from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
-
-    study = _load_study()
-    spec = study.CASES[case]
-    args = study.resolve(study.build_parser().parse_args(["--case", case, "--smoke", "--out", str(tmp_path)]))
-    study.write_case_yaml(args, tmp_path)
-    raw = load_yaml(args.agent_yaml)
-    config = raw["params"]["config"]
-    for item in spec.set_values:
-        key, value = item.split("=", 1)
-        assert str(config[key]) == value or config[key] == float(value), (item, config[key])
-    pbt = [f"agent.pbt.{k}" for k in ("enabled=true", "num_policies=2", f"workspace={tmp_path / 'ws'}")]
-    _, cfg = load_population_config(raw, [*pbt, *study.agent_overrides(args)])
-    assert sorted(cfg.mutation) == sorted(item.split("=", 1)[0] for item in spec.mutate)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("case", TRAINED_CASES)
-def test_population_vs_independent_mujoco_case_smoke(case, tmp_path, capsys):
-    """``--case <mujoco case> --smoke``: both arms train the case's task (rl_games' tuned yaml, shrunk rollout) with
-    the case's start, the held-out evaluation plays the same env, and the figures come out."""
-    import json
-    import math
-
-    study = _load_study()
-    spec = study.CASES[case]
-    out = tmp_path / "study"
-    assert study.main(["--case", case, "--smoke", "--out", str(out)]) == 0
-    results = json.loads((out / "results.json").read_text())
-    assert results["settings"]["task"] == spec.task
-    assert results["settings"]["set_values"] == list(spec.set_values)
-    # The smoke's rollout: 4 actors x 64 steps, from the study's own copy of the yaml, for training and evaluation.
-    assert results["frames_per_epoch"] == 256 and results["frames_per_member"] == 12288
-    (run,) = results["seeds"].values()
-    assert run["launcher_exit"] == {"population": 0, "sweep": 0, "independent": 0}
-    for arm in ("population", "sweep", "independent"):
-        for member in run[arm]["members"].values():
-            assert all(p["checkpoint"] and math.isfinite(p["report"]) for p in member["points"])
-    assert all(m["exploits"] == 0 for m in run["independent"]["members"].values())
-    # The case's start is the study's own yaml (a value typed on a member's command line would be kept out of the
-    # diverse start), which every arm trains.
-    from async_pbt_isaaclab.core.agent_config import load_yaml
-
-    config = load_yaml(results["settings"]["agent_yaml"])["params"]["config"]
-    for item in spec.set_values:
-        key, value = item.split("=", 1)
-        assert str(config[key]) == value or config[key] == float(value), (item, config[key])
-    assert "case goal" in capsys.readouterr().out
+    assert (out / "population_vs_independent_target1e+09.png").is_file()
 
 
 def test_action_step_benchmark_reports_every_variant():
