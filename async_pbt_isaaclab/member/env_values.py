@@ -16,7 +16,6 @@ key, a resume whose command line lacks the override) restarts the process with t
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import Any, Mapping, Protocol, runtime_checkable
 
 from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
@@ -139,11 +138,7 @@ def rebuild(session: Any, overrides: Mapping[str, Any], exit_on_restart: bool) -
     argv = process.restart_argv(session.argv, None, overrides)
     names = ", ".join(f"{k}={v!r}" for k, v in sorted(overrides.items()))
     print(f"[async-pbt] member {session.member}: the env is rebuilt with its own values ({names})", flush=True)
-    if exit_on_restart:
-        raise SystemExit(f"restart requested: {argv}")
-    session.close()
-    process.replace_process(argv, session.cfg.launcher_prefix)
-    sys.exit(0)  # not reached: replace_process does not return
+    process.restart_member(session, argv, exit_on_restart)
 
 
 __all__ = [

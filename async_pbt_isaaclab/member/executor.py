@@ -276,10 +276,7 @@ class MemberExecutor:
             # pending exploit, which the next start applies.
             raise KeyboardInterrupt(f"signal {held.requested} during an exploit restart")
         self.trainer.before_restart()
-        if self.exit_on_restart:
-            raise SystemExit(f"restart requested: {argv}")
-        self.session.close()
-        process.replace_process(argv, self.cfg.launcher_prefix)
+        process.restart_member(self.session, argv, self.exit_on_restart)
 
     def load_in_process(self, pending: PendingExploit, recipient: dict[str, Any]) -> None:
         """The exploit without a reboot: the recipient state goes into the running trainer, the environment keeps

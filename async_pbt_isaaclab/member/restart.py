@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NoReturn, Sequence
 
 ENV_OVERRIDE_PREFIX = "env."
 """Hydra's prefix of an Isaac Lab env config override (the entry scripts' ``env.*`` arguments)."""
@@ -97,6 +97,17 @@ def exec_command(argv: Sequence[str], launcher_prefix: Sequence[str] = ()) -> tu
         program = shutil.which(launcher_prefix[0]) or launcher_prefix[0]
         return program, [*launcher_prefix, *argv[1:]]
     return sys.executable, [sys.executable, *argv[1:]]
+
+
+def restart_member(session: Any, argv: Sequence[str], exit_on_restart: bool) -> NoReturn:
+    """End this member's process so that ``argv`` starts it again: the session closed (its lock, writer and logs),
+    then the process image replaced. With ``exit_on_restart`` (in-process tests of the restart path) it raises
+    ``SystemExit`` naming ``argv`` instead, before anything is closed."""
+    if exit_on_restart:
+        raise SystemExit(f"restart requested: {list(argv)}")
+    session.close()
+    replace_process(argv, session.cfg.launcher_prefix)
+    sys.exit(0)  # not reached: replace_process does not return
 
 
 def replace_process(argv: Sequence[str], launcher_prefix: Sequence[str] = ()) -> None:
