@@ -35,6 +35,16 @@ FREQUENT_WINDOWS = (
     "random",
 )
 """Windows that open at any time; the others need an exploit decision."""
+EXPLOIT_SEQUENCE = (
+    "exploit_decided",
+    "donor_copy",
+    "restart_pending",
+    "inprocess_pending",
+    "inprocess_applied",
+    "inprocess_saved",
+    "inprocess_done",
+)
+"""The windows of one exploit in the order they open (a run wants the restart path's or the in-process path's)."""
 
 
 @dataclass
@@ -205,7 +215,7 @@ class Driver:
         the window was due when its opportunity was prepared (a planted fault), it need not be due again."""
         if aimed:
             self.opportunities[window] += 1
-        due = not paced or self.frequent_window_due(window)
+        due = (not paced or self.frequent_window_due(window)) and self.exploit_window_due(window)
         if self.quota.get(window, 0) <= 0 or not due or not self.eligible(member):
             return False
         # Exploit windows are rare (one per exploit): always aim at those; the frequent ones at --aim-probability.
@@ -268,6 +278,24 @@ class Driver:
 
         rare = progress(tuple(w for w in self.wanted if w not in FREQUENT_WINDOWS))
         return rare >= 1.0 or progress(FREQUENT_WINDOWS) < rare
+
+    def exploit_window_due(self, window: str) -> bool:
+        """An exploit's windows open one after another, so a kill in an earlier one ends the exploit before the later
+        ones open: aimed at every time, the decision would take every exploit's kill. An earlier window takes a kill
+        only while it is not ahead of a later one that still wants kills; a later window this run's path never opens
+        (one after it opened and it did not, e.g. no donor copy for a donor in memory) holds nothing back."""
+        if window not in EXPLOIT_SEQUENCE:
+            return True
+
+        def landed(w: str) -> int:
+            return self.wanted.get(w, 0) - self.quota.get(w, 0)
+
+        def opens(w: str) -> bool:
+            after = EXPLOIT_SEQUENCE[EXPLOIT_SEQUENCE.index(w) + 1 :]
+            return self.opportunities[w] > 0 or not any(self.opportunities[a] > 0 for a in after)
+
+        later = EXPLOIT_SEQUENCE[EXPLOIT_SEQUENCE.index(window) + 1 :]
+        return all(landed(window) <= landed(w) for w in later if self.quota.get(w, 0) > 0 and opens(w))
 
     def done(self) -> bool:
         return sum(self.quota.values()) <= 0

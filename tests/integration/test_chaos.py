@@ -3,17 +3,17 @@
 Runs ``scripts/reliability/chaos.py`` (see its docstring) with 2 members and one landed kill in each window, once per
 exploit path (the full runs are in docs/reliability.md). Exec restarts: a checkpoint write, a publish held inside the
 member's background writer, the donor copy of an exploit, right after an exploit decision was logged, the exploit
-restart in flight, and a random moment. In-process exploits, with both members as slices of one process
-(``--slices 2``: each kill takes both down): with the recipient pending (record being rewritten, the donor being
-loaded into the live agent), after ``exploit_applied`` was logged and before ``state.json`` cleared the pending
-exploit, after ``state.json`` was saved and before the record was rewritten, and after the record; and a publish's
-step failing (EIO from a planted fault) before the member rolled anything back. The members use the test fixture rule that
-exploits at every decision, so exploit windows keep coming; the driver watches the workspace with inotify, kills the
-member's process group as a window opens (the three narrowest in-process windows: while the member is held inside them
-at a pause point, ``ASYNC_PBT_TEST_PAUSE_AT``), and counts the kill only if the files left at death show the window was
+restart in flight, and a random moment. In-process exploits, with both members as slices of one process (``--slices
+2``: each kill takes both down): with the recipient pending (record being rewritten, the donor being loaded into the
+live agent), after ``exploit_applied`` was logged and before ``state.json`` cleared the pending exploit, after
+``state.json`` was saved and before the record was rewritten, and after the record; and a publish's step failing (EIO
+from a planted fault) before the member rolled anything back. The members use the test fixture rule that exploits at
+every decision, so exploit windows keep coming; the driver watches the workspace with inotify, kills the member's
+process group as a window opens (the three narrowest in-process windows: while the member is held inside them at a
+pause point, ``ASYNC_PBT_TEST_PAUSE_AT``), and counts the kill only if the files left at death show the window was
 still open. The chaos phase lasts until every window has its kill, whatever the machine's load; then the population is
-stopped with Ctrl-C and every member is launched again
-to finish a few epochs past where it stopped. What is checked (by the script, listed in ``failures``):
+stopped with Ctrl-C and every member is launched again to finish a few epochs past where it stopped. What is checked
+(by the script, listed in ``failures``):
 
 * every window received its landed kill; every killed member came back; the first launch stopped
   cleanly and the finishing launches finished every member at its frame target;
@@ -345,3 +345,38 @@ def test_the_writer_windows_open_and_close_with_the_files(tmp_path):
     fsio.atomic_write_json(mdir / "record.json", {"checkpoint": old, "status": "stopped"})
     assert windows.stopped_after_failure(mdir, seq).startswith("Ctrl-C during the failing write")
     assert windows.stopped_after_failure(mdir, audit.last_seq) is None  # nothing after a later seq
+
+
+def test_an_exploits_earlier_window_waits_for_its_later_ones_to_catch_up(tmp_path):
+    """Aimed at every exploit decision, a long run killed nearly every exploit right after its decision, and the
+    windows after it hardly opened: an earlier window of an exploit takes a kill only while it is not ahead."""
+    import argparse
+    import random
+
+    _load_chaos()
+    import chaos_driver
+
+    restart = ("exploit_decided", "donor_copy", "restart_pending")
+    driver = chaos_driver.Driver(argparse.Namespace(), tmp_path, random.Random(0))
+    driver.wanted = dict.fromkeys(restart, 3)
+    driver.quota = dict.fromkeys(restart, 3)
+    assert all(driver.exploit_window_due(w) for w in restart)  # level: every window may take the next kill
+    driver.quota["exploit_decided"] = 2  # the decision took one
+    driver.opportunities.update({"exploit_decided": 1})
+    assert not driver.exploit_window_due("exploit_decided") and driver.exploit_window_due("donor_copy")
+    driver.quota["donor_copy"] = 2  # the donor copy took one: the restart is now behind both
+    driver.opportunities.update({"donor_copy": 1})
+    assert not driver.exploit_window_due("donor_copy") and driver.exploit_window_due("restart_pending")
+    driver.quota["restart_pending"] = 2
+    assert all(driver.exploit_window_due(w) for w in restart)
+    assert driver.exploit_window_due("random") and driver.exploit_window_due("checkpoint_write")
+
+    # In-memory donors (slices): no donor copy ever opens, so it holds nothing back once the next window has opened.
+    inprocess = ("exploit_decided", "donor_copy", "inprocess_pending")
+    driver = chaos_driver.Driver(argparse.Namespace(), tmp_path, random.Random(0))
+    driver.wanted, driver.quota = dict.fromkeys(inprocess, 2), dict.fromkeys(inprocess, 2)
+    driver.quota["exploit_decided"] = driver.quota["inprocess_pending"] = 1
+    driver.opportunities.update({"exploit_decided": 2, "inprocess_pending": 1})
+    assert driver.exploit_window_due("exploit_decided")
+    driver.opportunities["inprocess_pending"] = 0  # nothing after the donor copy seen yet: it may still open
+    assert not driver.exploit_window_due("exploit_decided")

@@ -11,14 +11,15 @@ workspace:
 * the next process resumes (start mode ``resume``, one more process start) from the checkpoint ``state.json``
   named at the failure, the newest one fully written: its ``restored`` entry has that checkpoint's frame and epoch,
   and that checkpoint's sha256 is the one the state recorded;
-* it trains on to its epoch limit from there, and ``async-pbt audit`` verifies the member's whole log.
+* the last process trains on to its epoch limit, and ``async-pbt audit`` verifies the member's whole log.
 
-The same with a SIGKILL instead of the member's own stop: the third publish's checkpoint write fails through the
-test facility of ``core/workspace/pause_points.py`` (a planted ``fault.json``); the member rolls the publish back,
-logs ``publish_failed``, and is SIGKILLed at the pause point right after, before its stop record and entry. Its
-``state.json`` names the second publish's checkpoint (the newest one on disk), the history and best list only files
-on disk, and the restart resumes from it; ``async-pbt audit`` verifies. (A kill at the failure itself, before the
-rollback, is a window of the chaos run, ``write_failed``.)
+Then the same with a SIGKILL instead of the member's own stop, in the resumed process (one member, three process
+images, to keep CI short): its fifth publish's checkpoint write fails through the test facility of
+``core/workspace/pause_points.py`` (a planted ``fault.json``); the member rolls the publish back, logs
+``publish_failed``, and is SIGKILLed at the pause point right after, before its stop record and entry. Its
+``state.json`` names the fourth publish's checkpoint (the newest one on disk), the history and best list only files
+on disk, and the third start resumes from it and finishes; ``async-pbt audit`` verifies. (A kill at the failure
+itself, before the rollback, is a window of the chaos run, ``write_failed``.)
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ pytestmark = pytest.mark.slow
 FRAMES_PER_EPOCH = 8 * 64
 EPOCHS = 6
 LOST_FRAME = 3 * FRAMES_PER_EPOCH
-"""The publish whose checkpoint the disk fails under."""
+"""The publish whose checkpoint the disk fails under (the first process image)."""
+KILL_FRAME = 5 * FRAMES_PER_EPOCH
+"""The publish whose write fails in the second process image, which is then SIGKILLed."""
 
 FAILING_DISK = """
 import errno, os, sys
@@ -126,9 +129,13 @@ def _resume_and_audit(tmp_path: Path, ws: Path, at_failure: dict, failed_seq: in
     return restored
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/fd names an fsynced file (Linux)")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/fd, SIGSTOP (Linux)")
 def test_a_member_restarted_after_a_failed_publish_resumes_from_its_newest_durable_checkpoint(tmp_path):
+    """Three process images of one member: the disk fails under its third publish (it stops itself); the next start
+    resumes, its fifth publish's write fails and it is SIGKILLed once it rolled back; the third start resumes again
+    and finishes."""
     ws = tmp_path / "ws"
+    member = ws / "members" / "000"
     lost = f"f{LOST_FRAME:012d}.pth{fsio.TEMP_MARKER}"
     failed = subprocess.run(
         [sys.executable, "-c", FAILING_DISK, lost, *_member_args(ws)],
@@ -140,14 +147,23 @@ def test_a_member_restarted_after_a_failed_publish_resumes_from_its_newest_durab
     output = failed.stdout[-3000:] + failed.stderr[-3000:]
     assert failed.returncode != 0, output
     assert f"publish at frame {LOST_FRAME}: writing checkpoint" in output and "Input/output error" in output, output
-    member = ws / "members" / "000"
     at_failure = json.loads((member / "state.json").read_text())
     durable = at_failure["last_checkpoint"]
     assert Path(durable).name == f"g0000_f{LOST_FRAME - FRAMES_PER_EPOCH:012d}.pth"
     assert fsio.sha256_file(ws / durable) == at_failure["last_checkpoint_sha256"]
     assert json.loads((member / "record.json").read_text())["checkpoint"] == durable
-    restored = _resume_and_audit(tmp_path, ws, at_failure, _entries(ws)[-1]["seq"], durable)
+    failed_seq = _entries(ws)[-1]["seq"]
+
+    at_kill = _sigkill_after_a_failed_write(tmp_path, ws)
+    later = [e for e in _entries(ws) if e["seq"] > failed_seq]
+    start = next(e for e in later if e["kind"] == "start")
+    assert start["mode"] == "resume" and start["process_starts"] == at_failure["process_starts"] + 1, start
+    restored = next(e for e in later if e["kind"] == "restored")
+    assert Path(restored["checkpoint"]).name == Path(durable).name, restored
     assert (restored["frame"], restored["epoch"]) == (LOST_FRAME - FRAMES_PER_EPOCH, LOST_FRAME // FRAMES_PER_EPOCH - 1)
+
+    entries = _entries(ws)
+    _resume_and_audit(tmp_path, ws, at_kill, entries[-1]["seq"], at_kill["last_checkpoint"])
 
 
 def _held_at(proc: subprocess.Popen, marker: Path, log: Path) -> None:
@@ -159,14 +175,15 @@ def _held_at(proc: subprocess.Popen, marker: Path, log: Path) -> None:
     raise AssertionError(f"the member exited {proc.returncode} before {marker.name}: {log.read_text()[-3000:]}")
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGSTOP and /proc (Linux)")
-def test_a_member_sigkilled_after_its_publish_failed_resumes_from_its_newest_durable_checkpoint(tmp_path):
-    ws = tmp_path / "ws"
+def _sigkill_after_a_failed_write(tmp_path: Path, ws: Path) -> dict:
+    """The member command again: its publish at ``KILL_FRAME`` fails through the test facility of
+    ``core/workspace/pause_points.py`` (a planted ``fault.json``); the member rolls the publish back, logs
+    ``publish_failed``, and is SIGKILLed at the pause point right after, before its stop record and entry. Returns
+    its ``state.json`` at death, checked to name the publish before (the newest one on disk) and only files on disk."""
     member = ws / "members" / "000"
-    member.mkdir(parents=True)
-    lost = member / "checkpoints" / f"g0000_f{LOST_FRAME:012d}.pth"
-    # The third publish's checkpoint write fails (the facility's plant, in place before the member starts).
+    lost = member / "checkpoints" / f"g0000_f{KILL_FRAME:012d}.pth"
     fsio.atomic_write_json(member / FAULT_FILE, {"step": f"checkpoint {lost}", "when": "before"})
+    first_seq = _entries(ws)[-1]["seq"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", *_member_args(ws)],
         cwd=tmp_path,
@@ -189,14 +206,14 @@ def test_a_member_sigkilled_after_its_publish_failed_resumes_from_its_newest_dur
             proc.kill()
     marker.unlink()
     assert not (member / FAULT_FILE).exists() and not lost.exists()  # the fault was taken: nothing written
-    at_failure = json.loads((member / "state.json").read_text())
-    durable = at_failure["last_checkpoint"]
-    assert Path(durable).name == f"g0000_f{LOST_FRAME - FRAMES_PER_EPOCH:012d}.pth"  # rolled back before the kill
-    assert fsio.sha256_file(ws / durable) == at_failure["last_checkpoint_sha256"]
-    for entry in at_failure["history"] + at_failure["best"]:
+    at_kill = json.loads((member / "state.json").read_text())
+    durable = at_kill["last_checkpoint"]
+    assert Path(durable).name == f"g0000_f{KILL_FRAME - FRAMES_PER_EPOCH:012d}.pth"  # rolled back before the kill
+    assert fsio.sha256_file(ws / durable) == at_kill["last_checkpoint_sha256"]
+    for entry in at_kill["history"] + at_kill["best"]:
         assert entry.get("checkpoint") is None or (ws / entry["checkpoint"]).is_file(), entry
-    entries = _entries(ws)
+    entries = [e for e in _entries(ws) if e["seq"] > first_seq]
     (failed,) = [e for e in entries if e["kind"] == "publish_failed"]
     assert failed["lost"] == [str(lost.relative_to(ws))] and failed["resume_checkpoint"] == durable
     assert not [e for e in entries if e["kind"] == "stop"]  # killed before its stop
-    _resume_and_audit(tmp_path, ws, at_failure, entries[-1]["seq"], durable)
+    return at_kill
