@@ -35,15 +35,7 @@ FREQUENT_WINDOWS = (
     "random",
 )
 """Windows that open at any time; the others need an exploit decision."""
-EXPLOIT_SEQUENCE = (
-    "exploit_decided",
-    "donor_copy",
-    "restart_pending",
-    "inprocess_pending",
-    "inprocess_applied",
-    "inprocess_saved",
-    "inprocess_done",
-)
+EXPLOIT_SEQUENCE = ("exploit_decided", *EXPLOIT_WINDOWS)
 """The windows of one exploit in the order they open (a run wants the restart path's or the in-process path's)."""
 
 

@@ -55,7 +55,8 @@ EXPLOIT_WINDOWS = (
     "inprocess_saved",
     "inprocess_done",
 )
-"""Windows that open once per exploit: the driver always aims at them (the others at --aim-probability)."""
+"""Windows that open once per exploit, in the order they open: the driver always aims at them (the others at
+--aim-probability)."""
 
 FAULT_WINDOWS = ("write_failed", "ctrl_c_failing")
 """Windows of a publish the watcher makes fail (a planted ``fault.json``): the member holds at the ``write_failed``
