@@ -29,8 +29,11 @@ What differs from Isaac Lab's script, and why:
 * ``--pbt-replay SCHEDULE`` trains one plain run (no population) that follows a member's hyperparameter schedule
   (``async-pbt replay WS --member K --out SCHEDULE``), in ``logs/rl_games/<name>/<name>_replay_<K>``, as the CPU
   member's flag of the same name does;
-* ``--distributed`` (one member spread over several GPUs) is refused with the population enabled: a member is one
-  process; use ``async-pbt launch --gpus`` to give each member its own GPU.
+* ``--distributed`` with the population enabled makes the member a group of ranks under ``torchrun``
+  (docs/distributed.md): each rank is placed, seeded (``seed + pbt_index + rank``) and set to ``multi_gpu`` as
+  Isaac Lab's script places it; rank 0 is the member (it publishes, decides and writes), the others follow it
+  (``rl_games/group.py``) and write their params in ``<run>/rank_<r>/``. What a group cannot do is refused in one
+  line: exploits by restart, searched env keys, ``--pbt-slices``.
 
 The simulator-facing calls go through :class:`~async_pbt_isaaclab.envs.isaaclab.ScriptHooks`; what differs between
 Isaac Lab 2.x and 3.0 (flags, launch order, config resolution) is in :mod:`async_pbt_isaaclab.envs.isaaclab.api`.
@@ -62,6 +65,7 @@ from async_pbt_isaaclab.envs.isaaclab import (  # noqa: E402
     parse_script_args,
     plain_config,
 )
+from async_pbt_isaaclab.envs.isaaclab import api as isaaclab_api  # noqa: E402
 from async_pbt_isaaclab.envs.isaaclab.api import Session  # noqa: E402
 from async_pbt_isaaclab.pbt_flags import (  # noqa: E402
     add_population_args,
@@ -75,11 +79,6 @@ LAUNCHER_NOTE = (
     "AppLauncher and appear here when Isaac Lab is installed. Remaining KEY=VALUE arguments are Hydra overrides "
     "(env.*, agent.*, e.g. agent.params.config.learning_rate=3e-4 or agent.pbt.num_policies=8)."
 )
-DISTRIBUTED_MEMBER = (
-    "error: --distributed spreads one run over several GPUs, but a population member is one process. Give each "
-    "member its own GPU instead: async-pbt launch --members N --gpus 0,1,... -- <this command without --distributed>"
-)
-"""The refusal of --distributed for a member: as a flag (before the simulator starts) or from agent.pbt.enabled."""
 
 
 def _str2bool(text: str) -> bool:
@@ -117,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--distributed",
         action="store_true",
         default=False,
-        help="Run training with multiple GPUs or nodes (not with the population enabled).",
+        help="Run training with multiple GPUs or nodes (under torchrun; a member is then a group of ranks, rank 0 "
+        "the member: docs/distributed.md).",
     )
     parser.add_argument(
         "--checkpoint",
@@ -191,14 +191,8 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: ScriptHooks 
         print("error: --task is required (e.g. --task AsyncPbt-Cartpole-Direct-v0)", file=sys.stderr)
         return 2
     device = getattr(args, "device", None)
-    if args.distributed and device is not None and "cpu" in str(device):
+    if args.distributed and device is not None and "cpu" in str(device) and not isaaclab_api.cpu_ranks():
         print(f"error: --distributed needs GPUs, but --device is {device!r}; use --device cuda", file=sys.stderr)
-        return 2
-    population_on = (
-        getattr(args, "pbt_num_policies", None) is not None or getattr(args, "pbt_workspace", None) is not None
-    )
-    if args.distributed and population_on:  # refused before the simulator starts (3.0 binds GPUs at launch)
-        print(DISTRIBUTED_MEMBER, file=sys.stderr)
         return 2
     if getattr(args, "pbt_replay", None):
         from async_pbt_isaaclab.core.state.schedule import ScheduleError
@@ -242,6 +236,7 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
         print(exc, file=sys.stderr)
         return 2
     log_root, log_dir = _log_folders(args, agent_cfg, cfg, seed)
+    log_dir = _rank_folder(args, log_dir)
     _dump_configs(hooks, log_dir, env_cfg, agent_cfg)
     if hasattr(env_cfg, "log_dir"):
         env_cfg.log_dir = log_dir  # where the env writes its own files (Isaac Lab sets it too)
@@ -422,10 +417,8 @@ def _run_settings(
     args: argparse.Namespace, session: Session, hooks: ScriptHooks, agent_cfg: dict[str, Any], cfg: Any
 ) -> tuple[int, str | None, float | None]:
     """The CLI overrides the installed release's own script applies, then ``(seed, checkpoint to start from,
-    initial sigma)``: a member adds its index to the seed; ``--distributed`` places the run on its rank's GPU, and
-    is refused for a member."""
-    from async_pbt_isaaclab.envs.isaaclab import api as isaaclab_api
-
+    initial sigma)``: a member adds its index to the seed; ``--distributed`` places the run on its rank's GPU and
+    adds the rank to the seed (a member's group: :func:`_group_problems` first)."""
     env_cfg, params = session.env_cfg, agent_cfg["params"]
     rl_cfg = params["config"]
     isaaclab_api.apply_cli_overrides(session, args, env_cfg)
@@ -444,8 +437,9 @@ def _run_settings(
         print(f"[INFO]: Loading model checkpoint from: {resume_path}")
     sigma = float(args.sigma) if args.sigma is not None else None
     if args.distributed:
-        if cfg.enabled:
-            raise _Refused(DISTRIBUTED_MEMBER)
+        problems = _group_problems(args, cfg) if cfg.enabled else []
+        if problems:
+            raise _Refused("\n".join(f"error: --distributed: {p}" for p in problems))
         rank, local = isaaclab_api.distributed_placement(session)
         seed += rank
         rl_cfg["device"] = rl_cfg["device_name"] = local
@@ -456,6 +450,36 @@ def _run_settings(
     if hasattr(env_cfg, "seed"):
         env_cfg.seed = seed
     return seed, resume_path, sigma
+
+
+def _group_problems(args: argparse.Namespace, cfg: Any) -> list[str]:
+    """What a member of several ranks cannot do, one line each (docs/distributed.md): its ranks follow rank 0 in
+    the running processes, so nothing may replace rank 0's process alone."""
+    from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
+
+    problems = []
+    if cfg.exploit_mode == "restart":
+        problems.append(
+            "a member of several ranks exploits in its running processes (an exec restart of rank 0 would leave "
+            "the other ranks behind); exploit_mode is 'restart' (--pbt-exploit-mode, agent.pbt.exploit_mode): "
+            "use auto or inprocess"
+        )
+    env_keys = sorted(k for k in cfg.mutation if is_env_key(k))
+    if env_keys:
+        problems.append(
+            f"searched env keys ({', '.join(env_keys)}) would be set on rank 0's env only; a member of several "
+            f"ranks searches agent keys (agent.pbt.mutation.*)"
+        )
+    if int(getattr(args, "pbt_slices", 1) or 1) > 1:
+        problems.append(f"{SLICES_FLAG} {args.pbt_slices}: a process of several slice members is one rank")
+    return problems
+
+
+def _rank_folder(args: argparse.Namespace, log_dir: str) -> str:
+    """Where this rank writes its params and videos: the run folder for rank 0 (or without ``--distributed``),
+    ``<run>/rank_<r>`` for another rank, as Isaac Lab 3.0's script does (the ranks never write one file)."""
+    rank = int(os.getenv("RANK", "0")) if args.distributed else 0
+    return log_dir if rank == 0 else os.path.join(log_dir, f"rank_{rank}")
 
 
 def _log_folders(args: argparse.Namespace, agent_cfg: dict[str, Any], cfg: Any, seed: int) -> tuple[str, str]:

@@ -31,7 +31,8 @@ def ranks_per_member(gpus_per_member: float, backend: str) -> int:
 
 def torchrun_command(command: Sequence[str], ranks: int) -> list[str]:
     """``command`` (``python SCRIPT ...``, ``python -m MODULE ...`` or ``isaaclab.sh -p SCRIPT ...``) as a torchrun
-    of ``ranks`` processes on this node with a rendezvous port of its own (``--standalone``); unchanged for 1."""
+    of ``ranks`` processes on this node with a rendezvous port of its own (``--standalone``); unchanged for 1. A
+    ``scripts/train_pbt.py`` command without ``--distributed`` is refused (each rank would be a member of its own)."""
     command = list(command)
     if ranks <= 1:
         return command
@@ -40,6 +41,11 @@ def torchrun_command(command: Sequence[str], ranks: int) -> list[str]:
         raise LaunchError(
             f"--gpus-per-member {ranks}: the member command must start with a Python interpreter (python "
             f"scripts/train_pbt.py ..., or isaaclab.sh -p ...) to run under torchrun; it starts with {command[0]!r}"
+        )
+    if "--distributed" not in command and any(Path(arg).name == "train_pbt.py" for arg in command):
+        raise LaunchError(
+            f"--gpus-per-member {ranks}: scripts/train_pbt.py runs a member of several ranks with --distributed; "
+            f"add it to the member command"
         )
     return [*command[:head], "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks),
             *command[head:]]  # fmt: skip

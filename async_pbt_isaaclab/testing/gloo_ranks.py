@@ -20,6 +20,11 @@ from typing import Any
 
 from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, run_donor_and_recipient
 
+ON_CPU = False
+"""Set by :func:`use_gloo_on_cpu`: this process's ranks are on the CPU (what
+``async_pbt_isaaclab.envs.isaaclab.api.cpu_ranks`` reads, so that ``scripts/train_pbt.py --distributed`` accepts
+``--device cpu`` here and nowhere else)."""
+
 
 class DevicePinnedConfig(dict):
     """An agent's ``params.config`` whose ``device`` stays what the yaml says."""
@@ -50,6 +55,10 @@ def use_gloo_on_cpu() -> None:
         return load_config(self, params)
 
     Runner.load_config = pinned_load_config
+    # By its import name: run as ``-m`` this file is ``__main__``, and the flag is read from the named module.
+    import async_pbt_isaaclab.testing.gloo_ranks as named
+
+    named.ON_CPU = True
 
 
 GROUP_EPOCHS = {0: 4, 1: 4}

@@ -53,6 +53,7 @@ def test_each_member_is_a_torchrun_on_its_own_block_of_gpus(tmp_path):
         (lambda: ranks_per_member(1.5, "ray"), "above one GPU, give a whole number"),
         (lambda: member_gpus(0, 4, ["0", "1"]), "--gpus-per-member 4: only 2 GPUs"),
         (lambda: torchrun_command(["train-member", "--task", "x"], 2), "must start with a Python interpreter"),
+        (lambda: torchrun_command(["python", "scripts/train_pbt.py"], 2), "train_pbt.py runs a member of several"),
     ],
 )
 def test_what_torchrun_cannot_run_is_refused(call, needle):

@@ -3,6 +3,8 @@
     python tests/upstream/run_isaaclab.py 3.0.0 scripts/train_pbt.py --task AsyncPbtTest-Reach-Direct-v0 ...
     python tests/upstream/run_isaaclab.py 2.3.2 -m probe_name [args]      (a function of upstream_probes.py)
     python tests/upstream/run_isaaclab.py 2.3.2 -m module:probe_name [args]    (a function of another module here)
+    python -m torch.distributed.run --standalone --nproc_per_node 2 tests/upstream/run_isaaclab.py 3.0.0 \
+        --gloo-ranks scripts/train_pbt.py --distributed --device cpu ...     (ranks on the CPU: see cpu_ranks)
 
 The script runs as ``__main__`` with everything real (Isaac Lab's launcher, Hydra config loading, gymnasium
 registry, ``RlGamesVecEnvWrapper``/``RlGamesGpuEnv``, rl_games) except the simulator modules; the test tasks
@@ -22,9 +24,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import isaaclab_real
 
 
+def cpu_ranks(release: str) -> None:
+    """``--gloo-ranks``: the ranks of a ``--distributed`` run on the CPU, for tests only. rl_games' nccl and
+    ``cuda:LOCAL_RANK`` become gloo and the CPU (:func:`async_pbt_isaaclab.testing.gloo_ranks.use_gloo_on_cpu`);
+    on 3.0, Isaac Lab's launcher places each rank on ``--device`` (``cpu``) where it picks ``cuda:LOCAL_RANK``, and
+    its refusal of a CPU device for ``--distributed`` is lifted. 2.x's AppLauncher only names a device, which
+    ``train_pbt.py`` does not take on the CPU ranks (``envs/isaaclab/api.py:distributed_placement``)."""
+    from async_pbt_isaaclab.testing.gloo_ranks import use_gloo_on_cpu
+
+    use_gloo_on_cpu()
+    if release.startswith("2."):
+        return
+    from isaaclab.app import sim_launcher
+    from isaaclab_rl.entrypoints import common
+
+    def on_the_cpu(cfg, args: dict) -> None:
+        if args.get("distributed") and getattr(cfg, "sim", None) is not None:
+            cfg.sim.device = args.get("device") or "cpu"
+
+    sim_launcher._resolve_distributed_device = on_the_cpu
+    common.validate_distributed_device = lambda args: None
+
+
 def main() -> None:
     release, target, *rest = sys.argv[1:]
     isaaclab_real.activate(release)
+    if target == "--gloo-ranks":
+        target, *rest = rest
+        cpu_ranks(release)
     import reach_marl_task
     import reach_task
 

@@ -235,6 +235,13 @@ def test_configuration_errors_stop_with_a_clear_line(release, tmp_path):
     base = isaaclab_real.script_args(release, "train_pbt.py", TASK)
     proc = run_entry(release, *base, "--pbt-members", "2", "--pbt-index", "5", cwd=tmp_path)
     assert proc.returncode == 2 and "policy_idx: 5 is out of range" in proc.stderr
-    gpu = [a if a != "cpu" else "cuda:0" for a in base]
-    proc = run_entry(release, *gpu, "--pbt-members", "2", "--distributed", cwd=tmp_path)
-    assert proc.returncode == 2 and "async-pbt launch" in proc.stderr
+    # What a member of several ranks cannot do, one line each, once its configuration is loaded (on the CPU ranks of
+    # the tests: --gloo-ranks; the GPU path refuses the same).
+    group = ["--pbt-members", "2", "--distributed", "--pbt-exploit-mode", "restart", "--pbt-slices", "2"]
+    search_env = ["--agent", "rl_games_env_values_cfg_entry_point"]
+    proc = run_entry(release, "--gloo-ranks", *base, *group, *search_env, cwd=tmp_path)
+    refused = [line for line in proc.stderr.splitlines() if line.startswith("error: --distributed: ")]
+    assert proc.returncode == 2 and len(refused) == 3, proc.stderr[-3000:]
+    assert "exploit_mode is 'restart' (--pbt-exploit-mode, agent.pbt.exploit_mode)" in refused[0]
+    assert "searched env keys (env.reward_weights.progress, env.success_radius)" in refused[1]
+    assert refused[2].endswith("--pbt-slices 2: a process of several slice members is one rank")

@@ -104,12 +104,23 @@ def apply_cli_overrides(session: Session, args: argparse.Namespace, env_cfg: Any
 
 
 def distributed_placement(session: Session) -> tuple[int, str]:
-    """``(global rank, device)`` of this process in a ``--distributed`` run."""
+    """``(global rank, device)`` of this process in a ``--distributed`` run, as the release's own RL-Games script
+    places it: 2.x ``cuda:<AppLauncher local_rank>``, 3.0 the device ``launch_simulation`` resolved for the rank.
+    On the test-only CPU ranks (:func:`cpu_ranks`) every rank is on the CPU."""
     if session.release.series == SERIES_2:
         launcher = session.launcher
-        return int(getattr(launcher, "global_rank", 0)), f"cuda:{int(getattr(launcher, 'local_rank', 0))}"
+        local = "cpu" if cpu_ranks() else f"cuda:{int(getattr(launcher, 'local_rank', 0))}"
+        return int(getattr(launcher, "global_rank", 0)), local
     # 3.0's launch_simulation already placed the sim on this rank's GPU.
     return int(os.getenv("RANK", "0")), str(session.env_cfg.sim.device)
+
+
+def cpu_ranks() -> bool:
+    """Whether this process's ranks run on the CPU over gloo: only under the test-only
+    :mod:`async_pbt_isaaclab.testing.gloo_ranks`, which replaced rl_games' nccl and ``cuda:LOCAL_RANK`` in this
+    process (it is looked up, never imported, here)."""
+    gloo = sys.modules.get("async_pbt_isaaclab.testing.gloo_ranks")
+    return bool(getattr(gloo, "ON_CPU", False))
 
 
 def _import_task_packages() -> None:
@@ -217,6 +228,7 @@ __all__ = [
     "add_launcher_args",
     "apply_cli_overrides",
     "convert_multi_agent",
+    "cpu_ranks",
     "distributed_placement",
     "make_env",
     "open_session",
