@@ -36,7 +36,8 @@ from async_pbt_isaaclab.member.loop import Member, MemberLoop
 from async_pbt_isaaclab.member.publication import Publication
 from async_pbt_isaaclab.member.session import MemberSession
 from async_pbt_isaaclab.member.summary_source import SummarySource, find_summary_source
-from async_pbt_isaaclab.rl_games.group import GroupTrainer, TorchRankGroup, in_group, on_epoch_start
+from async_pbt_isaaclab.member.torch_group import TorchRankGroup
+from async_pbt_isaaclab.rl_games.group import GroupTrainer, in_group, on_epoch_start
 from async_pbt_isaaclab.rl_games.trainer import RlGamesTrainer, SliceTrainer, weights_finite
 
 

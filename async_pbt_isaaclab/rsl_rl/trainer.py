@@ -51,6 +51,10 @@ class RunnerInfos(Protocol):
         """Take them back from a loaded checkpoint's ``infos``."""
 
 
+MULTI_GPU = "multi-GPU member: every rank must load the donor together (a restart does that)"
+"""Why a multi-GPU runner's weights cannot load live, unless its ranks load together (``rsl_rl/group.py``)."""
+
+
 class StopTraining(Exception):
     """Raised by a listener to end ``runner.learn`` after the current event (:meth:`RslRlTrainer.train` returns)."""
 
@@ -174,7 +178,7 @@ class RslRlTrainer:
         if any(getattr(m, "is_recurrent", False) for m in models):
             why.append("recurrent policy: its hidden states belong to the old weights")
         if getattr(alg, "is_multi_gpu", False):
-            why.append("multi-GPU member: every rank must load the donor together (a restart does that)")
+            why.append(MULTI_GPU)
         return TrainerAbilities(
             frozenset(LIVE_SETTERS), loads_weights=not why, why_not_live=tuple(why), trainer=self.name
         )

@@ -14,6 +14,7 @@ a GPU group runs ``scripts/train_pbt.py --distributed`` or the CPU member under 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,11 +31,11 @@ class DevicePinnedConfig(dict):
         super().__setitem__(key, value)
 
 
-def use_gloo_on_cpu() -> None:
-    """Make rl_games' multi-GPU agent run its ranks on the CPU over gloo (this process only)."""
+def _join_with_gloo() -> None:
+    """``init_process_group`` joins with ``gloo`` whatever backend it is given; ``torch.cuda.set_device`` does
+    nothing (this process only)."""
     import torch
     import torch.distributed as dist
-    from rl_games.torch_runner import Runner
 
     join = dist.init_process_group
 
@@ -43,6 +44,13 @@ def use_gloo_on_cpu() -> None:
 
     dist.init_process_group = init_process_group
     torch.cuda.set_device = lambda device: None
+
+
+def use_gloo_on_cpu() -> None:
+    """Make rl_games' multi-GPU agent run its ranks on the CPU over gloo (this process only)."""
+    from rl_games.torch_runner import Runner
+
+    _join_with_gloo()
     load_config = Runner.load_config
 
     def pinned_load_config(self: Any, params: dict[str, Any]) -> Any:
@@ -50,6 +58,24 @@ def use_gloo_on_cpu() -> None:
         return load_config(self, params)
 
     Runner.load_config = pinned_load_config
+
+
+def rsl_rl_on_cpu() -> None:
+    """Make rsl_rl's multi-GPU ``OnPolicyRunner`` run its ranks on the CPU over gloo (this process only): its
+    check that the device is ``cuda:LOCAL_RANK`` sees that device, the runner keeps the CPU."""
+    from rsl_rl.runners import OnPolicyRunner
+
+    _join_with_gloo()
+    configure = OnPolicyRunner._configure_multi_gpu
+
+    def on_cpu(self: Any) -> None:
+        device, self.device = self.device, f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+        try:
+            configure(self)
+        finally:
+            self.device = device
+
+    OnPolicyRunner._configure_multi_gpu = on_cpu
 
 
 GROUP_EPOCHS = {0: 4, 1: 4}
@@ -87,7 +113,56 @@ def run_group_population(root: Path) -> dict[int, str]:
     )
 
 
+RSL_RL_GROUP_ITERATIONS = {0: 4, 1: 4, 2: 8}
+"""Iterations of each member of :func:`run_rsl_rl_group_population`: members 0 and 1 are groups of 2 ranks (2 x 8
+envs x 16 steps: 256 frames an iteration), member 2 one process of 8 envs (128 frames an iteration); every env ends
+a 16-step episode each iteration, and all three decide at the same total frames (512, 1024)."""
+
+
+def rsl_rl_group_config(root: Path) -> Path:
+    """The packaged Pendulum-v1 rsl_rl config with 16-step episodes and a fixed learning-rate schedule (a searched
+    ``learning_rate`` that only the members' sync gives every rank), written under ``root``."""
+    import yaml
+
+    from async_pbt_isaaclab.core.agent_config import load_yaml
+    from async_pbt_isaaclab.examples.agents import PACKAGED_RSL_RL_CONFIGS
+
+    cfg = load_yaml(PACKAGED_RSL_RL_CONFIGS["Pendulum-v1"])
+    cfg["env"]["env_config"] = {"max_episode_steps": 16}
+    cfg["runner"]["algorithm"]["schedule"] = "fixed"
+    path = root / "pendulum_16_steps.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def run_rsl_rl_group_population(root: Path) -> dict[int, str]:
+    """Three rsl_rl members in workspace ``root/ws`` (:data:`RSL_RL_GROUP_ITERATIONS`): members 0 and 1 of 2 gloo
+    ranks each, real ``torchrun`` process groups, member 2 a process of its own; members 1 and 2 exploit a peer
+    in-process at their first decision. Returns each member's log (a group's: both ranks'); raises when one fails."""
+    config = rsl_rl_group_config(root)
+
+    def command(index: int, iterations: int) -> list[str]:
+        args = [
+            "--config", str(config), "--pbt-workspace", str(root / "ws"), "--pbt-members", "3",
+            "--pbt-index", str(index), "--max_iterations", str(iterations), "--num_envs", "8", "--seed", "7",
+            *forced_exploit_flags(interval_steps=512, exploit_mode="inprocess", keep_last_checkpoints=100),
+            "--pbt-max-heartbeat-age-s", "100000000",
+            "agent.pbt.mutation.learning_rate=mutate_float", "agent.pbt.mutation.entropy_coef=mutate_float",
+        ]  # fmt: skip
+        if index == 2:
+            return [sys.executable, "-m", "async_pbt_isaaclab.examples.rsl_rl_member", *args]
+        return torchrun(2, __name__, ["rsl_rl", *args])
+
+    return run_donor_and_recipient(root, command, RSL_RL_GROUP_ITERATIONS)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["rsl_rl"]:  # an rsl_rl member (examples/rsl_rl_member.py)
+        rsl_rl_on_cpu()
+        from async_pbt_isaaclab.examples.rsl_rl_member import main as rsl_rl_member
+
+        return rsl_rl_member(argv[1:])
     use_gloo_on_cpu()
     from async_pbt_isaaclab.examples.cpu_member import main as cpu_member
 
