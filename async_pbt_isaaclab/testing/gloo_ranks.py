@@ -14,12 +14,19 @@ a GPU group runs ``scripts/train_pbt.py --distributed`` or the CPU member under 
 
 from __future__ import annotations
 
+import io
+import json
 import os
+import signal
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
-from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, run_donor_and_recipient
+from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV
+from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env, run_donor_and_recipient
 
 
 class DevicePinnedConfig(dict):
@@ -80,8 +87,9 @@ def rsl_rl_on_cpu() -> None:
 
 GROUP_EPOCHS = {0: 4, 1: 4}
 """Epochs of each member of :func:`run_group_population`: 512 frames an epoch (2 ranks x 8 envs x 32 steps, every
-env of every rank ending a 32-step episode each epoch), a decision every 1024 frames: member 1 exploits member 0 at
-frame 1024 (the fixture rule exploits once) and trains its last epoch from the donor's weights."""
+env of every rank ending a 32-step episode each epoch), a decision every 1024 frames: member 0 publishes at frame
+1024 (where its rank 1 is killed and the group resumes), member 1 exploits member 0 at frame 1024 (the fixture rule
+exploits once) and trains its last epoch from the donor's weights."""
 
 
 def group_member_args(ws: Path, index: int, epochs: int) -> list[str]:
@@ -105,12 +113,67 @@ def torchrun(ranks: int, module: str, args: list[str]) -> list[str]:
             *args]  # fmt: skip
 
 
-def run_group_population(root: Path) -> dict[int, str]:
-    """Two members of 2 gloo ranks each, as real ``torchrun`` process groups, in workspace ``root/ws``; member 1
-    exploits member 0 at its first decision. Returns each member's log (both ranks'); raises when a group fails."""
-    return run_donor_and_recipient(
-        root, lambda index, epochs: torchrun(2, __name__, group_member_args(root / "ws", index, epochs)), GROUP_EPOCHS
-    )
+def run_group_population(root: Path) -> tuple[str, Any]:
+    """Two members of 2 gloo ranks each, as real ``torchrun`` process groups, in workspace ``root/ws``. Member 0
+    runs under ``async-pbt launch --gpus-per-member 2`` (``launch_population``, in a thread); once it has published,
+    its rank 1 is killed with SIGKILL: the group goes down and the launcher restarts it from the member's last
+    checkpoint. Member 1 starts then, and exploits member 0 at its first decision. Returns member 1's log (both
+    ranks') and the launch's result; raises when member 1 fails."""
+    ws, results = root / "ws", []
+    launcher = threading.Thread(target=lambda: results.append(_launch_member_0(ws)))
+    launcher.start()
+    while not _published(ws / "members" / "000" / "record.json"):  # an event: member 0's first history entry
+        if not launcher.is_alive():
+            raise RuntimeError("member 0 ended before it published")
+        time.sleep(0.1)
+    pid = rank_pid(ws, 1)
+    assert pid is not None, "member 0 has no rank 1"
+    os.kill(pid, signal.SIGKILL)
+    with open(root / "member1.log", "w") as log:
+        command = torchrun(2, __name__, group_member_args(ws, 1, GROUP_EPOCHS[1]))
+        code = subprocess.run(command, cwd=root, env=member_env(), stdout=log, stderr=subprocess.STDOUT).returncode
+    launcher.join()
+    text = (root / "member1.log").read_text()
+    if code != 0:
+        raise RuntimeError(f"member 1 exited {code}:\n{text[-3000:]}")
+    return text, results[0] if results else None
+
+
+def _launch_member_0(ws: Path) -> Any:
+    """Member 0 of :func:`run_group_population` under the launcher (which adds the population flags)."""
+    from async_pbt_isaaclab.launch.local_backend import launch_population
+
+    args = group_member_args(ws, 0, GROUP_EPOCHS[0])
+    flags = {"--pbt-workspace", "--pbt-members", "--pbt-index"}
+    command = [a for i, a in enumerate(args) if a not in flags and (i == 0 or args[i - 1] not in flags)]
+    env = {k: v for k, v in member_env().items() if k in (TEST_FIXTURE_ENV, "PYTHONUNBUFFERED")}
+    return launch_population(
+        [sys.executable, "-m", __name__, *command], 2, ws, gpus=[], indices=[0], extra_env=env,
+        output=io.StringIO(), ranks_per_member=2, restart_backoff_s=0.1, progress_interval_s=3600,
+    )  # fmt: skip
+
+
+def _published(record: Path) -> bool:
+    try:
+        return bool(json.loads(record.read_text()).get("history"))
+    except (FileNotFoundError, ValueError):
+        return False  # not written yet, or replaced while read: the next look sees the whole file
+
+
+def rank_pid(ws: Path, rank: int) -> int | None:
+    """The pid of the running member process of ``rank`` working in ``ws`` (its environment names it)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if __name__.encode() in cmdline and str(ws).encode() in cmdline and b"torch.distributed.run" not in cmdline:
+            if f"RANK={rank}".encode() in environ:
+                return int(entry.name)
+    return None
 
 
 RSL_RL_GROUP_ITERATIONS = {0: 4, 1: 4, 2: 8}
