@@ -16,7 +16,6 @@ from typing import Any, Mapping
 from async_pbt_isaaclab.core.decision.mutation import isaaclab_key
 from async_pbt_isaaclab.core.decision.plan_inputs import TrainerAbilities, TrainerCounters
 from async_pbt_isaaclab.member.summary_source import SummarySource, find_summary_source
-from async_pbt_isaaclab.member.torch_group import clone_state
 from async_pbt_isaaclab.rl_games.checkpoint import PBT_KEY, checkpoint_bytes, load_checkpoint, with_pbt_metadata
 from async_pbt_isaaclab.rl_games.inheritance import build_recipient_state, check_donor_fits, model_fingerprint
 from async_pbt_isaaclab.rl_games.live import (
@@ -26,6 +25,7 @@ from async_pbt_isaaclab.rl_games.live import (
     blockers,
     has_bounded_network,
 )
+from async_pbt_isaaclab.torch_group import clone_state
 
 NO_BOUNDED_NETWORK = "the model has no bounded exploration network to set it on"
 

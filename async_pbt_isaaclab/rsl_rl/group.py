@@ -1,20 +1,13 @@
 """rsl_rl members of several ranks (``torchrun``): ``member/group.py`` on rsl-rl-lib's own multi-GPU mode.
 
-rsl-rl-lib (3.1.2 and 5.5.1 alike) trains one policy in several processes whenever ``WORLD_SIZE`` > 1: the
-``OnPolicyRunner`` joins the process group itself (``nccl``; it requires ``device == cuda:LOCAL_RANK``), broadcasts
-rank 0's models when ``learn`` starts, all-reduces the gradients (under the adaptive schedule also the KL, with rank
-0's new rate broadcast) and logs and saves on rank 0 only. Its ``gpu_world_size`` makes the member's frames the
-group's (:attr:`~.trainer.RslRlTrainer.frames_per_iteration`). The member's collectives hang on the trainer's own
-events, which every rank sees in the same order:
-
-* the epoch start, before ``learn`` (the start checkpoint) and after every ``update_done`` (where rank 0 carries out
-  an exploit), so before the next rollout's first step: rank 0 sends what it loaded
-  (:class:`~async_pbt_isaaclab.member.group.GroupLeader`), the others load it
-  (:class:`~async_pbt_isaaclab.member.group.GroupFollower`);
-* ``rollout_done``, before the update: every rank's episodes gathered to rank 0 (``GatheredSummarySource.pull``).
-
-Rank 0 is the member (``rsl_rl/member.py``); every other rank runs :func:`follow_group` and writes nothing in the
-workspace.
+rsl-rl-lib (3.1.2, 5.5.1) trains one policy in several processes whenever ``WORLD_SIZE`` > 1: the ``OnPolicyRunner``
+joins the process group (``nccl``, on ``cuda:LOCAL_RANK``), broadcasts rank 0's models when ``learn`` starts,
+all-reduces the gradients (and the adaptive schedule's KL, rank 0's rate broadcast), logs and saves on rank 0 only;
+its ``gpu_world_size`` makes the member's frames the group's. The member's collectives hang on the trainer's events,
+which every rank sees in the same order: the epoch start before ``learn`` and after every ``update_done`` (where rank
+0 carries out an exploit), so before the next rollout's first step; the episodes gathered to rank 0 at every
+``rollout_done``, before the update. Rank 0 is the member (``rsl_rl/member.py``); every other rank runs
+:func:`follow_group` and writes nothing in the workspace.
 """
 
 from __future__ import annotations
@@ -25,11 +18,10 @@ from typing import Any, Callable, Mapping
 
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.member.group import GatheredSummarySource, GroupFollower, GroupLeader
-from async_pbt_isaaclab.member.summary_source import find_summary_source
-from async_pbt_isaaclab.member.torch_group import TorchRankGroup
 from async_pbt_isaaclab.member.trainer import TrainerAbilities
 from async_pbt_isaaclab.rsl_rl.member_config import agent_view
-from async_pbt_isaaclab.rsl_rl.trainer import MULTI_GPU, IterationListener, RslRlTrainer
+from async_pbt_isaaclab.rsl_rl.trainer import IterationListener, RslRlTrainer
+from async_pbt_isaaclab.torch_group import TorchRankGroup
 
 
 def group_rank() -> int:
@@ -37,28 +29,20 @@ def group_rank() -> int:
     return int(os.environ.get("RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
 
 
-class _Follows:
-    """A rank other than 0 has no member events of its own: only the group's (:class:`_GroupEvents`)."""
-
-    def rollout_done(self) -> None:
-        pass
-
-    def update_done(self) -> None:
-        pass
-
-
 class _GroupEvents:
-    """The group's collectives around the member's events (see the module docstring)."""
+    """The group's collectives around the member's events (``listener``: ``None`` on a rank other than 0)."""
 
-    def __init__(self, trainer: GroupTrainer, listener: IterationListener):
+    def __init__(self, trainer: GroupTrainer, listener: IterationListener | None):
         self.trainer, self.listener = trainer, listener
 
     def rollout_done(self) -> None:
         self.trainer.gathered.pull()  # every rank, every iteration: before anything of the member can stop it
-        self.listener.rollout_done()
+        if self.listener is not None:
+            self.listener.rollout_done()
 
     def update_done(self) -> None:
-        self.listener.update_done()
+        if self.listener is not None:
+            self.listener.update_done()
         self.trainer.epoch_start()
 
 
@@ -66,27 +50,26 @@ class GroupTrainer(RslRlTrainer):
     """One rank's runner in a member's group: its evidence is gathered, its weights load live on every rank at
     the next epoch start, and it cannot restart on its own (the other ranks would be left without it)."""
 
+    in_group = True
+
     def __init__(self, runner: Any, **options: Any):
+        super().__init__(runner, **options)  # the env's own summary source (or a clear error without one)
         self.group = TorchRankGroup()  # the runner joined the process group when it was built
-        local = find_summary_source(runner.env)
-        self.gathered = GatheredSummarySource(local, self.group) if local is not None else None
-        super().__init__(runner, summary_source=self.gathered, **options)
+        self.gathered = self._source = GatheredSummarySource(self._source, self.group)
         self.epoch_start: Callable[[], None] = lambda: None
         """The epoch-start collective (:meth:`lead` or :meth:`follow` sets it)."""
 
-    def lead(self, log: Callable[..., Any]) -> GroupLeader:
-        """Rank 0: what the member loads reaches every rank; ``log`` appends to the member's audit log."""
-        assert self.gathered is not None
-        leader = GroupLeader(self.group, self.gathered, self, log)
+    def lead(self, session: Any) -> GroupLeader:
+        """Rank 0 of member ``session``: what it loads (at a fresh start its own state) reaches every rank."""
+        leader = GroupLeader(self.group, self.gathered, self, session.audit.append, session.state.hyperparameters)
         self.epoch_start = leader.epoch_start
         return leader
 
     def follow(self, settle_max_steps: int | None) -> None:
         """Another rank: it loads what rank 0 sends and hands its episodes to rank 0."""
-        assert self.gathered is not None
         self.gathered.set_settle_max_steps(settle_max_steps)
         self.epoch_start = GroupFollower(self.group, self, self.gathered).epoch_start
-        self.attach(_Follows())
+        super().attach(_GroupEvents(self, None))
 
     def attach(self, listener: IterationListener) -> None:
         super().attach(_GroupEvents(self, listener))
@@ -96,15 +79,7 @@ class GroupTrainer(RslRlTrainer):
         super().train(total_iterations, init_at_random_ep_len)
 
     def abilities(self) -> TrainerAbilities:
-        mine = super().abilities()
-        why = tuple(w for w in mine.why_not_live if w != MULTI_GPU)  # the ranks load together
-        return dataclasses.replace(mine, loads_weights=not why, why_not_live=why, restarts=False)
-
-
-def group_trainer(runner: Any, **options: Any) -> RslRlTrainer:
-    """The trainer of ``runner``: a :class:`GroupTrainer` when rsl_rl made it a rank of a group."""
-    kind = GroupTrainer if getattr(runner, "is_distributed", False) else RslRlTrainer
-    return kind(runner, **options)
+        return dataclasses.replace(super().abilities(), restarts=False)
 
 
 def follow_group(rsl_cfg: Mapping[str, Any], cfg: PopulationConfig, build: Any, *, train_dir: str) -> None:

@@ -34,7 +34,7 @@ from async_pbt_isaaclab.member.publication import Publication
 from async_pbt_isaaclab.member.run_to_end import end_finished_member, train_to_end
 from async_pbt_isaaclab.member.session import MemberSession, start_member
 from async_pbt_isaaclab.rsl_rl.config import with_hyperparameters
-from async_pbt_isaaclab.rsl_rl.group import GroupTrainer, follow_group, group_rank, group_trainer
+from async_pbt_isaaclab.rsl_rl.group import GroupTrainer, follow_group, group_rank
 from async_pbt_isaaclab.rsl_rl.member_config import OVERRIDE_PREFIX, agent_view
 from async_pbt_isaaclab.rsl_rl.trainer import RslRlTrainer, RunnerInfos
 
@@ -51,7 +51,7 @@ class MemberEvents:
         # The env's own live keys (searched env values it sets itself) join the runner's: member/env_values.py.
         member_trainer = with_env_values(trainer, trainer.runner, session, exit_on_restart)
         # Rank 0 of a group (rsl_rl/group.py): what it loads reaches every rank at the next epoch start.
-        leader = trainer.lead(session.audit.append) if isinstance(trainer, GroupTrainer) else None
+        leader = trainer.lead(session) if isinstance(trainer, GroupTrainer) else None
         executor = MemberExecutor(session, member_trainer, publisher, exit_on_restart=exit_on_restart, group=leader)
         self.member = Member(MemberLoop(session, member_trainer, publisher), executor)
         self.member.start()  # the start checkpoint (resume, exploit, warm start) is in the runner from here on
@@ -94,7 +94,8 @@ def train_member(
     subclass keeps in a checkpoint's ``infos`` (mjlab's). Returns ``None`` when the member had already finished, or
     on a rank other than 0 of the member's group (``rsl_rl/group.py``)."""
     if group_rank() > 0:
-        return follow_group(rsl_cfg, cfg, build, train_dir=train_dir)
+        follow_group(rsl_cfg, cfg, build, train_dir=train_dir)
+        return None
     session, view = start_member(
         agent_view(rsl_cfg),
         cfg,
@@ -112,7 +113,9 @@ def train_member(
 
     def train() -> None:
         nonlocal events
-        trainer = group_trainer(build(config, str(log_dir)), override_prefix=override_prefix, runner_infos=runner_infos)
+        runner = build(config, str(log_dir))
+        kind = GroupTrainer if getattr(runner, "is_distributed", False) else RslRlTrainer  # rsl_rl/group.py
+        trainer = kind(runner, override_prefix=override_prefix, runner_infos=runner_infos)
         events = MemberEvents(session, trainer, exit_on_restart=exit_on_restart)
         trainer.train(int(config["runner"]["max_iterations"]))
 

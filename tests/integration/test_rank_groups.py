@@ -57,6 +57,12 @@ def test_every_exploit_reaches_every_rank_before_the_next_rollout(groups):
         assert model_fingerprint(donor["model"]) == ranks[0]
     synced_all = [e for e in entries if e["kind"] == "group_synced" and e["reason"] == "exploit"]
     assert len(synced_all) == len(applied)
+    # A fresh start: before the first rollout both ranks train rank 0's state at the member's drawn rate (rank 1 was
+    # built with the config's).
+    (draw,) = [e for e in entries if e["kind"] == "initial_draw"]
+    start = next(e for e in entries if e["kind"] == "group_synced")
+    assert start["reason"] == "start" and len(set(start["model_sha256"])) == 1
+    assert start["optimizer_lr"] == [[draw["new_hyperparameters"]["learning_rate"]]] * 2
 
 
 def test_a_dead_rank_stops_the_group_and_the_launcher_restarts_it_from_its_checkpoint(groups):

@@ -68,6 +68,18 @@ def test_the_exploit_reaches_every_rank_before_the_next_rollout(population):
     assert single["plan_inputs"]["abilities"]["restarts"] is True
 
 
+def test_a_fresh_group_trains_every_rank_with_the_members_drawn_values(population):
+    ws, _ = population
+    entries = _entries(ws, 1)
+    (draw,) = [e for e in entries if e["kind"] == "initial_draw"]
+    rate = draw["new_hyperparameters"]["learning_rate"]
+    assert rate != 1e-3  # drawn, not the config's: rank 1 was built with the config's
+    # Before the first rollout: rank 0's own fresh state and the member's values, on both ranks.
+    synced = next(e for e in entries if e["kind"] == "group_synced")
+    assert synced["reason"] == "start" and synced["generation"] == 0 and len(set(synced["model_sha256"])) == 1
+    assert len(synced["optimizer_lr"]) == 2 and all(set(r) == {rate} for r in synced["optimizer_lr"])
+
+
 def test_members_of_different_world_sizes_decide_at_equal_total_frames(population):
     ws, _ = population
     for member in (0, 1, 2):
