@@ -10,6 +10,7 @@ checkpoints go to ``--log-dir``.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from async_pbt_isaaclab.console import OneLineParser
@@ -29,6 +30,7 @@ def build_runner(cfg: dict[str, Any], seed: int, log_dir: str | None = None) -> 
     from rsl_rl.runners import OnPolicyRunner
 
     from async_pbt_isaaclab.rsl_rl.config import runner_config
+    from async_pbt_isaaclab.rsl_rl.group import group_rank
     from async_pbt_isaaclab.rsl_rl.release import installed_line
     from async_pbt_isaaclab.rsl_rl.vec_env import RslRlGymVecEnv
 
@@ -36,9 +38,14 @@ def build_runner(cfg: dict[str, Any], seed: int, log_dir: str | None = None) -> 
     # One intra-op thread: the networks are tiny, and members share a few cores (as the rl_games yamls' torch_threads).
     torch.set_num_threads(int(cfg.get("torch_threads", 1)))
     env_cfg = cfg["env"]
-    env = RslRlGymVecEnv(env_cfg["id"], int(env_cfg["num_envs"]), seed=seed, **env_cfg.get("env_config", {}))
+    # A rank of a member's group (torchrun, rsl_rl/group.py) plays episodes of its own: its env is seeded apart.
+    rank = group_rank()
+    env = RslRlGymVecEnv(env_cfg["id"], int(env_cfg["num_envs"]), seed=seed + rank, **env_cfg.get("env_config", {}))
     train_cfg = runner_config(dict(cfg["runner"], seed=seed), installed_line())
-    return OnPolicyRunner(env, train_cfg, log_dir=log_dir, device=train_cfg.get("device", "cpu"))
+    device = str(train_cfg.get("device", "cpu"))
+    if device.startswith("cuda") and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        device = f"cuda:{os.environ['LOCAL_RANK']}"  # what rsl_rl requires of each rank (as Isaac Lab's train.py)
+    return OnPolicyRunner(env, train_cfg, log_dir=log_dir, device=device)
 
 
 class _Report:

@@ -6,15 +6,17 @@ group, in the same order on every rank:
 
 * **epoch start** (before the rollout): rank 0 broadcasts :class:`GroupSync`: the generation its episodes belong
   to and, when it loaded a checkpoint since the last epoch (its start checkpoint, an exploit's recipient), that
-  state with the values its setters were given and the plan it carries out. Every follower loads the same state and
+  state with the values its setters were given and the plan it carries out; at the first epoch of a member that
+  loaded nothing (a fresh start) its own state with the member's values (the others were built with the config's,
+  not the member's drawn start values). Every follower loads the same state and
   values; then every rank's model fingerprint and optimizer rates are gathered and rank 0 logs them
   (``group_synced``), refusing to go on when one differs. No rank plays a step of the next rollout on the old weights.
 * **evidence** (after the rollout, before the update): every rank's completed episodes are gathered to rank 0
   (:class:`GatheredSummarySource`), so the member's evidence is the group's, as its frames are (the trainer counts
   every rank's frames).
 
-The group's transport is :class:`RankGroup` (``torch.distributed`` for rl_games: ``rl_games/group.py``); this
-module is pure Python so the member layer stays free of torch.
+The group's transport is :class:`RankGroup` (``torch.distributed``: ``torch_group.py``); this module is
+pure Python.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
+from async_pbt_isaaclab.core.decision.exploit_plan import LEARNING_RATE, keys_set_live
 from async_pbt_isaaclab.core.state.evidence import EpisodeBatch
+from async_pbt_isaaclab.core.state.hyperparameters import HyperparameterView
 
 if TYPE_CHECKING:
     from async_pbt_isaaclab.member.summary_source import SummarySource
@@ -60,7 +64,8 @@ class GroupSync:
     values: Mapping[str, Any] = field(default_factory=dict)
     """The values rank 0's live setters were given with it (``learning_rate`` included)."""
     reason: str = ""
-    """``restore`` (a start or repair checkpoint) or ``exploit`` (a recipient checkpoint, ``plan`` set)."""
+    """``restore`` (a start or repair checkpoint), ``exploit`` (a recipient checkpoint, ``plan`` set) or ``start``
+    (rank 0's own state at a fresh start)."""
     plan: Mapping[str, Any] | None = None
     """The pending exploit carried out (donor checkpoint, hyperparameters, path, live keys), as the audit has it."""
 
@@ -103,7 +108,14 @@ class GatheredSummarySource:
 class GroupLeader:
     """Rank 0's side: what its executor loaded since the last epoch start, sent then to every rank."""
 
-    def __init__(self, group: RankGroup, source: GatheredSummarySource, trainer: Trainer, log: Callable[..., Any]):
+    def __init__(
+        self,
+        group: RankGroup,
+        source: GatheredSummarySource,
+        trainer: Trainer,
+        log: Callable[..., Any],
+        values: HyperparameterView | None = None,
+    ):
         self.group = group
         self.source = source
         self.trainer = trainer
@@ -111,6 +123,8 @@ class GroupLeader:
         """Appends an audit entry: ``log(kind, body)``."""
         self._queued: dict[str, Any] = {}
         """The load to send at the next epoch start (``GroupSync``'s fields but the generation)."""
+        self._start_values = values
+        """The member's values, sent with rank 0's state at the first epoch start if nothing was loaded by then."""
 
     @property
     def world_size(self) -> int:
@@ -125,6 +139,9 @@ class GroupLeader:
         """The epoch-start collective: the sync sent, then (after a load) every rank's fingerprint compared."""
         # The generation is read now: an exploit starts it on the summary source after the load.
         queued, self._queued = self._queued, {}
+        if not queued and self._start_values is not None:
+            queued = self._start_sync(self._start_values)
+        self._start_values = None
         sync = GroupSync(self.source.generation, **queued)
         self.group.broadcast(sync)
         if sync.state is None:
@@ -134,6 +151,13 @@ class GroupLeader:
         self.log("group_synced", dict(body, **{key: [r[key] for r in ranks] for key in ranks[0]}))
         if any(r != ranks[0] for r in ranks):
             raise GroupDiverged(f"the ranks of this member train different weights after the {sync.reason}: {ranks}")
+
+    def _start_sync(self, hyperparameters: HyperparameterView) -> dict[str, Any]:
+        """Rank 0's own state with the member's values its trainer sets live (the learning rate its optimizer has)."""
+        live = keys_set_live(hyperparameters, frozenset(hyperparameters), self.trainer.abilities())
+        rate = self.trainer.learning_rate()
+        values = {k: rate if k == LEARNING_RATE else hyperparameters[k] for k in live}
+        return {"state": self.trainer.full_state(), "values": values, "reason": "start"}
 
 
 class GroupFollower:

@@ -24,40 +24,13 @@ from async_pbt_isaaclab.core.decision.plan_inputs import TrainerAbilities
 from async_pbt_isaaclab.member.group import GatheredSummarySource, GroupFollower
 from async_pbt_isaaclab.member.summary_source import SummarySource, find_summary_source
 from async_pbt_isaaclab.rl_games.live import blockers
-from async_pbt_isaaclab.rl_games.trainer import RlGamesTrainer, clone_state
+from async_pbt_isaaclab.rl_games.trainer import RlGamesTrainer
+from async_pbt_isaaclab.torch_group import TorchRankGroup
 
 
 def in_group(algo: Any) -> bool:
     """The agent is one rank of a group of several."""
     return bool(getattr(algo, "multi_gpu", False)) and int(getattr(algo, "world_size", 1)) > 1
-
-
-class TorchRankGroup:
-    """:class:`~async_pbt_isaaclab.member.group.RankGroup` over ``torch.distributed``'s default group (the one
-    rl_games joined); objects travel pickled, tensors on the CPU (a rank's device is its own)."""
-
-    def __init__(self) -> None:
-        import torch.distributed as dist
-
-        self._dist = dist
-        self.rank = dist.get_rank()
-        self.world_size = dist.get_world_size()
-
-    def broadcast(self, value: Any) -> Any:
-        box = [_on_cpu(value) if self.rank == 0 else None]
-        self._dist.broadcast_object_list(box, src=0)
-        return box[0]
-
-    def gather(self, value: Any) -> list[Any]:
-        out: list[Any] = [None] * self.world_size
-        self._dist.all_gather_object(out, value)
-        return out
-
-
-def _on_cpu(value: Any) -> Any:
-    """``value`` with the checkpoint state of a sync copied to the CPU."""
-    state = getattr(value, "state", None)
-    return dataclasses.replace(value, state=clone_state(state, to="cpu")) if state is not None else value
 
 
 class GroupTrainer(RlGamesTrainer):

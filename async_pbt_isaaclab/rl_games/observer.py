@@ -36,8 +36,9 @@ from async_pbt_isaaclab.member.loop import Member, MemberLoop
 from async_pbt_isaaclab.member.publication import Publication
 from async_pbt_isaaclab.member.session import MemberSession
 from async_pbt_isaaclab.member.summary_source import SummarySource, find_summary_source
-from async_pbt_isaaclab.rl_games.group import GroupTrainer, TorchRankGroup, in_group, on_epoch_start
+from async_pbt_isaaclab.rl_games.group import GroupTrainer, in_group, on_epoch_start
 from async_pbt_isaaclab.rl_games.trainer import RlGamesTrainer, SliceTrainer, weights_finite
+from async_pbt_isaaclab.torch_group import TorchRankGroup
 
 
 class PbtObserver(AlgoObserver):
@@ -82,7 +83,8 @@ class PbtObserver(AlgoObserver):
         trainer = trainer_type(algo, self.summary_source)
         leader = None
         if group is not None and self.gathered is not None:
-            leader = GroupLeader(group, self.gathered, trainer, self.session.audit.append)
+            values = self.session.state.hyperparameters  # the other ranks were built with the config's
+            leader = GroupLeader(group, self.gathered, trainer, self.session.audit.append, values)
             on_epoch_start(algo, leader.epoch_start)
         # The env's own live keys (searched env values it sets itself) join the agent's: member/env_values.py.
         member_trainer = with_env_values(trainer, algo, self.session, self.exit_on_restart)

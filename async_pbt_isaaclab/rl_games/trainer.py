@@ -25,6 +25,7 @@ from async_pbt_isaaclab.rl_games.live import (
     blockers,
     has_bounded_network,
 )
+from async_pbt_isaaclab.torch_group import clone_state
 
 NO_BOUNDED_NETWORK = "the model has no bounded exploration network to set it on"
 
@@ -168,25 +169,6 @@ class SliceTrainer(RlGamesTrainer):
     def abilities(self) -> TrainerAbilities:
         """As a process member's agent, except that it cannot restart: that would restart every slice."""
         return dataclasses.replace(super().abilities(), restarts=False)
-
-
-def clone_state(value: Any, to: str | None = None) -> Any:
-    """A copy of a checkpoint dict whose tensors share no storage with the live agent (later updates of the agent
-    cannot change it); on a GPU the clones stay on the device (no host synchronisation) unless ``to`` names
-    another."""
-    import copy
-
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone() if to is None else value.detach().to(to, copy=True)
-    if isinstance(value, dict):
-        return {k: clone_state(v, to) for k, v in value.items()}
-    if isinstance(value, list):
-        return [clone_state(v, to) for v in value]
-    if isinstance(value, tuple):
-        return tuple(clone_state(v, to) for v in value)
-    return copy.deepcopy(value)
 
 
 def weights_finite(algo: Any) -> bool:

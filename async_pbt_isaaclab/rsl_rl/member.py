@@ -34,6 +34,7 @@ from async_pbt_isaaclab.member.publication import Publication
 from async_pbt_isaaclab.member.run_to_end import end_finished_member, train_to_end
 from async_pbt_isaaclab.member.session import MemberSession, start_member
 from async_pbt_isaaclab.rsl_rl.config import with_hyperparameters
+from async_pbt_isaaclab.rsl_rl.group import GroupTrainer, follow_group, group_rank
 from async_pbt_isaaclab.rsl_rl.member_config import OVERRIDE_PREFIX, agent_view
 from async_pbt_isaaclab.rsl_rl.trainer import RslRlTrainer, RunnerInfos
 
@@ -49,7 +50,9 @@ class MemberEvents:
         publisher = Publication(session.cfg, session.member, session.condition, session.state.generation)
         # The env's own live keys (searched env values it sets itself) join the runner's: member/env_values.py.
         member_trainer = with_env_values(trainer, trainer.runner, session, exit_on_restart)
-        executor = MemberExecutor(session, member_trainer, publisher, exit_on_restart=exit_on_restart)
+        # Rank 0 of a group (rsl_rl/group.py): what it loads reaches every rank at the next epoch start.
+        leader = trainer.lead(session) if isinstance(trainer, GroupTrainer) else None
+        executor = MemberExecutor(session, member_trainer, publisher, exit_on_restart=exit_on_restart, group=leader)
         self.member = Member(MemberLoop(session, member_trainer, publisher), executor)
         self.member.start()  # the start checkpoint (resume, exploit, warm start) is in the runner from here on
         trainer.attach(self)
@@ -88,7 +91,11 @@ def train_member(
     member's own count). rsl_rl's log folder (TensorBoard, ``model_<it>.pt``) is the experiment's ``summaries/``
     under ``train_dir``, where the member's start refuses planted links. A restart writes the new values as
     ``override_prefix`` + the runner config's key (Isaac Lab's Hydra: ``agent.``); ``runner_infos``: what a runner
-    subclass keeps in a checkpoint's ``infos`` (mjlab's). Returns ``None`` when the member had already finished."""
+    subclass keeps in a checkpoint's ``infos`` (mjlab's). Returns ``None`` when the member had already finished, or
+    on a rank other than 0 of the member's group (``rsl_rl/group.py``)."""
+    if group_rank() > 0:
+        follow_group(rsl_cfg, cfg, build, train_dir=train_dir)
+        return None
     session, view = start_member(
         agent_view(rsl_cfg),
         cfg,
@@ -106,7 +113,9 @@ def train_member(
 
     def train() -> None:
         nonlocal events
-        trainer = RslRlTrainer(build(config, str(log_dir)), override_prefix=override_prefix, runner_infos=runner_infos)
+        runner = build(config, str(log_dir))
+        kind = GroupTrainer if getattr(runner, "is_distributed", False) else RslRlTrainer  # rsl_rl/group.py
+        trainer = kind(runner, override_prefix=override_prefix, runner_infos=runner_infos)
         events = MemberEvents(session, trainer, exit_on_restart=exit_on_restart)
         trainer.train(int(config["runner"]["max_iterations"]))
 

@@ -59,6 +59,8 @@ class RslRlTrainer:
     """One member's ``OnPolicyRunner``, wrapped for the member loop's reads and writes."""
 
     name = "rsl_rl"
+    in_group = False
+    """A rank of a member's group, whose ranks load together (``rsl_rl/group.py``)."""
 
     def __init__(
         self,
@@ -173,7 +175,7 @@ class RslRlTrainer:
         models = [alg.policy] if self.layout.line == 3 else [alg.actor, alg.critic]
         if any(getattr(m, "is_recurrent", False) for m in models):
             why.append("recurrent policy: its hidden states belong to the old weights")
-        if getattr(alg, "is_multi_gpu", False):
+        if getattr(alg, "is_multi_gpu", False) and not self.in_group:
             why.append("multi-GPU member: every rank must load the donor together (a restart does that)")
         return TrainerAbilities(
             frozenset(LIVE_SETTERS), loads_weights=not why, why_not_live=tuple(why), trainer=self.name

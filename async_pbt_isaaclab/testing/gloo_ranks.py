@@ -14,11 +14,19 @@ a GPU group runs ``scripts/train_pbt.py --distributed`` or the CPU member under 
 
 from __future__ import annotations
 
+import io
+import json
+import os
+import signal
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
-from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, run_donor_and_recipient
+from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV
+from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env, run_donor_and_recipient
 
 ON_CPU = False
 """Set by :func:`use_gloo_on_cpu`: this process's ranks are on the CPU (what
@@ -35,11 +43,11 @@ class DevicePinnedConfig(dict):
         super().__setitem__(key, value)
 
 
-def use_gloo_on_cpu() -> None:
-    """Make rl_games' multi-GPU agent run its ranks on the CPU over gloo (this process only)."""
+def _join_with_gloo() -> None:
+    """``init_process_group`` joins with ``gloo`` whatever backend it is given; ``torch.cuda.set_device`` does
+    nothing (this process only)."""
     import torch
     import torch.distributed as dist
-    from rl_games.torch_runner import Runner
 
     join = dist.init_process_group
 
@@ -48,6 +56,13 @@ def use_gloo_on_cpu() -> None:
 
     dist.init_process_group = init_process_group
     torch.cuda.set_device = lambda device: None
+
+
+def use_gloo_on_cpu() -> None:
+    """Make rl_games' multi-GPU agent run its ranks on the CPU over gloo (this process only)."""
+    from rl_games.torch_runner import Runner
+
+    _join_with_gloo()
     load_config = Runner.load_config
 
     def pinned_load_config(self: Any, params: dict[str, Any]) -> Any:
@@ -61,10 +76,29 @@ def use_gloo_on_cpu() -> None:
     named.ON_CPU = True
 
 
+def rsl_rl_on_cpu() -> None:
+    """Make rsl_rl's multi-GPU ``OnPolicyRunner`` run its ranks on the CPU over gloo (this process only): its
+    check that the device is ``cuda:LOCAL_RANK`` sees that device, the runner keeps the CPU."""
+    from rsl_rl.runners import OnPolicyRunner
+
+    _join_with_gloo()
+    configure = OnPolicyRunner._configure_multi_gpu
+
+    def on_cpu(self: Any) -> None:
+        device, self.device = self.device, f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+        try:
+            configure(self)
+        finally:
+            self.device = device
+
+    OnPolicyRunner._configure_multi_gpu = on_cpu
+
+
 GROUP_EPOCHS = {0: 4, 1: 4}
 """Epochs of each member of :func:`run_group_population`: 512 frames an epoch (2 ranks x 8 envs x 32 steps, every
-env of every rank ending a 32-step episode each epoch), a decision every 1024 frames: member 1 exploits member 0 at
-frame 1024 (the fixture rule exploits once) and trains its last epoch from the donor's weights."""
+env of every rank ending a 32-step episode each epoch), a decision every 1024 frames: member 0 publishes at frame
+1024 (where its rank 1 is killed and the group resumes), member 1 exploits member 0 at frame 1024 (the fixture rule
+exploits once) and trains its last epoch from the donor's weights."""
 
 
 def group_member_args(ws: Path, index: int, epochs: int) -> list[str]:
@@ -88,15 +122,119 @@ def torchrun(ranks: int, module: str, args: list[str]) -> list[str]:
             *args]  # fmt: skip
 
 
-def run_group_population(root: Path) -> dict[int, str]:
-    """Two members of 2 gloo ranks each, as real ``torchrun`` process groups, in workspace ``root/ws``; member 1
-    exploits member 0 at its first decision. Returns each member's log (both ranks'); raises when a group fails."""
-    return run_donor_and_recipient(
-        root, lambda index, epochs: torchrun(2, __name__, group_member_args(root / "ws", index, epochs)), GROUP_EPOCHS
-    )
+def run_group_population(root: Path) -> tuple[str, Any]:
+    """Two members of 2 gloo ranks each, as real ``torchrun`` process groups, in workspace ``root/ws``. Member 0
+    runs under ``async-pbt launch --gpus-per-member 2`` (``launch_population``, in a thread); once it has published,
+    its rank 1 is killed with SIGKILL: the group goes down and the launcher restarts it from the member's last
+    checkpoint. Member 1 starts then, and exploits member 0 at its first decision. Returns member 1's log (both
+    ranks') and the launch's result; raises when member 1 fails."""
+    ws, results = root / "ws", []
+    launcher = threading.Thread(target=lambda: results.append(_launch_member_0(ws)))
+    launcher.start()
+    while not _published(ws / "members" / "000" / "record.json"):  # an event: member 0's first history entry
+        if not launcher.is_alive():
+            raise RuntimeError("member 0 ended before it published")
+        time.sleep(0.1)
+    pid = rank_pid(ws, 1)
+    assert pid is not None, "member 0 has no rank 1"
+    os.kill(pid, signal.SIGKILL)
+    with open(root / "member1.log", "w") as log:
+        command = torchrun(2, __name__, group_member_args(ws, 1, GROUP_EPOCHS[1]))
+        code = subprocess.run(command, cwd=root, env=member_env(), stdout=log, stderr=subprocess.STDOUT).returncode
+    launcher.join()
+    text = (root / "member1.log").read_text()
+    if code != 0:
+        raise RuntimeError(f"member 1 exited {code}:\n{text[-3000:]}")
+    return text, results[0] if results else None
+
+
+def _launch_member_0(ws: Path) -> Any:
+    """Member 0 of :func:`run_group_population` under the launcher (which adds the population flags)."""
+    from async_pbt_isaaclab.launch.local_backend import launch_population
+
+    args = group_member_args(ws, 0, GROUP_EPOCHS[0])
+    flags = {"--pbt-workspace", "--pbt-members", "--pbt-index"}
+    command = [a for i, a in enumerate(args) if a not in flags and (i == 0 or args[i - 1] not in flags)]
+    env = {k: v for k, v in member_env().items() if k in (TEST_FIXTURE_ENV, "PYTHONUNBUFFERED")}
+    return launch_population(
+        [sys.executable, "-m", __name__, *command], 2, ws, gpus=[], indices=[0], extra_env=env,
+        output=io.StringIO(), ranks_per_member=2, restart_backoff_s=0.1, progress_interval_s=3600,
+    )  # fmt: skip
+
+
+def _published(record: Path) -> bool:
+    try:
+        return bool(json.loads(record.read_text()).get("history"))
+    except (FileNotFoundError, ValueError):
+        return False  # not written yet, or replaced while read: the next look sees the whole file
+
+
+def rank_pid(ws: Path, rank: int) -> int | None:
+    """The pid of the running member process of ``rank`` working in ``ws`` (its environment names it)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if __name__.encode() in cmdline and str(ws).encode() in cmdline and b"torch.distributed.run" not in cmdline:
+            if f"RANK={rank}".encode() in environ:
+                return int(entry.name)
+    return None
+
+
+RSL_RL_GROUP_ITERATIONS = {0: 4, 1: 4, 2: 8}
+"""Iterations of each member of :func:`run_rsl_rl_group_population`: members 0 and 1 are groups of 2 ranks (2 x 8
+envs x 16 steps: 256 frames an iteration), member 2 one process of 8 envs (128 frames an iteration); every env ends
+a 16-step episode each iteration, and all three decide at the same total frames (512, 1024)."""
+
+
+def rsl_rl_group_config(root: Path) -> Path:
+    """The packaged Pendulum-v1 rsl_rl config with 16-step episodes and a fixed learning-rate schedule (a searched
+    ``learning_rate`` that only the members' sync gives every rank), written under ``root``."""
+    import yaml
+
+    from async_pbt_isaaclab.core.agent_config import load_yaml
+    from async_pbt_isaaclab.examples.agents import PACKAGED_RSL_RL_CONFIGS
+
+    cfg = load_yaml(PACKAGED_RSL_RL_CONFIGS["Pendulum-v1"])
+    cfg["env"]["env_config"] = {"max_episode_steps": 16}
+    cfg["runner"]["algorithm"]["schedule"] = "fixed"
+    path = root / "pendulum_16_steps.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def run_rsl_rl_group_population(root: Path) -> dict[int, str]:
+    """Three rsl_rl members in workspace ``root/ws`` (:data:`RSL_RL_GROUP_ITERATIONS`): members 0 and 1 of 2 gloo
+    ranks each, real ``torchrun`` process groups, member 2 a process of its own; members 1 and 2 exploit a peer
+    in-process at their first decision. Returns each member's log (a group's: both ranks'); raises when one fails."""
+    config = rsl_rl_group_config(root)
+
+    def command(index: int, iterations: int) -> list[str]:
+        args = [
+            "--config", str(config), "--pbt-workspace", str(root / "ws"), "--pbt-members", "3",
+            "--pbt-index", str(index), "--max_iterations", str(iterations), "--num_envs", "8", "--seed", "7",
+            *forced_exploit_flags(interval_steps=512, exploit_mode="inprocess", keep_last_checkpoints=100),
+            "--pbt-max-heartbeat-age-s", "100000000",
+            "agent.pbt.mutation.learning_rate=mutate_float", "agent.pbt.mutation.entropy_coef=mutate_float",
+        ]  # fmt: skip
+        if index == 2:
+            return [sys.executable, "-m", "async_pbt_isaaclab.examples.rsl_rl_member", *args]
+        return torchrun(2, __name__, ["rsl_rl", *args])
+
+    return run_donor_and_recipient(root, command, RSL_RL_GROUP_ITERATIONS)
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["rsl_rl"]:  # an rsl_rl member (examples/rsl_rl_member.py)
+        rsl_rl_on_cpu()
+        from async_pbt_isaaclab.examples.rsl_rl_member import main as rsl_rl_member
+
+        return rsl_rl_member(argv[1:])
     use_gloo_on_cpu()
     from async_pbt_isaaclab.examples.cpu_member import main as cpu_member
 

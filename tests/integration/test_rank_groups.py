@@ -1,7 +1,8 @@
 """Members that are rank groups: two members of two ranks each, real ``torchrun`` processes over gloo on the CPU
 (``async_pbt_isaaclab.testing.gloo_ranks``: rl_games' multi-GPU agent, its nccl and CUDA device swapped for gloo and
-the CPU). Member 1 exploits member 0 in-process at its first decision; everything asserted is read back from what the
-groups wrote."""
+the CPU). Member 0 runs under ``async-pbt launch --gpus-per-member 2``; once it has published, its rank 1 is killed
+with SIGKILL, which takes the group down, and the launcher restarts it from its last checkpoint. Member 1 exploits
+member 0 in-process at its first decision. Everything asserted is read back from what the groups wrote."""
 
 from __future__ import annotations
 
@@ -27,15 +28,15 @@ def groups(tmp_path_factory):
     from async_pbt_isaaclab.testing.gloo_ranks import run_group_population
 
     root = tmp_path_factory.mktemp("rank_groups")
-    logs = run_group_population(root)
-    return root / "ws", logs
+    log, launched = run_group_population(root)
+    return root / "ws", log, launched
 
 
 def test_every_exploit_reaches_every_rank_before_the_next_rollout(groups):
-    ws, logs = groups
+    ws, log, _ = groups
     entries = _entries(ws, 1)
     applied = [i for i, e in enumerate(entries) if e["kind"] == "exploit_applied"]
-    assert len(applied) == 1, logs[1][-3000:]
+    assert len(applied) == 1, log[-3000:]
     for i in applied:
         exploit = entries[i]
         assert exploit["path"] == "inprocess"
@@ -56,10 +57,30 @@ def test_every_exploit_reaches_every_rank_before_the_next_rollout(groups):
         assert model_fingerprint(donor["model"]) == ranks[0]
     synced_all = [e for e in entries if e["kind"] == "group_synced" and e["reason"] == "exploit"]
     assert len(synced_all) == len(applied)
+    # A fresh start: before the first rollout both ranks train rank 0's state at the member's drawn rate (rank 1 was
+    # built with the config's).
+    (draw,) = [e for e in entries if e["kind"] == "initial_draw"]
+    start = next(e for e in entries if e["kind"] == "group_synced")
+    assert start["reason"] == "start" and len(set(start["model_sha256"])) == 1
+    assert start["optimizer_lr"] == [[draw["new_hyperparameters"]["learning_rate"]]] * 2
+
+
+def test_a_dead_rank_stops_the_group_and_the_launcher_restarts_it_from_its_checkpoint(groups):
+    ws, _, launched = groups
+    outcome = launched.members[0]
+    assert launched.exit_code == 0 and launched.finished == [0], outcome
+    assert outcome.restarts == 1 and outcome.exit_codes[0] != 0 and outcome.exit_codes[-1] == 0
+    entries = _entries(ws, 0)
+    assert [s["mode"] for s in entries if s["kind"] == "start"] == ["fresh", "resume"]
+    # The restarted group resumed from the last checkpoint rank 0 wrote (its publish at frame 1024), on every rank.
+    i = next(i for i, e in enumerate(entries) if e["kind"] == "restored" and e["mode"] == "resume")
+    restored, synced = entries[i], next(e for e in entries[i:] if e["kind"] == "group_synced")
+    assert restored["frame"] == 1024 and synced["reason"] == "restore"
+    assert synced["model_sha256"] == [restored["model_sha256"]] * 2
 
 
 def test_decisions_record_the_group_and_count_every_rank(groups):
-    ws, _ = groups
+    ws, _, _ = groups
     for member in (0, 1):
         decisions = [e for e in _entries(ws, member) if e["kind"] == "decision"]
         assert decisions and all(d["world_size"] == 2 for d in decisions)
@@ -75,7 +96,7 @@ def test_decisions_record_the_group_and_count_every_rank(groups):
 
 
 def test_the_audit_verifies(groups):
-    ws, _ = groups
+    ws, _, _ = groups
     out = subprocess.run(
         [sys.executable, "-m", "async_pbt_isaaclab.cli", "audit", str(ws)], capture_output=True, text=True, timeout=300
     )

@@ -63,12 +63,14 @@ class Trainer:
         return [self.values.get("learning_rate", 0.0)]
 
 
-def _pair(follower_trainer: Trainer, sources: tuple[Source, Source]):
+def _pair(follower_trainer: Trainer, sources: tuple[Source, Source], rank_0: Trainer | None = None, values=None):
     shared = {"slots": [None, None], "barrier": threading.Barrier(2, timeout=30)}
     log: list[tuple[str, dict]] = []
     groups = ThreadGroup(0, shared), ThreadGroup(1, shared)
     gathered = GatheredSummarySource(sources[0], groups[0]), GatheredSummarySource(sources[1], groups[1])
-    leader = GroupLeader(groups[0], gathered[0], Trainer("donor"), lambda kind, body: log.append((kind, body)))
+    leader = GroupLeader(
+        groups[0], gathered[0], rank_0 or Trainer("donor"), lambda kind, body: log.append((kind, body)), values
+    )
     follower = GroupFollower(groups[1], follower_trainer, gathered[1])
     return leader, follower, gathered, log
 
@@ -140,3 +142,29 @@ def test_a_follower_follows_rank_0s_generation_without_a_load(generation):
     gathered[0].start_generation(generation)
     assert not _both(leader.epoch_start, follower.epoch_start)
     assert gathered[1].generation == generation and not log
+
+
+def test_a_fresh_start_sends_rank_0s_own_state_and_the_members_live_values_once():
+    from async_pbt_isaaclab.core.decision.plan_inputs import TrainerAbilities
+
+    class Fresh(Trainer):
+        def abilities(self) -> TrainerAbilities:
+            return TrainerAbilities(frozenset({"learning_rate", "entropy_coef"}))
+
+        def learning_rate(self) -> float:
+            return 0.25
+
+        def full_state(self) -> dict:
+            return {"model": self.weights}
+
+    rank_0 = Fresh("drawn")
+    rank_0.values = {"learning_rate": 0.25}  # rank 0 was built with the member's values
+    # The member's values: a key set only by a restart is not sent (no setter on the running trainer).
+    values = {"learning_rate": 0.25, "entropy_coef": 0.01, "horizon_length": 64}
+    leader, follower, _, log = _pair(Trainer("config's"), (Source([]), Source([])), rank_0, values)
+    assert not _both(leader.epoch_start, follower.epoch_start)
+    assert follower.trainer.weights == "drawn"
+    assert follower.trainer.values == {"learning_rate": 0.25, "entropy_coef": 0.01}
+    ((kind, body),) = log
+    assert kind == "group_synced" and body["reason"] == "start" and body["model_sha256"] == ["drawn", "drawn"]
+    assert not _both(leader.epoch_start, follower.epoch_start) and len(log) == 1  # once

@@ -1,0 +1,55 @@
+"""The :class:`~async_pbt_isaaclab.member.group.RankGroup` of a member whose trainer joined ``torch.distributed``
+itself (rl_games' ``multi_gpu`` agent, rsl_rl's multi-GPU ``OnPolicyRunner``): the collectives run on the default
+process group, objects travel pickled, and a sync's checkpoint state travels on the CPU (a rank's device is its own:
+rank 1 must not unpickle rank 0's ``cuda:0`` tensors). torch is imported when a group is made, not with this module.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+
+class TorchRankGroup:
+    """The default ``torch.distributed`` group (the one the trainer joined), as the member's collectives see it."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+
+        self._dist = dist
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+
+    def broadcast(self, value: Any) -> Any:
+        box = [_on_cpu(value) if self.rank == 0 else None]
+        self._dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, value: Any) -> list[Any]:
+        out: list[Any] = [None] * self.world_size
+        self._dist.all_gather_object(out, value)
+        return out
+
+
+def _on_cpu(value: Any) -> Any:
+    """``value`` with the checkpoint state of a sync copied to the CPU."""
+    state = getattr(value, "state", None)
+    return dataclasses.replace(value, state=clone_state(state, to="cpu")) if state is not None else value
+
+
+def clone_state(value: Any, to: str | None = None) -> Any:
+    """A copy of a checkpoint dict whose tensors share no storage with the live agent (later updates of the agent
+    cannot change it); on a GPU the clones stay on the device (no host synchronisation) unless ``to`` names
+    another."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone() if to is None else value.detach().to(to, copy=True)
+    if isinstance(value, dict):
+        return {k: clone_state(v, to) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clone_state(v, to) for v in value]
+    if isinstance(value, tuple):
+        return tuple(clone_state(v, to) for v in value)
+    return copy.deepcopy(value)
