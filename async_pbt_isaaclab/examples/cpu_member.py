@@ -162,8 +162,8 @@ def _train_slices(
     """``--pbt-slices M``: members ``--pbt-index .. +M-1`` in this process, on one gymnasium vec-env of M x num_envs."""
     from async_pbt_isaaclab.core.slices import slice_layout
     from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
+    from async_pbt_isaaclab.envs.slice_threads import MembersStuck, MemberThreadError, end_process
     from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError
-    from async_pbt_isaaclab.rl_games.slice_threads import MembersStuck, MemberThreadError, end_process
     from async_pbt_isaaclab.rl_games.slices import check_slices, train_slices
 
     rl_cfg = agent_cfg["params"]["config"]

@@ -23,8 +23,9 @@ def packaged_config(task: str) -> dict[str, Any]:
     return load_yaml(PACKAGED_RSL_RL_CONFIGS[task])
 
 
-def build_runner(cfg: dict[str, Any], seed: int, log_dir: str | None = None) -> Any:
-    """An ``OnPolicyRunner`` of the installed line on ``cfg``'s gymnasium task, and its env."""
+def build_runner(cfg: dict[str, Any], seed: int, log_dir: str | None = None, env: Any = None) -> Any:
+    """An ``OnPolicyRunner`` of the installed line on ``cfg``'s gymnasium task (``env``: on that env instead, a
+    member's slice of a shared one)."""
     import torch
     from rsl_rl.runners import OnPolicyRunner
 
@@ -36,7 +37,8 @@ def build_runner(cfg: dict[str, Any], seed: int, log_dir: str | None = None) -> 
     # One intra-op thread: the networks are tiny, and members share a few cores (as the rl_games yamls' torch_threads).
     torch.set_num_threads(int(cfg.get("torch_threads", 1)))
     env_cfg = cfg["env"]
-    env = RslRlGymVecEnv(env_cfg["id"], int(env_cfg["num_envs"]), seed=seed, **env_cfg.get("env_config", {}))
+    if env is None:
+        env = RslRlGymVecEnv(env_cfg["id"], int(env_cfg["num_envs"]), seed=seed, **env_cfg.get("env_config", {}))
     train_cfg = runner_config(dict(cfg["runner"], seed=seed), installed_line())
     return OnPolicyRunner(env, train_cfg, log_dir=log_dir, device=train_cfg.get("device", "cpu"))
 

@@ -21,10 +21,11 @@ from typing import Any, Callable
 from rl_games.common.algo_observer import AlgoObserver
 
 from async_pbt_isaaclab.core.decision.plan_inputs import TrainerAbilities
+from async_pbt_isaaclab.member.donors import clone_state
 from async_pbt_isaaclab.member.group import GatheredSummarySource, GroupFollower
 from async_pbt_isaaclab.member.summary_source import SummarySource, find_summary_source
 from async_pbt_isaaclab.rl_games.live import blockers
-from async_pbt_isaaclab.rl_games.trainer import RlGamesTrainer, clone_state
+from async_pbt_isaaclab.rl_games.trainer import RlGamesTrainer
 
 
 def in_group(algo: Any) -> bool:
