@@ -144,10 +144,8 @@ def _train(args: argparse.Namespace, rsl_cfg: dict[str, Any], cfg: PopulationCon
 def _train_slices(args: argparse.Namespace, rsl_cfg: dict[str, Any], cfg: PopulationConfig, train_dir: str) -> int:
     """``--pbt-slices M``: members ``--pbt-index .. +M-1`` in this process, on one gymnasium vec-env of M x num_envs
     (``rsl_rl/slices.py``); the process's seed is its first member's, each slice adds its slot."""
-    from async_pbt_isaaclab.checkpoint_io import CheckpointError
     from async_pbt_isaaclab.core.slices import slice_layout
-    from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
-    from async_pbt_isaaclab.envs.slice_threads import MembersStuck, MemberThreadError, end_process
+    from async_pbt_isaaclab.envs.slice_threads import slices_exit_code
     from async_pbt_isaaclab.examples.rsl_rl_train import build_runner
     from async_pbt_isaaclab.rsl_rl.slices import check_slices, train_slices
     from async_pbt_isaaclab.rsl_rl.vec_env import RslRlGymVecEnv
@@ -168,17 +166,10 @@ def _train_slices(args: argparse.Namespace, rsl_cfg: dict[str, Any], cfg: Popula
     def build(config: dict[str, Any], log_dir: str, env: Any) -> Any:
         return build_runner(config, int(config["runner"]["seed"]), log_dir, env)
 
-    try:
-        train_slices(rsl_cfg, cfg, layout, make_env, build, train_dir=train_dir, checkpoint=args.checkpoint)
-    except (WorkspaceError, CheckpointError) as exc:
-        print(f"error: members {layout.first}..{layout.first + layout.count - 1}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except MemberThreadError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except MembersStuck as exc:
-        end_process(exc)
-    return 0
+    return slices_exit_code(
+        layout,
+        lambda: train_slices(rsl_cfg, cfg, layout, make_env, build, train_dir=train_dir, checkpoint=args.checkpoint),
+    )
 
 
 if __name__ == "__main__":
