@@ -1,10 +1,9 @@
 """Several rsl_rl members in one process, each its own ``OnPolicyRunner`` on a slice of one vectorized env.
 
-The process is the one rl_games slices run in (``envs/slice_threads.py``: sessions, threads, stops, kept states;
-docs/slices.md). Each member's thread runs its runner's own ``learn`` (rsl_rl's ``alg.act``, ``process_env_step``,
-``compute_returns``, ``update`` on its own storage, unforked) on a :class:`SliceEnv`: its ``step`` returns the
-member's rows once every member has handed in its actions (``envs/slice_env.py``, one env step at a time).
-"""
+The process is rl_games slices' (``envs/slice_threads.py``; docs/slices.md). Each member's thread runs its runner's
+own ``learn`` (rsl_rl's ``alg.act``, ``process_env_step``, ``compute_returns``, ``update`` on its own storage,
+unforked) on a :class:`SliceEnv`, whose ``step`` returns the member's rows once every member has handed in its
+actions (``envs/slice_env.py``, one env step at a time)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.slices import SliceLayout, slice_problems
-from async_pbt_isaaclab.envs.slice_env import SharedVecEnv
+from async_pbt_isaaclab.envs.slice_env import SharedVecEnv, give_env_values
 from async_pbt_isaaclab.envs.slice_host import SliceHost
 from async_pbt_isaaclab.envs.slice_threads import leave_if_finished, open_slices, run_slices
 from async_pbt_isaaclab.member.donors import ClonesItsStates
@@ -78,6 +77,7 @@ def _build(
     whole = make_env((layout := host.layout).num_envs)
     shared = SharedVecEnv(whole, layout.num_envs, [layout.bounds(s) for s in range(layout.count)])
     shared.reset(whole.get_observations())
+    give_env_values(whole, shared, host.members[layout.first].session.cfg.mutation)  # searched env values per slice
     for member, m in host.members.items():
         if leave_if_finished(m, shared):
             continue
