@@ -37,6 +37,15 @@ MUTATIONS = (
 ENVS = 16
 """Envs of each member (``run_rsl_rl_population``); the packaged config's rollout is 16 steps."""
 
+SLICE_ITERATIONS = 28
+"""Iterations of each slice: decisions every 8 (2048 frames), the first with evidence at 16 (Pendulum's episodes are
+200 steps) sees no peer's yet (the slices decide in lockstep), the one at 24 sees member 0's and exploits it."""
+
+
+def _iterations(mode: str) -> int:
+    """Iterations member 1 trained."""
+    return SLICE_ITERATIONS if mode == "slices" else RSL_RL_ITERATIONS[1]
+
 
 def _entries(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -55,8 +64,8 @@ def population(tmp_path_factory, request):
 
 
 def _slices_population(root: Path) -> tuple[dict[int, str], list]:
-    """Members 0 and 1 as two slices of this process, by the CPU member's own ``--pbt-slices`` path, each trained
-    for member 1's iterations; their log (one, shared) and the runners it built (member 0's, member 1's)."""
+    """Members 0 and 1 as two slices of this process, by the CPU member's own ``--pbt-slices`` path; their log (one,
+    shared) and the runners it built (member 0's, member 1's)."""
     import contextlib
     import io
 
@@ -71,7 +80,8 @@ def _slices_population(root: Path) -> tuple[dict[int, str], list]:
         runners.append(build(*args, **kwargs))
         return runners[-1]
 
-    flags = ["--pbt-index", "0", "--max_iterations", str(RSL_RL_ITERATIONS[1]), "--pbt-slices", "2"]
+    flags = ["--pbt-index", "0", "--max_iterations", str(SLICE_ITERATIONS), "--pbt-slices", "2"]
+    flags += ["--pbt-interval-steps", "2048"]
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
         patch.setenv(TEST_FIXTURE_ENV, FIXTURE_RULE)
@@ -125,10 +135,10 @@ def test_counters_continue_and_no_iteration_index_repeats_or_is_skipped(populati
     indices = [int(i) for i in re.findall(r"Learning iteration (\d+)/", logs[1])]
     if mode == "slices":  # both members' logs, interleaved: each index once per member
         indices = sorted(indices)[::2]
-    assert indices == list(range(RSL_RL_ITERATIONS[1])), indices
+    assert indices == list(range(_iterations(mode))), indices
     record = json.loads((ws / "members/001/record.json").read_text())
-    assert record["status"] == "finished" and record["epoch"] == RSL_RL_ITERATIONS[1]
-    assert record["frame"] == restored["frame"] + (RSL_RL_ITERATIONS[1] - restored["epoch"]) * ENVS * steps_after
+    assert record["status"] == "finished" and record["epoch"] == _iterations(mode)
+    assert record["frame"] == restored["frame"] + (_iterations(mode) - restored["epoch"]) * ENVS * steps_after
 
 
 def test_the_restart_carries_the_planned_values_in_rsl_rls_own_names(population):

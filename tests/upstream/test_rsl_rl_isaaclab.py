@@ -125,7 +125,7 @@ def test_two_rsl_rl_slices_train_and_exploit_in_memory_on_one_isaaclab_env(relea
         "--num_envs",
         "16",
         "--max_iterations",
-        "12",
+        "20",
         *["--pbt-workspace", str(ws), "--pbt-members", "2", "--pbt-index", "0", "--pbt-slices", "2"],
         *forced_exploit_flags(interval_steps=1024),
         "agent.pbt.mutation.desired_kl=mutate_float",
@@ -143,7 +143,7 @@ def test_two_rsl_rl_slices_train_and_exploit_in_memory_on_one_isaaclab_env(relea
         assert start["slices"]["members"] == [0, 1] and start["slices"]["num_envs"] == 32 and start["slot"] == member
         record = json.loads((ws / f"members/{member:03d}/record.json").read_text())
         # 16 envs x Isaac Lab cartpole's 16 steps per iteration: the member's own frames, not the simulator's.
-        assert record["status"] == "finished" and record["frame"] == 12 * 16 * 16
+        assert record["status"] == "finished" and record["frame"] == 20 * 16 * 16
         assert record["history"], "each member published evidence of its own slice"
         count, problems = verify_log(ws / f"members/{member:03d}/audit.jsonl")
         assert count > 0 and problems == [], problems
