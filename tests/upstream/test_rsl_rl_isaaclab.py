@@ -114,30 +114,10 @@ def test_two_rsl_rl_slices_train_and_exploit_in_memory_on_one_isaaclab_env(relea
     Lab's own ``RslRlVecEnvWrapper``, each member its own ``OnPolicyRunner`` built as the release builds it; member 1
     exploits member 0 (test rule) from memory, inside the process."""
     from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
-    from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env
 
     ws = tmp_path / "ws"
-    cmd = [
-        sys.executable,
-        str(isaaclab_real.ENTRY),
-        release,
-        *isaaclab_real.script_args(release, "train_pbt_rsl_rl.py", isaaclab_real.TASK),
-        "--num_envs",
-        "16",
-        "--max_iterations",
-        "20",
-        *["--pbt-workspace", str(ws), "--pbt-members", "2", "--pbt-index", "0", "--pbt-slices", "2"],
-        *forced_exploit_flags(interval_steps=1024),
-        "agent.pbt.mutation.desired_kl=mutate_float",
-        "agent.pbt.mutation.gamma=mutate_discount",
-    ]
-    with open(tmp_path / "run.log", "w") as log:
-        proc = subprocess.run(
-            cmd, cwd=tmp_path, env=member_env(OMP_NUM_THREADS="1"), stdout=log, stderr=subprocess.STDOUT, timeout=900
-        )
-    out = (tmp_path / "run.log").read_text()
-    assert proc.returncode == 0, out[-6000:]
-    assert "2 members (0..1) on one simulator of 32 envs, 16 each" in out
+    mutations = ("agent.pbt.mutation.desired_kl=mutate_float", "agent.pbt.mutation.gamma=mutate_discount")
+    isaaclab_real.run_two_slices(release, "train_pbt_rsl_rl.py", tmp_path, 20, *mutations)
     for member in (0, 1):
         start = next(e for e in _entries(ws / f"members/{member:03d}/audit.jsonl") if e["kind"] == "start")
         assert start["slices"]["members"] == [0, 1] and start["slices"]["num_envs"] == 32 and start["slot"] == member
