@@ -101,15 +101,16 @@ def run_slices(host: SliceHost, build: Callable[[], SharedVecEnv], close_env: bo
 
 def slices_exit_code(layout: SliceLayout, train: Callable[[], Any]) -> int:
     """``train()`` (a trainer's ``train_slices``) as the process's exit code: a problem the user must fix (a claimed
-    index, an unwritable workspace, an unloadable checkpoint) is one line on stderr and 2, a member thread that did
-    not start 1; members stuck after a stop end the process here (:func:`end_process`)."""
+    index, an unwritable workspace, an unloadable checkpoint, a setting the slices refuse once the env or a member's
+    trainer is built: an env value the shared env holds once for all, a recurrent policy) is one line on stderr and
+    2, a member thread that did not start 1; members stuck after a stop end the process here (:func:`end_process`)."""
     from async_pbt_isaaclab.checkpoint_io import CheckpointError
     from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
     from async_pbt_isaaclab.exit_codes import EXIT_USAGE
 
     try:
         train()
-    except (WorkspaceError, CheckpointError) as exc:
+    except (WorkspaceError, CheckpointError, ValueError) as exc:
         print(f"error: members {layout.first}..{layout.first + layout.count - 1}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except MemberThreadError as exc:
