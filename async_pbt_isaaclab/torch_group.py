@@ -6,9 +6,10 @@ rank 1 must not unpickle rank 0's ``cuda:0`` tensors). torch is imported when a 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from typing import Any
+
+from async_pbt_isaaclab.member.donors import clone_state
 
 
 class TorchRankGroup:
@@ -36,20 +37,3 @@ def _on_cpu(value: Any) -> Any:
     """``value`` with the checkpoint state of a sync copied to the CPU."""
     state = getattr(value, "state", None)
     return dataclasses.replace(value, state=clone_state(state, to="cpu")) if state is not None else value
-
-
-def clone_state(value: Any, to: str | None = None) -> Any:
-    """A copy of a checkpoint dict whose tensors share no storage with the live agent (later updates of the agent
-    cannot change it); on a GPU the clones stay on the device (no host synchronisation) unless ``to`` names
-    another."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone() if to is None else value.detach().to(to, copy=True)
-    if isinstance(value, dict):
-        return {k: clone_state(v, to) for k, v in value.items()}
-    if isinstance(value, list):
-        return [clone_state(v, to) for v in value]
-    if isinstance(value, tuple):
-        return tuple(clone_state(v, to) for v in value)
-    return copy.deepcopy(value)

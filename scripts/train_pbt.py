@@ -336,7 +336,7 @@ def _train_slices(
     from dataclasses import replace
 
     from async_pbt_isaaclab.core.slices import slice_layout
-    from async_pbt_isaaclab.rl_games.slice_threads import MembersStuck, MemberThreadError, end_process
+    from async_pbt_isaaclab.envs.slice_threads import MembersStuck, MemberThreadError, end_process
     from async_pbt_isaaclab.rl_games.slices import train_slices
 
     num_envs = int(vec_env.unwrapped.num_envs)

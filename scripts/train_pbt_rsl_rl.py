@@ -21,6 +21,10 @@ play with Isaac Lab's own rsl_rl play script. The member's seed is ``seed + pbt_
 this command (captured before ``AppLauncher`` or Hydra rewrite ``sys.argv``) with ``--checkpoint`` and the new
 values as ``agent.algorithm.*`` overrides. Without the population flags this script refuses to run: plain training
 is Isaac Lab's own script. On 3.0 there is no ``--headless``: drop the flag there.
+
+``--pbt-slices M`` trains members ``--pbt-index .. +M-1`` in this process, each its own runner on ``--num_envs`` envs
+of one simulator of ``M x --num_envs`` (``rsl_rl/slices.py``, docs/rsl_rl.md); exploits between them are memory
+copies, and only searched reward term weights may differ between them among the env's values.
 """
 
 from __future__ import annotations
@@ -44,7 +48,12 @@ from async_pbt_isaaclab.envs.isaaclab import (  # noqa: E402 - torch-free; Isaac
 )
 from async_pbt_isaaclab.envs.isaaclab.api import Session  # noqa: E402
 from async_pbt_isaaclab.exit_codes import EXIT_USAGE  # noqa: E402
-from async_pbt_isaaclab.pbt_flags import add_population_args, population_flag_origins, population_overrides  # noqa: E402
+from async_pbt_isaaclab.pbt_flags import (  # noqa: E402
+    add_population_args,
+    add_slices_arg,
+    population_flag_origins,
+    population_overrides,
+)
 
 PROG = "scripts/train_pbt_rsl_rl.py"
 
@@ -71,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--experiment_name", type=str, default=None, help="Experiment folder under logs/rsl_rl.")
     parser.add_argument("--export_io_descriptors", action="store_true", default=False, help=argparse.SUPPRESS)
-    add_population_args(parser)
+    add_slices_arg(add_population_args(parser))
     return parser
 
 
@@ -139,6 +148,7 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks, popul
     from async_pbt_isaaclab.envs.isaaclab import rsl_rl as glue
     from async_pbt_isaaclab.envs.isaaclab.condition import reward_fingerprint
     from async_pbt_isaaclab.envs.isaaclab.env_values import attach_env_values, restart_refused
+    from async_pbt_isaaclab.envs.isaaclab.slice_rewards import per_env_reward_weights
     from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
     from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
     from async_pbt_isaaclab.rsl_rl.member import train_member_exit_code
@@ -152,11 +162,17 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks, popul
     log_root = os.path.abspath(os.path.join("logs", "rsl_rl", agent_cfg.experiment_name))
     print(f"[INFO] PBT member {cfg.policy_idx}/{cfg.num_policies}, workspace {cfg.workspace_path(log_root)}")
     env_cfg = session.env_cfg
+    layout = _slices(args, env_cfg, cfg)
+    if isinstance(layout, str):
+        print(layout, file=sys.stderr)
+        return EXIT_USAGE
     env_cfg.log_dir = os.path.join(log_root, f"{agent_cfg.experiment_name}_pbt_{cfg.policy_idx:03d}")
     trigger = lambda step: step % args.video_interval == 0  # noqa: E731
     env = hooks.make_env(session, args.task, env_cfg, args, env_cfg.log_dir, trigger)
     reward_config = reward_fingerprint(env_cfg, searched=cfg.mutation)
-    problems = attach_env_values(env, cfg.mutation, restart_refused(cfg))
+    if layout is not None:  # reward term weights per slice; the slices refuse any other env key
+        env = per_env_reward_weights(env, cfg.mutation)
+    problems = [] if layout is not None else attach_env_values(env, cfg.mutation, restart_refused(cfg))
     if problems:
         print("\n".join(f"error: {p}" for p in problems), file=sys.stderr)
         env.close()
@@ -166,6 +182,10 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks, popul
     )
     vec_env = glue.vec_env(env, agent_cfg.clip_actions)
     resume = hooks.resolve_checkpoint(args.checkpoint) if args.checkpoint else None
+    if layout is not None:
+        return _train_slices(
+            layout, rsl_cfg, cfg, vec_env, train_dir=log_root, checkpoint=resume, reward_config=reward_config
+        )
     return train_member_exit_code(
         rsl_cfg,
         cfg,
@@ -176,6 +196,46 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks, popul
         override_prefix=glue.HYDRA_PREFIX,
         reward_config=reward_config,
     )
+
+
+def _slices(args: argparse.Namespace, env_cfg: Any, cfg: Any) -> Any:
+    """``--pbt-slices M``: the members' layout, the env made M times as large (each member keeps ``--num_envs``
+    envs); ``None`` without slices; the refusal's lines (a string) when they cannot run."""
+    count = int(args.pbt_slices or 1)
+    if count == 1:
+        return None
+    from async_pbt_isaaclab.core.slices import SLICES_FLAG, slice_layout
+    from async_pbt_isaaclab.rsl_rl.slices import check_slices
+
+    try:
+        layout = slice_layout(cfg.policy_idx, count, cfg.num_policies, int(env_cfg.scene.num_envs))
+    except ValueError as exc:
+        return f"error: {exc}"
+    problems = check_slices(cfg, count)
+    if getattr(args, "video", False):
+        problems.append(f"--video: {SLICES_FLAG} {count} records one video of the simulator all slices share")
+    if problems:
+        return "\n".join(f"error: {p}" for p in problems)
+    env_cfg.scene.num_envs = layout.num_envs
+    return layout
+
+
+def _train_slices(layout: Any, rsl_cfg: dict, cfg: Any, vec_env: Any, **options: Any) -> int:
+    """Members ``layout.members`` in this process, each on its slice of ``vec_env`` (one simulator), each runner
+    built as the release builds it; ``options``: ``train_slices``' keywords (which closes the env after them)."""
+    from async_pbt_isaaclab.envs.isaaclab import rsl_rl as glue
+    from async_pbt_isaaclab.envs.slice_threads import slices_exit_code
+    from async_pbt_isaaclab.rsl_rl.slices import train_slices
+
+    print(
+        f"[INFO] {layout.count} members ({layout.first}..{layout.first + layout.count - 1}) on one simulator of "
+        f"{layout.num_envs} envs, {layout.envs_per_slice} each"
+    )
+
+    def build(config: dict, log_dir: str, env: Any) -> Any:
+        return glue.runner_factory(env)(config, log_dir)
+
+    return slices_exit_code(layout, lambda: train_slices(rsl_cfg, cfg, layout, lambda n: vec_env, build, **options))
 
 
 if __name__ == "__main__":

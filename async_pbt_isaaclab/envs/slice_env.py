@@ -32,7 +32,7 @@ alone.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -59,6 +59,9 @@ def split_value(value: Any, start: int, stop: int, num_envs: int) -> Any:
         if value.ndim >= 1 and value.shape[0] == num_envs:
             return value[start:stop]
         return value
+    batch = getattr(value, "batch_size", None)  # a TensorDict (rsl_rl's observations): split as one, a view
+    if batch is not None and len(batch) >= 1 and batch[0] == num_envs:
+        return value[start:stop]
     if isinstance(value, Mapping):
         return {k: split_value(v, start, stop, num_envs) for k, v in value.items()}
     return value
@@ -154,9 +157,10 @@ class SharedVecEnv:
         :attr:`env` itself) and returns each slot's result, handed back by :meth:`request_rollout`."""
         self.rollout = rollout
 
-    def reset(self) -> None:
-        """Reset the whole env once, before the members start (each slice's first ``reset`` returns its part)."""
-        self._obs = self.env.reset()
+    def reset(self, obs: Any = None) -> None:
+        """Reset the whole env once, before the members start (each slice's first ``reset`` returns its part);
+        ``obs``: the env's current observations instead (an rsl_rl env is reset when it is built)."""
+        self._obs = self.env.reset() if obs is None else obs
         self._masks = self._read_masks()
 
     def _read_masks(self) -> Any:
@@ -348,3 +352,27 @@ class SliceVecEnv:
 
     def close(self) -> None:
         pass  # the process closes the shared env once
+
+
+def give_env_values(env: Any, shared: SharedVecEnv, keys: Iterable[str]) -> None:
+    """Each slice's env values (searched ``env.*`` keys) set on its own envs: a slice member's trainer sets them
+    live (``member/env_values.py``), so members on one env differ in them. Raises ``ValueError`` (one line per
+    key) where the shared env cannot hold a value per slice."""
+    from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
+    from async_pbt_isaaclab.envs.env_parameters import SliceEnvValues
+    from async_pbt_isaaclab.member.env_values import ENV_VALUES_ATTR, SLICE_ENV_VALUES_ATTR, find_on_chain
+
+    keys = sorted(k for k in keys if is_env_key(k))
+    if not keys:
+        return
+    # An Isaac Lab env gives its own per-slice values (envs/isaaclab/slice_rewards.py); gymnasium's are env objects.
+    per_slice = find_on_chain(env, SLICE_ENV_VALUES_ATTR)
+    sub_envs = getattr(getattr(env, "envs", None), "envs", None)
+    if per_slice is None and not isinstance(sub_envs, (list, tuple)):
+        raise ValueError(f"pbt.mutation.{keys[0]}: the shared env ({type(env).__name__}) holds no value per slice")
+    for slot, slice_env in enumerate(shared.slices):
+        start, stop = shared.bounds[slot]
+        values = per_slice(start, stop, keys) if per_slice else SliceEnvValues(list(sub_envs or ())[start:stop], keys)
+        if values.problems:
+            raise ValueError("; ".join(values.problems))
+        setattr(slice_env, ENV_VALUES_ATTR, values)

@@ -161,9 +161,7 @@ def _train_slices(
 ) -> int:
     """``--pbt-slices M``: members ``--pbt-index .. +M-1`` in this process, on one gymnasium vec-env of M x num_envs."""
     from async_pbt_isaaclab.core.slices import slice_layout
-    from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
-    from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError
-    from async_pbt_isaaclab.rl_games.slice_threads import MembersStuck, MemberThreadError, end_process
+    from async_pbt_isaaclab.envs.slice_threads import slices_exit_code
     from async_pbt_isaaclab.rl_games.slices import check_slices, train_slices
 
     rl_cfg = agent_cfg["params"]["config"]
@@ -186,17 +184,12 @@ def _train_slices(
 
         return vec_env_class(args.vec_env)(task, num_envs, **env_config)
 
-    try:
-        train_slices(agent_cfg, cfg, layout, make_env, train_dir=train_dir, task=task, checkpoint=args.checkpoint)
-    except (WorkspaceError, CheckpointError) as exc:
-        print(f"error: members {layout.first}..{layout.first + layout.count - 1}: {exc}", file=sys.stderr)
-        return 2
-    except MemberThreadError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except MembersStuck as exc:
-        end_process(exc)
-    return 0
+    return slices_exit_code(
+        layout,
+        lambda: train_slices(
+            agent_cfg, cfg, layout, make_env, train_dir=train_dir, task=task, checkpoint=args.checkpoint
+        ),
+    )
 
 
 def _agent_for(args: argparse.Namespace) -> tuple[str, list[str]]:

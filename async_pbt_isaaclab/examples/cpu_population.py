@@ -261,8 +261,6 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--progress-interval {args.progress_interval:g}: must be a positive number of seconds")
     if args.agent is not None and not agent_file(args.agent).is_file():
         raise UsageError(f"--agent {args.agent}: no such file (packaged: {', '.join(PACKAGED_SEARCHES)})")
-    if args.trainer == "rsl_rl" and args.slices != 1:
-        raise UsageError(f"--slices {args.slices}: slices are rl_games members only (docs/rsl_rl.md); use --slices 1")
     agent_yaml(args)
 
 
@@ -325,6 +323,11 @@ def _rsl_rl_member_config(
         )
     except ConfigError as exc:
         raise UsageError("; ".join(exc.problems)) from None
+    from async_pbt_isaaclab.rsl_rl.slices import check_slices
+
+    problems = check_slices(cfg, args.slices)
+    if problems:
+        raise UsageError("; ".join(problems))
     view["params"]["config"]["max_epochs"] = preset_iterations(args)
     return view, cfg
 

@@ -24,7 +24,12 @@ from async_pbt_isaaclab.core.config import ConfigError, PopulationConfig
 from async_pbt_isaaclab.examples.agents import DEFAULT_TASK, PACKAGED_RSL_RL_CONFIGS
 from async_pbt_isaaclab.exit_codes import EXIT_USAGE
 from async_pbt_isaaclab.member.restart import capture_argv
-from async_pbt_isaaclab.pbt_flags import add_population_args, population_flag_origins, population_overrides
+from async_pbt_isaaclab.pbt_flags import (
+    add_population_args,
+    add_slices_arg,
+    population_flag_origins,
+    population_overrides,
+)
 
 PROG = "python -m async_pbt.examples.rsl_rl_member"
 
@@ -49,7 +54,7 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--num_envs", "--num-envs", type=int, default=None, help="parallel gymnasium envs")
     parser.add_argument("--checkpoint", default=None, help="warm-start checkpoint (ignored once the member has state)")
     parser.add_argument("--train-dir", default=None, help="rsl_rl's run folders (default: WORKSPACE/runs)")
-    add_population_args(parser)
+    add_slices_arg(add_population_args(parser))
     return parser
 
 
@@ -119,6 +124,8 @@ def _train(args: argparse.Namespace, rsl_cfg: dict[str, Any], cfg: PopulationCon
     cfg = dataclasses.replace(cfg, workspace=str(workspace))
     train_dir = os.path.abspath(args.train_dir) if args.train_dir else str(workspace / "runs")
     seed = int(rsl_cfg["runner"]["seed"])
+    if args.pbt_slices != 1:
+        return _train_slices(args, rsl_cfg, cfg, train_dir)
     try:
         train_member(
             rsl_cfg,
@@ -132,6 +139,37 @@ def _train(args: argparse.Namespace, rsl_cfg: dict[str, Any], cfg: PopulationCon
         print(f"error: member {cfg.policy_idx}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return 0
+
+
+def _train_slices(args: argparse.Namespace, rsl_cfg: dict[str, Any], cfg: PopulationConfig, train_dir: str) -> int:
+    """``--pbt-slices M``: members ``--pbt-index .. +M-1`` in this process, on one gymnasium vec-env of M x num_envs
+    (``rsl_rl/slices.py``); the process's seed is its first member's, each slice adds its slot."""
+    from async_pbt_isaaclab.core.slices import slice_layout
+    from async_pbt_isaaclab.envs.slice_threads import slices_exit_code
+    from async_pbt_isaaclab.examples.rsl_rl_train import build_runner
+    from async_pbt_isaaclab.rsl_rl.slices import check_slices, train_slices
+    from async_pbt_isaaclab.rsl_rl.vec_env import RslRlGymVecEnv
+
+    env_cfg, seed = rsl_cfg["env"], int(rsl_cfg["runner"]["seed"])
+    try:
+        layout = slice_layout(cfg.policy_idx, args.pbt_slices, cfg.num_policies, int(env_cfg["num_envs"]))
+        problems = check_slices(cfg, layout.count)
+        if problems:
+            raise ValueError("; ".join(problems))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    def make_env(num_envs: int) -> Any:
+        return RslRlGymVecEnv(env_cfg["id"], num_envs, seed=seed, **env_cfg.get("env_config", {}))
+
+    def build(config: dict[str, Any], log_dir: str, env: Any) -> Any:
+        return build_runner(config, int(config["runner"]["seed"]), log_dir, env)
+
+    return slices_exit_code(
+        layout,
+        lambda: train_slices(rsl_cfg, cfg, layout, make_env, build, train_dir=train_dir, checkpoint=args.checkpoint),
+    )
 
 
 if __name__ == "__main__":

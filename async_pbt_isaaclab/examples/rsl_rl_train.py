@@ -24,8 +24,9 @@ def packaged_config(task: str) -> dict[str, Any]:
     return load_yaml(PACKAGED_RSL_RL_CONFIGS[task])
 
 
-def build_runner(cfg: dict[str, Any], seed: int, log_dir: str | None = None) -> Any:
-    """An ``OnPolicyRunner`` of the installed line on ``cfg``'s gymnasium task, and its env."""
+def build_runner(cfg: dict[str, Any], seed: int, log_dir: str | None = None, env: Any = None) -> Any:
+    """An ``OnPolicyRunner`` of the installed line on ``cfg``'s gymnasium task (``env``: on that env instead, a
+    member's slice of a shared one)."""
     import torch
     from rsl_rl.runners import OnPolicyRunner
 
@@ -38,9 +39,10 @@ def build_runner(cfg: dict[str, Any], seed: int, log_dir: str | None = None) -> 
     # One intra-op thread: the networks are tiny, and members share a few cores (as the rl_games yamls' torch_threads).
     torch.set_num_threads(int(cfg.get("torch_threads", 1)))
     env_cfg = cfg["env"]
-    # A rank of a member's group (torchrun, rsl_rl/group.py) plays episodes of its own: its env is seeded apart.
-    rank = group_rank()
-    env = RslRlGymVecEnv(env_cfg["id"], int(env_cfg["num_envs"]), seed=seed + rank, **env_cfg.get("env_config", {}))
+    if env is None:
+        # A rank of a member's group (torchrun, rsl_rl/group.py) plays episodes of its own: its env is seeded apart.
+        rank = group_rank()
+        env = RslRlGymVecEnv(env_cfg["id"], int(env_cfg["num_envs"]), seed=seed + rank, **env_cfg.get("env_config", {}))
     train_cfg = runner_config(dict(cfg["runner"], seed=seed), installed_line())
     device = str(train_cfg.get("device", "cpu"))
     if device.startswith("cuda") and int(os.environ.get("WORLD_SIZE", "1")) > 1:

@@ -48,6 +48,46 @@ class KeptState:
     """The saved state (tensors that share no storage with the live trainer)."""
 
 
+def clone_state(value: Any, to: str | None = None) -> Any:
+    """A copy of a checkpoint dict whose tensors share no storage with the live trainer (later updates cannot change
+    it: what a kept state must be); on a GPU the clones stay on the device (no host synchronisation) unless ``to``
+    names another."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone() if to is None else value.detach().to(to, copy=True)
+    if isinstance(value, dict):
+        return {k: clone_state(v, to) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clone_state(v, to) for v in value]
+    if isinstance(value, tuple):
+        return tuple(clone_state(v, to) for v in value)
+    return copy.deepcopy(value)
+
+
+def tensors_finite(*state_dicts: Any) -> bool:
+    """Every floating tensor of the state dicts is finite (one device read): a slice member's weights after an
+    update, before the next rollout acts with them."""
+    import torch
+
+    flags = [torch.isfinite(t).all() for sd in state_dicts for t in sd.values() if t.is_floating_point()]
+    return bool(torch.stack(flags).all().item()) if flags else True
+
+
+class ClonesItsStates:
+    """A slice member's trainer (mixed in before the trainer's class): every full state it hands out is a clone, so
+    a published state can be kept in memory for recipients in its process while training goes on; it cannot restart
+    (that would restart every slice of the process)."""
+
+    def full_state(self) -> dict[str, Any]:
+        return clone_state(super().full_state())  # type: ignore[misc]
+
+    def abilities(self) -> Any:
+        import dataclasses
+
+        return dataclasses.replace(super().abilities(), restarts=False)  # type: ignore[misc]
+
+
 class DonorLookup(Protocol):
     """Donor states a member can take from memory (the members of its own process)."""
 

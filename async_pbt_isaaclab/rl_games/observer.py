@@ -77,6 +77,11 @@ class PbtObserver(AlgoObserver):
         """The rl_games agent (``None`` before it is restored)."""
         return None if self.trainer is None else self.trainer.algo
 
+    @property
+    def started(self) -> bool:
+        """The agent is restored (a slice member's driver: ``envs/slice_host.py``)."""
+        return self.trainer is not None
+
     def after_init(self, algo: Any) -> None:
         group = self._join_group(algo) if in_group(algo) else None
         trainer_type = GroupTrainer if group else SliceTrainer if self.shared is not None else RlGamesTrainer

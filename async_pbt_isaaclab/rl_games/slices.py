@@ -26,7 +26,7 @@ RNG, hyperparameters and rl_games log dir. What the observer is given (``shared`
   others go on. The shared env never sees a non-finite action (``envs/slice_env.py``).
 * **Stops**: Ctrl-C or SIGTERM stops every member at its next env step; each prints its resume line, and the next
   start resumes each from its own checkpoint. A member whose thread has not ended :func:`stop_wait_s` seconds after
-  the stop (stuck, e.g. in I/O) is left behind: :class:`~async_pbt_isaaclab.rl_games.slice_threads.MembersStuck`
+  the stop (stuck, e.g. in I/O) is left behind: :class:`~async_pbt_isaaclab.envs.slice_threads.MembersStuck`
   names it, and the process ends without it.
 * **Threads**: each member trains in a thread of its own with :func:`~async_pbt_isaaclab.core.slices.member_threads`
   torch threads, so that the members' updates, which run at the same time, share the cores instead of each taking
@@ -36,27 +36,17 @@ RNG, hyperparameters and rl_games log dir. What the observer is given (``shared`
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
-from async_pbt_isaaclab.core.slices import SliceLayout, member_threads, slice_problems
-from async_pbt_isaaclab.envs.slice_env import SharedVecEnv
-from async_pbt_isaaclab.member.env_values import ENV_VALUES_ATTR, SLICE_ENV_VALUES_ATTR, find_on_chain
+from async_pbt_isaaclab.core.slices import SliceLayout, slice_problems
+from async_pbt_isaaclab.envs.slice_env import SharedVecEnv, give_env_values
+from async_pbt_isaaclab.envs.slice_host import SliceHost
+from async_pbt_isaaclab.envs.slice_threads import available_cores, leave_if_finished, open_slices, run_slices
 from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS, blockers
 from async_pbt_isaaclab.rl_games.observer import PbtObserver
-from async_pbt_isaaclab.rl_games.slice_host import SliceHost, SliceMember
 from async_pbt_isaaclab.rl_games.slice_rollout import SliceRollout, rollout_problems
-from async_pbt_isaaclab.rl_games.slice_threads import (
-    available_cores,
-    end_unstarted,
-    join_members,
-    raise_for_members,
-    run_members,
-    stop_wait_s,
-)
 
 STEP_BY_STEP_ENV = "ASYNC_PBT_SLICES_STEP_BY_STEP"
 """Set to 1 to step slices one env step at a time even where their rollouts can be played together (the path
@@ -92,92 +82,19 @@ def train_slices(
 
     ``extra_observers(member)``: more rl_games observers for that member (default: rl_games' ``IsaacAlgoObserver``,
     as a process member has)."""
-    problems = check_slices(cfg, layout.count, agent_cfg)
-    if problems:
-        raise ValueError("; ".join(problems))
-    from async_pbt_isaaclab.member.held_stop import StopOnSignal
-
-    threads = member_threads(agent_cfg["params"].get("torch_threads", "auto"), layout.count, available_cores())
-    host = SliceHost(layout, threads, stop_wait_s())
-    rl_cfgs = _start_sessions(host, agent_cfg, cfg, train_dir, task, checkpoint, reward_config)
-    stop_signal = StopOnSignal()
-    shared: SharedVecEnv | None = None
-    try:
-        shared = _build(host, rl_cfgs, make_env, sigma, extra_observers)
-        run_members(host, shared)
-    except KeyboardInterrupt:
-        if shared is not None:
-            shared.stop("stopped (Ctrl-C or SIGTERM)")
-    finally:
-        try:
-            join_members(host, shared)  # a SIGTERM meanwhile is a KeyboardInterrupt too, not the default's kill
-        finally:
-            stop_signal.restore()
-        end_unstarted(host)
-        if shared is not None and close_env:
-            close = getattr(shared.env, "close", None)
-            if close is not None:
-                close()
-    raise_for_members(host)
+    host, rl_cfgs = open_slices(
+        layout,
+        check_slices(cfg, layout.count, agent_cfg),
+        agent_cfg["params"].get("torch_threads", "auto"),
+        cfg,
+        lambda member: _member_agent_cfg(agent_cfg, layout.first, member),
+        train_dir=train_dir,
+        task=task,
+        checkpoint=checkpoint,
+        reward_config=reward_config,
+    )
+    run_slices(host, lambda: _build(host, rl_cfgs, make_env, sigma, extra_observers), close_env)
     return host
-
-
-def _start_sessions(
-    host: SliceHost,
-    agent_cfg: dict[str, Any],
-    cfg: PopulationConfig,
-    train_dir: str,
-    task: str,
-    checkpoint: str | None,
-    reward_config: str,
-) -> dict[int, dict[str, Any]]:
-    """Claim, resume or start every member of the process (as a process member starts); their agent configs."""
-    from async_pbt_isaaclab.member.session import start_member
-
-    layout = host.layout
-    # An exploit is carried out in memory: a restart would restart every slice (check_slices makes it possible).
-    member_cfg = dataclasses.replace(cfg, exploit_mode="inprocess")
-    rl_cfgs: dict[int, dict[str, Any]] = {}
-    try:
-        for slot, member in enumerate(layout.members):
-            session, member_agent_cfg = start_member(
-                _member_agent_cfg(agent_cfg, layout.first, member),
-                dataclasses.replace(member_cfg, policy_idx=member),
-                train_dir=train_dir,
-                task=task,
-                checkpoint=checkpoint,
-                reward_config=reward_config,
-                start_info={"slices": layout.to_dict(), "slot": slot, "torch_threads": host.torch_threads},
-            )
-            host.members[member] = SliceMember(slot, session)
-            rl_cfgs[member] = member_agent_cfg
-    except BaseException:
-        for m in host.members.values():
-            m.session.close()
-        raise
-    return rl_cfgs
-
-
-def _give_env_values(env: Any, shared: SharedVecEnv, keys: Iterable[str]) -> None:
-    """Each slice's env values (searched ``env.*`` keys) set on its own envs: a slice member's trainer sets them
-    live (``member/env_values.py``), so members on one env differ in them. Raises ``ValueError`` (one line per
-    key) where the shared env cannot hold a value per slice."""
-    from async_pbt_isaaclab.envs.env_parameters import SliceEnvValues
-
-    keys = sorted(k for k in keys if is_env_key(k))
-    if not keys:
-        return
-    # An Isaac Lab env gives its own per-slice values (envs/isaaclab/slice_rewards.py); gymnasium's are env objects.
-    per_slice = find_on_chain(env, SLICE_ENV_VALUES_ATTR)
-    sub_envs = getattr(getattr(env, "envs", None), "envs", None)
-    if per_slice is None and not isinstance(sub_envs, (list, tuple)):
-        raise ValueError(f"pbt.mutation.{keys[0]}: the shared env ({type(env).__name__}) holds no value per slice")
-    for slot, slice_env in enumerate(shared.slices):
-        start, stop = shared.bounds[slot]
-        values = per_slice(start, stop, keys) if per_slice else SliceEnvValues(list(sub_envs or ())[start:stop], keys)
-        if values.problems:
-            raise ValueError("; ".join(values.problems))
-        setattr(slice_env, ENV_VALUES_ATTR, values)
 
 
 def _member_agent_cfg(agent_cfg: dict[str, Any], first: int, member: int) -> dict[str, Any]:
@@ -211,14 +128,9 @@ def _build(
     layout = host.layout
     env = make_env(layout.num_envs)
     shared = SharedVecEnv(env, layout.num_envs, [layout.bounds(s) for s in range(layout.count)])
-    _give_env_values(env, shared, next(iter(host.members.values())).session.cfg.mutation)
+    give_env_values(env, shared, next(iter(host.members.values())).session.cfg.mutation)
     for member, m in host.members.items():
-        if m.session.already_finished:
-            m.status = "finished"
-            print(f"[async-pbt] member {member}: nothing to train: {m.session.already_finished}", flush=True)
-            m.session.log("stop", {"status": "finished", "reason": m.session.already_finished})
-            m.session.close()
-            shared.leave(m.slot)
+        if leave_if_finished(m, shared):
             continue
         observer = PbtObserver(m.session, shared=host.kept)
         extra = list(extra_observers(member)) if extra_observers is not None else [IsaacAlgoObserver()]
@@ -232,6 +144,7 @@ def _build(
             shared.slices[m.slot],
             MultiObserver([observer, PbtScalarsObserver(m.session, observer.publisher), *extra]),
         )
+        m.train = m.agent.train
         blocked = blockers(m.agent, ())
         if blocked:
             raise ValueError(

@@ -9,12 +9,12 @@ process that hosts several members gives each member its own (``rl_games/slices.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, Mapping
 
 from async_pbt_isaaclab.core.decision.mutation import isaaclab_key
 from async_pbt_isaaclab.core.decision.plan_inputs import TrainerAbilities, TrainerCounters
+from async_pbt_isaaclab.member.donors import ClonesItsStates, tensors_finite
 from async_pbt_isaaclab.member.summary_source import SummarySource, find_summary_source
 from async_pbt_isaaclab.rl_games.checkpoint import PBT_KEY, checkpoint_bytes, load_checkpoint, with_pbt_metadata
 from async_pbt_isaaclab.rl_games.inheritance import build_recipient_state, check_donor_fits, model_fingerprint
@@ -25,7 +25,6 @@ from async_pbt_isaaclab.rl_games.live import (
     blockers,
     has_bounded_network,
 )
-from async_pbt_isaaclab.torch_group import clone_state
 
 NO_BOUNDED_NETWORK = "the model has no bounded exploration network to set it on"
 
@@ -159,21 +158,10 @@ class RlGamesTrainer:
             writer.close()
 
 
-class SliceTrainer(RlGamesTrainer):
-    """A slice member's agent (``rl_games/slices.py``): every full state it hands out is a clone, so a published
-    state can be kept in memory for recipients in this process while training goes on."""
-
-    def full_state(self) -> dict[str, Any]:
-        return clone_state(super().full_state())
-
-    def abilities(self) -> TrainerAbilities:
-        """As a process member's agent, except that it cannot restart: that would restart every slice."""
-        return dataclasses.replace(super().abilities(), restarts=False)
+class SliceTrainer(ClonesItsStates, RlGamesTrainer):
+    """A slice member's agent (``rl_games/slices.py``): its states are clones, it does not restart."""
 
 
 def weights_finite(algo: Any) -> bool:
     """Every floating tensor of the model is finite (one device read)."""
-    import torch
-
-    flags = [torch.isfinite(t).all() for t in algo.model.state_dict().values() if t.is_floating_point()]
-    return bool(torch.stack(flags).all().item()) if flags else True
+    return tensors_finite(algo.model.state_dict())

@@ -27,6 +27,7 @@ from async_pbt_isaaclab.core.decision.mutation import agent_path
 from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
 from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
 from async_pbt_isaaclab.exit_codes import EXIT_USAGE
+from async_pbt_isaaclab.member.donors import tensors_finite
 from async_pbt_isaaclab.member.env_values import with_env_values
 from async_pbt_isaaclab.member.executor import MemberExecutor
 from async_pbt_isaaclab.member.loop import Member, MemberLoop
@@ -45,14 +46,20 @@ RunnerFactory = Callable[[dict[str, Any], str], Any]
 class MemberEvents:
     """One population member inside an rsl_rl training process: an iteration listener of its trainer."""
 
-    def __init__(self, session: MemberSession, trainer: RslRlTrainer, exit_on_restart: bool = False):
-        self.trainer = trainer
+    started = True  # its start checkpoint is restored from the start (a slice member's driver: envs/slice_host.py)
+
+    def __init__(
+        self, session: MemberSession, trainer: RslRlTrainer, exit_on_restart: bool = False, donors: Any = None
+    ):
+        self.trainer, self.donors = trainer, donors  # donors: the states a slice's process kept (rsl_rl/slices.py)
         publisher = Publication(session.cfg, session.member, session.condition, session.state.generation)
         # The env's own live keys (searched env values it sets itself) join the runner's: member/env_values.py.
         member_trainer = with_env_values(trainer, trainer.runner, session, exit_on_restart)
         # Rank 0 of a group (rsl_rl/group.py): what it loads reaches every rank at the next epoch start.
         leader = trainer.lead(session) if isinstance(trainer, GroupTrainer) else None
-        executor = MemberExecutor(session, member_trainer, publisher, exit_on_restart=exit_on_restart, group=leader)
+        executor = MemberExecutor(
+            session, member_trainer, publisher, donors=donors, exit_on_restart=exit_on_restart, group=leader
+        )
         self.member = Member(MemberLoop(session, member_trainer, publisher), executor)
         self.member.start()  # the start checkpoint (resume, exploit, warm start) is in the runner from here on
         trainer.attach(self)
@@ -62,6 +69,10 @@ class MemberEvents:
 
     def update_done(self) -> None:
         self.member.update_done()
+        if self.donors is not None and not tensors_finite(
+            *self.trainer.layout.model_weights(self.trainer.alg).values()
+        ):
+            self.member.fault("non-finite weights after an update")  # a slice's fault stays its own
 
     def finish(self, status: str) -> None:
         """``finished`` publishes a final checkpoint; ``stopped`` does not (the stop may have landed inside an

@@ -28,18 +28,21 @@ class RslRlGymVecEnv(VecEnv):
     """``num_envs`` copies of a gymnasium task as one rsl_rl ``VecEnv`` on the CPU, with episode evidence."""
 
     def __init__(self, env_id: str, num_envs: int, *, device: str = "cpu", **gym_vec_env_kwargs: Any):
-        self.gym = GymVecEnv(env_id, num_envs, **gym_vec_env_kwargs)
+        self.vec_env = GymVecEnv(env_id, num_envs, **gym_vec_env_kwargs)
         """The gymnasium vec-env that steps the tasks and feeds the emitter."""
-        self.num_envs = self.gym.num_envs
-        self.num_actions = int(gymnasium.spaces.flatdim(self.gym.action_space))
+        self.num_envs = self.vec_env.num_envs
+        self.num_actions = int(gymnasium.spaces.flatdim(self.vec_env.action_space))
         self.device = torch.device(device)
         spec = gymnasium.spec(env_id)
         self.max_episode_length = int(spec.max_episode_steps or 0)
         self.episode_length_buf = torch.zeros(self.num_envs, dtype=torch.long)
         self.cfg = {"env_id": env_id, "num_envs": self.num_envs, "kwargs": dict(gym_vec_env_kwargs)}
-        self.pbt_summary_source = self.gym.pbt_summary_source
-        """The member's completed-episode evidence (``member/summary_source.py``)."""
-        self._obs = self._observations(self.gym.reset())
+        self._obs = self._observations(self.vec_env.reset())
+
+    @property
+    def pbt_summary_source(self) -> Any:
+        """The member's evidence: the gymnasium vec-env's, where slices replace it (``envs/slice_summary.py``)."""
+        return self.vec_env.pbt_summary_source
 
     def _observations(self, obs: np.ndarray) -> TensorDict:
         return TensorDict({OBS_GROUP: torch.as_tensor(obs, device=self.device)}, batch_size=[self.num_envs])
@@ -48,7 +51,7 @@ class RslRlGymVecEnv(VecEnv):
         return self._obs
 
     def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict]:
-        obs, rewards, dones, infos = self.gym.step(actions.reshape(self.num_envs, self.num_actions))
+        obs, rewards, dones, infos = self.vec_env.step(actions.reshape(self.num_envs, self.num_actions))
         self._obs = self._observations(obs)
         done = torch.as_tensor(dones, device=self.device).long()
         self.episode_length_buf = (self.episode_length_buf.to(self.device) + 1) * (1 - done)
@@ -56,4 +59,4 @@ class RslRlGymVecEnv(VecEnv):
         return self._obs, torch.as_tensor(rewards, device=self.device), done, extras
 
     def close(self) -> None:
-        self.gym.close()
+        self.vec_env.close()

@@ -27,7 +27,7 @@ from async_pbt_isaaclab.core.slices import member_threads
 from async_pbt_isaaclab.core.workspace.audit import read_entries
 from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
 from async_pbt_isaaclab.envs.gym_vec_env import GymVecEnv
-from async_pbt_isaaclab.rl_games.slice_threads import STOP_WAIT_ENV, MemberThreadError
+from async_pbt_isaaclab.envs.slice_threads import STOP_WAIT_ENV, MemberThreadError
 from async_pbt_isaaclab.testing.agent_options import train_two_slices
 from async_pbt_isaaclab.testing.forced_exploit import member_env
 

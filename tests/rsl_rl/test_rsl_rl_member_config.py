@@ -58,9 +58,17 @@ def test_a_fixed_schedule_makes_learning_rate_searchable_and_desired_kl_not(caps
     assert "acts only under runner.algorithm.schedule: adaptive" in capsys.readouterr().err
 
 
-def test_cpu_population_refuses_rsl_rl_slices_before_anything_starts(tmp_path, capsys):
+def test_cpu_population_refuses_rsl_rl_slices_that_would_restart_before_anything_starts(tmp_path, capsys):
+    """rsl_rl members run as slices (``--slices``), but a key only a restart sets would restart every slice."""
+    from async_pbt_isaaclab.core.agent_config import load_yaml
+
+    config = load_yaml(PENDULUM)
+    config["pbt"] = {"mutation": {"num_steps_per_env": "int"}}
+    (tmp_path / "c.yaml").write_text(json.dumps(config))
     code = cpu_population.main(
-        ["--trainer", "rsl_rl", "--members", "2", "--slices", "2", "--workspace", str(tmp_path / "w")]
-    )
-    assert code == 2 and "slices are rl_games members only" in capsys.readouterr().err
-    assert not (tmp_path / "w").exists()
+        ["--trainer", "rsl_rl", "--members", "2", "--slices", "2", "--agent", str(tmp_path / "c.yaml"),
+         "--workspace", str(tmp_path / "w")]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "pbt.mutation.num_steps_per_env: cannot be set on a running agent" in err, err
+    assert "--pbt-slices 2" in err and not (tmp_path / "w").exists()

@@ -1,7 +1,9 @@
 """End to end: two real rsl_rl members (rsl_rl PPO on Pendulum-v1, ``examples/rsl_rl_member``), one forced exploit,
-by both exploit paths: member 1 exploits member 0 through a real exec restart, and in a second population inside
-the running process. Everything asserted is read back from what the processes wrote (workspace, audit log,
-checkpoints, rsl_rl's own log) or loaded by rsl_rl's own ``OnPolicyRunner.load``.
+by every exploit path: member 1 exploits member 0 through a real exec restart, in a second population inside the
+running process, and in a third whose members are two slices of one process (``--pbt-slices 2``, run here so that
+the live runners can be read: the recipient takes the donor's published state from memory). Everything asserted is
+read back from what the members wrote (workspace, audit log, checkpoints, rsl_rl's own log), loaded by rsl_rl's own
+``OnPolicyRunner.load``, or read from the running PPO.
 """
 
 from __future__ import annotations
@@ -35,18 +37,58 @@ MUTATIONS = (
 ENVS = 16
 """Envs of each member (``run_rsl_rl_population``); the packaged config's rollout is 16 steps."""
 
+SLICE_ITERATIONS = 28
+"""Iterations of each slice: decisions every 8 (2048 frames), the first with evidence at 16 (Pendulum's episodes are
+200 steps) sees no peer's yet (the slices decide in lockstep), the one at 24 sees member 0's and exploits it."""
+
+
+def _iterations(mode: str) -> int:
+    """Iterations member 1 trained."""
+    return SLICE_ITERATIONS if mode == "slices" else RSL_RL_ITERATIONS[1]
+
 
 def _entries(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.fixture(scope="module", params=["restart", "inprocess"])
+@pytest.fixture(scope="module", params=["restart", "inprocess", "slices"])
 def population(tmp_path_factory, request):
     mode = request.param
     root = tmp_path_factory.mktemp(f"rsl_rl_{mode}")
+    if mode == "slices":
+        logs, runners = _slices_population(root)
+        return root / "ws", logs, mode, runners
     extra = ("agent.pbt.mutation.num_steps_per_env=int",) if mode == "restart" else ()
     logs = run_rsl_rl_population(root, mode, (*MUTATIONS, *extra))
-    return root / "ws", logs, mode
+    return root / "ws", logs, mode, None
+
+
+def _slices_population(root: Path) -> tuple[dict[int, str], list]:
+    """Members 0 and 1 as two slices of this process, by the CPU member's own ``--pbt-slices`` path; their log (one,
+    shared) and the runners it built (member 0's, member 1's)."""
+    import contextlib
+    import io
+
+    from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV
+    from async_pbt_isaaclab.examples import rsl_rl_member, rsl_rl_train
+    from async_pbt_isaaclab.testing.forced_exploit import FIXTURE_RULE, rsl_rl_member_args
+
+    runners: list = []
+    build = rsl_rl_train.build_runner
+
+    def recorded(*args, **kwargs):
+        runners.append(build(*args, **kwargs))
+        return runners[-1]
+
+    flags = ["--pbt-index", "0", "--max_iterations", str(SLICE_ITERATIONS), "--pbt-slices", "2"]
+    flags += ["--pbt-interval-steps", "2048"]
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
+        patch.setenv(TEST_FIXTURE_ENV, FIXTURE_RULE)
+        patch.setattr(rsl_rl_train, "build_runner", recorded)
+        code = rsl_rl_member.main([*rsl_rl_member_args(root / "ws", "inprocess", MUTATIONS), *flags])
+    assert code == 0, out.getvalue()[-3000:]
+    return {0: out.getvalue(), 1: out.getvalue()}, runners
 
 
 def _applied(ws: Path) -> dict:
@@ -55,17 +97,24 @@ def _applied(ws: Path) -> dict:
 
 
 def test_the_exploit_took_its_path_and_the_audit_verifies(population):
-    ws, logs, mode = population
+    ws, logs, mode, _ = population
     audit = _entries(ws / "members/001/audit.jsonl")
     starts = [e for e in audit if e["kind"] == "start"]
     applied = _applied(ws)
-    assert applied["path"] == mode and applied["donor"] == 0
+    assert applied["path"] == ("inprocess" if mode == "slices" else mode) and applied["donor"] == 0
     if mode == "restart":
         # os.execv: the same pid, a new process image, started from the recipient checkpoint.
         assert [s["mode"] for s in starts] == ["fresh", "exploit_applied"] and starts[0]["pid"] == starts[1]["pid"]
         assert "[async-pbt] restarting:" in logs[1]
     else:
         assert [s["mode"] for s in starts] == ["fresh"] and "in-process from" in logs[1]
+    if mode == "slices":
+        # Both members in one process, on their own slots; the donor's state came from memory, and it is the one
+        # the donor published (the same model fingerprint as its file, checked by the audit below).
+        assert [s["slot"] for s in starts] == [1] and starts[0]["slices"]["members"] == [0, 1]
+        (memory,) = [e for e in audit if e["kind"] == "donor_in_memory"]
+        assert memory["donor"] == 0 and memory["checkpoint"] == applied["donor_checkpoint"]
+        assert memory["model_sha256"] == applied["model_sha256"]
     done = subprocess.run(
         [sys.executable, "-m", "async_pbt_isaaclab.cli", "audit", str(ws)], capture_output=True, text=True
     )
@@ -73,7 +122,7 @@ def test_the_exploit_took_its_path_and_the_audit_verifies(population):
 
 
 def test_counters_continue_and_no_iteration_index_repeats_or_is_skipped(population):
-    ws, logs, _ = population
+    ws, logs, mode, _ = population
     audit = _entries(ws / "members/001/audit.jsonl")
     state = json.loads((ws / "members/001/state.json").read_text())
     restored = [e for e in audit if e["kind"] == "restored"][-1]
@@ -84,21 +133,23 @@ def test_counters_continue_and_no_iteration_index_repeats_or_is_skipped(populati
     assert restored["frame"] == state["lineage"][0]["frame"] == restored["epoch"] * ENVS * steps_before
     # rsl_rl's own log, across both process images on the restart path: every index once, in order.
     indices = [int(i) for i in re.findall(r"Learning iteration (\d+)/", logs[1])]
-    assert indices == list(range(RSL_RL_ITERATIONS[1])), indices
+    if mode == "slices":  # both members' logs, interleaved: each index once per member
+        indices = sorted(indices)[::2]
+    assert indices == list(range(_iterations(mode))), indices
     record = json.loads((ws / "members/001/record.json").read_text())
-    assert record["status"] == "finished" and record["epoch"] == RSL_RL_ITERATIONS[1]
-    assert record["frame"] == restored["frame"] + (RSL_RL_ITERATIONS[1] - restored["epoch"]) * ENVS * steps_after
+    assert record["status"] == "finished" and record["epoch"] == _iterations(mode)
+    assert record["frame"] == restored["frame"] + (_iterations(mode) - restored["epoch"]) * ENVS * steps_after
 
 
 def test_the_restart_carries_the_planned_values_in_rsl_rls_own_names(population):
-    ws, _, mode = population
+    ws, _, mode, _ = population
     state = json.loads((ws / "members/001/state.json").read_text())
     changes = {c["key"]: c["new"] for c in state["lineage"][0]["changes"]}
     assert changes and set(changes) <= set(state["hyperparameters"])
     for key, value in changes.items():
         spec = SUPPORTED_HYPERPARAMETERS[key].spec
         assert spec.low <= value <= spec.high and state["hyperparameters"][key] == value
-    if mode == "inprocess":
+    if mode != "restart":
         return
     assert "num_steps_per_env" in changes  # mutation_rate 1.0: a key only a restart can set
     starts = [e for e in _entries(ws / "members/001/audit.jsonl") if e["kind"] == "start"]
@@ -111,7 +162,7 @@ def test_the_restart_carries_the_planned_values_in_rsl_rls_own_names(population)
 
 
 def test_the_recipient_checkpoint_is_rsl_rls_own_and_holds_the_donors_weights(population, tmp_path):
-    ws, _, _ = population
+    ws, _, _, _ = population
     applied = _applied(ws)
     recipient = torch.load(ws / applied["checkpoint"], weights_only=True)
     donor_ckpt = torch.load(ws / applied["donor_checkpoint"], weights_only=True)
@@ -161,7 +212,20 @@ def test_the_recipients_live_values_are_the_planned_ones(population, tmp_path, m
     from async_pbt_isaaclab.rsl_rl.live import live_values
     from async_pbt_isaaclab.testing.forced_exploit import FIXTURE_RULE, rsl_rl_member_args
 
-    source, _, mode = population
+    source, _, mode, runners = population
+    if mode == "slices":
+        # The recipient slice's own runner as the population left it (runners[1]: built for slot 1).
+        state = json.loads((source / "members/001/state.json").read_text())
+        record = json.loads((source / "members/001/record.json").read_text())
+        assert state["generation"] == 1 and state["lineage"][0]["donor"] == 0
+        alg = runners[1].alg
+        assert live_values(alg, state["hyperparameters"]) == pytest.approx(state["hyperparameters"])
+        rates = [group["lr"] for group in alg.optimizer.param_groups]
+        assert (
+            rates == pytest.approx([alg.learning_rate] * len(rates))
+            and alg.learning_rate == record["live_learning_rate"]
+        )
+        return
     ws = tmp_path / "ws"
     shutil.copytree(source, ws, ignore=shutil.ignore_patterns("001", "runs"))
     monkeypatch.setenv(TEST_FIXTURE_ENV, FIXTURE_RULE)

@@ -121,6 +121,26 @@ def script_args(release: str, script: str, task: str) -> list[str]:
     return [str(HERE.parents[1] / "scripts" / script), "--task", task, *headless(release), "--device", "cpu"]
 
 
+def run_two_slices(release: str, script: str, tmp_path: Path, iterations: int, *overrides: str) -> str:
+    """Members 0 and 1 of a population of 2 as two slices of one run of ``scripts/<script>`` on :data:`TASK` (16 envs
+    each, the test rule forcing an exploit, a decision every 1024 frames), workspace ``tmp_path/ws``, run in
+    ``tmp_path``; returns its output once it exited 0, with the one line saying how the slices share the env
+    (``AssertionError`` with the output's end otherwise)."""
+    from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env
+
+    cmd = [sys.executable, str(ENTRY), release, *script_args(release, script, TASK), "--num_envs", "16"]
+    cmd += ["--max_iterations", str(iterations), "--pbt-workspace", str(tmp_path / "ws"), "--pbt-members", "2"]
+    cmd += ["--pbt-index", "0", "--pbt-slices", "2", *forced_exploit_flags(interval_steps=1024), *overrides]
+    with open(tmp_path / "run.log", "w") as log:
+        proc = subprocess.run(
+            cmd, cwd=tmp_path, env=member_env(OMP_NUM_THREADS="1"), stdout=log, stderr=subprocess.STDOUT, timeout=900
+        )
+    out = (tmp_path / "run.log").read_text()
+    assert proc.returncode == 0, out[-6000:]
+    assert "2 members (0..1) on one simulator of 32 envs, 16 each" in out
+    return out
+
+
 def activate(release: str) -> None:
     """Make the release importable in this process, the simulator modules stubbed."""
     sys.path.insert(0, str(HERE))

@@ -106,3 +106,33 @@ def test_an_rsl_rl_population_on_isaac_labs_train_entry_exploits_through_a_resta
     assert sorted(p.name for p in runs.iterdir()) == ["cartpole_pbt_000", "cartpole_pbt_001"]
     indices = [int(i) for i in re.findall(r"Learning iteration (\d+)/", logs[1])]
     assert indices == list(range(10)), "no iteration index repeated or skipped across the restart"
+
+
+@pytest.mark.slow
+def test_two_rsl_rl_slices_train_and_exploit_in_memory_on_one_isaaclab_env(release, tmp_path):
+    """``scripts/train_pbt_rsl_rl.py --pbt-slices 2``: one process, one Isaac Lab env of 2 x 16 envs through Isaac
+    Lab's own ``RslRlVecEnvWrapper``, each member its own ``OnPolicyRunner`` built as the release builds it; member 1
+    exploits member 0 (test rule) from memory, inside the process."""
+    from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+
+    ws = tmp_path / "ws"
+    mutations = ("agent.pbt.mutation.desired_kl=mutate_float", "agent.pbt.mutation.gamma=mutate_discount")
+    isaaclab_real.run_two_slices(release, "train_pbt_rsl_rl.py", tmp_path, 20, *mutations)
+    for member in (0, 1):
+        start = next(e for e in _entries(ws / f"members/{member:03d}/audit.jsonl") if e["kind"] == "start")
+        assert start["slices"]["members"] == [0, 1] and start["slices"]["num_envs"] == 32 and start["slot"] == member
+        record = json.loads((ws / f"members/{member:03d}/record.json").read_text())
+        # 16 envs x Isaac Lab cartpole's 16 steps per iteration: the member's own frames, not the simulator's.
+        assert record["status"] == "finished" and record["frame"] == 20 * 16 * 16
+        assert record["history"], "each member published evidence of its own slice"
+        count, problems = verify_log(ws / f"members/{member:03d}/audit.jsonl")
+        assert count > 0 and problems == [], problems
+    audit = _entries(ws / "members/001/audit.jsonl")
+    (memory,) = [e for e in audit if e["kind"] == "donor_in_memory"]
+    (applied,) = [e for e in audit if e["kind"] == "exploit_applied"]
+    assert memory["donor"] == 0 and applied["path"] == "inprocess" and applied["donor"] == 0
+    restored = [e for e in audit if e["kind"] == "restored" and e["mode"] == "exploit_inprocess"]
+    assert restored[0]["model_sha256"] == memory["model_sha256"]
+    # Each member's rsl_rl checkpoints in its own run folder, where Isaac Lab's play script finds them.
+    runs = tmp_path / "logs" / "rsl_rl" / "cartpole"
+    assert sorted(p.name for p in runs.iterdir()) == ["cartpole_pbt_000", "cartpole_pbt_001"]

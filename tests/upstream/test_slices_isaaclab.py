@@ -18,12 +18,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import isaaclab_real  # noqa: E402
-from isaaclab_real import ENTRY, TASK  # noqa: E402
 
 pytestmark = [pytest.mark.rlgames_compat, pytest.mark.slow]
-
-
-from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env  # noqa: E402
 
 
 def _entries(path: Path) -> list[dict]:
@@ -32,33 +28,7 @@ def _entries(path: Path) -> list[dict]:
 
 def test_two_slices_train_and_exploit_in_memory_on_one_isaaclab_env(release, tmp_path):
     ws = tmp_path / "ws"
-    cmd = [
-        sys.executable,
-        str(ENTRY),
-        release,
-        *isaaclab_real.script_args(release, "train_pbt.py", TASK),
-        "--num_envs",
-        "16",
-        "--max_iterations",
-        "8",
-        "--pbt-workspace",
-        str(ws),
-        "--pbt-members",
-        "2",
-        "--pbt-index",
-        "0",
-        "--pbt-slices",
-        "2",
-        *forced_exploit_flags(interval_steps=1024),
-        "agent.params.config.mini_epochs=2",
-    ]
-    with open(tmp_path / "run.log", "w") as log:
-        proc = subprocess.run(
-            cmd, cwd=tmp_path, env=member_env(OMP_NUM_THREADS="1"), stdout=log, stderr=subprocess.STDOUT, timeout=900
-        )
-    out = (tmp_path / "run.log").read_text()
-    assert proc.returncode == 0, out[-6000:]
-    assert "2 members (0..1) on one simulator of 32 envs, 16 each" in out
+    out = isaaclab_real.run_two_slices(release, "train_pbt.py", tmp_path, 8, "agent.params.config.mini_epochs=2")
     # Through Isaac Lab's RlGamesVecEnvWrapper the members' rollouts are played together, each member acting through
     # its lean action step (either fallback would say so in one line).
     assert "[async-pbt] slices" not in out, out[-3000:]

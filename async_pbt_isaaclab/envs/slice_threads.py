@@ -1,8 +1,10 @@
 """The threads of a slices process: one per member, started, stopped and waited for with a bound.
 
-``rl_games/slices.py`` sets a process of ``M`` members up; here each member's rl_games ``train()`` runs in a thread
-of its own while the main thread steps the shared env (``envs/slice_env.py``). What a thread can do to the others is
-bounded:
+``rl_games/slices.py`` and ``rsl_rl/slices.py`` set a process of ``M`` members up (:func:`start_sessions`, then
+their trainers); here each member's training (rl_games' ``train()``, rsl_rl's ``learn``) runs in a thread of its own
+while the main thread steps the shared env (``envs/slice_env.py``, :func:`run_slices`). Trainer-neutral: what a
+thread runs and how its member ends is the trainer's (``slice_host.SliceMember``). What a thread can do to the
+others is bounded:
 
 * a thread that cannot start stops the members already started (:class:`MemberThreadError`, one line);
 * after a stop (Ctrl-C, SIGTERM, a member's error) the main thread waits :func:`stop_wait_s` seconds at most for the
@@ -19,12 +21,11 @@ import os
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, NoReturn
+from typing import Any, Callable, NoReturn
 
+from async_pbt_isaaclab.core.slices import SliceLayout, member_threads
 from async_pbt_isaaclab.envs.slice_env import SharedVecEnv, SlicesStopped
-
-if TYPE_CHECKING:
-    from async_pbt_isaaclab.rl_games.slice_host import SliceHost, SliceMember
+from async_pbt_isaaclab.envs.slice_host import SliceHost, SliceMember
 
 STOP_WAIT_ENV = "ASYNC_PBT_SLICES_STOP_WAIT_S"
 """Seconds the process waits for its member threads after a stop before it ends without them (default
@@ -70,11 +71,117 @@ def end_process(exc: MembersStuck, code: int = 1) -> NoReturn:
     os._exit(code)
 
 
+def run_slices(host: SliceHost, build: Callable[[], SharedVecEnv], close_env: bool = True) -> None:
+    """Build the shared env and the members' trainers (``build``), train every member in its thread while this
+    (main) thread steps the env, wait for them, end the ones that never trained; then raise the process's error
+    (:func:`raise_for_members`). A stop (Ctrl-C, SIGTERM) returns after every member has stopped and said where it
+    resumes."""
+    from async_pbt_isaaclab.member.held_stop import StopOnSignal
+
+    stop_signal = StopOnSignal()
+    shared: SharedVecEnv | None = None
+    try:
+        shared = build()
+        run_members(host, shared)
+    except KeyboardInterrupt:
+        if shared is not None:
+            shared.stop("stopped (Ctrl-C or SIGTERM)")
+    finally:
+        try:
+            join_members(host, shared)  # a SIGTERM meanwhile is a KeyboardInterrupt too, not the default's kill
+        finally:
+            stop_signal.restore()
+        end_unstarted(host)
+        if shared is not None and close_env:
+            close = getattr(shared.env, "close", None)
+            if close is not None:
+                close()
+    raise_for_members(host)
+
+
+def slices_exit_code(layout: SliceLayout, train: Callable[[], Any]) -> int:
+    """``train()`` (a trainer's ``train_slices``) as the process's exit code: a problem the user must fix (a claimed
+    index, an unwritable workspace, an unloadable checkpoint, a setting the slices refuse once the env or a member's
+    trainer is built: an env value the shared env holds once for all, a recurrent policy) is one line on stderr and
+    2, a member thread that did not start 1; members stuck after a stop end the process here (:func:`end_process`)."""
+    from async_pbt_isaaclab.checkpoint_io import CheckpointError
+    from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
+    from async_pbt_isaaclab.exit_codes import EXIT_USAGE
+
+    try:
+        train()
+    except (WorkspaceError, CheckpointError, ValueError) as exc:
+        print(f"error: members {layout.first}..{layout.first + layout.count - 1}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except MemberThreadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except MembersStuck as exc:
+        end_process(exc)
+    return 0
+
+
+def open_slices(
+    layout: SliceLayout,
+    problems: list[str],
+    torch_threads: Any,
+    cfg: Any,
+    member_view: Callable[[int], Any],
+    **start: Any,
+) -> tuple[SliceHost, dict[int, dict[str, Any]]]:
+    """The host of ``layout``'s members, each claimed, resumed or started (:func:`start_sessions`), with its share
+    of the cores (``torch_threads``: the config's setting, ``core.slices.member_threads``); ``ValueError`` naming
+    ``problems`` (the slice checks' lines) when there are any, before anything is claimed."""
+    if problems:
+        raise ValueError("; ".join(problems))
+    host = SliceHost(layout, member_threads(torch_threads, layout.count, available_cores()), stop_wait_s())
+    return host, start_sessions(host, cfg, member_view, **start)
+
+
+def start_sessions(
+    host: SliceHost, cfg: Any, member_view: Callable[[int], Any], **start: Any
+) -> dict[int, dict[str, Any]]:
+    """Claim, resume or start every member of the process (as a process member starts, ``start``: the keywords of
+    ``member.session.start_member``); each member's view of the trainer config with its values, by member.
+    ``member_view(member)``: the view it starts from. Exploits are carried out in memory: a restart would restart
+    every slice (the slice checks make it possible)."""
+    import dataclasses
+
+    from async_pbt_isaaclab.member.session import start_member
+
+    member_cfg = dataclasses.replace(cfg, exploit_mode="inprocess")
+    views: dict[int, dict[str, Any]] = {}
+    try:
+        for slot, member in enumerate(host.layout.members):
+            info = {"slices": host.layout.to_dict(), "slot": slot, "torch_threads": host.torch_threads}
+            session, views[member] = start_member(
+                member_view(member), dataclasses.replace(member_cfg, policy_idx=member), start_info=info, **start
+            )
+            host.members[member] = SliceMember(slot, session)
+    except BaseException:
+        for m in host.members.values():
+            m.session.close()
+        raise
+    return views
+
+
+def leave_if_finished(m: SliceMember, shared: SharedVecEnv) -> bool:
+    """A member that had already finished trains nothing: it says so, logs its stop and leaves the shared env."""
+    if not m.session.already_finished:
+        return False
+    m.status = "finished"
+    print(f"[async-pbt] member {m.session.member}: nothing to train: {m.session.already_finished}", flush=True)
+    m.session.log("stop", {"status": "finished", "reason": m.session.already_finished})
+    m.session.close()
+    shared.leave(m.slot)
+    return True
+
+
 def run_members(host: SliceHost, shared: SharedVecEnv) -> None:
-    """One thread per member trains its agent; the main thread steps the shared env for all of them. A thread that
-    cannot start stops the members already started (:class:`MemberThreadError`)."""
+    """One thread per member trains it; the main thread steps the shared env for all of them. A thread that cannot
+    start stops the members already started (:class:`MemberThreadError`)."""
     for m in host.members.values():
-        if m.agent is None:
+        if m.train is None:
             continue
         name = f"member-{m.session.member:03d}"
         thread = threading.Thread(target=_train_one, args=(m, shared, host.torch_threads), name=name, daemon=True)
@@ -92,18 +199,18 @@ def run_members(host: SliceHost, shared: SharedVecEnv) -> None:
 
 
 def _train_one(m: SliceMember, shared: SharedVecEnv, torch_threads: int) -> None:
-    """A member's thread: rl_games' own training loop on its slice; ends like a process member's training."""
+    """A member's thread: its trainer's own training loop on its slice; ends like a process member's training."""
     import torch
 
     from async_pbt_isaaclab.member.executor import MemberFault
     from async_pbt_isaaclab.member.session import say_where_it_resumes
 
-    observer = m.observer
-    assert observer is not None
+    observer, train = m.observer, m.train
+    assert observer is not None and train is not None
     # This thread's intra-op pool (torch keeps one per thread): the members' updates run at the same time.
     torch.set_num_threads(torch_threads)
     try:
-        m.agent.train()
+        train()
         m.status = "finished"
     except (SlicesStopped, KeyboardInterrupt):
         m.status = "stopped"
@@ -116,7 +223,7 @@ def _train_one(m: SliceMember, shared: SharedVecEnv, torch_threads: int) -> None
     finally:
         shared.leave(m.slot)
         try:
-            if observer.algo is not None:
+            if observer.started:
                 observer.finish("finished" if m.status == "finished" else "stopped")
             else:
                 m.session.close()
@@ -169,15 +276,15 @@ def _leave_stuck(m: SliceMember, waited: float) -> None:
 
 
 def end_unstarted(host: SliceHost) -> None:
-    """Members that never trained (a stop or an error while the env, the agents or the threads were built): a built
-    agent ends like a process member's (record and audit say stopped), an unbuilt one just releases the member."""
+    """Members that never trained (a stop or an error while the env, the trainers or the threads were built): a
+    started one ends like a process member's (record and audit say stopped), another just releases the member."""
     from async_pbt_isaaclab.member.session import say_where_it_resumes
 
     for m in host.members.values():
         if m.status != "running":
             continue
         m.status = "stopped"
-        if m.observer is not None and m.observer.algo is not None:
+        if m.observer is not None and m.observer.started:
             m.observer.finish("stopped")
         else:
             m.session.close()
