@@ -151,7 +151,8 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks, popul
     from async_pbt_isaaclab.envs.isaaclab.slice_rewards import per_env_reward_weights
     from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
     from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
-    from async_pbt_isaaclab.rsl_rl.member import train_member_exit_code
+    from async_pbt_isaaclab.member.run_to_end import member_exit_code
+    from async_pbt_isaaclab.rsl_rl.member import train_member
 
     try:
         agent_cfg, rsl_cfg, cfg = _member_settings(args, session, population)
@@ -186,15 +187,19 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks, popul
         return _train_slices(
             layout, rsl_cfg, cfg, vec_env, train_dir=log_root, checkpoint=resume, reward_config=reward_config
         )
-    return train_member_exit_code(
-        rsl_cfg,
-        cfg,
-        glue.runner_factory(vec_env),
+    build = glue.runner_factory(vec_env)
+    return member_exit_code(
+        cfg.policy_idx,
+        lambda: train_member(
+            rsl_cfg,
+            cfg,
+            build,
+            train_dir=log_root,
+            checkpoint=resume,
+            override_prefix=glue.HYDRA_PREFIX,
+            reward_config=reward_config,
+        ),
         vec_env.close,
-        train_dir=log_root,
-        checkpoint=resume,
-        override_prefix=glue.HYDRA_PREFIX,
-        reward_config=reward_config,
     )
 
 

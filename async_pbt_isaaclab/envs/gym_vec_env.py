@@ -47,7 +47,7 @@ from async_pbt_isaaclab.envs.env_parameters import DISTANCE_TERM, EpisodeDistanc
 from async_pbt_isaaclab.envs.summary_emitter import EpisodeSummaryEmitter
 from async_pbt_isaaclab.member.summary_source import SUMMARY_SOURCE_ATTR, find_summary_source
 
-try:  # rl_games is needed only by rl_games members; rsl_rl members step this env through rsl_rl/vec_env.py
+try:  # rl_games is needed only by rl_games members; rsl_rl members step this env through envs/rsl_rl_vec_env.py
     from rl_games.common.ivecenv import IVecEnv
 except ImportError:  # pragma: no cover - an install without the rl-games extra
     IVecEnv = object

@@ -102,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     agent_cfg, cfg = loaded
     _apply_run_flags(agent_cfg, cfg, args)
 
-    from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
-    from async_pbt_isaaclab.rl_games.checkpoint import CheckpointError
+    from async_pbt_isaaclab.member.run_to_end import member_exit_code
     from async_pbt_isaaclab.rl_games.runner import train_member
 
     try:
@@ -126,8 +125,9 @@ def main(argv: list[str] | None = None) -> int:
 
         register_gym_vecenv(task, args.vec_env)
 
-    try:
-        train_member(
+    return member_exit_code(
+        cfg.policy_idx,
+        lambda: train_member(
             agent_cfg,
             cfg,
             train_dir=train_dir,
@@ -135,13 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             checkpoint=args.checkpoint,
             extra_observers=extra,
             register_env=register_env,
-        )
-    except (WorkspaceError, CheckpointError) as exc:
-        # Problems the user must fix (claimed index, unwritable workspace, unloadable checkpoint):
-        # one clear line and exit code 2, which the launcher does not retry.
-        print(f"error: member {cfg.policy_idx}: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        ),
+    )
 
 
 def _rollout_problems(args: argparse.Namespace, overrides: list[str]) -> list[str]:

@@ -115,9 +115,8 @@ def main(argv: list[str] | None = None) -> int:
 def _train(args: argparse.Namespace, rsl_cfg: dict[str, Any], cfg: PopulationConfig) -> int:
     import dataclasses
 
-    from async_pbt_isaaclab.checkpoint_io import CheckpointError
-    from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
     from async_pbt_isaaclab.examples.rsl_rl_train import build_runner
+    from async_pbt_isaaclab.member.run_to_end import member_exit_code
     from async_pbt_isaaclab.rsl_rl.member import train_member
 
     workspace = cfg.workspace_path(os.path.abspath("runs"))
@@ -126,29 +125,26 @@ def _train(args: argparse.Namespace, rsl_cfg: dict[str, Any], cfg: PopulationCon
     seed = int(rsl_cfg["runner"]["seed"])
     if args.pbt_slices != 1:
         return _train_slices(args, rsl_cfg, cfg, train_dir)
-    try:
-        train_member(
+    return member_exit_code(
+        cfg.policy_idx,
+        lambda: train_member(
             rsl_cfg,
             cfg,
             lambda config, log_dir: build_runner(config, seed, log_dir),
             train_dir=train_dir,
             checkpoint=args.checkpoint,
-        )
-    except (WorkspaceError, CheckpointError) as exc:
-        # Problems the user must fix (claimed index, unwritable workspace, unloadable checkpoint): exit code 2.
-        print(f"error: member {cfg.policy_idx}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    return 0
+        ),
+    )
 
 
 def _train_slices(args: argparse.Namespace, rsl_cfg: dict[str, Any], cfg: PopulationConfig, train_dir: str) -> int:
     """``--pbt-slices M``: members ``--pbt-index .. +M-1`` in this process, on one gymnasium vec-env of M x num_envs
     (``rsl_rl/slices.py``); the process's seed is its first member's, each slice adds its slot."""
     from async_pbt_isaaclab.core.slices import slice_layout
+    from async_pbt_isaaclab.envs.rsl_rl_vec_env import RslRlGymVecEnv
     from async_pbt_isaaclab.envs.slice_threads import slices_exit_code
     from async_pbt_isaaclab.examples.rsl_rl_train import build_runner
     from async_pbt_isaaclab.rsl_rl.slices import check_slices, train_slices
-    from async_pbt_isaaclab.rsl_rl.vec_env import RslRlGymVecEnv
 
     env_cfg, seed = rsl_cfg["env"], int(rsl_cfg["runner"]["seed"])
     try:

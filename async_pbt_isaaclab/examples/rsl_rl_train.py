@@ -30,10 +30,10 @@ def build_runner(cfg: dict[str, Any], seed: int, log_dir: str | None = None, env
     import torch
     from rsl_rl.runners import OnPolicyRunner
 
+    from async_pbt_isaaclab.envs.rsl_rl_vec_env import RslRlGymVecEnv
     from async_pbt_isaaclab.rsl_rl.config import runner_config
     from async_pbt_isaaclab.rsl_rl.group import group_rank
     from async_pbt_isaaclab.rsl_rl.release import installed_line
-    from async_pbt_isaaclab.rsl_rl.vec_env import RslRlGymVecEnv
 
     torch.manual_seed(seed)
     # One intra-op thread: the networks are tiny, and members share a few cores (as the rl_games yamls' torch_threads).

@@ -5,10 +5,14 @@ released untouched."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
+from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
+from async_pbt_isaaclab.exit_codes import EXIT_USAGE
 from async_pbt_isaaclab.member.held_stop import StopOnSignal
 from async_pbt_isaaclab.member.session import MemberSession, say_where_it_resumes
+from async_pbt_isaaclab.member.trainer import UnreadableCheckpoint
 
 
 def train_to_end(
@@ -47,3 +51,18 @@ def end_finished_member(session: MemberSession) -> None:
     )
     session.log("stop", {"status": "finished", "reason": session.already_finished})
     session.close()
+
+
+def member_exit_code(member: int, train: Callable[[], Any], close: Callable[[], Any] | None = None) -> int:
+    """``train()`` (a member's whole run) as its process's exit code, then ``close()`` (the env): a problem the user
+    must fix (a claimed index, an unwritable workspace, an unloadable checkpoint) is one line on stderr and exit code
+    2, which the launcher does not retry."""
+    try:
+        train()
+    except (WorkspaceError, UnreadableCheckpoint) as exc:
+        print(f"error: member {member}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        if close is not None:
+            close()
+    return 0

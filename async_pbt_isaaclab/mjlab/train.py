@@ -139,8 +139,9 @@ def _train(task: str, cfg: Any, device: str, rsl_cfg: dict[str, Any], pop_cfg: A
     from async_pbt_isaaclab.core.config import objective_term
     from async_pbt_isaaclab.envs.isaaclab.terms import SummaryCfg
     from async_pbt_isaaclab.envs.isaaclab.wrapper import attach_summary_source
+    from async_pbt_isaaclab.member.run_to_end import member_exit_code
     from async_pbt_isaaclab.mjlab import glue
-    from async_pbt_isaaclab.rsl_rl.member import train_member_exit_code
+    from async_pbt_isaaclab.rsl_rl.member import train_member
 
     log_root = Path(cfg.log_root, cfg.agent.experiment_name).absolute()
     workspace = pop_cfg.workspace_path(log_root)
@@ -155,15 +156,22 @@ def _train(task: str, cfg: Any, device: str, rsl_cfg: dict[str, Any], pop_cfg: A
         reward_config=reward_config,
     )
     vec_env = RslRlVecEnvWrapper(env, clip_actions=cfg.agent.clip_actions)
-    return train_member_exit_code(
-        rsl_cfg,
+    member_cfg, build = (
         dataclasses.replace(pop_cfg, workspace=str(workspace)),
         glue.runner_factory(vec_env, task, device),
+    )
+    return member_exit_code(
+        member_cfg.policy_idx,
+        lambda: train_member(
+            rsl_cfg,
+            member_cfg,
+            build,
+            train_dir=str(log_root),
+            checkpoint=checkpoint,
+            reward_config=reward_config,
+            runner_infos=glue.EnvState(),
+        ),
         vec_env.close,
-        train_dir=str(log_root),
-        checkpoint=checkpoint,
-        reward_config=reward_config,
-        runner_infos=glue.EnvState(),
     )
 
 

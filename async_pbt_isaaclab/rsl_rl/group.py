@@ -1,13 +1,11 @@
 """rsl_rl members of several ranks (``torchrun``): ``member/group.py`` on rsl-rl-lib's own multi-GPU mode.
 
-rsl-rl-lib (3.1.2, 5.5.1) trains one policy in several processes whenever ``WORLD_SIZE`` > 1: the ``OnPolicyRunner``
-joins the process group (``nccl``, on ``cuda:LOCAL_RANK``), broadcasts rank 0's models when ``learn`` starts,
-all-reduces the gradients (and the adaptive schedule's KL, rank 0's rate broadcast), logs and saves on rank 0 only;
-its ``gpu_world_size`` makes the member's frames the group's. The member's collectives hang on the trainer's events,
-which every rank sees in the same order: the epoch start before ``learn`` and after every ``update_done`` (where rank
-0 carries out an exploit), so before the next rollout's first step; the episodes gathered to rank 0 at every
-``rollout_done``, before the update. Rank 0 is the member (``rsl_rl/member.py``); every other rank runs
-:func:`follow_group` and writes nothing in the workspace.
+rsl-rl-lib (3.1.2, 5.5.1) trains one policy in several processes whenever ``WORLD_SIZE`` > 1 (``nccl``, on
+``cuda:LOCAL_RANK``): rank 0's models broadcast when ``learn`` starts, gradients all-reduced, logs and saves on rank 0;
+``gpu_world_size`` makes the member's frames the group's. The member's collectives hang on the trainer's events, which
+every rank sees in the same order: the epoch start before ``learn`` and after every ``update_done`` (where rank 0
+carries out an exploit); the episodes gathered to rank 0 at every ``rollout_done``. Rank 0 is the member
+(``rsl_rl/member.py``); every other rank runs :func:`follow_group` and writes nothing in the workspace.
 """
 
 from __future__ import annotations

@@ -16,17 +16,13 @@ The events are the ones ``rl_games/observer.py`` maps rl_games' callbacks to (``
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from async_pbt_isaaclab.checkpoint_io import CheckpointError
 from async_pbt_isaaclab.core.agent_config import get_path
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.decision.mutation import agent_path
 from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
-from async_pbt_isaaclab.core.workspace.layout import WorkspaceError
-from async_pbt_isaaclab.exit_codes import EXIT_USAGE
 from async_pbt_isaaclab.member.donors import tensors_finite
 from async_pbt_isaaclab.member.env_values import with_env_values
 from async_pbt_isaaclab.member.executor import MemberExecutor
@@ -132,19 +128,3 @@ def train_member(
 
     train_to_end(session, train, lambda: events.finish if events is not None else None)
     return events
-
-
-def train_member_exit_code(
-    rsl_cfg: Mapping[str, Any], cfg: PopulationConfig, build: RunnerFactory, close: Callable[[], Any], **options: Any
-) -> int:
-    """:func:`train_member` (``options``: its keywords) as a process's exit code, then ``close()`` (the env): a
-    problem the user must fix (a claimed index, an unwritable workspace, an unloadable checkpoint) is one line on
-    stderr and exit code 2."""
-    try:
-        train_member(rsl_cfg, cfg, build, **options)
-    except (WorkspaceError, CheckpointError) as exc:
-        print(f"error: member {cfg.policy_idx}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    finally:
-        close()
-    return 0

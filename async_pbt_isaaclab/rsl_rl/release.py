@@ -1,14 +1,8 @@
 """Which rsl-rl-lib is installed, and whether a member can train with it (the support matrix, checked at start).
 
-Two checkpoint and algorithm layouts are supported, each tested against the real package:
-
-* line 3 (3.1.x, Isaac Lab 2.3 pins 3.1.2): one ``ActorCritic`` policy; ``runner.save`` writes ``model_state_dict``,
-  ``optimizer_state_dict``, ``iter``, ``infos``; observation normalisers are updated every env step.
-* line 5 (5.4.x and 5.5.x; mjlab 1.6 pins 5.4.2, Isaac Lab 3.0 pins 5.5.1): separate ``actor`` and ``critic`` models;
-  ``runner.save`` writes ``actor_state_dict``, ``critic_state_dict``, ``optimizer_state_dict``, ``iter``, ``infos``.
-
-Anything else (2.x, 3.0, 3.2-3.3, 4.x, 5.0-5.3) is refused with one line naming this matrix: their layouts or
-algorithm attributes were not checked, and a member must not train on a guess.
+Two checkpoint and algorithm layouts are supported, each tested against the real package (``layout.py``): line 3
+(3.1.x; Isaac Lab 2.3 pins 3.1.2) and line 5 (5.4.x and 5.5.x; mjlab 1.6 pins 5.4.2, Isaac Lab 3.0 pins 5.5.1).
+Anything else is refused with one line naming this matrix: a member must not train on an unchecked layout.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 The process is rl_games slices' (``envs/slice_threads.py``; docs/slices.md). Each member's thread runs its runner's
 own ``learn`` (rsl_rl's ``alg.act``, ``process_env_step``, ``compute_returns``, ``update`` on its own storage,
-unforked) on a :class:`SliceEnv`, whose ``step`` returns the member's rows once every member has handed in its
-actions (``envs/slice_env.py``, one env step at a time)."""
+unforked) on an ``RslRlSliceEnv`` (``envs/rsl_rl_vec_env.py``), whose ``step`` returns the member's rows once every
+member has handed in its actions (``envs/slice_env.py``, one env step at a time)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 
 from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.slices import SliceLayout, slice_problems
+from async_pbt_isaaclab.envs.rsl_rl_vec_env import RslRlSliceEnv
 from async_pbt_isaaclab.envs.slice_env import SharedVecEnv, give_env_values
 from async_pbt_isaaclab.envs.slice_host import SliceHost
 from async_pbt_isaaclab.envs.slice_threads import leave_if_finished, open_slices, run_slices
@@ -22,23 +23,6 @@ from async_pbt_isaaclab.rsl_rl.live import LIVE_SETTERS
 from async_pbt_isaaclab.rsl_rl.member import MemberEvents, member_values
 from async_pbt_isaaclab.rsl_rl.member_config import agent_view
 from async_pbt_isaaclab.rsl_rl.trainer import RslRlTrainer
-
-
-class SliceEnv:
-    """A member's rsl_rl ``VecEnv``: its slice of the shared env (observations a ``TensorDict`` view of its rows)."""
-
-    def __init__(self, shared: SharedVecEnv, slot: int, whole: Any):
-        self.env = shared.slices[slot]  # its slice: the step it hands in, its evidence, its env values
-        self.num_envs, self.num_actions = self.env.num_envs, whole.num_actions
-        self.max_episode_length, self.device, self.cfg = whole.max_episode_length, whole.device, whole.cfg
-        self._obs = self.env.reset()  # the shared env's first observations, this slice's rows
-
-    def get_observations(self) -> Any:
-        return self._obs
-
-    def step(self, actions: Any) -> tuple[Any, Any, Any, dict]:
-        self._obs, rewards, dones, extras = self.env.step(actions)
-        return self._obs, rewards, dones, extras
 
 
 class SliceTrainer(ClonesItsStates, RslRlTrainer):
@@ -55,13 +39,14 @@ def train_slices(
     cfg: PopulationConfig,
     layout: SliceLayout,
     make_env: Callable[[int], Any],
-    build: Callable[[dict[str, Any], str, SliceEnv], Any],
+    build: Callable[[dict[str, Any], str, RslRlSliceEnv], Any],
     *,
     train_dir: str,
     **start: Any,
 ) -> SliceHost:
     """Train ``layout``'s members here on one rsl_rl env ``make_env(layout.num_envs)``, member ``first + i`` seeded
-    ``runner.seed + i``, its runner ``build(config, log folder, SliceEnv)``; raises as rl_games' ``train_slices``."""
+    ``runner.seed + i``, its runner ``build(config, log folder, its slice env)``; raises as rl_games'
+    ``train_slices``."""
     problems, start = check_slices(cfg, layout.count), dict(start, train_dir=train_dir, task=rsl_cfg["env"]["id"])
     host, views = open_slices(
         layout, problems, rsl_cfg.get("torch_threads", 1), cfg, lambda _: agent_view(rsl_cfg), **start
@@ -84,7 +69,7 @@ def _build(
         view, seed = views[member], int(rsl_cfg["runner"].get("seed", 0) or 0) + m.slot
         runner_cfg = with_hyperparameters(dict(rsl_cfg["runner"], seed=seed), member_values(view, m.session.cfg))
         log_dir = train_dir / view["params"]["config"]["full_experiment_name"] / "summaries"
-        m.agent = build(dict(rsl_cfg, runner=runner_cfg), str(log_dir), SliceEnv(shared, m.slot, whole))
+        m.agent = build(dict(rsl_cfg, runner=runner_cfg), str(log_dir), RslRlSliceEnv(shared, m.slot, whole))
         trainer = SliceTrainer(m.agent)
         if trainer.abilities().why_not_live:
             why = "; ".join(trainer.abilities().why_not_live)

@@ -2,13 +2,10 @@
 
 **Events.** rsl_rl has no observer hooks. The trainer wraps the running algorithm's ``update`` and ``act`` (instance
 attributes; rsl_rl's code is not changed) and tells the listener given to :meth:`RslRlTrainer.attach`: before the
-real update the rollout is done and the iteration's evidence is in (``rollout_done``, where rl_games members publish
-and decide: the counters and a checkpoint taken there belong to the completed iterations); once rsl_rl has logged
-and saved the updated iteration, at the next rollout's first ``act`` (or when ``learn`` returns), the update is done
-(``update_done``, where an exploit is carried out, so the next rollout runs with the new weights).
-``runner.learn`` is called once per process (:meth:`RslRlTrainer.train`), so rsl_rl's own logging,
-``save_interval`` checkpoints and TensorBoard run stay what they are in a plain run; docs/rsl_rl.md says why this
-and not ``learn`` in chunks.
+real update, ``rollout_done`` (the evidence is in: publish and decide, as rl_games members do); at the next rollout's
+first ``act`` (or when ``learn`` returns), ``update_done`` (an exploit is carried out there, so the next rollout runs
+with the new weights). ``runner.learn`` is called once per process, so rsl_rl's own logging, checkpoints and
+TensorBoard run stay what they are in a plain run (docs/rsl_rl.md says why not ``learn`` in chunks).
 
 **Counters** are the member's own (:class:`TrainerCounters`: completed iterations and env frames), kept in the
 checkpoint's ``infos`` (rsl_rl's slot for extra data, which ``runner.load`` returns and nothing reads) and restored

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from async_pbt_isaaclab.envs.rsl_rl_vec_env import OBS_GROUP, RslRlGymVecEnv
 from async_pbt_isaaclab.member.summary_source import find_summary_source
-from async_pbt_isaaclab.rsl_rl.vec_env import OBS_GROUP, RslRlGymVecEnv
 
 pytestmark = pytest.mark.rslrl_compat
 

@@ -1,4 +1,5 @@
-"""rsl_rl's ``VecEnv`` over the gymnasium CPU vec-env: the CPU fallback of Isaac Lab's ``RslRlVecEnvWrapper``.
+"""rsl_rl's ``VecEnv`` over the gymnasium CPU vec-env (the CPU fallback of Isaac Lab's ``RslRlVecEnvWrapper``), and
+over a slice member's rows of a shared env (``envs/slice_env.py``; rsl_rl members as slices, ``rsl_rl/slices.py``).
 
 The gymnasium work (same-step autoreset, time-outs, float32 observations, the per-env episode-summary emitter that
 is the member's evidence) is :class:`~async_pbt_isaaclab.envs.gym_vec_env.GymVecEnv`'s, shared with rl_games
@@ -19,6 +20,7 @@ from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 
 from async_pbt_isaaclab.envs.gym_vec_env import GymVecEnv
+from async_pbt_isaaclab.envs.slice_env import SharedVecEnv
 
 OBS_GROUP = "policy"
 """The one observation group (rsl_rl's default: ``obs_groups`` resolve ``actor``/``critic`` to it)."""
@@ -60,3 +62,20 @@ class RslRlGymVecEnv(VecEnv):
 
     def close(self) -> None:
         self.vec_env.close()
+
+
+class RslRlSliceEnv:
+    """A member's rsl_rl ``VecEnv``: its slice of the shared env (observations a ``TensorDict`` view of its rows)."""
+
+    def __init__(self, shared: SharedVecEnv, slot: int, whole: Any):
+        self.env = shared.slices[slot]  # its slice: the step it hands in, its evidence, its env values
+        self.num_envs, self.num_actions = self.env.num_envs, whole.num_actions
+        self.max_episode_length, self.device, self.cfg = whole.max_episode_length, whole.device, whole.cfg
+        self._obs = self.env.reset()  # the shared env's first observations, this slice's rows
+
+    def get_observations(self) -> Any:
+        return self._obs
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, dict]:
+        self._obs, rewards, dones, extras = self.env.step(actions)
+        return self._obs, rewards, dones, extras
