@@ -74,8 +74,8 @@ def member_command(args: argparse.Namespace, workspace: Path, iterations: int, f
         # (learning rate, entropy_coef and gamma can all be set on a running agent): the inprocess_* windows.
         "--pbt-exploit-mode",
         args.exploit_mode,
-        # Frequent heartbeats: the warning_busy window opens at the first heartbeat that finds the writer held, which
-        # must come before the next publish waits for the writer (4 epochs take well under a second when idle).
+        # Frequent heartbeats: the warning_busy window opens at the first heartbeat that finds the writer held (or, at
+        # the latest, when the next publish would wait for it), and heartbeats show peers the member is alive.
         "--pbt-heartbeat-interval-s",
         "0.2",
         "--pbt-temp-grace-s",

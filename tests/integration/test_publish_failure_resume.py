@@ -217,3 +217,28 @@ def _sigkill_after_a_failed_write(tmp_path: Path, ws: Path) -> dict:
     assert failed["lost"] == [str(lost.relative_to(ws))] and failed["resume_checkpoint"] == durable
     assert not [e for e in entries if e["kind"] == "stop"]  # killed before its stop
     return at_kill
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGSTOP and /proc (Linux)")
+def test_a_publish_held_in_the_writer_is_said_before_the_next_publish_waits_on_it(tmp_path):
+    """The chaos harness's ``warning_busy`` window, without heartbeats: every publish holds the writer's thread (the
+    test facility), and the slow-write warning must come before the next publish waits for it, so the window opens
+    on an event of the member's own, however fast training reaches that publish."""
+    ws = tmp_path / "ws"
+    member = ws / "members" / "000"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", *_member_args(ws)]
+        + ["--pbt-heartbeat-interval-s", "3600"],
+        cwd=tmp_path,
+        env=dict(os.environ, **{PAUSE_ENV: "warning_busy"}),
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "held.log", "wb"),  # the child holds its own descriptor
+    )
+    try:
+        _held_at(proc, member / marker_name("warning_busy", proc.pid), tmp_path / "held.log")
+        (warning,) = [e for e in _entries(ws) if e["kind"] == "warning"]
+        assert warning["message"].startswith(f"writing member 0: publish at frame {FRAMES_PER_EPOCH}")
+        assert warning["message"].endswith("training goes on")
+    finally:
+        proc.kill()
+        proc.wait()

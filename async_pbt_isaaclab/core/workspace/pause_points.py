@@ -11,9 +11,9 @@ such tests) a point costs one test of an empty set.
 Two points hold more than the one process stop:
 
 * ``warning_busy`` holds only the background writer's thread (once its publish's checkpoint is fsynced) and lets
-  training go on, until the training thread logs its slow-write warning with that publish in flight; there the
-  process stops itself as at any point. The writer is let go once the process goes on, or when the training
-  thread waits for it (a drain comes first: nothing is held then).
+  training go on, until the training thread logs its slow-write warning with that publish in flight (at a heartbeat,
+  or at the latest when the next publish would wait for it); there the process stops itself as at any point. The
+  writer is let go once the process goes on (a drain that comes first, at a stop, lets it go without a warning).
 * ``write_failed`` makes a step of a publish fail with EIO when the watcher has planted ``fault.json`` in the
   member folder (``{"step": ..., "when": "before" | "after"}``: the first step whose label starts with ``step``
   fails before it writes anything, or after it wrote; the file is consumed), and stops the process as the
