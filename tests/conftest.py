@@ -35,9 +35,18 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 def pytest_configure(config: pytest.Config) -> None:
     """With xdist workers, one progress line per finished test file instead of a dot per test (file_progress.py);
-    skips counted, and refused where ``ASYNC_PBT_STRICT_SKIPS=1`` says every test must run (skip_policy.py)."""
+    skips counted, and refused where ``ASYNC_PBT_STRICT_SKIPS=1`` says every test must run (skip_policy.py).
+
+    Ctrl-C as a terminal has it: a run started in the background (``.ci/run &``) inherits SIGINT ignored, as bash
+    gives every asynchronous command, and so would every member process a test starts, never stopping on the SIGINT
+    the test sends (a three-member test then waited out its 120 s kill timeouts). The launcher resets it for the
+    members it starts (``launch/member_process.py``); tests that start members themselves get it from here."""
+    import signal
     import sys
     from pathlib import Path
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     sys.path.insert(0, str(Path(__file__).parent))
     import file_progress
