@@ -43,7 +43,7 @@ class Heartbeat:
 class PublishFiles:
     """A publish, planned: first committed (``state`` becomes the member's live state, records name the checkpoint,
     the decision is the last one taken), then its writes, in this order: the checkpoint, ``best.json`` when the best
-    list changed, retention, the decision (audit log, write-ahead), ``state.json``, ``record.json``. ``final``: on
+    list changed, the decision (audit log, write-ahead), ``state.json``, ``record.json``, retention. ``final``: on
     this thread, now."""
 
     what: str

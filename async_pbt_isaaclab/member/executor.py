@@ -7,8 +7,8 @@ out in the order given, and each effect's writes in a fixed order:
 * a **publish** (:class:`~.effects.PublishFiles`), committed (:meth:`MemberExecutor.commit`, signals held: a publish
   that failed beside training raised first, then the state the loop planned on a copy made the live one, records
   naming its checkpoint and decision), then as one job of the member's writer (``member/publishing.py``, beside
-  training by default): the checkpoint, ``best.json`` when the best list changed, retention, the decision
-  (audit log, written ahead of anything that acts on it), ``state.json``, ``record.json``; a record never names a
+  training by default): the checkpoint, ``best.json`` when the best list changed, the decision (audit log,
+  written ahead of anything that acts on it), ``state.json``, ``record.json``, then retention; a record never names a
   checkpoint before it is on disk, and a publish whose checkpoint never reached the disk is undone in the state;
 * an **exploit or explore** (:meth:`MemberExecutor.carry_out`, read top to bottom): the writer drained, the donor's
   state (a verified copy of its checkpoint, or from memory), the recipient checkpoint, ``state.json`` naming the

@@ -1,7 +1,7 @@
 """A member's publishes on its writer, and what the writer has written (``member/writer.py`` runs the jobs).
 
 :class:`Publishing` hands each publish's writes to the member's writer as one job, in the order a crash needs (the
-checkpoint, ``best.json`` when the best list changed, retention, the decision, ``state.json``, ``record.json``), and
+checkpoint, ``best.json`` when the best list changed, the decision, ``state.json``, ``record.json``, retention), and
 heartbeats as one-step jobs. The writer reports the steps each job finished; from that, once the writer is idle,
 :class:`Publishing` records which checkpoint is durable and puts the member's state back
 (:meth:`~async_pbt_isaaclab.core.state.member_state.MemberState.undo_publish`) for every queued publish whose checkpoint
@@ -151,19 +151,19 @@ class Publishing:
             ("pause point", PausePoint("background_write", member_dir)),
             ("pause point", PausePoint("warning_busy", member_dir, thread_only=True)),
         ]
+        retained = (self.session.cfg.keep_last_checkpoints, files.keep)
         if files.best is not None:
             best = [b.to_dict() for b in files.best]
             steps.append(("best.json", functools.partial(fsio.atomic_write_json, member_dir / "best.json", best)))
-        retention = functools.partial(
-            apply_retention, self.session.ws, self.session.member, self.session.cfg.keep_last_checkpoints, files.keep
-        )
-        steps.append(("retention", retention))
         if files.decision is not None:
             append = functools.partial(self.session.audit.append, "decision", files.decision, now=files.now)
             steps.append(("decision in audit.jsonl", append))
         steps += [
             ("state.json", functools.partial(self.session.save, files.state)),
             ("record.json", functools.partial(self._record_step, files.record)),
+            # Last: until state.json names only what the new publish keeps, the one on disk may name a file that
+            # retention removes (a thinned history entry, a dropped best), and a kill in between would leave it so.
+            ("retention", functools.partial(apply_retention, self.session.ws, self.session.member, *retained)),
         ]
         # Test facility: a step fails where the chaos harness planted a fault (a no-op unless enabled).
         return [(label, faulty(member_dir, label, a) if callable(a) else a) for label, a in steps]
