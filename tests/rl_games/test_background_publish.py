@@ -497,3 +497,37 @@ def test_repeated_record_write_failures_are_counted_in_the_record_and_status_and
     assert shown["record_write_failures"] == 11
     assert f"{record['status']} (11 record writes failed)" in _member_row(shown)
     verified(session)
+
+
+def test_retention_removes_no_checkpoint_the_state_on_disk_still_names(tmp_path, monkeypatch):
+    """History thinned to 2 entries, one checkpoint kept besides those named: publishes drop older history entries
+    and retention retires their checkpoints. Each retirement must come after the ``state.json`` that stopped naming
+    the file, or a kill in between leaves a state naming a removed checkpoint (a long chaos run found retention
+    running before ``state.json``)."""
+    from async_pbt_isaaclab.core.workspace.retention import RETIRING
+
+    session, agent_cfg = start(tmp_path, epochs=12, history_length=2, keep_last_checkpoints=1, keep_best_checkpoints=1)
+    calls = Syscalls(monkeypatch, tmp_path / "ws")
+    real_rename = os.rename
+
+    def rename(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+        real_rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+        if str(dst).startswith(RETIRING) and dst_dir_fd is not None:
+            calls.note("retire", os.path.join(os.readlink(f"/proc/self/fd/{dst_dir_fd}"), str(src)), None)
+
+    monkeypatch.setattr(os, "rename", rename)
+    observer = PbtObserver(session)
+    try:
+        train_agent(agent_cfg, [observer])
+    finally:
+        session.close()
+    on_disk: set[str] = set()
+    retired = 0
+    for kind, path, _thread, content in calls.events:
+        if kind == "replace" and path.endswith("001/state.json"):
+            named = [content["last_checkpoint"]] + [e.get("checkpoint") for e in content["history"] + content["best"]]
+            on_disk = {Path(c).name for c in named if c}
+        elif kind == "retire":
+            retired += 1
+            assert Path(path).name not in on_disk, f"{Path(path).name} retired while state.json names it"
+    assert retired >= 3
