@@ -63,9 +63,9 @@ def start(tmp: Path, *, index: int = 1, epochs: int = 4, **pbt):
 
 
 class Syscalls:
-    """Notes every ``os.fsync`` (the file, through /proc/self/fd) and ``os.replace`` under ``root``, in order, with
-    the thread; ``hold(test)`` makes an fsync for which ``test(path)`` is true wait until the training (main) thread
-    is inside the member writer's ``drain``."""
+    """Notes every ``os.fsync`` (the file, through /proc/self/fd), ``os.replace`` and ``os.rename`` under ``root``, in
+    order, with the thread; ``hold(test)`` makes an fsync for which ``test(path)`` is true wait until the training
+    (main) thread is inside the member writer's ``drain``."""
 
     def __init__(self, monkeypatch, root: Path):
         self.root = str(root)
@@ -74,7 +74,7 @@ class Syscalls:
         self.hold_test = None
         self.held_until_drain = 0
         self.fail_test = None
-        real_fsync, real_replace = os.fsync, os.replace
+        real_fsync, real_replace, real_rename = os.fsync, os.replace, os.rename
 
         def fsync(fd):
             path = os.readlink(f"/proc/self/fd/{fd}")
@@ -100,8 +100,16 @@ class Syscalls:
             self.note("replace", str(dst), content)
             return result
 
+        def rename(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+            # Retention retires a checkpoint by renaming it in its folder: noted as ("rename", the old full name).
+            result = real_rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+            folder = "" if src_dir_fd is None else os.readlink(f"/proc/self/fd/{src_dir_fd}")
+            self.note("rename", os.path.join(folder, str(src)), str(dst))
+            return result
+
         monkeypatch.setattr(os, "fsync", fsync)
         monkeypatch.setattr(os, "replace", replace)
+        monkeypatch.setattr(os, "rename", rename)
 
     def note(self, kind: str, path: str, content: object) -> None:
         if path.startswith(self.root):
@@ -508,14 +516,6 @@ def test_retention_removes_no_checkpoint_the_state_on_disk_still_names(tmp_path,
 
     session, agent_cfg = start(tmp_path, epochs=12, history_length=2, keep_last_checkpoints=1, keep_best_checkpoints=1)
     calls = Syscalls(monkeypatch, tmp_path / "ws")
-    real_rename = os.rename
-
-    def rename(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
-        real_rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
-        if str(dst).startswith(RETIRING) and dst_dir_fd is not None:
-            calls.note("retire", os.path.join(os.readlink(f"/proc/self/fd/{dst_dir_fd}"), str(src)), None)
-
-    monkeypatch.setattr(os, "rename", rename)
     observer = PbtObserver(session)
     try:
         train_agent(agent_cfg, [observer])
@@ -527,7 +527,7 @@ def test_retention_removes_no_checkpoint_the_state_on_disk_still_names(tmp_path,
         if kind == "replace" and path.endswith("001/state.json"):
             named = [content["last_checkpoint"]] + [e.get("checkpoint") for e in content["history"] + content["best"]]
             on_disk = {Path(c).name for c in named if c}
-        elif kind == "retire":
+        elif kind == "rename" and str(content).startswith(RETIRING):
             retired += 1
             assert Path(path).name not in on_disk, f"{Path(path).name} retired while state.json names it"
     assert retired >= 3
