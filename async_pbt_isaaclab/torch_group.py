@@ -2,10 +2,16 @@
 itself (rl_games' ``multi_gpu`` agent, rsl_rl's multi-GPU ``OnPolicyRunner``): the collectives run on the default
 process group, objects travel pickled, and a sync's checkpoint state travels on the CPU (a rank's device is its own:
 rank 1 must not unpickle rank 0's ``cuda:0`` tensors). torch is imported when a group is made, not with this module.
+
+Neither rl_games nor rsl-rl-lib leaves the process group at the end, and a process that exits without
+``destroy_process_group`` can abort (SIGABRT, "terminate called without an active exception") when gloo's worker
+threads outlive the interpreter; torchrun then reports the member failed and the launcher would restart a member
+that had finished. A group therefore leaves the process group at exit, while the interpreter is still whole.
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 from typing import Any
 
@@ -21,6 +27,8 @@ class TorchRankGroup:
         self._dist = dist
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
+        atexit.unregister(leave_process_group)  # one entry however many groups this process makes
+        atexit.register(leave_process_group)
 
     def broadcast(self, value: Any) -> Any:
         box = [_on_cpu(value) if self.rank == 0 else None]
@@ -31,6 +39,14 @@ class TorchRankGroup:
         out: list[Any] = [None] * self.world_size
         self._dist.all_gather_object(out, value)
         return out
+
+
+def leave_process_group() -> None:
+    """Destroy the default process group if this process is still in one (the trainer joined it)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _on_cpu(value: Any) -> Any:
