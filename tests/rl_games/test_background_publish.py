@@ -148,6 +148,23 @@ class CtrlC:
             raise KeyboardInterrupt("test stop")
 
 
+def train(session, agent_cfg, observer=None, *more, raises: type[BaseException] | None = None):
+    """Train member ``session`` with rl_games (``observer``: a ``PbtObserver`` of it unless given; ``more``: other
+    callbacks), then close the session. With ``raises``, training must raise that, the member then stops as its
+    runner does when training raised, and what was raised is returned."""
+    observer = observer or PbtObserver(session)
+    try:
+        if raises is None:
+            train_agent(agent_cfg, [observer, *more])
+            return None
+        with pytest.raises(raises) as info:
+            train_agent(agent_cfg, [observer, *more])
+        observer.finish("stopped")
+        return info.value
+    finally:
+        session.close()
+
+
 def checkpoint_written_before(calls: Syscalls, name: str, before: int) -> None:
     """The checkpoint ``name`` was fsynced (its temp file) and renamed into place before event ``before``."""
     synced = calls.index("fsync", lambda p, c: Path(p).name.startswith(f".{name}{fsio.TEMP_MARKER}"))
@@ -159,11 +176,7 @@ def checkpoint_written_before(calls: Syscalls, name: str, before: int) -> None:
 def test_a_record_or_state_names_a_checkpoint_only_once_it_is_fsynced(tmp_path, monkeypatch, background):
     session, agent_cfg = start(tmp_path, epochs=5, publish_in_background=background)
     calls = Syscalls(monkeypatch, tmp_path / "ws")
-    observer = PbtObserver(session)
-    try:
-        train_agent(agent_cfg, [observer])  # rl_games returns once the last epoch drained the writer
-    finally:
-        session.close()
+    train(session, agent_cfg)  # rl_games returns once the last epoch drained the writer
     named = [
         (i, Path(path).name, Path(content["checkpoint" if path.endswith("record.json") else "last_checkpoint"]).name)
         for i, (kind, path, _t, content) in enumerate(calls.events)
@@ -199,16 +212,11 @@ def test_a_failed_background_write_stops_training_on_its_thread_and_nothing_name
     monkeypatch.setattr(MemberLoop, "_publish", noting_the_state)
     calls.fail_test = lambda path: failing in path  # the disk fails under the third publish's checkpoint
     observer = PbtObserver(session)
-    try:
-        with pytest.raises(BackgroundWriteError) as info:
-            train_agent(agent_cfg, [observer])
-        observer.finish("stopped")  # as the member's runner does when training raised
-    finally:
-        session.close()
+    raised = train(session, agent_cfg, observer, raises=BackgroundWriteError)
     lost = f"g0000_f{3 * FRAMES_PER_EPOCH:012d}.pth"
-    assert f"publish at frame {3 * FRAMES_PER_EPOCH}: writing checkpoint" in str(info.value)
-    assert lost in str(info.value) and "Input/output error" in str(info.value)
-    assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.EIO
+    assert f"publish at frame {3 * FRAMES_PER_EPOCH}: writing checkpoint" in str(raised)
+    assert lost in str(raised) and "Input/output error" in str(raised)
+    assert isinstance(raised.__cause__, OSError) and raised.__cause__.errno == errno.EIO
     assert observer.algo.epoch_num < 8  # training stopped at the next hook, it did not run to its end
     checkpoints = session.dir / "checkpoints"
     assert not (checkpoints / lost).exists() and not [p for p in checkpoints.iterdir() if fsio.is_temp_file(p)]
@@ -230,11 +238,7 @@ def test_an_exploit_is_acted_on_only_once_its_publish_and_decision_are_written(t
     calls = Syscalls(monkeypatch, tmp_path / "ws")
     audit_log = str(session.dir / "audit.jsonl")
     calls.hold_test = lambda path: path == audit_log  # the decision's append waits: the job is still in flight
-    observer = PbtObserver(session, exit_on_restart=True)
-    try:
-        train_agent(agent_cfg, [observer])
-    finally:
-        session.close()
+    train(session, agent_cfg, PbtObserver(session, exit_on_restart=True))
     entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
     (decision,) = [e for e in entries if e["kind"] == "decision"]
     assert decision["decision"]["outcome"] == "exploit" and decision["decision"]["donor"] == 0
@@ -263,13 +267,7 @@ def test_a_stop_writes_the_publish_in_flight_before_its_stopped_record(tmp_path,
     held = f"f{stop_at:012d}.pth{fsio.TEMP_MARKER}"
     calls.hold_test = lambda path: held in path  # that publish's checkpoint fsync waits for the training thread
 
-    observer = PbtObserver(session)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            train_agent(agent_cfg, [observer, CtrlC(stop_at)])
-        observer.finish("stopped")
-    finally:
-        session.close()
+    train(session, agent_cfg, PbtObserver(session), CtrlC(stop_at), raises=KeyboardInterrupt)
     assert calls.held_until_drain == 1
     records = [c for kind, path, _t, c in calls.events if kind == "replace" and path.endswith("001/record.json")]
     in_flight = f"g0000_f{stop_at:012d}.pth"
@@ -317,27 +315,12 @@ def test_a_warning_at_a_heartbeat_saves_the_state_only_once_the_publish_in_fligh
         return warnings
 
     monkeypatch.setattr(Publication, "collect", warning_after_the_first_publish)
-    observer = PbtObserver(session)
-    try:
-        train_agent(agent_cfg, [observer])
-    finally:
-        session.close()
+    train(session, agent_cfg)
     assert calls.held_until_drain == 1  # the warning's state save waited for the publish in flight
     assert names_only_written_checkpoints(calls) >= 2
     entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
     assert any("injected by the test" in e.get("message", "") for e in entries)
     verified(session)
-
-
-def train_until_the_write_fails(session, agent_cfg, observer) -> None:
-    """Train until the failed write stops training (``BackgroundWriteError``), then stop the member as its runner
-    does when training raised."""
-    try:
-        with pytest.raises(BackgroundWriteError):
-            train_agent(agent_cfg, [observer])
-        observer.finish("stopped")
-    finally:
-        session.close()
 
 
 def test_a_failed_decision_write_rolls_the_rng_back_and_is_logged_as_publish_failed(tmp_path, monkeypatch, capfd):
@@ -354,7 +337,7 @@ def test_a_failed_decision_write_rolls_the_rng_back_and_is_logged_as_publish_fai
         return len(failed) == 2
 
     calls.fail_test = second_decision
-    train_until_the_write_fails(session, agent_cfg, PbtObserver(session))
+    train(session, agent_cfg, raises=BackgroundWriteError)
     entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
     decisions = [e for e in entries if e["kind"] == "decision"]
     assert len(decisions) == 2  # the failed fsync came after the line was written: that decision is logged
@@ -397,7 +380,7 @@ def test_a_failed_publish_that_carries_an_exploit_rolls_back_the_rng_and_the_dec
     failing = f"f{2 * FRAMES_PER_EPOCH:012d}.pth{fsio.TEMP_MARKER}"
     calls.fail_test = lambda path: failing in path  # the first publish (the one with the exploit) fails
     observer = PbtObserver(session, exit_on_restart=True)
-    train_until_the_write_fails(session, agent_cfg, observer)
+    train(session, agent_cfg, observer, raises=BackgroundWriteError)
     (decision, rng_before, decisions_named), *_ = handed
     assert decision["decision"]["outcome"] == "exploit" and decision["decision"]["donor"] == 0
     assert [d.outcome.value for d in decisions_named] == ["exploit"]  # named while the publish was in flight
@@ -446,11 +429,7 @@ def test_heartbeats_flow_and_a_slow_write_is_said_while_the_writer_is_held(tmp_p
     calls = Syscalls(monkeypatch, tmp_path / "ws")
     held = f"g0000_f{4 * FRAMES_PER_EPOCH:012d}.pth"
     calls.hold_test = lambda path: f".{held}{fsio.TEMP_MARKER}" in path  # held until the next publish drains
-    observer = PbtObserver(session)
-    try:
-        train_agent(agent_cfg, [observer])
-    finally:
-        session.close()
+    train(session, agent_cfg)
     assert calls.held_until_drain == 1
     placed = calls.index("replace", lambda p, c: Path(p).name == held)
     main = threading.main_thread().name
@@ -489,11 +468,7 @@ def test_repeated_record_write_failures_are_counted_in_the_record_and_status_and
         return True
 
     calls.fail_test = first_eleven_records
-    observer = PbtObserver(session)
-    try:
-        train_agent(agent_cfg, [observer])
-    finally:
-        session.close()
+    train(session, agent_cfg)
     assert len(failed) == 11
     record = json.loads((session.dir / "record.json").read_text())
     assert record["record_write_failures"] == 11
@@ -516,11 +491,7 @@ def test_retention_removes_no_checkpoint_the_state_on_disk_still_names(tmp_path,
 
     session, agent_cfg = start(tmp_path, epochs=12, history_length=2, keep_last_checkpoints=1, keep_best_checkpoints=1)
     calls = Syscalls(monkeypatch, tmp_path / "ws")
-    observer = PbtObserver(session)
-    try:
-        train_agent(agent_cfg, [observer])
-    finally:
-        session.close()
+    train(session, agent_cfg)
     on_disk: set[str] = set()
     retired = 0
     for kind, path, _thread, content in calls.events:
