@@ -236,7 +236,7 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks) -> in
         print(exc, file=sys.stderr)
         return 2
     log_root, log_dir = _log_folders(args, agent_cfg, cfg, seed)
-    log_dir = _rank_folder(args, log_dir)
+    log_dir = isaaclab_api.rank_folder(args, log_dir)
     _dump_configs(hooks, log_dir, env_cfg, agent_cfg)
     if hasattr(env_cfg, "log_dir"):
         env_cfg.log_dir = log_dir  # where the env writes its own files (Isaac Lab sets it too)
@@ -418,7 +418,7 @@ def _run_settings(
 ) -> tuple[int, str | None, float | None]:
     """The CLI overrides the installed release's own script applies, then ``(seed, checkpoint to start from,
     initial sigma)``: a member adds its index to the seed; ``--distributed`` places the run on its rank's GPU and
-    adds the rank to the seed (a member's group: :func:`_group_problems` first)."""
+    adds the rank to the seed (a member's group: :func:`~async_pbt_isaaclab.envs.isaaclab.api.group_problems` first)."""
     env_cfg, params = session.env_cfg, agent_cfg["params"]
     rl_cfg = params["config"]
     isaaclab_api.apply_cli_overrides(session, args, env_cfg)
@@ -437,7 +437,7 @@ def _run_settings(
         print(f"[INFO]: Loading model checkpoint from: {resume_path}")
     sigma = float(args.sigma) if args.sigma is not None else None
     if args.distributed:
-        problems = _group_problems(args, cfg) if cfg.enabled else []
+        problems = isaaclab_api.group_problems(args, cfg) if cfg.enabled else []
         if problems:
             raise _Refused("\n".join(f"error: --distributed: {p}" for p in problems))
         rank, local = isaaclab_api.distributed_placement(session)
@@ -450,36 +450,6 @@ def _run_settings(
     if hasattr(env_cfg, "seed"):
         env_cfg.seed = seed
     return seed, resume_path, sigma
-
-
-def _group_problems(args: argparse.Namespace, cfg: Any) -> list[str]:
-    """What a member of several ranks cannot do, one line each (docs/distributed.md): its ranks follow rank 0 in
-    the running processes, so nothing may replace rank 0's process alone."""
-    from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
-
-    problems = []
-    if cfg.exploit_mode == "restart":
-        problems.append(
-            "a member of several ranks exploits in its running processes (an exec restart of rank 0 would leave "
-            "the other ranks behind); exploit_mode is 'restart' (--pbt-exploit-mode, agent.pbt.exploit_mode): "
-            "use auto or inprocess"
-        )
-    env_keys = sorted(k for k in cfg.mutation if is_env_key(k))
-    if env_keys:
-        problems.append(
-            f"searched env keys ({', '.join(env_keys)}) would be set on rank 0's env only; a member of several "
-            f"ranks searches agent keys (agent.pbt.mutation.*)"
-        )
-    if int(getattr(args, "pbt_slices", 1) or 1) > 1:
-        problems.append(f"{SLICES_FLAG} {args.pbt_slices}: a process of several slice members is one rank")
-    return problems
-
-
-def _rank_folder(args: argparse.Namespace, log_dir: str) -> str:
-    """Where this rank writes its params and videos: the run folder for rank 0 (or without ``--distributed``),
-    ``<run>/rank_<r>`` for another rank, as Isaac Lab 3.0's script does (the ranks never write one file)."""
-    rank = int(os.getenv("RANK", "0")) if args.distributed else 0
-    return log_dir if rank == 0 else os.path.join(log_dir, f"rank_{rank}")
 
 
 def _log_folders(args: argparse.Namespace, agent_cfg: dict[str, Any], cfg: Any, seed: int) -> tuple[str, str]:

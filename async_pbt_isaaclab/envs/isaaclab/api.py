@@ -11,7 +11,8 @@ configs + Hydra overrides   ``isaaclab_tasks.utils.hydra``               ``isaac
 launch                      ``AppLauncher(args)``; ``app.close()``       ``with launch_simulation(env_cfg, args)``
 ==========================  ===========================================  ============================================
 
-Every import of Isaac Lab here is lazy (inside the functions), so importing this module is free.
+A ``--distributed`` run's placement is here too (each rank's device and run folder, and what a member of several
+ranks cannot do). Every import of Isaac Lab here is lazy (inside the functions), so importing this module is free.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
+from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
+from async_pbt_isaaclab.core.slices import SLICES_FLAG
 from async_pbt_isaaclab.envs.isaaclab.release import SERIES_2, IsaacLabRelease, require
 
 
@@ -113,6 +116,34 @@ def distributed_placement(session: Session) -> tuple[int, str]:
         return int(getattr(launcher, "global_rank", 0)), local
     # 3.0's launch_simulation already placed the sim on this rank's GPU.
     return int(os.getenv("RANK", "0")), str(session.env_cfg.sim.device)
+
+
+def group_problems(args: argparse.Namespace, cfg: Any) -> list[str]:
+    """What a member of several ranks cannot do, one line each (docs/distributed.md): its ranks follow rank 0 in
+    the running processes, so nothing may replace rank 0's process alone."""
+    problems = []
+    if cfg.exploit_mode == "restart":
+        problems.append(
+            "a member of several ranks exploits in its running processes (an exec restart of rank 0 would leave "
+            "the other ranks behind); exploit_mode is 'restart' (--pbt-exploit-mode, agent.pbt.exploit_mode): "
+            "use auto or inprocess"
+        )
+    env_keys = sorted(k for k in cfg.mutation if is_env_key(k))
+    if env_keys:
+        problems.append(
+            f"searched env keys ({', '.join(env_keys)}) would be set on rank 0's env only; a member of several "
+            f"ranks searches agent keys (agent.pbt.mutation.*)"
+        )
+    if int(getattr(args, "pbt_slices", 1) or 1) > 1:
+        problems.append(f"{SLICES_FLAG} {args.pbt_slices}: a process of several slice members is one rank")
+    return problems
+
+
+def rank_folder(args: argparse.Namespace, log_dir: str) -> str:
+    """Where this rank writes its params and videos: the run folder for rank 0 (or without ``--distributed``),
+    ``<run>/rank_<r>`` for another rank, as Isaac Lab 3.0's script does (the ranks never write one file)."""
+    rank = int(os.getenv("RANK", "0")) if args.distributed else 0
+    return log_dir if rank == 0 else os.path.join(log_dir, f"rank_{rank}")
 
 
 def cpu_ranks() -> bool:
