@@ -195,6 +195,8 @@ class MemberExecutor:
             self.settle()  # write-ahead: the decision, and the publish it was taken on, are on disk first
             if plan.path == "abort":
                 return self._refused(plan)
+            if generation.outcome == "exploit":
+                pause_at("exploit_decided", self.session.dir)  # test facility: a no-op unless enabled
             donor = self._donor_state(generation.source, generation.outcome, effect.published)
             if donor is None:
                 return None  # aborted (logged, record rewritten): the member keeps training

@@ -26,8 +26,9 @@ path the members take, and with it the windows aimed at (``chaos_windows``):
   ``inprocess_done`` (record rewritten, the member trains the new generation).
 
 The watcher (``chaos_watch``) follows the workspace with inotify (Linux; polling elsewhere) and reacts within
-about a millisecond of the file event. The first three in-process windows are a few milliseconds wide, and
-the background writer's publish runs beside training: the members hold inside them at pause points
+about a millisecond of the file event. The first three in-process windows are a few milliseconds wide, an
+exploit's decision is acted on as soon as it is written (a long run's kills at the audit append missed nearly every
+time), and the background writer's publish runs beside training: the members hold inside them at pause points
 (``ASYNC_PBT_TEST_PAUSE_AT``, a test facility set through the launcher for the windows aimed at;
 ``async_pbt_isaaclab.core.workspace.pause_points``), and the driver (``chaos_driver``) kills a
 held member or lets it go on with SIGCONT, so those kills land whatever the machine's load. After each SIGKILL it
@@ -97,6 +98,7 @@ from chaos_windows import (  # noqa: F401  (the window tests, re-exported for te
     inprocess_done,
     inprocess_pending,
     inprocess_saved,
+    last_decision_not_acted_on,
     publish_in_progress,
     restart_in_flight,
     windows_for,

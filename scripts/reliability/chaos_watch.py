@@ -4,7 +4,8 @@ Each event that opens a window calls ``Driver.try_kill`` with that window's test
 
 * a temp file in ``checkpoints/``, ``best.json`` replaced or retention deleting a checkpoint: ``checkpoint_write``;
 * a file in ``incoming/``: ``donor_copy``;
-* an exploit ``decision`` appended to ``audit.jsonl``: ``exploit_decided``;
+* an exploit ``decision`` appended to ``audit.jsonl``: ``exploit_decided`` (a run aiming at it holds the member
+  at its pause point instead: a driver woken by the append came too late nearly every time);
 * ``state.json`` with ``pending_exploit`` by the exec path: ``restart_pending`` (a kill after a random delay up to
   the restart time seen so far, so every phase of the restart is hit);
 * the in-process exploit's writes, each opening the stretch up to its next write: ``state.json`` with an
@@ -12,10 +13,10 @@ Each event that opens a window calls ``Driver.try_kill`` with that window's test
   (``inprocess_applied``), ``state.json`` with that exploit done (``inprocess_saved``), ``record.json`` rewritten
   after it (``inprocess_done``).
 
-The three narrow in-process windows and the background writer's publish (``chaos_windows.HELD_WINDOWS``) are not
-aimed at through file events when the run aims at them: the members hold inside them at a pause point and leave a
-marker ``pause.<point>.<pid>.json`` in their folder; the watcher waits until the process has stopped, then kills it
-or removes the marker and lets it
+The exploit decision, the three narrow in-process windows and the background writer's publish
+(``chaos_windows.HELD_WINDOWS``) are not aimed at through file events when the run aims at them: the members hold
+inside them at a pause point and leave a marker ``pause.<point>.<pid>.json`` in their folder; the watcher waits
+until the process has stopped, then kills it or removes the marker and lets it
 go on. Every marker is handled, chaos phase or not, and ``release_all`` lets go any member still held.
 """
 
@@ -43,6 +44,7 @@ from chaos_windows import (
     inprocess_finished_last,
     inprocess_pending,
     inprocess_saved,
+    last_decision_not_acted_on,
     pause_points_for,
     publish_in_progress,
     restart_in_flight,
@@ -237,6 +239,8 @@ class Watcher:
                 continue
             if e.get("kind") != "decision" or (e.get("decision") or {}).get("outcome") != "exploit":
                 continue
+            if "exploit_decided" in self.driver.held:
+                continue  # the member holds in this window at its pause point: aimed at through the marker
             seq, rng_after = e.get("seq", -1), e.get("rng_after")
             generation = ((e.get("inputs") or {}).get("me") or {}).get("generation")
             self.driver.try_kill(
@@ -333,6 +337,9 @@ class Watcher:
             state = None
         pending = state.pending_exploit if state is not None else None
         checkpoint = pending.checkpoint if pending is not None else ""
+        if point == "exploit_decided":
+            detail = "held at its pause point: exploit decision and its publish on disk, donor not yet fetched"
+            return detail, functools.partial(last_decision_not_acted_on, mdir)
         if point == "inprocess_pending":
             detail = f"held at its pause point: state.json names the in-process exploit to {checkpoint}"
             return detail, functools.partial(inprocess_pending, mdir, checkpoint)

@@ -179,6 +179,18 @@ def decision_not_acted_on(mdir: Path, seq: int, generation: int | None, rng_afte
     return "decision logged and state.json saved, donor not yet fetched"
 
 
+def last_decision_not_acted_on(mdir: Path) -> str | None:
+    """:func:`decision_not_acted_on` for the member's last exploit decision (a member held at ``exploit_decided``)."""
+    decisions = [
+        e for e in _audit(mdir) if e.get("kind") == "decision" and (e.get("decision") or {}).get("outcome") == "exploit"
+    ]
+    if not decisions:
+        return None
+    e = decisions[-1]
+    generation = ((e.get("inputs") or {}).get("me") or {}).get("generation")
+    return decision_not_acted_on(mdir, e.get("seq", -1), generation, e.get("rng_after"))
+
+
 def restart_in_flight(mdir: Path, checkpoint: str, execd: bool) -> str | None:
     """The exploit restart to ``checkpoint`` has not applied it yet (``execd``: the image after execv)."""
     state = _state(mdir)

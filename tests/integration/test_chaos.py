@@ -187,6 +187,8 @@ def test_a_kill_counts_only_when_its_window_was_still_open(tmp_path):
     state.rng_state = rng_after
     save_state(mdir / "state.json", state)
     assert chaos.decision_not_acted_on(mdir, seq, 0, rng_after).startswith("decision logged and state.json saved")
+    # (a member held at the decision's pause point: the same test, of its last exploit decision)
+    assert chaos.last_decision_not_acted_on(mdir).startswith("decision logged and state.json saved")
     # ... closed once the exploit is pending, or anything followed the decision in the audit log
     state.pending_exploit = PendingExploit("members/001/checkpoints/g0001_f000000004096.pth", "a" * 64, 1, 4096)
     save_state(mdir / "state.json", state)
@@ -205,6 +207,7 @@ def test_a_kill_counts_only_when_its_window_was_still_open(tmp_path):
     assert chaos.decision_not_acted_on(mdir, seq, 0, rng_after) is not None
     audit.append("exploit_aborted", {"donor": 0, "reason": "donor checkpoint vanished"})
     assert chaos.decision_not_acted_on(mdir, seq, 0, rng_after) is None
+    assert chaos.last_decision_not_acted_on(mdir) is None
 
 
 def test_background_write_window_is_open_from_the_checkpoint_until_state_or_record_names_it(tmp_path):

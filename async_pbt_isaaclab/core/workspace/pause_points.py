@@ -38,6 +38,7 @@ PAUSE_ENV = "ASYNC_PBT_TEST_PAUSE_AT"
 """Environment variable naming the pause points to hold at (comma-separated); unset in production."""
 
 PAUSE_POINTS = (
+    "exploit_decided",
     "inprocess_pending",
     "inprocess_applied",
     "inprocess_saved",
@@ -47,6 +48,9 @@ PAUSE_POINTS = (
     "failure_logged",
 )
 """Every pause point, named after the chaos window it holds the member in (``scripts/reliability/chaos_windows``).
+``exploit_decided`` is where an exploit's decision and
+the publish it was taken on are on disk and nothing of the exploit is done yet (no donor copy), a window only as long
+as the member takes to start the copy, so a driver woken by the audit append killed too late nearly every time;
 ``background_write`` is inside a publish on the background writer's thread (``member/writer.py``), once the
 checkpoint is fsynced and before the best list, retention, decision, state and record follow it;
 ``warning_busy`` and ``write_failed`` are described in the module docstring; ``failure_logged`` is where a
