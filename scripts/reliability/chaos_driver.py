@@ -318,6 +318,24 @@ def process_state(pid: int) -> str | None:
     return stat.rsplit(")", 1)[-1].split()[0]
 
 
+def threads_alive(pid: int) -> bool:
+    """Whether any thread of ``pid`` has yet to exit. The leader thread turns zombie (``Z`` in ``/proc/PID/stat``)
+    while another thread may still be inside a system call it completes before it dies: a writer's ``rename`` of
+    ``state.json`` can land after the leader is gone, so a death is read only once every thread has exited."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X"):
+            return True
+    return False
+
+
 def wait_stopped(pid: int, deadline_s: float) -> bool:
     """Wait until ``pid``, which wrote its pause marker, has stopped itself (SIGSTOP follows the marker at once):
     a SIGCONT sent earlier would be lost and the member would stay stopped. False when the process is gone."""
@@ -342,13 +360,14 @@ def let_go(marker: Path, pid: int) -> None:
 
 
 def _wait_dead(pid: int, deadline_s: float, let_go_in: list[Path] | None = None) -> bool:
-    """Wait until ``pid`` is a zombie or reaped (SIGKILL is asynchronous); False past the safety deadline. Where it
-    stops itself at a pause point with its marker in one of the folders ``let_go_in``, it is let go."""
+    """Wait until every thread of ``pid`` has exited (SIGKILL is asynchronous, see :func:`threads_alive`); False past
+    the safety deadline. Where it stops itself at a pause point with its marker in one of the folders ``let_go_in``,
+    it is let go."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
-        state = process_state(pid)
-        if state is None or state in ("Z", "X"):
+        if not threads_alive(pid):
             return True
+        state = process_state(pid)
         if let_go_in and state in ("T", "t"):
             for marker in (m for folder in let_go_in for m in folder.glob(f"{MARKER_PREFIX}*.{pid}.json")):
                 let_go(marker, pid)

@@ -383,3 +383,40 @@ def test_an_exploits_earlier_window_waits_for_its_later_ones_to_catch_up(tmp_pat
     assert driver.exploit_window_due("exploit_decided")
     driver.opportunities["inprocess_pending"] = 0  # nothing after the donor copy seen yet: it may still open
     assert not driver.exploit_window_due("exploit_decided")
+
+
+LEADER_EXITS_FIRST = """
+import ctypes, threading, time
+def worker():
+    while True:
+        time.sleep(0.05)
+threading.Thread(target=worker, daemon=True).start()
+time.sleep(0.2)
+ctypes.CDLL(None).pthread_exit(None)  # the leader thread exits; the worker goes on
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/task (Linux)")
+def test_a_death_is_read_only_once_every_thread_has_exited():
+    """The leader thread shows zombie while another thread still runs: a long run over slice members read a death's
+    files there, and a writer's last ``rename`` of ``state.json`` landed after the reading."""
+    import signal
+    import subprocess
+
+    _load_chaos()
+    import chaos_driver
+
+    child = subprocess.Popen([sys.executable, "-c", LEADER_EXITS_FIRST])
+    try:
+        deadline = time.monotonic() + 60
+        while chaos_driver.process_state(child.pid) != "Z":  # an event: the leader's exit, polled
+            assert time.monotonic() < deadline and child.poll() is None, "the leader never exited alone"
+            time.sleep(0.01)
+        assert chaos_driver.threads_alive(child.pid)  # the worker thread still runs
+        assert not chaos_driver._wait_dead(child.pid, 0.05)  # not dead yet, whatever the leader shows
+        os.kill(child.pid, signal.SIGKILL)
+        assert chaos_driver._wait_dead(child.pid, 60)
+        assert not chaos_driver.threads_alive(child.pid)
+    finally:
+        child.kill()
+        child.wait()
