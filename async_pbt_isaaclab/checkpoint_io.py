@@ -128,6 +128,14 @@ def numpy_scalar_globals() -> list[Any]:
     return entries
 
 
+def allow_numpy_scalars() -> None:
+    """Allow :func:`numpy_scalar_globals` in every weights_only load of this process (adding them again is a
+    no-op). Not torch's ``safe_globals`` context: its allowlist is one set for the whole process, so a thread leaving
+    the context took the entries away from another thread's load in progress (slice members load in threads; a long
+    run's exploits were refused so, naming ``numpy._core.multiarray.scalar``)."""
+    torch.serialization.add_safe_globals(numpy_scalar_globals())
+
+
 # ----------------------------------------------------------------------------------- save
 def _plain(obj: Any, where: str) -> Any:
     """A copy of ``obj`` made of dict/list/str/int/float/bool/None only; raise naming the bad path.
@@ -250,9 +258,8 @@ def _disallowed_globals(data: bytes, fmt: str, message: str) -> list[str]:
         finder = getattr(torch.serialization, "get_unsafe_globals_in_checkpoint", None)
         if finder is not None:
             try:
-                # Inside the same allowlist as the load: only globals it does not cover are named.
-                with torch.serialization.safe_globals(numpy_scalar_globals()):
-                    names = list(finder(io.BytesIO(data)))
+                allow_numpy_scalars()  # the same allowlist as the load: only globals it does not cover are named
+                names = list(finder(io.BytesIO(data)))
             except Exception:  # noqa: BLE001 - the scan is a diagnostic: fall back to torch's message
                 names = []
     if not names:
@@ -279,8 +286,8 @@ def _unpickle(path: Path, data: bytes, fmt: str, trusted: bool, map_location: An
                 f"this is torch {torch.__version__}; {TRUSTED_HINT}",
                 path,
             )
-        with torch.serialization.safe_globals(numpy_scalar_globals()):
-            return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+        allow_numpy_scalars()
+        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     except CheckpointError:
         raise
     except pickle.UnpicklingError as exc:

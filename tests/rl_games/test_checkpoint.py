@@ -174,6 +174,30 @@ def test_allowlist_is_exactly_the_numpy_scalar_machinery():
     assert names == {"numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar"}
 
 
+def test_a_load_that_ends_during_another_leaves_its_allowlist_in_place(tmp_path, monkeypatch):
+    """Slice members load in threads. torch's ``safe_globals`` context keeps one allowlist for the process, and a
+    load leaving it took the numpy entries away from a load in progress in another thread (a long slices run refused
+    six verified donor copies so). Here a whole load runs inside another's ``torch.load``, as the other thread's
+    would: the outer load must still allow numpy scalars."""
+    first, second = tmp_path / "a.pth", tmp_path / "b.pth"
+    for path, value in ((first, -1.5), (second, -2.5)):
+        torch.save({"model": {"w": torch.ones(2)}, "last_mean_rewards": np.float32(value)}, path)
+    real_load = torch.load
+    nested: list[float] = []
+    other_started = False
+
+    def load_with_another_in_between(*args, **kwargs):
+        nonlocal other_started
+        if not other_started:  # once: the other thread's load starts and ends while this one is under way
+            other_started = True
+            nested.append(load_checkpoint(second)["last_mean_rewards"])
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", load_with_another_in_between)
+    assert load_checkpoint(first)["last_mean_rewards"] == -1.5
+    assert nested == [-2.5]
+
+
 # ------------------------------------------------------------------------------ refusals
 def test_disallowed_class_refused_untrusted_loaded_trusted(tmp_path):
     path = tmp_path / "marker.pth"
