@@ -80,8 +80,8 @@ def test_an_unknown_point_is_refused_naming_the_variable_and_value():
         pause_points.parse_points("inprocess_saved,inprocess_svaed")
     assert str(info.value) == (
         "ASYNC_PBT_TEST_PAUSE_AT='inprocess_saved,inprocess_svaed': unknown pause point 'inprocess_svaed' "
-        "(known: inprocess_pending, inprocess_applied, inprocess_saved, background_write, warning_busy, write_failed, "
-        "failure_logged)"
+        "(known: exploit_decided, inprocess_pending, inprocess_applied, inprocess_saved, background_write, "
+        "warning_busy, write_failed, failure_logged)"
     )
     assert pause_points.parse_points(" inprocess_saved ,") == {"inprocess_saved"}
 
