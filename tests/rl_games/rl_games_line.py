@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+from typing import Iterator
 
 
 def _versions() -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
@@ -35,7 +37,6 @@ def restore_with_plain_rl_games(agent, path) -> None:
     if not PLAIN_RESTORE_REFUSES_NUMPY:
         agent.restore(str(path))
         return
-    import contextlib
     import io
     from types import SimpleNamespace
     from unittest import mock
@@ -50,8 +51,24 @@ def restore_with_plain_rl_games(agent, path) -> None:
     with (
         mock.patch.object(torch_ext, "time", SimpleNamespace(sleep=lambda _s: None)),
         contextlib.redirect_stdout(printed),
+        _torch_allowlist_of_a_plain_process(),
     ):
         with pytest.raises(RuntimeError, match="give up after"):
             agent.restore(str(path))
     assert "Unsupported global: GLOBAL numpy" in printed.getvalue(), printed.getvalue()[-2000:]
     agent.set_full_state_weights(load_checkpoint(path), set_epoch=True)
+
+
+@contextlib.contextmanager
+def _torch_allowlist_of_a_plain_process() -> Iterator[None]:
+    """torch's allowlist as a process that never loaded a member checkpoint has it (Isaac Lab's play script): a
+    member's safe load adds numpy's scalar globals to torch's allowlist for the whole process
+    (``checkpoint_io.allow_numpy_scalars``), and an earlier test in this worker may have run one. Put back after."""
+    import torch
+
+    kept = torch.serialization.get_safe_globals()
+    torch.serialization.clear_safe_globals()
+    try:
+        yield
+    finally:
+        torch.serialization.add_safe_globals(kept)
