@@ -190,9 +190,9 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: ScriptHooks 
     if not args.task:
         print("error: --task is required (e.g. --task AsyncPbt-Cartpole-Direct-v0)", file=sys.stderr)
         return 2
-    device = getattr(args, "device", None)
-    if args.distributed and device is not None and "cpu" in str(device) and not isaaclab_api.cpu_ranks():
-        print(f"error: --distributed needs GPUs, but --device is {device!r}; use --device cuda", file=sys.stderr)
+    refused = isaaclab_api.distributed_device_problem(args)
+    if refused:
+        print(refused, file=sys.stderr)
         return 2
     if getattr(args, "pbt_replay", None):
         from async_pbt_isaaclab.core.state.schedule import ScheduleError

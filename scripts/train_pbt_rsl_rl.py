@@ -22,6 +22,13 @@ this command (captured before ``AppLauncher`` or Hydra rewrite ``sys.argv``) wit
 values as ``agent.algorithm.*`` overrides. Without the population flags this script refuses to run: plain training
 is Isaac Lab's own script. On 3.0 there is no ``--headless``: drop the flag there.
 
+``--distributed`` makes the member a group of ranks under ``torchrun`` (docs/distributed.md), as
+``train_pbt.py --distributed`` does: each rank placed and seeded as the release's own rsl_rl script places it (2.x
+``cuda:<local rank>`` and ``seed + local rank``, 3.0 the device ``launch_simulation`` resolved and ``seed + rank``,
+after the member's ``seed + pbt_index``); rank 0 is the member, the others follow it (``rsl_rl/group.py``) with their
+env's folder ``<run>/rank_<r>``. What a group cannot do is refused in one line each: exploits by restart, searched env
+keys, ``--pbt-slices``.
+
 ``--pbt-slices M`` trains members ``--pbt-index .. +M-1`` in this process, each its own runner on ``--num_envs`` envs
 of one simulator of ``M x --num_envs`` (``rsl_rl/slices.py``, docs/rsl_rl.md); exploits between them are memory
 copies, and only searched reward term weights may differ between them among the env's values.
@@ -46,6 +53,7 @@ from async_pbt_isaaclab.envs.isaaclab import (  # noqa: E402 - torch-free; Isaac
     UnsupportedIsaacLab,
     parse_script_args,
 )
+from async_pbt_isaaclab.envs.isaaclab import api as isaaclab_api  # noqa: E402
 from async_pbt_isaaclab.envs.isaaclab.api import Session  # noqa: E402
 from async_pbt_isaaclab.exit_codes import EXIT_USAGE  # noqa: E402
 from async_pbt_isaaclab.pbt_flags import (  # noqa: E402
@@ -74,7 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=None, help="Seed (-1: random); members add their --pbt-index.")
     parser.add_argument("--max_iterations", "--max-iterations", type=int, default=None, help="Training iterations.")
-    parser.add_argument("--distributed", action="store_true", default=False, help="Refused: a member is one process.")
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        default=False,
+        help="Run training with multiple GPUs or nodes (under torchrun; the member is a group of ranks, rank 0 the "
+        "member: docs/distributed.md).",
+    )
     parser.add_argument(
         "--checkpoint", type=str, default=None, help="Warm-start checkpoint (a member that ran resumes its own)."
     )
@@ -103,8 +117,9 @@ def main(argv: Sequence[str] | None = None, hooks: ScriptHooks | None = None) ->
     if args.pbt_workspace is None and args.pbt_num_policies is None and not population:
         print(f"error: {PROG} trains population members: give --pbt-workspace and --pbt-members", file=sys.stderr)
         return EXIT_USAGE
-    if args.distributed:
-        print("error: --distributed: a population member is one process; use async-pbt launch --gpus", file=sys.stderr)
+    refused = isaaclab_api.distributed_device_problem(args)
+    if refused:  # before the simulator starts (3.0 binds the rank's GPU at launch)
+        print(refused, file=sys.stderr)
         return EXIT_USAGE
     hydra = [a for a in hydra_args if a not in population]  # an rsl_rl runner config has no pbt section
     with hooks.open_session(args, args.task, args.agent, hydra) as session:
@@ -113,8 +128,9 @@ def main(argv: Sequence[str] | None = None, hooks: ScriptHooks | None = None) ->
 
 def _member_settings(args: argparse.Namespace, session: Session, population: list[str]) -> tuple[Any, dict, Any]:
     """The runner config with the command line applied, as the release's script applies it, then the member's
-    rsl_rl config and population config (``ConfigError``/``ValueError``: one line each)."""
-    from async_pbt_isaaclab.envs.isaaclab import api as isaaclab_api
+    rsl_rl config and population config (``ConfigError``/``ValueError``: one line each). ``--distributed`` places
+    this rank and adds its offset to the seed (:func:`_group_placement`)."""
+    from async_pbt_isaaclab.core.config import ConfigError
     from async_pbt_isaaclab.envs.isaaclab import rsl_rl as glue
     from async_pbt_isaaclab.envs.isaaclab.env_values import searched_start_values
     from async_pbt_isaaclab.rsl_rl.member_config import load_member_config
@@ -129,6 +145,7 @@ def _member_settings(args: argparse.Namespace, session: Session, population: lis
         agent_cfg.experiment_name = args.experiment_name
     if args.seed is not None:
         agent_cfg.seed = random.randint(0, 10000) if args.seed == -1 else args.seed
+    rank_seed = _group_placement(args, session, agent_cfg)
     rsl_cfg = glue.member_config(agent_cfg, args.task, session.env_cfg.scene.num_envs)
     rsl_cfg, _, cfg = load_member_config(
         rsl_cfg,
@@ -137,9 +154,22 @@ def _member_settings(args: argparse.Namespace, session: Session, population: lis
         origins=population_flag_origins(args),
         env_values=lambda keys: searched_start_values(session.env_cfg, keys),
     )
-    # Members must not share a seed, or the population starts as N copies of one run.
-    rsl_cfg["runner"]["seed"] = session.env_cfg.seed = int(agent_cfg.seed) + cfg.policy_idx
+    problems = isaaclab_api.group_problems(args, cfg) if args.distributed else []
+    if problems:
+        raise ConfigError([f"--distributed: {p}" for p in problems])
+    # Members must not share a seed, or the population starts as N copies of one run (nor a group's ranks).
+    rsl_cfg["runner"]["seed"] = session.env_cfg.seed = int(agent_cfg.seed) + cfg.policy_idx + rank_seed
     return agent_cfg, rsl_cfg, cfg
+
+
+def _group_placement(args: argparse.Namespace, session: Session, agent_cfg: Any) -> int:
+    """``--distributed``: this rank's device on the runner and the sim, as the release's rsl_rl script sets them;
+    returns the rank's seed offset (0 without ``--distributed``)."""
+    if not args.distributed:
+        return 0
+    offset, device = isaaclab_api.distributed_placement(session, "rsl_rl")
+    agent_cfg.device = session.env_cfg.sim.device = device
+    return offset
 
 
 def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks, population: list[str]) -> int:
@@ -161,13 +191,17 @@ def _train(args: argparse.Namespace, session: Session, hooks: ScriptHooks, popul
         print("\n".join(f"error: {line}" for line in lines), file=sys.stderr)
         return EXIT_USAGE
     log_root = os.path.abspath(os.path.join("logs", "rsl_rl", agent_cfg.experiment_name))
-    print(f"[INFO] PBT member {cfg.policy_idx}/{cfg.num_policies}, workspace {cfg.workspace_path(log_root)}")
+    print(
+        f"[INFO] PBT member {cfg.policy_idx}/{cfg.num_policies}, workspace {cfg.workspace_path(log_root)}, "
+        f"seed {rsl_cfg['runner']['seed']}"
+    )
     env_cfg = session.env_cfg
     layout = _slices(args, env_cfg, cfg)
     if isinstance(layout, str):
         print(layout, file=sys.stderr)
         return EXIT_USAGE
-    env_cfg.log_dir = os.path.join(log_root, f"{agent_cfg.experiment_name}_pbt_{cfg.policy_idx:03d}")
+    run_dir = os.path.join(log_root, f"{agent_cfg.experiment_name}_pbt_{cfg.policy_idx:03d}")
+    env_cfg.log_dir = isaaclab_api.rank_folder(args, run_dir)  # a group's other ranks: <run>/rank_<r>
     trigger = lambda step: step % args.video_interval == 0  # noqa: E731
     env = hooks.make_env(session, args.task, env_cfg, args, env_cfg.log_dir, trigger)
     reward_config = reward_fingerprint(env_cfg, searched=cfg.mutation)

@@ -3,8 +3,8 @@
 The local backend runs one ``torchrun`` of ``K`` ranks per member on its block of ``K`` GPUs (``CUDA_VISIBLE_DEVICES``
 set to the block, so rank ``r`` is ``cuda:r``); a SLURM array task asks for ``K`` GPUs and its supervisor runs the
 same torchrun on what SLURM gives it; a Ray task asks for ``K`` GPUs and runs it too (docs/distributed.md). The
-member command itself says it is a group (``--distributed`` for ``scripts/train_pbt.py``,
-``agent.params.config.multi_gpu=True`` for the CPU member's yaml).
+member command itself says it is a group (``--distributed`` for ``scripts/train_pbt.py`` and
+``scripts/train_pbt_rsl_rl.py``, ``agent.params.config.multi_gpu=True`` for the CPU member's yaml).
 
 Imports only the standard library (no torch).
 """
@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Sequence
 
 from async_pbt_isaaclab.launch.arguments import LaunchError
+
+GROUP_SCRIPTS = ("train_pbt.py", "train_pbt_rsl_rl.py")
+"""The Isaac Lab scripts whose member is a group of ranks only with ``--distributed``."""
 
 
 def ranks_per_member(gpus_per_member: float, backend: str) -> int:
@@ -32,7 +35,8 @@ def ranks_per_member(gpus_per_member: float, backend: str) -> int:
 def torchrun_command(command: Sequence[str], ranks: int) -> list[str]:
     """``command`` (``python SCRIPT ...``, ``python -m MODULE ...`` or ``isaaclab.sh -p SCRIPT ...``) as a torchrun
     of ``ranks`` processes on this node with a rendezvous port of its own (``--standalone``); unchanged for 1. A
-    ``scripts/train_pbt.py`` command without ``--distributed`` is refused (each rank would be a member of its own)."""
+    command of one of :data:`GROUP_SCRIPTS` without ``--distributed`` is refused (each rank would be a member of its
+    own)."""
     command = list(command)
     if ranks <= 1:
         return command
@@ -42,9 +46,10 @@ def torchrun_command(command: Sequence[str], ranks: int) -> list[str]:
             f"--gpus-per-member {ranks}: the member command must start with a Python interpreter (python "
             f"scripts/train_pbt.py ..., or isaaclab.sh -p ...) to run under torchrun; it starts with {command[0]!r}"
         )
-    if "--distributed" not in command and any(Path(arg).name == "train_pbt.py" for arg in command):
+    script = next((Path(arg).name for arg in command if Path(arg).name in GROUP_SCRIPTS), None)
+    if script is not None and "--distributed" not in command:
         raise LaunchError(
-            f"--gpus-per-member {ranks}: scripts/train_pbt.py runs a member of several ranks with --distributed; "
+            f"--gpus-per-member {ranks}: scripts/{script} runs a member of several ranks with --distributed; "
             f"add it to the member command"
         )
     return [*command[:head], "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks),

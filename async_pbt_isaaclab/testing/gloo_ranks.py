@@ -29,9 +29,9 @@ from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV
 from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env, run_donor_and_recipient
 
 ON_CPU = False
-"""Set by :func:`use_gloo_on_cpu`: this process's ranks are on the CPU (what
-``async_pbt_isaaclab.envs.isaaclab.api.cpu_ranks`` reads, so that ``scripts/train_pbt.py --distributed`` accepts
-``--device cpu`` here and nowhere else)."""
+"""Set by :func:`use_gloo_on_cpu` and :func:`rsl_rl_on_cpu`: this process's ranks are on the CPU (what
+``async_pbt_isaaclab.envs.isaaclab.api.cpu_ranks`` reads, so that ``scripts/train_pbt.py --distributed`` and
+``scripts/train_pbt_rsl_rl.py --distributed`` accept ``--device cpu`` here and nowhere else)."""
 
 
 class DevicePinnedConfig(dict):
@@ -56,6 +56,10 @@ def _join_with_gloo() -> None:
 
     dist.init_process_group = init_process_group
     torch.cuda.set_device = lambda device: None
+    # By its import name: run as ``-m`` this file is ``__main__``, and the flag is read from the named module.
+    import async_pbt_isaaclab.testing.gloo_ranks as named
+
+    named.ON_CPU = True
 
 
 def use_gloo_on_cpu() -> None:
@@ -70,10 +74,6 @@ def use_gloo_on_cpu() -> None:
         return load_config(self, params)
 
     Runner.load_config = pinned_load_config
-    # By its import name: run as ``-m`` this file is ``__main__``, and the flag is read from the named module.
-    import async_pbt_isaaclab.testing.gloo_ranks as named
-
-    named.ON_CPU = True
 
 
 def rsl_rl_on_cpu() -> None:
@@ -226,6 +226,20 @@ def run_rsl_rl_group_population(root: Path) -> dict[int, str]:
         return torchrun(2, __name__, ["rsl_rl", *args])
 
     return run_donor_and_recipient(root, command, RSL_RL_GROUP_ITERATIONS)
+
+
+def rsl_rl_checkpoint_fingerprint(path: Path) -> str:
+    """The fingerprint a member's rsl_rl trainer takes of the weights in checkpoint ``path`` (every model key's state
+    dict, in the installed rsl-rl-lib line's layout): what a group's ranks report in ``group_synced``."""
+    import torch
+
+    from async_pbt_isaaclab.checkpoint_io import model_fingerprint
+    from async_pbt_isaaclab.rsl_rl.layout import LAYOUTS
+    from async_pbt_isaaclab.rsl_rl.release import installed_line
+
+    state = torch.load(path, weights_only=True)
+    models = LAYOUTS[installed_line()].models
+    return model_fingerprint({f"{k}/{n}": t for k in models for n, t in state[k].items()})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,6 +44,8 @@ def test_each_member_is_a_torchrun_on_its_own_block_of_gpus(tmp_path):
     assert torchrun_command(["./isaaclab.sh", "-p", "train.py"], 4)[:3] == ["./isaaclab.sh", "-p", "-m"]
     assert torchrun_command([sys.executable, "-m", "pkg.member"], 2)[-2:] == ["-m", "pkg.member"]
     assert torchrun_command(["python", "train.py"], 1) == ["python", "train.py"]
+    # Isaac Lab's rsl_rl member says it is a group as train_pbt.py's does.
+    assert torchrun_command(["python", "scripts/train_pbt_rsl_rl.py", "--distributed"], 2)[1:6] == TORCHRUN
 
 
 @pytest.mark.parametrize(
@@ -54,6 +56,10 @@ def test_each_member_is_a_torchrun_on_its_own_block_of_gpus(tmp_path):
         (lambda: member_gpus(0, 4, ["0", "1"]), "--gpus-per-member 4: only 2 GPUs"),
         (lambda: torchrun_command(["train-member", "--task", "x"], 2), "must start with a Python interpreter"),
         (lambda: torchrun_command(["python", "scripts/train_pbt.py"], 2), "train_pbt.py runs a member of several"),
+        (
+            lambda: torchrun_command(["isaaclab.sh", "-p", "scripts/train_pbt_rsl_rl.py", "--task", "T"], 2),
+            "scripts/train_pbt_rsl_rl.py runs a member of several ranks with --distributed",
+        ),
     ],
 )
 def test_what_torchrun_cannot_run_is_refused(call, needle):

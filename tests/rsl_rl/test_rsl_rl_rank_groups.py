@@ -12,11 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from async_pbt_isaaclab.checkpoint_io import model_fingerprint
-from async_pbt_isaaclab.rsl_rl.layout import LAYOUTS
-from async_pbt_isaaclab.rsl_rl.release import installed_line
+from async_pbt_isaaclab.testing.gloo_ranks import rsl_rl_checkpoint_fingerprint as _fingerprint
 
 pytestmark = [pytest.mark.slow, pytest.mark.rslrl_compat]
 
@@ -26,13 +23,6 @@ GROUPS = (0, 1)
 
 def _entries(ws: Path, member: int) -> list[dict]:
     return [json.loads(line) for line in (ws / f"members/{member:03d}/audit.jsonl").read_text().splitlines()]
-
-
-def _fingerprint(path: Path) -> str:
-    """The fingerprint a member's trainer takes of these weights (every model key's state dict)."""
-    state = torch.load(path, weights_only=True)
-    models = LAYOUTS[installed_line()].models
-    return model_fingerprint({f"{k}/{n}": t for k in models for n, t in state[k].items()})
 
 
 @pytest.fixture(scope="module")

@@ -24,15 +24,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import isaaclab_real
 
 
-def cpu_ranks(release: str) -> None:
-    """``--gloo-ranks``: the ranks of a ``--distributed`` run on the CPU, for tests only. rl_games' nccl and
-    ``cuda:LOCAL_RANK`` become gloo and the CPU (:func:`async_pbt_isaaclab.testing.gloo_ranks.use_gloo_on_cpu`);
-    on 3.0, Isaac Lab's launcher places each rank on ``--device`` (``cpu``) where it picks ``cuda:LOCAL_RANK``, and
-    its refusal of a CPU device for ``--distributed`` is lifted. 2.x's AppLauncher only names a device, which
-    ``train_pbt.py`` does not take on the CPU ranks (``envs/isaaclab/api.py:distributed_placement``)."""
-    from async_pbt_isaaclab.testing.gloo_ranks import use_gloo_on_cpu
+def cpu_ranks(release: str, script: str) -> None:
+    """``--gloo-ranks``: the ranks of a ``--distributed`` run of ``script`` on the CPU, for tests only. rl_games' (or,
+    for ``train_pbt_rsl_rl.py``, rsl_rl's) nccl and ``cuda:LOCAL_RANK`` become gloo and the CPU
+    (:mod:`async_pbt_isaaclab.testing.gloo_ranks`); on 3.0, Isaac Lab's launcher places each rank on ``--device``
+    (``cpu``) where it picks ``cuda:LOCAL_RANK``, and its refusal of a CPU device for ``--distributed`` is lifted.
+    2.x's AppLauncher only names a device, which the scripts do not take on the CPU ranks
+    (``envs/isaaclab/api.py:distributed_placement``)."""
+    from async_pbt_isaaclab.testing import gloo_ranks
 
-    use_gloo_on_cpu()
+    if Path(script).name == "train_pbt_rsl_rl.py":
+        gloo_ranks.rsl_rl_on_cpu()
+    else:
+        gloo_ranks.use_gloo_on_cpu()
     if release.startswith("2."):
         return
     from isaaclab.app import sim_launcher
@@ -51,7 +55,7 @@ def main() -> None:
     isaaclab_real.activate(release)
     if target == "--gloo-ranks":
         target, *rest = rest
-        cpu_ranks(release)
+        cpu_ranks(release, target)
     import reach_marl_task
     import reach_task
 

@@ -136,3 +136,85 @@ def test_two_rsl_rl_slices_train_and_exploit_in_memory_on_one_isaaclab_env(relea
     # Each member's rsl_rl checkpoints in its own run folder, where Isaac Lab's play script finds them.
     runs = tmp_path / "logs" / "rsl_rl" / "cartpole"
     assert sorted(p.name for p in runs.iterdir()) == ["cartpole_pbt_000", "cartpole_pbt_001"]
+
+
+GROUP_ITERATIONS = {0: 8, 1: 10}
+"""Iterations of each member of the group test, of 512 frames each (member 0: 32 envs, member 1: 2 ranks x 16 envs, x
+cartpole's 16 steps), a decision every 1024 frames once the evidence has settled; member 1 exploits member 0 at its
+first (test rule), as in the restart test above."""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_an_rsl_rl_member_of_two_ranks_exploits_in_process_on_isaac_labs_train_entry(release, tmp_path):
+    """``scripts/train_pbt_rsl_rl.py --distributed`` as a torchrun group of 2 ranks (gloo on the CPU:
+    ``run_isaaclab.py --gloo-ranks``) on the release's own launcher, config loading, ``RslRlVecEnvWrapper`` and
+    rsl-rl-lib's multi-GPU runner: member 1 exploits the one-process member 0 (trained first, to completion)
+    in-process, and both ranks hold the donor's weights and the same optimizer rates before their next rollout."""
+    from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+    from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env
+    from async_pbt_isaaclab.testing.gloo_ranks import rsl_rl_checkpoint_fingerprint
+
+    ws = tmp_path / "ws"
+    script = isaaclab_real.script_args(release, "train_pbt_rsl_rl.py", isaaclab_real.TASK)
+    common = ["--pbt-workspace", str(ws), "--pbt-members", "2"]
+    common += [*forced_exploit_flags(interval_steps=1024, exploit_mode="inprocess", keep_last_checkpoints=100)]
+    common += ["agent.pbt.mutation.desired_kl=mutate_float", "agent.pbt.mutation.gamma=mutate_discount"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    commands = {
+        0: [sys.executable, str(isaaclab_real.ENTRY), release, *script, "--num_envs", "32", *common],
+        1: [*torchrun, str(isaaclab_real.ENTRY), release, "--gloo-ranks", *script, "--distributed", "--num_envs",
+            "16", *common],
+    }  # fmt: skip
+    logs = {}
+    for index, command in commands.items():  # the donor first, to completion: the exploit is certain
+        with open(tmp_path / f"member{index}.log", "w") as log:
+            proc = subprocess.run(
+                [*command, "--pbt-index", str(index), "--max_iterations", str(GROUP_ITERATIONS[index])],
+                cwd=tmp_path,
+                env=member_env(OMP_NUM_THREADS="1"),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=600,
+            )
+        logs[index] = (tmp_path / f"member{index}.log").read_text()
+        assert proc.returncode == 0, f"member {index} failed:\n{logs[index][-6000:]}"
+    entries = _entries(ws / "members/001/audit.jsonl")
+    (i,) = [i for i, e in enumerate(entries) if e["kind"] == "exploit_applied"]
+    exploit = entries[i]
+    assert exploit["path"] == "inprocess" and exploit["donor"] == 0
+    assert exploit["plan_inputs"]["abilities"]["restarts"] is False, "a group is told it cannot restart"
+    restored = next(e for e in entries[i:] if e["kind"] == "restored")
+    # Written at the next epoch start, before either rank plays a step: each rank's fingerprint and optimizer rates.
+    synced = next(e for e in entries[i:] if e["kind"] == "group_synced")
+    assert synced["reason"] == "exploit" and synced["world_size"] == 2 and synced["generation"] == exploit["generation"]
+    assert synced["model_sha256"] == [restored["model_sha256"]] * 2 == [exploit["model_sha256"]] * 2
+    donor_weights = rsl_rl_checkpoint_fingerprint(ws / exploit["donor_checkpoint"])
+    assert exploit["model_sha256"] == rsl_rl_checkpoint_fingerprint(ws / exploit["checkpoint"]) == donor_weights
+    assert restored["optimizer_lr"] and synced["optimizer_lr"] == [restored["optimizer_lr"]] * 2
+    # The group's frames are its ranks' total; every decision records the group.
+    record = json.loads((ws / "members/001/record.json").read_text())
+    assert record["status"] == "finished" and record["frame"] == GROUP_ITERATIONS[1] * 2 * 16 * 16
+    assert all(e["world_size"] == 2 for e in entries if e["kind"] == "decision")
+    for member in (0, 1):
+        count, problems = verify_log(ws / f"members/{member:03d}/audit.jsonl")
+        assert count > 0 and problems == [], problems
+    # Each rank seeded as the release's script seeds it: the runner config's 42, + member index 1, + the rank.
+    assert sorted(re.findall(r"\[INFO\] PBT member 1/2, .*, seed (\d+)$", logs[1], re.M)) == ["43", "44"]
+
+
+def test_what_an_rsl_rl_group_cannot_do_is_refused_in_one_line_each(release, tmp_path):
+    script = isaaclab_real.script_args(release, "train_pbt_rsl_rl.py", isaaclab_real.TASK)
+    population = ["--pbt-workspace", str(tmp_path / "ws"), "--pbt-members", "2", "--distributed"]
+    proc = isaaclab_real.run_entry(release, *script, *population, cwd=tmp_path)
+    assert proc.returncode == 2 and "error: --distributed needs GPUs, but --device is 'cpu'" in proc.stderr
+    # On the tests' CPU ranks (the GPU path refuses the same), once the configuration is loaded.
+    group = ["--pbt-exploit-mode", "restart", "--pbt-slices", "2"]
+    search_env = ["agent.pbt.mutation.env.success_radius={kind: log_float, low: 0.05, high: 0.5}"]
+    search_env += ["agent.pbt.objective=success"]  # not the return the searched env value shapes
+    proc = isaaclab_real.run_entry(release, "--gloo-ranks", *script, *population, *group, *search_env, cwd=tmp_path)
+    refused = [line for line in proc.stderr.splitlines() if line.startswith("error: --distributed: ")]
+    assert proc.returncode == 2 and len(refused) == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "exploit_mode is 'restart' (--pbt-exploit-mode, agent.pbt.exploit_mode)" in refused[0]
+    assert "searched env keys (env.success_radius) would be set on rank 0's env only" in refused[1]
+    assert refused[2].endswith("--pbt-slices 2: a process of several slice members is one rank")

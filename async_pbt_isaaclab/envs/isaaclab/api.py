@@ -106,16 +106,27 @@ def apply_cli_overrides(session: Session, args: argparse.Namespace, env_cfg: Any
     common.validate_distributed_device(args)
 
 
-def distributed_placement(session: Session) -> tuple[int, str]:
-    """``(global rank, device)`` of this process in a ``--distributed`` run, as the release's own RL-Games script
-    places it: 2.x ``cuda:<AppLauncher local_rank>``, 3.0 the device ``launch_simulation`` resolved for the rank.
-    On the test-only CPU ranks (:func:`cpu_ranks`) every rank is on the CPU."""
+def distributed_placement(session: Session, library: str = "rl_games") -> tuple[int, str]:
+    """``(seed offset, device)`` of this process in a ``--distributed`` run, as the release's own ``library``
+    script (``rl_games`` or ``rsl_rl``) places it: 2.x ``cuda:<AppLauncher local_rank>``, 3.0 the device
+    ``launch_simulation`` resolved for the rank. The seed offset is the global rank, except for 2.x's rsl_rl script,
+    which adds the local rank. On the test-only CPU ranks (:func:`cpu_ranks`) every rank is on the CPU."""
     if session.release.series == SERIES_2:
         launcher = session.launcher
-        local = "cpu" if cpu_ranks() else f"cuda:{int(getattr(launcher, 'local_rank', 0))}"
-        return int(getattr(launcher, "global_rank", 0)), local
+        local_rank = int(getattr(launcher, "local_rank", 0))
+        device = "cpu" if cpu_ranks() else f"cuda:{local_rank}"
+        return (local_rank if library == "rsl_rl" else int(getattr(launcher, "global_rank", 0))), device
     # 3.0's launch_simulation already placed the sim on this rank's GPU.
     return int(os.getenv("RANK", "0")), str(session.env_cfg.sim.device)
+
+
+def distributed_device_problem(args: argparse.Namespace) -> str | None:
+    """The refusal of ``--distributed`` on a CPU ``--device`` (checked before the simulator starts), or ``None``;
+    the test-only CPU ranks (:func:`cpu_ranks`) are let through."""
+    device = getattr(args, "device", None)
+    if getattr(args, "distributed", False) and device is not None and "cpu" in str(device) and not cpu_ranks():
+        return f"error: --distributed needs GPUs, but --device is {device!r}; use --device cuda"
+    return None
 
 
 def group_problems(args: argparse.Namespace, cfg: Any) -> list[str]:
@@ -260,6 +271,7 @@ __all__ = [
     "apply_cli_overrides",
     "convert_multi_agent",
     "cpu_ranks",
+    "distributed_device_problem",
     "distributed_placement",
     "make_env",
     "open_session",
