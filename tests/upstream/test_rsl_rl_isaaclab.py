@@ -44,13 +44,34 @@ def _entries(path: Path) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # three Isaac Lab starts: member 0, member 1 and its exploit restart
+def _run_in_turn(tmp_path: Path, commands: dict[int, list[str]]) -> dict[int, str]:
+    """Run each member's command (``--pbt-index`` added) to its end, in order: the donor first, to completion, so
+    that the exploit is certain; their logs."""
+    from async_pbt_isaaclab.testing.forced_exploit import member_env
+
+    logs = {}
+    for index, command in commands.items():
+        with open(tmp_path / f"member{index}.log", "w") as log:
+            proc = subprocess.run(
+                [*command, "--pbt-index", str(index)],
+                cwd=tmp_path,
+                env=member_env(OMP_NUM_THREADS="1"),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=900,
+            )
+        logs[index] = (tmp_path / f"member{index}.log").read_text()
+        assert proc.returncode == 0, f"member {index} failed:\n{logs[index][-6000:]}"
+    return logs
+
+
 def test_an_rsl_rl_population_on_isaac_labs_train_entry_exploits_through_a_restart(release, tmp_path):
     """Two members of ``scripts/train_pbt_rsl_rl.py`` on the release's own config loading, ``RslRlVecEnvWrapper``
     and runner config (Isaac Lab's cartpole ``RslRlOnPolicyRunnerCfg`` registered for the reach task): member 0
     trains to completion, member 1 exploits it at its first decision (test rule) and restarts with the new values as
     Isaac Lab's own Hydra overrides of the runner config."""
     from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
-    from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env
+    from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags
 
     ws = tmp_path / "ws"
     common = [
@@ -64,20 +85,8 @@ def test_an_rsl_rl_population_on_isaac_labs_train_entry_exploits_through_a_resta
         "agent.pbt.mutation.desired_kl=mutate_float",
         "agent.pbt.mutation.gamma=mutate_discount",
     ]
-    logs = {}
-    for index, iterations in ((0, 8), (1, 10)):  # the donor first, to completion: the exploit is certain
-        flags = ["--max_iterations", str(iterations), "--pbt-workspace", str(ws), "--pbt-members", "2"]
-        with open(tmp_path / f"member{index}.log", "w") as log:
-            proc = subprocess.run(
-                [*common, *flags, "--pbt-index", str(index)],
-                cwd=tmp_path,
-                env=member_env(OMP_NUM_THREADS="1"),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                timeout=900,
-            )
-        logs[index] = (tmp_path / f"member{index}.log").read_text()
-        assert proc.returncode == 0, f"member {index} failed:\n{logs[index][-6000:]}"
+    flags = ["--pbt-workspace", str(ws), "--pbt-members", "2"]
+    logs = _run_in_turn(tmp_path, {i: [*common, *flags, "--max_iterations", str(n)] for i, n in ((0, 8), (1, 10))})
     audit = _entries(ws / "members/001/audit.jsonl")
     starts = [e for e in audit if e["kind"] == "start"]
     (applied,) = [e for e in audit if e["kind"] == "exploit_applied"]
@@ -152,7 +161,7 @@ def test_an_rsl_rl_member_of_two_ranks_exploits_in_process_on_isaac_labs_train_e
     rsl-rl-lib's multi-GPU runner: member 1 exploits the one-process member 0 (trained first, to completion)
     in-process, and both ranks hold the donor's weights and the same optimizer rates before their next rollout."""
     from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
-    from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env
+    from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags
     from async_pbt_isaaclab.testing.gloo_ranks import rsl_rl_checkpoint_fingerprint
 
     ws = tmp_path / "ws"
@@ -166,19 +175,7 @@ def test_an_rsl_rl_member_of_two_ranks_exploits_in_process_on_isaac_labs_train_e
         1: [*torchrun, str(isaaclab_real.ENTRY), release, "--gloo-ranks", *script, "--distributed", "--num_envs",
             "16", *common],
     }  # fmt: skip
-    logs = {}
-    for index, command in commands.items():  # the donor first, to completion: the exploit is certain
-        with open(tmp_path / f"member{index}.log", "w") as log:
-            proc = subprocess.run(
-                [*command, "--pbt-index", str(index), "--max_iterations", str(GROUP_ITERATIONS[index])],
-                cwd=tmp_path,
-                env=member_env(OMP_NUM_THREADS="1"),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                timeout=600,
-            )
-        logs[index] = (tmp_path / f"member{index}.log").read_text()
-        assert proc.returncode == 0, f"member {index} failed:\n{logs[index][-6000:]}"
+    logs = _run_in_turn(tmp_path, {i: [*c, "--max_iterations", str(GROUP_ITERATIONS[i])] for i, c in commands.items()})
     entries = _entries(ws / "members/001/audit.jsonl")
     (i,) = [i for i, e in enumerate(entries) if e["kind"] == "exploit_applied"]
     exploit = entries[i]
