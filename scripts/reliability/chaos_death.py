@@ -5,20 +5,26 @@ the sha256 it records (the resume point, a pending exploit's recipient, the best
 checkpoint), and the audit log verifies against the head ``state.json`` anchors (``async-pbt audit``'s check). The
 checkpoint the next start must resume from (the pending exploit's recipient, else the resume point) is noted:
 ``chaos_checks`` compares it with what the restarted process restored.
+
+Both files are read at once, as soon as the process is gone (:func:`read_at_death`), and checked from those bytes:
+the launcher starts the member again at once, and reading and verifying a long audit log takes seconds on a loaded
+machine, long enough for the next start to append its own entries, which would then count as the dead process's.
 """
 
 from __future__ import annotations
 
+import json
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from async_pbt_isaaclab.core.state.member_state import MemberState
 from async_pbt_isaaclab.core.state.records import RecordError
 from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.core.workspace.audit import read_entries
 from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
 from async_pbt_isaaclab.core.workspace.layout import member_dirname
-from async_pbt_isaaclab.core.workspace.state_files import load_state
 
 
 @dataclass
@@ -54,24 +60,56 @@ def _named(state: Any) -> list[tuple[str, str, str | None]]:
     return named
 
 
-def examine(ws: Path, member: int, mdir: Path) -> AtDeath:
-    """Check member ``member``'s files (in ``mdir``) as its dead process left them."""
-    entries = [e for _n, e, _err in read_entries(mdir / "audit.jsonl") if e is not None]
-    last_seq = entries[-1]["seq"] if entries else -1
+@dataclass(frozen=True)
+class LeftFiles:
+    """A member's ``audit.jsonl`` and ``state.json`` as read at death (``None``: the file did not exist)."""
+
+    audit: bytes
+    state: bytes | None
+
+
+def read_at_death(mdir: Path) -> LeftFiles:
+    """Read member folder ``mdir``'s audit log and state, each whole in one go: called as soon as the process is gone,
+    before the next start can append to them (module docstring)."""
+
+    def read(name: str) -> bytes | None:
+        try:
+            return fsio.read_bytes_nofollow(mdir / name)
+        except FileNotFoundError:
+            return None
+
+    return LeftFiles(read("audit.jsonl") or b"", read("state.json"))
+
+
+def _state(raw: bytes, where: str) -> MemberState:
     try:
-        state = load_state(mdir / "state.json")
-    except RecordError as exc:
-        return AtDeath("", last_seq, [f"member {member}: state.json unreadable at death: {exc}"])
-    if state is None:
-        return AtDeath("", last_seq)
+        return MemberState.from_dict(json.loads(raw), where)
+    except (ValueError, RecursionError) as exc:  # as load_state reads it
+        raise RecordError(f"{where}: corrupt member state ({exc})") from None
+
+
+def examine(ws: Path, member: int, mdir: Path, left: LeftFiles) -> AtDeath:
+    """Check member ``member``'s files (in ``mdir``) as its dead process left them (``left``, read at death)."""
+    with tempfile.TemporaryDirectory(prefix="chaos-death-") as tmp:
+        audit_path = Path(tmp) / "audit.jsonl"
+        audit_path.write_bytes(left.audit)
+        entries = [e for _n, e, _err in read_entries(audit_path) if e is not None]
+        last_seq = entries[-1]["seq"] if entries else -1
+        try:
+            state = None if left.state is None else _state(left.state, str(mdir / "state.json"))
+        except RecordError as exc:
+            return AtDeath("", last_seq, [f"member {member}: state.json unreadable at death: {exc}"])
+        if state is None:
+            return AtDeath("", last_seq)
+        head = state.audit_head.to_dict() if state.audit_head is not None else None
+        _count, audit = verify_log(audit_path, head)
     problems = [
         f"member {member}: state.json {what} {rel} {why} at death"
         for what, rel, sha in _named(state)
         if (why := _missing(ws, rel, sha)) is not None
     ]
-    head = state.audit_head.to_dict() if state.audit_head is not None else None
-    _count, audit = verify_log(mdir / "audit.jsonl", head)
-    problems += [f"member {member}: audit at death: {p}" for p in audit[:3]]
+    said = [str(p).replace(str(audit_path), str(mdir / "audit.jsonl")) for p in audit[:3]]  # its own name
+    problems += [f"member {member}: audit at death: {p}" for p in said]
     resume = state.pending_exploit.checkpoint if state.pending_exploit is not None else state.last_checkpoint
     return AtDeath(resume, last_seq, problems)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from chaos_death import AtDeath, examine
+from chaos_death import AtDeath, examine, read_at_death
 from chaos_windows import EXPLOIT_WINDOWS
 
 from async_pbt_isaaclab.core.workspace.layout import member_dirname
@@ -234,9 +234,11 @@ class Driver:
         # slices process, an exploit the stop waits for): it is let go there until it has exited.
         markers = [self.mdir(k) for k in self.process_members(member)] if interrupt is not None else []
         if _wait_dead(pid, self.args.deadline, markers):
+            # First, before the launcher's next start can append to them (chaos_death): what the process left.
+            left = {k: read_at_death(self.mdir(k)) for k in self.process_members(member)}
             phase = landed()
             kill.landed, kill.phase = phase is not None, phase or "window already closed at death"
-            kill.at_death = {k: examine(self.ws, k, self.mdir(k)) for k in self.process_members(member)}
+            kill.at_death = {k: examine(self.ws, k, self.mdir(k), left[k]) for k in self.process_members(member)}
         else:
             kill.phase = "process did not die within the deadline"
         if kill.landed:

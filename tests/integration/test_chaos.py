@@ -420,3 +420,38 @@ def test_a_death_is_read_only_once_every_thread_has_exited():
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_death_is_checked_on_the_files_as_they_were_at_death(tmp_path):
+    """The next start appends to the audit log while the driver still reads the dead process's (seconds, for a long
+    log on a loaded machine): a long run took the next start's entries for the dead one's, so the start it compared
+    with the checkpoint named at death was the one after, and five correct resumes were reported as wrong."""
+    _load_chaos()
+    import chaos_death
+
+    from async_pbt_isaaclab.core.state.member_state import AuditHead, MemberState
+    from async_pbt_isaaclab.core.workspace.audit import AuditLog
+    from async_pbt_isaaclab.core.workspace.state_files import save_state
+
+    mdir = tmp_path / "members" / "000"
+    (mdir / "checkpoints").mkdir(parents=True)
+    checkpoint = mdir / "checkpoints" / "g0000_f000000001024.pth"
+    checkpoint.write_bytes(b"weights")
+    audit = AuditLog.open(mdir / "audit.jsonl")
+    audit.append("start", {"mode": "fresh"})
+    state = MemberState(member=0)
+    state.published("members/000/checkpoints/g0000_f000000001024.pth", "")
+    seq, digest = audit.head()
+    state.anchor(AuditHead(seq, digest))
+    save_state(mdir / "state.json", state)
+
+    left = chaos_death.read_at_death(mdir)  # the process is gone: what it left
+    audit.append("start", {"mode": "resume"})  # the next start, before the driver got to read
+    audit.append("restored", {"mode": "resume", "checkpoint": str(checkpoint)})
+    later = chaos_death.examine(tmp_path, 0, mdir, chaos_death.read_at_death(mdir))
+    at_death = chaos_death.examine(tmp_path, 0, mdir, left)
+    assert at_death.last_seq == seq and later.last_seq == seq + 2
+    assert at_death.resume == "members/000/checkpoints/g0000_f000000001024.pth" and at_death.problems == []
+    entries = [e for _n, e, _err in chaos_death.read_entries(mdir / "audit.jsonl") if e is not None]
+    assert chaos_death.resumed_from(entries, at_death.last_seq) == ("restored", str(checkpoint))
+    assert chaos_death.resumed_from(entries, later.last_seq) is None  # read late: that start was not compared
