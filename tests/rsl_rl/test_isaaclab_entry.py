@@ -24,12 +24,15 @@ def _script():
 
 
 def _no_simulator() -> IsaacLabHooks:
-    """Hooks without simulator flags; opening a session fails the test (nothing may get that far)."""
+    """Hooks with only AppLauncher's ``--device`` flag; opening a session fails the test (nothing may get that far)."""
 
     def open_session(*_args):
         raise AssertionError("the simulator was started for a command line that must be refused")
 
-    return IsaacLabHooks(add_launcher_args=lambda parser, script="train": None, open_session=open_session)
+    def add_launcher_args(parser, script="train"):
+        parser.add_argument("--device", type=str, default=None)
+
+    return IsaacLabHooks(add_launcher_args=add_launcher_args, open_session=open_session)
 
 
 @pytest.mark.parametrize(
@@ -37,7 +40,8 @@ def _no_simulator() -> IsaacLabHooks:
     [
         (["--task", "Isaac-Cartpole-v0"], "give --pbt-workspace and --pbt-members"),
         (["--pbt-workspace", "ws", "--pbt-members", "2"], "--task is required"),
-        (["--task", "T", "--pbt-members", "2", "--distributed"], "a population member is one process"),
+        # A member of several ranks is --distributed on GPUs (docs/distributed.md); on the CPU it is refused.
+        (["--task", "T", "--pbt-members", "2", "--distributed", "--device", "cpu"], "--distributed needs GPUs"),
     ],
 )
 def test_a_command_line_that_cannot_train_a_member_is_refused_before_the_simulator(argv, expected, capsys):
