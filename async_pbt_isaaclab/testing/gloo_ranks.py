@@ -15,7 +15,6 @@ a GPU group runs ``scripts/train_pbt.py --distributed`` or the CPU member under 
 from __future__ import annotations
 
 import io
-import json
 import os
 import signal
 import subprocess
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV
+from async_pbt_isaaclab.core.workspace.pause_points import MARKER_PREFIX, PAUSE_ENV
 from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env, run_donor_and_recipient
 
 ON_CPU = False
@@ -124,20 +124,27 @@ def torchrun(ranks: int, module: str, args: list[str]) -> list[str]:
 
 def run_group_population(root: Path) -> tuple[str, Any]:
     """Two members of 2 gloo ranks each, as real ``torchrun`` process groups, in workspace ``root/ws``. Member 0
-    runs under ``async-pbt launch --gpus-per-member 2`` (``launch_population``, in a thread); once it has published,
-    its rank 1 is killed with SIGKILL: the group goes down and the launcher restarts it from the member's last
-    checkpoint. Member 1 starts then, and exploits member 0 at its first decision. Returns member 1's log (both
-    ranks') and the launch's result; raises when member 1 fails."""
+    runs under ``async-pbt launch --gpus-per-member 2`` (``launch_population``, in a thread); held at its first
+    publish (a pause point), its rank 1 is killed with SIGKILL: the group goes down and the launcher restarts it from
+    the member's last checkpoint. Member 1 starts then, and exploits member 0 at its first decision. Returns member
+    1's log (both ranks') and the launch's result; raises when member 1 fails."""
     ws, results = root / "ws", []
+    mdir = ws / "members" / "000"
     launcher = threading.Thread(target=lambda: results.append(_launch_member_0(ws)))
     launcher.start()
-    while not _published(ws / "members" / "000" / "record.json"):  # an event: member 0's first history entry
+    # Rank 0 holds at the pause point of its first publish, the checkpoint written (an event, not a race with the
+    # group's last epochs, which follow in a second on an idle machine): rank 1 dies there, rank 0 goes on to write
+    # the rest of that publish, and the group goes down before its next one.
+    held = None
+    while held is None:
         if not launcher.is_alive():
             raise RuntimeError("member 0 ended before it published")
-        time.sleep(0.1)
+        held = next(iter(mdir.glob(f"{MARKER_PREFIX}*.json")), None) if mdir.is_dir() else None
+        time.sleep(0.05)
     pid = rank_pid(ws, 1)
     assert pid is not None, "member 0 has no rank 1"
     os.kill(pid, signal.SIGKILL)
+    threading.Thread(target=_let_go_while, args=(mdir, launcher), daemon=True).start()
     with open(root / "member1.log", "w") as log:
         command = torchrun(2, __name__, group_member_args(ws, 1, GROUP_EPOCHS[1]))
         code = subprocess.run(command, cwd=root, env=member_env(), stdout=log, stderr=subprocess.STDOUT).returncode
@@ -148,6 +155,31 @@ def run_group_population(root: Path) -> tuple[str, Any]:
     return text, results[0] if results else None
 
 
+def _let_go_while(mdir: Path, launcher: threading.Thread) -> None:
+    """Let every process of member 0 that holds at its pause point go on (marker removed, SIGCONT once it has
+    stopped itself), until its launcher is done."""
+    while launcher.is_alive():
+        for marker in mdir.glob(f"{MARKER_PREFIX}*.json"):
+            pid = int(marker.name.split(".")[-2])
+            while _stopping(pid):  # SIGCONT before its SIGSTOP would be lost
+                time.sleep(0.01)
+            marker.unlink(missing_ok=True)
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+
+
+def _stopping(pid: int) -> bool:
+    """The process wrote its marker and has not stopped itself yet."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state not in ("T", "t", "Z", "X")
+
+
 def _launch_member_0(ws: Path) -> Any:
     """Member 0 of :func:`run_group_population` under the launcher (which adds the population flags)."""
     from async_pbt_isaaclab.launch.local_backend import launch_population
@@ -156,17 +188,11 @@ def _launch_member_0(ws: Path) -> Any:
     flags = {"--pbt-workspace", "--pbt-members", "--pbt-index"}
     command = [a for i, a in enumerate(args) if a not in flags and (i == 0 or args[i - 1] not in flags)]
     env = {k: v for k, v in member_env().items() if k in (TEST_FIXTURE_ENV, "PYTHONUNBUFFERED")}
+    env[PAUSE_ENV] = "background_write"  # test facility: each publish holds once its checkpoint is written
     return launch_population(
         [sys.executable, "-m", __name__, *command], 2, ws, gpus=[], indices=[0], extra_env=env,
         output=io.StringIO(), ranks_per_member=2, restart_backoff_s=0.1, progress_interval_s=3600,
     )  # fmt: skip
-
-
-def _published(record: Path) -> bool:
-    try:
-        return bool(json.loads(record.read_text()).get("history"))
-    except (FileNotFoundError, ValueError):
-        return False  # not written yet, or replaced while read: the next look sees the whole file
 
 
 def rank_pid(ws: Path, rank: int) -> int | None:

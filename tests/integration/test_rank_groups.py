@@ -1,6 +1,6 @@
 """Members that are rank groups: two members of two ranks each, real ``torchrun`` processes over gloo on the CPU
 (``async_pbt_isaaclab.testing.gloo_ranks``: rl_games' multi-GPU agent, its nccl and CUDA device swapped for gloo and
-the CPU). Member 0 runs under ``async-pbt launch --gpus-per-member 2``; once it has published, its rank 1 is killed
+the CPU). Member 0 runs under ``async-pbt launch --gpus-per-member 2``; held at its first publish, its rank 1 is killed
 with SIGKILL, which takes the group down, and the launcher restarts it from its last checkpoint. Member 1 exploits
 member 0 in-process at its first decision. Everything asserted is read back from what the groups wrote."""
 
