@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV
-from async_pbt_isaaclab.core.workspace.pause_points import MARKER_PREFIX, PAUSE_ENV
+from async_pbt_isaaclab.core.workspace.pause_points import MARKER_PREFIX, PAUSE_ENV, release_held
 from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env, run_donor_and_recipient
 
 ON_CPU = False
@@ -156,28 +156,10 @@ def run_group_population(root: Path) -> tuple[str, Any]:
 
 
 def _let_go_while(mdir: Path, launcher: threading.Thread) -> None:
-    """Let every process of member 0 that holds at its pause point go on (marker removed, SIGCONT once it has
-    stopped itself), until its launcher is done."""
+    """Let every process of member 0 that holds at its pause point go on, until its launcher is done."""
     while launcher.is_alive():
-        for marker in mdir.glob(f"{MARKER_PREFIX}*.json"):
-            pid = int(marker.name.split(".")[-2])
-            while _stopping(pid):  # SIGCONT before its SIGSTOP would be lost
-                time.sleep(0.01)
-            marker.unlink(missing_ok=True)
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        release_held(mdir, deadline_s=60)
         time.sleep(0.05)
-
-
-def _stopping(pid: int) -> bool:
-    """The process wrote its marker and has not stopped itself yet."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except OSError:
-        return False
-    return state not in ("T", "t", "Z", "X")
 
 
 def _launch_member_0(ws: Path) -> Any:

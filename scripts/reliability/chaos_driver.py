@@ -24,7 +24,7 @@ from chaos_death import AtDeath, examine, read_at_death
 from chaos_windows import EXPLOIT_WINDOWS
 
 from async_pbt_isaaclab.core.workspace.layout import member_dirname
-from async_pbt_isaaclab.core.workspace.pause_points import MARKER_PREFIX
+from async_pbt_isaaclab.core.workspace.pause_points import MARKER_PREFIX, let_go, process_state
 
 FREQUENT_WINDOWS = (
     "checkpoint_write",
@@ -311,15 +311,6 @@ def _signal_group(pid: int, sig: int) -> bool:
         return False
 
 
-def process_state(pid: int) -> str | None:
-    """The state letter of ``pid`` in ``/proc/PID/stat`` (``T`` stopped, ``Z`` zombie...); None when gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[-1].split()[0]
-
-
 def threads_alive(pid: int) -> bool:
     """Whether any thread of ``pid`` has yet to exit. The leader thread turns zombie (``Z`` in ``/proc/PID/stat``)
     while another thread may still be inside a system call it completes before it dies: a writer's ``rename`` of
@@ -336,29 +327,6 @@ def threads_alive(pid: int) -> bool:
         if stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X"):
             return True
     return False
-
-
-def wait_stopped(pid: int, deadline_s: float) -> bool:
-    """Wait until ``pid``, which wrote its pause marker, has stopped itself (SIGSTOP follows the marker at once):
-    a SIGCONT sent earlier would be lost and the member would stay stopped. False when the process is gone."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        state = process_state(pid)
-        if state is None or state in ("Z", "X"):
-            return False
-        if state in ("T", "t"):
-            return True
-        time.sleep(0.0005)
-    return False
-
-
-def let_go(marker: Path, pid: int) -> None:
-    """Remove a pause marker, then continue its process (a member must never stay stopped)."""
-    marker.unlink(missing_ok=True)
-    try:
-        os.kill(pid, signal.SIGCONT)
-    except ProcessLookupError:
-        pass
 
 
 def _wait_dead(pid: int, deadline_s: float, let_go_in: list[Path] | None = None) -> bool:

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from chaos_driver import Driver, let_go, wait_stopped
+from chaos_driver import Driver
 from chaos_faults import Faults
 from chaos_windows import (
     background_write_in_flight,
@@ -53,7 +53,7 @@ from chaos_windows import (
 from async_pbt_isaaclab.core.state.records import RecordError
 from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.core.workspace.layout import parse_member_dirname
-from async_pbt_isaaclab.core.workspace.pause_points import MARKER_PREFIX
+from async_pbt_isaaclab.core.workspace.pause_points import MARKER_PREFIX, let_go, release_held, wait_stopped
 from async_pbt_isaaclab.core.workspace.state_files import load_state
 
 
@@ -356,17 +356,9 @@ class Watcher:
 
     def release_all(self) -> None:
         """Let go every member still held at a pause point (the end of the run, or the driver failing)."""
-        for marker in (self.ws / "members").glob(f"*/{MARKER_PREFIX}*"):
-            if fsio.is_temp_file(marker):
-                continue
-            try:
-                pid = int(json.loads(marker.read_text())["pid"])
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-            if wait_stopped(pid, self.driver.args.deadline):
-                let_go(marker, pid)
-            else:
-                marker.unlink(missing_ok=True)
+        for mdir in (self.ws / "members").iterdir():
+            if mdir.is_dir():
+                release_held(mdir, self.driver.args.deadline)
 
     def fire_due(self) -> None:
         """Delayed (restart window) and random kills whose time has come."""

@@ -29,6 +29,7 @@ import json
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -89,6 +90,52 @@ def pause_at(point: str, member_dir: Path) -> None:
     pid = os.getpid()
     fsio.atomic_write_json(member_dir / marker_name(point, pid), {"point": point, "pid": pid})
     os.kill(pid, signal.SIGSTOP)
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of ``pid`` in ``/proc/PID/stat`` (``T`` stopped, ``Z`` zombie...); None when gone (Linux)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[0]
+
+
+def wait_stopped(pid: int, deadline_s: float) -> bool:
+    """Wait until ``pid``, which wrote its pause marker, has stopped itself (SIGSTOP follows the marker at once):
+    a SIGCONT sent earlier would be lost and the member would stay stopped. False when the process is gone."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        state = process_state(pid)
+        if state is None or state in ("Z", "X"):
+            return False
+        if state in ("T", "t"):
+            return True
+        time.sleep(0.0005)
+    return False
+
+
+def let_go(marker: Path, pid: int) -> None:
+    """Remove a pause marker, then continue its process (a member must never stay stopped)."""
+    marker.unlink(missing_ok=True)
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
+def release_held(member_dir: Path, deadline_s: float) -> None:
+    """Let every process held at a pause point with its marker in ``member_dir`` go on (a marker of a process that
+    is gone is removed)."""
+    for marker in member_dir.glob(f"{MARKER_PREFIX}*.json"):
+        try:
+            pid = int(json.loads(marker.read_text())["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # let go already
+        if wait_stopped(pid, deadline_s):
+            let_go(marker, pid)
+        else:
+            marker.unlink(missing_ok=True)
 
 
 def hold_thread(point: str, released: threading.Event) -> bool:
