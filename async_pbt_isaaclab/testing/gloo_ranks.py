@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV
 from async_pbt_isaaclab.core.workspace.pause_points import MARKER_PREFIX, PAUSE_ENV, release_held
@@ -124,13 +124,32 @@ def torchrun(ranks: int, module: str, args: list[str]) -> list[str]:
 
 def run_group_population(root: Path) -> tuple[str, Any]:
     """Two members of 2 gloo ranks each, as real ``torchrun`` process groups, in workspace ``root/ws``. Member 0
-    runs under ``async-pbt launch --gpus-per-member 2`` (``launch_population``, in a thread); held at its first
-    publish (a pause point), its rank 1 is killed with SIGKILL: the group goes down and the launcher restarts it from
-    the member's last checkpoint. Member 1 starts then, and exploits member 0 at its first decision. Returns member
-    1's log (both ranks') and the launch's result; raises when member 1 fails."""
-    ws, results = root / "ws", []
+    runs under the launcher and loses its rank 1 at its first publish (:func:`kill_rank_1_at_first_publish`).
+    Member 1 starts then, and exploits member 0 at its first decision. Returns member 1's log (both ranks') and the
+    launch's result; raises when member 1 fails."""
+    ws = root / "ws"
+    launched = kill_rank_1_at_first_publish(
+        ws, [sys.executable, "-m", __name__, *group_member_args(ws, 0, GROUP_EPOCHS[0])]
+    )
+    with open(root / "member1.log", "w") as log:
+        command = torchrun(2, __name__, group_member_args(ws, 1, GROUP_EPOCHS[1]))
+        code = subprocess.run(command, cwd=root, env=member_env(), stdout=log, stderr=subprocess.STDOUT).returncode
+    result = launched()
+    text = (root / "member1.log").read_text()
+    if code != 0:
+        raise RuntimeError(f"member 1 exited {code}:\n{text[-3000:]}")
+    return text, result
+
+
+def kill_rank_1_at_first_publish(ws: Path, command: list[str]) -> Callable[[], Any]:
+    """Start member 0 of 2 in ``ws`` as a group of 2 ranks under ``async-pbt launch --gpus-per-member 2``
+    (``launch_population``, in a thread; ``command`` is a member's command, its population flags the launcher's to
+    set). Held at its first publish (a pause point), its rank 1 is killed with SIGKILL: the group goes down and the
+    launcher restarts it from the member's last checkpoint. Returns a call that waits for the launch to end and gives
+    its result."""
+    results: list[Any] = []
     mdir = ws / "members" / "000"
-    launcher = threading.Thread(target=lambda: results.append(_launch_member_0(ws)))
+    launcher = threading.Thread(target=lambda: results.append(_launch_member_0(ws, command)))
     launcher.start()
     # Rank 0 holds at the pause point of its first publish, the checkpoint written (an event, not a race with the
     # group's last epochs, which follow in a second on an idle machine): rank 1 dies there, rank 0 goes on to write
@@ -145,14 +164,12 @@ def run_group_population(root: Path) -> tuple[str, Any]:
     assert pid is not None, "member 0 has no rank 1"
     os.kill(pid, signal.SIGKILL)
     threading.Thread(target=_let_go_while, args=(mdir, launcher), daemon=True).start()
-    with open(root / "member1.log", "w") as log:
-        command = torchrun(2, __name__, group_member_args(ws, 1, GROUP_EPOCHS[1]))
-        code = subprocess.run(command, cwd=root, env=member_env(), stdout=log, stderr=subprocess.STDOUT).returncode
-    launcher.join()
-    text = (root / "member1.log").read_text()
-    if code != 0:
-        raise RuntimeError(f"member 1 exited {code}:\n{text[-3000:]}")
-    return text, results[0] if results else None
+
+    def launched() -> Any:
+        launcher.join()
+        return results[0] if results else None
+
+    return launched
 
 
 def _let_go_while(mdir: Path, launcher: threading.Thread) -> None:
@@ -162,17 +179,16 @@ def _let_go_while(mdir: Path, launcher: threading.Thread) -> None:
         time.sleep(0.05)
 
 
-def _launch_member_0(ws: Path) -> Any:
-    """Member 0 of :func:`run_group_population` under the launcher (which adds the population flags)."""
+def _launch_member_0(ws: Path, command: list[str]) -> Any:
+    """Member 0 of :func:`kill_rank_1_at_first_publish` under the launcher (which adds the population flags)."""
     from async_pbt_isaaclab.launch.local_backend import launch_population
 
-    args = group_member_args(ws, 0, GROUP_EPOCHS[0])
     flags = {"--pbt-workspace", "--pbt-members", "--pbt-index"}
-    command = [a for i, a in enumerate(args) if a not in flags and (i == 0 or args[i - 1] not in flags)]
+    command = [a for i, a in enumerate(command) if a not in flags and (i == 0 or command[i - 1] not in flags)]
     env = {k: v for k, v in member_env().items() if k in (TEST_FIXTURE_ENV, "PYTHONUNBUFFERED")}
     env[PAUSE_ENV] = "background_write"  # test facility: each publish holds once its checkpoint is written
     return launch_population(
-        [sys.executable, "-m", __name__, *command], 2, ws, gpus=[], indices=[0], extra_env=env,
+        command, 2, ws, gpus=[], indices=[0], extra_env=env,
         output=io.StringIO(), ranks_per_member=2, restart_backoff_s=0.1, progress_interval_s=3600,
     )  # fmt: skip
 
@@ -222,18 +238,33 @@ def run_rsl_rl_group_population(root: Path) -> dict[int, str]:
     config = rsl_rl_group_config(root)
 
     def command(index: int, iterations: int) -> list[str]:
-        args = [
-            "--config", str(config), "--pbt-workspace", str(root / "ws"), "--pbt-members", "3",
-            "--pbt-index", str(index), "--max_iterations", str(iterations), "--num_envs", "8", "--seed", "7",
-            *forced_exploit_flags(interval_steps=512, exploit_mode="inprocess", keep_last_checkpoints=100),
-            "--pbt-max-heartbeat-age-s", "100000000",
-            "agent.pbt.mutation.learning_rate=mutate_float", "agent.pbt.mutation.entropy_coef=mutate_float",
-        ]  # fmt: skip
+        args = rsl_rl_group_member_args(config, root / "ws", index, iterations)
         if index == 2:
             return [sys.executable, "-m", "async_pbt_isaaclab.examples.rsl_rl_member", *args]
         return torchrun(2, __name__, ["rsl_rl", *args])
 
     return run_donor_and_recipient(root, command, RSL_RL_GROUP_ITERATIONS)
+
+
+def rsl_rl_group_member_args(config: Path, ws: Path, index: int, iterations: int) -> list[str]:
+    """The ``rsl_rl_member`` arguments of member ``index`` of :func:`run_rsl_rl_group_population` (a decision every
+    512 frames, in-process exploits)."""
+    return [
+        "--config", str(config), "--pbt-workspace", str(ws), "--pbt-members", "3",
+        "--pbt-index", str(index), "--max_iterations", str(iterations), "--num_envs", "8", "--seed", "7",
+        *forced_exploit_flags(interval_steps=512, exploit_mode="inprocess", keep_last_checkpoints=100),
+        "--pbt-max-heartbeat-age-s", "100000000",
+        "agent.pbt.mutation.learning_rate=mutate_float", "agent.pbt.mutation.entropy_coef=mutate_float",
+    ]  # fmt: skip
+
+
+def run_rsl_rl_group_restart(root: Path) -> Any:
+    """Member 0 of :func:`run_rsl_rl_group_population` alone in workspace ``root/ws``, a group of 2 ranks under the
+    launcher, 4 iterations of 256 frames: its rank 1 is killed at its first publish (frame 512), the launcher
+    restarts the group, which resumes from that checkpoint and finishes at frame 1024. Returns the launch's result."""
+    config = rsl_rl_group_config(root)
+    args = rsl_rl_group_member_args(config, root / "ws", 0, RSL_RL_GROUP_ITERATIONS[0])
+    return kill_rank_1_at_first_publish(root / "ws", [sys.executable, "-m", __name__, "rsl_rl", *args])()
 
 
 def rsl_rl_checkpoint_fingerprint(path: Path) -> str:

@@ -2,7 +2,8 @@
 as real ``torchrun`` process groups over gloo on the CPU (``async_pbt_isaaclab.testing.gloo_ranks``: its nccl and
 ``cuda:LOCAL_RANK`` swapped for gloo and the CPU), real rsl_rl PPO on Pendulum-v1. Members 0 and 1 are groups of 2
 ranks (256 frames an iteration), member 2 one process (128 frames an iteration); members 1 and 2 exploit a peer
-in-process at their first decision. Everything asserted is read back from what the members wrote."""
+in-process at their first decision. Apart, member 0 alone under the launcher loses its rank 1 at its first publish
+and the launcher restarts the group. Everything asserted is read back from what the members wrote."""
 
 from __future__ import annotations
 
@@ -92,6 +93,37 @@ def test_members_of_different_world_sizes_decide_at_equal_total_frames(populatio
 
 def test_the_audit_verifies(population):
     ws, _ = population
+    out = subprocess.run(
+        [sys.executable, "-m", "async_pbt_isaaclab.cli", "audit", str(ws)], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0 and "all entries verified" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.fixture(scope="module")
+def restarted(tmp_path_factory):
+    from async_pbt_isaaclab.testing.gloo_ranks import run_rsl_rl_group_restart
+
+    root = tmp_path_factory.mktemp("rsl_rl_group_restart")
+    return root / "ws", run_rsl_rl_group_restart(root)
+
+
+def test_a_dead_rank_stops_the_group_and_the_launcher_restarts_it_from_its_checkpoint(restarted):
+    ws, launched = restarted
+    outcome = launched.members[0]
+    assert launched.exit_code == 0 and launched.finished == [0], outcome
+    assert outcome.restarts == 1 and outcome.exit_codes[0] != 0 and outcome.exit_codes[-1] == 0
+    entries = _entries(ws, 0)
+    assert [s["mode"] for s in entries if s["kind"] == "start"] == ["fresh", "resume"]
+    # The restarted group resumed from the checkpoint of the publish its rank 1 died in (frame 512), on every rank.
+    i = next(i for i, e in enumerate(entries) if e["kind"] == "restored" and e["mode"] == "resume")
+    restored, synced = entries[i], next(e for e in entries[i:] if e["kind"] == "group_synced")
+    assert restored["frame"] == 512 and synced["reason"] == "restore"
+    assert synced["model_sha256"] == [restored["model_sha256"]] * 2
+    assert restored["model_sha256"] == _fingerprint(ws / restored["checkpoint"])
+    # Its counters went on from there: one decision at 512, the next publish at 1024, no iteration done twice.
+    record = json.loads((ws / "members/000/record.json").read_text())
+    assert record["status"] == "finished" and record["frame"] == 1024 and record["epoch"] == 4
+    assert [h["frame"] for h in record["history"]] == [512, 1024]
     out = subprocess.run(
         [sys.executable, "-m", "async_pbt_isaaclab.cli", "audit", str(ws)], capture_output=True, text=True, timeout=300
     )
