@@ -15,6 +15,7 @@ a GPU group runs ``scripts/train_pbt.py --distributed`` or the CPU member under 
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import subprocess
@@ -170,6 +171,23 @@ def kill_rank_1_at_first_publish(ws: Path, command: list[str]) -> Callable[[], A
         return results[0] if results else None
 
     return launched
+
+
+def resume_after_the_dead_rank(ws: Path, launched: Any) -> dict:
+    """Check what :func:`kill_rank_1_at_first_publish` left (raises ``AssertionError``): the launch ended with member
+    0 finished after one restart, its starts were fresh then a resume, and every rank of the restarted group loaded
+    the restored checkpoint before its first rollout (``group_synced``, reason ``restore``). Returns the resume's
+    ``restored`` audit entry."""
+    outcome = launched.members[0]
+    assert launched.exit_code == 0 and launched.finished == [0], outcome
+    assert outcome.restarts == 1 and outcome.exit_codes[0] != 0 and outcome.exit_codes[-1] == 0, outcome
+    lines = (ws / "members" / "000" / "audit.jsonl").read_text().splitlines()
+    entries = [json.loads(line) for line in lines]
+    assert [e["mode"] for e in entries if e["kind"] == "start"] == ["fresh", "resume"]
+    i = next(i for i, e in enumerate(entries) if e["kind"] == "restored" and e["mode"] == "resume")
+    restored, synced = entries[i], next(e for e in entries[i:] if e["kind"] == "group_synced")
+    assert synced["reason"] == "restore" and synced["model_sha256"] == [restored["model_sha256"]] * 2, synced
+    return restored
 
 
 def _let_go_while(mdir: Path, launcher: threading.Thread) -> None:
