@@ -455,3 +455,35 @@ def test_a_death_is_checked_on_the_files_as_they_were_at_death(tmp_path):
     entries = [e for _n, e, _err in chaos_death.read_entries(mdir / "audit.jsonl") if e is not None]
     assert chaos_death.resumed_from(entries, at_death.last_seq) == ("restored", str(checkpoint))
     assert chaos_death.resumed_from(entries, later.last_seq) is None  # read late: that start was not compared
+
+
+def test_a_fault_whose_process_was_killed_first_no_longer_bars_the_process(tmp_path):
+    """A slice process goes down with any of its members: a kill for another window that came after a plant and
+    before the member stopped at ``write_failed`` leaves a plant that is never met. Kept, it barred that process
+    from every later fault (an 80-minute slices run stopped killing in the writer's windows after 12 minutes)."""
+    import argparse
+    import random
+
+    _load_chaos()
+    import chaos_driver
+    import chaos_faults
+
+    from async_pbt_isaaclab.core.workspace.pause_points import FAULT_FILE
+
+    driver = chaos_driver.Driver(argparse.Namespace(slices=2), tmp_path, random.Random(0))
+    faults = chaos_faults.Faults(driver, random.Random(0))
+    for member in range(4):
+        driver.mdir(member).mkdir(parents=True)
+    # Member 1 (process of members 0 and 1) has a plant its process was killed after; member 3's plant is newer
+    # than its process's last kill, and its fault file is still to be taken.
+    faults.planted = {1: ("write_failed", 7, "checkpoint (before writing)"), 3: ("ctrl_c_failing", 9, "decision")}
+    faults.planted_at = {1: 100.0, 3: 300.0}
+    driver.last_kill = {0: 200.0, 1: 200.0, 2: 200.0, 3: 200.0}
+    driver.expected_exits = {0, 2}
+    for member in (1, 3):
+        (driver.mdir(member) / FAULT_FILE).write_text('{"step": "checkpoint", "when": "before"}')
+    faults.plant(0)  # no window wants a fault now: only the forgetting is done
+    assert 1 not in faults.planted and 0 not in driver.expected_exits
+    assert not (driver.mdir(1) / FAULT_FILE).exists()
+    faults.plant(2)
+    assert 3 in faults.planted and 2 in driver.expected_exits and (driver.mdir(3) / FAULT_FILE).exists()
