@@ -70,7 +70,7 @@ class Faults:
         goes down with any of its members, often after a member had taken its fault and before it stopped at
         ``write_failed``: the plant was never met, and kept, it barred the process from every later fault (the
         writer's windows stalled and, held level with them, the frequent ones: an 80-minute slices run stopped
-        killing there after 12 minutes). A plant not taken yet is removed with it."""
+        killing there after its 64th kill of 274). A plant not taken yet is removed with it."""
         d = self.driver
         for m in d.process_members(member):
             if m in self.planted and d.last_kill.get(m, 0.0) > self.planted_at.get(m, 0.0):

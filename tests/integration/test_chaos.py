@@ -460,7 +460,8 @@ def test_a_death_is_checked_on_the_files_as_they_were_at_death(tmp_path):
 def test_a_fault_whose_process_was_killed_first_no_longer_bars_the_process(tmp_path):
     """A slice process goes down with any of its members: a kill for another window that came after a plant and
     before the member stopped at ``write_failed`` leaves a plant that is never met. Kept, it barred that process
-    from every later fault (an 80-minute slices run stopped killing in the writer's windows after 12 minutes)."""
+    from every later fault (an 80-minute slices run stopped killing in the writer's windows
+    after its 64th kill of 274)."""
     import argparse
     import random
 
