@@ -27,7 +27,12 @@ from typing import Any, Callable
 
 from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV
 from async_pbt_isaaclab.core.workspace.pause_points import MARKER_PREFIX, PAUSE_ENV, release_held
-from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env, run_donor_and_recipient
+from async_pbt_isaaclab.testing.forced_exploit import (
+    forced_exploit_flags,
+    member_env,
+    run_donor_and_recipient,
+    wait_for_history,
+)
 
 ON_CPU = False
 """Set by :func:`use_gloo_on_cpu` and :func:`rsl_rl_on_cpu`: this process's ranks are on the CPU (what
@@ -126,8 +131,8 @@ def torchrun(ranks: int, module: str, args: list[str]) -> list[str]:
 def run_group_population(root: Path) -> tuple[str, Any]:
     """Two members of 2 gloo ranks each, as real ``torchrun`` process groups, in workspace ``root/ws``. Member 0
     runs under the launcher and loses its rank 1 at its first publish (:func:`kill_rank_1_at_first_publish`).
-    Member 1 starts then, and exploits member 0 at its first decision. Returns member 1's log (both ranks') and the
-    launch's result; raises when member 1 fails."""
+    Member 1 starts once member 0's record offers that publish, and exploits member 0 at its first decision. Returns
+    member 1's log (both ranks') and the launch's result; raises when member 1 fails."""
     ws = root / "ws"
     launched = kill_rank_1_at_first_publish(
         ws, [sys.executable, "-m", __name__, *group_member_args(ws, 0, GROUP_EPOCHS[0])]
@@ -146,8 +151,10 @@ def kill_rank_1_at_first_publish(ws: Path, command: list[str]) -> Callable[[], A
     """Start member 0 of 2 in ``ws`` as a group of 2 ranks under ``async-pbt launch --gpus-per-member 2``
     (``launch_population``, in a thread; ``command`` is a member's command, its population flags the launcher's to
     set). Held at its first publish (a pause point), its rank 1 is killed with SIGKILL: the group goes down and the
-    launcher restarts it from the member's last checkpoint. Returns a call that waits for the launch to end and gives
-    its result."""
+    launcher restarts it from the member's last checkpoint. Returns once member 0's record offers a history entry
+    (that publish's, or the restarted group's: torchrun may stop rank 0 between its ``state.json`` and ``record.json``
+    writes, which leaves the record of its start until the restart rewrites it), with a call that waits for the
+    launch to end and gives its result."""
     results: list[Any] = []
     mdir = ws / "members" / "000"
     launcher = threading.Thread(target=lambda: results.append(_launch_member_0(ws, command)))
@@ -165,6 +172,7 @@ def kill_rank_1_at_first_publish(ws: Path, command: list[str]) -> Callable[[], A
     assert pid is not None, "member 0 has no rank 1"
     os.kill(pid, signal.SIGKILL)
     threading.Thread(target=_let_go_while, args=(mdir, launcher), daemon=True).start()
+    wait_for_history(mdir / "record.json", lambda: not launcher.is_alive())
 
     def launched() -> Any:
         launcher.join()

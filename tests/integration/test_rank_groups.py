@@ -36,7 +36,8 @@ def test_every_exploit_reaches_every_rank_before_the_next_rollout(groups):
     ws, log, _ = groups
     entries = _entries(ws, 1)
     applied = [i for i, e in enumerate(entries) if e["kind"] == "exploit_applied"]
-    assert len(applied) == 1, log[-3000:]
+    decisions = [e["decision"] for e in entries if e["kind"] == "decision"]
+    assert len(applied) == 1, (decisions, log[-3000:])
     for i in applied:
         exploit = entries[i]
         assert exploit["path"] == "inprocess"
