@@ -104,6 +104,9 @@ class Driver:
     """Monotonic times of the random kills to come."""
     restart_durations: list[float] = field(default_factory=list)
     """Seconds from ``pending_exploit`` seen to the exploit applied, as observed (bounds the delayed kills)."""
+    at_sigkill: list[Callable[[int], None]] = field(default_factory=list)
+    """Called with a member once its process died of a SIGKILL the driver sent (``chaos_faults`` forgets the
+    process's plant there, before the launcher's next start could take it)."""
     held: tuple[str, ...] = ()
     """Windows the members hold in at a pause point (``chaos_windows.HELD_WINDOWS`` aimed at): the members'
     ``ASYNC_PBT_TEST_PAUSE_AT``; their file events are not aimed at, the members' pause markers are."""
@@ -236,6 +239,8 @@ class Driver:
         if _wait_dead(pid, self.args.deadline, markers):
             # First, before the launcher's next start can append to them (chaos_death): what the process left.
             left = {k: read_at_death(self.mdir(k)) for k in self.process_members(member)}
+            for call in self.at_sigkill if sig == signal.SIGKILL else ():
+                call(member)
             phase = landed()
             kill.landed, kill.phase = phase is not None, phase or "window already closed at death"
             kill.at_death = {k: examine(self.ws, k, self.mdir(k), left[k]) for k in self.process_members(member)}

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import random
-import time
 from pathlib import Path
 
 from chaos_driver import Driver
@@ -41,14 +40,12 @@ class Faults:
         self.driver, self.rng = driver, rng
         self.planted: dict[int, tuple[str, int, str]] = {}
         """Faults planted and not yet met, per member: (window, last audit seq when planted, step and when)."""
-        self.planted_at: dict[int, float] = {}
-        """Wall time of each plant in ``planted``."""
+        driver.at_sigkill.append(self.forget)
 
     def plant(self, member: int) -> None:
         """Plant a fault in ``member``'s folder if a fault window wants a kill and the member may be killed."""
         d = self.driver
         first = d.process_members(member)[0]
-        self._drop_killed(member)
         if first in d.expected_exits or any(m in self.planted for m in d.process_members(member)):
             return  # one fault per process at a time
         wanted = [
@@ -62,21 +59,21 @@ class Faults:
         entries = _audit(d.mdir(member))
         fsio.atomic_write_json(d.mdir(member) / FAULT_FILE, {"step": step, "when": when})
         self.planted[member] = (window, entries[-1]["seq"] if entries else -1, f"{step} ({when} writing)")
-        self.planted_at[member] = time.time()
         d.expected_exits.add(first)
 
-    def _drop_killed(self, member: int) -> None:
-        """Forget the plants of ``member``'s process that a kill for another window got to first. A slice process
-        goes down with any of its members, often after a member had taken its fault and before it stopped at
-        ``write_failed``: the plant was never met, and kept, it barred the process from every later fault (the
-        writer's windows stalled and, held level with them, the frequent ones: an 80-minute slices run stopped
-        killing there after its 64th kill of 274). A plant not taken yet is removed with it."""
+    def forget(self, member: int) -> None:
+        """``member``'s process died of a SIGKILL: forget its plant, met or not, and remove the fault file before
+        the launcher's next start could take it. Kept, a plant never met (a slice process goes down with any of
+        its members, often after a member took its fault and before it stopped at ``write_failed``) barred the
+        process from every later fault: an 80-minute slices run stopped killing in the writer's windows after its
+        64th kill of 274. Forgotten later, at the next plant (the first fix), it could already have been taken by
+        the restarted process, whose stop on the failure was then no longer expected: a 14-minute process run
+        failed so."""
         d = self.driver
         for m in d.process_members(member):
-            if m in self.planted and d.last_kill.get(m, 0.0) > self.planted_at.get(m, 0.0):
-                del self.planted[m]
-                (d.mdir(m) / FAULT_FILE).unlink(missing_ok=True)
-                d.expected_exits.discard(d.process_members(m)[0])
+            self.planted.pop(m, None)
+            (d.mdir(m) / FAULT_FILE).unlink(missing_ok=True)
+        d.expected_exits.discard(d.process_members(member)[0])
 
     def on_marker(self, member: int, point: str, pid: int, marker: Path) -> bool:
         """A member held at ``warning_busy`` or ``write_failed``: kill it (or Ctrl-C) if its window wants it.
@@ -97,13 +94,10 @@ class Faults:
         killed = d.try_kill(
             member, window, detail, functools.partial(write_failing, mdir, seq), aimed=False, held_pid=pid, paced=False
         )
-        if killed:
-            d.expected_exits.discard(d.process_members(member)[0])  # killed, not stopped by the failure
-        return killed
+        return killed  # killed: forgotten at death (``forget``), not stopped by the failure
 
     def withdraw(self, members_dir: Path) -> None:
         """Remove faults not met yet (the end of the chaos phase: the stop and the finishing launch write freely)."""
         for path in members_dir.glob(f"*/{FAULT_FILE}"):
             path.unlink(missing_ok=True)
         self.planted.clear()
-        self.planted_at.clear()

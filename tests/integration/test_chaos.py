@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -457,13 +458,16 @@ def test_a_death_is_checked_on_the_files_as_they_were_at_death(tmp_path):
     assert chaos_death.resumed_from(entries, later.last_seq) is None  # read late: that start was not compared
 
 
-def test_a_fault_whose_process_was_killed_first_no_longer_bars_the_process(tmp_path):
-    """A slice process goes down with any of its members: a kill for another window that came after a plant and
-    before the member stopped at ``write_failed`` leaves a plant that is never met. Kept, it barred that process
-    from every later fault (an 80-minute slices run stopped killing in the writer's windows
-    after its 64th kill of 274)."""
+def test_a_fault_plant_is_forgotten_when_its_process_dies_of_a_sigkill(tmp_path):
+    """A slice process goes down with any of its members: a SIGKILL for another window can come after a plant and
+    before the member stops at ``write_failed``, and the plant is never met. Kept, it barred that process from every
+    later fault (an 80-minute slices run stopped killing in the writer's windows after its 64th kill of 274).
+    Forgotten only at the next plant, its file could first be taken by the restarted process, which then stopped on
+    the failure while its exit was no longer expected (a process run failed so). The driver's SIGKILL forgets it at
+    death; a Ctrl-C, after which the process stops on its failure by itself, does not."""
     import argparse
     import random
+    import signal
 
     _load_chaos()
     import chaos_driver
@@ -471,20 +475,27 @@ def test_a_fault_whose_process_was_killed_first_no_longer_bars_the_process(tmp_p
 
     from async_pbt_isaaclab.core.workspace.pause_points import FAULT_FILE
 
-    driver = chaos_driver.Driver(argparse.Namespace(slices=2), tmp_path, random.Random(0))
+    args = argparse.Namespace(slices=2, deadline=60, no_pace=True)
+    driver = chaos_driver.Driver(args, tmp_path, random.Random(0), quota={"random": 2}, wanted={"random": 2})
     faults = chaos_faults.Faults(driver, random.Random(0))
     for member in range(4):
         driver.mdir(member).mkdir(parents=True)
-    # Member 1 (process of members 0 and 1) has a plant its process was killed after; member 3's plant is newer
-    # than its process's last kill, and its fault file is still to be taken.
+    # Member 1 (process of members 0 and 1) and member 3 (process of 2 and 3) have plants not taken yet.
     faults.planted = {1: ("write_failed", 7, "checkpoint (before writing)"), 3: ("ctrl_c_failing", 9, "decision")}
-    faults.planted_at = {1: 100.0, 3: 300.0}
-    driver.last_kill = {0: 200.0, 1: 200.0, 2: 200.0, 3: 200.0}
     driver.expected_exits = {0, 2}
     for member in (1, 3):
         (driver.mdir(member) / FAULT_FILE).write_text('{"step": "checkpoint", "when": "before"}')
-    faults.plant(0)  # no window wants a fault now: only the forgetting is done
+    held = driver.mdir(0) / "pause.held.json"
+    held.write_text("{}")  # each process "held" so that the driver's own kill path runs: real processes, killed
+    for first, sig in ((0, signal.SIGKILL), (2, signal.SIGINT)):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        driver.pids.update({first: proc.pid, first + 1: proc.pid})
+        driver.alive_pid = lambda member, pid=proc.pid: pid  # the journal's pid, without a launcher
+        interrupt = held if sig == signal.SIGINT else None
+        assert driver.try_kill(first, "random", "test", lambda: "landed", aimed=False, interrupt=interrupt)
+        proc.wait(30)
+    # The SIGKILLed process's plant is gone, with its file: a restart cannot take it, and its exit is not expected.
     assert 1 not in faults.planted and 0 not in driver.expected_exits
     assert not (driver.mdir(1) / FAULT_FILE).exists()
-    faults.plant(2)
+    # The process sent Ctrl-C keeps its plant and its expected exit (it stops on the failure by itself).
     assert 3 in faults.planted and 2 in driver.expected_exits and (driver.mdir(3) / FAULT_FILE).exists()
