@@ -485,8 +485,9 @@ def test_a_fault_plant_is_forgotten_when_its_process_dies_of_a_sigkill(tmp_path)
     driver.expected_exits = {0, 2}
     for member in (1, 3):
         (driver.mdir(member) / FAULT_FILE).write_text('{"step": "checkpoint", "when": "before"}')
-    held = driver.mdir(0) / "pause.held.json"
-    held.write_text("{}")  # each process "held" so that the driver's own kill path runs: real processes, killed
+    # Real processes, killed through the driver's own kill path; the one sent Ctrl-C is let go at its pause marker.
+    held = driver.mdir(2) / "pause.held.json"
+    held.write_text("{}")
     for first, sig in ((0, signal.SIGKILL), (2, signal.SIGINT)):
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
         driver.pids.update({first: proc.pid, first + 1: proc.pid})
