@@ -172,7 +172,7 @@ def kill_rank_1_at_first_publish(ws: Path, command: list[str]) -> Callable[[], A
     assert pid is not None, "member 0 has no rank 1"
     os.kill(pid, signal.SIGKILL)
     threading.Thread(target=_let_go_while, args=(mdir, launcher), daemon=True).start()
-    wait_for_history(mdir / "record.json", lambda: not launcher.is_alive())
+    wait_for_history(mdir / "record.json", lambda: None if launcher.is_alive() else "ended (its launch is done)")
 
     def launched() -> Any:
         launcher.join()

@@ -15,7 +15,7 @@ import pytest
 
 from async_pbt_isaaclab.core.workspace.audit import read_entries
 from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
-from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env, wait_for_history
+from async_pbt_isaaclab.testing.forced_exploit import forced_exploit_flags, member_env, process_ended, wait_for_history
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +70,7 @@ def test_mixed_population_exploits_across_the_process_boundary(tmp_path):
         stdout=logs[0],
         stderr=subprocess.STDOUT,
     )
-    wait_for_history(ws / "members" / "000" / "record.json", lambda: donor.poll() is not None)
+    wait_for_history(ws / "members" / "000" / "record.json", lambda: process_ended(donor))
     slices = subprocess.Popen(
         [*MEMBER, *common, "--pbt-index", "1", "--pbt-slices", "2", "--max_iterations", "5"],
         cwd=tmp_path,
