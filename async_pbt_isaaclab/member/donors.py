@@ -28,7 +28,9 @@ from async_pbt_isaaclab.member.trainer import Trainer, UnreadableCheckpoint
 
 KEEP_PUBLISHED = 2
 """Published states a member keeps in memory: the donor of a decision at matching progress is the newest one, or the
-one before when the donor has not published at this interval yet (slices step in lockstep)."""
+one before when the donor has not published at this interval yet (slices step in lockstep). With the background
+writer, a donor whose writes lag a whole interval offers peers the one before that: it is then copied from its file
+(the audit log's warning says so), which costs a read, not a third copy of every member's state in memory."""
 
 DONOR_ERRORS = (OSError, fsio.ChecksumMismatch, WorkspaceError, UnreadableCheckpoint, ValueError)
 """What makes a donor's checkpoint unusable (the exploit is then aborted and the member keeps training)."""

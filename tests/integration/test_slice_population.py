@@ -26,7 +26,7 @@ from async_pbt_isaaclab.examples.cpu_member import DEFAULT_AGENT
 from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
 from async_pbt_isaaclab.rl_games.inheritance import model_fingerprint
 from async_pbt_isaaclab.rl_games.slices import STEP_BY_STEP_ENV, train_slices
-from async_pbt_isaaclab.testing.forced_exploit import FIXTURE_RULE, forced_exploit_flags
+from async_pbt_isaaclab.testing.forced_exploit import FIXTURE_RULE, forced_exploit_flags, slice_exploit
 
 pytestmark = pytest.mark.slow
 
@@ -98,15 +98,19 @@ class FirstStepProbe(AlgoObserver):
 
 @pytest.mark.parametrize("stepping", ["rollouts", "step_by_step"])
 def test_exploit_between_slices_is_a_memory_copy(tmp_path, monkeypatch, capsys, stepping):
-    """Both ways of stepping: rollouts played together (the default), and one env step at a time (the fallback)."""
+    """Both ways of stepping: rollouts played together (the default), and one env step at a time (the fallback). The
+    members publish inline: the decision after the 5th rollout (frame 4096) is then certain to read member 0's
+    settled evidence of 2048 and to find its state in memory (``testing/forced_exploit.py``)."""
     monkeypatch.setenv(TEST_FIXTURE_ENV, FIXTURE_RULE)
     monkeypatch.setenv(STEP_BY_STEP_ENV, "1" if stepping == "step_by_step" else "0")
     ws = tmp_path / "ws"
     flags = [f.replace("--pbt-", "pbt.").replace("-", "_") for f in forced_exploit_flags()[:2]]
-    agent_cfg, cfg = _config(ws, 3, 6, [f"{flags[0]}={flags[1]}", "pbt.mutation_rate=1.0"], 2048)
+    inline = "pbt.publish_in_background=false"
+    agent_cfg, cfg = _config(ws, 3, 6, [f"{flags[0]}={flags[1]}", "pbt.mutation_rate=1.0", inline], 2048)
     probes = {m: FirstStepProbe() for m in range(3)}
     host = _train(tmp_path, agent_cfg, cfg, 3, lambda m: [probes[m]])
     assert {m.status for m in host.members.values()} == {"finished"}
+    slice_exploit(ws, recipient=1, donor=0, interval_steps=2048, inline=True)
     for recipient in (1, 2):
         entries = _entries(ws, recipient)
         start = next(e for e in entries if e["kind"] == "start")
@@ -195,18 +199,21 @@ class HeldEnvValues(AlgoObserver):
 
 def test_slices_differ_in_env_values_and_an_exploit_carries_the_donors_over(tmp_path, monkeypatch):
     """Pendulum's gravity ``g`` (a constructor argument the env reads at every step) searched by slices of one env:
-    each slice's envs hold its member's value, and an in-memory exploit sets the donor's (explored from)."""
+    each slice's envs hold its member's value, and an in-memory exploit sets the donor's (explored from). With the
+    background writer (the default), member 1's decision certain to read member 0's evidence of 2048 follows the 7th
+    rollout (``testing/forced_exploit.py``): 8 epochs."""
     monkeypatch.setenv(TEST_FIXTURE_ENV, FIXTURE_RULE)
     ws = tmp_path / "ws"
     flags = [f.replace("--pbt-", "pbt.").replace("-", "_") for f in forced_exploit_flags()[:2]]
     search = ["params.config.env_config.g=10.0", "pbt.mutation.env.g={kind: log_float, low: 5.0, high: 15.0}"]
     search += ["pbt.allow_shaped_return_objective=true"]
-    agent_cfg, cfg = _config(ws, 2, 6, [f"{flags[0]}={flags[1]}", *search], 2048)
+    agent_cfg, cfg = _config(ws, 2, 8, [f"{flags[0]}={flags[1]}", *search], 2048)
     probes = {m: HeldEnvValues() for m in range(2)}
     host = _train(tmp_path, agent_cfg, cfg, 2, lambda m: [probes[m]])
     assert {m.status for m in host.members.values()} == {"finished"}
     starts = {m: next(e for e in _entries(ws, m) if e["kind"] == "start")["hyperparameters"]["env.g"] for m in (0, 1)}
     assert starts[0] == 10.0 and starts[1] != 10.0  # member 1's diverse start drew another gravity
+    slice_exploit(ws, recipient=1, donor=0, interval_steps=2048, inline=False)
     for m in (0, 1):
         assert probes[m].held[0] == [starts[m]] * 8, probes[m].held
     applied = [(m, e) for m in (0, 1) for e in _entries(ws, m) if e["kind"] == "exploit_applied"]

@@ -23,7 +23,7 @@ from async_pbt_isaaclab.checkpoint_io import model_fingerprint
 from async_pbt_isaaclab.core.decision.mutation import SUPPORTED_HYPERPARAMETERS
 from async_pbt_isaaclab.rsl_rl.layout import COUNTERS_KEY, LAYOUTS
 from async_pbt_isaaclab.rsl_rl.release import installed_line
-from async_pbt_isaaclab.testing.forced_exploit import RSL_RL_ITERATIONS, run_rsl_rl_population
+from async_pbt_isaaclab.testing.forced_exploit import RSL_RL_ITERATIONS, run_rsl_rl_population, slice_exploit
 
 pytestmark = [pytest.mark.slow, pytest.mark.rslrl_compat]
 
@@ -39,7 +39,8 @@ ENVS = 16
 
 SLICE_ITERATIONS = 28
 """Iterations of each slice: decisions every 8 (2048 frames), the first with evidence at 16 (Pendulum's episodes are
-200 steps) sees no peer's yet (the slices decide in lockstep), the one at 24 sees member 0's and exploits it."""
+200 steps); the slices publish inline, so the one at 24 is certain to read member 0's and to find its state in memory
+(``testing/forced_exploit.py``)."""
 
 
 def _iterations(mode: str) -> int:
@@ -81,7 +82,7 @@ def _slices_population(root: Path) -> tuple[dict[int, str], list]:
         return runners[-1]
 
     flags = ["--pbt-index", "0", "--max_iterations", str(SLICE_ITERATIONS), "--pbt-slices", "2"]
-    flags += ["--pbt-interval-steps", "2048"]
+    flags += ["--pbt-interval-steps", "2048", "agent.pbt.publish_in_background=false"]
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
         patch.setenv(TEST_FIXTURE_ENV, FIXTURE_RULE)
@@ -109,6 +110,7 @@ def test_the_exploit_took_its_path_and_the_audit_verifies(population):
     else:
         assert [s["mode"] for s in starts] == ["fresh"] and "in-process from" in logs[1]
     if mode == "slices":
+        slice_exploit(ws, recipient=1, donor=0, interval_steps=2048, inline=True)
         # Both members in one process, on their own slots; the donor's state came from memory, and it is the one
         # the donor published (the same model fingerprint as its file, checked by the audit below).
         assert [s["slot"] for s in starts] == [1] and starts[0]["slices"]["members"] == [0, 1]

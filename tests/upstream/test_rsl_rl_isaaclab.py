@@ -123,10 +123,14 @@ def test_two_rsl_rl_slices_train_and_exploit_in_memory_on_one_isaaclab_env(relea
     Lab's own ``RslRlVecEnvWrapper``, each member its own ``OnPolicyRunner`` built as the release builds it; member 1
     exploits member 0 (test rule) from memory, inside the process."""
     from async_pbt_isaaclab.core.workspace.audit_verify import verify_log
+    from async_pbt_isaaclab.testing.forced_exploit import slice_exploit
 
     ws = tmp_path / "ws"
     mutations = ("agent.pbt.mutation.desired_kl=mutate_float", "agent.pbt.mutation.gamma=mutate_discount")
-    isaaclab_real.run_two_slices(release, "train_pbt_rsl_rl.py", tmp_path, 20, *mutations)
+    # Published inline, so that member 1's decision one interval after member 0's evidence settles is certain to read
+    # it and to find its state in memory (``testing/forced_exploit.py``): a decision every 4 of the 20 iterations.
+    inline = "+agent.pbt.publish_in_background=false"
+    isaaclab_real.run_two_slices(release, "train_pbt_rsl_rl.py", tmp_path, 20, *mutations, inline)
     for member in (0, 1):
         start = next(e for e in _entries(ws / f"members/{member:03d}/audit.jsonl") if e["kind"] == "start")
         assert start["slices"]["members"] == [0, 1] and start["slices"]["num_envs"] == 32 and start["slot"] == member
@@ -136,6 +140,7 @@ def test_two_rsl_rl_slices_train_and_exploit_in_memory_on_one_isaaclab_env(relea
         assert record["history"], "each member published evidence of its own slice"
         count, problems = verify_log(ws / f"members/{member:03d}/audit.jsonl")
         assert count > 0 and problems == [], problems
+    slice_exploit(ws, recipient=1, donor=0, interval_steps=1024, inline=True)
     audit = _entries(ws / "members/001/audit.jsonl")
     (memory,) = [e for e in audit if e["kind"] == "donor_in_memory"]
     (applied,) = [e for e in audit if e["kind"] == "exploit_applied"]
