@@ -264,12 +264,13 @@ class Driver:
         if window not in FREQUENT_WINDOWS:
             return True
         if getattr(self.args, "no_pace", False):
-            # Not held back by the exploit windows, but level with the other frequent ones: the first event of a
-            # publish (its checkpoint's temp file) would otherwise take every kill, and no member would ever reach
-            # the writer's windows or an exploit.
-            frequent = [w for w in FREQUENT_WINDOWS if w in self.wanted]
-            landed = {w: self.wanted[w] - self.quota.get(w, 0) for w in frequent}
-            return landed[window] <= min(landed.values())
+            # Not held back by the exploit windows, but level with the other frequent ones that still want kills:
+            # the first event of a publish (its checkpoint's temp file) would otherwise take every kill, and no
+            # member would ever reach the writer's windows or an exploit. A window that has all its kills holds no
+            # other back (levelled with those too, `random`, which wants more, stopped one past their quota).
+            wanting = [w for w in FREQUENT_WINDOWS if self.quota.get(w, 0) > 0]
+            landed = {w: self.wanted[w] - self.quota[w] for w in wanting}
+            return window not in landed or landed[window] <= min(landed.values())
 
         def progress(windows: tuple[str, ...]) -> float:
             wanted = sum(self.wanted.get(w, 0) for w in windows)

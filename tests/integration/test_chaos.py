@@ -386,6 +386,32 @@ def test_an_exploits_earlier_window_waits_for_its_later_ones_to_catch_up(tmp_pat
     assert not driver.exploit_window_due("exploit_decided")
 
 
+def test_the_frequent_windows_are_level_and_one_with_all_its_kills_holds_none_back(tmp_path):
+    """Without pacing, a frequent window takes a kill only while no other frequent window that still wants kills is
+    behind it. A window with all its kills holds none back: levelled with them too, a 500-kill slices run's `random`
+    (which wants 48 where the writer's windows want 42) stopped at 43 once they had theirs."""
+    import argparse
+    import random
+
+    _load_chaos()
+    import chaos_driver
+
+    windows = ("checkpoint_write", "write_failed", "random")
+    driver = chaos_driver.Driver(argparse.Namespace(no_pace=True), tmp_path, random.Random(0))
+    driver.wanted = {"checkpoint_write": 2, "write_failed": 2, "random": 4}
+    driver.quota = dict(driver.wanted)
+    assert all(driver.frequent_window_due(w) for w in windows)
+    driver.quota["checkpoint_write"] = 1  # one landed: it waits for the others
+    assert not driver.frequent_window_due("checkpoint_write") and driver.frequent_window_due("random")
+    driver.quota.update(write_failed=1, random=3)
+    assert all(driver.frequent_window_due(w) for w in windows)
+    driver.quota.update(checkpoint_write=0, write_failed=0, random=2)  # level; the last kill of the others
+    assert driver.frequent_window_due("random")
+    driver.quota["random"] = 1  # one past them: they have all theirs, random wants one more
+    assert driver.frequent_window_due("random")
+    assert driver.frequent_window_due("donor_copy")  # not a frequent window: never held back here
+
+
 LEADER_EXITS_FIRST = """
 import ctypes, threading, time
 def worker():
