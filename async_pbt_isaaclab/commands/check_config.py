@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from async_pbt_isaaclab.commands.common import emit_json, format_number, format_table
 from async_pbt_isaaclab.core.agent_config import (
@@ -138,7 +138,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     train_dir, train_dir_from = _train_dir(merged, args.train_dir)
     ws_path = cfg.workspace_path(train_dir)
     resolved = _resolved_values(cfg)
-    hparams = _hyperparameter_table(cfg, current, command_line_keys(args.overrides, cfg), "rsl_rl" in merged)
+    hparams = _hyperparameter_table(cfg, current, args.overrides, "rsl_rl" in merged)
     if args.json:
         emit_json(
             {
@@ -269,13 +269,14 @@ def _diverse_start(cfg: PopulationConfig, key: str, pinned: tuple[str, ...]) -> 
 
 
 def _hyperparameter_table(
-    cfg: PopulationConfig, current: Mapping[str, Any], pinned: tuple[str, ...] = (), rsl_rl: bool = False
+    cfg: PopulationConfig, current: Mapping[str, Any], overrides: Sequence[str] = (), rsl_rl: bool = False
 ) -> list[dict[str, Any]]:
     """One entry per mutated hyperparameter: its kind, bounds, change, current value, agent key and what the
-    diverse start does with it (``pinned``: the keys the command line sets; ``rsl_rl``: an rsl_rl member's config,
-    whose keys live in its runner config)."""
+    diverse start does with it (a value the ``overrides`` set is kept; ``rsl_rl``: an rsl_rl member's config, whose
+    keys live in its runner config)."""
     from async_pbt_isaaclab.rsl_rl.member_config import rsl_rl_key
 
+    pinned = command_line_keys(overrides, cfg, rsl_rl_key if rsl_rl else isaaclab_key)
     hparams = []
     for key, spec in sorted(cfg.mutation.items()):
         cr = spec.change_range or cfg.change_range

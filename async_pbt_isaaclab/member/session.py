@@ -23,11 +23,11 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from async_pbt_isaaclab.core.agent_config import current_hyperparameters, set_path
 from async_pbt_isaaclab.core.config import PopulationConfig, objective_term
-from async_pbt_isaaclab.core.decision.mutation import agent_path
+from async_pbt_isaaclab.core.decision.mutation import agent_path, isaaclab_key
 from async_pbt_isaaclab.core.state.evidence import ConditionLabel
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
 from async_pbt_isaaclab.core.state.member_state import AuditHead, FinishedMark, MemberState
@@ -138,10 +138,13 @@ def start_member(
     reward_config: str = "",
     lock_wait_s: float = 15.0,
     start_info: dict[str, Any] | None = None,
+    override_name: Callable[[str], str] = isaaclab_key,
 ) -> tuple[MemberSession, dict[str, Any]]:
     """Claim member ``cfg.policy_idx`` in the workspace and prepare its start.
 
     ``start_info`` is added to the ``start`` audit entry (a process hosting several members names them there).
+    ``override_name(key)``: the trainer's command-line override of a searched key (rl_games':
+    ``agent.params.config.<key>``), how a value typed on the command line is found and kept out of the diverse start.
 
     Returns the session and the agent config to build rl_games with (hyperparameters, experiment name
     and train dir set). ``agent_cfg`` is not modified.
@@ -155,10 +158,13 @@ def start_member(
     lock = MemberLock(ws.member_dir(cfg.policy_idx) / "lock")
     lock.acquire(cfg.policy_idx, wait_s=lock_wait_s)
     try:
-        seed = ws.population_seed(meta)
+        from async_pbt_isaaclab.core.decision.start import command_line_keys
+
+        seed, pinned = ws.population_seed(meta), command_line_keys(argv[1:], cfg, override_name)
         session, built = _prepare(
-            agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term, seed, start_info or {}
-        )
+            agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term, seed, start_info or {},
+            pinned,
+        )  # fmt: skip
         save_agent_config(session.dir, built)  # what `async-pbt evaluate` rebuilds the member's policy from
         return session, built
     except BaseException:
@@ -166,7 +172,9 @@ def start_member(
         raise
 
 
-def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term, seed, start_info):
+def _prepare(
+    agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term, seed, start_info, pinned
+):
     mdir = ws.member_dir(cfg.policy_idx)
     clear_leftovers(ws, cfg)
     agent_cfg = copy.deepcopy(agent_cfg)
@@ -178,7 +186,7 @@ def _prepare(agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward
     )
     population = ws.population_id(ws.population_meta())
     audit = AuditLog.open(mdir / "audit.jsonl", genesis=genesis_hash(population, cfg.policy_idx))
-    state = _member_state(state, agent_cfg, cfg, audit, seed, argv)
+    state = _member_state(state, agent_cfg, cfg, audit, seed, pinned)
     state.joined(population)
     session = MemberSession(
         cfg=cfg,
@@ -246,10 +254,11 @@ def _member_state(
     cfg: PopulationConfig,
     audit: AuditLog,
     population_seed: int | None = None,
-    argv: list[str] | None = None,
+    pinned: tuple[str, ...] = (),
 ) -> MemberState:
     """The saved state (repaired after a crash), or a new member's, whose RNG and yaml values start here: its
-    stream from (population seed, index), then its diverse start (or ``initial_mutation``)."""
+    stream from (population seed, index), then its diverse start (or ``initial_mutation``); ``pinned``: the searched
+    keys the command line sets."""
     mdir = audit.path.parent
     if state is None:
         state = MemberState(
@@ -267,7 +276,7 @@ def _member_state(
         elif cfg.initial_mutation and cfg.mutation:
             _initial_mutation(state, cfg, audit)
         elif cfg.start_spread > 0 and cfg.mutation:
-            _initial_draw(state, cfg, audit, population_seed, argv or [])
+            _initial_draw(state, cfg, audit, population_seed, pinned)
         return state
     # Keys added to pbt.mutation since the member last ran start from the yaml's value.
     state.process_started(current_hyperparameters(agent_cfg, cfg))
@@ -367,15 +376,14 @@ def _logged_first_draw(audit: AuditLog) -> dict[str, Any] | None:
 
 
 def _initial_draw(
-    state: MemberState, cfg: PopulationConfig, audit: AuditLog, population_seed: int | None, argv: list[str]
+    state: MemberState, cfg: PopulationConfig, audit: AuditLog, population_seed: int | None, pinned: tuple[str, ...]
 ) -> None:
     """The diverse start: draw the searched hyperparameters within their bounds at the member's first start
     (member 0 keeps the yaml's), stratified across the population by its seed (none in a workspace written
     before seeds were recorded); logged as an ``initial_draw`` entry and replayed by the verifier. A value set on
-    the command line is kept, and said so (``core.start.kept_from_start``)."""
-    from async_pbt_isaaclab.core.decision.start import command_line_keys, initial_draw, kept_from_start
+    the command line (``pinned``) is kept, and said so (``core.start.kept_from_start``)."""
+    from async_pbt_isaaclab.core.decision.start import initial_draw, kept_from_start
 
-    pinned = command_line_keys(argv[1:], cfg)
     for key in sorted(cfg.mutation):
         why = kept_from_start(key, cfg.mutation[key], pinned)
         if why is not None:

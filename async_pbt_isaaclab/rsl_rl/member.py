@@ -32,7 +32,7 @@ from async_pbt_isaaclab.member.run_to_end import end_finished_member, train_to_e
 from async_pbt_isaaclab.member.session import MemberSession, start_member
 from async_pbt_isaaclab.rsl_rl.config import with_hyperparameters
 from async_pbt_isaaclab.rsl_rl.group import GroupTrainer, follow_group, group_rank
-from async_pbt_isaaclab.rsl_rl.member_config import OVERRIDE_PREFIX, agent_view
+from async_pbt_isaaclab.rsl_rl.member_config import OVERRIDE_PREFIX, agent_view, rsl_rl_key
 from async_pbt_isaaclab.rsl_rl.trainer import RslRlTrainer, RunnerInfos
 
 RunnerFactory = Callable[[dict[str, Any], str], Any]
@@ -110,6 +110,7 @@ def train_member(
         task=rsl_cfg["env"]["id"],
         checkpoint=checkpoint,
         reward_config=reward_config,
+        override_name=lambda key: rsl_rl_key(key, override_prefix),  # a value typed there stays out of the draw
     )
     if session.already_finished:
         end_finished_member(session)

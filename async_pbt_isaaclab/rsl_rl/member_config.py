@@ -26,9 +26,9 @@ OVERRIDE_PREFIX = "agent.runner."
 """Where a CPU member's command line names the runner config's keys."""
 
 
-def rsl_rl_key(key: str) -> str:
-    """The command-line override name of hyperparameter ``key`` for a CPU member (``agent.runner.algorithm.gamma``)."""
-    return OVERRIDE_PREFIX + config_key(key)
+def rsl_rl_key(key: str, prefix: str = OVERRIDE_PREFIX) -> str:
+    """``key``'s override, ``prefix`` naming the runner config: ``agent.runner.algorithm.gamma`` (Isaac Lab: agent.)."""
+    return prefix + config_key(key)
 
 
 def agent_view(cfg: Mapping[str, Any]) -> dict[str, Any]:

@@ -188,6 +188,33 @@ def test_command_line_keys_are_the_overrides_of_searched_values():
     assert command_line_keys(argv, cfg) == ("gamma", "learning_rate")
 
 
+def test_command_line_keys_follow_the_trainers_names_and_an_env_keys_own():
+    """An rsl_rl member names its runner config's keys (a CPU member under ``agent.runner.``, Isaac Lab's under
+    ``agent.``): the trainer hands its names, and a value typed in them is found (a refused CI run: an rsl_rl member's
+    typed rollout length was drawn afresh, 4 steps, and it never reached its first decision). An env key is typed by
+    its own name (Isaac Lab's Hydra override of the env config); under the agent's config it is another value."""
+    from async_pbt_isaaclab.core.decision.start import command_line_keys
+
+    searched = {
+        "gamma": SPECS["gamma"],
+        "num_steps_per_env": MutationSpec(kind="int", low=4, high=128),
+        "env.rewards.reach.weight": MutationSpec(kind="log_float", low=0.1, high=10.0),
+    }
+    cfg = dataclasses.replace(PopulationConfig(), mutation=searched)
+    cpu = {"gamma": "agent.runner.algorithm.gamma", "num_steps_per_env": "agent.runner.num_steps_per_env"}
+
+    def named(key: str) -> str:
+        return cpu.get(key, "agent.runner.unused")
+
+    assert command_line_keys(["python", "agent.runner.num_steps_per_env=16"], cfg, named) == ("num_steps_per_env",)
+    assert command_line_keys(["runner.algorithm.gamma=0.9"], cfg, named) == ("gamma",)  # check-config's form
+    # rl_games' names are not an rsl_rl member's, and a flag or an agent key of another name sets nothing searched.
+    assert command_line_keys(["agent.params.config.gamma=0.9", "--num_steps_per_env=8"], cfg, named) == ()
+    assert command_line_keys(["env.rewards.reach.weight=2.0"], cfg, named) == ("env.rewards.reach.weight",)
+    assert command_line_keys(["agent.env.rewards.reach.weight=2.0"], cfg, named) == ()
+    assert command_line_keys(["env.rewards.reach.weight=2.0"], cfg) == ("env.rewards.reach.weight",)  # rl_games'
+
+
 def _strata_of(seed: int, members: int, key: str, spec: MutationSpec, yaml: dict) -> list[int]:
     """Which stratum (0..members-2) each non-reference member's stratified draw of ``key`` landed in."""
     cfg = dataclasses.replace(PopulationConfig(), mutation={key: spec}, num_policies=members)

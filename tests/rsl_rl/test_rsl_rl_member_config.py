@@ -35,6 +35,19 @@ def test_check_config_reads_an_rsl_rl_config_with_rsl_rls_keys(capsys):
     assert not rows["num_steps_per_env"]["live"]  # it sizes the rollout storage: a restart sets it
 
 
+def test_check_config_keeps_a_value_typed_in_the_runner_configs_own_name(capsys):
+    """``runner.num_steps_per_env=16`` (``agent.runner...`` on a member's command line) is kept out of the diverse
+    start for every member; a searched key left untyped is drawn."""
+    code = cli.main(
+        ["check-config", PENDULUM, "pbt.mutation.num_steps_per_env=int", "pbt.mutation.gamma=mutate_discount",
+         "runner.num_steps_per_env=16", "--json"]
+    )  # fmt: skip
+    rows = {h["name"]: h for h in json.loads(capsys.readouterr().out)["hyperparameters"]}
+    assert code == 0 and rows["num_steps_per_env"]["current"] == 16
+    assert rows["num_steps_per_env"]["diverse_start"].startswith("kept (set on the command line")
+    assert rows["gamma"]["diverse_start"] == "drawn"
+
+
 @pytest.mark.parametrize(
     ("override", "words"),
     [

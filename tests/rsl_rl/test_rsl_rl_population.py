@@ -9,6 +9,7 @@ read back from what the members wrote (workspace, audit log, checkpoints, rsl_rl
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -32,7 +33,13 @@ MUTATIONS = (
     "agent.pbt.mutation.entropy_coef=mutate_float",
     "agent.pbt.mutation.gamma=mutate_discount",
 )
-"""Searched by both populations; the restart one searches ``num_steps_per_env`` too, a key only a restart sets."""
+"""Searched by both populations; the restart one searches ``num_steps_per_env`` too (:data:`RESTART_ONLY`)."""
+
+RESTART_ONLY = ("agent.pbt.mutation.num_steps_per_env=int", "agent.runner.num_steps_per_env=16")
+"""``num_steps_per_env``, a key only a restart sets, searched by the restart population, its start value typed on the
+command line so the diverse start keeps it (``core/decision/start.py``): drawn from its bounds [4, 128], a rollout
+of 4, 5 or 6 steps left member 1's 40 iterations short of its first decision at 4096 frames (a refused CI: no
+exploit). The exploit still mutates it, and the restart must carry the new value past the typed one."""
 
 ENVS = 16
 """Envs of each member (``run_rsl_rl_population``); the packaged config's rollout is 16 steps."""
@@ -41,6 +48,10 @@ SLICE_ITERATIONS = 28
 """Iterations of each slice: decisions every 8 (2048 frames), the first with evidence at 16 (Pendulum's episodes are
 200 steps); the slices publish inline, so the one at 24 is certain to read member 0's and to find its state in memory
 (``testing/forced_exploit.py``)."""
+
+
+SLICES_TYPED = ("agent.runner.algorithm.gamma=0.98",)
+"""A searched value the slices population types in rsl_rl's own name (kept out of the diverse start)."""
 
 
 def _iterations(mode: str) -> int:
@@ -59,7 +70,7 @@ def population(tmp_path_factory, request):
     if mode == "slices":
         logs, runners = _slices_population(root)
         return root / "ws", logs, mode, runners
-    extra = ("agent.pbt.mutation.num_steps_per_env=int",) if mode == "restart" else ()
+    extra = RESTART_ONLY if mode == "restart" else ()
     logs = run_rsl_rl_population(root, mode, (*MUTATIONS, *extra))
     return root / "ws", logs, mode, None
 
@@ -72,6 +83,7 @@ def _slices_population(root: Path) -> tuple[dict[int, str], list]:
 
     from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV
     from async_pbt_isaaclab.examples import rsl_rl_member, rsl_rl_train
+    from async_pbt_isaaclab.member import restart
     from async_pbt_isaaclab.testing.forced_exploit import FIXTURE_RULE, rsl_rl_member_args
 
     runners: list = []
@@ -82,12 +94,15 @@ def _slices_population(root: Path) -> tuple[dict[int, str], list]:
         return runners[-1]
 
     flags = ["--pbt-index", "0", "--max_iterations", str(SLICE_ITERATIONS), "--pbt-slices", "2"]
-    flags += ["--pbt-interval-steps", "2048", "agent.pbt.publish_in_background=false"]
-    out = io.StringIO()
+    flags += ["--pbt-interval-steps", "2048", "agent.pbt.publish_in_background=false", *SLICES_TYPED]
+    out, argv = io.StringIO(), [*rsl_rl_member_args(root / "ws", "inprocess", MUTATIONS), *flags]
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
         patch.setenv(TEST_FIXTURE_ENV, FIXTURE_RULE)
         patch.setattr(rsl_rl_train, "build_runner", recorded)
-        code = rsl_rl_member.main([*rsl_rl_member_args(root / "ws", "inprocess", MUTATIONS), *flags])
+        # The command line the member reads its typed values from, as it would be run from a shell (not pytest's).
+        patch.setattr(restart, "_CAPTURED", [sys.executable, "-m", rsl_rl_member.__name__, *argv])
+        patch.setattr(restart, "_CAPTURED_ENV", dict(os.environ))
+        code = rsl_rl_member.main(argv)
     assert code == 0, out.getvalue()[-3000:]
     return {0: out.getvalue(), 1: out.getvalue()}, runners
 
@@ -123,13 +138,24 @@ def test_the_exploit_took_its_path_and_the_audit_verifies(population):
     assert done.returncode == 0 and "all entries verified" in done.stdout, done.stdout + done.stderr
 
 
+def test_a_value_typed_in_rsl_rls_own_name_is_kept_out_of_the_diverse_start(population):
+    """Typed on the command line as rsl_rl's runner config names it (``agent.runner...``), a searched value stays
+    the member's start, slices too; what is not typed is drawn (the in-process population types nothing)."""
+    ws, _, mode, _ = population
+    (draw,) = [e for e in _entries(ws / "members/001/audit.jsonl") if e["kind"] == "initial_draw"]
+    typed = {"restart": {"num_steps_per_env": 16}, "slices": {"gamma": 0.98}}.get(mode, {})
+    assert draw.get("pinned", []) == sorted(typed)
+    for key, value in draw["start_hyperparameters"].items():
+        assert (draw["new_hyperparameters"][key] == value) == (key in typed), key
+
+
 def test_counters_continue_and_no_iteration_index_repeats_or_is_skipped(population):
     ws, logs, mode, _ = population
     audit = _entries(ws / "members/001/audit.jsonl")
     state = json.loads((ws / "members/001/state.json").read_text())
     restored = [e for e in audit if e["kind"] == "restored"][-1]
     (start,) = [e for e in audit if e["kind"] == "start"][:1]
-    steps_before = start["hyperparameters"].get("num_steps_per_env", 16)  # the diverse start may draw it
+    steps_before = start["hyperparameters"].get("num_steps_per_env", 16)
     steps_after = state["hyperparameters"].get("num_steps_per_env", 16)
     # The recipient keeps its own counters: the iterations it completed, at its own rollout length.
     assert restored["frame"] == state["lineage"][0]["frame"] == restored["epoch"] * ENVS * steps_before
@@ -161,6 +187,9 @@ def test_the_restart_carries_the_planned_values_in_rsl_rls_own_names(population)
         name = where.get(key, f"agent.runner.algorithm.{key}")
         (arg,) = [a for a in added if a.startswith(f"{name}=")]
         assert float(arg.split("=", 1)[1]) == pytest.approx(value)
+    # The value typed at the first start is replaced, not left beside the new one for a parser to choose between.
+    (typed,) = [a for a in starts[1]["argv"] if a.startswith("agent.runner.num_steps_per_env=")]
+    assert int(typed.split("=", 1)[1]) == changes["num_steps_per_env"]
 
 
 def test_the_recipient_checkpoint_is_rsl_rls_own_and_holds_the_donors_weights(population, tmp_path):
@@ -231,7 +260,7 @@ def test_the_recipients_live_values_are_the_planned_ones(population, tmp_path, m
     ws = tmp_path / "ws"
     shutil.copytree(source, ws, ignore=shutil.ignore_patterns("001", "runs"))
     monkeypatch.setenv(TEST_FIXTURE_ENV, FIXTURE_RULE)
-    extra = ("agent.pbt.mutation.num_steps_per_env=int",) if mode == "restart" else ()
+    extra = RESTART_ONLY if mode == "restart" else ()
     flags = [*rsl_rl_member_args(ws, mode, (*MUTATIONS, *extra)), "--pbt-index", "1", "--max_iterations", "24"]
     # The donor finished when the fixture ran, which on a busy machine can be minutes before this test: its
     # heartbeat must not make it stale (a CI run failed so: no exploit, no restart).

@@ -84,20 +84,25 @@ def test_an_rsl_rl_population_on_isaac_labs_train_entry_exploits_through_a_resta
         *forced_exploit_flags(interval_steps=1024, exploit_mode="restart"),
         "agent.pbt.mutation.desired_kl=mutate_float",
         "agent.pbt.mutation.gamma=mutate_discount",
+        "agent.algorithm.gamma=0.98",  # typed in Hydra's name of the runner config's value: no draw replaces it
     ]
     flags = ["--pbt-workspace", str(ws), "--pbt-members", "2"]
     logs = _run_in_turn(tmp_path, {i: [*common, *flags, "--max_iterations", str(n)] for i, n in ((0, 8), (1, 10))})
     audit = _entries(ws / "members/001/audit.jsonl")
+    (draw,) = [e for e in audit if e["kind"] == "initial_draw"]
+    assert draw["pinned"] == ["gamma"] and draw["new_hyperparameters"]["gamma"] == 0.98
     starts = [e for e in audit if e["kind"] == "start"]
     (applied,) = [e for e in audit if e["kind"] == "exploit_applied"]
     assert [s["mode"] for s in starts] == ["fresh", "exploit_applied"] and applied["donor"] == 0
     state = json.loads((ws / "members/001/state.json").read_text())
     changes = {c["key"]: c["new"] for c in state["lineage"][0]["changes"]}
-    added = starts[1]["argv"][len(starts[0]["argv"]) :]
-    # The new values, in the runner config's own names, which Isaac Lab's config loading applied after the restart.
+    added = [a for a in starts[1]["argv"] if a not in starts[0]["argv"]]
+    # The new values, in the runner config's own names, which Isaac Lab's config loading applied after the restart;
+    # the typed gamma replaced, not left beside its new value.
     assert added[0].startswith("--checkpoint=") and sorted(a.split("=")[0] for a in added[1:]) == sorted(
         f"agent.algorithm.{key}" for key in changes
     )
+    assert "agent.algorithm.gamma=0.98" not in starts[1]["argv"]
     assert set(changes) == {"desired_kl", "gamma"} and state["hyperparameters"] == {
         **state["hyperparameters"],
         **changes,
@@ -130,7 +135,10 @@ def test_two_rsl_rl_slices_train_and_exploit_in_memory_on_one_isaaclab_env(relea
     # Published inline, so that member 1's decision one interval after member 0's evidence settles is certain to read
     # it and to find its state in memory (``testing/forced_exploit.py``): a decision every 4 of the 20 iterations.
     inline = "+agent.pbt.publish_in_background=false"
-    isaaclab_real.run_two_slices(release, "train_pbt_rsl_rl.py", tmp_path, 20, *mutations, inline)
+    typed = "agent.algorithm.gamma=0.98"  # Hydra's name of the runner config's value: kept out of slice 1's draw too
+    isaaclab_real.run_two_slices(release, "train_pbt_rsl_rl.py", tmp_path, 20, *mutations, inline, typed)
+    (draw,) = [e for e in _entries(ws / "members/001/audit.jsonl") if e["kind"] == "initial_draw"]
+    assert draw["pinned"] == ["gamma"] and draw["new_hyperparameters"]["gamma"] == 0.98
     for member in (0, 1):
         start = next(e for e in _entries(ws / f"members/{member:03d}/audit.jsonl") if e["kind"] == "start")
         assert start["slices"]["members"] == [0, 1] and start["slices"]["num_envs"] == 32 and start["slot"] == member

@@ -27,12 +27,13 @@ entry through :func:`initial_draw` and compares.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
 from async_pbt_isaaclab.core.config import PopulationConfig
-from async_pbt_isaaclab.core.decision.mutation import Change, MutationSpec, agent_path
+from async_pbt_isaaclab.core.decision.mutation import Change, MutationSpec, isaaclab_key
+from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
 from async_pbt_isaaclab.core.decision.step import InitialMutation
 from async_pbt_isaaclab.core.decision.value_draws import Stratum, draw_value
 from async_pbt_isaaclab.core.state.hyperparameters import HyperparameterView
@@ -65,19 +66,21 @@ def stratum(strata_seed: int, num_policies: int, member: int, key_index: int) ->
     return Stratum(int(order.permutation(count)[(member - 1) % count]), count)
 
 
-def command_line_keys(args: Iterable[str], cfg: PopulationConfig) -> tuple[str, ...]:
-    """The searched keys whose value an ``agent.*`` override among ``args`` sets (``agent.params.config.lr=3e-4``;
-    flags and anything else are ignored), sorted."""
-    paths = {".".join(agent_path(key)): key for key in cfg.mutation}
-    found = set()
-    for arg in args:
-        if "=" not in arg or arg.startswith("-"):
-            continue
-        key = arg.split("=", 1)[0].strip().lstrip("+")
-        key = key[len("agent.") :] if key.startswith("agent.") else key
-        if key in paths:
-            found.add(paths[key])
-    return tuple(sorted(found))
+def command_line_keys(
+    args: Iterable[str], cfg: PopulationConfig, override_name: Callable[[str], str] = isaaclab_key
+) -> tuple[str, ...]:
+    """The searched keys whose value an override among ``args`` sets, sorted; flags and anything else are ignored.
+    ``override_name(key)``: the trainer's own override of ``key`` (rl_games: ``agent.params.config.<key>``; an rsl_rl
+    member's names its runner config's keys), matched with or without its ``agent.`` and a leading ``+``. An env key
+    is matched by its own name too (``env.<path>=``: Isaac Lab's override of an env config value)."""
+    names: dict[str, str] = {}
+    for key in cfg.mutation:
+        name = override_name(key)
+        names.update({name: key, name.removeprefix("agent."): key})
+        if is_env_key(key):
+            names[key] = key
+    typed = (arg.split("=", 1)[0].strip().lstrip("+") for arg in args if "=" in arg and not arg.startswith("-"))
+    return tuple(sorted({names[name] for name in typed if name in names}))
 
 
 def kept_from_start(key: str, spec: MutationSpec, pinned: Iterable[str] = ()) -> str | None:
