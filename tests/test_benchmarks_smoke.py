@@ -118,17 +118,17 @@ MUJOCO_CASES = sorted(c for c in _load_study().CASES if c.startswith(("halfcheet
 def test_every_mujoco_case_builds_a_population_config(case, tmp_path):
     """Each MuJoCo case's start values land in the study's own yaml, and that yaml with the case's mutation specs is
     a population config the members accept (what the smoke below trains, without the training)."""
-    from async_pbt_isaaclab.core.agent_config import load_population_config, load_yaml
+    from async_pbt_isaaclab.core.agent_config import get_path, load_population_config, load_yaml, parse_override
 
     study = _load_study()
     spec = study.CASES[case]
     args = study.resolve(study.build_parser().parse_args(["--case", case, "--smoke", "--out", str(tmp_path)]))
     study.write_case_yaml(args, tmp_path)
     raw = load_yaml(args.agent_yaml)
-    config = raw["params"]["config"]
     for item in spec.set_values:
-        key, value = item.split("=", 1)
-        assert str(config[key]) == value or config[key] == float(value), (item, config[key])
+        parts, value = parse_override(item)  # the value read as the members read an override
+        found = get_path(raw, parts if len(parts) > 1 else ["params", "config", *parts])  # short: params.config.KEY
+        assert found == value, (item, found)
     pbt = [f"agent.pbt.{k}" for k in ("enabled=true", "num_policies=2", f"workspace={tmp_path / 'ws'}")]
     _, cfg = load_population_config(raw, [*pbt, *study.agent_overrides(args)])
     assert sorted(cfg.mutation) == sorted(item.split("=", 1)[0] for item in spec.mutate)

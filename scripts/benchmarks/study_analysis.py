@@ -82,8 +82,9 @@ def evaluate_arm(evaluator, workspace: Path, members: int, points: list[int], ep
                 rows.append({"frame": frame, "checkpoint": None, "selection": None, "report": None})
                 continue
             if path not in cache:
-                # One batch of 2N episodes: seeds S..S+N-1 select, S+N..S+2N-1 report.
-                returns = evaluator.evaluate(path, 2 * episodes, DEFAULT_EVAL_SEED).returns
+                # One batch of 2N episodes: seeds S..S+N-1 select, S+N..S+2N-1 report; each episode's value of the
+                # members' objective (its return, or e.g. the distance travelled where the reward is searched).
+                returns = evaluator.evaluate(path, 2 * episodes, DEFAULT_EVAL_SEED).objective_values
                 cache[path] = (statistics.fmean(returns[:episodes]), statistics.fmean(returns[episodes:]))
             selection, report = cache[path]
             rows.append(
@@ -328,10 +329,19 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
+def measured(results: dict[str, Any]) -> str:
+    """What the arms are judged by: the members' objective as the study's yaml names it (``return`` by default)."""
+    from async_pbt_isaaclab.core.agent_config import load_yaml
+
+    path = results["settings"].get("agent_yaml")
+    objective = (load_yaml(path).get("pbt") or {}).get("objective") if path and Path(path).is_file() else None
+    return "return" if objective in (None, "episode_return") else str(objective)
+
+
 def report(results: dict[str, Any], target: float, members: int) -> list[str]:
     s = results["summary"]
     lines = [
-        f"population ({members} members) vs {members} independent runs, held-out return target {target}, "
+        f"population ({members} members) vs {members} independent runs, held-out {measured(results)} target {target}, "
         f"{results['frames_per_member']} frames per member, seeds {list(results['seeds'])}",
         "frames to target: per member (total in the arm = members x per member):",
     ]
@@ -355,7 +365,7 @@ def report(results: dict[str, Any], target: float, members: int) -> list[str]:
         "ratio population / best of the independent arm (same total frames): per seed: "
         + ", ".join("n/a" if x["value"] is None else f"{x['relation']}{x['value']:.2f}".replace("=", "") for x in best)
     )
-    lines.append("final held-out return: median [min, max] over seeds")
+    lines.append(f"final held-out {measured(results)}: median [min, max] over seeds")
     for key, label in (
         ("population", "population (best member)"),
         ("independent_median", "independent, median run"),
@@ -412,10 +422,11 @@ def _start_values(settings: dict[str, Any]) -> dict[str, float]:
 
     default = PACKAGED_AGENTS.get(settings.get("task") or "Pendulum-v1", PACKAGED_AGENTS["Pendulum-v1"])
     config = load_yaml(settings.get("agent_yaml") or default)["params"]["config"]
-    out = {k: config.get(k) for k in settings.get("tuned") or {}}
+    env = config.get("env_config") or {}
+    out = {k: env.get(k[4:]) if k.startswith("env.") else config.get(k) for k in settings.get("tuned") or {}}
     for item in settings.get("set_values") or []:
         key, value = item.split("=", 1)
-        key = key.rsplit(".", 1)[-1]
+        key = ("env." if ".env_config." in f".{key}" else "") + key.rsplit(".", 1)[-1]  # an env value: env.<name>
         if key in out:
             try:
                 out[key] = float(value)
@@ -456,7 +467,7 @@ def plot(results: dict[str, Any], target: float, members: int, path: Path) -> No
         ax.plot(x, med, color=color, ls=ls, lw=2.5, label=f"{label} (median over seeds)")
     ax.axhline(target, color="gray", ls=":", label=f"target {target:g}")
     ax.set_xlabel(f"total frames in the arm ({members} members / {members} runs)")
-    ax.set_ylabel("held-out return (deterministic policy)")
+    ax.set_ylabel(f"held-out {measured(results)} (deterministic policy)")
     secondary = ax.secondary_xaxis("top", functions=(lambda v: v / members, lambda v: v * members))
     secondary.set_xlabel("frames per member / per run")
     ax.set_title(

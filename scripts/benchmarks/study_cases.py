@@ -234,6 +234,27 @@ SCREENS = {
 }
 """Screens that decide whether a case is defined (reward weights: a case no PPO search can fix)."""
 
+STANDING_TARGETS = (5.0, 2.0, 8.0)
+"""Metres travelled per held-out episode, fixed from the screen before any population ran: both default-weight runs
+passed 5 m by 262k-327k frames and 8 m by 327k-524k; a standing policy travels under 0.2 m."""
+REWARD_WEIGHT_CASES = {
+    "hopper_standing": Case(
+        "Hopper-v5 with healthy_reward 30 (default 1): standing still pays best, so no PPO value makes a run "
+        "travel; the population searches the weight itself, log-uniform in [0.1, 30], and every arm is judged by "
+        "the distance travelled per episode (pbt.objective and the held-out evaluation), which the weight cannot "
+        "inflate. " + SCREENED_STANDING,
+        ("params.config.env_config.healthy_reward=30.0", *DISTANCE_OBJECTIVE),
+        ("env.healthy_reward={kind: log_float, low: 0.1, high: 30.0}",),
+        {"env.healthy_reward": 1.0},
+        STANDING_TARGETS,
+        "faster",
+        task="Hopper-v5",
+        full=MUJOCO_FULL,
+        smoke_set=MUJOCO_SMOKE_SET,
+    ),
+}
+"""Reward-weight cases: a start no PPO search can fix, defined after its screen (:data:`SCREENS`)."""
+
 
 def solo_run_command(task: str, workspace: Path, interval: int, *extra: str) -> list[str]:
     """The CPU member of ``task`` trained alone, as a user would: a 2-member workspace where it publishes a record and
@@ -308,5 +329,6 @@ CASES = {
     **_mujoco_cases("halfcheetah", "HalfCheetah-v5", HALFCHEETAH_TARGETS, HALFCHEETAH_MEASURED, HALFCHEETAH_LR_SCREEN),
     **_mujoco_cases("hopper", "Hopper-v5", HOPPER_TARGETS, HOPPER_MEASURED, "not screened"),
     **SWEEP_UNREACHABLE,
+    **REWARD_WEIGHT_CASES,
 }
 """The study's cases; targets were fixed from the tuned reference before the cases were run (docs/validation.md)."""
