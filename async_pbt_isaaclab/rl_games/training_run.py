@@ -7,6 +7,7 @@ stopped load releases the claimed member.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Sequence
 
 from rl_games.common.algo_observer import IsaacAlgoObserver
@@ -44,11 +45,24 @@ def run_training(
     return _train_as_member(session, agent_cfg, sigma, observers, summary_source)
 
 
+def say_if_unseeded(member: int, agent_cfg: dict[str, Any]) -> None:
+    """rl_games reads ``params.seed: 0`` as unset and then seeds nothing (torch, numpy, the env): say so, since that
+    member's run cannot be repeated, and a population's member 0 trains with the yaml's own seed."""
+    if agent_cfg.get("params", {}).get("seed") == 0:
+        print(
+            f"[async-pbt] member {member}: params.seed is 0, which rl_games reads as unset: it seeds nothing (torch, "
+            f"numpy, the env), so this run cannot be repeated; give the yaml or --seed a seed other than 0",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def _train_as_member(
     session: Any, agent_cfg: dict[str, Any], sigma: float | None, observers: list[Any], summary_source: Any
 ) -> PbtObserver:
     """The member's run: the PBT observer publishes, decides and exploits at epoch boundaries; a stop (Ctrl-C,
     SIGTERM) ends it like the end of training does, with the record saying ``stopped``."""
+    say_if_unseeded(session.member, agent_cfg)
     observer = PbtObserver(session, summary_source=summary_source)
     # pbt/* scalars in the member's TensorBoard run; after the PBT observer, which publishes the record it reads.
     runner = Runner(MultiObserver([observer, PbtScalarsObserver(session, observer.publisher), *observers]))

@@ -10,7 +10,7 @@
 **Arms.** Three arms, each the real CPU member (``python -m async_pbt_isaaclab.examples.cpu_member``, rl_games PPO)
 under the local launcher (``python -m async_pbt_isaaclab.cli launch``), one N-member workspace per arm and seed,
 with the same command line: the study's own copy of the agent yaml with the case's start values (``--set``), the
-same mutation specs, the same member seeds (``agent.params.seed`` = 1000 x study seed, plus the member index) and
+same mutation specs, the same member seeds (``agent.params.seed`` = 1000 x study seed + 1, plus the member index) and
 population seed (``agent.pbt.seed``), the same frames per member. ``population`` runs the package's defaults
 (``--explore``); ``sweep`` adds ``--pbt-max-restarts 0``: the population's own generation-0 draw (the same diverse
 values per member, the same weights), never exploiting: what a user who launches N runs over the bounds and keeps
@@ -51,6 +51,10 @@ start) and never exploits or explores.
   task's tuned reference (``scripts/benchmarks/tuned_reference.py``) before any population run: HalfCheetah -250,
   -600, -150; Hopper 1000, 700, 2000. ``--smoke`` shrinks the rollout (4 actors x 64 steps, 64-step episodes) in
   the study's own copy of the yaml.
+- ``hopper_standing``: Hopper-v5 with ``healthy_reward`` 30 (default 1), where standing still pays best (screened:
+  runs at 30 stand; docs/validation.md). The population searches the weight itself (``env.healthy_reward``,
+  log-uniform in [0.1, 30]); every arm's members and the held-out evaluation are judged by the distance travelled
+  per episode (``pbt.objective: distance_travelled``), which the weight cannot inflate. Targets 5, 2 and 8 m.
 
 **Held-out evaluation.** After training, every ``--eval-every`` intervals of frames per member (and at the
 end), each member's newest checkpoint at or before that frame is played by the code of ``async-pbt
@@ -60,7 +64,8 @@ evaluate`` (deterministic policy, gymnasium envs seeded from 100000 on, away fro
 return at a frame is the report return of its member with the best selection return (every member's latest
 is evaluated; picking the best on separate episodes keeps the reported figure free of the max-of-4 bias).
 Each independent run counts separately; the figures use the median run, and the best-of-4 independent runs
-(picked the same way) is printed as the equal-total-compute baseline.
+(picked the same way) is printed as the equal-total-compute baseline. Where the case's yaml names another objective
+(``pbt.objective``; ``hopper_standing``: the distance travelled), every "return" below is that objective's value.
 
 **Figures.** Frames to reach ``--target`` held-out return: per member (wall-clock equivalent when each member
 has its own device) and total in the arm (members x per member; the same for both arms, which spend equal
@@ -91,6 +96,15 @@ from study_cases import CASES, Case, value_overrides  # noqa: E402,F401  (the ca
 
 NEW_POPULATION_SEED = "agent.pbt.seed={seed}"
 """How the study passes its seed to the population: every random stream of the search follows it."""
+
+
+def agent_seed(seed: int) -> int:
+    """Member 0's agent seed for study seed ``seed`` (member ``i`` adds ``i``): never 0, which rl_games reads as unset
+    and seeds nothing with. The runs docs/validation.md reports used ``1000 * seed``: their study seed 0's member 0
+    trained unseeded in every arm."""
+    return 1000 * seed + 1
+
+
 INDEPENDENT_ARM = ("--pbt-max-restarts", "0", "agent.pbt.start_spread=0")
 """What makes the independent arm independent runs of the case's start: never exploit or explore, and no diverse
 start (each run trains the values it was given, as a user's run of the yaml would)."""
@@ -249,6 +263,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.mutate = list(case.mutate) if args.mutate is None else args.mutate
     args.tuned = dict(case.tuned)
     args.goal = case.goal
+    args.agent_seeds = f"{agent_seed(0)} + 1000 x seed"  # recorded, so older arms (1000 x seed) are not reused
     for flag, value in (
         ("--members", args.members),
         ("--frames-per-member", args.frames_per_member),
@@ -326,7 +341,7 @@ def member_command(args: argparse.Namespace, seed: int, workspace: Path, epochs:
         "--pbt-keep-last-checkpoints",
         "1000000",
         "agent.params.torch_threads=1",
-        f"agent.params.seed={1000 * seed}",
+        f"agent.params.seed={agent_seed(seed)}",
         f"agent.params.config.env_name={args.task}",
         *agent_overrides(args),
     ]
@@ -408,7 +423,7 @@ def finish_seed(args: argparse.Namespace, job: dict) -> dict:
 
 REUSE_MUST_MATCH = (
     "case task agent_source set_values mutate members frames_per_member interval eval_every eval_episodes "
-    "member_flag vec_env"
+    "member_flag vec_env agent_seeds"
 ).split()
 """The settings that define the baseline arms and their evaluation: a reused arm must have run with these (the sweep
 also draws its start from the population seed, the members and the mutation specs, all of them here)."""

@@ -59,10 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="new folder for the runs and screen.json")
     p.add_argument("--frames", type=int, default=524_288, help="frames per run (default 524288)")
     p.add_argument("--interval", type=int, default=65_536, help="frames between published entries (default 65536)")
-    p.add_argument("--seed", type=int, default=0, help="agent seed of every run (default 0)")
+    p.add_argument("--seed", type=int, default=1, help="agent seed of every run, not 0 (default 1)")
     p.add_argument("--parallel", type=int, default=2, help="runs at once (default 2)")
     p.add_argument("--vec-env", default=None, help="the member's vec-env (gymnasium, envpool; default its own)")
     args = p.parse_args(argv)
+    if args.seed == 0:  # rl_games reads 0 as unset and seeds nothing: the run could not be repeated
+        p.error("--seed 0: rl_games reads a seed of 0 as unset and seeds nothing; give another seed")
     case = screened[args.case]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=False)

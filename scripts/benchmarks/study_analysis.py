@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -470,11 +471,9 @@ def plot(results: dict[str, Any], target: float, members: int, path: Path) -> No
     ax.set_ylabel(f"held-out {measured(results)} (deterministic policy)")
     secondary = ax.secondary_xaxis("top", functions=(lambda v: v / members, lambda v: v * members))
     secondary.set_xlabel("frames per member / per run")
-    ax.set_title(
-        f"{results['settings']['task']}, start {', '.join(results['settings']['set_values'])}; "
-        f"{len(results['seeds'])} seeds",
-        fontsize=10,
-    )
+    start = ", ".join(v.removeprefix("params.config.") for v in results["settings"]["set_values"])
+    title = f"{results['settings']['task']}, start {start}; {len(results['seeds'])} seeds"
+    ax.set_title(textwrap.fill(title, 100), fontsize=10)  # a long start wraps instead of running off the figure
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
