@@ -236,7 +236,7 @@ SCREENS = {
 
 STANDING_TARGETS = (5.0, 2.0, 8.0)
 """Metres travelled per held-out episode, fixed from the screen before any population ran: both default-weight runs
-passed 5 m by 262k-327k frames and 8 m by 327k-524k; a standing policy travels under 0.2 m."""
+passed 5 m by 196k-262k frames and 8 m by 327k (training distance); a standing policy travels under 0.2 m."""
 REWARD_WEIGHT_CASES = {
     "hopper_standing": Case(
         "Hopper-v5 with healthy_reward 30 (default 1): standing still pays best, so no PPO value makes a run "
