@@ -83,7 +83,6 @@ def _slices_population(root: Path) -> tuple[dict[int, str], list]:
 
     from async_pbt_isaaclab.core.pbt_section import TEST_FIXTURE_ENV
     from async_pbt_isaaclab.examples import rsl_rl_member, rsl_rl_train
-    from async_pbt_isaaclab.member import restart
     from async_pbt_isaaclab.testing.forced_exploit import FIXTURE_RULE, rsl_rl_member_args
 
     runners: list = []
@@ -99,12 +98,21 @@ def _slices_population(root: Path) -> tuple[dict[int, str], list]:
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
         patch.setenv(TEST_FIXTURE_ENV, FIXTURE_RULE)
         patch.setattr(rsl_rl_train, "build_runner", recorded)
-        # The command line the member reads its typed values from, as it would be run from a shell (not pytest's).
-        patch.setattr(restart, "_CAPTURED", [sys.executable, "-m", rsl_rl_member.__name__, *argv])
-        patch.setattr(restart, "_CAPTURED_ENV", dict(os.environ))
+        _as_from_a_shell(patch, argv)
         code = rsl_rl_member.main(argv)
     assert code == 0, out.getvalue()[-3000:]
     return {0: out.getvalue(), 1: out.getvalue()}, runners
+
+
+def _as_from_a_shell(patch: pytest.MonkeyPatch, argv: list[str]) -> None:
+    """The command line a member trained in this process reads its typed values from (``member/restart.py``'s
+    ``capture_argv``), as it would be run from a shell, not pytest's: else a typed value is not seen and the diverse
+    start draws it (a CI run: member 1's rollout drawn at 4 steps, no decision in its 24 iterations)."""
+    from async_pbt_isaaclab.examples import rsl_rl_member
+    from async_pbt_isaaclab.member import restart
+
+    patch.setattr(restart, "_CAPTURED", [sys.executable, "-m", rsl_rl_member.__name__, *argv])
+    patch.setattr(restart, "_CAPTURED_ENV", dict(os.environ))
 
 
 def _applied(ws: Path) -> dict:
@@ -229,7 +237,9 @@ def _train_here(flags: list[str], log_dir: Path) -> list:
         runners.append(build_runner(config, int(config["runner"]["seed"]), folder))
         return runners[-1]
 
-    train_member(rsl_cfg, cfg, build, train_dir=str(log_dir), exit_on_restart=True)
+    with pytest.MonkeyPatch.context() as patch:
+        _as_from_a_shell(patch, flags)
+        train_member(rsl_cfg, cfg, build, train_dir=str(log_dir), exit_on_restart=True)
     return runners
 
 
@@ -270,6 +280,8 @@ def test_the_recipients_live_values_are_the_planned_ones(population, tmp_path, m
             _train_here(flags, tmp_path / "runs")
         argv = ast.literal_eval(str(exited.value).split(": ", 1)[1])
         flags += [a for a in argv if a.startswith(("--checkpoint=", "agent.runner."))]
+        (draw,) = [e for e in _entries(ws / "members/001/audit.jsonl") if e["kind"] == "initial_draw"]
+        assert draw.get("pinned") == ["num_steps_per_env"], "the typed rollout length was drawn"
     runner = _train_here(flags, tmp_path / "runs")[-1]
     state = json.loads((ws / "members/001/state.json").read_text())
     assert state["generation"] == 1 and state["lineage"][0]["donor"] == 0
