@@ -264,7 +264,6 @@ def _train_slices(layout: Any, rsl_cfg: dict, cfg: Any, vec_env: Any, **options:
     built as the release builds it; ``options``: ``train_slices``' keywords (which closes the env after them)."""
     from async_pbt_isaaclab.envs.isaaclab import rsl_rl as glue
     from async_pbt_isaaclab.envs.slice_threads import slices_exit_code
-    from async_pbt_isaaclab.rsl_rl.member_config import rsl_rl_key
     from async_pbt_isaaclab.rsl_rl.slices import train_slices
 
     print(
@@ -275,7 +274,7 @@ def _train_slices(layout: Any, rsl_cfg: dict, cfg: Any, vec_env: Any, **options:
     def build(config: dict, log_dir: str, env: Any) -> Any:
         return glue.runner_factory(env)(config, log_dir)
 
-    options["override_name"] = lambda key: rsl_rl_key(key, glue.HYDRA_PREFIX)  # Hydra's names of the runner's keys
+    options["override_prefix"] = glue.HYDRA_PREFIX  # Hydra's names of the runner's keys, as for a process member
     return slices_exit_code(layout, lambda: train_slices(rsl_cfg, cfg, layout, lambda n: vec_env, build, **options))
 
 

@@ -126,8 +126,9 @@ def test_every_mujoco_case_builds_a_population_config(case, tmp_path):
     study.write_case_yaml(args, tmp_path)
     raw = load_yaml(args.agent_yaml)
     for item in spec.set_values:
-        parts, value = parse_override(item)  # the value read as the members read an override
-        found = get_path(raw, parts if len(parts) > 1 else ["params", "config", *parts])  # short: params.config.KEY
+        (override,) = study.value_overrides([item])  # the study's own reading of a short KEY
+        parts, value = parse_override(override)  # the value read as the members read an override
+        found = get_path(raw, parts)
         assert found == value, (item, found)
     pbt = [f"agent.pbt.{k}" for k in ("enabled=true", "num_policies=2", f"workspace={tmp_path / 'ws'}")]
     _, cfg = load_population_config(raw, [*pbt, *study.agent_overrides(args)])

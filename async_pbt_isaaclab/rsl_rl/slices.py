@@ -21,7 +21,7 @@ from async_pbt_isaaclab.member.donors import ClonesItsStates
 from async_pbt_isaaclab.rsl_rl.config import with_hyperparameters
 from async_pbt_isaaclab.rsl_rl.live import LIVE_SETTERS
 from async_pbt_isaaclab.rsl_rl.member import MemberEvents, member_values
-from async_pbt_isaaclab.rsl_rl.member_config import agent_view, rsl_rl_key
+from async_pbt_isaaclab.rsl_rl.member_config import OVERRIDE_PREFIX, agent_view, rsl_rl_key
 from async_pbt_isaaclab.rsl_rl.trainer import RslRlTrainer
 
 
@@ -42,13 +42,14 @@ def train_slices(
     build: Callable[[dict[str, Any], str, RslRlSliceEnv], Any],
     *,
     train_dir: str,
+    override_prefix: str = OVERRIDE_PREFIX,
     **start: Any,
 ) -> SliceHost:
     """Train ``layout``'s members here on one rsl_rl env ``make_env(layout.num_envs)``, member ``first + i`` seeded
     ``runner.seed + i``, its runner ``build(config, log folder, its slice env)``; raises as rl_games'
     ``train_slices``."""
     problems, start = check_slices(cfg, layout.count), dict(start, train_dir=train_dir, task=rsl_cfg["env"]["id"])
-    start.setdefault("override_name", rsl_rl_key)  # the CPU member's names; Isaac Lab's entry hands its own
+    start["override_name"] = lambda key: rsl_rl_key(key, override_prefix)  # as train_member's, for typed values
     host, views = open_slices(
         layout, problems, rsl_cfg.get("torch_threads", 1), cfg, lambda _: agent_view(rsl_cfg), **start
     )

@@ -21,9 +21,9 @@ from typing import Any, Mapping, Protocol
 from async_pbt_isaaclab import checkpoint_io
 from async_pbt_isaaclab.member.summary_source import SummarySource, find_summary_source
 from async_pbt_isaaclab.member.trainer import TrainerAbilities, TrainerCounters
-from async_pbt_isaaclab.rsl_rl.config import config_key
 from async_pbt_isaaclab.rsl_rl.layout import COUNTERS_KEY, LAYOUTS, optimizer_learning_rate
 from async_pbt_isaaclab.rsl_rl.live import LIVE_SETTERS, apply_live_hyperparameters
+from async_pbt_isaaclab.rsl_rl.member_config import rsl_rl_key
 from async_pbt_isaaclab.rsl_rl.release import installed_line
 
 
@@ -265,9 +265,8 @@ class RslRlTrainer:
         return checkpoint_io.model_fingerprint({f"{k}/{n}": t for k, sd in models.items() for n, t in sd.items()})
 
     def restart_overrides(self, hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
-        """Each value where the runner config holds it (:func:`~.config.config_key`), under
-        :attr:`override_prefix`: ``agent.algorithm.gamma`` on Isaac Lab, ``agent.runner.num_steps_per_env`` ..."""
-        return {self.override_prefix + config_key(k): v for k, v in hyperparameters.items()}
+        """Each value by the name the start reads typed values by (:func:`~.member_config.rsl_rl_key`)."""
+        return {rsl_rl_key(k, self.override_prefix): v for k, v in hyperparameters.items()}
 
     def before_restart(self) -> None:
         """Flush and close rsl_rl's writer (3.x: ``runner.writer``; 5.x: ``runner.logger.writer``)."""

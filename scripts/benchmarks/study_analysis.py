@@ -418,21 +418,28 @@ def report(results: dict[str, Any], target: float, members: int) -> list[str]:
 
 def _start_values(settings: dict[str, Any]) -> dict[str, float]:
     """The case's start values of the searched keys: what ``--set`` gave, else the packaged yaml's."""
-    from async_pbt_isaaclab.core.agent_config import load_yaml
+    from study_cases import value_overrides
+
+    from async_pbt_isaaclab.core.agent_config import get_path, load_yaml, parse_override
+    from async_pbt_isaaclab.core.decision.mutation import agent_path
     from async_pbt_isaaclab.examples.agents import PACKAGED_AGENTS
 
     default = PACKAGED_AGENTS.get(settings.get("task") or "Pendulum-v1", PACKAGED_AGENTS["Pendulum-v1"])
     config = load_yaml(settings.get("agent_yaml") or default)["params"]["config"]
-    env = config.get("env_config") or {}
-    out = {k: env.get(k[4:]) if k.startswith("env.") else config.get(k) for k in settings.get("tuned") or {}}
+    # Where each searched key lives in the agent config, as the members read it (an env key: ``env_config.<name>``).
+    paths = {tuple(agent_path(k)[2:]): k for k in settings.get("tuned") or {}}
+    out: dict[str, Any] = {}
+    for path, k in paths.items():
+        try:
+            out[k] = get_path(config, path)
+        except KeyError:  # not in the yaml: the key's default applies, unknown here
+            out[k] = None
     for item in settings.get("set_values") or []:
-        key, value = item.split("=", 1)
-        key = ("env." if ".env_config." in f".{key}" else "") + key.rsplit(".", 1)[-1]  # an env value: env.<name>
-        if key in out:
-            try:
-                out[key] = float(value)
-            except ValueError:
-                pass
+        (override,) = value_overrides([item])
+        parts, value = parse_override(override)
+        key = paths.get(tuple(parts[2:])) if parts[:2] == ["params", "config"] else None
+        if key is not None and isinstance(value, (int, float)):
+            out[key] = float(value)
     return out
 
 
