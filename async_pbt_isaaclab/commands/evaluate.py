@@ -1,9 +1,12 @@
-"""``async-pbt evaluate``: held-out episodes of any rl_games checkpoint on a gymnasium task.
+"""``async-pbt evaluate``: held-out episodes of any rl_games checkpoint, or an rsl_rl member's, on a gymnasium task.
 
     async-pbt evaluate CHECKPOINT [CHECKPOINT ...] [--task Pendulum-v1] [--agent-yaml YAML]
                        [--episodes 16] [--seed 100000] [--trusted] [--json]
 
-Works on a population member's checkpoint (with PBT metadata) and on a plain rl_games checkpoint alike.
+Works on a population member's checkpoint (with PBT metadata) and on a plain rl_games checkpoint alike; an rsl_rl
+member's checkpoint (its ``agent.yaml`` carries its rsl_rl config), or any rsl_rl checkpoint with ``--agent-yaml``
+naming an rsl_rl config (``examples/rsl_rl_*.yaml`` form), is played by rsl_rl's own policy
+(:mod:`~async_pbt_isaaclab.commands.evaluate_rsl_rl`) on the same episodes.
 A member's checkpoint needs neither ``--task`` nor ``--agent-yaml``: its workspace records the population's task
 and the agent config the member was built with (:mod:`~async_pbt_isaaclab.commands.evaluation_records`). The
 policy is rebuilt from the agent yaml (else the task's packaged yaml, else the packaged Pendulum-v1 PPO yaml;
@@ -42,8 +45,9 @@ import io
 import json
 import math
 import sys
+from functools import partial
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from async_pbt_isaaclab.commands.common import CliError, emit_json, format_table
 from async_pbt_isaaclab.commands.evaluation_records import (
@@ -204,7 +208,8 @@ class Evaluator:
             raise CliError(f"--episodes must be >= 1, got {episodes}")
         player, meta = self._load(Path(checkpoint))
         searched = {k: v for k, v in (meta.get("hyperparameters") or {}).items() if is_env_key(k)}
-        returns, lengths, values = self._play(player, episodes, seed, searched)
+        act = partial(player.get_action, is_deterministic=True)
+        returns, lengths, values = play_episodes(self._make_env, act, episodes, seed, searched, self.objective)
         if not all(math.isfinite(v) for v in values):
             raise CliError(f"{checkpoint}: task {self.task!r} reported no value of the objective {self.objective!r}")
         return Evaluation(str(checkpoint), self.task, seed, returns, lengths, meta, self.objective, values)
@@ -242,38 +247,47 @@ class Evaluator:
             raise CliError(f"agent yaml {self.agent_yaml}: recurrent policies are not supported by evaluate")
         return player, meta
 
-    def _play(
-        self, player: Any, episodes: int, seed: int, env_values: Mapping[str, Any]
-    ) -> tuple[list[float], list[int], list[float]]:
-        """Each episode's return, length and objective value: one env per episode, env ``i`` reset with ``seed + i``."""
-        import numpy as np
-        import torch
 
-        from async_pbt_isaaclab.envs.env_parameters import episode_objective
+def play_episodes(
+    make_env: Callable[[Mapping[str, Any]], Any],
+    act: Callable[[Any], Any],
+    episodes: int,
+    seed: int,
+    env_values: Mapping[str, Any],
+    objective: str,
+) -> tuple[list[float], list[int], list[float]]:
+    """Each episode's return, length and ``objective`` value: one env per episode (``make_env(env_values)``), env ``i``
+    reset with ``seed + i``, the envs still running stepped together with ``act`` (a float32 observation batch to a
+    batch of deterministic actions). The rl_games and rsl_rl players share it, so both are judged on the same
+    episodes."""
+    import numpy as np
+    import torch
 
-        envs = [self._make_env(env_values) for _ in range(episodes)]
-        firsts = [env.reset(seed=seed + i) for i, env in enumerate(envs)]
-        obs = np.stack([first[0] for first in firsts]).astype(np.float32)
-        values = [math.nan] * episodes
-        returns = np.zeros(episodes, dtype=np.float64)
-        lengths = np.zeros(episodes, dtype=np.int64)
-        active = np.ones(episodes, dtype=bool)
-        with torch.inference_mode():
-            while active.any():
-                idx = np.flatnonzero(active)
-                actions = player.get_action(torch.from_numpy(obs[idx]), is_deterministic=True).cpu().numpy()
-                for j, i in enumerate(idx):
-                    action = actions[j] if actions.ndim > 1 else actions[j].item()
-                    o, r, terminated, truncated, info = envs[i].step(action)
-                    returns[i] += float(r)
-                    lengths[i] += 1
-                    obs[i] = o
-                    if terminated or truncated:
-                        active[i] = False
-                        values[i] = episode_objective(self.objective, returns[i], lengths[i], firsts[i][1], info)
-        for env in envs:
-            env.close()
-        return [float(r) for r in returns], [int(n) for n in lengths], values
+    from async_pbt_isaaclab.envs.env_parameters import episode_objective
+
+    envs = [make_env(env_values) for _ in range(episodes)]
+    firsts = [env.reset(seed=seed + i) for i, env in enumerate(envs)]
+    obs = np.stack([first[0] for first in firsts]).astype(np.float32)
+    values = [math.nan] * episodes
+    returns = np.zeros(episodes, dtype=np.float64)
+    lengths = np.zeros(episodes, dtype=np.int64)
+    active = np.ones(episodes, dtype=bool)
+    with torch.inference_mode():
+        while active.any():
+            idx = np.flatnonzero(active)
+            actions = act(torch.from_numpy(obs[idx])).cpu().numpy()
+            for j, i in enumerate(idx):
+                action = actions[j] if actions.ndim > 1 else actions[j].item()
+                o, r, terminated, truncated, info = envs[i].step(action)
+                returns[i] += float(r)
+                lengths[i] += 1
+                obs[i] = o
+                if terminated or truncated:
+                    active[i] = False
+                    values[i] = episode_objective(objective, returns[i], lengths[i], firsts[i][1], info)
+    for env in envs:
+        env.close()
+    return [float(r) for r in returns], [int(n) for n in lengths], values
 
 
 def _shape(tensor: Any) -> str:
@@ -299,6 +313,26 @@ def network_misfit(checkpoint: Mapping[str, Any], expected: Mapping[str, Any]) -
     return "; ".join(words)
 
 
+def make_evaluator(
+    task: str | None = None, agent_yaml: str | Path | None = None, trusted: bool = False, verbose: bool = False
+) -> Any:
+    """The player of checkpoints trained with ``agent_yaml``: rsl_rl's
+    (:class:`~async_pbt_isaaclab.commands.evaluate_rsl_rl.RslRlEvaluator`) when it is an rsl_rl config (an rsl_rl
+    member's ``agent.yaml``, or the ``examples/rsl_rl_*.yaml`` form), else rl_games' (:class:`Evaluator`)."""
+    from async_pbt_isaaclab.commands.evaluate_rsl_rl import RslRlEvaluator, rsl_rl_config
+    from async_pbt_isaaclab.core.agent_config import load_yaml
+    from async_pbt_isaaclab.core.config import ConfigError
+
+    if agent_yaml is not None:
+        try:
+            cfg = rsl_rl_config(load_yaml(agent_yaml))
+        except ConfigError:
+            cfg = None  # unreadable: Evaluator names the file and the problem
+        if cfg is not None:
+            return RslRlEvaluator(cfg, agent_yaml, task, trusted=trusted, verbose=verbose)
+    return Evaluator(task, agent_yaml, trusted=trusted, verbose=verbose)
+
+
 def evaluate_checkpoints(
     checkpoints: Sequence[str | Path],
     task: str | None = None,
@@ -310,13 +344,13 @@ def evaluate_checkpoints(
 ) -> list[Evaluation]:
     """Evaluate each checkpoint on the same held-out episodes (with the task and yaml :func:`checkpoint_setup`
     finds for it); what ``async-pbt evaluate`` prints."""
-    evaluators: dict[tuple[str | None, str | None], Evaluator] = {}
+    evaluators: dict[tuple[str | None, str | None], Any] = {}
     results = []
     for checkpoint in checkpoints:
         chosen_task, chosen_yaml = checkpoint_setup(checkpoint, task, agent_yaml)
         key = (chosen_task, None if chosen_yaml is None else str(chosen_yaml))
         if key not in evaluators:
-            evaluators[key] = Evaluator(chosen_task, chosen_yaml, trusted=trusted, verbose=verbose)
+            evaluators[key] = make_evaluator(chosen_task, chosen_yaml, trusted=trusted, verbose=verbose)
         results.append(evaluators[key].evaluate(checkpoint, episodes, seed))
     return results
 

@@ -7,18 +7,19 @@
     python scripts/benchmarks/population_vs_independent.py --task Pendulum-v1 \\
         --set gamma=0.8 --set learning_rate=3e-4 --seeds 0 1 2 3 --out runs/study-lr
 
-**Arms.** Three arms, each the real CPU member (``python -m async_pbt_isaaclab.examples.cpu_member``, rl_games PPO)
-under the local launcher (``python -m async_pbt_isaaclab.cli launch``), one N-member workspace per arm and seed,
-with the same command line: the study's own copy of the agent yaml with the case's start values (``--set``), the
-same mutation specs, the same member seeds (``agent.params.seed`` = 1000 x study seed + 1, plus the member index) and
-population seed (``agent.pbt.seed``), the same frames per member. ``population`` runs the package's defaults
-(``--explore``); ``sweep`` adds ``--pbt-max-restarts 0``: the population's own generation-0 draw (the same diverse
-values per member, the same weights), never exploiting: what a user who launches N runs over the bounds and keeps
-the best gets; ``independent`` adds ``--pbt-max-restarts 0 agent.pbt.start_spread=0``: N runs at the case's start.
-Every arm publishes and decides the same way, so the only difference is selection and the start. The arms of a seed
-train at the same time (``agent.params.torch_threads=1``), so they see the same machine load; the seeds run one
-after another. ``--baselines-from`` reuses a finished study's sweep and independent arms (no explore strategy
-changes them), so ``--explore pb2`` trains the population arm alone.
+**Arms.** Three arms, each the real CPU member (``python -m async_pbt_isaaclab.examples.cpu_member``, rl_games PPO;
+``rsl_rl_member``, rsl_rl's PPO, for the ``rsl_rl_*`` cases) under the local launcher (``python -m
+async_pbt_isaaclab.cli launch``), one N-member workspace per arm and seed, with the same command line: the study's
+own copy of the agent yaml with the case's start values (``--set``), the same mutation specs, the same member seeds
+(``agent.params.seed`` = 1000 x study seed + 1, plus the member index) and population seed (``agent.pbt.seed``), the
+same frames per member. ``population`` runs the package's defaults (``--explore``); ``sweep`` adds
+``--pbt-max-restarts 0``: the population's own generation-0 draw (the same diverse values per member, the same
+weights), never exploiting: what a user who launches N runs over the bounds and keeps the best gets; ``independent``
+adds ``--pbt-max-restarts 0 agent.pbt.start_spread=0``: N runs at the case's start. Every arm publishes and decides
+the same way, so the only difference is selection and the start. The arms of a seed train at the same time
+(``agent.params.torch_threads=1``), so they see the same machine load; the seeds run one after another.
+``--baselines-from`` reuses a finished study's sweep and independent arms (no explore strategy changes them), so
+``--explore pb2`` trains the population arm alone.
 
 **Cases** (``--case``; each fixes its start, the keys the population searches, their tuned values and its
 targets before any run of it). The population arm runs the package's defaults for a new population (rule, mutation
@@ -81,6 +82,7 @@ against their tuned values, is printed per seed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import subprocess
@@ -92,7 +94,14 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import study_analysis as analysis  # noqa: E402  (next to this script)
 import study_sweep  # noqa: E402
-from study_cases import CASES, Case, value_overrides  # noqa: E402,F401  (the cases live next to this script)
+from study_cases import (  # noqa: E402,F401  (the cases live next to this script)
+    CASES,
+    TRAINERS,
+    Case,
+    case_config,
+    config_epoch_frames,
+    value_overrides,
+)
 
 NEW_POPULATION_SEED = "agent.pbt.seed={seed}"
 """How the study passes its seed to the population: every random stream of the search follows it."""
@@ -263,6 +272,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.mutate = list(case.mutate) if args.mutate is None else args.mutate
     args.tuned = dict(case.tuned)
     args.goal = case.goal
+    args.trainer = case.trainer
     args.agent_seeds = f"{agent_seed(0)} + 1000 x seed"  # recorded, so older arms (1000 x seed) are not reused
     for flag, value in (
         ("--members", args.members),
@@ -273,6 +283,8 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     ):
         if value < 1:
             raise SystemExit(f"error: {flag} must be >= 1, got {value}")
+    if args.trainer != "rl_games" and args.vec_env != "gymnasium":
+        raise SystemExit(f"error: --vec-env {args.vec_env}: the {args.trainer} member trains on gymnasium only")
     for item in [*args.set_values, *args.mutate]:
         if "=" not in item or item.startswith("="):
             raise SystemExit(f"error: expected KEY=VALUE, got {item!r}")
@@ -286,15 +298,14 @@ def agent_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def agent_yaml(args: argparse.Namespace) -> Path:
-    """The agent yaml both arms train and the evaluation plays: ``--agent-yaml``, else the task's packaged one."""
-    from async_pbt_isaaclab.examples.agents import packaged_agent_yaml
-
+    """The config every arm trains and the evaluation plays: ``--agent-yaml``, else the case's (its own, or the
+    task's packaged one for the case's trainer)."""
     if args.agent_yaml:
         return Path(args.agent_yaml).absolute()
     try:
-        return packaged_agent_yaml(args.task)
-    except ValueError as exc:
-        raise SystemExit(f"error: --task: {exc}") from None
+        return case_config(dataclasses.replace(CASES[args.case], task=args.task))
+    except (KeyError, ValueError) as exc:
+        raise SystemExit(f"error: --task {args.task}: no packaged {args.trainer} config ({exc})") from None
 
 
 def write_case_yaml(args: argparse.Namespace, out: Path) -> None:
@@ -306,7 +317,8 @@ def write_case_yaml(args: argparse.Namespace, out: Path) -> None:
     from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
 
     smoke_set = CASES[args.case].smoke_set if args.smoke else ()
-    overrides = [*value_overrides(args.set_values), *(f"agent.params.config.{item}" for item in smoke_set)]
+    smoke_prefix = "agent.params.config." if args.trainer == "rl_games" else "agent."
+    overrides = [*value_overrides(args.set_values, args.trainer), *(smoke_prefix + item for item in smoke_set)]
     args.agent_source = str(agent_yaml(args))
     cfg = apply_overrides(load_yaml(args.agent_source), overrides)
     path = out / "agent_case.yaml"
@@ -317,17 +329,16 @@ def write_case_yaml(args: argparse.Namespace, out: Path) -> None:
 def frames_per_epoch(args: argparse.Namespace) -> int:
     from async_pbt_isaaclab.core.agent_config import load_yaml
 
-    cfg = load_yaml(agent_yaml(args))
-    config = cfg["params"]["config"]
-    return int(config["num_actors"]) * int(config["horizon_length"])
+    return config_epoch_frames(load_yaml(agent_yaml(args)), args.trainer)
 
 
 def member_command(args: argparse.Namespace, seed: int, workspace: Path, epochs: int, arm: str) -> list[str]:
+    trainer = TRAINERS[args.trainer]
     cmd = [
         sys.executable,
         "-m",
-        "async_pbt_isaaclab.examples.cpu_member",
-        "--agent",
+        trainer.module,
+        trainer.config_flag,
         str(agent_yaml(args)),
         "--max_iterations",
         str(epochs),
@@ -340,9 +351,9 @@ def member_command(args: argparse.Namespace, seed: int, workspace: Path, epochs:
         # Retention off: the held-out evaluation afterwards needs every interval's checkpoint.
         "--pbt-keep-last-checkpoints",
         "1000000",
-        "agent.params.torch_threads=1",
-        f"agent.params.seed={agent_seed(seed)}",
-        f"agent.params.config.env_name={args.task}",
+        f"{trainer.threads_key}=1",
+        f"{trainer.seed_key}={agent_seed(seed)}",
+        f"{trainer.task_key}={args.task}",
         *agent_overrides(args),
     ]
     # The population arm runs the package's defaults for a new population; only what is given here changes them.
@@ -423,7 +434,7 @@ def finish_seed(args: argparse.Namespace, job: dict) -> dict:
 
 REUSE_MUST_MATCH = (
     "case task agent_source set_values mutate members frames_per_member interval eval_every eval_episodes "
-    "member_flag vec_env agent_seeds"
+    "member_flag vec_env agent_seeds trainer"
 ).split()
 """The settings that define the baseline arms and their evaluation: a reused arm must have run with these (the sweep
 also draws its start from the population seed, the members and the mutation specs, all of them here)."""
@@ -446,12 +457,13 @@ def reused_baselines(args: argparse.Namespace) -> dict | None:
         old = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise SystemExit(f"error: --baselines-from needs {path} from a finished study ({exc})") from None
-    differ = [k for k in REUSE_MUST_MATCH if old["settings"].get(k) != getattr(args, k)]
+    settings = {"trainer": "rl_games", **old["settings"]}  # studies before the rsl_rl cases trained rl_games
+    differ = [k for k in REUSE_MUST_MATCH if settings.get(k) != getattr(args, k)]
     missing = [s for s in args.seeds if str(s) not in old["seeds"] or "sweep" not in old["seeds"][str(s)]]
     if differ or missing:
         raise SystemExit(
             f"error: {path} cannot stand in for these baseline arms: "
-            + "; ".join([f"{k}: {old['settings'].get(k)!r} there, {getattr(args, k)!r} here" for k in differ])
+            + "; ".join([f"{k}: {settings.get(k)!r} there, {getattr(args, k)!r} here" for k in differ])
             + (f"; seeds {missing} not in it (with a sweep arm)" if missing else "")
         )
     return old
@@ -533,9 +545,9 @@ def main(argv: list[str] | None = None) -> int:
     epochs = math.ceil(args.frames_per_member / per_epoch)
     frames = epochs * per_epoch
     points = analysis.eval_points(frames, args.interval * args.eval_every)
-    from async_pbt_isaaclab.commands.evaluate import Evaluator
+    from async_pbt_isaaclab.commands.evaluate import make_evaluator
 
-    evaluator = Evaluator(args.task, agent_yaml(args))
+    evaluator = make_evaluator(args.task, agent_yaml(args))
     results = {
         "settings": {k: v for k, v in vars(args).items()},
         "frames_per_member": frames,

@@ -32,16 +32,24 @@ import study_cases
 def command(
     case: study_cases.Case | study_cases.Screen, values: tuple[str, ...], workspace: Path, args: argparse.Namespace
 ) -> list[str]:
-    per_epoch = study_cases.frames_per_epoch(case.task, values)
+    from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
+
+    trainer = getattr(case, "trainer", "rl_games")
+    overrides = study_cases.value_overrides(values, trainer)
+    config = study_cases.case_config(case)
+    per_epoch = study_cases.config_epoch_frames(apply_overrides(load_yaml(config), overrides), trainer)
     return study_cases.solo_run_command(
         case.task,
         workspace,
         args.interval,
+        study_cases.TRAINERS[trainer].config_flag,
+        str(config),
         "--max_iterations",
         str(-(-args.frames // per_epoch)),
         *(["--vec-env", args.vec_env] if args.vec_env else []),
-        f"agent.params.seed={args.seed}",
-        *study_cases.value_overrides(values),
+        f"{study_cases.TRAINERS[trainer].seed_key}={args.seed}",
+        *overrides,
+        trainer=trainer,
     )
 
 

@@ -423,9 +423,13 @@ def _start_values(settings: dict[str, Any]) -> dict[str, float]:
     from async_pbt_isaaclab.core.agent_config import get_path, load_yaml, parse_override
     from async_pbt_isaaclab.core.decision.mutation import agent_path
     from async_pbt_isaaclab.examples.agents import PACKAGED_AGENTS
+    from async_pbt_isaaclab.rsl_rl.member_config import agent_view
 
     default = PACKAGED_AGENTS.get(settings.get("task") or "Pendulum-v1", PACKAGED_AGENTS["Pendulum-v1"])
-    config = load_yaml(settings.get("agent_yaml") or default)["params"]["config"]
+    cfg = load_yaml(settings.get("agent_yaml") or default)
+    if settings.get("trainer") == "rsl_rl":  # the study's own copy holds the start: read as the members read it
+        cfg = agent_view(cfg)
+    config = cfg["params"]["config"]
     # Where each searched key lives in the agent config, as the members read it (an env key: ``env_config.<name>``).
     paths = {tuple(agent_path(k)[2:]): k for k in settings.get("tuned") or {}}
     out: dict[str, Any] = {}
@@ -434,7 +438,7 @@ def _start_values(settings: dict[str, Any]) -> dict[str, float]:
             out[k] = get_path(config, path)
         except KeyError:  # not in the yaml: the key's default applies, unknown here
             out[k] = None
-    for item in settings.get("set_values") or []:
+    for item in [] if settings.get("trainer") == "rsl_rl" else settings.get("set_values") or []:
         (override,) = value_overrides([item])
         parts, value = parse_override(override)
         key = paths.get(tuple(parts[2:])) if parts[:2] == ["params", "config"] else None

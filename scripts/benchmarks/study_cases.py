@@ -42,6 +42,10 @@ class Case:
     screen: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """Configurations screened with one plain run each before any population ran on the case (``screen_case.py``):
     a label and its values on top of the packaged yaml."""
+    trainer: str = "rl_games"
+    """The members' trainer (:data:`TRAINERS`): ``rl_games`` (``cpu_member``) or ``rsl_rl`` (``rsl_rl_member``)."""
+    config: str | None = None
+    """The config every arm starts from (a path next to this script), where not the task's packaged one."""
 
 
 MUJOCO_FULL = {"frames_per_member": 524_288, "interval": 32_768, "eval_every": 2, "eval_episodes": 8}
@@ -237,6 +241,7 @@ SCREENS = {
 STANDING_TARGETS = (5.0, 2.0, 8.0)
 """Metres travelled per held-out episode, fixed from the screen before any population ran: both default-weight runs
 passed 5 m by 196k-262k frames and 8 m by 327k (training distance); a standing policy travels under 0.2 m."""
+
 REWARD_WEIGHT_CASES = {
     "hopper_standing": Case(
         "Hopper-v5 with healthy_reward 30 (default 1): standing still pays best, so no PPO value makes a run "
@@ -255,15 +260,69 @@ REWARD_WEIGHT_CASES = {
 }
 """Reward-weight cases: a start no PPO search can fix, defined after its screen (:data:`SCREENS`)."""
 
+RSL_RL_HOPPER_TUNED = ("runner.actor.obs_normalization=true", "runner.critic.obs_normalization=true")
+"""rsl_rl's Hopper start: the packaged config (Isaac Lab's Ant values, 64 envs x 32 steps) with rsl_rl's observation
+normalisers on, for the actor and the critic. Measured before any population ran (one run each, agent seed 42,
+training return of the member's last 64 episodes): without them 477 / 771 at 524k / 1M frames, a third of the 2,383
++/- 272 CleanRL's PPO publishes for Hopper at 1M steps; with them 931 / 1,533 / 1,300 at 524k / 786k / 1M.
+CleanRL's own values written in rsl_rl's form (10 epochs of 32 minibatches, 3e-4 fixed, 64x64 tanh, normalisers on;
+no reward normalisation, which rsl_rl lacks) reached 380 at 458k frames and was stopped."""
+RSL_RL_HOPPER_SCREEN = (
+    ("tuned", RSL_RL_HOPPER_TUNED),
+    ("kl1e-3", (*RSL_RL_HOPPER_TUNED, "desired_kl=0.001")),
+    ("kl1e-4", (*RSL_RL_HOPPER_TUNED, "desired_kl=0.0001")),
+)
+"""The rsl_rl Hopper starts screened before the cases were fixed (``screen_case.py --case rsl_rl_hopper_kl --seed 1
+--frames 786432``): training return 813 / 328 / 338 at 524k frames (tuned / desired_kl 1e-3 / 1e-4): a KL target
+10x or 100x below rsl_rl's usual 0.01 keeps the learning rate so low that the runs stand and fall."""
+RSL_RL_HOPPER_TARGETS = (1000.0, 700.0, 1500.0)
+"""Held-out returns, fixed from the tuned reference (``tuned_reference.py --case rsl_rl_hopper_tuned``: agent seed
+42, 16 episodes per checkpoint) before any population ran: 684 / 851 / 1,414 / 1,189 / 2,616 at 393k / 458k / 524k /
+590k / 655k frames (1,383 at 1M): 700 reached at 458k, 1000 at 524k, 1500 at 655k. 1000 is what standing still for a
+whole episode scores; 1500 needs hopping."""
+RSL_RL_FULL = {**MUJOCO_FULL, "frames_per_member": 786_432}
+"""rsl_rl's Hopper members train 786,432 frames (384 iterations of 2,048): the tuned reference passes every target by
+655k."""
+RSL_RL_COMMON = {
+    "task": "Hopper-v5",
+    "full": RSL_RL_FULL,
+    "smoke_set": ("env.num_envs=4", "runner.num_steps_per_env=64"),
+    "trainer": "rsl_rl",
+}
+RSL_RL_CASES = {
+    "rsl_rl_hopper_kl": Case(
+        "Hopper-v5 with rsl_rl members: desired_kl 10x too low (1e-3, rsl_rl's usual 0.01), which the adaptive "
+        "schedule follows by holding the learning rate down; the population searches desired_kl with the default "
+        "spec (log-uniform [1e-3, 0.05], the start at its bound)",
+        (*RSL_RL_HOPPER_TUNED, "desired_kl=0.001"),
+        ("desired_kl=mutate_float",),
+        {"desired_kl": 0.01},
+        RSL_RL_HOPPER_TARGETS,
+        "faster",
+        screen=RSL_RL_HOPPER_SCREEN,
+        **RSL_RL_COMMON,
+    ),
+    "rsl_rl_hopper_tuned": Case(
+        "Hopper-v5 with rsl_rl members from the tuned start (desired_kl 0.01, normalisers on): what searching costs",
+        RSL_RL_HOPPER_TUNED,
+        ("desired_kl=mutate_float",),
+        {"desired_kl": 0.01},
+        RSL_RL_HOPPER_TARGETS,
+        "no_worse",
+        **RSL_RL_COMMON,
+    ),
+}
+"""The study with rsl_rl members (rsl_rl's own PPO through ``rsl_rl_member``)."""
 
-def solo_run_command(task: str, workspace: Path, interval: int, *extra: str) -> list[str]:
-    """The CPU member of ``task`` trained alone, as a user would: a 2-member workspace where it publishes a record and
-    a checkpoint every ``interval`` frames and never exploits or explores (``--pbt-max-restarts 0``); ``extra``
-    flags and overrides follow."""
+
+def solo_run_command(task: str, workspace: Path, interval: int, *extra: str, trainer: str = "rl_games") -> list[str]:
+    """The CPU member of ``task`` (of ``trainer``) trained alone, as a user would: a 2-member workspace where it
+    publishes a record and a checkpoint every ``interval`` frames and never exploits or explores
+    (``--pbt-max-restarts 0``); ``extra`` flags and overrides follow."""
     return [
         sys.executable,
         "-m",
-        "async_pbt_isaaclab.examples.cpu_member",
+        TRAINERS[trainer].module,
         "--task",
         task,
         "--pbt-workspace",
@@ -280,14 +339,76 @@ def solo_run_command(task: str, workspace: Path, interval: int, *extra: str) -> 
     ]
 
 
-def value_overrides(values: tuple[str, ...] | list[str]) -> list[str]:
-    """``KEY=VALUE`` (a short KEY is ``params.config.KEY``) as the member's ``agent.*`` overrides."""
+@dataclass(frozen=True)
+class StudyTrainer:
+    """How the study drives one trainer's CPU member: its module and the names its command line uses."""
+
+    module: str
+    """The member (``python -m MODULE``)."""
+    config_flag: str
+    """The flag that names the config it trains."""
+    seed_key: str
+    """Member 0's agent seed (member ``i`` adds ``i``)."""
+    threads_key: str
+    """torch's intra-op threads."""
+    task_key: str
+    """The gymnasium task."""
+
+
+TRAINERS = {
+    "rl_games": StudyTrainer(
+        "async_pbt_isaaclab.examples.cpu_member",
+        "--agent",
+        "agent.params.seed",
+        "agent.params.torch_threads",
+        "agent.params.config.env_name",
+    ),
+    "rsl_rl": StudyTrainer(
+        "async_pbt_isaaclab.examples.rsl_rl_member",
+        "--config",
+        "agent.runner.seed",
+        "agent.torch_threads",
+        "agent.env.id",
+    ),
+}
+"""The trainers a study case can name (:attr:`Case.trainer`)."""
+
+
+def case_config(case: "Case | Screen") -> Path:
+    """The config a case's (or a screen's) runs start from: its own (:attr:`Case.config`) or the task's packaged one
+    for its trainer."""
+    from async_pbt_isaaclab.examples.agents import PACKAGED_RSL_RL_CONFIGS, packaged_agent_yaml
+
+    if getattr(case, "config", None):
+        return Path(__file__).resolve().parent / str(case.config)
+    if getattr(case, "trainer", "rl_games") == "rsl_rl":
+        return PACKAGED_RSL_RL_CONFIGS[case.task]
+    return packaged_agent_yaml(case.task)
+
+
+def value_overrides(values: tuple[str, ...] | list[str], trainer: str = "rl_games") -> list[str]:
+    """``KEY=VALUE`` as the member's ``agent.*`` overrides; a short KEY (no dot) is a hyperparameter by its own name:
+    ``params.config.KEY`` for rl_games, where rsl_rl's runner config keeps it for rsl_rl (``runner.algorithm.KEY``,
+    ``runner.num_steps_per_env``)."""
+    from async_pbt_isaaclab.rsl_rl.member_config import rsl_rl_key
+
     out = []
     for item in values:
         key, value = item.split("=", 1)
         key = key[len("agent.") :] if key.startswith("agent.") else key
-        out.append(f"agent.{key if '.' in key else 'params.config.' + key}={value}")
+        if "." in key:
+            out.append(f"agent.{key}={value}")
+        else:
+            out.append(f"{rsl_rl_key(key) if trainer == 'rsl_rl' else 'agent.params.config.' + key}={value}")
     return out
+
+
+def config_epoch_frames(cfg: dict, trainer: str = "rl_games") -> int:
+    """Frames one epoch (rl_games) or iteration (rsl_rl) of the config ``cfg`` trains."""
+    if trainer == "rsl_rl":
+        return int(cfg["env"]["num_envs"]) * int(cfg["runner"]["num_steps_per_env"])
+    config = cfg["params"]["config"]
+    return int(config["num_actors"]) * int(config["horizon_length"])
 
 
 def frames_per_epoch(task: str, values: tuple[str, ...] | list[str] = (), agent_yaml: str | None = None) -> int:
@@ -296,8 +417,7 @@ def frames_per_epoch(task: str, values: tuple[str, ...] | list[str] = (), agent_
     from async_pbt_isaaclab.examples.agents import packaged_agent_yaml
 
     cfg = apply_overrides(load_yaml(agent_yaml or packaged_agent_yaml(task)), value_overrides(values))
-    config = cfg["params"]["config"]
-    return int(config["num_actors"]) * int(config["horizon_length"])
+    return config_epoch_frames(cfg)
 
 
 CASES = {
@@ -330,5 +450,6 @@ CASES = {
     **_mujoco_cases("hopper", "Hopper-v5", HOPPER_TARGETS, HOPPER_MEASURED, "not screened"),
     **SWEEP_UNREACHABLE,
     **REWARD_WEIGHT_CASES,
+    **RSL_RL_CASES,
 }
 """The study's cases; targets were fixed from the tuned reference before the cases were run (docs/validation.md)."""
