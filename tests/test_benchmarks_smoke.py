@@ -245,6 +245,75 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
     assert (out / "population_vs_independent_target1e+09.png").is_file()
 
 
+RSL_RL_CASES = sorted(c for c, spec in _load_study().CASES.items() if spec.trainer == "rsl_rl")
+
+
+@pytest.mark.parametrize("case", RSL_RL_CASES)
+def test_every_rsl_rl_case_is_a_config_its_members_accept(case, tmp_path):
+    """An rsl_rl case's start values land in the study's own copy of its rsl_rl config, where rsl_rl's runner reads
+    them, and that config with the case's mutation specs is one the rsl_rl member starts with."""
+    from async_pbt_isaaclab.core.agent_config import get_path, load_yaml, parse_override
+    from async_pbt_isaaclab.rsl_rl.member_config import load_member_config
+
+    study = _load_study()
+    spec = study.CASES[case]
+    args = study.resolve(study.build_parser().parse_args(["--case", case, "--smoke", "--out", str(tmp_path)]))
+    study.write_case_yaml(args, tmp_path)
+    raw = load_yaml(args.agent_yaml)
+    assert set(raw) >= {"env", "runner", "pbt"}
+    for item in spec.set_values:
+        (override,) = study.value_overrides([item], "rsl_rl")
+        parts, value = parse_override(override)
+        assert parts[0] == "runner" and get_path(raw, parts) == value, (item, override)
+    pbt = [f"agent.pbt.{k}" for k in ("enabled=true", "num_policies=2", f"workspace={tmp_path / 'ws'}")]
+    _, _, cfg = load_member_config(raw, [*pbt, *study.agent_overrides(args)], args.agent_yaml)
+    assert sorted(cfg.mutation) == sorted(item.split("=", 1)[0] for item in spec.mutate)
+
+
+@pytest.mark.slow
+def test_an_rsl_rl_case_trains_rsl_rl_members_and_plays_their_checkpoints(tmp_path, capsys):
+    """``--case rsl_rl_hopper_kl --smoke``: every arm's members are rsl_rl members (rsl_rl's config, rsl_rl's
+    checkpoints), the independent runs keep the case's start, the sweep draws the population's start, and a figure of
+    the study is what ``async-pbt evaluate`` plays for that checkpoint."""
+    import json
+    import math
+    import statistics
+
+    from async_pbt_isaaclab.checkpoint_io import load_checkpoint
+    from async_pbt_isaaclab.commands.evaluate import DEFAULT_EVAL_SEED, evaluate_checkpoints
+    from async_pbt_isaaclab.core.agent_config import load_yaml
+    from async_pbt_isaaclab.rsl_rl.layout import LAYOUTS
+    from async_pbt_isaaclab.rsl_rl.release import installed_line
+
+    study = _load_study()
+    out = tmp_path / "study"
+    assert study.main(["--case", "rsl_rl_hopper_kl", "--smoke", "--out", str(out)]) == 0
+    capsys.readouterr()
+    results = json.loads((out / "results.json").read_text())
+    assert results["settings"]["trainer"] == "rsl_rl" and results["frames_per_epoch"] == 4 * 64
+    (run,) = results["seeds"].values()
+    assert run["launcher_exit"] == {"population": 0, "sweep": 0, "independent": 0}
+    ws = out / "seed0"
+    for arm in ("population", "sweep", "independent"):
+        for m, member in run[arm]["members"].items():
+            assert all(p["checkpoint"] and math.isfinite(p["report"]) for p in member["points"])
+            folder = ws / arm / "members" / f"{int(m):03d}"
+            config = load_yaml(folder / "agent.yaml")["rsl_rl"]
+            assert config["runner"]["actor"]["obs_normalization"] is True  # the case's start, in rsl_rl's config
+            for path in (folder / "checkpoints").glob("*.pth"):  # rsl_rl's own layout of the installed line
+                load_checkpoint(path, LAYOUTS[installed_line()].kind)
+    start = _first_entry(ws / "independent" / "members" / "001" / "audit.jsonl")
+    assert start["kind"] == "start" and start["hyperparameters"]["desired_kl"] == pytest.approx(0.001)
+    draws = [_first_entry(ws / arm / "members" / "001" / "audit.jsonl") for arm in ("population", "sweep")]
+    assert draws[0]["new_hyperparameters"] == draws[1]["new_hyperparameters"]
+    point = run["population"]["members"]["0"]["points"][-1]
+    episodes = results["settings"]["eval_episodes"]
+    (played,) = evaluate_checkpoints([ws / "population" / point["checkpoint"]], episodes=2 * episodes)
+    assert played.seed == DEFAULT_EVAL_SEED
+    assert statistics.fmean(played.objective_values[:episodes]) == pytest.approx(point["selection"])
+    assert statistics.fmean(played.objective_values[episodes:]) == pytest.approx(point["report"])
+
+
 def test_action_step_benchmark_reports_every_variant():
     """``scripts/benchmarks/action_step.py`` on Pendulum's packaged agent, tiny: every variant is timed."""
     proc = subprocess.run(
