@@ -6,7 +6,7 @@ config a checkpoint is played with is an rsl_rl one: a member's ``agent.yaml`` (
 rsl-rl-lib's own: an ``OnPolicyRunner`` built from that config on one CPU env, the checkpoint loaded as
 ``runner.load`` loads it (:mod:`async_pbt_isaaclab.rsl_rl.layout`, through the safe loader), and the actions of
 ``runner.get_inference_policy()`` (the Gaussian's mean). The episodes, seeds, return and objective are
-:func:`~async_pbt_isaaclab.commands.evaluate.play_episodes`', the rl_games player's, so both trainers are judged alike.
+:func:`~async_pbt_isaaclab.commands.episodes.play_episodes`', the rl_games player's, so both trainers are judged alike.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class RslRlEvaluator:
 
         from tensordict import TensorDict
 
-        from async_pbt_isaaclab.commands.evaluate import play_episodes
+        from async_pbt_isaaclab.commands.episodes import play_episodes
         from async_pbt_isaaclab.envs.rsl_rl_vec_env import OBS_GROUP
 
         if episodes < 1:
