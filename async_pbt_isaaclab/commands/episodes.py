@@ -11,6 +11,14 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping
 
+VEC_ENV_KEYS = ("seed", "pbt_condition", "pbt_terms")
+"""Keys of a config's ``env_config`` that the members' vec-env reads and the task itself does not take."""
+
+
+def task_kwargs(env_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The keyword arguments of ``gymnasium.make`` in a config's ``env_config`` (the vec-env's own keys left out)."""
+    return {k: v for k, v in (env_config or {}).items() if k not in VEC_ENV_KEYS}
+
 
 def play_episodes(
     make_env: Callable[[Mapping[str, Any]], Any],

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from async_pbt_isaaclab.commands.common import CliError, emit_json, format_table
-from async_pbt_isaaclab.commands.episodes import play_episodes
+from async_pbt_isaaclab.commands.episodes import play_episodes, task_kwargs
 from async_pbt_isaaclab.commands.evaluation_records import (
     Evaluation,
     checkpoint_setup,
@@ -123,11 +123,7 @@ class Evaluator:
         env values, ``env.<name>``, over the yaml's)."""
         import gymnasium
 
-        kwargs = {
-            k: v
-            for k, v in (self.cfg["params"]["config"].get("env_config") or {}).items()
-            if k not in ("seed", "pbt_condition", "pbt_terms")
-        }
+        kwargs = task_kwargs(self.cfg["params"]["config"].get("env_config"))
         kwargs.update({env_parameter(k): v for k, v in (env_values or {}).items()})
         try:
             return gymnasium.make(self.task, **kwargs)
