@@ -411,15 +411,6 @@ def config_epoch_frames(cfg: dict, trainer: str = "rl_games") -> int:
     return int(config["num_actors"]) * int(config["horizon_length"])
 
 
-def frames_per_epoch(task: str, values: tuple[str, ...] | list[str] = (), agent_yaml: str | None = None) -> int:
-    """Frames one rl_games epoch of ``task``'s packaged yaml (or ``agent_yaml``) trains, with ``values`` applied."""
-    from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
-    from async_pbt_isaaclab.examples.agents import packaged_agent_yaml
-
-    cfg = apply_overrides(load_yaml(agent_yaml or packaged_agent_yaml(task)), value_overrides(values))
-    return config_epoch_frames(cfg)
-
-
 CASES = {
     "gamma": Case(
         "discount mis-set to 0.8 (tuned 0.95): an independent run improves slowly and stays below a tuned one",
