@@ -123,6 +123,7 @@ def _build(
     from async_pbt_isaaclab.rl_games.exploration import register_bounded_exploration
     from async_pbt_isaaclab.rl_games.multi_observer import MultiObserver
     from async_pbt_isaaclab.rl_games.pbt_logging import PbtScalarsObserver
+    from async_pbt_isaaclab.rl_games.training_run import say_if_unseeded
 
     register_bounded_exploration()
     layout = host.layout
@@ -138,6 +139,7 @@ def _build(
         # Members must not share a seed, or the slices start as copies of one run (the process's seed is its first
         # member's, as a process member's is its index's: each slice adds its slot).
         cfg["params"]["seed"] = int(cfg["params"].get("seed", 0) or 0) + m.slot
+        say_if_unseeded(member, cfg)  # slot 0 of a process seeded 0 trains unseeded, as a process member would
         m.observer = observer
         m.agent = build_slice_agent(
             cfg,

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 WARNING = "params.seed is 0, which rl_games reads as unset"
 
 
-def _first_weights(tmp_path: Path, name: str, seed: int) -> tuple[str, str]:
+def _first_weights(tmp_path: Path, name: str, seed: int, *extra: str) -> tuple[str, str]:
     """The fingerprint of member 0's first checkpoint after one epoch with ``--seed seed``, and its log."""
     from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
 
@@ -30,7 +30,7 @@ def _first_weights(tmp_path: Path, name: str, seed: int) -> tuple[str, str]:
          "--pbt-members", "2", "--pbt-index", "0", "--seed", str(seed), "--max_iterations", "1", "--num_envs", "8",
          "--train-dir", str(ws / "runs"), "--pbt-interval-steps", "512", "agent.params.torch_threads=1",
          "agent.params.config.horizon_length=64", "agent.params.config.minibatch_size=256",
-         "agent.params.config.mini_epochs=1"],
+         "agent.params.config.mini_epochs=1", *extra],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -44,3 +44,10 @@ def test_a_member_with_seed_0_is_not_repeatable_and_says_so(tmp_path):
     assert unseeded[0][0] != unseeded[1][0], "rl_games seeded a seed of 0: the warning would be wrong"
     assert seeded[0][0] == seeded[1][0], "the same nonzero seed gave other weights"
     assert all(WARNING in err for _, err in unseeded) and not any(WARNING in err for _, err in seeded)
+
+
+def test_a_slice_host_seeded_0_says_so_for_its_first_slice_only(tmp_path):
+    """Slices seed each member with the process's seed plus its slot: with seed 0 the first slice is the unseeded
+    one (member 0), the second is seeded 1, and only the first says so."""
+    _, err = _first_weights(tmp_path, "slices", 0, "--pbt-slices", "2")
+    assert f"member 0: {WARNING}" in err and f"member 1: {WARNING}" not in err, err[-3000:]
