@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping
 
-VEC_ENV_KEYS = ("seed", "pbt_condition", "pbt_terms")
-"""Keys of a config's ``env_config`` that the members' vec-env reads and the task itself does not take."""
-
 
 def task_kwargs(env_config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The keyword arguments of ``gymnasium.make`` in a config's ``env_config`` (the vec-env's own keys left out)."""
-    return {k: v for k, v in (env_config or {}).items() if k not in VEC_ENV_KEYS}
+    """The keyword arguments of ``gymnasium.make`` in a config's ``env_config``: the vec-env's own keys, which the
+    task does not take, left out (the vec-env names them; imported here, where an env is about to be made)."""
+    from async_pbt_isaaclab.envs.gym_vec_env import RESERVED_ENV_CONFIG_KEYS
+
+    return {k: v for k, v in (env_config or {}).items() if k not in RESERVED_ENV_CONFIG_KEYS}
 
 
 def play_episodes(
