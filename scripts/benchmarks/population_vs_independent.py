@@ -317,7 +317,7 @@ def write_case_yaml(args: argparse.Namespace, out: Path) -> None:
     from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
 
     smoke_set = CASES[args.case].smoke_set if args.smoke else ()
-    smoke_prefix = "agent.params.config." if args.trainer == "rl_games" else "agent."
+    smoke_prefix = TRAINERS[args.trainer].smoke_prefix
     overrides = [*value_overrides(args.set_values, args.trainer), *(smoke_prefix + item for item in smoke_set)]
     args.agent_source = str(agent_yaml(args))
     cfg = apply_overrides(load_yaml(args.agent_source), overrides)

@@ -482,7 +482,8 @@ def plot(results: dict[str, Any], target: float, members: int, path: Path) -> No
     ax.set_ylabel(f"held-out {measured(results)} (deterministic policy)")
     secondary = ax.secondary_xaxis("top", functions=(lambda v: v / members, lambda v: v * members))
     secondary.set_xlabel("frames per member / per run")
-    start = ", ".join(v.removeprefix("params.config.") for v in results["settings"]["set_values"])
+    # a case that keeps the packaged config (``tuned``) has no start values: say so rather than an empty "start"
+    start = ", ".join(v.removeprefix("params.config.") for v in results["settings"]["set_values"]) or "as packaged"
     title = f"{results['settings']['task']}, start {start}; {len(results['seeds'])} seeds"
     ax.set_title(textwrap.fill(title, 100), fontsize=10)  # a long start wraps instead of running off the figure
     ax.legend(loc="lower right", fontsize=8)

@@ -353,6 +353,8 @@ class StudyTrainer:
     """torch's intra-op threads."""
     task_key: str
     """The gymnasium task."""
+    smoke_prefix: str
+    """What a case's :attr:`Case.smoke_set` items are written under, as typed on the member's command line."""
 
 
 TRAINERS = {
@@ -362,6 +364,7 @@ TRAINERS = {
         "agent.params.seed",
         "agent.params.torch_threads",
         "agent.params.config.env_name",
+        "agent.params.config.",
     ),
     "rsl_rl": StudyTrainer(
         "async_pbt_isaaclab.examples.rsl_rl_member",
@@ -369,6 +372,7 @@ TRAINERS = {
         "agent.runner.seed",
         "agent.torch_threads",
         "agent.env.id",
+        "agent.",
     ),
 }
 """The trainers a study case can name (:attr:`Case.trainer`)."""
