@@ -160,10 +160,10 @@ def start_member(
     try:
         from async_pbt_isaaclab.core.decision.start import command_line_keys
 
-        seed, pinned = ws.population_seed(meta), command_line_keys(argv[1:], cfg, override_name)
         session, built = _prepare(
-            agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term, seed, start_info or {},
-            pinned,
+            agent_cfg, cfg, ws, lock, argv=argv, train_dir=train_dir, checkpoint=checkpoint, start_info=start_info,
+            condition=ConditionLabel(task=task, objective=term, reward_config=reward_config),
+            seed=ws.population_seed(meta), pinned=command_line_keys(argv[1:], cfg, override_name),
         )  # fmt: skip
         save_agent_config(session.dir, built)  # what `async-pbt evaluate` rebuilds the member's policy from
         return session, built
@@ -173,8 +173,10 @@ def start_member(
 
 
 def _prepare(
-    agent_cfg, cfg, ws, lock, argv, train_dir, task, checkpoint, reward_config, term, seed, start_info, pinned
-):
+    agent_cfg: dict[str, Any], cfg: PopulationConfig, ws: Workspace, lock: MemberLock, *, argv: list[str],
+    train_dir: str, checkpoint: str | None, condition: ConditionLabel, seed: int | None, pinned: tuple[str, ...],
+    start_info: dict[str, Any] | None,
+) -> tuple[MemberSession, dict[str, Any]]:  # fmt: skip
     mdir = ws.member_dir(cfg.policy_idx)
     clear_leftovers(ws, cfg)
     agent_cfg = copy.deepcopy(agent_cfg)
@@ -194,7 +196,7 @@ def _prepare(
         lock=lock,
         state=state,
         audit=audit,
-        condition=ConditionLabel(task=task, objective=term, reward_config=reward_config),
+        condition=condition,
         argv=argv,
     )
     _choose_start_checkpoint(session, checkpoint, fresh_member)
@@ -224,7 +226,7 @@ def _prepare(
             "rng_state": state.rng_state,
             # Restarts must not grow the environment (Isaac Lab's python.sh re-sources paths on every start).
             "environ_size": sum(len(k) + len(v) for k, v in os.environ.items()),
-            **start_info,
+            **(start_info or {}),
         },
     )
     session.save()
