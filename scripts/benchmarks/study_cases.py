@@ -93,7 +93,7 @@ def _mujoco_cases(
     prefix: str, task: str, targets: tuple[float, ...], measured: str, lr_screen: str
 ) -> dict[str, "Case"]:
     """The three cases of a MuJoCo task, on its packaged yaml (rl_games' tuned config: learning rate 5e-4 under
-    the adaptive schedule); ``targets`` were fixed from the tuned reference run before any case ran."""
+    the adaptive schedule); ``targets`` were fixed before the mis-set cases ran (``measured`` says from what)."""
     common = {"task": task, "full": MUJOCO_FULL, "smoke_set": MUJOCO_SMOKE_SET}
     tuned = {"learning_rate": 5e-4}
     return {
