@@ -12,14 +12,6 @@ import math
 from typing import Any, Callable, Mapping
 
 
-def task_kwargs(env_config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The keyword arguments of ``gymnasium.make`` in a config's ``env_config``: the vec-env's own keys, which the
-    task does not take, left out (the vec-env names them; imported here, where an env is about to be made)."""
-    from async_pbt_isaaclab.envs.gym_vec_env import RESERVED_ENV_CONFIG_KEYS
-
-    return {k: v for k, v in (env_config or {}).items() if k not in RESERVED_ENV_CONFIG_KEYS}
-
-
 def play_episodes(
     make_env: Callable[[Mapping[str, Any]], Any],
     act: Callable[[Any], Any],

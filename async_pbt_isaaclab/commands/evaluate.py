@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from async_pbt_isaaclab.commands.common import CliError, emit_json, format_table
-from async_pbt_isaaclab.commands.episodes import play_episodes, task_kwargs
+from async_pbt_isaaclab.commands.episodes import play_episodes
 from async_pbt_isaaclab.commands.evaluation_records import (
     Evaluation,
     checkpoint_setup,
@@ -122,6 +122,8 @@ class Evaluator:
         """One env of the task, built with the yaml's ``env_config`` and ``env_values`` (a checkpoint's own searched
         env values, ``env.<name>``, over the yaml's)."""
         import gymnasium
+
+        from async_pbt_isaaclab.envs.gym_vec_env import task_kwargs
 
         kwargs = task_kwargs(self.cfg["params"]["config"].get("env_config"))
         kwargs.update({env_parameter(k): v for k, v in (env_values or {}).items()})

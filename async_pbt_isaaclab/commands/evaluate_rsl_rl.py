@@ -68,7 +68,7 @@ class RslRlEvaluator:
         """One env of the task with the config's ``env.env_config`` and a checkpoint's searched env values."""
         import gymnasium
 
-        from async_pbt_isaaclab.commands.episodes import task_kwargs
+        from async_pbt_isaaclab.envs.gym_vec_env import task_kwargs
 
         kwargs = task_kwargs(self.cfg["env"].get("env_config"))
         kwargs.update({env_parameter(k): v for k, v in (env_values or {}).items()})

@@ -57,6 +57,13 @@ VECENV_TYPE = "ASYNC_PBT_GYM"
 #: Keys of ``env_config`` consumed here; every other key is a ``gymnasium.make`` keyword.
 RESERVED_ENV_CONFIG_KEYS = ("seed", "pbt_condition", "pbt_terms")
 
+
+def task_kwargs(env_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``gymnasium.make`` keywords in an ``env_config``: every key but :data:`RESERVED_ENV_CONFIG_KEYS` (for the
+    players, which make a task's env without this vec-env)."""
+    return {k: v for k, v in (env_config or {}).items() if k not in RESERVED_ENV_CONFIG_KEYS}
+
+
 try:  # gymnasium >= 1.0
     from gymnasium.vector import AutoresetMode
 
@@ -392,4 +399,5 @@ __all__ = [
     "find_summary_source",
     "gym_id_for",
     "missing_task_module",
+    "task_kwargs",
 ]

@@ -8,15 +8,14 @@ from typing import Any, Iterable, Mapping
 
 import gymnasium
 
-from async_pbt_isaaclab.envs.gym_vec_env import RESERVED_ENV_CONFIG_KEYS, VECENV_TYPE, GymVecEnv, gym_id_for
+from async_pbt_isaaclab.envs.gym_vec_env import VECENV_TYPE, GymVecEnv, gym_id_for, task_kwargs
 
 
 def _make_single_env(env_id: str, **env_config: Any):
     """rl_games ``env_creator``: one env with the old gym API (used by the rl_games player)."""
     from rl_games.common.gym_compat import make
 
-    kwargs = {k: v for k, v in env_config.items() if k not in RESERVED_ENV_CONFIG_KEYS}
-    return make(env_id, **kwargs)
+    return make(env_id, **task_kwargs(env_config))
 
 
 VEC_ENV_BACKENDS = {"gymnasium": VECENV_TYPE, "envpool": "ASYNC_PBT_ENVPOOL"}
