@@ -82,14 +82,18 @@ def test_e2e_benchmark_reports_both_frame_rates():
 STUDY = Path(__file__).resolve().parents[1] / "scripts" / "benchmarks" / "population_vs_independent.py"
 
 
-def _load_study():
-    name = "_async_pbt_bench_population_vs_independent"
+def _load_script(path: Path):
+    name = f"_async_pbt_bench_{path.stem}"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, STUDY)
+        spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def _load_study():
+    return _load_script(STUDY)
 
 
 def _first_entry(path):
@@ -133,6 +137,41 @@ def test_every_mujoco_case_builds_a_population_config(case, tmp_path):
     pbt = [f"agent.pbt.{k}" for k in ("enabled=true", "num_policies=2", f"workspace={tmp_path / 'ws'}")]
     _, cfg = load_population_config(raw, [*pbt, *study.agent_overrides(args)])
     assert sorted(cfg.mutation) == sorted(item.split("=", 1)[0] for item in spec.mutate)
+
+
+def _screens():
+    import study_cases  # on sys.path once the study script is loaded
+
+    _load_study()
+    cases = {name: case for name, case in study_cases.CASES.items() if case.screen}
+    return {**cases, **study_cases.SCREENS}
+
+
+@pytest.mark.parametrize("name", sorted(_screens()))
+def test_every_screened_configuration_is_a_config_its_member_accepts(name, tmp_path):
+    """What ``screen_case.py --case NAME`` trains, without the training: each configuration's values replace keys
+    the task's config has, land where the member reads them, and make a population config the member accepts."""
+    import study_cases
+
+    from async_pbt_isaaclab.core.agent_config import get_path, load_population_config, load_yaml, parse_override
+    from async_pbt_isaaclab.rsl_rl.member_config import load_member_config
+
+    screen = _screens()[name]
+    trainer = getattr(screen, "trainer", "rl_games")
+    config = study_cases.case_config(screen)
+    assert len({label for label, _ in screen.screen}) == len(screen.screen)  # a label names one run folder
+    pbt = [f"agent.pbt.{k}" for k in ("enabled=true", "num_policies=2", f"workspace={tmp_path / 'ws'}")]
+    for _, values in screen.screen:
+        overrides = study_cases.value_overrides(values, trainer)
+        if trainer == "rsl_rl":
+            agent, _, _ = load_member_config(load_yaml(config), [*pbt, *overrides], str(config))
+        else:
+            agent, _ = load_population_config(load_yaml(config), [*pbt, *overrides])
+        for override in overrides:
+            parts, value = parse_override(override)
+            assert get_path(agent, parts) == value, override
+            if "env_config" not in parts and parts[0] != "pbt":  # the env checks its own keyword arguments
+                get_path(load_yaml(config), parts)  # a misspelt key would be added, and the trainer would ignore it
 
 
 TRAINED_CASE = "gamma"
@@ -193,6 +232,12 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
     for m in ("000", "001"):
         draws = [_first_entry(ws / arm / "members" / m / "audit.jsonl") for arm in ("population", "sweep")]
         assert draws[0]["new_hyperparameters"] == draws[1]["new_hyperparameters"]
+    # screen_case.py's held-out figure is the study's: member 0's checkpoints, played on the selection episodes.
+    screen = _load_script(STUDY.parent / "screen_case.py")
+    held_out = dict(screen.held_out(ws / "independent", results["settings"]["eval_episodes"]))
+    assert sorted(held_out) == points
+    for row in run["independent"]["members"]["0"]["points"]:
+        assert held_out[row["frame"]] == pytest.approx(row["selection"])
     member1 = _first_entry(ws / "independent" / "members" / "001" / "audit.jsonl")
     assert member1["kind"] == "start" and member1["hyperparameters"]["gamma"] == pytest.approx(config["gamma"])
     # Against the sweep: the best sweep run picked on selection episodes, as the population's member is.

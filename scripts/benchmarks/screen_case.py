@@ -2,17 +2,23 @@
 """Screen a study case before any population runs on it: one plain run per configuration the case names.
 
     python scripts/benchmarks/screen_case.py --case hopper_many --out runs/screen-many
-    python scripts/benchmarks/screen_case.py --case hopper_moving --out runs/screen-moving --parallel 3
+    python scripts/benchmarks/screen_case.py --case hopper_decay --out runs/screen-decay --seeds 1 2 --vec-env envpool
 
 Each configuration of the case's ``screen`` list (``study_cases.Case.screen``: a label and its ``KEY=VALUE`` values
-on top of the packaged yaml) trains one real CPU member alone, as a user's single run would: ``cpu_member --task``
-in a 2-member workspace with ``--pbt-max-restarts 0`` (it publishes evidence every interval and never exploits),
-``--frames`` frames, agent seed ``--seed``. The figure read is the training objective (the mean of the member's
-evidence window, the last 64 completed episodes of the stochastic policy: the return, or what the configuration names
-as ``pbt.objective``, such as ``distance_travelled``) at every published interval, from its ``record.json``.
+on top of the packaged yaml) trains one real CPU member alone per agent seed of ``--seeds``, as a user's single run
+would: ``cpu_member --task`` in a 2-member workspace with ``--pbt-max-restarts 0`` (it publishes evidence and a
+checkpoint every interval and never exploits), ``--frames`` frames. Two figures per published interval:
+
+- training: the mean of the member's evidence window (the last 64 completed episodes of the stochastic policy: the
+  return, or what the configuration names as ``pbt.objective``, such as ``distance_travelled``), from ``record.json``;
+- held out (``--held-out`` episodes, 16 unless 0): the checkpoint of that interval played by ``async-pbt evaluate``'s
+  code, deterministic policy, gymnasium envs seeded from 100000 on, as the study judges every arm. A start is called
+  mis-set by this figure: the training figure once called a good start mis-set (its entropy bonus made the stochastic
+  policy look worse than the policy it had learned).
+
 ``--case`` also takes a screen of ``study_cases.SCREENS`` (``hopper_standing``), which decides whether a case exists.
-Prints one row per configuration and writes ``screen.json``. No held-out evaluation: screening says whether a start
-is mis-set and whether the best value moves, not how a population does.
+Prints one row per configuration and seed and writes ``screen.json``. Screening says whether a start is mis-set and
+whether the best value moves, not how a population does.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -30,7 +37,11 @@ import study_cases
 
 
 def command(
-    case: study_cases.Case | study_cases.Screen, values: tuple[str, ...], workspace: Path, args: argparse.Namespace
+    case: study_cases.Case | study_cases.Screen,
+    values: tuple[str, ...],
+    seed: int,
+    workspace: Path,
+    args: argparse.Namespace,
 ) -> list[str]:
     from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
 
@@ -47,7 +58,11 @@ def command(
         "--max_iterations",
         str(-(-args.frames // per_epoch)),
         *(["--vec-env", args.vec_env] if args.vec_env else []),
-        f"{study_cases.TRAINERS[trainer].seed_key}={args.seed}",
+        # Retention off: the held-out figure plays every interval's checkpoint.
+        "--pbt-keep-last-checkpoints",
+        "1000000",
+        f"{study_cases.TRAINERS[trainer].threads_key}=1",  # as the study's members: one core each
+        f"{study_cases.TRAINERS[trainer].seed_key}={seed}",
         *overrides,
         trainer=trainer,
     )
@@ -60,6 +75,32 @@ def curve(workspace: Path) -> list[tuple[int, float]]:
     return [(h.frame, h.mean) for h in record.history]
 
 
+def held_out(workspace: Path, episodes: int) -> list[tuple[int, float]]:
+    """Every checkpoint of the run, by frame, played on ``episodes`` held-out episodes (the member's own yaml)."""
+    from async_pbt_isaaclab.commands.evaluate import DEFAULT_EVAL_SEED, evaluate_checkpoints
+    from async_pbt_isaaclab.core.workspace.retention import list_checkpoints
+
+    checkpoints = list_checkpoints(workspace / "members" / "000" / "checkpoints")
+    results = evaluate_checkpoints([path for _, _, path in checkpoints], episodes=episodes, seed=DEFAULT_EVAL_SEED)
+    means = [statistics.fmean(result.objective_values) for result in results]
+    return [(frame, mean) for (_, frame, _), mean in zip(checkpoints, means, strict=True)]
+
+
+def shown(rows: list[tuple[int, float]]) -> str:
+    return " ".join(f"{f // 1000}k:{m:.0f}" if abs(m) >= 100 else f"{f // 1000}k:{m:.2f}" for f, m in rows)
+
+
+def finished_run(label: str, exit_code: int, workspace: Path, wall_s: float, episodes: int) -> dict:
+    """What one finished run measured: its training curve and, with ``episodes``, its held-out curve."""
+    rows = curve(workspace) if exit_code == 0 else []
+    run = {"exit": exit_code, "curve": rows, "wall_s": wall_s}
+    print(f"[screen] {label} (exit {exit_code}) training: {shown(rows)}", flush=True)
+    if exit_code == 0 and episodes:
+        run["held_out"] = held_out(workspace, episodes)
+        print(f"[screen] {label} held out: {shown(run['held_out'])}", flush=True)
+    return run
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     screened = {**{k: c for k, c in study_cases.CASES.items() if c.screen}, **study_cases.SCREENS}
@@ -67,24 +108,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="new folder for the runs and screen.json")
     p.add_argument("--frames", type=int, default=524_288, help="frames per run (default 524288)")
     p.add_argument("--interval", type=int, default=65_536, help="frames between published entries (default 65536)")
-    p.add_argument("--seed", type=int, default=1, help="agent seed of every run, not 0 (default 1)")
+    p.add_argument(
+        "--seeds", "--seed", type=int, nargs="+", default=[1], help="agent seeds, a run each, not 0 (default 1)"
+    )
+    p.add_argument("--held-out", type=int, default=16, help="held-out episodes per checkpoint, 0: none (default 16)")
     p.add_argument("--parallel", type=int, default=2, help="runs at once (default 2)")
     p.add_argument("--vec-env", default=None, help="the member's vec-env (gymnasium, envpool; default its own)")
     args = p.parse_args(argv)
-    if args.seed == 0:  # rl_games reads 0 as unset and seeds nothing: the run could not be repeated
-        p.error("--seed 0: rl_games reads a seed of 0 as unset and seeds nothing; give another seed")
+    if 0 in args.seeds:  # rl_games reads 0 as unset and seeds nothing: the run could not be repeated
+        p.error("--seeds 0: rl_games reads a seed of 0 as unset and seeds nothing; give another seed")
     case = screened[args.case]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=False)
-    pending = list(case.screen)
+    # Seed by seed: a screen stopped early still has every configuration of its first seeds.
+    pending = [(f"{label}-seed{seed}", values, seed) for seed in args.seeds for label, values in case.screen]
     running: dict[str, tuple[subprocess.Popen, Path, float]] = {}
-    results: dict[str, dict] = {}
+    summary = {"case": args.case, "task": case.task, "seeds": args.seeds, "frames": args.frames, "runs": {}}
+    summary["configurations"] = {label: list(values) for label, values in case.screen}
+    summary["held_out_episodes"] = args.held_out
     load = [os.getloadavg()[0]]
     while pending or running:
         while pending and len(running) < args.parallel:
-            label, values = pending.pop(0)
+            label, values, seed = pending.pop(0)
             ws = out / label
-            cmd = command(case, values, ws, args)
+            cmd = command(case, values, seed, ws, args)
             log = open(out / f"{label}.log", "w")
             print(f"[screen] {label}: {' '.join(cmd)}", flush=True)
             running[label] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), ws, time.time())
@@ -94,14 +141,9 @@ def main(argv: list[str] | None = None) -> int:
             if proc.poll() is None:
                 continue
             del running[label]
-            rows = curve(ws) if proc.returncode == 0 else []
-            results[label] = {"values": list(dict(case.screen)[label]), "exit": proc.returncode, "curve": rows}
-            results[label]["wall_s"] = time.time() - started
-            shown = " ".join(f"{f // 1000}k:{m:.0f}" if abs(m) >= 100 else f"{f // 1000}k:{m:.2f}" for f, m in rows)
-            print(f"[screen] {label} (exit {proc.returncode}): {shown}", flush=True)
-    summary = {"case": args.case, "task": case.task, "seed": args.seed, "frames": args.frames, "runs": results}
-    summary["load_average"] = [min(load), max(load)]
-    (out / "screen.json").write_text(json.dumps(summary, indent=1))
+            summary["runs"][label] = finished_run(label, proc.returncode, ws, time.time() - started, args.held_out)
+            summary["load_average"] = [min(load), max(load)]
+            (out / "screen.json").write_text(json.dumps(summary, indent=1))  # after every run: kept if stopped
     print(f"load average {min(load):.1f}-{max(load):.1f}; {out / 'screen.json'}")
     return 0
 
