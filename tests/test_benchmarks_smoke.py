@@ -135,7 +135,7 @@ def test_every_mujoco_case_builds_a_population_config(case, tmp_path):
         found = get_path(raw, parts)
         assert found == value, (item, found)
     pbt = [f"agent.pbt.{k}" for k in ("enabled=true", "num_policies=2", f"workspace={tmp_path / 'ws'}")]
-    _, cfg = load_population_config(raw, [*pbt, *study.agent_overrides(args)])
+    _, cfg = load_population_config(raw, [*pbt, *study.arms.agent_overrides(args)])
     assert sorted(cfg.mutation) == sorted(item.split("=", 1)[0] for item in spec.mutate)
 
 
@@ -311,7 +311,7 @@ def test_every_rsl_rl_case_is_a_config_its_members_accept(case, tmp_path):
         parts, value = parse_override(override)
         assert parts[0] == "runner" and get_path(raw, parts) == value, (item, override)
     pbt = [f"agent.pbt.{k}" for k in ("enabled=true", "num_policies=2", f"workspace={tmp_path / 'ws'}")]
-    _, _, cfg = load_member_config(raw, [*pbt, *study.agent_overrides(args)], args.agent_yaml)
+    _, _, cfg = load_member_config(raw, [*pbt, *study.arms.agent_overrides(args)], args.agent_yaml)
     assert sorted(cfg.mutation) == sorted(item.split("=", 1)[0] for item in spec.mutate)
 
 

@@ -82,10 +82,7 @@ against their tuned values, is printed per seed.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -93,6 +90,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import study_analysis as analysis  # noqa: E402  (next to this script)
+import study_arms as arms  # noqa: E402
 import study_sweep  # noqa: E402
 from study_cases import (  # noqa: E402,F401  (the cases live next to this script)
     CASES,
@@ -103,20 +101,6 @@ from study_cases import (  # noqa: E402,F401  (the cases live next to this scrip
     value_overrides,
 )
 
-NEW_POPULATION_SEED = "agent.pbt.seed={seed}"
-"""How the study passes its seed to the population: every random stream of the search follows it."""
-
-
-def agent_seed(seed: int) -> int:
-    """Member 0's agent seed for study seed ``seed`` (member ``i`` adds ``i``): never 0, which rl_games reads as unset
-    and seeds nothing with. The runs docs/validation.md reports used ``1000 * seed``: their study seed 0's member 0
-    trained unseeded in every arm."""
-    return 1000 * seed + 1
-
-
-INDEPENDENT_ARM = ("--pbt-max-restarts", "0", "agent.pbt.start_spread=0")
-"""What makes the independent arm independent runs of the case's start: never exploit or explore, and no diverse
-start (each run trains the values it was given, as a user's run of the yaml would)."""
 FULL = {
     "seeds": [0, 1, 2],
     "members": 4,
@@ -135,14 +119,6 @@ SMOKE = {
     "eval_episodes": 4,
 }
 """``--smoke``: every step once, a minute or two."""
-ARMS = ("population", "sweep", "independent")
-"""``population``: the package's defaults (``--explore``); ``sweep``: the same command, the same generation-0 draw
-(same population seed: the same diverse values and agent seeds), never exploiting (``--pbt-max-restarts 0``): what a
-user who launches N runs over the bounds and keeps the best gets; ``independent``: N runs at the case's start."""
-BASELINE_ARMS = ARMS[1:]
-"""The arms no change to the population's search code changes (reused with ``--baselines-from``)."""
-SWEEP_ARM = ("--pbt-max-restarts", "0")
-"""What makes the sweep arm a sweep: the population's own start, never an exploit or explore."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -273,7 +249,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.tuned = dict(case.tuned)
     args.goal = case.goal
     args.trainer = case.trainer
-    args.agent_seeds = f"{agent_seed(0)} + 1000 x seed"  # recorded, so older arms (1000 x seed) are not reused
+    args.agent_seeds = f"{arms.agent_seed(0)} + 1000 x seed"  # recorded, so older arms (1000 x seed) are not reused
     for flag, value in (
         ("--members", args.members),
         ("--frames-per-member", args.frames_per_member),
@@ -291,23 +267,6 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def agent_overrides(args: argparse.Namespace) -> list[str]:
-    """The mutation specs of the case. Its start values are in the study's own yaml (:func:`write_case_yaml`): a value
-    typed on a member's command line is kept out of the diverse start, a value in the yaml is drawn."""
-    return [f"agent.pbt.mutation.{item}" for item in args.mutate]
-
-
-def agent_yaml(args: argparse.Namespace) -> Path:
-    """The config every arm trains and the evaluation plays: ``--agent-yaml``, else the case's (its own, or the
-    task's packaged one for the case's trainer)."""
-    if args.agent_yaml:
-        return Path(args.agent_yaml).absolute()
-    try:
-        return case_config(dataclasses.replace(CASES[args.case], task=args.task))
-    except (KeyError, ValueError) as exc:
-        raise SystemExit(f"error: --task {args.task}: no packaged {args.trainer} config ({exc})") from None
-
-
 def write_case_yaml(args: argparse.Namespace, out: Path) -> None:
     """The study's own copy of the yaml: the case's start values (``--set``) and, with ``--smoke``, the case's
     :attr:`Case.smoke_set`, used by every arm and the evaluation (``--agent-yaml`` from here on). The start is the
@@ -319,7 +278,7 @@ def write_case_yaml(args: argparse.Namespace, out: Path) -> None:
     smoke_set = CASES[args.case].smoke_set if args.smoke else ()
     smoke_prefix = TRAINERS[args.trainer].smoke_prefix
     overrides = [*value_overrides(args.set_values, args.trainer), *(smoke_prefix + item for item in smoke_set)]
-    args.agent_source = str(agent_yaml(args))
+    args.agent_source = str(arms.agent_yaml(args))
     cfg = apply_overrides(load_yaml(args.agent_source), overrides)
     path = out / "agent_case.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -329,144 +288,7 @@ def write_case_yaml(args: argparse.Namespace, out: Path) -> None:
 def frames_per_epoch(args: argparse.Namespace) -> int:
     from async_pbt_isaaclab.core.agent_config import load_yaml
 
-    return config_epoch_frames(load_yaml(agent_yaml(args)), args.trainer)
-
-
-def member_command(args: argparse.Namespace, seed: int, workspace: Path, epochs: int, arm: str) -> list[str]:
-    trainer = TRAINERS[args.trainer]
-    cmd = [
-        sys.executable,
-        "-m",
-        trainer.module,
-        trainer.config_flag,
-        str(agent_yaml(args)),
-        "--max_iterations",
-        str(epochs),
-        "--train-dir",
-        str(workspace / "runs"),
-        "--pbt-interval-steps",
-        str(args.interval),
-        "--pbt-heartbeat-interval-s",
-        "5",
-        # Retention off: the held-out evaluation afterwards needs every interval's checkpoint.
-        "--pbt-keep-last-checkpoints",
-        "1000000",
-        f"{trainer.threads_key}=1",
-        f"{trainer.seed_key}={agent_seed(seed)}",
-        f"{trainer.task_key}={args.task}",
-        *agent_overrides(args),
-    ]
-    # The population arm runs the package's defaults for a new population; only what is given here changes them.
-    cmd += ["--pbt-rule", args.rule] if args.rule else []
-    cmd += ["--pbt-mutation-rate", str(args.mutation_rate)] if args.mutation_rate is not None else []
-    cmd += [f"agent.pbt.explore={args.explore}"] if args.explore and arm == "population" else []
-    cmd += ["--vec-env", args.vec_env] if args.vec_env != "gymnasium" else []
-    cmd.append(NEW_POPULATION_SEED.format(seed=seed))
-    cmd += {"independent": INDEPENDENT_ARM, "sweep": SWEEP_ARM}.get(arm, ())
-    return cmd + list(args.member_flag)
-
-
-def launch(args: argparse.Namespace, seed: int, arm: str, workspace: Path, epochs: int) -> subprocess.Popen:
-    cmd = [
-        sys.executable,
-        "-m",
-        "async_pbt_isaaclab.cli",
-        "launch",
-        "--members",
-        str(args.members),
-        "--workspace",
-        str(workspace),
-        "--gpus",
-        "none",
-        "--progress-interval",
-        "60",
-        "--backoff",
-        "1",
-        "--",
-        *member_command(args, seed, workspace, epochs, arm),
-    ]
-    log = open(workspace.parent / f"{arm}-launcher.log", "w")
-    print(f"[study] seed {seed} {arm}: {' '.join(cmd)}", flush=True)
-    return subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, cwd=str(workspace.parent), env=dict(os.environ, PYTHONUNBUFFERED="1")
-    )
-
-
-def start_seed(args: argparse.Namespace, seed: int, epochs: int) -> dict:
-    """Start the seed's arms (both at once, or the first with ``--sequential``); see :func:`finish_seed`."""
-    seed_dir = Path(args.out) / f"seed{seed}"
-    seed_dir.mkdir(parents=True)
-    trained = trained_arms(args)
-    first = trained if not args.sequential else trained[:1]
-    return {
-        "seed": seed,
-        "dir": seed_dir,
-        "epochs": epochs,
-        "started": time.time(),
-        "load": [os.getloadavg()[0]],
-        "codes": {},
-        "procs": {arm: launch(args, seed, arm, seed_dir / arm, epochs) for arm in first},
-    }
-
-
-def finish_seed(args: argparse.Namespace, job: dict) -> dict:
-    """Wait for the seed's launchers (starting the second arm with ``--sequential``); training facts."""
-    while True:
-        for arm, proc in job["procs"].items():
-            while proc.poll() is None:
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    job["load"].append(os.getloadavg()[0])
-            job["codes"][arm] = proc.returncode
-        remaining = [a for a in trained_arms(args) if a not in job["codes"]]
-        if not remaining:
-            break
-        job["procs"] = {arm: launch(args, job["seed"], arm, job["dir"] / arm, job["epochs"]) for arm in remaining}
-    wall, load = time.time() - job["started"], job["load"]
-    print(
-        f"[study] seed {job['seed']}: trained in {wall:.0f}s (launcher exit codes {job['codes']}, "
-        f"load average {min(load):.1f}-{max(load):.1f})",
-        flush=True,
-    )
-    return {"wall_s": wall, "launcher_exit": job["codes"], "load_average": [min(load), max(load)]}
-
-
-REUSE_MUST_MATCH = (
-    "case task agent_source set_values mutate members frames_per_member interval eval_every eval_episodes "
-    "member_flag vec_env agent_seeds trainer"
-).split()
-"""The settings that define the baseline arms and their evaluation: a reused arm must have run with these (the sweep
-also draws its start from the population seed, the members and the mutation specs, all of them here)."""
-
-
-def trained_arms(args: argparse.Namespace) -> tuple[str, ...]:
-    """The arms this command trains (the baseline arms are skipped when reused)."""
-    return ARMS[:1] if args.baselines_from else ARMS
-
-
-def reused_baselines(args: argparse.Namespace) -> dict | None:
-    """The finished study whose sweep and independent arms are reused (``--baselines-from``), after checking it ran
-    with the settings that define them; ``None`` without the flag."""
-    import json
-
-    if not args.baselines_from:
-        return None
-    path = Path(args.baselines_from) / "results.json"
-    try:
-        old = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise SystemExit(f"error: --baselines-from needs {path} from a finished study ({exc})") from None
-    settings = {"trainer": "rl_games", **old["settings"]}  # studies before the rsl_rl cases trained rl_games
-    differ = [k for k in REUSE_MUST_MATCH if settings.get(k) != getattr(args, k)]
-    missing = [s for s in args.seeds if str(s) not in old["seeds"] or "sweep" not in old["seeds"][str(s)]]
-    if differ or missing:
-        raise SystemExit(
-            f"error: {path} cannot stand in for these baseline arms: "
-            + "; ".join([f"{k}: {settings.get(k)!r} there, {getattr(args, k)!r} here" for k in differ])
-            + (f"; seeds {missing} not in it (with a sweep arm)" if missing else "")
-        )
-    return old
+    return config_epoch_frames(load_yaml(arms.agent_yaml(args)), args.trainer)
 
 
 def tuned_reference(args: argparse.Namespace) -> dict | None:
@@ -540,14 +362,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out.mkdir(parents=True, exist_ok=True)
     write_case_yaml(args, out)
-    reused = reused_baselines(args)
+    reused = arms.reused_baselines(args)
     per_epoch = frames_per_epoch(args)
     epochs = math.ceil(args.frames_per_member / per_epoch)
     frames = epochs * per_epoch
     points = analysis.eval_points(frames, args.interval * args.eval_every)
     from async_pbt_isaaclab.commands.evaluate import make_evaluator
 
-    evaluator = make_evaluator(args.task, agent_yaml(args))
+    evaluator = make_evaluator(args.task, arms.agent_yaml(args))
     results = {
         "settings": {k: v for k, v in vars(args).items()},
         "frames_per_member": frames,
@@ -555,23 +377,23 @@ def main(argv: list[str] | None = None) -> int:
         "eval_points": points,
         "seeds": {},
     }
-    results["settings"]["member_command_population"] = member_command(
+    results["settings"]["member_command_population"] = arms.member_command(
         args, 0, out / "seedS" / "population", epochs, "population"
     )
     started = time.time()
     # Pipeline: seed k+1 trains while seed k's checkpoints are evaluated (held-out returns do not depend
     # on wall time, and the evaluation needs only one core for a few seconds per checkpoint).
-    job = start_seed(args, args.seeds[0], epochs)
+    job = arms.start_seed(args, args.seeds[0], epochs)
     for k, seed in enumerate(args.seeds):
-        run = finish_seed(args, job)
+        run = arms.finish_seed(args, job)
         if k + 1 < len(args.seeds):
-            job = start_seed(args, args.seeds[k + 1], epochs)
-        for arm in trained_arms(args):
+            job = arms.start_seed(args, args.seeds[k + 1], epochs)
+        for arm in arms.trained_arms(args):
             run[arm] = analysis.evaluate_arm(
                 evaluator, out / f"seed{seed}" / arm, args.members, points, args.eval_episodes
             )
         if reused is not None:
-            for arm in BASELINE_ARMS:
+            for arm in arms.BASELINE_ARMS:
                 run[arm] = reused["seeds"][str(seed)][arm]
             run["baselines_reused_from"] = str(Path(args.baselines_from).absolute() / f"seed{seed}")
         run.update(seed_figures(run, points, args.target, args.sweep))
