@@ -20,7 +20,9 @@ Which checkpoint:
 Checkpoints from a workspace are checked against the sha256 the member published and loaded with
 :func:`async_pbt_isaaclab.rl_games.checkpoint.load_checkpoint` (``weights_only``, an explicit allowlist; full pickle
 only with ``--trusted-workspace``), never with rl_games' full-pickle ``restore``. The network keys the member mutated
-(``network.*``, e.g. bounded log-std) are applied to the agent config so the policy is rebuilt as it was trained.
+(``network.*``, e.g. bounded log-std) are applied to the agent config so the policy is rebuilt as it was trained, and
+its searched env values (``env.<path>``) to the env config before the env is built, so it plays in the env its member
+trained in (printed as read back from the built env); a value typed as a Hydra override (``env.<path>=...``) is kept.
 
 The played episodes are summarised like PBT evidence (completed episodes: return, length, objective) and printed at
 the end, so ``--num_steps`` doubles as a quick evaluation. The simulator-facing calls go through
@@ -228,16 +230,44 @@ def run(args: argparse.Namespace, hydra_args: Sequence[str], hooks: ScriptHooks 
         args.enable_cameras = True
     args.video_kind = "play"
     with hooks.open_session(args, args.task, args.agent, list(hydra_args)) as session:
-        return _play(args, session, hooks, path, source, state)
+        return _play(args, session, hooks, path, source, state, hydra_args)
+
+
+def set_env_values(
+    env_cfg: Any, meta: dict[str, Any], typed: Sequence[str], path: Path
+) -> tuple[dict[str, Any], list[str]]:
+    """The checkpoint's searched env values (``env.<path>``: the env its member trained in) set on the task's env
+    config before the env is built, except a key typed as a Hydra override (kept as typed): ``(the values set, the
+    keys kept)``."""
+    from async_pbt_isaaclab.core.decision.mutation_spec import env_parameter, is_env_key
+    from async_pbt_isaaclab.envs.isaaclab.env_values import searched_start_values, set_cfg_value
+
+    typed_keys = {item.split("=", 1)[0].lstrip("+~") for item in typed}
+    searched = {k: v for k, v in (meta.get("hyperparameters") or {}).items() if is_env_key(k)}
+    kept = sorted(k for k in searched if k in typed_keys)
+    values = {k: v for k, v in searched.items() if k not in kept}
+    _, problems = searched_start_values(env_cfg, values)
+    if problems:
+        raise PlayError(f"{path}: its member trained with env values this task does not have ({'; '.join(problems)})")
+    for key, value in values.items():
+        set_cfg_value(env_cfg, env_parameter(key), value)
+    return values, kept
 
 
 def _play(
-    args: argparse.Namespace, session: Session, hooks: ScriptHooks, path: Path, source: str, state: dict[str, Any]
+    args: argparse.Namespace,
+    session: Session,
+    hooks: ScriptHooks,
+    path: Path,
+    source: str,
+    state: dict[str, Any],
+    hydra_args: Sequence[str] = (),
 ) -> PlayResult:
     from async_pbt_isaaclab.core.agent_config import set_path
     from async_pbt_isaaclab.core.decision.mutation import agent_path
     from async_pbt_isaaclab.envs.isaaclab import api as isaaclab_api
     from async_pbt_isaaclab.envs.isaaclab import register_rl_games_env, rl_games_wrapper_options
+    from async_pbt_isaaclab.envs.isaaclab.env_values import IsaacLabEnvValues
     from async_pbt_isaaclab.rl_games.checkpoint import read_pbt_metadata
 
     env_cfg, agent_cfg = session.env_cfg, session.agent_cfg
@@ -250,9 +280,14 @@ def _play(
     params, rl_cfg = agent_cfg["params"], agent_cfg["params"]["config"]
     params["load_checkpoint"] = False  # restored below through the safe loader
     isaaclab_api.apply_cli_overrides(session, args, env_cfg)
+    env_values, typed = set_env_values(env_cfg, meta, hydra_args, path)
 
     run_dir = os.path.dirname(os.path.dirname(os.path.abspath(path)))
     env = hooks.make_env(session, args.task, env_cfg, args, run_dir, lambda step: step == 0)
+    if env_values or typed:  # what the built env holds, read back from it as a member reads its own
+        held = IsaacLabEnvValues(env, [*env_values, *typed])
+        shown = ", ".join(f"{k}={held.read(k)!r}" + (" (typed)" if k in typed else "") for k in sorted(held.keys))
+        print(f"[INFO]: env values of the checkpoint's member: {shown}")
     env, objective = _with_evidence(env, args.task, agent_cfg, meta)
     rl_device, clip_obs, clip_actions, extra = rl_games_wrapper_options(agent_cfg)
     vec_env = hooks.vec_env_wrapper(env, rl_device, clip_obs, clip_actions, **extra)

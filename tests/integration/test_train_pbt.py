@@ -98,3 +98,17 @@ def test_play_refuses_ambiguous_choices_and_damaged_files(tmp_path):
         play.load_verified(bad, "0" * 64, trusted=False)
     with pytest.raises(play.PlayError):
         play.load_verified(bad, None, trusted=False)
+
+
+def test_play_sets_the_members_env_values_keeps_a_typed_one_and_names_one_the_task_lacks():
+    """What ``play_pbt`` does to the env config before the env is built (the built env, read back, is checked on the
+    real releases in tests/upstream/test_env_values_isaaclab.py)."""
+    play = load_script("play_pbt")
+    cfg = argparse.Namespace(success_radius=0.1, reward_weights={"progress": 1.0}, episode_length_s=5.0)
+    meta = {"hyperparameters": {"env.success_radius": 0.3, "env.reward_weights.progress": 2.5, "gamma": 0.97}}
+    values, typed = play.set_env_values(cfg, meta, ["env.success_radius=0.2"], Path("m.pth"))
+    assert values == {"env.reward_weights.progress": 2.5} and typed == ["env.success_radius"]
+    assert cfg.reward_weights == {"progress": 2.5} and cfg.success_radius == 0.1  # Hydra sets the typed one
+    meta["hyperparameters"]["env.friction"] = 0.8
+    with pytest.raises(play.PlayError, match=r"m\.pth: .*env\.friction: .* has no 'friction'"):
+        play.set_env_values(cfg, meta, [], Path("m.pth"))

@@ -128,6 +128,20 @@ def test_a_member_starts_with_its_drawn_env_values_live_and_rebuilt(population_r
     assert out.count("the env is rebuilt with its own values") == 1 and held in out
     count, problems = verify_log(ws / "members/001/audit.jsonl")
     assert count > 0 and problems == [], problems
+    if script == "train_pbt.py":
+        _play_holds_the_members_env_values(population_release, ws, drawn, tmp_path)
+
+
+def _play_holds_the_members_env_values(release: str, ws: Path, drawn: dict, cwd: Path) -> None:
+    """``play_pbt.py --member 1`` builds the env with the member's own values (one of them typed on its command
+    line instead, which is kept): read back from the env it built."""
+    args = isaaclab_real.script_args(release, "play_pbt.py", isaaclab_real.TASK)
+    flags = ["--num_envs", "16", "--num_steps", "8", "--pbt-workspace", str(ws), "--member", "1"]
+    proc = isaaclab_real.run_entry(release, *args, *flags, f"{LIVE}=0.123", cwd=cwd, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    held = f"env values of the checkpoint's member: {REBUILT}={drawn[REBUILT]!r}, {LIVE}=0.123 (typed)\n"
+    assert held in out, out[-3000:]
 
 
 def test_a_restart_path_key_is_refused_where_the_member_cannot_restart(release, tmp_path):
