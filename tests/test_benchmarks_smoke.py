@@ -174,6 +174,24 @@ def test_every_screened_configuration_is_a_config_its_member_accepts(name, tmp_p
                 get_path(load_yaml(config), parts)  # a misspelt key would be added, and the trainer would ignore it
 
 
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--seeds", "1", "0"], "--seeds 0: rl_games reads a seed of 0 as unset"),
+        (["--held-out", "-1"], "--held-out -1: episodes per checkpoint, 0 for none"),
+        (["--frames", "0"], "--frames 0: must be at least 1"),
+        (["--parallel", "0"], "--parallel 0: must be at least 1"),
+    ],
+)
+def test_screen_case_refuses_bad_flags_before_any_run(flags, message, tmp_path, capsys):
+    screen = _load_script(STUDY.parent / "screen_case.py")
+    out = tmp_path / "screen"
+    with pytest.raises(SystemExit) as exit_info:
+        screen.main(["--case", "hopper_decay", "--out", str(out), *flags])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not out.exists()  # nothing was started or written
+
+
 TRAINED_CASE = "gamma"
 """The one case the smoke below trains (the study's default, on Pendulum, the cheapest task): every case runs the same
 study code; what differs, the task, start values and mutation specs, every MuJoCo case has checked without training

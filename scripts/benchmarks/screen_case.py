@@ -117,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if 0 in args.seeds:  # rl_games reads 0 as unset and seeds nothing: the run could not be repeated
         p.error("--seeds 0: rl_games reads a seed of 0 as unset and seeds nothing; give another seed")
+    for flag, value in (("--frames", args.frames), ("--interval", args.interval), ("--parallel", args.parallel)):
+        if value < 1:
+            p.error(f"{flag} {value}: must be at least 1")
+    if args.held_out < 0:
+        p.error(f"--held-out {args.held_out}: episodes per checkpoint, 0 for none")
     case = screened[args.case]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=False)
