@@ -139,6 +139,30 @@ def test_every_mujoco_case_builds_a_population_config(case, tmp_path):
     assert sorted(cfg.mutation) == sorted(item.split("=", 1)[0] for item in spec.mutate)
 
 
+def test_a_population_flag_reaches_the_population_arm_only_and_the_baselines_stay_reusable(tmp_path):
+    """``--population-flag``: a variant of the search, judged against the same sweep and independent runs."""
+    import json
+
+    study = _load_study()
+    flags = ["--case", "halfcheetah_lr", "--smoke", "--population-flag=--pbt-start-grace-frames=262144"]
+    args = study.resolve(study.build_parser().parse_args([*flags, "--out", str(tmp_path / "variant")]))
+    study.write_case_yaml(args, tmp_path)
+    commands = {arm: study.arms.member_command(args, 0, tmp_path / arm, 3, arm) for arm in study.arms.ARMS}
+    assert [arm for arm, cmd in commands.items() if "--pbt-start-grace-frames=262144" in cmd] == ["population"]
+    # A finished study of the same case without the flag stands in for this one's baselines.
+    plain = study.resolve(study.build_parser().parse_args([*flags[:3], "--out", str(tmp_path / "plain")]))
+    study.write_case_yaml(plain, tmp_path)
+    settings = {k: v for k, v in vars(plain).items()}
+    seeds = {str(s): {"sweep": {}, "independent": {}} for s in plain.seeds}
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "results.json").write_text(json.dumps({"settings": settings, "seeds": seeds}, default=str))
+    args.baselines_from = str(tmp_path / "plain")
+    assert study.arms.reused_baselines(args)["seeds"] == seeds
+    args.member_flag = ["--pbt-window=32"]  # a flag every arm gets is not a variant: refused, naming it
+    with pytest.raises(SystemExit, match=r"member_flag: \[\] there, \['--pbt-window=32'\] here"):
+        study.arms.reused_baselines(args)
+
+
 def _screens():
     import study_cases  # on sys.path once the study script is loaded
 

@@ -19,7 +19,8 @@ adds ``--pbt-max-restarts 0 agent.pbt.start_spread=0``: N runs at the case's sta
 the same way, so the only difference is selection and the start. The arms of a seed train at the same time
 (``agent.params.torch_threads=1``), so they see the same machine load; the seeds run one after another.
 ``--baselines-from`` reuses a finished study's sweep and independent arms (no explore strategy changes them), so
-``--explore pb2`` trains the population arm alone.
+``--explore pb2`` trains the population arm alone; so does a variant of the population's settings given with
+``--population-flag`` (passed to the population arm's members only).
 
 **Cases** (``--case``; each fixes its start, the keys the population searches, their tuned values and its
 targets before any run of it). The population arm runs the package's defaults for a new population (rule, mutation
@@ -210,6 +211,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="ARG",
         help="extra argument for every member of both arms, repeatable (e.g. --member-flag=--pbt-window=32)",
+    )
+    p.add_argument(
+        "--population-flag",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for the population arm's members only, repeatable: a variant of the search judged "
+        "against the same baselines (--baselines-from), e.g. --population-flag=--pbt-start-grace-frames=262144",
     )
     p.add_argument("--sequential", action="store_true", help="train the two arms of a seed one after the other")
     p.add_argument(

@@ -98,7 +98,9 @@ def member_command(args: argparse.Namespace, seed: int, workspace: Path, epochs:
     cmd += ["--vec-env", args.vec_env] if args.vec_env != "gymnasium" else []
     cmd.append(NEW_POPULATION_SEED.format(seed=seed))
     cmd += {"independent": INDEPENDENT_ARM, "sweep": SWEEP_ARM}.get(arm, ())
-    return cmd + list(args.member_flag)
+    cmd += list(args.member_flag)
+    # The baselines never see it, so a study with other population flags may reuse them (not in REUSE_MUST_MATCH).
+    return cmd + (list(args.population_flag) if arm == "population" else [])
 
 
 def launch(args: argparse.Namespace, seed: int, arm: str, workspace: Path, epochs: int) -> subprocess.Popen:
