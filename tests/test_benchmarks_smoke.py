@@ -280,6 +280,15 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
     assert sorted(held_out) == points
     for row in run["independent"]["members"]["0"]["points"]:
         assert held_out[row["frame"]] == pytest.approx(row["selection"])
+    # study_handover.py: every member's final checkpoint on new episodes; the pick leads on the first half.
+    handover = _load_script(STUDY.parent / "study_handover.py")
+    assert handover.main([str(out), "--episodes", "2"]) == 0
+    judged = json.loads((out / "handover_2.json").read_text())["seeds"]["0"]
+    for arm in ("population", "sweep"):
+        rows = judged[arm]["members"]
+        assert sorted(rows) == ["0", "1"] and judged[arm]["picked"] == max(rows, key=lambda m: rows[m]["pick"])
+        assert judged[arm]["report"] == rows[judged[arm]["picked"]]["report"]
+    assert judged["no_worse_than_sweep"] == (judged["population"]["report"] >= judged["sweep"]["report"])
     member1 = _first_entry(ws / "independent" / "members" / "001" / "audit.jsonl")
     assert member1["kind"] == "start" and member1["hyperparameters"]["gamma"] == pytest.approx(config["gamma"])
     # Against the sweep: the best sweep run picked on selection episodes, as the population's member is.

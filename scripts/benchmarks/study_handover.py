@@ -1,0 +1,87 @@
+#!/usr/bin/env python
+"""Judge a finished study's final hand-over again, on more held-out episodes than the study's own.
+
+    python scripts/benchmarks/study_handover.py runs4/halfcheetah_lr-random --episodes 64
+    python scripts/benchmarks/study_handover.py runs3/halfcheetah_lr-pb2 --episodes 64 --seeds 0
+
+The study hands over, per arm and seed, the member whose checkpoint leads on its selection episodes and reports it
+on as many others (``--eval-episodes``, 8 on the MuJoCo cases). Where a policy's return varies much from start to
+start (HalfCheetah), 8 episodes can pick the wrong member. Here every member's final checkpoint of the population
+and sweep arms (the sweep's from ``--baselines-from``'s folder where it was reused) is played on 2 x ``--episodes``
+episodes, env seeds from 105000 on (away from the study's 100000 on): the first half picks, the second half
+reports. Prints per seed both arms' figure and whether the population ends no worse than the best sweep run, and
+writes ``handover_<episodes>.json`` in the study's folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from async_pbt_isaaclab.commands.evaluate import DEFAULT_EVAL_SEED, make_evaluator
+from async_pbt_isaaclab.core.workspace.layout import member_dirname
+from async_pbt_isaaclab.core.workspace.retention import list_checkpoints
+
+SEED_OFFSET = 5000
+"""The episodes start this far above the study's own held-out seeds, so they are new to both picks."""
+
+
+def arm_folder(study: Path, results: dict, seed: str, arm: str) -> Path:
+    """Where the arm of ``seed`` trained: this study's folder, or the reused baselines' for the sweep."""
+    reused = results["seeds"][seed].get("baselines_reused_from")
+    return (Path(reused) if reused and arm != "population" else study / f"seed{seed}") / arm
+
+
+def hand_over(evaluator, folder: Path, members: int, episodes: int) -> dict:
+    """Every member's final checkpoint on ``episodes`` picking and ``episodes`` reporting episodes; the pick."""
+    rows = {}
+    for m in range(members):
+        final = list_checkpoints(folder / "members" / member_dirname(m) / "checkpoints")[-1][2]
+        values = evaluator.evaluate(final, 2 * episodes, DEFAULT_EVAL_SEED + SEED_OFFSET).objective_values
+        rows[str(m)] = {"pick": statistics.fmean(values[:episodes]), "report": statistics.fmean(values[episodes:])}
+    picked = max(rows, key=lambda m: rows[m]["pick"])
+    return {"members": rows, "picked": picked, "report": rows[picked]["report"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("study", help="a finished study's --out folder (its results.json)")
+    p.add_argument("--episodes", type=int, default=64, help="picking episodes, and as many reporting (default 64)")
+    p.add_argument("--seeds", nargs="+", default=None, help="study seeds (default: every seed of the study)")
+    args = p.parse_args(argv)
+    if args.episodes < 1:
+        p.error(f"--episodes {args.episodes}: must be at least 1")
+    study = Path(args.study)
+    try:
+        results = json.loads((study / "results.json").read_text())
+    except (OSError, ValueError) as exc:
+        p.error(f"{study / 'results.json'}: a finished study's results are needed ({exc})")
+    seeds = args.seeds or list(results["seeds"])
+    unknown = [s for s in seeds if s not in results["seeds"]]
+    if unknown:
+        p.error(f"--seeds {' '.join(unknown)}: not in {study / 'results.json'} ({', '.join(results['seeds'])})")
+    settings = results["settings"]
+    evaluator = make_evaluator(settings["task"], settings["agent_yaml"])
+    out = {"episodes": args.episodes, "seed_offset": SEED_OFFSET, "seeds": {}}
+    for seed in seeds:
+        arms = {
+            arm: hand_over(evaluator, arm_folder(study, results, seed, arm), int(settings["members"]), args.episodes)
+            for arm in ("population", "sweep")
+        }
+        met = arms["population"]["report"] >= arms["sweep"]["report"]
+        out["seeds"][seed] = {**arms, "no_worse_than_sweep": met}
+        print(
+            f"seed {seed}: population member {arms['population']['picked']} {arms['population']['report']:.1f}, "
+            f"best sweep run member {arms['sweep']['picked']} {arms['sweep']['report']:.1f}: "
+            f"{'no worse' if met else 'worse'} ({args.episodes} + {args.episodes} episodes)",
+            flush=True,
+        )
+    (study / f"handover_{args.episodes}.json").write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
