@@ -286,7 +286,7 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
     judged = json.loads((out / "handover_2.json").read_text())["seeds"]["0"]
     for arm in ("population", "sweep"):
         rows = judged[arm]["members"]
-        assert sorted(rows) == ["0", "1"] and judged[arm]["picked"] == max(rows, key=lambda m: rows[m]["pick"])
+        assert sorted(rows) == ["0", "1"] and judged[arm]["picked"] == max(rows, key=lambda m: rows[m]["selection"])
         assert judged[arm]["report"] == rows[judged[arm]["picked"]]["report"]
     assert judged["no_worse_than_sweep"] == (judged["population"]["report"] >= judged["sweep"]["report"])
     member1 = _first_entry(ws / "independent" / "members" / "001" / "audit.jsonl")

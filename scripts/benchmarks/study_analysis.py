@@ -69,8 +69,11 @@ def _member_facts(member_dir: Path) -> dict[str, Any]:
     }
 
 
-def evaluate_arm(evaluator, workspace: Path, members: int, points: list[int], episodes: int) -> dict[str, Any]:
-    """Every member's latest checkpoint at every point, on selection and on report episodes."""
+def evaluate_arm(
+    evaluator, workspace: Path, members: int, points: list[int], episodes: int, seed: int = DEFAULT_EVAL_SEED
+) -> dict[str, Any]:
+    """Every member's latest checkpoint at every point, on selection and on report episodes (env seeds from
+    ``seed`` on)."""
     cache: dict[Path, tuple[float, float]] = {}
     out: dict[str, Any] = {"members": {}}
     for m in range(members):
@@ -85,7 +88,7 @@ def evaluate_arm(evaluator, workspace: Path, members: int, points: list[int], ep
             if path not in cache:
                 # One batch of 2N episodes: seeds S..S+N-1 select, S+N..S+2N-1 report; each episode's value of the
                 # members' objective (its return, or e.g. the distance travelled where the reward is searched).
-                returns = evaluator.evaluate(path, 2 * episodes, DEFAULT_EVAL_SEED).objective_values
+                returns = evaluator.evaluate(path, 2 * episodes, seed).objective_values
                 cache[path] = (statistics.fmean(returns[:episodes]), statistics.fmean(returns[episodes:]))
             selection, report = cache[path]
             rows.append(

@@ -8,22 +8,23 @@ The study hands over, per arm and seed, the member whose checkpoint leads on its
 on as many others (``--eval-episodes``, 8 on the MuJoCo cases). Where a policy's return varies much from start to
 start (HalfCheetah), 8 episodes can pick the wrong member. Here every member's final checkpoint of the population
 and sweep arms (the sweep's from ``--baselines-from``'s folder where it was reused) is played on 2 x ``--episodes``
-episodes, env seeds from 105000 on (away from the study's 100000 on): the first half picks, the second half
-reports. Prints per seed both arms' figure and whether the population ends no worse than the best sweep run, and
-writes ``handover_<episodes>.json`` in the study's folder.
+episodes, env seeds from 105000 on (away from the study's 100000 on), by the study's own evaluation
+(``study_analysis.evaluate_arm``): the first half selects, the second half reports. Prints per seed both arms' figure
+and whether the population ends no worse than the best sweep run, and writes ``handover_<episodes>.json`` in the
+study's folder.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import study_analysis as analysis  # next to this script
+
 from async_pbt_isaaclab.commands.evaluate import DEFAULT_EVAL_SEED, make_evaluator
-from async_pbt_isaaclab.core.workspace.layout import member_dirname
-from async_pbt_isaaclab.core.workspace.retention import list_checkpoints
 
 SEED_OFFSET = 5000
 """The episodes start this far above the study's own held-out seeds, so they are new to both picks."""
@@ -35,14 +36,12 @@ def arm_folder(study: Path, results: dict, seed: str, arm: str) -> Path:
     return (Path(reused) if reused and arm != "population" else study / f"seed{seed}") / arm
 
 
-def hand_over(evaluator, folder: Path, members: int, episodes: int) -> dict:
-    """Every member's final checkpoint on ``episodes`` picking and ``episodes`` reporting episodes; the pick."""
-    rows = {}
-    for m in range(members):
-        final = list_checkpoints(folder / "members" / member_dirname(m) / "checkpoints")[-1][2]
-        values = evaluator.evaluate(final, 2 * episodes, DEFAULT_EVAL_SEED + SEED_OFFSET).objective_values
-        rows[str(m)] = {"pick": statistics.fmean(values[:episodes]), "report": statistics.fmean(values[episodes:])}
-    picked = max(rows, key=lambda m: rows[m]["pick"])
+def hand_over(evaluator, folder: Path, members: int, final_frame: int, episodes: int) -> dict:
+    """Every member's final checkpoint on ``episodes`` selection and ``episodes`` report episodes (the study's own
+    evaluation, on new seeds); the member picked on selection, and its report figure."""
+    arm = analysis.evaluate_arm(evaluator, folder, members, [final_frame], episodes, DEFAULT_EVAL_SEED + SEED_OFFSET)
+    rows = {m: member["points"][0] for m, member in arm["members"].items()}
+    picked = max(rows, key=lambda m: rows[m]["selection"])
     return {"members": rows, "picked": picked, "report": rows[picked]["report"]}
 
 
@@ -65,10 +64,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--seeds {' '.join(unknown)}: not in {study / 'results.json'} ({', '.join(results['seeds'])})")
     settings = results["settings"]
     evaluator = make_evaluator(settings["task"], settings["agent_yaml"])
+    members, final_frame = int(settings["members"]), int(results["frames_per_member"])
     out = {"episodes": args.episodes, "seed_offset": SEED_OFFSET, "seeds": {}}
     for seed in seeds:
         arms = {
-            arm: hand_over(evaluator, arm_folder(study, results, seed, arm), int(settings["members"]), args.episodes)
+            arm: hand_over(evaluator, arm_folder(study, results, seed, arm), members, final_frame, args.episodes)
             for arm in ("population", "sweep")
         }
         met = arms["population"]["report"] >= arms["sweep"]["report"]
