@@ -240,11 +240,11 @@ def set_env_values(
     config before the env is built, except a key typed as a Hydra override (kept as typed): ``(the values set, the
     keys kept)``."""
     from async_pbt_isaaclab.core.decision.mutation_spec import env_parameter, is_env_key
+    from async_pbt_isaaclab.core.decision.start import command_line_keys
     from async_pbt_isaaclab.envs.isaaclab.env_values import searched_start_values, set_cfg_value
 
-    typed_keys = {item.split("=", 1)[0].lstrip("+~") for item in typed}
     searched = {k: v for k, v in (meta.get("hyperparameters") or {}).items() if is_env_key(k)}
-    kept = sorted(k for k in searched if k in typed_keys)
+    kept = list(command_line_keys(typed, searched))  # as a member's diverse start finds a typed value
     values = {k: v for k, v in searched.items() if k not in kept}
     _, problems = searched_start_values(env_cfg, values)
     if problems:

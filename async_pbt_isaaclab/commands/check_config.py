@@ -276,7 +276,7 @@ def _hyperparameter_table(
     keys live in its runner config)."""
     from async_pbt_isaaclab.rsl_rl.member_config import rsl_rl_key
 
-    pinned = command_line_keys(overrides, cfg, rsl_rl_key if rsl_rl else isaaclab_key)
+    pinned = command_line_keys(overrides, cfg.mutation, rsl_rl_key if rsl_rl else isaaclab_key)
     hparams = []
     for key, spec in sorted(cfg.mutation.items()):
         cr = spec.change_range or cfg.change_range

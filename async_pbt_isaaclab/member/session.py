@@ -163,7 +163,7 @@ def start_member(
         session, built = _prepare(
             agent_cfg, cfg, ws, lock, argv=argv, train_dir=train_dir, checkpoint=checkpoint, start_info=start_info,
             condition=ConditionLabel(task=task, objective=term, reward_config=reward_config),
-            seed=ws.population_seed(meta), pinned=command_line_keys(argv[1:], cfg, override_name),
+            seed=ws.population_seed(meta), pinned=command_line_keys(argv[1:], cfg.mutation, override_name),
         )  # fmt: skip
         save_agent_config(session.dir, built)  # what `async-pbt evaluate` rebuilds the member's policy from
         return session, built

@@ -185,7 +185,7 @@ def test_command_line_keys_are_the_overrides_of_searched_values():
         "--pbt-rule=dexpbt",
         "agent.pbt.mutation.gamma=discount",
     ]
-    assert command_line_keys(argv, cfg) == ("gamma", "learning_rate")
+    assert command_line_keys(argv, cfg.mutation) == ("gamma", "learning_rate")
 
 
 def test_command_line_keys_follow_the_trainers_names_and_an_env_keys_own():
@@ -206,13 +206,16 @@ def test_command_line_keys_follow_the_trainers_names_and_an_env_keys_own():
     def named(key: str) -> str:
         return cpu.get(key, "agent.runner.unused")
 
-    assert command_line_keys(["python", "agent.runner.num_steps_per_env=16"], cfg, named) == ("num_steps_per_env",)
-    assert command_line_keys(["runner.algorithm.gamma=0.9"], cfg, named) == ("gamma",)  # check-config's form
+    assert command_line_keys(["python", "agent.runner.num_steps_per_env=16"], cfg.mutation, named) == (
+        "num_steps_per_env",
+    )
+    assert command_line_keys(["runner.algorithm.gamma=0.9"], cfg.mutation, named) == ("gamma",)  # check-config's form
     # rl_games' names are not an rsl_rl member's, and a flag or an agent key of another name sets nothing searched.
-    assert command_line_keys(["agent.params.config.gamma=0.9", "--num_steps_per_env=8"], cfg, named) == ()
-    assert command_line_keys(["env.rewards.reach.weight=2.0"], cfg, named) == ("env.rewards.reach.weight",)
-    assert command_line_keys(["agent.env.rewards.reach.weight=2.0"], cfg, named) == ()
-    assert command_line_keys(["env.rewards.reach.weight=2.0"], cfg) == ("env.rewards.reach.weight",)  # rl_games'
+    assert command_line_keys(["agent.params.config.gamma=0.9", "--num_steps_per_env=8"], cfg.mutation, named) == ()
+    assert command_line_keys(["env.rewards.reach.weight=2.0"], cfg.mutation, named) == ("env.rewards.reach.weight",)
+    assert command_line_keys(["agent.env.rewards.reach.weight=2.0"], cfg.mutation, named) == ()
+    # With rl_games' names (the default) an env key is found by its own name too.
+    assert command_line_keys(["env.rewards.reach.weight=2.0"], cfg.mutation) == ("env.rewards.reach.weight",)
 
 
 def _strata_of(seed: int, members: int, key: str, spec: MutationSpec, yaml: dict) -> list[int]:

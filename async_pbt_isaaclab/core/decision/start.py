@@ -67,14 +67,15 @@ def stratum(strata_seed: int, num_policies: int, member: int, key_index: int) ->
 
 
 def command_line_keys(
-    args: Iterable[str], cfg: PopulationConfig, override_name: Callable[[str], str] = isaaclab_key
+    args: Iterable[str], keys: Iterable[str], override_name: Callable[[str], str] = isaaclab_key
 ) -> tuple[str, ...]:
-    """The searched keys whose value an override among ``args`` sets, sorted; flags and anything else are ignored.
+    """The ``keys`` (searched ones: a population's ``mutation``, a checkpoint's values) whose value an override among
+    ``args`` sets, sorted; flags and anything else are ignored.
     ``override_name(key)``: the trainer's own override of ``key`` (rl_games: ``agent.params.config.<key>``; an rsl_rl
     member's names its runner config's keys), matched with or without its ``agent.`` and a leading ``+``. An env key
     is matched by its own name too (``env.<path>=``: Isaac Lab's override of an env config value)."""
     names: dict[str, str] = {}
-    for key in cfg.mutation:
+    for key in keys:
         name = override_name(key)
         names.update({name: key, name.removeprefix("agent."): key})
         if is_env_key(key):
