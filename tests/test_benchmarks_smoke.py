@@ -111,6 +111,14 @@ def test_population_vs_independent_refuses_a_used_folder(tmp_path, capsys):
     assert "exists and is not empty" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag", [["--eval-episodes", "0"], ["--final-episodes", "-1"]])
+def test_population_vs_independent_refuses_a_count_out_of_range_before_any_run(flag, tmp_path):
+    study = _load_study()
+    with pytest.raises(SystemExit, match=f"error: {flag[0]} must be >= "):
+        study.main(["--smoke", "--out", str(tmp_path / "study"), *flag])
+    assert not (tmp_path / "study").exists()
+
+
 # The exploit-latency benchmark's smoke run is in tests/integration/test_exploit_paths.py: the same run also
 # shows that both exploit paths build the same agent.
 
@@ -280,15 +288,45 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
     assert sorted(held_out) == points
     for row in run["independent"]["members"]["0"]["points"]:
         assert held_out[row["frame"]] == pytest.approx(row["selection"])
-    # study_handover.py: every member's final checkpoint on new episodes; the pick leads on the first half.
-    handover = _load_script(STUDY.parent / "study_handover.py")
-    assert handover.main([str(out), "--episodes", "2"]) == 0
+    # The final hand-over (--final-episodes, 2 in a smoke run): every member's final checkpoint of every arm on new
+    # episodes, the pick leading on the first half; the final figures and verdicts are its report figures.
+    handover = run["final_handover"]
+    for arm in study.arms.ARMS:
+        rows = handover[arm]["members"]
+        assert sorted(rows) == ["0", "1"] and handover[arm]["episodes"] == 2
+        assert handover[arm]["picked"] == max(rows, key=lambda m: rows[m]["selection"])
+        assert handover[arm]["report"] == rows[handover[arm]["picked"]]["report"]
+        assert all(row["checkpoint"] == run[arm]["members"][m]["points"][-1]["checkpoint"] for m, row in rows.items())
+    assert run["final"]["population"] == handover["population"]["report"]
+    assert run["final"]["independent_best_of_arm"] == handover["independent"]["report"]
+    assert run["final"]["independent_runs"] == {
+        m: row["report"] for m, row in handover["independent"]["members"].items()
+    }
+    assert run["against_sweep"]["final"]["sweep_best"] == handover["sweep"]["report"]
+    assert "final hand-over: 2 + 2 new episodes per member" in printed
+    # study_handover.py judges a finished study the same way (the same episodes: the same figures).
+    rejudge = _load_script(STUDY.parent / "study_handover.py")
+    assert rejudge.main([str(out), "--episodes", "2"]) == 0
     judged = json.loads((out / "handover_2.json").read_text())["seeds"]["0"]
-    for arm in ("population", "sweep"):
-        rows = judged[arm]["members"]
-        assert sorted(rows) == ["0", "1"] and judged[arm]["picked"] == max(rows, key=lambda m: rows[m]["selection"])
-        assert judged[arm]["report"] == rows[judged[arm]["picked"]]["report"]
+    assert {arm: judged[arm] for arm in ("population", "sweep")} == {
+        arm: handover[arm] for arm in ("population", "sweep")
+    }
     assert judged["no_worse_than_sweep"] == (judged["population"]["report"] >= judged["sweep"]["report"])
+    # A study reusing these baselines takes their hand-over where it played as many episodes, else plays it again.
+    from async_pbt_isaaclab.commands.evaluate import make_evaluator
+
+    args = study.resolve(study.build_parser().parse_args(["--case", TRAINED_CASE, "--smoke", "--out", str(out)]))
+    evaluator = make_evaluator(args.task, results["settings"]["agent_yaml"])
+    earlier = json.loads(json.dumps(results))
+    earlier["seeds"]["0"]["final_handover"]["sweep"]["picked"] = "taken from the reused study"
+    rerun = {"baselines_reused_from": str(ws)}
+    study.play_final_handover(args, evaluator, rerun, 0, out, results["frames_per_member"], earlier)
+    assert rerun["final_handover"]["sweep"]["picked"] == "taken from the reused study"
+    assert rerun["final_handover"]["population"] == handover["population"]  # played again: the same episodes
+    args.final_episodes = 3
+    study.play_final_handover(args, evaluator, rerun, 0, out, results["frames_per_member"], earlier)
+    assert {h["episodes"] for h in rerun["final_handover"].values()} == {3}
+    assert rerun["final_handover"]["sweep"]["picked"] in ("0", "1")
     member1 = _first_entry(ws / "independent" / "members" / "001" / "audit.jsonl")
     assert member1["kind"] == "start" and member1["hyperparameters"]["gamma"] == pytest.approx(config["gamma"])
     # Against the sweep: the best sweep run picked on selection episodes, as the population's member is.
@@ -320,7 +358,6 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
         assert r == {"value": pytest.approx(pop / med), "relation": "="}
     else:
         assert r["relation"] in ("<", ">", "n/a")
-    assert run["final"]["population"] == run["curves"]["population"][-1]
     assert results["summary"]["final_return"]["population"]["median"] == run["final"]["population"]
     assert f"{run['final']['population']:.1f}" in printed
     assert "frames to target: per member (total in the arm = members x per member)" in printed

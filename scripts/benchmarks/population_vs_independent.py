@@ -69,6 +69,12 @@ Each independent run counts separately; the figures use the median run, and the 
 (picked the same way) is printed as the equal-total-compute baseline. Where the case's yaml names another objective
 (``pbt.objective``; ``hopper_standing``: the distance travelled), every "return" below is that objective's value.
 
+**Final hand-over.** With ``--final-episodes N`` (64 on the MuJoCo cases) the final returns, and every verdict on
+them, come from a hand-over played once more at the end: every member's final checkpoint of every arm on N new
+selection and N new report episodes (env seeds from 105000 on), the member leading on selection reported on the
+others. Eight episodes per point suffice for the curves, but not to pick the best of four HalfCheetah policies whose
+return varies much from start to start (docs/validation.md). 0 (the default elsewhere): the last point's figures.
+
 **Figures.** Frames to reach ``--target`` held-out return: per member (wall-clock equivalent when each member
 has its own device) and total in the arm (members x per member; the same for both arms, which spend equal
 total frames). The ratio population / median independent run is per member; where a run never reached the
@@ -109,6 +115,7 @@ FULL = {
     "interval": 8192,
     "eval_every": 2,
     "eval_episodes": 16,
+    "final_episodes": 0,
 }
 """Defaults: 3 seeds x 2 arms x 4 members x 196,608 frames (96 epochs of 2,048)."""
 SMOKE = {
@@ -118,6 +125,7 @@ SMOKE = {
     "interval": 4096,
     "eval_every": 1,
     "eval_episodes": 4,
+    "final_episodes": 2,
 }
 """``--smoke``: every step once, a minute or two."""
 
@@ -177,6 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"held-out episodes per checkpoint, for selection and again for the report "
         f"(default {FULL['eval_episodes']})",
+    )
+    p.add_argument(
+        "--final-episodes",
+        type=int,
+        default=None,
+        help="the final hand-over's selection episodes, and as many reporting, per member of every arm; the final "
+        f"returns come from it (0: from the last evaluation point; default {FULL['final_episodes']}, the MuJoCo "
+        "cases': 64)",
     )
     p.add_argument("--target", type=float, default=None, help="held-out return to reach (default: the case's first)")
     p.add_argument(
@@ -268,6 +284,8 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     ):
         if value < 1:
             raise SystemExit(f"error: {flag} must be >= 1, got {value}")
+    if args.final_episodes < 0:
+        raise SystemExit(f"error: --final-episodes must be >= 0 (0: no final hand-over), got {args.final_episodes}")
     if args.trainer != "rl_games" and args.vec_env != "gymnasium":
         raise SystemExit(f"error: --vec-env {args.vec_env}: the {args.trainer} member trains on gymnasium only")
     for item in [*args.set_values, *args.mutate]:
@@ -322,6 +340,31 @@ def add_tuned_bound(args: argparse.Namespace, results: dict) -> list[str]:
     except ValueError as exc:
         raise SystemExit(f"error: --tuned-reference {args.tuned_reference}: {exc}") from None
     return analysis.tuned_bound_lines(results["tuned_bound"], int(results["settings"]["members"]))
+
+
+def play_final_handover(
+    args: argparse.Namespace, evaluator, run: dict, seed: int, out: Path, frames: int, reused: dict | None
+) -> None:
+    """``--final-episodes``: every arm's hand-over at the end (:func:`study_analysis.final_handover`) into
+    ``run["final_handover"]``; a reused arm's is taken from its own study where that played as many episodes."""
+    if not args.final_episodes:
+        return
+    handover = {}
+    for arm in arms.ARMS:
+        folder = out / f"seed{seed}" / arm
+        if reused is not None and arm in arms.BASELINE_ARMS:
+            earlier = (reused["seeds"][str(seed)].get("final_handover") or {}).get(arm)
+            if earlier is not None and earlier["episodes"] == args.final_episodes:
+                handover[arm] = earlier
+                continue
+            folder = Path(run["baselines_reused_from"]) / arm
+        handover[arm] = analysis.final_handover(evaluator, folder, args.members, frames, args.final_episodes)
+    run["final_handover"] = handover
+    print(
+        f"[study] seed {seed}: final hand-over on {args.final_episodes} + {args.final_episodes} new episodes: "
+        + ", ".join(f"{arm} member {h['picked']} {analysis._fmt(h['report'])}" for arm, h in handover.items()),
+        flush=True,
+    )
 
 
 def seed_figures(run: dict, points: list[int], target: float, sweep: list[float]) -> dict:
@@ -405,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
             for arm in arms.BASELINE_ARMS:
                 run[arm] = reused["seeds"][str(seed)][arm]
             run["baselines_reused_from"] = str(Path(args.baselines_from).absolute() / f"seed{seed}")
+        play_final_handover(args, evaluator, run, seed, out, frames, reused)
         run.update(seed_figures(run, points, args.target, args.sweep))
         results["seeds"][str(seed)] = run
         analysis.write_json(out / "results.json", results)

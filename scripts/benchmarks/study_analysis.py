@@ -103,6 +103,23 @@ def evaluate_arm(
     return out
 
 
+HANDOVER_SEED_OFFSET = 5000
+"""The final hand-over's episodes start this far above the study's own held-out seeds: new to every pick."""
+
+
+def final_handover(evaluator, workspace: Path, members: int, final_frame: int, episodes: int) -> dict[str, Any]:
+    """The arm's hand-over at the end, judged on more episodes than the curves' points: every member's final
+    checkpoint on ``episodes`` selection and ``episodes`` report episodes (env seeds from
+    ``DEFAULT_EVAL_SEED + HANDOVER_SEED_OFFSET``); the member that leads on selection, and its report figure."""
+    seed = DEFAULT_EVAL_SEED + HANDOVER_SEED_OFFSET
+    arm = evaluate_arm(evaluator, workspace, members, [final_frame], episodes, seed)
+    rows = {m: member["points"][0] for m, member in arm["members"].items()}
+    played = [m for m, row in rows.items() if row["selection"] is not None]
+    picked = max(played, key=lambda m: rows[m]["selection"]) if played else None
+    report = rows[picked]["report"] if picked is not None else None
+    return {"episodes": episodes, "members": rows, "picked": picked, "report": report}
+
+
 def _best_by_selection(arm: dict[str, Any], k: int) -> float | None:
     """Report return, at point ``k``, of the member with the best selection return."""
     rows = [m["points"][k] for m in arm["members"].values() if m["points"][k]["selection"] is not None]
@@ -163,12 +180,7 @@ def seed_summary(
         },
         "ratio_population_over_median_independent": ratio(pop_ftt, ind_median_ftt, points[-1]),
         "ratio_population_over_best_of_arm_independent": ratio(pop_ftt, best_ind_ftt, points[-1]),
-        "final": {
-            "population": pop_curve[-1],
-            "independent_median": med_curve[-1],
-            "independent_runs": {m: c[-1] for m, c in runs.items()},
-            "independent_best_of_arm": best_ind_curve[-1],
-        },
+        "final": final_figures(run, pop_curve[-1], {m: c[-1] for m, c in runs.items()}, best_ind_curve[-1]),
         "target_sweep": {
             str(t): {
                 "population": frames_to_target(pop_curve, points, t),
@@ -185,18 +197,40 @@ def seed_summary(
             }
             for t in sweep
         },
-        "hyperparameters": searched_endpoints(pop, n),
+        "hyperparameters": searched_endpoints(pop, n, (run.get("final_handover") or {}).get("population")),
         "exploits": sum((v.get("exploits") or 0) for v in pop["members"].values()),
         "exploits_without_change": sum((v.get("exploits_without_change") or 0) for v in pop["members"].values()),
     }
 
 
-def searched_endpoints(pop: dict[str, Any], n: int) -> dict[str, Any]:
+def final_figures(
+    run: dict[str, Any], population: float | None, independent_runs: dict[str, Any], independent_best: float | None
+) -> dict[str, Any]:
+    """The seed's final returns: the last evaluation point's (given), or, where the study played a final hand-over
+    (``--final-episodes``, :func:`final_handover`), the hand-over's: each arm's member picked on its selection
+    episodes, reported on the others, and every independent run on the same report episodes."""
+    handover = run.get("final_handover")
+    if handover is not None:
+        population, independent_best = handover["population"]["report"], handover["independent"]["report"]
+        independent_runs = {m: row["report"] for m, row in handover["independent"]["members"].items()}
+    finite = [v for v in independent_runs.values() if v is not None]
+    return {
+        "population": population,
+        "independent_median": statistics.median(finite) if finite else None,
+        "independent_runs": independent_runs,
+        "independent_best_of_arm": independent_best,
+        "episodes": handover["population"]["episodes"] if handover is not None else None,
+    }
+
+
+def searched_endpoints(pop: dict[str, Any], n: int, handover: dict[str, Any] | None = None) -> dict[str, Any]:
     """Where the searched hyperparameters ended: every member's final values, and those of the member the
-    population would hand over (the best by selection return at the last point)."""
+    population hands over (``handover``'s pick where the study played one, else the best by selection return at
+    the last point)."""
     finals = {m: v.get("final_hyperparameters") or {} for m, v in pop["members"].items()}
     rows = [(m, v["points"][n - 1]) for m, v in pop["members"].items() if v["points"][n - 1]["selection"] is not None]
     best = max(rows, key=lambda r: r[1]["selection"])[0] if rows else None
+    best = handover["picked"] if handover is not None else best
     return {"members": finals, "best_member": best, "best": finals.get(best, {}) if best is not None else {}}
 
 
@@ -342,6 +376,15 @@ def measured(results: dict[str, Any]) -> str:
     return "return" if objective in (None, "episode_return") else str(objective)
 
 
+def final_source(results: dict[str, Any]) -> str:
+    """Where the final figures come from, for the report: the final hand-over's episodes where it was played."""
+    episodes = {(s.get("final") or {}).get("episodes") for s in results["seeds"].values()}
+    if episodes == {None}:
+        return "last evaluation point"
+    shown = "/".join(str(e) for e in sorted(episodes, key=str))
+    return f"final hand-over: {shown} + {shown} new episodes per member"
+
+
 def report(results: dict[str, Any], target: float, members: int) -> list[str]:
     s = results["summary"]
     lines = [
@@ -369,7 +412,7 @@ def report(results: dict[str, Any], target: float, members: int) -> list[str]:
         "ratio population / best of the independent arm (same total frames): per seed: "
         + ", ".join("n/a" if x["value"] is None else f"{x['relation']}{x['value']:.2f}".replace("=", "") for x in best)
     )
-    lines.append(f"final held-out {measured(results)}: median [min, max] over seeds")
+    lines.append(f"final held-out {measured(results)} ({final_source(results)}): median [min, max] over seeds")
     for key, label in (
         ("population", "population (best member)"),
         ("independent_median", "independent, median run"),

@@ -4,14 +4,14 @@
     python scripts/benchmarks/study_handover.py runs4/halfcheetah_lr-random --episodes 64
     python scripts/benchmarks/study_handover.py runs3/halfcheetah_lr-pb2 --episodes 64 --seeds 0
 
-The study hands over, per arm and seed, the member whose checkpoint leads on its selection episodes and reports it
-on as many others (``--eval-episodes``, 8 on the MuJoCo cases). Where a policy's return varies much from start to
-start (HalfCheetah), 8 episodes can pick the wrong member. Here every member's final checkpoint of the population
-and sweep arms (the sweep's from ``--baselines-from``'s folder where it was reused) is played on 2 x ``--episodes``
-episodes, env seeds from 105000 on (away from the study's 100000 on), by the study's own evaluation
-(``study_analysis.evaluate_arm``): the first half selects, the second half reports. Prints per seed both arms' figure
-and whether the population ends no worse than the best sweep run, and writes ``handover_<episodes>.json`` in the
-study's folder.
+A study run with ``--final-episodes N`` (64 on the MuJoCo cases) plays this hand-over itself and takes its final
+figures from it; this script judges a study run without it (8 + 8 episodes at the last point, where the return of a
+HalfCheetah policy varies too much from start to start to pick the best of four), or with another N. Every member's
+final checkpoint of the population and sweep arms (the sweep's from ``--baselines-from``'s folder where it was
+reused) is played by the study's own hand-over (``study_analysis.final_handover``: 2 x ``--episodes`` episodes, env
+seeds from 105000 on, the first half selects, the second half reports). Prints per seed both arms' figure and
+whether the population ends no worse than the best sweep run, and writes ``handover_<episodes>.json`` in the study's
+folder.
 """
 
 from __future__ import annotations
@@ -24,25 +24,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import study_analysis as analysis  # next to this script
 
-from async_pbt_isaaclab.commands.evaluate import DEFAULT_EVAL_SEED, make_evaluator
-
-SEED_OFFSET = 5000
-"""The episodes start this far above the study's own held-out seeds, so they are new to both picks."""
+from async_pbt_isaaclab.commands.evaluate import make_evaluator
 
 
 def arm_folder(study: Path, results: dict, seed: str, arm: str) -> Path:
     """Where the arm of ``seed`` trained: this study's folder, or the reused baselines' for the sweep."""
     reused = results["seeds"][seed].get("baselines_reused_from")
     return (Path(reused) if reused and arm != "population" else study / f"seed{seed}") / arm
-
-
-def hand_over(evaluator, folder: Path, members: int, final_frame: int, episodes: int) -> dict:
-    """Every member's final checkpoint on ``episodes`` selection and ``episodes`` report episodes (the study's own
-    evaluation, on new seeds); the member picked on selection, and its report figure."""
-    arm = analysis.evaluate_arm(evaluator, folder, members, [final_frame], episodes, DEFAULT_EVAL_SEED + SEED_OFFSET)
-    rows = {m: member["points"][0] for m, member in arm["members"].items()}
-    picked = max(rows, key=lambda m: rows[m]["selection"])
-    return {"members": rows, "picked": picked, "report": rows[picked]["report"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,10 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     settings = results["settings"]
     evaluator = make_evaluator(settings["task"], settings["agent_yaml"])
     members, final_frame = int(settings["members"]), int(results["frames_per_member"])
-    out = {"episodes": args.episodes, "seed_offset": SEED_OFFSET, "seeds": {}}
+    out = {"episodes": args.episodes, "seed_offset": analysis.HANDOVER_SEED_OFFSET, "seeds": {}}
     for seed in seeds:
         arms = {
-            arm: hand_over(evaluator, arm_folder(study, results, seed, arm), members, final_frame, args.episodes)
+            arm: analysis.final_handover(
+                evaluator, arm_folder(study, results, seed, arm), members, final_frame, args.episodes
+            )
             for arm in ("population", "sweep")
         }
         met = arms["population"]["report"] >= arms["sweep"]["report"]

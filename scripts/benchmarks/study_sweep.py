@@ -7,15 +7,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from study_analysis import _best_by_selection, _fmt, _fmt_frames, _fmt_ratio, frames_to_target, ratio
+from study_analysis import (
+    _best_by_selection,
+    _fmt,
+    _fmt_frames,
+    _fmt_ratio,
+    final_source,
+    frames_to_target,
+    ratio,
+)
 
 
 def sweep_summary(run: dict[str, Any], points: list[int], targets: tuple[float, ...]) -> dict[str, Any]:
     """The population against the best run of the sweep (the same generation-0 draw, never exploiting), picked on
     selection episodes as the population's member is: frames to each target, their ratio, and the final returns
-    (with the best independent run's beside them)."""
+    (with the best independent run's beside them). ``run`` holds the seed's figures (``final`` among them)."""
     pop_curve = run["curves"]["population"]
     best_ind_curve = run["curves"]["independent_best_of_arm"]
+    handover = run.get("final_handover")
     sweep_curve = [_best_by_selection(run["sweep"], k) for k in range(len(points))]
     per_target = {}
     for t in targets:
@@ -31,10 +40,11 @@ def sweep_summary(run: dict[str, Any], points: list[int], targets: tuple[float, 
             "curve": sweep_curve,
             "runs": {m: [p["report"] for p in v["points"]] for m, v in run["sweep"]["members"].items()},
             "targets": per_target,
+            # The final figures are the seed's (:func:`study_analysis.final_figures`): the hand-over's where played.
             "final": {
-                "population": pop_curve[-1],
-                "sweep_best": sweep_curve[-1],
-                "independent_best": best_ind_curve[-1],
+                "population": run["final"]["population"],
+                "sweep_best": handover["sweep"]["report"] if handover is not None else sweep_curve[-1],
+                "independent_best": run["final"]["independent_best_of_arm"],
             },
         }
     }
@@ -67,7 +77,10 @@ def sweep_report_lines(results: dict[str, Any], members: int) -> list[str]:
     goal = sweep_goal(results)
     if goal is None:
         return []
-    lines = ["against the sweep (the population's own generation-0 draw, never exploiting; best run by selection):"]
+    lines = [
+        "against the sweep (the population's own generation-0 draw, never exploiting; best run by selection; "
+        f"final: {final_source(results)}):"
+    ]
     for seed, run in results["seeds"].items():
         if "against_sweep" not in run:
             continue
