@@ -231,6 +231,9 @@ SCREENED_STANDING = (
 )
 """``hopper_standing`` measured (docs/validation.md, "Reward weights: a start no PPO search can fix")."""
 
+HIGH_RATE = ("learning_rate=3e-3", "lr_schedule=constant")
+"""The constant learning rate that led both tasks' rate screens held out at 262k and kept improving to 524k."""
+
 SCREENS = {
     "hopper_standing": Screen(
         "Hopper-v5 with a healthy reward so high that standing still pays best: before a case searches the reward "
@@ -302,9 +305,45 @@ SCREENS = {
             ("tuned", ()),
         ),
     ),
+    "halfcheetah_discount": Screen(
+        "HalfCheetah-v5 at the learning rate that led ``halfcheetah_decay`` held out (3e-3 constant), with a lower "
+        "discount: defined after the learning-rate and entropy screens found no value that moves. The case exists if "
+        "0.9 or 0.95 leads held out at 262k frames (mean over the seeds) and trails 0.99 at 524k in every seed (a "
+        "discount that must rise); its start is that discount at 3e-3 constant, and the discount alone is searched.",
+        "HalfCheetah-v5",
+        (
+            ("gamma0.9", (*HIGH_RATE, "gamma=0.9")),
+            ("gamma0.95", (*HIGH_RATE, "gamma=0.95")),
+            ("gamma0.99", HIGH_RATE),
+        ),
+    ),
+    "halfcheetah_clip": Screen(
+        "HalfCheetah-v5 at 3e-3 constant with a wider PPO clip (the yaml's 0.2): defined with "
+        "``halfcheetah_discount``. The case exists if 0.5 or 0.3 leads held out at 262k frames (mean over the seeds) "
+        "and trails 0.2 at 524k in every seed (a step bound that must tighten); its start is that clip at 3e-3 "
+        "constant, the clip alone searched.",
+        "HalfCheetah-v5",
+        (
+            ("clip0.5", (*HIGH_RATE, "e_clip=0.5")),
+            ("clip0.3", (*HIGH_RATE, "e_clip=0.3")),
+            ("clip0.2", HIGH_RATE),
+        ),
+    ),
+    "hopper_discount": Screen(
+        "Hopper-v5 at the learning rate that led ``hopper_decay`` held out (3e-3 constant), with a lower discount: "
+        "defined with ``halfcheetah_discount``, the same rule. The case exists if 0.9 or 0.95 leads held out at 262k "
+        "frames (mean over the seeds) and trails 0.99 at 524k in every seed; its start is that discount at 3e-3 "
+        "constant, and the discount alone is searched.",
+        "Hopper-v5",
+        (
+            ("gamma0.9", (*HIGH_RATE, "gamma=0.9")),
+            ("gamma0.95", (*HIGH_RATE, "gamma=0.95")),
+            ("gamma0.99", HIGH_RATE),
+        ),
+    ),
 }
-"""Screens that decide whether a case is defined (reward weights: a case no PPO search can fix; a rate that must
-fall, judged held out)."""
+"""Screens that decide whether a case is defined (reward weights: a case no PPO search can fix; a value that must
+move, judged held out)."""
 
 STANDING_TARGETS = (5.0, 2.0, 8.0)
 """Metres travelled per held-out episode, fixed from the screen before any population ran: both default-weight runs
