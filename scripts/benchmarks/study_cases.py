@@ -233,6 +233,12 @@ SCREENED_STANDING = (
 
 HIGH_RATE = ("learning_rate=3e-3", "lr_schedule=constant")
 """The constant learning rate that led both tasks' rate screens held out at 262k and kept improving to 524k."""
+DISCOUNTS_AT_HIGH_RATE = (
+    ("gamma0.9", (*HIGH_RATE, "gamma=0.9")),
+    ("gamma0.95", (*HIGH_RATE, "gamma=0.95")),
+    ("gamma0.99", HIGH_RATE),
+)
+"""The discount screens' runs, on both tasks: two lower discounts and the yaml's 0.99."""
 
 SCREENS = {
     "hopper_standing": Screen(
@@ -311,11 +317,7 @@ SCREENS = {
         "0.9 or 0.95 leads held out at 262k frames (mean over the seeds) and trails 0.99 at 524k in every seed (a "
         "discount that must rise); its start is that discount at 3e-3 constant, and the discount alone is searched.",
         "HalfCheetah-v5",
-        (
-            ("gamma0.9", (*HIGH_RATE, "gamma=0.9")),
-            ("gamma0.95", (*HIGH_RATE, "gamma=0.95")),
-            ("gamma0.99", HIGH_RATE),
-        ),
+        DISCOUNTS_AT_HIGH_RATE,
     ),
     "halfcheetah_clip": Screen(
         "HalfCheetah-v5 at 3e-3 constant with a wider PPO clip (the yaml's 0.2): defined with "
@@ -335,11 +337,7 @@ SCREENS = {
         "frames (mean over the seeds) and trails 0.99 at 524k in every seed; its start is that discount at 3e-3 "
         "constant, and the discount alone is searched.",
         "Hopper-v5",
-        (
-            ("gamma0.9", (*HIGH_RATE, "gamma=0.9")),
-            ("gamma0.95", (*HIGH_RATE, "gamma=0.95")),
-            ("gamma0.99", HIGH_RATE),
-        ),
+        DISCOUNTS_AT_HIGH_RATE,
     ),
 }
 """Screens that decide whether a case is defined (reward weights: a case no PPO search can fix; a value that must
