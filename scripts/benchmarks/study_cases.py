@@ -315,7 +315,9 @@ SCREENS = {
         "HalfCheetah-v5 at the learning rate that led ``halfcheetah_decay`` held out (3e-3 constant), with a lower "
         "discount: defined after the learning-rate and entropy screens found no value that moves. The case exists if "
         "0.9 or 0.95 leads held out at 262k frames (mean over the seeds) and trails 0.99 at 524k in every seed (a "
-        "discount that must rise); its start is that discount at 3e-3 constant, and the discount alone is searched.",
+        "discount that must rise); its start is that discount at 3e-3 constant, and the discount alone is searched. "
+        "Measured (seeds 1-3): 0.99 leads (mean 635 at 262k, against 182 and -32) and ends highest in every seed: no "
+        "case.",
         "HalfCheetah-v5",
         DISCOUNTS_AT_HIGH_RATE,
     ),
@@ -323,7 +325,8 @@ SCREENS = {
         "HalfCheetah-v5 at 3e-3 constant with a wider PPO clip (the yaml's 0.2): defined with "
         "``halfcheetah_discount``. The case exists if 0.5 or 0.3 leads held out at 262k frames (mean over the seeds) "
         "and trails 0.2 at 524k in every seed (a step bound that must tighten); its start is that clip at 3e-3 "
-        "constant, the clip alone searched.",
+        "constant, the clip alone searched. Measured (seeds 1-3): 0.5 leads (mean 1,108 at 262k) and trails 0.2 at "
+        "524k in seed 1 only (2,192 against 2,367): no case.",
         "HalfCheetah-v5",
         (
             ("clip0.5", (*HIGH_RATE, "e_clip=0.5")),
@@ -335,7 +338,8 @@ SCREENS = {
         "Hopper-v5 at the learning rate that led ``hopper_decay`` held out (3e-3 constant), with a lower discount: "
         "defined with ``halfcheetah_discount``, the same rule. The case exists if 0.9 or 0.95 leads held out at 262k "
         "frames (mean over the seeds) and trails 0.99 at 524k in every seed; its start is that discount at 3e-3 "
-        "constant, and the discount alone is searched.",
+        "constant, and the discount alone is searched. Measured (seeds 1-3): 0.99 leads (mean 1,432 at 262k, "
+        "against 461 and 406; the lower discounts end at 370-476): no case.",
         "Hopper-v5",
         DISCOUNTS_AT_HIGH_RATE,
     ),
