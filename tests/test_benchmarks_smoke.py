@@ -303,7 +303,8 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
         m: row["report"] for m, row in handover["independent"]["members"].items()
     }
     assert run["against_sweep"]["final"]["sweep_best"] == handover["sweep"]["report"]
-    assert "final hand-over: 2 + 2 new episodes per member" in printed
+    assert "final held-out return (hand-over on 2 + 2 new episodes per member)" in printed
+    assert "final: hand-over on 2 + 2 new episodes per member)" in printed
     # study_handover.py judges a finished study the same way (the same episodes: the same figures).
     rejudge = _load_script(STUDY.parent / "study_handover.py")
     assert rejudge.main([str(out), "--episodes", "2"]) == 0

@@ -382,7 +382,7 @@ def final_source(results: dict[str, Any]) -> str:
     if episodes == {None}:
         return "last evaluation point"
     shown = "/".join(str(e) for e in sorted(episodes, key=str))
-    return f"final hand-over: {shown} + {shown} new episodes per member"
+    return f"hand-over on {shown} + {shown} new episodes per member"
 
 
 def report(results: dict[str, Any], target: float, members: int) -> list[str]:
