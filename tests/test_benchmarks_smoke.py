@@ -173,10 +173,11 @@ def test_a_population_flag_reaches_the_population_arm_only_and_the_baselines_sta
 
 def _screens():
     import study_cases  # on sys.path once the study script is loaded
+    import study_screens
 
     _load_study()
     cases = {name: case for name, case in study_cases.CASES.items() if case.screen}
-    return {**cases, **study_cases.SCREENS}
+    return {**cases, **study_screens.SCREENS}
 
 
 @pytest.mark.parametrize("name", sorted(_screens()))

@@ -16,7 +16,7 @@ checkpoint every interval and never exploits), ``--frames`` frames. Two figures 
   mis-set by this figure: the training figure once called a good start mis-set (its entropy bonus made the stochastic
   policy look worse than the policy it had learned).
 
-``--case`` also takes a screen of ``study_cases.SCREENS`` (``hopper_standing``), which decides whether a case exists.
+``--case`` also takes a screen of ``study_screens.SCREENS`` (``hopper_standing``), which decides whether a case exists.
 Prints one row per configuration and seed and writes ``screen.json``. Screening says whether a start is mis-set and
 whether the best value moves, not how a population does.
 """
@@ -34,10 +34,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import study_cases
+import study_screens
 
 
 def command(
-    case: study_cases.Case | study_cases.Screen,
+    case: study_cases.Case | study_screens.Screen,
     values: tuple[str, ...],
     seed: int,
     workspace: Path,
@@ -103,7 +104,7 @@ def finished_run(label: str, exit_code: int, workspace: Path, wall_s: float, epi
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    screened = {**{k: c for k, c in study_cases.CASES.items() if c.screen}, **study_cases.SCREENS}
+    screened = {**{k: c for k, c in study_cases.CASES.items() if c.screen}, **study_screens.SCREENS}
     p.add_argument("--case", required=True, choices=sorted(screened))
     p.add_argument("--out", required=True, help="new folder for the runs and screen.json")
     p.add_argument("--frames", type=int, default=524_288, help="frames per run (default 524288)")

@@ -113,10 +113,11 @@ def test_the_hopper_standing_screen_runs_members_judged_by_distance(tmp_path):
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "benchmarks"))
     import study_cases
+    import study_screens
 
     pbt = ["agent.pbt.enabled=true", "agent.pbt.num_policies=2", f"agent.pbt.workspace={tmp_path}"]
     healthy = {}
-    for label, values in study_cases.SCREENS["hopper_standing"].screen:
+    for label, values in study_screens.SCREENS["hopper_standing"].screen:
         agent, cfg = load_population_config(
             load_yaml(packaged_agent_yaml("Hopper-v5")), [*pbt, *study_cases.value_overrides(values)]
         )
