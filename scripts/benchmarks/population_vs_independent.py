@@ -351,13 +351,11 @@ def play_final_handover(
         return
     handover = {}
     for arm in arms.ARMS:
-        folder = out / f"seed{seed}" / arm
-        if reused is not None and arm in arms.BASELINE_ARMS:
-            earlier = (reused["seeds"][str(seed)].get("final_handover") or {}).get(arm)
-            if earlier is not None and earlier["episodes"] == args.final_episodes:
-                handover[arm] = earlier
-                continue
-            folder = Path(run["baselines_reused_from"]) / arm
+        earlier = (reused["seeds"][str(seed)].get("final_handover") or {}).get(arm) if reused is not None else None
+        if arm in arms.BASELINE_ARMS and earlier is not None and earlier["episodes"] == args.final_episodes:
+            handover[arm] = earlier
+            continue
+        folder = analysis.arm_folder(out, run, seed, arm)
         handover[arm] = analysis.final_handover(evaluator, folder, args.members, frames, args.final_episodes)
     run["final_handover"] = handover
     print(

@@ -103,6 +103,13 @@ def evaluate_arm(
     return out
 
 
+def arm_folder(study: Path, run: dict[str, Any], seed: int | str, arm: str) -> Path:
+    """Where ``arm`` of the study's seed trained: the study's own folder, or for a baseline arm reused with
+    ``--baselines-from`` (``run["baselines_reused_from"]``) the reused study's."""
+    reused = run.get("baselines_reused_from")
+    return (Path(reused) if reused and arm != "population" else study / f"seed{seed}") / arm
+
+
 HANDOVER_SEED_OFFSET = 5000
 """The final hand-over's episodes start this far above the study's own held-out seeds: new to every pick."""
 

@@ -27,12 +27,6 @@ import study_analysis as analysis  # next to this script
 from async_pbt_isaaclab.commands.evaluate import make_evaluator
 
 
-def arm_folder(study: Path, results: dict, seed: str, arm: str) -> Path:
-    """Where the arm of ``seed`` trained: this study's folder, or the reused baselines' for the sweep."""
-    reused = results["seeds"][seed].get("baselines_reused_from")
-    return (Path(reused) if reused and arm != "population" else study / f"seed{seed}") / arm
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("study", help="a finished study's --out folder (its results.json)")
@@ -57,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds:
         arms = {
             arm: analysis.final_handover(
-                evaluator, arm_folder(study, results, seed, arm), members, final_frame, args.episodes
+                evaluator,
+                analysis.arm_folder(study, results["seeds"][seed], seed, arm),
+                members,
+                final_frame,
+                args.episodes,
             )
             for arm in ("population", "sweep")
         }
