@@ -348,12 +348,8 @@ class MemberExecutor:
             metadata = self.trainer.metadata(state)
             if metadata is None and session.start_mode == "warm_start":
                 gaps = "\n  - ".join(RAW_CHECKPOINT_GAPS)
-                print(
-                    f"[async-pbt] WARNING: {path} is a plain rl_games checkpoint without PBT metadata; warm-starting "
-                    f"member {session.member} from its weights. It cannot reconstruct:\n  - {gaps}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                what = "a plain rl_games checkpoint without PBT metadata; warm-starting from its weights"
+                session.notes.append(f"WARNING: {path} is {what}. It cannot reconstruct:\n  - {gaps}")
             self._load_saved(state, metadata, self._pending_here())
             self._started_from(path)
         print_notes(session)
@@ -362,9 +358,14 @@ class MemberExecutor:
         return self.state.pending_exploit if self.session.start_mode == "exploit_applied" else None
 
     def _load_saved(self, state: dict[str, Any], metadata: Any, pending: PendingExploit | None) -> None:
-        """Train from a saved checkpoint with the member's values and the rate it was saved with."""
+        """Train from a saved checkpoint with the member's values and the rate it was saved with, unless a warm start
+        was given a rate on the command line: a value typed on purpose is not replaced."""
         saved_rate = metadata.get("last_lr") if isinstance(metadata, dict) else None
         if isinstance(saved_rate, bool) or not isinstance(saved_rate, (int, float)):
+            saved_rate = None
+        elif self.session.start_mode == "warm_start" and self.session.typed_rate:
+            typed = self.trainer.learning_rate()
+            self.session.notes.append(f"learning rate {typed:g} from the command line, not the {saved_rate:g} saved")
             saved_rate = None
         rate, _ = start_learning_rate(published=saved_rate, own=self.trainer.learning_rate())
         assert rate is not None

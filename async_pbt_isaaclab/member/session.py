@@ -27,7 +27,9 @@ from typing import Any, Callable
 
 from async_pbt_isaaclab.core.agent_config import current_hyperparameters, set_path
 from async_pbt_isaaclab.core.config import PopulationConfig, objective_term
+from async_pbt_isaaclab.core.decision.exploit_plan import LEARNING_RATE
 from async_pbt_isaaclab.core.decision.mutation import agent_path, isaaclab_key
+from async_pbt_isaaclab.core.decision.start import command_line_keys
 from async_pbt_isaaclab.core.state.evidence import ConditionLabel
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
 from async_pbt_isaaclab.core.state.member_state import AuditHead, FinishedMark, MemberState
@@ -74,6 +76,8 @@ class MemberSession:
     """Checksum the start checkpoint must still have when it is loaded (``None`` for a warm start)."""
     start_mode: str = "fresh"
     """``fresh``, ``resume``, ``exploit_applied`` or ``warm_start``."""
+    typed_rate: bool = False
+    """The learning rate was set on the command line: a warm start trains with it, not the checkpoint's saved rate."""
     notes: list[str] = field(default_factory=list)
     """Messages for the user about the start (printed once)."""
     already_finished: str = ""
@@ -158,13 +162,12 @@ def start_member(
     lock = MemberLock(ws.member_dir(cfg.policy_idx) / "lock")
     lock.acquire(cfg.policy_idx, wait_s=lock_wait_s)
     try:
-        from async_pbt_isaaclab.core.decision.start import command_line_keys
-
         session, built = _prepare(
             agent_cfg, cfg, ws, lock, argv=argv, train_dir=train_dir, checkpoint=checkpoint, start_info=start_info,
             condition=ConditionLabel(task=task, objective=term, reward_config=reward_config),
             seed=ws.population_seed(meta), pinned=command_line_keys(argv[1:], cfg.mutation, override_name),
         )  # fmt: skip
+        session.typed_rate = bool(command_line_keys(argv[1:], (LEARNING_RATE,), override_name))
         save_agent_config(session.dir, built)  # what `async-pbt evaluate` rebuilds the member's policy from
         return session, built
     except BaseException:
@@ -251,13 +254,9 @@ def check_train_dir(ws: Workspace, experiment_dir: Path) -> None:
 
 
 def _member_state(
-    state: MemberState | None,
-    agent_cfg: dict[str, Any],
-    cfg: PopulationConfig,
-    audit: AuditLog,
-    population_seed: int | None = None,
-    pinned: tuple[str, ...] = (),
-) -> MemberState:
+    state: MemberState | None, agent_cfg: dict[str, Any], cfg: PopulationConfig, audit: AuditLog,
+    population_seed: int | None = None, pinned: tuple[str, ...] = (),
+) -> MemberState:  # fmt: skip
     """The saved state (repaired after a crash), or a new member's, whose RNG and yaml values start here: its
     stream from (population seed, index), then its diverse start (or ``initial_mutation``); ``pinned``: the searched
     keys the command line sets."""

@@ -192,3 +192,36 @@ def test_a_warm_start_is_checked_before_rl_games_loads_and_starts_from_the_users
     entries = [json.loads(x) for x in (tmp_path / "ws/members/000/audit.jsonl").read_text().splitlines()]
     (restored,) = [e for e in entries if e["kind"] == "restored"]
     assert restored["mode"] == "warm_start" and restored["model_sha256"] == model_fingerprint(plain["model"])
+
+
+def test_a_warm_start_from_a_members_checkpoint_keeps_its_saved_rate_unless_one_is_typed(tmp_path, monkeypatch, capsys):
+    """A member's checkpoint carries the rate it reached (``pbt.last_lr``): a warm start trains on from it, as a
+    resume does. A rate set on the command line is the user's choice, and replaces it (with a note saying so)."""
+    from async_pbt_isaaclab.member import restart
+    from async_pbt_isaaclab.rl_games.checkpoint import load_checkpoint
+
+    donor = tmp_path / "donor"
+    _train(donor, epochs=1)
+    checkpoint = str(donor / "ws" / json.loads((donor / "ws/members/000/state.json").read_text())["last_checkpoint"])
+    saved_rate = load_checkpoint(checkpoint)["pbt"]["last_lr"]
+
+    def restored_rate(folder: Path, argv: list[str], **config) -> float:
+        monkeypatch.setattr(restart, "_CAPTURED", ["python", "train.py", *argv])
+        agent_cfg, cfg, task = _configs(folder, 1)
+        agent_cfg["params"]["config"].update(config)
+        threads = torch.get_num_threads()
+        try:
+            train_member(agent_cfg, cfg, train_dir=str(folder / "runs"), task=task, checkpoint=checkpoint)
+        finally:
+            torch.set_num_threads(threads)
+        entries = [json.loads(x) for x in (folder / "ws/members/000/audit.jsonl").read_text().splitlines()]
+        (restored,) = [e for e in entries if e["kind"] == "restored"]
+        assert restored["mode"] == "warm_start"
+        return restored["last_lr"]
+
+    assert restored_rate(tmp_path / "kept", [f"--checkpoint={checkpoint}"]) == pytest.approx(saved_rate)
+    assert "from the command line" not in capsys.readouterr().err
+    typed = ["agent.params.config.learning_rate=3e-5", f"--checkpoint={checkpoint}"]
+    assert saved_rate != pytest.approx(3e-5)
+    assert restored_rate(tmp_path / "typed", typed, learning_rate=3e-5) == pytest.approx(3e-5)
+    assert f"learning rate 3e-05 from the command line, not the {saved_rate:g} saved" in capsys.readouterr().err
