@@ -17,6 +17,9 @@ checkpoint every interval and never exploits), ``--frames`` frames. Two figures 
   policy look worse than the policy it had learned).
 
 ``--case`` also takes a screen of ``study_screens.SCREENS`` (``hopper_standing``), which decides whether a case exists.
+A screen with branches (``study_screens.Branches``: ``hopper_rate_falls``) trains its own runs to the branch frame
+only; then, per seed, each branch is a warm start (``--checkpoint``) from the source run's checkpoint at that frame
+with its own values, on to ``--frames``: the same weights going on under other values.
 Prints one row per configuration and seed and writes ``screen.json``. Screening says whether a start is mis-set and
 whether the best value moves, not how a population does.
 """
@@ -43,6 +46,8 @@ def command(
     seed: int,
     workspace: Path,
     args: argparse.Namespace,
+    frames: int,
+    checkpoint: Path | None = None,
 ) -> list[str]:
     from async_pbt_isaaclab.core.agent_config import apply_overrides, load_yaml
 
@@ -57,8 +62,9 @@ def command(
         study_cases.TRAINERS[trainer].config_flag,
         str(config),
         "--max_iterations",
-        str(-(-args.frames // per_epoch)),
+        str(-(-frames // per_epoch)),  # epochs in all: a warm start goes on counting from its checkpoint's
         *(["--vec-env", args.vec_env] if args.vec_env else []),
+        *(["--checkpoint", str(checkpoint)] if checkpoint else []),
         # Retention off: the held-out figure plays every interval's checkpoint.
         "--pbt-keep-last-checkpoints",
         "1000000",
@@ -85,6 +91,28 @@ def held_out(workspace: Path, episodes: int) -> list[tuple[int, float]]:
     results = evaluate_checkpoints([path for _, _, path in checkpoints], episodes=episodes, seed=DEFAULT_EVAL_SEED)
     means = [statistics.fmean(result.objective_values) for result in results]
     return [(frame, mean) for (_, frame, _), mean in zip(checkpoints, means, strict=True)]
+
+
+def planned_runs(case: study_cases.Case | study_screens.Screen, args: argparse.Namespace) -> list[tuple]:
+    """Every run of the screen, seed by seed (a screen stopped early still has every configuration of its first
+    seeds): its label, values, agent seed, frames, and the label of the run it branches from ("" for none)."""
+    branches = getattr(case, "branches", None)
+    own_frames = branches.frame if branches else args.frames
+    runs = []
+    for seed in args.seeds:
+        runs += [(f"{label}-seed{seed}", values, seed, own_frames, "") for label, values in case.screen]
+        if branches:
+            source = f"{branches.source}-seed{seed}"
+            runs += [(f"{label}-seed{seed}", values, seed, args.frames, source) for label, values in branches.runs]
+    return runs
+
+
+def branch_checkpoint(workspace: Path, frame: int) -> Path | None:
+    """The source run's checkpoint at ``frame`` (None if it has none there)."""
+    from async_pbt_isaaclab.core.workspace.retention import list_checkpoints
+
+    found = [path for _, at, path in list_checkpoints(workspace / "members" / "000" / "checkpoints") if at == frame]
+    return found[0] if found else None
 
 
 def shown(rows: list[tuple[int, float]]) -> str:
@@ -124,20 +152,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.held_out < 0:
         p.error(f"--held-out {args.held_out}: episodes per checkpoint, 0 for none")
     case = screened[args.case]
+    branches = getattr(case, "branches", None)
+    if branches and args.frames <= branches.frame:
+        p.error(f"--frames {args.frames}: {args.case}'s branches start at frame {branches.frame}; give more frames")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=False)
-    # Seed by seed: a screen stopped early still has every configuration of its first seeds.
-    pending = [(f"{label}-seed{seed}", values, seed) for seed in args.seeds for label, values in case.screen]
+    pending = planned_runs(case, args)
     running: dict[str, tuple[subprocess.Popen, Path, float]] = {}
     summary = {"case": args.case, "task": case.task, "seeds": args.seeds, "frames": args.frames, "runs": {}}
     summary["configurations"] = {label: list(values) for label, values in case.screen}
+    if branches:
+        summary["branches"] = {"source": branches.source, "frame": branches.frame, "runs": dict(branches.runs)}
     summary["held_out_episodes"] = args.held_out
     load = [os.getloadavg()[0]]
     while pending or running:
-        while pending and len(running) < args.parallel:
-            label, values, seed = pending.pop(0)
+        # A branch waits for its source run to end.
+        while (ready := [run for run in pending if run[4] in ("", *summary["runs"])]) and len(running) < args.parallel:
+            label, values, seed, frames, source = ready[0]
+            pending.remove(ready[0])
+            checkpoint = branch_checkpoint(out / source, branches.frame) if source else None
+            if source and checkpoint is None:
+                summary["runs"][label] = {"exit": None, "not_run": f"{source} has no checkpoint at {branches.frame}"}
+                print(f"[screen] {label}: not run, {summary['runs'][label]['not_run']}", flush=True)
+                continue
             ws = out / label
-            cmd = command(case, values, seed, ws, args)
+            cmd = command(case, values, seed, ws, args, frames, checkpoint)
             log = open(out / f"{label}.log", "w")
             print(f"[screen] {label}: {' '.join(cmd)}", flush=True)
             running[label] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), ws, time.time())

@@ -11,6 +11,20 @@ from study_cases import DISTANCE_OBJECTIVE, SCREENED_STANDING  # next to this sc
 
 
 @dataclass(frozen=True)
+class Branches:
+    """Runs that go on from one screened run's checkpoint with other values, each a warm start (``--checkpoint``)
+    from the same weights: whether the best value has moved by then, measured on one run's state as a population's
+    explore would change it. The screen's own runs train to :attr:`frame` only; the branches on to ``--frames``."""
+
+    source: str
+    """The label of the screen's run (of the same agent seed) they start from."""
+    frame: int
+    """The frame of the source's checkpoint they start from, where the screen's own runs stop."""
+    runs: tuple[tuple[str, tuple[str, ...]], ...]
+    """A label and its values on top of the packaged yaml, per branch."""
+
+
+@dataclass(frozen=True)
 class Screen:
     """Configurations measured with one plain run each before a case is defined on them (``screen_case.py``), where
     the measurement decides whether the case exists at all: the figure read is the members' objective."""
@@ -21,6 +35,8 @@ class Screen:
     """The gymnasium task, trained with its packaged agent yaml."""
     screen: tuple[tuple[str, tuple[str, ...]], ...]
     """A label and its values on top of the packaged yaml, per run."""
+    branches: Branches | None = None
+    """Runs that go on from one of :attr:`screen`'s at a frame, with other values."""
 
 
 HIGH_RATE = ("learning_rate=3e-3", "lr_schedule=constant")
@@ -134,6 +150,31 @@ SCREENS = {
         "against 461 and 406; the lower discounts end at 370-476): no case.",
         "Hopper-v5",
         DISCOUNTS_AT_HIGH_RATE,
+    ),
+    "hopper_rate_falls": Screen(
+        "Hopper-v5, a rate that must fall, measured by branching (defined after seven screens of constant values "
+        "found none, with their figures known): 1e-2 constant (``hopper_decay_long``: too high to hold after 524k, "
+        "single checkpoints drop to 4-556) and 1e-3 constant train to 524,288 frames; from 1e-2's checkpoint there, "
+        "three warm starts go on to 1,048,576 (``--frames 1048576``) at 1e-2, 1e-3 or 3e-4 constant. A run's late "
+        "figure is its mean held-out return over its last four checkpoints (851k-1M; one checkpoint swings by "
+        "thousands on Hopper). The case exists if in every seed 1e-2 leads 1e-3 held out at 524,288 (the higher "
+        "rate is the better one early) and one lower rate's branch, the same in every seed, has a higher late figure "
+        "than the 1e-2 branch (the better rate late is lower); its start is 1e-2 constant, the learning rate alone "
+        "searched, 1,048,576 frames per member.",
+        "Hopper-v5",
+        (
+            ("lr1e-2", ("learning_rate=1e-2", "lr_schedule=constant")),
+            ("lr1e-3", ("learning_rate=1e-3", "lr_schedule=constant")),
+        ),
+        Branches(
+            "lr1e-2",
+            524_288,
+            (
+                ("lr1e-2-then1e-2", ("learning_rate=1e-2", "lr_schedule=constant")),
+                ("lr1e-2-then1e-3", ("learning_rate=1e-3", "lr_schedule=constant")),
+                ("lr1e-2-then3e-4", ("learning_rate=3e-4", "lr_schedule=constant")),
+            ),
+        ),
     ),
 }
 """Screens that decide whether a case is defined (reward weights: a case no PPO search can fix; a value that must
