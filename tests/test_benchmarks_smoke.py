@@ -192,9 +192,12 @@ def test_every_screened_configuration_is_a_config_its_member_accepts(name, tmp_p
     screen = _screens()[name]
     trainer = getattr(screen, "trainer", "rl_games")
     config = study_cases.case_config(screen)
-    assert len({label for label, _ in screen.screen}) == len(screen.screen)  # a label names one run folder
+    branches = getattr(screen, "branches", None)
+    runs = (*screen.screen, *(branches.runs if branches else ()))
+    assert len({label for label, _ in runs}) == len(runs)  # a label names one run folder
+    assert not branches or branches.source in dict(screen.screen)
     pbt = [f"agent.pbt.{k}" for k in ("enabled=true", "num_policies=2", f"workspace={tmp_path / 'ws'}")]
-    for _, values in screen.screen:
+    for _, values in runs:
         overrides = study_cases.value_overrides(values, trainer)
         if trainer == "rsl_rl":
             agent, _, _ = load_member_config(load_yaml(config), [*pbt, *overrides], str(config))
@@ -475,3 +478,32 @@ def test_action_step_benchmark_reports_every_variant():
     for name in ("per member", "lean", "vmap", "one agent on all envs"):
         match = re.search(rf"^  {name}\s+([0-9]+) \[", proc.stdout, re.MULTILINE)
         assert match and int(match.group(1)) > 0, proc.stdout
+
+
+def test_a_screens_branches_go_on_from_the_source_runs_checkpoint_with_their_own_values(tmp_path, monkeypatch):
+    """``screen_case.py`` on a screen with branches (a Pendulum one here, the cheapest task): the screen's own run
+    stops at the branch frame; the branch is a warm start from that run's checkpoint there, trains with its own
+    learning rate (not the rate saved in the checkpoint) and goes on counting frames to ``--frames``."""
+    import json
+
+    import study_screens
+
+    screen = _load_script(STUDY.parent / "screen_case.py")
+    rate = ("lr_schedule=constant",)
+    branches = study_screens.Branches("high", 2048, (("high-then-low", ("learning_rate=3e-5", *rate)),))
+    planted = study_screens.Screen("branches", "Pendulum-v1", (("high", ("learning_rate=1e-3", *rate)),), branches)
+    monkeypatch.setitem(study_screens.SCREENS, "test_branches", planted)
+    out = tmp_path / "screen"
+    flags = ["--frames", "4096", "--interval", "2048", "--held-out", "0", "--seeds", "1"]
+    assert screen.main(["--case", "test_branches", "--out", str(out), *flags]) == 0
+    from async_pbt_isaaclab.core.workspace.retention import list_checkpoints
+
+    runs = json.loads((out / "screen.json").read_text())["runs"]
+    assert runs["high-seed1"]["exit"] == 0 and runs["high-then-low-seed1"]["exit"] == 0
+    for label, frames in (("high-seed1", [2048]), ("high-then-low-seed1", [4096])):
+        assert [at for _, at, _ in list_checkpoints(out / label / "members" / "000" / "checkpoints")] == frames
+    source = screen.branch_checkpoint(out / "high-seed1", 2048)
+    audit = (out / "high-then-low-seed1" / "members" / "000" / "audit.jsonl").read_text().splitlines()
+    (restored,) = [e for e in map(json.loads, audit) if e["kind"] == "restored"]
+    assert restored["mode"] == "warm_start" and restored["checkpoint"] == str(source)
+    assert restored["last_lr"] == pytest.approx(3e-5)
