@@ -176,6 +176,29 @@ SCREENS = {
             ),
         ),
     ),
+    "halfcheetah_rate_falls": Screen(
+        "HalfCheetah-v5, a rate that must fall, measured by branching as ``hopper_rate_falls`` (defined while that "
+        "screen ran, after its first seed): 3e-3 constant (it led ``halfcheetah_decay`` held out at 262k and was still "
+        "climbing at 524k) and 1e-3 constant train to 524,288 frames; from 3e-3's checkpoint there, three warm starts "
+        "go on to 1,048,576 (``--frames 1048576``) at 3e-3, 1e-3 or 3e-4 constant. The late figure is a run's mean "
+        "held-out return over its last four checkpoints (851k-1M). The case exists if in every seed 3e-3 leads 1e-3 "
+        "held out at 524,288 and one lower rate's branch, the same in every seed, has a higher late figure than the "
+        "3e-3 branch; its start is 3e-3 constant, the learning rate alone searched, 1,048,576 frames per member.",
+        "HalfCheetah-v5",
+        (
+            ("lr3e-3", ("learning_rate=3e-3", "lr_schedule=constant")),
+            ("lr1e-3", ("learning_rate=1e-3", "lr_schedule=constant")),
+        ),
+        Branches(
+            "lr3e-3",
+            524_288,
+            (
+                ("lr3e-3-then3e-3", ("learning_rate=3e-3", "lr_schedule=constant")),
+                ("lr3e-3-then1e-3", ("learning_rate=1e-3", "lr_schedule=constant")),
+                ("lr3e-3-then3e-4", ("learning_rate=3e-4", "lr_schedule=constant")),
+            ),
+        ),
+    ),
 }
 """Screens that decide whether a case is defined (reward weights: a case no PPO search can fix; a value that must
 move, judged held out)."""
