@@ -364,8 +364,8 @@ class MemberExecutor:
         if isinstance(saved_rate, bool) or not isinstance(saved_rate, (int, float)):
             saved_rate = None
         elif self.session.start_mode == "warm_start" and self.session.typed_rate:
-            typed = self.trainer.learning_rate()
-            self.session.notes.append(f"learning rate {typed:g} from the command line, not the {saved_rate:g} saved")
+            if (typed := self.trainer.learning_rate()) != saved_rate:
+                self.session.notes.append(f"learning rate {typed:g} as typed, not {saved_rate:g} as saved")
             saved_rate = None
         rate, _ = start_learning_rate(published=saved_rate, own=self.trainer.learning_rate())
         assert rate is not None

@@ -220,8 +220,8 @@ def test_a_warm_start_from_a_members_checkpoint_keeps_its_saved_rate_unless_one_
         return restored["last_lr"]
 
     assert restored_rate(tmp_path / "kept", [f"--checkpoint={checkpoint}"]) == pytest.approx(saved_rate)
-    assert "from the command line" not in capsys.readouterr().err
+    assert "as typed" not in capsys.readouterr().err
     typed = ["agent.params.config.learning_rate=3e-5", f"--checkpoint={checkpoint}"]
     assert saved_rate != pytest.approx(3e-5)
     assert restored_rate(tmp_path / "typed", typed, learning_rate=3e-5) == pytest.approx(3e-5)
-    assert f"learning rate 3e-05 from the command line, not the {saved_rate:g} saved" in capsys.readouterr().err
+    assert f"learning rate 3e-05 as typed, not {saved_rate:g} as saved" in capsys.readouterr().err
