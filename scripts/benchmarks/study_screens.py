@@ -39,7 +39,20 @@ class Screen:
     """Runs that go on from one of :attr:`screen`'s at a frame, with other values."""
 
 
-HIGH_RATE = ("learning_rate=3e-3", "lr_schedule=constant")
+def constant_rates(*rates: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """One run per learning rate, each held constant, labelled ``lr<rate>``."""
+    return tuple((f"lr{rate}", (f"learning_rate={rate}", "lr_schedule=constant")) for rate in rates)
+
+
+def falling_rate(summary: str, task: str, high: str) -> Screen:
+    """A branching screen for a rate that must fall: ``high`` and 1e-3 constant train to 524,288 frames; from
+    ``high``'s checkpoint there, branches go on at ``high``, 1e-3 and 3e-4 constant (``lr<high>-then<rate>``)."""
+    source = f"lr{high}"
+    branches = tuple((f"{source}-then{label[2:]}", values) for label, values in constant_rates(high, "1e-3", "3e-4"))
+    return Screen(summary, task, constant_rates(high, "1e-3"), Branches(source, 524_288, branches))
+
+
+HIGH_RATE = constant_rates("3e-3")[0][1]
 """The constant learning rate that led both tasks' rate screens held out at 262k and kept improving to 524k."""
 DISCOUNTS_AT_HIGH_RATE = (
     ("gamma0.9", (*HIGH_RATE, "gamma=0.9")),
@@ -68,13 +81,7 @@ SCREENS = {
         "higher such rate, and the learning rate alone is searched. Measured (seeds 1-3): 3e-3 leads (mean 1,432 "
         "at 262k) and ends at its best in every seed: no case.",
         "Hopper-v5",
-        (
-            ("lr5e-3", ("learning_rate=5e-3", "lr_schedule=constant")),
-            ("lr3e-3", ("learning_rate=3e-3", "lr_schedule=constant")),
-            ("lr1e-3", ("learning_rate=1e-3", "lr_schedule=constant")),
-            ("lr3e-4", ("learning_rate=3e-4", "lr_schedule=constant")),
-            ("tuned", ()),
-        ),
+        (*constant_rates("5e-3", "3e-3", "1e-3", "3e-4"), ("tuned", ())),
     ),
     "halfcheetah_decay": Screen(
         "HalfCheetah-v5 with a constant learning rate above the tuned one, judged held out (defined after the "
@@ -84,11 +91,7 @@ SCREENS = {
         "rate alone is searched. Measured (seeds 1-3): 3e-3 leads (mean 635 at 262k) and ends at its best in every "
         "seed: no case.",
         "HalfCheetah-v5",
-        (
-            ("lr1e-2", ("learning_rate=1e-2", "lr_schedule=constant")),
-            ("lr3e-3", ("learning_rate=3e-3", "lr_schedule=constant")),
-            ("lr1e-3", ("learning_rate=1e-3", "lr_schedule=constant")),
-        ),
+        constant_rates("1e-2", "3e-3", "1e-3"),
     ),
     "hopper_decay_long": Screen(
         "Hopper-v5 over 1,048,576 frames (``--frames 1048576``; twice the study's budget, the point published PPO "
@@ -99,10 +102,7 @@ SCREENS = {
         "1,048,576 frames per member. Measured (seeds 1-3): 5e-3 ends within 200 of its best in every seed; 1e-2 "
         "misses 2000 by 524k in seed 3 and falls at the end in seed 2 only: no case.",
         "Hopper-v5",
-        (
-            ("lr1e-2", ("learning_rate=1e-2", "lr_schedule=constant")),
-            ("lr5e-3", ("learning_rate=5e-3", "lr_schedule=constant")),
-        ),
+        constant_rates("1e-2", "5e-3"),
     ),
     "halfcheetah_entropy": Screen(
         "HalfCheetah-v5, the tuned yaml (learning rate 5e-4 adaptive) with an entropy bonus, judged held out: "
@@ -151,7 +151,7 @@ SCREENS = {
         "Hopper-v5",
         DISCOUNTS_AT_HIGH_RATE,
     ),
-    "hopper_rate_falls": Screen(
+    "hopper_rate_falls": falling_rate(
         "Hopper-v5, a rate that must fall, measured by branching (defined after seven screens of constant values "
         "found none, with their figures known): 1e-2 constant (``hopper_decay_long``: too high to hold after 524k, "
         "single checkpoints drop to 4-556) and 1e-3 constant train to 524,288 frames; from 1e-2's checkpoint there, "
@@ -164,21 +164,9 @@ SCREENS = {
         "and 3e-4 beat the 1e-2 branch in seeds 2 and 3, and neither does in seed 1 (3,143 and 2,276 against "
         "3,279): no case.",
         "Hopper-v5",
-        (
-            ("lr1e-2", ("learning_rate=1e-2", "lr_schedule=constant")),
-            ("lr1e-3", ("learning_rate=1e-3", "lr_schedule=constant")),
-        ),
-        Branches(
-            "lr1e-2",
-            524_288,
-            (
-                ("lr1e-2-then1e-2", ("learning_rate=1e-2", "lr_schedule=constant")),
-                ("lr1e-2-then1e-3", ("learning_rate=1e-3", "lr_schedule=constant")),
-                ("lr1e-2-then3e-4", ("learning_rate=3e-4", "lr_schedule=constant")),
-            ),
-        ),
+        "1e-2",
     ),
-    "halfcheetah_rate_falls": Screen(
+    "halfcheetah_rate_falls": falling_rate(
         "HalfCheetah-v5, a rate that must fall, measured by branching as ``hopper_rate_falls`` (defined while that "
         "screen ran, after its first seed): 3e-3 constant (it led ``halfcheetah_decay`` held out at 262k and was still "
         "climbing at 524k) and 1e-3 constant train to 524,288 frames; from 3e-3's checkpoint there, three warm starts "
@@ -189,19 +177,7 @@ SCREENS = {
         "Measured (seeds 1-3): 3e-3 leads at 524k, and its own branch has the highest late figure in every seed: no "
         "case.",
         "HalfCheetah-v5",
-        (
-            ("lr3e-3", ("learning_rate=3e-3", "lr_schedule=constant")),
-            ("lr1e-3", ("learning_rate=1e-3", "lr_schedule=constant")),
-        ),
-        Branches(
-            "lr3e-3",
-            524_288,
-            (
-                ("lr3e-3-then3e-3", ("learning_rate=3e-3", "lr_schedule=constant")),
-                ("lr3e-3-then1e-3", ("learning_rate=1e-3", "lr_schedule=constant")),
-                ("lr3e-3-then3e-4", ("learning_rate=3e-4", "lr_schedule=constant")),
-            ),
-        ),
+        "3e-3",
     ),
 }
 """Screens that decide whether a case is defined (reward weights: a case no PPO search can fix; a value that must
