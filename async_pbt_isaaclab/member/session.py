@@ -6,12 +6,12 @@ starts from* and *which hyperparameters it trains with*, in this order:
 1. ``state.pending_exploit`` (we were just restarted by an exploit): the recipient checkpoint written
    before the restart, after checking its sha256;
 2. ``state.last_checkpoint`` (we crashed or were stopped and started again): resume;
-3. ``--checkpoint`` given by the user on a member that never ran: warm start (a raw rl_games checkpoint
-   is accepted, with a warning listing what it cannot carry);
+3. ``--checkpoint`` given by the user on a member that never ran: warm start (a raw rl_games checkpoint is
+   accepted, with a warning listing what it cannot carry);
 4. otherwise a fresh start.
 
-The hyperparameters are the member's own (``state.hyperparameters``) once it has run: they override
-the yaml and command line, because after an exploit they *are* this member's configuration.
+The hyperparameters are the member's own (``state.hyperparameters``) once it has run: they override the yaml and
+command line, because after an exploit they *are* this member's configuration.
 """
 
 from __future__ import annotations
@@ -143,17 +143,20 @@ def start_member(
     lock_wait_s: float = 15.0,
     start_info: dict[str, Any] | None = None,
     override_name: Callable[[str], str] = isaaclab_key,
+    flag_name: Callable[[str], str | None] | None = None,
 ) -> tuple[MemberSession, dict[str, Any]]:
     """Claim member ``cfg.policy_idx`` in the workspace and prepare its start.
 
     ``start_info`` is added to the ``start`` audit entry (a process hosting several members names them there).
     ``override_name(key)``: the trainer's command-line override of a searched key (rl_games':
-    ``agent.params.config.<key>``), how a value typed on the command line is found and kept out of the diverse start.
+    ``agent.params.config.<key>``), how a value typed on the command line is found and kept out of the diverse start;
+    ``flag_name(key)``: its flag, where the trainer's own parser takes one (mjlab's; see ``command_line_keys``).
 
     Returns the session and the agent config to build rl_games with (hyperparameters, experiment name
     and train dir set). ``agent_cfg`` is not modified.
     """
     argv = capture_argv()
+    typed = command_line_keys(argv[1:], {*cfg.mutation, LEARNING_RATE}, override_name, flag_name)  # set on purpose
     ws = Workspace(cfg.workspace_path(train_dir))
     term = objective_term(cfg.objective)
     meta = ws.ensure(cfg.num_policies, term, task, cfg.seed)
@@ -165,9 +168,9 @@ def start_member(
         session, built = _prepare(
             agent_cfg, cfg, ws, lock, argv=argv, train_dir=train_dir, checkpoint=checkpoint, start_info=start_info,
             condition=ConditionLabel(task=task, objective=term, reward_config=reward_config),
-            seed=ws.population_seed(meta), pinned=command_line_keys(argv[1:], cfg.mutation, override_name),
+            seed=ws.population_seed(meta), pinned=tuple(key for key in typed if key in cfg.mutation),
         )  # fmt: skip
-        session.typed_rate = bool(command_line_keys(argv[1:], (LEARNING_RATE,), override_name))
+        session.typed_rate = LEARNING_RATE in typed
         save_agent_config(session.dir, built)  # what `async-pbt evaluate` rebuilds the member's policy from
         return session, built
     except BaseException:
@@ -193,15 +196,7 @@ def _prepare(
     audit = AuditLog.open(mdir / "audit.jsonl", genesis=genesis_hash(population, cfg.policy_idx))
     state = _member_state(state, agent_cfg, cfg, audit, seed, pinned)
     state.joined(population)
-    session = MemberSession(
-        cfg=cfg,
-        ws=ws,
-        lock=lock,
-        state=state,
-        audit=audit,
-        condition=condition,
-        argv=argv,
-    )
+    session = MemberSession(cfg=cfg, ws=ws, lock=lock, state=state, audit=audit, condition=condition, argv=argv)
     _choose_start_checkpoint(session, checkpoint, fresh_member)
     if state.finished and not state.pending_exploit:
         session.already_finished = _finished_reason(state.finished, agent_cfg["params"]["config"])

@@ -65,6 +65,15 @@ def split_args(argv: Sequence[str]) -> tuple[str, argparse.Namespace, list[str],
     return argv[0], args, overrides, [a for a in rest if not OVERRIDE.match(a)]
 
 
+def mjlab_flag(key: str) -> str | None:
+    """Searched key ``key``'s flag in mjlab's own parser (``--agent.algorithm.learning-rate``; ``None`` for an env
+    key): a value typed that way stays out of the diverse start, and a warm start keeps a rate typed so."""
+    from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
+    from async_pbt_isaaclab.rsl_rl.config import config_key
+
+    return None if is_env_key(key) else f"agent.{config_key(key)}"
+
+
 def mjlab_config(task: str, flags: list[str]) -> tuple[Any, str]:
     """mjlab's ``TrainConfig`` of ``task`` with ``flags`` (parsed by mjlab's own tyro parser) and the device it
     selects; ``ValueError`` for what a member cannot do."""
@@ -170,6 +179,7 @@ def _train(task: str, cfg: Any, device: str, rsl_cfg: dict[str, Any], pop_cfg: A
             checkpoint=checkpoint,
             reward_config=reward_config,
             runner_infos=glue.EnvState(),
+            flag_name=mjlab_flag,
         ),
         vec_env.close,
     )

@@ -93,13 +93,15 @@ def train_member(
     override_prefix: str = OVERRIDE_PREFIX,
     reward_config: str = "",
     runner_infos: RunnerInfos | None = None,
+    flag_name: Callable[[str], str | None] | None = None,
 ) -> MemberEvents | None:
     """Train ``rsl_cfg`` as population member ``cfg.policy_idx`` for the config's ``max_iterations`` (the
     member's own count). rsl_rl's log folder (TensorBoard, ``model_<it>.pt``) is the experiment's ``summaries/``
     under ``train_dir``, where the member's start refuses planted links. A restart writes the new values as
     ``override_prefix`` + the runner config's key (Isaac Lab's Hydra: ``agent.``); ``runner_infos``: what a runner
-    subclass keeps in a checkpoint's ``infos`` (mjlab's). Returns ``None`` when the member had already finished, or
-    on a rank other than 0 of the member's group (``rsl_rl/group.py``)."""
+    subclass keeps in a checkpoint's ``infos`` (mjlab's); ``flag_name``: a searched key's flag in the trainer's own
+    parser (mjlab's), so a value typed as that flag is seen as typed too. Returns ``None`` when the member had
+    already finished, or on a rank other than 0 of the member's group (``rsl_rl/group.py``)."""
     if group_rank() > 0:
         follow_group(rsl_cfg, cfg, build, train_dir=train_dir)
         return None
@@ -111,6 +113,7 @@ def train_member(
         checkpoint=checkpoint,
         reward_config=reward_config,
         override_name=lambda key: rsl_rl_key(key, override_prefix),  # a value typed there stays out of the draw
+        flag_name=flag_name,
     )
     if session.already_finished:
         end_finished_member(session)

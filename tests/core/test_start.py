@@ -362,3 +362,33 @@ def test_a_member_keeps_a_value_its_command_line_set(tmp_path, monkeypatch, caps
     entries = [json.loads(line) for line in (session.dir / "audit.jsonl").read_text().splitlines()]
     assert entries[0]["kind"] == "initial_draw" and entries[0]["pinned"] == ["learning_rate"]
     assert verify_log(session.dir / "audit.jsonl")[1] == []
+
+
+def test_command_line_keys_find_a_value_typed_as_the_trainers_own_flag():
+    """mjlab's parser (tyro) takes a runner value as a flag (``--agent.algorithm.learning-rate 1e-3``): a value typed
+    so is as typed as an override, with a hyphen or an underscore, and with its value after ``=`` or apart. A flag of
+    another name, a prefix of the name, or a trainer that names no flags sets nothing searched."""
+    from async_pbt_isaaclab.core.decision.start import command_line_keys
+
+    searched = {"learning_rate": SPECS["learning_rate"], "env.rewards.reach.weight": SPECS["learning_rate"]}
+
+    def override(key: str) -> str:
+        return f"agent.runner.algorithm.{key}"
+
+    def flag(key: str) -> str | None:
+        return None if key.startswith("env.") else f"agent.algorithm.{key}"
+
+    for argv in (
+        ["Mjlab-Cartpole-Balance", "--agent.algorithm.learning-rate", "1e-3"],
+        ["Mjlab-Cartpole-Balance", "--agent.algorithm.learning_rate=1e-3"],
+        ["--gpu-ids", "None", "--agent.algorithm.learning-rate=1e-3", "--agent.logger", "tensorboard"],
+    ):
+        assert command_line_keys(argv, searched, override, flag) == ("learning_rate",), argv
+    for argv in (
+        ["--agent.algorithm.learning-rate-schedule", "x"],
+        ["--agent.algorithm", "x"],
+        ["--env.rewards.reach.weight", "2.0"],
+        ["--", "agent.algorithm.learning_rate"],
+    ):
+        assert command_line_keys(argv, searched, override, flag) == (), argv
+    assert command_line_keys(["--agent.algorithm.learning-rate", "1e-3"], searched, override) == ()

@@ -41,6 +41,8 @@ MJLAB_FLAGS = (
     str(STEPS),
     "--agent.logger",
     "tensorboard",
+    "--agent.algorithm.entropy-coef",
+    "0.004",  # a searched value typed as mjlab's own flag (mjlab's Cartpole: 0.01)
 )
 """mjlab's own flags (its tyro parser); a restart must keep every one."""
 
@@ -130,3 +132,14 @@ def test_checkpoints_are_mjlabs_runner_layout_with_its_env_state(population):
     # rsl_rl's run folder of each member, under mjlab's --log-root and the task's experiment name.
     for index in (0, 1):
         assert list((root / "logs" / "cartpole" / f"cartpole_pbt_{index:03d}" / "summaries").glob("events.out.*"))
+
+
+def test_a_value_typed_as_mjlabs_own_flag_stays_out_of_the_diverse_start(population):
+    """``--agent.algorithm.entropy-coef 0.004`` sets a searched value on purpose, as an ``agent.runner...=``
+    override would: member 1's diverse start keeps it (and says so in its entry) and draws the other key."""
+    root, _ = population
+    (draw,) = [e for e in _entries(root / "ws/members/001/audit.jsonl") if e["kind"] == "initial_draw"]
+    start, new = draw["start_hyperparameters"], draw["new_hyperparameters"]
+    assert draw["pinned"] == ["entropy_coef"]
+    assert start["entropy_coef"] == pytest.approx(0.004) and new["entropy_coef"] == start["entropy_coef"]
+    assert new["desired_kl"] != start["desired_kl"]

@@ -67,21 +67,37 @@ def stratum(strata_seed: int, num_policies: int, member: int, key_index: int) ->
 
 
 def command_line_keys(
-    args: Iterable[str], keys: Iterable[str], override_name: Callable[[str], str] = isaaclab_key
+    args: Iterable[str],
+    keys: Iterable[str],
+    override_name: Callable[[str], str] = isaaclab_key,
+    flag_name: Callable[[str], str | None] | None = None,
 ) -> tuple[str, ...]:
     """The ``keys`` (searched ones: a population's ``mutation``, a checkpoint's values) whose value an override among
-    ``args`` sets, sorted; flags and anything else are ignored.
+    ``args`` sets, sorted; anything else is ignored.
     ``override_name(key)``: the trainer's own override of ``key`` (rl_games: ``agent.params.config.<key>``; an rsl_rl
     member's names its runner config's keys), matched with or without its ``agent.`` and a leading ``+``. An env key
-    is matched by its own name too (``env.<path>=``: Isaac Lab's override of an env config value)."""
+    is matched by its own name too (``env.<path>=``: Isaac Lab's override of an env config value).
+    ``flag_name(key)``: where the trainer's own parser takes ``key`` as a flag too (mjlab's tyro:
+    ``--agent.algorithm.learning-rate 1e-3``), its name (``None``: no flag); matched as ``--name VALUE`` or
+    ``--name=VALUE``, hyphens and underscores alike."""
     names: dict[str, str] = {}
+    flags: dict[str, str] = {}
     for key in keys:
         name = override_name(key)
         names.update({name: key, name.removeprefix("agent."): key})
         if is_env_key(key):
             names[key] = key
+        flag = None if flag_name is None else flag_name(key)
+        if flag:
+            flags[_flag_spelling(flag)] = key
     typed = (arg.split("=", 1)[0].strip().lstrip("+") for arg in args if "=" in arg and not arg.startswith("-"))
-    return tuple(sorted({names[name] for name in typed if name in names}))
+    flagged = (_flag_spelling(arg[2:].split("=", 1)[0]) for arg in args if arg.startswith("--"))
+    return tuple(sorted({names[name] for name in typed if name in names} | {flags[f] for f in flagged if f in flags}))
+
+
+def _flag_spelling(name: str) -> str:
+    """A flag's name as compared: tyro writes ``learning_rate`` as ``learning-rate`` and accepts either."""
+    return name.strip().replace("-", "_")
 
 
 def kept_from_start(key: str, spec: MutationSpec, pinned: Iterable[str] = ()) -> str | None:
