@@ -111,6 +111,22 @@ def test_population_vs_independent_refuses_a_used_folder(tmp_path, capsys):
     assert "exists and is not empty" in capsys.readouterr().err
 
 
+def test_the_report_names_where_each_seeds_final_figures_come_from():
+    """A study whose seeds mix a hand-over with none (one reanalysed from older runs) says which seed is which."""
+    _load_study()  # puts scripts/benchmarks on the path, as the study does
+    from study_analysis import final_source
+
+    def seeds(*episodes):
+        return {"seeds": {str(i): ({"final": {"episodes": e}} if e else {}) for i, e in enumerate(episodes)}}
+
+    assert final_source(seeds(64, 64)) == "hand-over on 64 + 64 new episodes per member"
+    assert final_source(seeds(None, None)) == "last evaluation point"
+    assert final_source(seeds(64, None, 8)) == (
+        "hand-over on 64 + 64 new episodes per member (seeds 0); last evaluation point (seeds 1); "
+        "hand-over on 8 + 8 new episodes per member (seeds 2)"
+    )
+
+
 @pytest.mark.parametrize("flag", [["--eval-episodes", "0"], ["--final-episodes", "-1"]])
 def test_population_vs_independent_refuses_a_count_out_of_range_before_any_run(flag, tmp_path):
     study = _load_study()

@@ -384,12 +384,16 @@ def measured(results: dict[str, Any]) -> str:
 
 
 def final_source(results: dict[str, Any]) -> str:
-    """Where the final figures come from, for the report: the final hand-over's episodes where it was played."""
-    episodes = {(s.get("final") or {}).get("episodes") for s in results["seeds"].values()}
-    if episodes == {None}:
-        return "last evaluation point"
-    shown = "/".join(str(e) for e in sorted(episodes, key=str))
-    return f"hand-over on {shown} + {shown} new episodes per member"
+    """Where the final figures come from, for the report: the final hand-over's episodes where it was played; each
+    source with its seeds where the seeds differ (a study finished with ``--reanalyze`` on older seeds)."""
+    seeds_of: dict[str, list[str]] = {}
+    for seed, result in results["seeds"].items():
+        episodes = (result.get("final") or {}).get("episodes")
+        handover = f"hand-over on {episodes} + {episodes} new episodes per member"
+        seeds_of.setdefault(handover if episodes else "last evaluation point", []).append(str(seed))
+    if len(seeds_of) == 1:
+        return next(iter(seeds_of))
+    return "; ".join(f"{source} (seeds {', '.join(seeds)})" for source, seeds in seeds_of.items())
 
 
 def report(results: dict[str, Any], target: float, members: int) -> list[str]:
