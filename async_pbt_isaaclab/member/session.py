@@ -6,12 +6,12 @@ starts from* and *which hyperparameters it trains with*, in this order:
 1. ``state.pending_exploit`` (we were just restarted by an exploit): the recipient checkpoint written
    before the restart, after checking its sha256;
 2. ``state.last_checkpoint`` (we crashed or were stopped and started again): resume;
-3. ``--checkpoint`` given by the user on a member that never ran: warm start (a raw rl_games checkpoint is
-   accepted, with a warning listing what it cannot carry);
+3. ``--checkpoint`` given by the user on a member that never ran: warm start (a raw rl_games checkpoint
+   is accepted, with a warning listing what it cannot carry);
 4. otherwise a fresh start.
 
-The hyperparameters are the member's own (``state.hyperparameters``) once it has run: they override the yaml and
-command line, because after an exploit they *are* this member's configuration.
+The hyperparameters are the member's own (``state.hyperparameters``) once it has run: they override
+the yaml and command line, because after an exploit they *are* this member's configuration.
 """
 
 from __future__ import annotations
