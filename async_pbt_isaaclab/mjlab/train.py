@@ -69,9 +69,9 @@ def mjlab_flag(key: str) -> str | None:
     """Searched key ``key``'s flag in mjlab's own parser (``--agent.algorithm.learning-rate``; ``None`` for an env
     key): a value typed that way stays out of the diverse start, and a warm start keeps a rate typed so."""
     from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
-    from async_pbt_isaaclab.rsl_rl.config import config_key
+    from async_pbt_isaaclab.rsl_rl.member_config import rsl_rl_key
 
-    return None if is_env_key(key) else f"agent.{config_key(key)}"
+    return None if is_env_key(key) else rsl_rl_key(key, "agent.")  # mjlab's TrainConfig holds the runner as agent
 
 
 def mjlab_config(task: str, flags: list[str]) -> tuple[Any, str]:
