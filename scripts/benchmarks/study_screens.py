@@ -189,7 +189,9 @@ SCREENS = {
         "the last four checkpoints, 851k-1M). The case exists if 3e-3 leads 1e-3 held out at 524,288 in at least five "
         "of the six seeds, and the 3e-4 branch (named now: the end of a falling rate) has a higher late figure than "
         "the 3e-3 branch in at least five of the six seeds and on their mean. Its start is 3e-3 constant, the "
-        "learning rate alone searched, 1,048,576 frames per member.",
+        "learning rate alone searched, 1,048,576 frames per member. Measured (seeds 10-15): 3e-3 leads 1e-3 at 524k "
+        "in four seeds of six (in one by 10); the 3e-4 branch beats the 3e-3 branch late in three (mean 3,033 "
+        "against 2,910): no case.",
         "Hopper-v5",
         "3e-3",
     ),
