@@ -651,6 +651,41 @@ def test_lineage_lists_entries_in_log_order_with_the_recipients_own_values_and_t
     assert "entropy_coef" not in rows[2]
 
 
+def test_lineage_exploit_whose_mutation_lands_on_the_members_own_value_says_so(tmp_path, capsys):
+    """A recipient at the rate's bound copies a donor whose rate is mutated onto that bound: its weights changed, its
+    values did not. The line shows the mutation from the donor's value, not "no hyperparameter changed" (a clone)."""
+    ws = make_workspace(tmp_path / "ws")
+    log = AuditLog.open(ws.member_dir(2) / "audit.jsonl")
+    own = {"learning_rate": 0.01}
+    changes = [{"key": "learning_rate", "old": 0.00542788, "new": 0.01, "factor": None}]
+    log.append(
+        "decision",
+        {
+            "inputs": {"me": {"generation": 1, "frame": 491520, "hyperparameters": own}, "peers": []},
+            "decision": {"outcome": "exploit", "donor": 3, "reasons": ["gap"]},
+            "changes": changes,
+        },
+    )
+    log.append(
+        "exploit_applied",
+        {
+            "generation": 2,
+            "donor": 3,
+            "donor_generation": 1,
+            "donor_checkpoint": "members/003/checkpoints/g0001_f000000491520.pth",
+            "donor_sha256": SHA,
+            "frame": 495616,
+            "hyperparameters": dict(own),
+            "changes": changes,
+        },
+    )
+    code, out, _ = run_main(capsys, "lineage", str(ws.root), "--member", "2")
+    assert code == 0
+    (row,) = [line for line in out.splitlines() if "exploit <- member 3 gen 1" in line]
+    assert "learning_rate 0.00542788 -> 0.01 from the donor's (the member's own values kept)" in row, out
+    assert "no hyperparameter changed" not in out
+
+
 def test_lineage_exploit_applied_without_decision_and_corrupt_line(tmp_path, capsys):
     ws = make_workspace(tmp_path / "ws")
     path = ws.member_dir(2) / "audit.jsonl"

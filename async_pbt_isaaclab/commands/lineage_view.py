@@ -200,6 +200,9 @@ def change_text(event: Mapping[str, Any]) -> str:
     moves = event.get("moves")
     if moves is None:
         return format_changes(event.get("changes"))
+    if not moves and event.get("outcome") == "exploit" and event.get("changes"):
+        # The donor's values mutated onto exactly the member's own: not a clone of the donor, yet nothing moved here.
+        return f"{format_changes(event['changes'])} from the donor's (the member's own values kept)"
     return ", ".join(_move_text(m) for m in moves) or "no hyperparameter changed"
 
 
