@@ -117,6 +117,11 @@ class PopulationConfig:
     a member far behind never takes the worst slot of the members ahead of it."""
     worst_fraction: float = 0.25
     """``dexpbt``/``welch``: the bottom fraction of compared members that may exploit."""
+    unsettled_fill_worst: bool = False
+    """``dexpbt``/``welch``: a peer whose new generation has not settled yet (it left the worst group at its own
+    decision) counts in the members the worst group is a fraction of and holds one of its slots, so at most
+    ``worst_fraction`` of the population is replaced per settling period. False: the worst group is a fraction of
+    the compared members alone (with two of four members unsettled, the worse of the other two is replaced)."""
     top_fraction: float = 0.25
     """``dexpbt``/``welch``: the top fraction from which a donor is drawn."""
     gap_std_fraction: float = 0.5
@@ -239,7 +244,7 @@ class PopulationConfig:
             "worst_fraction top_fraction gap_std_fraction gap_donor_fraction gap_z trim_fraction min_members "
             "start_grace_frames restart_grace_frames protect_interval_best welch_alpha explore_without_donor "
             "hparams_from mutation max_restarts objective_direction explore start_spread min_mutated_keys "
-            "resample_probability allow_shaped_return_objective"
+            "resample_probability allow_shaped_return_objective unsettled_fill_worst"
         ).split()
         d = self.to_dict()
         return {k: d[k] for k in keys}

@@ -14,6 +14,7 @@ member does it. What is shown here:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -293,6 +294,25 @@ def test_unreplayable_decision_is_reported(chain):
     _write(chain, entries, rehash=True)
     _, problems = verify_log(chain)
     assert any("cannot be replayed" in p for p in _problems_at(problems, 1))
+
+
+def test_a_decision_with_unsettled_peers_in_the_worst_group_replays(tmp_path, make_record):
+    """``unsettled_fill_worst`` is recorded with the decision and replayed: the keep it decided reproduces, and the
+    same entry read with the key off (what the member would have decided without it) does not."""
+    log = AuditLog.open(tmp_path / "audit.jsonl")
+    recs = _population(make_record, [0.0, 10.0, 30.0, 25.0])
+    for i in (1, 3):  # just changed generation: their newest entries are of generation 0
+        recs[i] = dataclasses.replace(recs[i], generation=1, generation_start_frame=9_000)
+    cfg = population_config_from_dict(dict(_cfg().selection_dict(), unsettled_fill_worst=True))
+    decision = _log_decision(log, recs[0], recs, cfg, MemberRng(7), NOW)
+    assert decision.outcome is Outcome.KEEP and "unsettled peers [1, 3]" in decision.reasons[-1]
+    assert verify_log(log.path) == (1, [])
+    entries = _lines(log.path)
+    assert entries[0]["config"]["unsettled_fill_worst"] is True
+    entries[0]["config"]["unsettled_fill_worst"] = False
+    _write(log.path, entries, rehash=True)
+    _, problems = verify_log(log.path)
+    assert any("decision does not reproduce" in p for p in _problems_at(problems, 0)), problems
 
 
 def test_json_garbage_line_is_reported(chain):

@@ -57,6 +57,19 @@ def group_size(fraction: float, n: int) -> int:
     return max(1, math.floor(fraction * n))
 
 
+def worst_group(fld: Field, cfg: PopulationConfig) -> tuple[tuple[int, ...], str]:
+    """The compared members in the worst group, and the group in words for the reasons. The group is
+    ``worst_fraction`` of the compared members; with ``unsettled_fill_worst`` of them and the unsettled peers,
+    whose slots come first (they left the worst group at their own decision and are being refilled)."""
+    n = len(fld.ranked)
+    held = len(fld.unsettled) if cfg.unsettled_fill_worst else 0
+    k = group_size(cfg.worst_fraction, n + held)
+    words = f"worst {k} of {n + held}"
+    if held:
+        words += f" (unsettled peers {list(fld.unsettled)} take its slots first)"
+    return fld.ranked[n - (k - held) :] if k > held else (), words
+
+
 def low_trimmed_std(values: list[float], trim: float) -> float:
     """Population std (ddof 0) after leaving out the ``floor(trim * n)`` lowest values (at least two stay).
 
@@ -97,22 +110,20 @@ def dexpbt(fld: Field, cfg: PopulationConfig, rng: MemberRng) -> Decision:
     to it is small (docs/selection.md lists where this differs from IsaacGymEnvs' pbt.py)."""
     me, ranked, scores = fld.me.member, fld.ranked, fld.scores
     n = len(ranked)
-    k_worst, k_top = group_size(cfg.worst_fraction, n), group_size(cfg.top_fraction, n)
-    top, worst = ranked[:k_top], ranked[n - k_worst :]
+    k_top = group_size(cfg.top_fraction, n)
+    top, (worst, group) = ranked[:k_top], worst_group(fld, cfg)
     top_cutoff = scores[top[-1]]
     t_std = low_trimmed_std(list(scores.values()), cfg.trim_fraction)
     thresholds = {
         "top_cutoff": cfg.score(top_cutoff),
         "trimmed_std": t_std,
         "k_top": float(k_top),
-        "k_worst": float(k_worst),
+        "k_worst": float(len(worst)),
     }
     reasons = [f"rank {ranked.index(me) + 1}/{n}"]
     common = dict(fld.common)
     if me not in worst:
-        return keep_decision(
-            "dexpbt", f"not in the worst {k_worst} of {n}", thresholds=thresholds, reasons=reasons, **common
-        )
+        return keep_decision("dexpbt", f"not in the {group}", thresholds=thresholds, reasons=reasons, **common)
     best = fld.me.interval_best
     if cfg.protect_interval_best and best is not None and cfg.score(best) >= top_cutoff:
         return keep_decision(
@@ -126,8 +137,7 @@ def dexpbt(fld: Field, cfg: PopulationConfig, rng: MemberRng) -> Decision:
     candidates = donor_candidates(fld, top)
     if not candidates:
         reasons.append(
-            f"in the worst {k_worst} of {n}, and no member of the top {k_top} has a checkpoint I do "
-            f"not already hold: explore in place"
+            f"in the {group}, and no member of the top {k_top} has a checkpoint I do not already hold: explore in place"
         )
         return explore_decision("dexpbt", fld, reasons, thresholds)
     donor = candidates[rng.choice_index(len(candidates))]
@@ -138,13 +148,13 @@ def dexpbt(fld: Field, cfg: PopulationConfig, rng: MemberRng) -> Decision:
     thresholds.update(required_gap=required_gap, gap=gap, standard_error=noise)
     if gap <= required_gap:
         reasons.append(
-            f"in the worst {k_worst} of {n}; gap to donor {donor} is {gap:.6g} <= required "
+            f"in the {group}; gap to donor {donor} is {gap:.6g} <= required "
             f"{required_gap:.6g} (max(gap_std_fraction*trimmed_std, gap_donor_fraction*|donor|, "
             f"gap_z*standard error {noise:.6g})): explore in place"
         )
         return explore_decision("dexpbt", fld, reasons, thresholds)
     reasons.append(
-        f"in the worst {k_worst} of {n}; donor {donor} (at frame {fld.standings[donor].frame}) drawn "
+        f"in the {group}; donor {donor} (at frame {fld.standings[donor].frame}) drawn "
         f"from the top {k_top}; gap {gap:.6g} > required {required_gap:.6g}"
     )
     return exploit_decision("dexpbt", fld, donor, reasons, thresholds)
@@ -200,11 +210,11 @@ def isaaclab(fld: Field, cfg: PopulationConfig, rng: MemberRng) -> Decision:
 def welch(fld: Field, cfg: PopulationConfig, rng: MemberRng) -> Decision:
     """The worst group copies a top-group donor only when Welch's t-test says the donor is better."""
     me, ranked = fld.me.member, fld.ranked
-    n = len(ranked)
-    k_worst, k_top = group_size(cfg.worst_fraction, n), group_size(cfg.top_fraction, n)
+    k_top = group_size(cfg.top_fraction, len(ranked))
+    worst, group = worst_group(fld, cfg)
     common = dict(fld.common)
-    if me not in ranked[n - k_worst :]:
-        return keep_decision("welch", f"not in the worst {k_worst} of {n}", **common)
+    if me not in worst:
+        return keep_decision("welch", f"not in the {group}", **common)
     candidates = donor_candidates(fld, ranked[:k_top])
     if not candidates:
         return keep_decision("welch", "no member of the top group has a checkpoint I do not already hold", **common)
@@ -223,7 +233,7 @@ def welch(fld: Field, cfg: PopulationConfig, rng: MemberRng) -> Decision:
         "welch",
         fld,
         donor,
-        [f"in the worst {k_worst} of {n}; donor {donor} better with p={p:.4g} < alpha={cfg.welch_alpha:g}"],
+        [f"in the {group}; donor {donor} better with p={p:.4g} < alpha={cfg.welch_alpha:g}"],
         thresholds,
     )
 
@@ -233,6 +243,7 @@ DEXPBT = RuleSpec(
     dexpbt,
     (
         "worst_fraction",
+        "unsettled_fill_worst",
         "top_fraction",
         "gap_std_fraction",
         "gap_donor_fraction",
@@ -251,7 +262,7 @@ ISAACLAB = RuleSpec(
 WELCH = RuleSpec(
     "welch",
     welch,
-    ("worst_fraction", "top_fraction", "welch_alpha"),
+    ("worst_fraction", "unsettled_fill_worst", "top_fraction", "welch_alpha"),
     "worst group copies a donor that Welch's t-test finds better",
     needs=OptionalExtra(
         ("scipy.stats",),

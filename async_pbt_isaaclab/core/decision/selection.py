@@ -122,6 +122,9 @@ class Field:
     """Objective on a larger-is-better scale (``objective_direction``)."""
     common: dict[str, Any]
     """Decision fields every outcome carries (compared, excluded, objectives, frames)."""
+    unsettled: tuple[int, ...] = ()
+    """Excluded peers that are live, optimise my objective, are not far behind and are in a new generation that has
+    not settled: members that left the worst group at their own decision (``unsettled_fill_worst``)."""
 
 
 def keep_decision(rule: str, reason: str, **kw: Any) -> Decision:
@@ -258,7 +261,20 @@ def build_field(
         objectives={m: s.mean for m, s in standings.items()},
         compared_frames={m: s.frame for m, s in standings.items()},
     )
-    return Field(me, standings, ranked, scores, common)
+    unsettled = tuple(sorted({p.member for p in peers if p.member in excluded and _unsettled(me, p, cfg, now)}))
+    return Field(me, standings, ranked, scores, common, unsettled)
+
+
+def _unsettled(me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float) -> bool:
+    """``peer`` is live, optimises my objective, is not far behind me, and trains a new generation that has not
+    settled yet (its newest entry is of an older generation)."""
+    newest_generation = peer.history[-1].generation if peer.history else 0
+    return (
+        peer.generation > newest_generation
+        and heartbeat_exclusion(peer, cfg, now) is None
+        and peer.evidence.objective == me.evidence.objective
+        and me.frame - peer.frame <= cfg.resolved_max_frame_lag()
+    )
 
 
 def donor_candidates(fld: Field, members: Sequence[int]) -> list[int]:
