@@ -194,7 +194,7 @@ def test_a_member_30_intervals_late_does_not_freeze_selection_among_the_others(m
 def test_unsettled_peers_take_the_worst_slots_first_when_asked(make_record):
     """Measured in the study's MuJoCo populations: most exploits were decided by a member compared with one peer,
     the two others excluded because their new generations had not settled; the worst quarter of the two compared is
-    one, so the worse of them was replaced, the third member in a fresh generation within two intervals. With
+    one, so the worse of them was replaced: three of four members changed generation at one frame. With
     ``unsettled_fill_worst`` the unsettled peers count in the population the worst group is a fraction of and take
     its slots first."""
 
@@ -212,7 +212,7 @@ def test_unsettled_peers_take_the_worst_slots_first_when_asked(make_record):
         assert d.outcome is Outcome.KEEP, (rule, d.reasons)
         assert "not in the worst 1 of 4 (unsettled peers [1, 3] take its slots first)" in d.reasons[-1]
         assert d.compared == (2, 0) and set(d.excluded) == {1, 3}
-    # Eight members, worst fraction 1/4: two slots, one held by an unsettled peer; the worst compared member takes
+    # Nine members, worst fraction 1/4: two slots, one held by the unsettled peer; the worst compared member takes
     # the other, the second worst keeps.
     peers = [make_record(m, const(100.0 * m), now=NOW, frame=FRAME) for m in range(2, 8)]
     cfg = cfg_(unsettled_fill_worst=True)
