@@ -221,11 +221,14 @@ def test_unsettled_peers_take_the_worst_slots_first_when_asked(make_record):
     assert decide(worst, records, cfg, MemberRng(0), NOW).outcome is Outcome.EXPLOIT
     d = decide(second, records, cfg, MemberRng(0), NOW)
     assert d.outcome is Outcome.KEEP and "worst 2 of 9" in d.reasons[-1]
-    # A peer that is stale, far behind or optimises another objective holds no slot, unsettled or not.
+    # A peer that is stale, far behind, optimises another objective or trains another task holds no slot, unsettled
+    # or not: it would not be compared if it had settled.
+    elsewhere = make_record(1, const(300.0), now=NOW, frame=FRAME, task="another")
     for gone in (
         replace(unsettled(1, 300.0), heartbeat=NOW - 10_000.0),
         at_frame(unsettled(1, 300.0), FRAME - 30 * 1000),
         replace(unsettled(1, 300.0), evidence=replace(me.evidence, objective="success")),
+        replace(elsewhere, generation=1, generation_start_frame=FRAME - 500),
     ):
         d = decide(me, [me, gone, leader], cfg, MemberRng(0), NOW)
         assert d.outcome is Outcome.EXPLOIT and "worst 1 of 2" in d.reasons[-1], d.reasons

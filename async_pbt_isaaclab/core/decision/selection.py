@@ -123,8 +123,8 @@ class Field:
     common: dict[str, Any]
     """Decision fields every outcome carries (compared, excluded, objectives, frames)."""
     unsettled: tuple[int, ...] = ()
-    """Excluded peers that are live, optimise my objective, are not far behind and are in a new generation that has
-    not settled: members that left the worst group at their own decision (``unsettled_fill_worst``)."""
+    """Excluded peers in a new generation that has not settled, which every other check would compare at their
+    previous generation: members that left the worst group at their own decision (``unsettled_fill_worst``)."""
 
 
 def keep_decision(rule: str, reason: str, **kw: Any) -> Decision:
@@ -140,9 +140,12 @@ def entry_at_or_before(history: Sequence[HistoryEntry], frame: int) -> HistoryEn
     return None
 
 
-def _live_peer_exclusion(me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float) -> str | None:
+def _live_peer_exclusion(
+    me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float, settled_only: bool = True
+) -> str | None:
     """Why ``peer`` cannot be compared at all (not live, another objective, nothing settled, far behind), or
-    ``None``; which of its entries is compared is :func:`peer_entry`'s."""
+    ``None``; which of its entries is compared is :func:`peer_entry`'s. ``settled_only=False`` lets a peer whose
+    new generation has not settled through, to be judged at its previous generation's entries."""
     if peer.member == me.member:
         return "is me"
     why = heartbeat_exclusion(peer, cfg, now)
@@ -156,7 +159,7 @@ def _live_peer_exclusion(me: MemberRecord, peer: MemberRecord, cfg: PopulationCo
             f"{peer.evidence.generation}, member is at generation {peer.generation}"
         )
     newest = peer.history[-1]
-    if newest.generation < peer.generation:
+    if settled_only and newest.generation < peer.generation:
         # It decided to exploit/explore: its old generation must not be offered, its new one has not settled.
         return f"new generation {peer.generation} (from frame {peer.generation_start_frame}) has not settled yet"
     lag = me.frame - newest.frame
@@ -170,11 +173,17 @@ def _live_peer_exclusion(me: MemberRecord, peer: MemberRecord, cfg: PopulationCo
 
 
 def peer_entry(
-    me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float, semantics: int = MUTATION_SEMANTICS
+    me: MemberRecord,
+    peer: MemberRecord,
+    cfg: PopulationConfig,
+    now: float,
+    semantics: int = MUTATION_SEMANTICS,
+    settled_only: bool = True,
 ) -> tuple[HistoryEntry | None, str | None]:
     """``(entry, None)``: compare ``peer`` at ``entry``; ``(None, why)``: ``peer`` is excluded (under the rules of
-    ``semantics``, :data:`~async_pbt_isaaclab.core.decision.mutation.MUTATION_SEMANTICS`)."""
-    why = _live_peer_exclusion(me, peer, cfg, now)
+    ``semantics``, :data:`~async_pbt_isaaclab.core.decision.mutation.MUTATION_SEMANTICS`; ``settled_only`` as in
+    :func:`_live_peer_exclusion`)."""
+    why = _live_peer_exclusion(me, peer, cfg, now, settled_only)
     if why is not None:
         return None, why
     entry = entry_at_or_before(peer.history, me.frame)
@@ -261,20 +270,16 @@ def build_field(
         objectives={m: s.mean for m, s in standings.items()},
         compared_frames={m: s.frame for m, s in standings.items()},
     )
-    unsettled = tuple(sorted({p.member for p in peers if p.member in excluded and _unsettled(me, p, cfg, now)}))
-    return Field(me, standings, ranked, scores, common, unsettled)
+    unsettled = {p.member for p in peers if p.member in excluded and _unsettled(me, p, cfg, now, semantics)}
+    return Field(me, standings, ranked, scores, common, tuple(sorted(unsettled)))
 
 
-def _unsettled(me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float) -> bool:
-    """``peer`` is live, optimises my objective, is not far behind me, and trains a new generation that has not
-    settled yet (its newest entry is of an older generation)."""
-    newest_generation = peer.history[-1].generation if peer.history else 0
-    return (
-        peer.generation > newest_generation
-        and heartbeat_exclusion(peer, cfg, now) is None
-        and peer.evidence.objective == me.evidence.objective
-        and me.frame - peer.frame <= cfg.resolved_max_frame_lag()
-    )
+def _unsettled(me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float, semantics: int) -> bool:
+    """``peer`` trains a new generation that has not settled yet and passes every other check of :func:`peer_entry`
+    at its previous generation's entries (live, my objective and condition, not far behind)."""
+    if not peer.history or peer.history[-1].generation >= peer.generation:
+        return False
+    return peer_entry(me, peer, cfg, now, semantics, settled_only=False)[1] is None
 
 
 def donor_candidates(fld: Field, members: Sequence[int]) -> list[int]:
