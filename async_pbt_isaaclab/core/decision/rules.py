@@ -62,7 +62,7 @@ def worst_group(fld: Field, cfg: PopulationConfig) -> tuple[tuple[int, ...], str
     ``worst_fraction`` of the compared members; with ``unsettled_fill_worst`` of them and the unsettled peers,
     whose slots come first (they left the worst group at their own decision and are being refilled)."""
     n = len(fld.ranked)
-    held = len(fld.unsettled) if cfg.unsettled_fill_worst else 0
+    held = len(fld.unsettled)  # empty unless unsettled_fill_worst
     k = group_size(cfg.worst_fraction, n + held)
     words = f"worst {k} of {n + held}"
     if held:

@@ -124,7 +124,8 @@ class Field:
     """Decision fields every outcome carries (compared, excluded, objectives, frames)."""
     unsettled: tuple[int, ...] = ()
     """Excluded peers in a new generation that has not settled, which every other check would compare at their
-    previous generation: members that left the worst group at their own decision (``unsettled_fill_worst``)."""
+    previous generation: members that left the worst group at their own decision (found with
+    ``unsettled_fill_worst`` only)."""
 
 
 def keep_decision(rule: str, reason: str, **kw: Any) -> Decision:
@@ -270,7 +271,9 @@ def build_field(
         objectives={m: s.mean for m, s in standings.items()},
         compared_frames={m: s.frame for m, s in standings.items()},
     )
-    unsettled = {p.member for p in peers if p.member in excluded and _unsettled(me, p, cfg, now, semantics)}
+    unsettled = set()
+    if cfg.unsettled_fill_worst:  # only this option reads them
+        unsettled = {p.member for p in peers if p.member in excluded and _unsettled(me, p, cfg, now, semantics)}
     return Field(me, standings, ranked, scores, common, tuple(sorted(unsettled)))
 
 
