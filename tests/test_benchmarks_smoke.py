@@ -291,6 +291,12 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
     # Selection really was off in the independent and sweep arms, and only there.
     for arm in ("independent", "sweep"):
         assert all(m["exploits"] == 0 and m["generation"] == 0 for m in run[arm]["members"].values())
+        assert run[arm]["changes_decided"] == 0
+    # The audit's decided changes (counted per arm, and per seed for the population): at least those applied.
+    applied = sum(m["exploits"] + m["explores"] for m in run["population"]["members"].values())
+    assert run["changes_decided"] == run["population"]["changes_decided"] >= applied
+    assert 0 <= run["changes_decided_with_unsettled_peers"] <= run["changes_decided"]
+    assert "exploits and explores decided per seed; of them while a peer's new generation had not settled" in printed
     # The case's start is the study's own yaml (a value typed on a member's command line would be kept out of the
     # diverse start), which every arm trains; the independent runs start there, the sweep where the population did
     # (its generation-0 draw: the same values per member).

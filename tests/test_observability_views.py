@@ -404,3 +404,40 @@ def test_generation_changes_count_what_they_name_and_read_only_what_was_appended
     changes = generation_changes(2, path)
     assert (changes.exploits_inprocess, changes.explores_restart, changes.total, changes.restarts) == (1, 1, 2, 1)
     assert changes.breakdown() == "1 exploit, 1 explore; 1 in-process, 1 by restart"
+
+
+def test_report_counts_changes_decided_while_a_peer_had_not_settled(tmp_path, make_record, capsys):
+    """The cascade the study found in its audit logs, counted where a user looks: a member compared with one peer
+    because two others had just changed generation exploits as "the worst 1 of 2". The decision is the real step's
+    audit body; with ``unsettled_fill_worst`` the same view keeps, and nothing is counted."""
+    from dataclasses import replace
+
+    from async_pbt_isaaclab.commands.population_history import population_history
+    from async_pbt_isaaclab.core.decision.step import PopulationView, pbt_step
+    from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
+    from async_pbt_isaaclab.core.state.member_rng import MemberRng
+
+    now = time.time()
+
+    def rec(member, mean, unsettled=False):
+        r = make_record(member, [mean - 0.5, mean + 0.5] * 8, now=now, frame=100_000)
+        return replace(r, generation=1, generation_start_frame=99_500) if unsettled else r
+
+    records = [rec(0, 500.0), rec(1, 300.0, True), rec(2, 1100.0), rec(3, 400.0, True)]
+    view = PopulationView(me=records[0], peers=tuple(records[1:]), now=now)
+    for fill, expected in ((False, "1 of 1 exploits and explores decided (those peers"), (True, "0 of 0 exploits")):
+        cfg = population_config_from_dict(
+            {"interval_steps": 1000, "min_episodes": 8, "window": 16, "unsettled_fill_worst": fill}
+        )
+        ws = Workspace(tmp_path / f"ws{fill}")
+        ws.ensure(num_policies=4, objective="episode_return", task="t")
+        ws.member_dir(0).mkdir(parents=True)
+        step = pbt_step(view, cfg, MemberRng(0).get_state())
+        AuditLog.open(ws.member_dir(0) / "audit.jsonl").append("decision", step.audit_body(view, cfg))
+        summary = population_history(ws, now)["summary"]
+        decided = (summary["changes_decided"], summary["changes_decided_with_unsettled_peers"])
+        assert decided == ((1, 1) if not fill else (0, 0)), (fill, step.decision.reasons)
+        out = tmp_path / f"r{fill}.html"
+        assert cli.main(["report", str(ws.root), "--out", str(out)]) == 0
+        page = out.read_text()
+        assert f"decided while a peer's new generation had not settled</td><td>{expected}" in page

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from async_pbt_isaaclab.commands.lineage_view import lineage_events
 from async_pbt_isaaclab.commands.workspace_views import best_data
+from async_pbt_isaaclab.core.decision.selection import PEER_UNSETTLED
 from async_pbt_isaaclab.core.state.evidence import EvidenceError, EvidenceSummary
 from async_pbt_isaaclab.core.state.lineage import MemberLineage, member_lineage
 from async_pbt_isaaclab.core.workspace.audit import read_entries
@@ -117,6 +118,15 @@ def _decision_row(member: int, entry: Mapping[str, Any]) -> dict[str, Any]:
 
 INITIAL_OUTCOMES = ("diverse start", "initial mutation")
 """Outcomes of the rows of a first start's draw (listed with the decisions, not counted as decisions)."""
+
+
+def decided_changes(members: list[dict[str, Any]]) -> tuple[int, int]:
+    """Exploits and explores decided, and how many of them were decided while a peer was left out because its new
+    generation had not settled: with ``pbt.unsettled_fill_worst`` off such a decision's worst group is a fraction of
+    the members left to compare, so several members can change generation at one frame."""
+    changes = [d for m in members for d in m["decisions"] if d["outcome"] in ("exploit", "explore")]
+    unsettled = [d for d in changes if any(why.endswith(PEER_UNSETTLED) for why in d["excluded"].values())]
+    return len(changes), len(unsettled)
 
 
 def _initial_row(member: int, entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -278,6 +288,7 @@ def population_history(ws, now: float, top: int = 10) -> dict[str, Any]:
     evaluations, eval_skipped = read_evaluations(ws)
     applied = [e for m in members for e in m["events"] if e.get("state") == "applied"]
     best = best_data(ws, top)
+    decided, decided_unsettled = decided_changes(members)
     summary = {
         "population_size": meta.get("num_policies") if meta else None,
         "members_with_folder": len(members),
@@ -286,6 +297,8 @@ def population_history(ws, now: float, top: int = 10) -> dict[str, Any]:
         "explores": sum(1 for e in applied if e.get("outcome") == "explore"),
         "aborted": sum(1 for m in members for e in m["events"] if e.get("state") == "aborted"),
         "decisions": sum(1 for m in members for d in m["decisions"] if d["outcome"] not in INITIAL_OUTCOMES),
+        "changes_decided": decided,
+        "changes_decided_with_unsettled_peers": decided_unsettled,
         "best_training_objective": best[0] if best else None,
         "best_evaluation": evaluations[0] if evaluations else None,
         "objective": meta.get("objective") if meta else None,

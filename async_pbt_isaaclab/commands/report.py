@@ -178,10 +178,19 @@ def _summary(data: dict[str, Any]) -> str:
         ["exploits applied", _e(s["exploits"])],
         ["explores applied", _e(s["explores"])],
         ["exploits aborted", _e(s["aborted"])],
+        ["decided while a peer's new generation had not settled", _e(_unsettled_words(s))],
         ["best training objective (window mean)", best_txt],
         ["best held-out result", ev_txt],
     ]
     return format_table(None, rows, "summary")
+
+
+def _unsettled_words(s: dict[str, Any]) -> str:
+    n, k = s["changes_decided"], s["changes_decided_with_unsettled_peers"]
+    words = f"{k} of {n} exploits and explores decided"
+    if k:
+        words += " (those peers were not compared; with pbt.unsettled_fill_worst they hold worst-group slots)"
+    return words
 
 
 def _members_table(data: dict[str, Any]) -> str:

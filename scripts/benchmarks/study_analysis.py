@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from async_pbt_isaaclab.commands.evaluate import DEFAULT_EVAL_SEED
-from async_pbt_isaaclab.core.workspace.layout import member_dirname
+from async_pbt_isaaclab.commands.population_history import population_history
+from async_pbt_isaaclab.core.workspace.layout import Workspace, member_dirname
 from async_pbt_isaaclab.core.workspace.retention import list_checkpoints
 
 INF = math.inf
@@ -100,6 +101,9 @@ def evaluate_arm(
                 }
             )
         out["members"][str(m)] = {"points": rows, **_member_facts(member_dir)}
+    history = population_history(Workspace(workspace), 0.0)["summary"]
+    out["changes_decided"] = history["changes_decided"]
+    out["changes_decided_with_unsettled_peers"] = history["changes_decided_with_unsettled_peers"]
     return out
 
 
@@ -207,6 +211,9 @@ def seed_summary(
         "hyperparameters": searched_endpoints(pop, n, (run.get("final_handover") or {}).get("population")),
         "exploits": sum((v.get("exploits") or 0) for v in pop["members"].values()),
         "exploits_without_change": sum((v.get("exploits_without_change") or 0) for v in pop["members"].values()),
+        # The audit's decisions (not the lineage's applied changes): how many a cascade of unsettled peers shrank.
+        "changes_decided": pop.get("changes_decided"),
+        "changes_decided_with_unsettled_peers": pop.get("changes_decided_with_unsettled_peers"),
     }
 
 
@@ -452,6 +459,10 @@ def report(results: dict[str, Any], target: float, members: int) -> list[str]:
     lines.append(
         f"population exploits per seed: {s['exploits']}; of them without any hyperparameter change: "
         f"{[x.get('exploits_without_change') for x in seeds]}"
+    )
+    lines.append(
+        "exploits and explores decided per seed; of them while a peer's new generation had not settled: "
+        f"{[x.get('changes_decided') for x in seeds]}; {[x.get('changes_decided_with_unsettled_peers') for x in seeds]}"
     )
     tuned = results["settings"].get("tuned") or {}
     if tuned:

@@ -32,6 +32,9 @@ from async_pbt_isaaclab.core.config import PopulationConfig
 from async_pbt_isaaclab.core.decision.mutation import MUTATION_SEMANTICS
 from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
 
+PEER_UNSETTLED = "has not settled yet"
+"""How the reason ends that leaves out a peer whose new generation has not settled (the report counts by it)."""
+
 
 class Outcome(str, enum.Enum):
     """What a member does after a decision."""
@@ -162,7 +165,7 @@ def _live_peer_exclusion(
     newest = peer.history[-1]
     if settled_only and newest.generation < peer.generation:
         # It decided to exploit/explore: its old generation must not be offered, its new one has not settled.
-        return f"new generation {peer.generation} (from frame {peer.generation_start_frame}) has not settled yet"
+        return f"new generation {peer.generation} (from frame {peer.generation_start_frame}) {PEER_UNSETTLED}"
     lag = me.frame - newest.frame
     if lag > cfg.resolved_max_frame_lag():
         # Ranked against me it would take my worst slot at every decision; it decides at its own progress instead.
