@@ -439,9 +439,9 @@ def main(argv: list[str] | None = None) -> int:
         if k + 1 < len(args.seeds):
             job = arms.start_seed(args, args.seeds[k + 1], epochs)
         for arm in arms.trained_arms(args):
-            run[arm] = analysis.evaluate_arm(
-                evaluator, out / f"seed{seed}" / arm, args.members, points, args.eval_episodes
-            )
+            folder = out / f"seed{seed}" / arm
+            run[arm] = analysis.evaluate_arm(evaluator, folder, args.members, points, args.eval_episodes)
+            run[arm].update(analysis.decided_changes(folder))
         if reused is not None:
             for arm in arms.BASELINE_ARMS:
                 run[arm] = reused["seeds"][str(seed)][arm]

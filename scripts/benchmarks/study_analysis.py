@@ -101,10 +101,14 @@ def evaluate_arm(
                 }
             )
         out["members"][str(m)] = {"points": rows, **_member_facts(member_dir)}
-    history = population_history(Workspace(workspace), 0.0)["summary"]
-    out["changes_decided"] = history["changes_decided"]
-    out["changes_decided_with_unsettled_peers"] = history["changes_decided_with_unsettled_peers"]
     return out
+
+
+def decided_changes(workspace: Path) -> dict[str, int]:
+    """The arm's exploits and explores as its audit logs decided them, and how many while a peer was unsettled (the
+    counts of ``async-pbt report``; read once per trained arm, not again at the hand-over)."""
+    summary = population_history(Workspace(workspace), 0.0)["summary"]
+    return {k: summary[k] for k in ("changes_decided", "changes_decided_with_unsettled_peers")}
 
 
 def arm_folder(study: Path, run: dict[str, Any], seed: int | str, arm: str) -> Path:

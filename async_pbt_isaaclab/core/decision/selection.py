@@ -162,10 +162,10 @@ def _live_peer_exclusion(
             f"no settled evidence yet: window has {peer.evidence.count} episodes of generation "
             f"{peer.evidence.generation}, member is at generation {peer.generation}"
         )
-    newest = peer.history[-1]
-    if settled_only and newest.generation < peer.generation:
+    if settled_only and _in_unsettled_generation(peer):
         # It decided to exploit/explore: its old generation must not be offered, its new one has not settled.
         return f"new generation {peer.generation} (from frame {peer.generation_start_frame}) {PEER_UNSETTLED}"
+    newest = peer.history[-1]
     lag = me.frame - newest.frame
     if lag > cfg.resolved_max_frame_lag():
         # Ranked against me it would take my worst slot at every decision; it decides at its own progress instead.
@@ -283,9 +283,12 @@ def build_field(
 def _unsettled(me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float, semantics: int) -> bool:
     """``peer`` trains a new generation that has not settled yet and passes every other check of :func:`peer_entry`
     at its previous generation's entries (live, my objective and condition, not far behind)."""
-    if not peer.history or peer.history[-1].generation >= peer.generation:
-        return False
-    return peer_entry(me, peer, cfg, now, semantics, settled_only=False)[1] is None
+    return _in_unsettled_generation(peer) and peer_entry(me, peer, cfg, now, semantics, settled_only=False)[1] is None
+
+
+def _in_unsettled_generation(peer: MemberRecord) -> bool:
+    """Its newest history entry is of an older generation: it changed generation and the new one has not settled."""
+    return bool(peer.history) and peer.history[-1].generation < peer.generation
 
 
 def donor_candidates(fld: Field, members: Sequence[int]) -> list[int]:
