@@ -114,7 +114,7 @@ def test_population_vs_independent_refuses_a_used_folder(tmp_path, capsys):
 def test_the_report_names_where_each_seeds_final_figures_come_from():
     """A study whose seeds mix a hand-over with none (one reanalysed from older runs) says which seed is which."""
     _load_study()  # puts scripts/benchmarks on the path, as the study does
-    from study_analysis import final_source
+    from study_report import final_source
 
     def seeds(*episodes):
         return {"seeds": {str(i): ({"final": {"episodes": e}} if e else {}) for i, e in enumerate(episodes)}}

@@ -98,6 +98,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import study_analysis as analysis  # noqa: E402  (next to this script)
 import study_arms as arms  # noqa: E402
+import study_report  # noqa: E402
 import study_sweep  # noqa: E402
 from study_cases import (  # noqa: E402,F401  (the cases live next to this script)
     CASES,
@@ -339,7 +340,7 @@ def add_tuned_bound(args: argparse.Namespace, results: dict) -> list[str]:
         results["tuned_bound"] = analysis.tuned_bound(results, tuned, [args.target, *args.sweep])
     except ValueError as exc:
         raise SystemExit(f"error: --tuned-reference {args.tuned_reference}: {exc}") from None
-    return analysis.tuned_bound_lines(results["tuned_bound"], int(results["settings"]["members"]))
+    return study_report.tuned_bound_lines(results["tuned_bound"], int(results["settings"]["members"]))
 
 
 def play_final_handover(
@@ -360,7 +361,7 @@ def play_final_handover(
     run["final_handover"] = handover
     print(
         f"[study] seed {seed}: final hand-over on {args.final_episodes} + {args.final_episodes} new episodes: "
-        + ", ".join(f"{arm} member {h['picked']} {analysis._fmt(h['report'])}" for arm, h in handover.items()),
+        + ", ".join(f"{arm} member {h['picked']} {study_report.fmt_value(h['report'])}" for arm, h in handover.items()),
         flush=True,
     )
 
@@ -377,7 +378,7 @@ def report_lines(results: dict, args: argparse.Namespace) -> list[str]:
     """The printed report: the figures against the independent runs, then against the sweep."""
     members = int(results["settings"]["members"])
     results["summary"]["sweep_goal"] = study_sweep.sweep_goal(results)
-    return analysis.report(results, args.target, members) + study_sweep.sweep_report_lines(results, members)
+    return study_report.report(results, args.target, members) + study_sweep.sweep_report_lines(results, members)
 
 
 def reanalyze(args: argparse.Namespace, out: Path) -> int:
@@ -395,7 +396,7 @@ def reanalyze(args: argparse.Namespace, out: Path) -> int:
     results["summary"] = analysis.study_summary(results, args.target, members)
     results["settings"].update(target=args.target, sweep=args.sweep)
     plot = out / f"population_vs_independent_target{args.target:g}.png"
-    analysis.plot(results, args.target, members, plot)
+    study_report.plot(results, args.target, members, plot)
     for line in report_lines(results, args) + add_tuned_bound(args, results):
         print(line)
     print(f"plot: {plot} (results.json left as it was)")
@@ -454,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     results["wall_s"] = time.time() - started
     results["summary"] = analysis.study_summary(results, args.target, args.members)
     analysis.write_json(out / "results.json", results)
-    analysis.plot(results, args.target, args.members, out / "population_vs_independent.png")
+    study_report.plot(results, args.target, args.members, out / "population_vs_independent.png")
     bound_lines = add_tuned_bound(args, results)
     analysis.write_json(out / "results.json", results)
     for line in report_lines(results, args) + bound_lines:

@@ -7,15 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from study_analysis import (
-    _best_by_selection,
-    _fmt,
-    _fmt_frames,
-    _fmt_ratio,
-    final_source,
-    frames_to_target,
-    ratio,
-)
+from study_analysis import _best_by_selection, frames_to_target, ratio
+from study_report import final_source, fmt_frames, fmt_ratio, fmt_value
 
 
 def sweep_summary(run: dict[str, Any], points: list[int], targets: tuple[float, ...]) -> dict[str, Any]:
@@ -86,15 +79,15 @@ def sweep_report_lines(results: dict[str, Any], members: int) -> list[str]:
             continue
         sw = run["against_sweep"]
         cells = [
-            f"{float(t):g}: {_fmt_frames(c['population'], members)} vs {_fmt_frames(c['sweep_best'], members)} "
-            f"({'n/a' if c['ratio']['value'] is None else _fmt_ratio(c['ratio'])})"
+            f"{float(t):g}: {fmt_frames(c['population'], members)} vs {fmt_frames(c['sweep_best'], members)} "
+            f"({fmt_ratio(c['ratio'])})"
             for t, c in sw["targets"].items()
         ]
         f = sw["final"]
         lines.append(f"  seed {seed}: " + "; ".join(cells))
         lines.append(
-            f"    final: population {_fmt(f['population'])}, best sweep run {_fmt(f['sweep_best'])}, "
-            f"best independent run {_fmt(f['independent_best'])}"
+            f"    final: population {fmt_value(f['population'])}, best sweep run {fmt_value(f['sweep_best'])}, "
+            f"best independent run {fmt_value(f['independent_best'])}"
         )
     lines.append(
         f"{'PASS' if goal['met_end'] else 'FAIL'}: population ends no worse than the best sweep run, per seed "
