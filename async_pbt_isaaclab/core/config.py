@@ -117,11 +117,12 @@ class PopulationConfig:
     a member far behind never takes the worst slot of the members ahead of it."""
     worst_fraction: float = 0.25
     """``dexpbt``/``welch``: the bottom fraction of compared members that may exploit."""
-    unsettled_fill_worst: bool = False
+    unsettled_fill_worst: bool = True
     """``dexpbt``/``welch``: a peer whose new generation has not settled yet (it left the worst group at its own
     decision) counts in the members the worst group is a fraction of and holds one of its slots, so at most
-    ``worst_fraction`` of the population is replaced per settling period. False: the worst group is a fraction of
-    the compared members alone (with two of four members unsettled, the worse of the other two is replaced)."""
+    ``worst_fraction`` of the population is replaced per settling period. False (the earlier default; audit entries
+    written before the key replay with it): the worst group is a fraction of the compared members alone (with two
+    of four members unsettled, the worse of the other two is replaced)."""
     top_fraction: float = 0.25
     """``dexpbt``/``welch``: the top fraction from which a donor is drawn."""
     gap_std_fraction: float = 0.5

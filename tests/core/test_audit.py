@@ -315,6 +315,22 @@ def test_a_decision_with_unsettled_peers_in_the_worst_group_replays(tmp_path, ma
     assert any("decision does not reproduce" in p for p in _problems_at(problems, 0)), problems
 
 
+def test_a_decision_recorded_before_unsettled_fill_worst_replays_with_it_off(tmp_path, make_record):
+    """Entries written before the key existed were decided with the worst group a fraction of the compared members
+    alone: read without the key they replay with it off, though the default is now on (which would keep here)."""
+    log = AuditLog.open(tmp_path / "audit.jsonl")
+    recs = _population(make_record, [0.0, 10.0, 30.0, 25.0])
+    for i in (1, 3):
+        recs[i] = dataclasses.replace(recs[i], generation=1, generation_start_frame=9_000)
+    cfg = population_config_from_dict(dict(_cfg().selection_dict(), unsettled_fill_worst=False))
+    decision = _log_decision(log, recs[0], recs, cfg, MemberRng(7), NOW)
+    assert decision.outcome is not Outcome.KEEP and "worst 1 of 2" in decision.reasons[-1]
+    entries = _lines(log.path)
+    del entries[0]["config"]["unsettled_fill_worst"]
+    _write(log.path, entries, rehash=True)
+    assert verify_log(log.path) == (1, [])
+
+
 def test_json_garbage_line_is_reported(chain):
     with open(chain, "ab") as fh:
         fh.write(b"not json\n")

@@ -191,12 +191,12 @@ def test_a_member_30_intervals_late_does_not_freeze_selection_among_the_others(m
     assert d.compared_frames[0] == FRAME - 30 * 1000 and d.outcome is Outcome.EXPLOIT
 
 
-def test_unsettled_peers_take_the_worst_slots_first_when_asked(make_record):
-    """Measured in the study's MuJoCo populations: most exploits were decided by a member compared with one peer,
-    the two others excluded because their new generations had not settled; the worst quarter of the two compared is
-    one, so the worse of them was replaced: three of four members changed generation at one frame. With
-    ``unsettled_fill_worst`` the unsettled peers count in the population the worst group is a fraction of and take
-    its slots first."""
+def test_unsettled_peers_take_the_worst_slots_first(make_record):
+    """Measured in the study's MuJoCo populations with ``unsettled_fill_worst`` off (the earlier default): most
+    exploits were decided by a member compared with one peer, the two others excluded because their new generations
+    had not settled; the worst quarter of the two compared is one, so the worse of them was replaced: three of four
+    members changed generation at one frame. By default the unsettled peers count in the population the worst group
+    is a fraction of and take its slots first."""
 
     def unsettled(member, mean):
         rec = make_record(member, const(mean), now=NOW, frame=FRAME)
@@ -205,17 +205,17 @@ def test_unsettled_peers_take_the_worst_slots_first_when_asked(make_record):
     me = make_record(0, const(500.0), now=NOW, frame=FRAME)
     leader = make_record(2, const(1100.0), now=NOW, frame=FRAME)
     records = [me, unsettled(1, 300.0), leader, unsettled(3, 400.0)]
-    d = decide(me, records, cfg_(), MemberRng(0), NOW)
+    d = decide(me, records, cfg_(unsettled_fill_worst=False), MemberRng(0), NOW)
     assert d.outcome is Outcome.EXPLOIT and d.donor == 2 and "worst 1 of 2" in d.reasons[-1]
     for rule in ("dexpbt", "welch"):
-        d = decide(me, records, cfg_(rule=rule, unsettled_fill_worst=True), MemberRng(0), NOW)
+        d = decide(me, records, cfg_(rule=rule), MemberRng(0), NOW)
         assert d.outcome is Outcome.KEEP, (rule, d.reasons)
         assert "not in the worst 1 of 4 (unsettled peers [1, 3] take its slots first)" in d.reasons[-1]
         assert d.compared == (2, 0) and set(d.excluded) == {1, 3}
     # Nine members, worst fraction 1/4: two slots, one held by the unsettled peer; the worst compared member takes
     # the other, the second worst keeps.
     peers = [make_record(m, const(100.0 * m), now=NOW, frame=FRAME) for m in range(2, 8)]
-    cfg = cfg_(unsettled_fill_worst=True)
+    cfg = cfg_()
     worst, second = (make_record(m, const(-100.0 * m), now=NOW, frame=FRAME) for m in (1, 0))
     records = [second, worst, unsettled(8, 0.0), *peers]
     assert decide(worst, records, cfg, MemberRng(0), NOW).outcome is Outcome.EXPLOIT
