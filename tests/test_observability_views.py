@@ -406,7 +406,7 @@ def test_generation_changes_count_what_they_name_and_read_only_what_was_appended
     assert changes.breakdown() == "1 exploit, 1 explore; 1 in-process, 1 by restart"
 
 
-def test_report_counts_changes_decided_while_a_peer_had_not_settled(tmp_path, make_record, capsys):
+def test_report_counts_changes_decided_while_a_peer_had_not_settled(tmp_path, make_record):
     """The cascade the study found in its audit logs, counted where a user looks: a member compared with one peer
     because two others had just changed generation exploits as "the worst 1 of 2". The decision is the real step's
     audit body; with ``unsettled_fill_worst`` the same view keeps, and nothing is counted."""
