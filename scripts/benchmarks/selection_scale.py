@@ -36,7 +36,7 @@ from async_pbt_isaaclab.core.decision.step import decide
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EvidenceSummary
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
-from async_pbt_isaaclab.core.state.records import MemberRecord
+from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
 from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.core.workspace.layout import Workspace, checkpoint_name
 
@@ -69,6 +69,33 @@ def write_population(root: Path, n: int, now: float, seed: int = 0) -> Workspace
             frame -= 20 * INTERVAL
         elif kind == 13:
             stage = "2"
+        evidence = EvidenceSummary("episode_return", evidence_generation, values, 500 + i, i % 3)
+        condition = ConditionLabel(
+            task=TASK, objective="episode_return", curriculum_stage=stage, reward_config="c0ffee"
+        )
+        checkpoint = f"members/{i:03d}/checkpoints/{checkpoint_name(evidence_generation, frame)}"
+        sha256 = "%064x" % rnd.getrandbits(256)
+        hyperparameters = {
+            "learning_rate": 10 ** rnd.uniform(-4.5, -3),
+            "gamma": 1 - 10 ** rnd.uniform(-3, -1.5),
+            "tau": 1 - 10 ** rnd.uniform(-2, -1),
+            "entropy_coef": 10 ** rnd.uniform(-5, -2),
+            "e_clip": rnd.uniform(0.1, 0.3),
+            "mini_epochs": rnd.randint(2, 8),
+        }
+        # The entry peers compare, as a member publishes it at an interval (of the previous generation for the
+        # members that just changed generation: the unsettled peers selection counts in the worst group).
+        entry = HistoryEntry(
+            frame,
+            evidence_generation,
+            evidence.mean,
+            evidence.std,
+            len(values),
+            condition,
+            checkpoint,
+            sha256,
+            hyperparameters,
+        )
         rec = MemberRecord(
             member=i,
             generation=generation,
@@ -76,20 +103,12 @@ def write_population(root: Path, n: int, now: float, seed: int = 0) -> Workspace
             generation_start_frame=frame - 5 * INTERVAL,
             restarts=generation,
             heartbeat=heartbeat,
-            evidence=EvidenceSummary("episode_return", evidence_generation, values, 500 + i, i % 3),
-            condition=ConditionLabel(
-                task=TASK, objective="episode_return", curriculum_stage=stage, reward_config="c0ffee"
-            ),
-            hyperparameters={
-                "learning_rate": 10 ** rnd.uniform(-4.5, -3),
-                "gamma": 1 - 10 ** rnd.uniform(-3, -1.5),
-                "tau": 1 - 10 ** rnd.uniform(-2, -1),
-                "entropy_coef": 10 ** rnd.uniform(-5, -2),
-                "e_clip": rnd.uniform(0.1, 0.3),
-                "mini_epochs": rnd.randint(2, 8),
-            },
-            checkpoint=f"members/{i:03d}/checkpoints/{checkpoint_name(generation, frame)}",
-            checkpoint_sha256="%064x" % rnd.getrandbits(256),
+            evidence=evidence,
+            condition=condition,
+            hyperparameters=hyperparameters,
+            checkpoint=checkpoint,
+            checkpoint_sha256=sha256,
+            history=(entry,),
             interval_best=max(values) if i % 4 == 0 else None,
             epoch=frame // 16384,
             last_decision="keep: not in the worst 2 of 8",
