@@ -135,7 +135,7 @@ def final_handover(evaluator, workspace: Path, members: int, final_frame: int, e
     return {"episodes": episodes, "members": rows, "picked": picked, "report": report}
 
 
-def _best_by_selection(arm: dict[str, Any], k: int) -> float | None:
+def best_by_selection(arm: dict[str, Any], k: int) -> float | None:
     """Report return, at point ``k``, of the member with the best selection return."""
     rows = [m["points"][k] for m in arm["members"].values() if m["points"][k]["selection"] is not None]
     if not rows:
@@ -167,7 +167,7 @@ def seed_summary(
     """Curves, frames to ``target`` (and to each ``sweep`` target), ratios and final returns of one seed."""
     pop, ind = run["population"], run["independent"]
     n = len(points)
-    pop_curve = [_best_by_selection(pop, k) for k in range(n)]
+    pop_curve = [best_by_selection(pop, k) for k in range(n)]
     runs = {m: [p["report"] for p in v["points"]] for m, v in ind["members"].items()}
     med_curve = [
         statistics.median([c[k] for c in runs.values() if c[k] is not None])
@@ -175,7 +175,7 @@ def seed_summary(
         else None
         for k in range(n)
     ]
-    best_ind_curve = [_best_by_selection(ind, k) for k in range(n)]
+    best_ind_curve = [best_by_selection(ind, k) for k in range(n)]
     pop_ftt = frames_to_target(pop_curve, points, target)
     ind_ftt = {m: frames_to_target(c, points, target) for m, c in runs.items()}
     ind_median_ftt = statistics.median(ind_ftt.values())
@@ -325,7 +325,7 @@ def tuned_bound(results: dict[str, Any], tuned: dict[str, Any], targets: list[fl
         ref = tuned["seeds"].get(seed)
         if ref is None:
             continue
-        ref_curve = [_best_by_selection(ref["independent"], k) for k in range(len(points))]
+        ref_curve = [best_by_selection(ref["independent"], k) for k in range(len(points))]
         ind_curve = run["curves"]["independent_best_of_arm"]
         out[seed] = {
             str(t): {

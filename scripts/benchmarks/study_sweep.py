@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from study_analysis import _best_by_selection, frames_to_target, ratio
+from study_analysis import best_by_selection, frames_to_target, ratio
 from study_report import final_source, fmt_frames, fmt_ratio, fmt_value
 
 
@@ -18,7 +18,7 @@ def sweep_summary(run: dict[str, Any], points: list[int], targets: tuple[float, 
     pop_curve = run["curves"]["population"]
     best_ind_curve = run["curves"]["independent_best_of_arm"]
     handover = run.get("final_handover")
-    sweep_curve = [_best_by_selection(run["sweep"], k) for k in range(len(points))]
+    sweep_curve = [best_by_selection(run["sweep"], k) for k in range(len(points))]
     per_target = {}
     for t in targets:
         pop_f, sweep_f = frames_to_target(pop_curve, points, t), frames_to_target(sweep_curve, points, t)
