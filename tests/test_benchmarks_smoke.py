@@ -252,7 +252,7 @@ tests/integration/test_env_value_search.py)."""
 
 
 @pytest.mark.slow
-def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, capsys):
+def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, capsys, monkeypatch):
     """``--case gamma --smoke``: real members under the launcher in the three arms train the case's task from the
     case's start (the study's own copy of the yaml), held-out evaluation on the same env, table, JSON, plot.
 
@@ -268,7 +268,9 @@ def test_population_vs_independent_smoke_writes_consistent_figures(tmp_path, cap
     study = _load_study()
     spec = study.CASES[TRAINED_CASE]
     out = tmp_path / "study"
-    assert study.main(["--case", TRAINED_CASE, "--smoke", "--out", str(out), "--target", "-1300"]) == 0
+    # --out relative to the working folder, as a user types it (the arms' launchers run in other folders).
+    monkeypatch.chdir(tmp_path)
+    assert study.main(["--case", TRAINED_CASE, "--smoke", "--out", "study", "--target", "-1300"]) == 0
     printed = capsys.readouterr().out
     results = json.loads((out / "results.json").read_text())
     assert (out / "population_vs_independent.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -263,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def resolve(args: argparse.Namespace) -> argparse.Namespace:
     case = CASES[args.case]
+    # The arms' launchers run in their seed's folder: a relative --out would put their workspaces under it.
+    args.out = str(Path(args.out).absolute())
     preset = SMOKE if args.smoke else {**FULL, **case.full}
     for key, value in preset.items():
         if getattr(args, key) is None:

@@ -75,6 +75,9 @@ def evaluate_arm(
 ) -> dict[str, Any]:
     """Every member's latest checkpoint at every point, on selection and on report episodes (env seeds from
     ``seed`` on)."""
+    if not (workspace / "members").is_dir():
+        # Without this every point reads "no checkpoint" and the study reports an arm that never trained as empty.
+        raise SystemExit(f"error: {workspace} has no members/ folder: the arm did not train there (its launcher log)")
     cache: dict[Path, tuple[float, float]] = {}
     out: dict[str, Any] = {"members": {}}
     for m in range(members):
