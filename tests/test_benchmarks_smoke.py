@@ -135,6 +135,27 @@ def test_population_vs_independent_refuses_a_count_out_of_range_before_any_run(f
     assert not (tmp_path / "study").exists()
 
 
+def test_a_case_refuses_a_member_backend_it_cannot_train_on_before_any_run(tmp_path):
+    """``hopper_standing`` is judged by the distance travelled, which only the gymnasium backend computes: with
+    ``--vec-env envpool`` every member would fail at its start."""
+    study = _load_study()
+    with pytest.raises(SystemExit, match="--vec-env envpool: case hopper_standing trains on gymnasium only"):
+        study.main(["--case", "hopper_standing", "--vec-env", "envpool", "--smoke", "--out", str(tmp_path / "s")])
+    assert not (tmp_path / "s").exists()
+
+
+def test_an_arm_that_wrote_no_checkpoint_stops_the_study_with_its_launcher_log(tmp_path):
+    """An arm whose members all failed (a case run on a backend its objective needs another for, say) is an error
+    naming the arm's launcher log, not a row of empty figures."""
+    _load_study()  # puts scripts/benchmarks on the path, as the study does
+    import study_analysis
+
+    workspace = tmp_path / "seed0" / "population"
+    (workspace / "members" / "000" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(SystemExit, match=r"population wrote a checkpoint.*seed0/population-launcher\.log"):
+        study_analysis.evaluate_arm(None, workspace, 2, [4096], 4)
+
+
 # The exploit-latency benchmark's smoke run is in tests/integration/test_exploit_paths.py: the same run also
 # shows that both exploit paths build the same agent.
 

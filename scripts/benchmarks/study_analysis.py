@@ -75,14 +75,15 @@ def evaluate_arm(
 ) -> dict[str, Any]:
     """Every member's latest checkpoint at every point, on selection and on report episodes (env seeds from
     ``seed`` on)."""
-    if not (workspace / "members").is_dir():
+    listed = {m: list_checkpoints(workspace / "members" / member_dirname(m) / "checkpoints") for m in range(members)}
+    if not any(listed.values()):
         # Without this every point reads "no checkpoint" and the study reports an arm that never trained as empty.
-        raise SystemExit(f"error: {workspace} has no members/ folder: the arm did not train there (its launcher log)")
+        log = workspace.parent / f"{workspace.name}-launcher.log"
+        raise SystemExit(f"error: no member of {workspace} wrote a checkpoint: the arm trained nothing (see {log})")
     cache: dict[Path, tuple[float, float]] = {}
     out: dict[str, Any] = {"members": {}}
-    for m in range(members):
+    for m, checkpoints in listed.items():
         member_dir = workspace / "members" / member_dirname(m)
-        checkpoints = list_checkpoints(member_dir / "checkpoints")
         rows = []
         for frame in points:
             path = _latest_at(checkpoints, frame)

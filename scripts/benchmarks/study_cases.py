@@ -47,6 +47,8 @@ class Case:
     """The members' trainer (:data:`TRAINERS`): ``rl_games`` (``cpu_member``) or ``rsl_rl`` (``rsl_rl_member``)."""
     config: str | None = None
     """The config every arm starts from (a path next to this script), where not the task's packaged one."""
+    vec_envs: tuple[str, ...] = ("gymnasium", "envpool")
+    """The member env backends (``--vec-env``) the case can train on."""
 
 
 MUJOCO_FULL = {
@@ -237,6 +239,7 @@ REWARD_WEIGHT_CASES = {
         task="Hopper-v5",
         full=MUJOCO_FULL,
         smoke_set=MUJOCO_SMOKE_SET,
+        vec_envs=("gymnasium",),  # the distance travelled is computed by the gymnasium backend only
     ),
 }
 """Reward-weight cases: a start no PPO search can fix, defined after its screen (``study_screens.SCREENS``)."""
