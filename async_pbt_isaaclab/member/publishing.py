@@ -161,6 +161,7 @@ class Publishing:
         steps += [
             ("state.json", functools.partial(self.session.save, files.state)),
             ("record.json", functools.partial(self._record_step, files.record)),
+            ("pause point", PausePoint("published", member_dir)),  # test facility: the publish complete on disk
             # Last: until state.json names only what the new publish keeps, the one on disk may name a file that
             # retention removes (a thinned history entry, a dropped best), and a kill in between would leave it so.
             ("retention", functools.partial(apply_retention, self.session.ws, self.session.member, *retained)),

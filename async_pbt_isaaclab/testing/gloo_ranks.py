@@ -150,18 +150,18 @@ def run_group_population(root: Path) -> tuple[str, Any]:
 def kill_rank_1_at_first_publish(ws: Path, command: list[str]) -> Callable[[], Any]:
     """Start member 0 of 2 in ``ws`` as a group of 2 ranks under ``async-pbt launch --gpus-per-member 2``
     (``launch_population``, in a thread; ``command`` is a member's command, its population flags the launcher's to
-    set). Held at its first publish (a pause point), its rank 1 is killed with SIGKILL: the group goes down and the
-    launcher restarts it from the member's last checkpoint. Returns once member 0's record offers a history entry
-    (that publish's, or the restarted group's: torchrun may stop rank 0 between its ``state.json`` and ``record.json``
-    writes, which leaves the record of its start until the restart rewrites it), with a call that waits for the
-    launch to end and gives its result."""
+    set). Held once its first publish is on disk (the ``published`` pause point: checkpoint, state and record
+    written), its rank 1 is killed with SIGKILL: the group goes down and the launcher restarts it from that
+    checkpoint. Returns once member 0's record offers a history entry, with a call that waits for the launch to end
+    and gives its result."""
     results: list[Any] = []
     mdir = ws / "members" / "000"
     launcher = threading.Thread(target=lambda: results.append(_launch_member_0(ws, command)))
     launcher.start()
-    # Rank 0 holds at the pause point of its first publish, the checkpoint written (an event, not a race with the
-    # group's last epochs, which follow in a second on an idle machine): rank 1 dies there, rank 0 goes on to write
-    # the rest of that publish, and the group goes down before its next one.
+    # Rank 0 holds with its first publish complete on disk (an event, not a race with the group's last epochs, which
+    # follow in a second on an idle machine): rank 1 dies there and the group goes down before its next publish.
+    # Held earlier, at the checkpoint alone, a SIGTERM from torchrun's teardown could stop rank 0 before it wrote the
+    # state naming it, and the restart began fresh (seen once on CI).
     held = None
     while held is None:
         if not launcher.is_alive():
@@ -191,7 +191,8 @@ def resume_after_the_dead_rank(ws: Path, launched: Any) -> dict:
     assert outcome.restarts == 1 and outcome.exit_codes[0] != 0 and outcome.exit_codes[-1] == 0, outcome
     lines = (ws / "members" / "000" / "audit.jsonl").read_text().splitlines()
     entries = [json.loads(line) for line in lines]
-    assert [e["mode"] for e in entries if e["kind"] == "start"] == ["fresh", "resume"]
+    modes = [e["mode"] for e in entries if e["kind"] == "start"]
+    assert modes == ["fresh", "resume"], modes
     i = next(i for i, e in enumerate(entries) if e["kind"] == "restored" and e["mode"] == "resume")
     restored, synced = entries[i], next(e for e in entries[i:] if e["kind"] == "group_synced")
     assert synced["reason"] == "restore" and synced["model_sha256"] == [restored["model_sha256"]] * 2, synced
@@ -212,7 +213,7 @@ def _launch_member_0(ws: Path, command: list[str]) -> Any:
     flags = {"--pbt-workspace", "--pbt-members", "--pbt-index"}
     command = [a for i, a in enumerate(command) if a not in flags and (i == 0 or command[i - 1] not in flags)]
     env = {k: v for k, v in member_env().items() if k in (TEST_FIXTURE_ENV, "PYTHONUNBUFFERED")}
-    env[PAUSE_ENV] = "background_write"  # test facility: each publish holds once its checkpoint is written
+    env[PAUSE_ENV] = "published"  # test facility: each publish holds once its checkpoint, state and record are written
     return launch_population(
         command, 2, ws, gpus=[], indices=[0], extra_env=env,
         output=io.StringIO(), ranks_per_member=2, restart_backoff_s=0.1, progress_interval_s=3600,

@@ -44,6 +44,7 @@ PAUSE_POINTS = (
     "inprocess_applied",
     "inprocess_saved",
     "background_write",
+    "published",
     "warning_busy",
     "write_failed",
     "failure_logged",
@@ -53,7 +54,9 @@ PAUSE_POINTS = (
 the publish it was taken on are on disk and nothing of the exploit is done yet (no donor copy), a window only as long
 as the member takes to start the copy, so a driver woken by the audit append killed too late nearly every time;
 ``background_write`` is inside a publish on the background writer's thread (``member/writer.py``), once the
-checkpoint is fsynced and before the best list, retention, decision, state and record follow it;
+checkpoint is fsynced and before the best list, retention, decision, state and record follow it; ``published`` is
+later in the same publish, its state and record written and only retention left (a kill there leaves the publish
+complete on disk);
 ``warning_busy`` and ``write_failed`` are described in the module docstring; ``failure_logged`` is where a
 failed publish has been rolled back and logged (``publish_failed``, the state saved) and the member is about to
 stop."""
