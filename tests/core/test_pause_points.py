@@ -81,7 +81,7 @@ def test_an_unknown_point_is_refused_naming_the_variable_and_value():
     assert str(info.value) == (
         "ASYNC_PBT_TEST_PAUSE_AT='inprocess_saved,inprocess_svaed': unknown pause point 'inprocess_svaed' "
         "(known: exploit_decided, inprocess_pending, inprocess_applied, inprocess_saved, background_write, "
-        "warning_busy, write_failed, failure_logged)"
+        "published, warning_busy, write_failed, failure_logged)"
     )
     assert pause_points.parse_points(" inprocess_saved ,") == {"inprocess_saved"}
 
