@@ -76,11 +76,18 @@ def _recorded_semantics(entry: dict[str, Any]) -> int:
     return version
 
 
-ADDED_CONFIG_KEYS = {"min_mutated_keys": 0, "gap_z": 0.0, "resample_probability": 0.0, "unsettled_fill_worst": False}
+ADDED_CONFIG_KEYS = {
+    "explore": "random",
+    "min_mutated_keys": 0,
+    "gap_z": 0.0,
+    "resample_probability": 0.0,
+    "unsettled_fill_worst": False,
+}
 """Config keys added after entries were first written, with the value that reproduces what an entry recorded
-without them did (before ``min_mutated_keys``, the per-key coin alone decided; before ``gap_z``, the dexpbt gap
-had no sampling-noise floor; before ``resample_probability``, no key was resampled; before
-``unsettled_fill_worst``, the worst group was a fraction of the compared members alone)."""
+without them did, whatever today's default (before ``explore``, every explore was the random mutation; before
+``min_mutated_keys``, the per-key coin alone decided; before ``gap_z``, the dexpbt gap had no sampling-noise floor;
+before ``resample_probability``, no key was resampled; before ``unsettled_fill_worst``, the worst group was a
+fraction of the compared members alone)."""
 
 
 def recorded_config(entry: dict[str, Any]) -> dict[str, Any]:
