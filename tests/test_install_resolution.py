@@ -102,7 +102,7 @@ def _environment(tmp_path: Path, dists: dict[str, str], real_wheel: Path | None 
     return python
 
 
-def _would_install(python: Path, requirement: str, tmp_path: Path) -> list[tuple[str, str]]:
+def _would_install(python: Path, requirement: str, tmp_path: Path, *pins: str) -> list[tuple[str, str]]:
     report = tmp_path / "report.json"
     proc = subprocess.run(
         [
@@ -118,6 +118,7 @@ def _would_install(python: Path, requirement: str, tmp_path: Path) -> list[tuple
             "--report",
             str(report),
             requirement,
+            *pins,
         ],
         capture_output=True,
         text=True,
@@ -157,3 +158,12 @@ def test_the_isaaclab_extra_adds_no_requirement():
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert extras["isaaclab"] == []
+
+
+def test_the_pb2_extra_with_numpy_pinned_changes_nothing_in_an_isaaclab_2_3_2_source_install(tmp_path):
+    """docs/isaaclab.md's command for ``explore: pb2``: scikit-learn's newest scipy may need a newer numpy than Isaac
+    Lab 2.3 has (numpy < 2 there), so the command pins the numpy already installed and pip picks a scipy that fits."""
+    python = _environment(tmp_path, ISAACLAB_2_3_2_SOURCE)
+    plan = _would_install(python, f"{ROOT}[pb2]", tmp_path, f"numpy=={ISAACLAB_2_3_2_SOURCE['numpy']}")
+    _check(ISAACLAB_2_3_2_SOURCE, plan)
+    assert "scikit-learn" in {n for n, _ in plan}
