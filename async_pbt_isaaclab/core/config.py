@@ -151,9 +151,10 @@ class PopulationConfig:
     """``welch``: significance level of the one-sided Welch t-test (donor better than me)."""
     explore_without_donor: bool = True
     """``isaaclab``: an underperformer with no leader explores from its own weights (Isaac Lab does)."""
-    explore: str = "random"
+    explore: str = "pb2"
     """How a new generation's hyperparameters are proposed: a strategy of
-    :mod:`async_pbt_isaaclab.core.decision.explore` (``random``: bounded random mutation)."""
+    :mod:`async_pbt_isaaclab.core.decision.explore` (``pb2``: the GP bandit, which needs the ``pb2`` extra;
+    ``random``: bounded random mutation). ``pb2`` won more of the validation study's cases (docs/validation.md)."""
     hparams_from: str = "donor"
     """Exploit starts from the ``donor``'s hyperparameters (PBT) or keeps its ``own`` before mutation."""
     exploit_mode: str = "auto"

@@ -7,6 +7,7 @@ Imports only the standard library and the core's own types."""
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from pathlib import Path
 
 from async_pbt_isaaclab.core.decision.registry import OptionalExtra
@@ -15,11 +16,23 @@ PLACEHOLDER = "/path/to/async-pbt-isaaclab"
 """Where the clone is, when this copy was not installed from one (a wheel)."""
 
 
-def extra_install_command(extra: str) -> str:
-    """``pip install -e "<clone>[extra]"``: the clone this package runs from when it is an editable install."""
+def extra_install_command(extra: str, keep: tuple[str, ...] = ()) -> str:
+    """``pip install -e "<clone>[extra]"``: the clone this package runs from when it is an editable install; each
+    distribution of ``keep`` that is installed here is pinned at its version in the same command."""
     root = Path(__file__).resolve().parents[2]
     where = str(root) if (root / "pyproject.toml").is_file() else PLACEHOLDER
-    return f'pip install -e "{where}[{extra}]"'
+    pins = "".join(f' "{name}=={version}"' for name, version in _installed(keep))
+    return f'pip install -e "{where}[{extra}]"{pins}'
+
+
+def _installed(names: tuple[str, ...]) -> list[tuple[str, str]]:
+    found = []
+    for name in names:
+        try:
+            found.append((name, importlib.metadata.version(name)))
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
 
 
 def import_failure(*modules: str) -> str | None:
@@ -40,4 +53,6 @@ def missing_dependency(needs: OptionalExtra | None) -> str | None:
     if needs is None:
         return None
     why = import_failure(*needs.modules)
-    return None if why is None else needs.refusal.format(why=why, install=extra_install_command(needs.extra))
+    if why is None:
+        return None
+    return needs.refusal.format(why=why, install=extra_install_command(needs.extra, needs.keep))

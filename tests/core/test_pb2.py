@@ -431,7 +431,7 @@ def test_a_forged_note_is_caught(pb2_log):
 def test_without_scikit_learn_the_core_imports_and_pb2_is_refused_in_one_line():
     out = run_blocked(
         """
-        import pkgutil
+        import importlib.metadata, pkgutil
         import async_pbt_isaaclab.core as core
         for m in pkgutil.walk_packages(core.__path__, "async_pbt_isaaclab.core."):
             __import__(m.name)
@@ -439,21 +439,27 @@ def test_without_scikit_learn_the_core_imports_and_pb2_is_refused_in_one_line():
         from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
         population_config_from_dict({"explore": "random", "mutation": {"learning_rate": "mutate_float"}})
         before = list(attempts)
-        try:
-            population_config_from_dict({"explore": "pb2", "mutation": {"learning_rate": "mutate_float"}})
-            refused = None
-        except ConfigError as exc:
-            refused = exc.problems
-        print(json.dumps({"before": before, "refused": refused}))
+        refused = []
+        for explore in ({"explore": "pb2"}, {}):  # named, and the default
+            try:
+                population_config_from_dict({**explore, "mutation": {"learning_rate": "mutate_float"}})
+                refused.append(None)
+            except ConfigError as exc:
+                refused.append(exc.problems)
+        print(json.dumps({"before": before, "refused": refused, "numpy": importlib.metadata.version("numpy")}))
         """,
         forbidden=("sklearn",),
     )
     assert out["before"] == [], "importing the core (or a random-explore config) tried to import scikit-learn"
-    (problem,) = out["refused"]  # the one problem, on one line
-    assert "\n" not in problem and problem.startswith("pbt.explore: pb2 needs scikit-learn"), problem
-    # The README's install (an editable install of this clone), not a package index that does not have it.
+    named, default = out["refused"]
+    assert default == named, "the default explore is pb2: refused the same way as when named"
+    (problem,) = named  # the one problem, on one line
+    assert "\n" not in problem and problem.startswith("pbt.explore: pb2 (the default explore) needs scikit-learn")
+    # The README's install (an editable install of this clone), not a package index that does not have it, with the
+    # numpy installed here pinned (an Isaac Lab 2.x environment's numpy would otherwise be replaced), and the way out.
     root = Path(__file__).resolve().parents[2]
-    assert problem.endswith(f'install the extra: pip install -e "{root}[pb2]"'), problem
+    assert f'pip install -e "{root}[pb2]" "numpy=={out["numpy"]}"; ' in problem, problem
+    assert problem.endswith("or set explore: random (bounded random mutation, which needs nothing)"), problem
 
 
 def test_pb2_is_accepted_where_scikit_learn_is_installed():

@@ -21,6 +21,9 @@ class OptionalExtra:
     """The optional extra that installs them (``pip install -e ".[extra]"``)."""
     refusal: str
     """The one-line refusal, with ``{why}`` (the import error) and ``{install}`` (the extra's install command)."""
+    keep: tuple[str, ...] = ()
+    """Distributions the install command pins at the version installed here: pip would otherwise replace them to fit
+    the extra's newest dependencies (scikit-learn's newest scipy needs a numpy newer than Isaac Lab 2.x has)."""
 
 
 class Named(Protocol):
