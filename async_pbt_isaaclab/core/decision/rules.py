@@ -266,9 +266,10 @@ WELCH = RuleSpec(
     "worst group copies a donor that Welch's t-test finds better",
     needs=OptionalExtra(
         ("scipy.stats",),
-        "rl-games",
-        "welch needs scipy (its Welch t-test), which cannot be imported here ({why}); install it: pip install scipy, "
-        "or the extra: {install}",
+        "welch",
+        "welch needs scipy (its Welch t-test), which cannot be imported here ({why}); install the extra (the numpy "
+        "installed here pinned, so that pip keeps it): {install}",
+        keep=("numpy",),
     ),
 )
 """The rules a user may choose; :mod:`async_pbt_isaaclab.core.decision.catalog` lists them."""
