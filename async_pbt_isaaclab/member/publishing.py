@@ -29,7 +29,7 @@ from typing import Any, Callable
 from async_pbt_isaaclab.core.state.records import MemberRecord
 from async_pbt_isaaclab.core.workspace import fsio
 from async_pbt_isaaclab.core.workspace.audit import read_entries
-from async_pbt_isaaclab.core.workspace.pause_points import faulty, pause_at
+from async_pbt_isaaclab.core.workspace.pause_points import enabled, faulty, pause_at
 from async_pbt_isaaclab.core.workspace.retention import apply_retention
 from async_pbt_isaaclab.member.effects import Heartbeat, PublishFiles
 from async_pbt_isaaclab.member.publication import Publication
@@ -130,9 +130,12 @@ class Publishing:
         """Hand a publish's writes to the writer, in the order a crash needs (module docstring). Queued before the
         writer is asked, so a publish that never starts (an earlier one failed) is rolled back with the others."""
         assert files.state is not None and files.record is not None, "the loop completes a publish before it is run"
-        if self._in_flight is not None and self._in_flight.held and self.writer.busy():
-            # Test facility: a publish held in the writer is said before training waits on it, heartbeat or not.
-            self._heartbeat_while_busy()
+        if self._in_flight is not None and enabled("warning_busy") and self.writer.busy():
+            # Test facility: a publish held in the writer is said before training waits on it, heartbeat or not;
+            # whichever comes first, the writer reaching its hold or training reaching this publish.
+            self._in_flight.reached_hold.wait()
+            if self._in_flight.held:
+                self._heartbeat_while_busy()
         self.publication.handed(files.record)
         job = WriteJob(f"{files.what}", self._steps(files))
         self._in_flight, self._submitted = job, time.monotonic()

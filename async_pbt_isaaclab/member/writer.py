@@ -80,6 +80,9 @@ class WriteJob:
     released: threading.Event = field(default_factory=threading.Event)
     """Lets a thread-only pause point go on: set by the training thread at its own pause point, or when it waits for
     the job (a drain)."""
+    reached_hold: threading.Event = field(default_factory=threading.Event)
+    """Set once the writer's thread holds at a thread-only pause point (:attr:`held` is then true) or the job has
+    ended: the training thread waits for it before it says a held job, so the publish held is the first one."""
 
     def run(self, background: bool) -> None:
         """Run every step in order; the first error propagates (the later steps are not run)."""
@@ -89,6 +92,7 @@ class WriteJob:
                 if isinstance(action, PausePoint):
                     if background and action.thread_only:
                         self.held = True
+                        self.reached_hold.set()
                         hold_thread(action.point, self.released)
                         self.held = False
                     elif background:
@@ -100,6 +104,7 @@ class WriteJob:
             self.error = exc
             raise
         finally:
+            self.reached_hold.set()
             # The steps hold the job's data (a checkpoint's bytes): a job that ran holds none of it any more, so
             # an idle writer keeps no copy (the job object itself lives on until the next one replaces it).
             self.steps = []

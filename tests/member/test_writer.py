@@ -234,8 +234,7 @@ def test_a_thread_only_pause_point_holds_the_writer_until_released_or_drained(tm
 
     job = held_job()
     writer.submit(job)
-    while not job.held:  # the writer reached the hold (an event of the job, not a time)
-        threading.Event().wait(0.001)
+    assert job.reached_hold.wait(120) and job.held  # the writer reached the hold (an event of the job, not a time)
     assert writer.busy() and lines(log) == ["a"]  # held: its later steps wait, the caller went on
     job.released.set()
     writer.drain()
@@ -245,6 +244,35 @@ def test_a_thread_only_pause_point_holds_the_writer_until_released_or_drained(tm
     writer.drain()  # never set by anyone else: the drain itself lets the job go on
     assert lines(log) == ["a", "b", "a", "b"]
     assert not list(tmp_path.glob("pause.*"))  # the thread hold writes no marker and stops no process
+
+
+def test_a_job_still_writing_its_checkpoint_is_waited_for_until_it_holds(tmp_path, monkeypatch):
+    """Training may reach its next publish while the writer is still on the last one's checkpoint (a slow disk): the
+    training thread waits for ``reached_hold``, so the publish it says held is that one, not the next. A job with no
+    hold sets it when it ends, so that wait never outlasts the job."""
+    from async_pbt_isaaclab.core.workspace import pause_points
+
+    monkeypatch.setattr(pause_points, "_ENABLED", frozenset({"warning_busy"}))
+    writer, disk = BackgroundWriter(), threading.Event()
+    job = WriteJob(
+        "slow",
+        [
+            ("checkpoint", disk.wait),
+            ("hold", PausePoint("warning_busy", tmp_path, thread_only=True)),
+            ("b", lambda: append_line(tmp_path / "log", "b")),
+        ],
+    )
+    writer.submit(job)
+    assert not job.reached_hold.is_set() and not job.held  # still on its checkpoint
+    disk.set()
+    assert job.reached_hold.wait(120) and job.held and not (tmp_path / "log").exists()
+    job.released.set()
+    writer.drain()
+    assert lines(tmp_path / "log") == ["b"]
+    plain = WriteJob("heartbeat", [("record.json", lambda: None)])
+    writer.submit(plain)
+    writer.drain()
+    assert plain.reached_hold.is_set() and not plain.held
 
 
 @pytest.mark.parametrize("fails", [False, True], ids=["written", "failed"])

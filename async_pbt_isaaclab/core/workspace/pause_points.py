@@ -141,6 +141,11 @@ def release_held(member_dir: Path, deadline_s: float) -> None:
             marker.unlink(missing_ok=True)
 
 
+def enabled(point: str) -> bool:
+    """Whether ``point`` holds in this process (never, unless the test facility's variable names it)."""
+    return point in _ENABLED
+
+
 def hold_thread(point: str, released: threading.Event) -> bool:
     """Hold the calling thread (not the process) until ``released`` is set, when ``point`` is enabled; returns
     whether it held."""
