@@ -67,6 +67,25 @@ sys.exit(main(sys.argv[1:]))
 """
 """The member's own ``main`` with ``os.fsync`` failing for files whose path contains ``argv[1]``."""
 
+SLOW_DISK = """
+import os, sys, time
+real_fsync = os.fsync
+
+
+def fsync(fd):
+    if ".pth" in os.readlink(f"/proc/self/fd/{fd}"):
+        time.sleep(3)
+    return real_fsync(fd)
+
+
+os.fsync = fsync
+from async_pbt_isaaclab.examples.cpu_member import main
+
+sys.exit(main(sys.argv[1:]))
+"""
+"""The member's own ``main`` on a slow disk: every checkpoint's fsync takes 3 s more, longer than an epoch, so
+training reaches its next publish while the writer is still on the last one's checkpoint."""
+
 
 def _member_args(ws: Path) -> list[str]:
     return [
@@ -220,15 +239,18 @@ def _sigkill_after_a_failed_write(tmp_path: Path, ws: Path) -> dict:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGSTOP and /proc (Linux)")
-def test_a_publish_held_in_the_writer_is_said_before_the_next_publish_waits_on_it(tmp_path):
+@pytest.mark.parametrize("disk", ["healthy", "slow"])
+def test_a_publish_held_in_the_writer_is_said_before_the_next_publish_waits_on_it(tmp_path, disk):
     """The chaos harness's ``warning_busy`` window, without heartbeats: every publish holds the writer's thread (the
     test facility), and the slow-write warning must come before the next publish waits for it, so the window opens
-    on an event of the member's own, however fast training reaches that publish."""
+    on an event of the member's own, however fast training reaches that publish. On a slow disk the next publish
+    comes while the first is still writing its checkpoint: the first is still the one held (a busy CI machine once
+    held the second, and with every write slower than an epoch no publish was held at all)."""
     ws = tmp_path / "ws"
     member = ws / "members" / "000"
+    entry = ["-m", "async_pbt_isaaclab.examples.cpu_member"] if disk == "healthy" else ["-c", SLOW_DISK]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "async_pbt_isaaclab.examples.cpu_member", *_member_args(ws)]
-        + ["--pbt-heartbeat-interval-s", "3600"],
+        [sys.executable, *entry, *_member_args(ws)] + ["--pbt-heartbeat-interval-s", "3600"],
         cwd=tmp_path,
         env=dict(os.environ, **{PAUSE_ENV: "warning_busy"}),
         stdout=subprocess.DEVNULL,
