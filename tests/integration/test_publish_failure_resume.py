@@ -48,32 +48,16 @@ LOST_FRAME = 3 * FRAMES_PER_EPOCH
 KILL_FRAME = 5 * FRAMES_PER_EPOCH
 """The publish whose write fails in the second process image, which is then SIGKILLed."""
 
-FAILING_DISK = """
-import errno, os, sys
+FAULTY_DISK = """
+import errno, os, sys, time
 real_fsync = os.fsync
-lost = sys.argv.pop(1)
+fault, part = sys.argv.pop(1), sys.argv.pop(1)
 
 
 def fsync(fd):
-    if lost in os.readlink(f"/proc/self/fd/{fd}"):
-        raise OSError(errno.EIO, "Input/output error (injected by the test)")
-    return real_fsync(fd)
-
-
-os.fsync = fsync
-from async_pbt_isaaclab.examples.cpu_member import main
-
-sys.exit(main(sys.argv[1:]))
-"""
-"""The member's own ``main`` with ``os.fsync`` failing for files whose path contains ``argv[1]``."""
-
-SLOW_DISK = """
-import os, sys, time
-real_fsync = os.fsync
-
-
-def fsync(fd):
-    if ".pth" in os.readlink(f"/proc/self/fd/{fd}"):
+    if part in os.readlink(f"/proc/self/fd/{fd}"):
+        if fault == "fail":
+            raise OSError(errno.EIO, "Input/output error (injected by the test)")
         time.sleep(3)
     return real_fsync(fd)
 
@@ -83,8 +67,9 @@ from async_pbt_isaaclab.examples.cpu_member import main
 
 sys.exit(main(sys.argv[1:]))
 """
-"""The member's own ``main`` on a slow disk: every checkpoint's fsync takes 3 s more, longer than an epoch, so
-training reaches its next publish while the writer is still on the last one's checkpoint."""
+"""The member's own ``main`` with ``os.fsync`` faulty for files whose path contains ``argv[2]``: it fails with EIO
+(``argv[1]`` ``fail``), or takes 3 s more (``slow``: longer than an epoch, so training reaches its next publish while
+the writer is still on the last one's checkpoint)."""
 
 
 def _member_args(ws: Path) -> list[str]:
@@ -157,7 +142,7 @@ def test_a_member_restarted_after_a_failed_publish_resumes_from_its_newest_durab
     member = ws / "members" / "000"
     lost = f"f{LOST_FRAME:012d}.pth{fsio.TEMP_MARKER}"
     failed = subprocess.run(
-        [sys.executable, "-c", FAILING_DISK, lost, *_member_args(ws)],
+        [sys.executable, "-c", FAULTY_DISK, "fail", lost, *_member_args(ws)],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -248,7 +233,9 @@ def test_a_publish_held_in_the_writer_is_said_before_the_next_publish_waits_on_i
     held the second, and with every write slower than an epoch no publish was held at all)."""
     ws = tmp_path / "ws"
     member = ws / "members" / "000"
-    entry = ["-m", "async_pbt_isaaclab.examples.cpu_member"] if disk == "healthy" else ["-c", SLOW_DISK]
+    entry = (
+        ["-m", "async_pbt_isaaclab.examples.cpu_member"] if disk == "healthy" else ["-c", FAULTY_DISK, "slow", ".pth"]
+    )
     proc = subprocess.Popen(
         [sys.executable, *entry, *_member_args(ws)] + ["--pbt-heartbeat-interval-s", "3600"],
         cwd=tmp_path,
