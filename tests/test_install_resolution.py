@@ -136,7 +136,13 @@ def _check(installed: dict[str, str], plan: list[tuple[str, str]]) -> None:
     assert "async-pbt-isaaclab" in {n for n, _ in plan}
 
 
-def _isaaclab_3_0_0(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+ISAACLABS = ["2.3.2 source", "3.0.0 pip"]
+
+
+def _isaaclab(which: str, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A throwaway environment of ``which`` (one of :data:`ISAACLABS`) and the distributions installed in it."""
+    if which == "2.3.2 source":
+        return _environment(tmp_path, ISAACLAB_2_3_2_SOURCE), ISAACLAB_2_3_2_SOURCE
     try:
         wheel = isaaclab_real.wheel_path("3.0.0")
     except isaaclab_real.Unavailable as exc:
@@ -146,13 +152,9 @@ def _isaaclab_3_0_0(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 
 # The plain install (no extra), for `explore: random`. `pip install async-pbt-isaaclab[isaaclab]` resolves the same
 # requirements, since that extra names nothing; a test below keeps it that way.
-def test_installing_into_an_isaaclab_2_3_2_source_install_changes_nothing_there(tmp_path):
-    python = _environment(tmp_path, ISAACLAB_2_3_2_SOURCE)
-    _check(ISAACLAB_2_3_2_SOURCE, _would_install(python, str(ROOT), tmp_path))
-
-
-def test_installing_into_a_pip_installed_isaaclab_3_0_0_changes_nothing_there(tmp_path):
-    python, installed = _isaaclab_3_0_0(tmp_path)
+@pytest.mark.parametrize("which", ISAACLABS)
+def test_installing_into_an_isaaclab_environment_changes_nothing_there(tmp_path, which):
+    python, installed = _isaaclab(which, tmp_path)
     _check(installed, _would_install(python, str(ROOT), tmp_path))
 
 
@@ -166,15 +168,9 @@ def test_the_isaaclab_extra_adds_no_requirement():
 
 # docs/isaaclab.md's install, for the default `explore: pb2`: the pb2 extra with Isaac Lab's numpy pinned. Without the
 # pin, scikit-learn's newest scipy needed a numpy newer than 2.3.2's 1.26.0 and pip replaced it with 2.x.
-def test_the_pb2_extra_with_numpy_pinned_changes_nothing_in_an_isaaclab_2_3_2_source_install(tmp_path):
-    python = _environment(tmp_path, ISAACLAB_2_3_2_SOURCE)
-    plan = _would_install(python, f"{ROOT}[pb2]", tmp_path, f"numpy=={ISAACLAB_2_3_2_SOURCE['numpy']}")
-    _check(ISAACLAB_2_3_2_SOURCE, plan)
-    assert "scikit-learn" in {n for n, _ in plan}
-
-
-def test_the_pb2_extra_with_numpy_pinned_changes_nothing_in_a_pip_installed_isaaclab_3_0_0(tmp_path):
-    python, installed = _isaaclab_3_0_0(tmp_path)
-    plan = _would_install(python, f"{ROOT}[pb2]", tmp_path, f"numpy=={ISAACLAB_3_0_0_PIP['numpy']}")
+@pytest.mark.parametrize("which", ISAACLABS)
+def test_the_pb2_extra_with_numpy_pinned_changes_nothing_in_an_isaaclab_environment(tmp_path, which):
+    python, installed = _isaaclab(which, tmp_path)
+    plan = _would_install(python, f"{ROOT}[pb2]", tmp_path, f"numpy=={installed['numpy']}")
     _check(installed, plan)
     assert "scikit-learn" in {n for n, _ in plan}
