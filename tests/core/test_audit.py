@@ -331,6 +331,29 @@ def test_a_decision_recorded_before_unsettled_fill_worst_replays_with_it_off(tmp
     assert verify_log(log.path) == (1, [])
 
 
+def test_a_decision_past_a_peer_out_of_restarts_replays_under_the_rules_it_was_written_with(tmp_path, make_record):
+    """Member 3 has used its ``max_restarts`` and ranks last: under ``mutation_semantics`` 4 it holds no slot of the
+    worst group, so member 0 (second last) acts, and that replays. Written under 3 (before the change), member 3 held
+    the slot and member 0 kept: that entry replays as the keep it was."""
+    recs = _population(make_record, [5.0, 30.0, 25.0, 0.0])
+    recs[3] = dataclasses.replace(recs[3], restarts=2)
+    cfg = population_config_from_dict(dict(_cfg().selection_dict(), max_restarts=2))
+    view = PopulationView(recs[0], tuple(recs), NOW, {})
+    for semantics, acts in ((4, True), (3, False)):
+        step = pbt_step(view, cfg, MemberRng(7).get_state(), semantics=semantics)
+        assert step.acts is acts, (semantics, step.decision.reasons)
+        body = step.audit_body(view, cfg)
+        body["mutation_semantics"] = semantics
+        log = AuditLog.open(tmp_path / f"audit{semantics}.jsonl")
+        log.append("decision", body, now=NOW)
+        assert verify_log(log.path) == (1, []), semantics
+        # Read under the other version's rules, the same entry does not reproduce.
+        entries = _lines(log.path)
+        entries[0]["mutation_semantics"] = 7 - semantics
+        _write(log.path, entries, rehash=True)
+        assert any("decision does not reproduce" in p for p in _problems_at(verify_log(log.path)[1], 0)), semantics
+
+
 def test_json_garbage_line_is_reported(chain):
     with open(chain, "ab") as fh:
         fh.write(b"not json\n")

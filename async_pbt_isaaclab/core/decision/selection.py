@@ -129,6 +129,9 @@ class Field:
     """Excluded peers in a new generation that has not settled, which every other check would compare at their
     previous generation: members that left the worst group at their own decision (found with
     ``unsettled_fill_worst`` only)."""
+    capped: tuple[int, ...] = ()
+    """Compared peers that have used their ``max_restarts``: they cannot be replaced, so they hold no slot of the
+    worst group (ranked there they would hold it at every decision, and the worst of the others would keep)."""
 
 
 def keep_decision(rule: str, reason: str, **kw: Any) -> Decision:
@@ -277,7 +280,14 @@ def build_field(
     unsettled = set()
     if cfg.unsettled_fill_worst:  # only this option reads them
         unsettled = {p.member for p in peers if p.member in excluded and _unsettled(me, p, cfg, now, semantics)}
-    return Field(me, standings, ranked, scores, common, tuple(sorted(unsettled)))
+    capped = ()
+    if cfg.max_restarts >= 0 and semantics >= 4:
+        capped = tuple(
+            p.member
+            for p in peers
+            if p.member != me.member and p.member in standings and p.restarts >= cfg.max_restarts
+        )
+    return Field(me, standings, ranked, scores, common, tuple(sorted(unsettled)), tuple(sorted(set(capped))))
 
 
 def _unsettled(me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float, semantics: int) -> bool:
