@@ -191,21 +191,28 @@ def test_a_member_30_intervals_late_does_not_freeze_selection_among_the_others(m
     assert d.compared_frames[0] == FRAME - 30 * 1000 and d.outcome is Outcome.EXPLOIT
 
 
-def test_a_member_out_of_restarts_does_not_hold_the_worst_slot(make_record):
-    """A peer that has used its ``max_restarts`` cannot be replaced: ranked in the worst group of four, it held the
-    one slot at every decision of the members ahead of it, so the worst of the others kept and selection stopped for
-    the rest of the run. It still ranks and can be a donor; the worst slots go to members that can act."""
-    capped = make_record(3, const(-900.0), now=NOW, frame=FRAME, generation=3)
+def test_a_member_that_will_not_act_again_does_not_hold_the_worst_slot(make_record):
+    """A peer that has used its ``max_restarts``, has finished or was stopped cannot be replaced: ranked in the worst
+    group of four, it held the one slot at every decision of the members ahead of it, so the worst of the others kept
+    and selection stopped for the rest of the run (or, for a finished one, until its heartbeat went stale). It still
+    ranks and can be a donor; the worst slots go to members that can act."""
     me = make_record(2, const(-400.0), now=NOW, frame=FRAME)
     peers = [make_record(m, const(-100.0 * m), now=NOW, frame=FRAME) for m in (0, 1)]
+    capped = make_record(3, const(-900.0), now=NOW, frame=FRAME, generation=3)
+    ended = make_record(3, const(-900.0), now=NOW, frame=FRAME)
     for rule in ("dexpbt", "welch"):
-        d = decide(me, [me, *peers, capped], cfg_(rule=rule, max_restarts=3), MemberRng(0), NOW)
-        assert d.compared == (0, 1, 2, 3) and d.outcome is Outcome.EXPLOIT, (rule, d.reasons)
-        assert "peers [3] have used their max_restarts=3 and hold no slot" in d.reasons[-1], d.reasons
+        for last, cfg, why in (
+            (capped, cfg_(rule=rule, max_restarts=3), "3 out of restarts (max_restarts=3)"),
+            (replace(ended, status="finished"), cfg_(rule=rule), "3 finished"),
+            (replace(ended, status="stopped"), cfg_(rule=rule), "3 stopped"),
+        ):
+            d = decide(me, [me, *peers, last], cfg, MemberRng(0), NOW)
+            assert d.compared == (0, 1, 2, 3) and d.outcome is Outcome.EXPLOIT, (rule, why, d.reasons)
+            assert f"(peers that will not act again hold no slot: {why})" in d.reasons[-1], d.reasons
         # Under a larger cap member 3 can still be replaced and holds the slot: member 2 keeps.
         d = decide(me, [me, *peers, capped], cfg_(rule=rule, max_restarts=4), MemberRng(0), NOW)
-        assert d.outcome is Outcome.KEEP and "not in the worst 1 of 4" in d.reasons[-1], (rule, d.reasons)
-    # The capped member is still a donor when it leads.
+        assert d.outcome is Outcome.KEEP and d.reasons[-1] == "not in the worst 1 of 4", (rule, d.reasons)
+    # Still a donor when it leads.
     leader = make_record(3, const(500.0), now=NOW, frame=FRAME, generation=3)
     d = decide(me, [me, *peers, leader], cfg_(max_restarts=3, top_fraction=0.25), MemberRng(0), NOW)
     assert d.outcome is Outcome.EXPLOIT and d.donor == 3, d.reasons

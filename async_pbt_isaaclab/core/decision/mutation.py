@@ -49,7 +49,8 @@ given; the verifier passes the entry's, 1 for 0.1.x, whose entries carry none):
 * 3: ``min_mutated_keys`` counts keys *changed* (after clipping), a key at a bound moves inward, the random explore
   may resample a key from its whole bounds (``resample_probability``), PB2 fits its kernel and counts the running
   members' configurations, and ``max_frame_lag: -1`` keeps a peer far behind out of the ranking;
-* 4: a peer that has used its ``max_restarts`` holds no slot of the worst group (it still ranks and donates)."""
+* 4: a peer that will not change generation again (out of ``max_restarts``, finished, stopped) holds no slot of
+  the worst group (it still ranks and donates)."""
 
 
 @dataclass(frozen=True)

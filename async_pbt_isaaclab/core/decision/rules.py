@@ -60,17 +60,19 @@ def group_size(fraction: float, n: int) -> int:
 def worst_group(fld: Field, cfg: PopulationConfig) -> tuple[tuple[int, ...], str]:
     """The compared members in the worst group, and the group in words for the reasons. The group is
     ``worst_fraction`` of the compared members; with ``unsettled_fill_worst`` of them and the unsettled peers,
-    whose slots come first (they left the worst group at their own decision and are being refilled). Peers out of
-    restarts count in the population but hold no slot: the slots go to the lowest ranked members that can act."""
+    whose slots come first (they left the worst group at their own decision and are being refilled). Peers that will
+    not change generation again (out of restarts, finished, stopped) count in the population but hold no slot: the
+    slots go to the lowest ranked members that can act."""
     n = len(fld.ranked)
     held = len(fld.unsettled)  # empty unless unsettled_fill_worst
     k = group_size(cfg.worst_fraction, n + held)
     words = f"worst {k} of {n + held}"
     if held:
         words += f" (unsettled peers {list(fld.unsettled)} take its slots first)"
-    if fld.capped:
-        words += f" (peers {list(fld.capped)} have used their max_restarts={cfg.max_restarts} and hold no slot)"
-    can_act = [m for m in fld.ranked if m not in fld.capped]
+    if fld.cannot_act:
+        why = "; ".join(f"{m} {reason}" for m, reason in fld.cannot_act.items())
+        words += f" (peers that will not act again hold no slot: {why})"
+    can_act = [m for m in fld.ranked if m not in fld.cannot_act]
     return tuple(can_act[max(0, len(can_act) - (k - held)) :]) if k > held else (), words
 
 

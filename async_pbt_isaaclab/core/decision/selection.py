@@ -129,9 +129,10 @@ class Field:
     """Excluded peers in a new generation that has not settled, which every other check would compare at their
     previous generation: members that left the worst group at their own decision (found with
     ``unsettled_fill_worst`` only)."""
-    capped: tuple[int, ...] = ()
-    """Compared peers that have used their ``max_restarts``: they cannot be replaced, so they hold no slot of the
-    worst group (ranked there they would hold it at every decision, and the worst of the others would keep)."""
+    cannot_act: dict[int, str] = field(default_factory=dict)
+    """Compared peers that will not change generation again, with why (out of ``max_restarts``, finished, stopped):
+    they hold no slot of the worst group (ranked there they would hold it at every decision, and the worst of the
+    others would keep)."""
 
 
 def keep_decision(rule: str, reason: str, **kw: Any) -> Decision:
@@ -280,14 +281,20 @@ def build_field(
     unsettled = set()
     if cfg.unsettled_fill_worst:  # only this option reads them
         unsettled = {p.member for p in peers if p.member in excluded and _unsettled(me, p, cfg, now, semantics)}
-    capped = ()
-    if cfg.max_restarts >= 0 and semantics >= 4:
-        capped = tuple(
-            p.member
-            for p in peers
-            if p.member != me.member and p.member in standings and p.restarts >= cfg.max_restarts
-        )
-    return Field(me, standings, ranked, scores, common, tuple(sorted(unsettled)), tuple(sorted(set(capped))))
+    cannot_act = {}
+    if semantics >= 4:
+        compared = (p for p in peers if p.member != me.member and p.member in standings)
+        cannot_act = {p.member: why for p in compared if (why := _acts_no_more(p, cfg)) is not None}
+    return Field(me, standings, ranked, scores, common, tuple(sorted(unsettled)), dict(sorted(cannot_act.items())))
+
+
+def _acts_no_more(peer: MemberRecord, cfg: PopulationConfig) -> str | None:
+    """Why ``peer`` will not change generation again (so cannot be replaced), or ``None`` while it can."""
+    if peer.status != "running":
+        return peer.status
+    if cfg.max_restarts >= 0 and peer.restarts >= cfg.max_restarts:
+        return f"out of restarts (max_restarts={cfg.max_restarts})"
+    return None
 
 
 def _unsettled(me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float, semantics: int) -> bool:
