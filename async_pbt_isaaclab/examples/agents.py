@@ -14,6 +14,7 @@ PACKAGED_AGENTS = {
     "Pendulum-v1": HERE / "pendulum_ppo.yaml",
     "HalfCheetah-v5": HERE / "halfcheetah_ppo.yaml",
     "Hopper-v5": HERE / "hopper_ppo.yaml",
+    "Walker2d-v5": HERE / "walker2d_ppo.yaml",
 }
 """Gymnasium task id -> its packaged rl_games agent yaml."""
 PACKAGED_RSL_RL_CONFIGS = {

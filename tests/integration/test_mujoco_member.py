@@ -65,7 +65,7 @@ def test_member_trains_halfcheetah_through_the_cli_and_publishes_a_record(tmp_pa
 
 def test_task_without_a_packaged_yaml_is_refused_with_the_packaged_list(tmp_path: Path):
     proc = subprocess.run(
-        [*MEMBER, "--task", "Walker2d-v5", "--max_iterations", "1"],
+        [*MEMBER, "--task", "Ant-v5", "--max_iterations", "1"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -73,13 +73,13 @@ def test_task_without_a_packaged_yaml_is_refused_with_the_packaged_list(tmp_path
         check=False,
     )
     assert proc.returncode == 2
-    assert "no packaged agent yaml for task 'Walker2d-v5'" in proc.stderr
+    assert "no packaged agent yaml for task 'Ant-v5'" in proc.stderr
     assert "HalfCheetah-v5" in proc.stderr and "--agent" in proc.stderr
 
 
 RL_GAMES_MUJOCO = Path(rl_games.__file__).parent / "configs" / "mujoco"
 """rl_games' own tuned MuJoCo configs, as the installed rl_games ships them."""
-UPSTREAM_YAML = {"HalfCheetah-v5": "halfcheetah.yaml", "Hopper-v5": "hopper.yaml"}
+UPSTREAM_YAML = {"HalfCheetah-v5": "halfcheetah.yaml", "Hopper-v5": "hopper.yaml", "Walker2d-v5": "walker2d.yaml"}
 """The rl_games config each packaged MuJoCo yaml is adapted from (its header names it)."""
 
 
