@@ -84,7 +84,7 @@ class Evaluator:
         from async_pbt_isaaclab.core.state.evidence import RETURN_OBJECTIVE
         from async_pbt_isaaclab.examples.agents import PACKAGED_AGENTS
 
-        # Without a yaml: the task's packaged one (Pendulum-v1, HalfCheetah-v5, Hopper-v5), else Pendulum's.
+        # Without a yaml: the task's packaged one (PACKAGED_AGENTS), else Pendulum's.
         default = PACKAGED_AGENTS.get(task or "", DEFAULT_AGENT_YAML)
         self.agent_yaml = Path(agent_yaml) if agent_yaml is not None else default
         try:
