@@ -49,10 +49,13 @@ def import_failure(*modules: str) -> str | None:
 
 def missing_dependency(needs: OptionalExtra | None) -> str | None:
     """Why an entry of the catalog (a rule or an explore strategy) that ``needs`` an optional extra cannot run here,
-    its refusal with ``{why}`` and ``{install}`` filled in; ``None`` when it needs none or what it needs imports."""
+    in one line with the extra's install command; ``None`` when it needs none or what it needs imports."""
     if needs is None:
         return None
     why = import_failure(*needs.modules)
     if why is None:
         return None
-    return needs.refusal.format(why=why, install=extra_install_command(needs.extra, needs.keep))
+    pinned = f" (the {', '.join(needs.keep)} installed here pinned, so that pip keeps it)" if needs.keep else ""
+    install = extra_install_command(needs.extra, needs.keep)
+    refusal = f"{needs.needs}, which cannot be imported here ({why}); install the extra{pinned}: {install}"
+    return f"{refusal}; {needs.otherwise}" if needs.otherwise else refusal

@@ -380,10 +380,9 @@ STRATEGY = explore.ExploreStrategy(
     needs=OptionalExtra(
         ("sklearn.gaussian_process", "threadpoolctl"),
         EXTRA,
-        "pb2 (the default explore) needs scikit-learn, which cannot be imported here ({why}); install the extra "
-        "(the numpy installed here pinned, so that pip keeps it): {install}; or set explore: random (bounded random "
-        "mutation, which needs nothing)",
+        "pb2 (the default explore) needs scikit-learn",
         keep=("numpy",),
+        otherwise="or set explore: random (bounded random mutation, which needs nothing)",
     ),
 )
 """``pbt.explore: pb2``; :mod:`async_pbt_isaaclab.core.decision.catalog` lists it."""

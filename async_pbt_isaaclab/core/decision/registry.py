@@ -19,11 +19,14 @@ class OptionalExtra:
     """What must import."""
     extra: str
     """The optional extra that installs them (``pip install -e ".[extra]"``)."""
-    refusal: str
-    """The one-line refusal, with ``{why}`` (the import error) and ``{install}`` (the extra's install command)."""
+    needs: str
+    """What needs what, the start of the one-line refusal (``welch needs scipy (its Welch t-test)``); the refusal
+    goes on with why it cannot be imported and the extra's install command."""
     keep: tuple[str, ...] = ()
     """Distributions the install command pins at the version installed here: pip would otherwise replace them to fit
     the extra's newest dependencies (scikit-learn's newest scipy needs a numpy newer than Isaac Lab 2.x has)."""
+    otherwise: str = ""
+    """The way out without the extra, ending the refusal (``or set explore: random``); empty for none."""
 
 
 class Named(Protocol):

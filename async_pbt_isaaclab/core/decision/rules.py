@@ -273,8 +273,7 @@ WELCH = RuleSpec(
     needs=OptionalExtra(
         ("scipy.stats",),
         "welch",
-        "welch needs scipy (its Welch t-test), which cannot be imported here ({why}); install the extra (the numpy "
-        "installed here pinned, so that pip keeps it): {install}",
+        "welch needs scipy (its Welch t-test)",
         keep=("numpy",),
     ),
 )
