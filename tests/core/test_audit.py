@@ -339,7 +339,7 @@ def test_a_decision_past_a_peer_out_of_restarts_replays_under_the_rules_it_was_w
     recs[3] = dataclasses.replace(recs[3], restarts=2)
     cfg = population_config_from_dict(dict(_cfg().selection_dict(), max_restarts=2))
     view = PopulationView(recs[0], tuple(recs), NOW, {})
-    for semantics, acts in ((4, True), (3, False)):
+    for semantics, other, acts in ((4, 3, True), (3, 4, False)):
         step = pbt_step(view, cfg, MemberRng(7).get_state(), semantics=semantics)
         assert step.acts is acts, (semantics, step.decision.reasons)
         body = step.audit_body(view, cfg)
@@ -349,7 +349,7 @@ def test_a_decision_past_a_peer_out_of_restarts_replays_under_the_rules_it_was_w
         assert verify_log(log.path) == (1, []), semantics
         # Read under the other version's rules, the same entry does not reproduce.
         entries = _lines(log.path)
-        entries[0]["mutation_semantics"] = 7 - semantics
+        entries[0]["mutation_semantics"] = other
         _write(log.path, entries, rehash=True)
         assert any("decision does not reproduce" in p for p in _problems_at(verify_log(log.path)[1], 0)), semantics
 

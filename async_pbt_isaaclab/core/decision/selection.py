@@ -246,7 +246,7 @@ def my_ineligibility(me: MemberRecord, cfg: PopulationConfig) -> str | None:
             f"restart grace: {in_generation} frames in generation {me.generation} "
             f"< restart_grace_frames={cfg.resolved_restart_grace()}"
         )
-    if cfg.max_restarts >= 0 and me.restarts >= cfg.max_restarts:
+    if out_of_restarts(me, cfg):
         return f"max_restarts={cfg.max_restarts} reached"
     return None
 
@@ -292,9 +292,15 @@ def _acts_no_more(peer: MemberRecord, cfg: PopulationConfig) -> str | None:
     """Why ``peer`` will not change generation again (so cannot be replaced), or ``None`` while it can."""
     if peer.status != "running":
         return peer.status
-    if cfg.max_restarts >= 0 and peer.restarts >= cfg.max_restarts:
+    if out_of_restarts(peer, cfg):
         return f"out of restarts (max_restarts={cfg.max_restarts})"
     return None
+
+
+def out_of_restarts(record: MemberRecord, cfg: PopulationConfig) -> bool:
+    """The member has changed generation ``max_restarts`` times and may not again (never under -1, no limit): it
+    keeps at its own decisions and holds no slot of its peers' worst group."""
+    return cfg.max_restarts >= 0 and record.restarts >= cfg.max_restarts
 
 
 def _unsettled(me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float, semantics: int) -> bool:
