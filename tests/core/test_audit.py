@@ -331,15 +331,30 @@ def test_a_decision_recorded_before_unsettled_fill_worst_replays_with_it_off(tmp
     assert verify_log(log.path) == (1, [])
 
 
-def test_a_decision_past_a_peer_out_of_restarts_replays_under_the_rules_it_was_written_with(tmp_path, make_record):
+def _out_of_restarts(make_record):
     """Member 3 has used its ``max_restarts`` and ranks last: under ``mutation_semantics`` 4 it holds no slot of the
-    worst group, so member 0 (second last) acts, and that replays. Written under 3 (before the change), member 3 held
-    the slot and member 0 kept: that entry replays as the keep it was."""
+    worst group, so member 0 (second last) acts; under 3 it held the slot and member 0 kept."""
     recs = _population(make_record, [5.0, 30.0, 25.0, 0.0])
     recs[3] = dataclasses.replace(recs[3], restarts=2)
-    cfg = population_config_from_dict(dict(_cfg().selection_dict(), max_restarts=2))
+    return recs, dict(max_restarts=2), 4
+
+
+def _finished_long_ago(make_record):
+    """Member 1 finished long ago (heartbeat 10,000 s old): under 5 member 0 compares with it and copies it; under 4
+    it was stale and member 0, alone, kept."""
+    recs = _population(make_record, [0.0, 30.0])
+    recs[1] = dataclasses.replace(recs[1], status="finished", heartbeat=NOW - 10_000.0)
+    return recs, {}, 5
+
+
+@pytest.mark.parametrize("population", [_out_of_restarts, _finished_long_ago], ids=lambda f: f.__name__.strip("_"))
+def test_a_decision_replays_under_the_rules_it_was_written_with(tmp_path, make_record, population):
+    """A change of selection rules is a new ``mutation_semantics``: an entry written under the new one replays as
+    the act it was, one written before as the keep it was, and neither reproduces read under the other's."""
+    recs, overrides, version = population(make_record)
+    cfg = population_config_from_dict(dict(_cfg().selection_dict(), **overrides))
     view = PopulationView(recs[0], tuple(recs), NOW, {})
-    for semantics, other, acts in ((4, 3, True), (3, 4, False)):
+    for semantics, other, acts in ((version, version - 1, True), (version - 1, version, False)):
         step = pbt_step(view, cfg, MemberRng(7).get_state(), semantics=semantics)
         assert step.acts is acts, (semantics, step.decision.reasons)
         body = step.audit_body(view, cfg)

@@ -218,6 +218,26 @@ def test_a_member_that_will_not_act_again_does_not_hold_the_worst_slot(make_reco
     assert d.outcome is Outcome.EXPLOIT and d.donor == 3, d.reasons
 
 
+def test_a_finished_peer_is_compared_after_its_heartbeat_has_stopped(make_record):
+    """A finished member writes its final record and stops its heartbeat; its history is still the evidence of its
+    run. Left out as stale once that heartbeat was ``max_heartbeat_age_s`` old, it was lost, as a peer and as a donor,
+    to every member still training (a slower node, a later start): the last member running compared itself with
+    nobody and kept to its end. A stopped member, or a crashed one (``running``, heartbeat old), still goes stale."""
+    me = make_record(0, const(0.0), now=NOW, frame=FRAME)
+    finished = replace(make_record(1, const(100.0), now=NOW, frame=FRAME, heartbeat_age=10_000.0), status="finished")
+    d = decide(me, [me, finished], cfg_(), MemberRng(0), NOW)
+    assert d.outcome is Outcome.EXPLOIT and d.donor == 1 and not d.excluded, d.reasons
+    # Under the rules before (mutation_semantics 4) it was stale and, with no other peer, I kept.
+    d = decide(me, [me, finished], cfg_(), MemberRng(0), NOW, semantics=4)
+    assert d.outcome is Outcome.KEEP and d.excluded[1].startswith("stale: heartbeat 10000s old"), d.excluded
+    for status in ("running", "stopped"):
+        d = decide(me, [me, replace(finished, status=status)], cfg_(), MemberRng(0), NOW)
+        assert d.outcome is Outcome.KEEP and d.excluded[1].startswith("stale: heartbeat"), (status, d.excluded)
+    # A heartbeat from the future is clock skew, finished or not.
+    skewed = replace(finished, heartbeat=NOW + 3_600.0)
+    assert "clock skew" in peer_exclusion(me, skewed, cfg_(), NOW)
+
+
 def test_unsettled_peers_take_the_worst_slots_first(make_record):
     """Measured in the study's MuJoCo populations with ``unsettled_fill_worst`` off (the earlier default): most
     exploits were decided by a member compared with one peer, the two others excluded because their new generations

@@ -8,6 +8,9 @@ and 1 leave it out of their ranking while it is far behind (``max_frame_lag: -1`
 the worst slot among them: they keep comparing each other (on a loaded machine one of them can run more than
 8 intervals ahead of the other and leave that one out too, for the same reason). Everything is read back from what
 the processes wrote; every wait is for an event in the workspace, with a safety net only.
+
+The latest member of all starts after a peer has finished and its heartbeat has stopped: it is still compared with
+that peer's final record, and copies it.
 """
 
 from __future__ import annotations
@@ -191,5 +194,55 @@ def test_the_others_keep_ranking_each_other_while_the_late_member_is_far_behind(
 def test_every_decision_of_the_late_population_verifies(late_population):
     ws, _ = late_population
     for member in range(3):
+        count, problems = verify_log(ws / "members" / f"{member:03d}" / "audit.jsonl")
+        assert count > 0 and problems == [], problems[:3]
+
+
+def test_a_member_that_starts_after_a_peer_finished_still_copies_it(tmp_path):
+    """Member 0 trains to its end and exits; member 1 starts once member 0's final heartbeat is older than
+    ``max_heartbeat_age_s`` (1 s here; 600 by default, when a slower node or a later start lags by more). A finished
+    member's record is final, so member 1 compares itself with member 0's history at its own frame and, under the
+    fixture rule, copies it; before, member 0 was stale and member 1, alone, kept to its end."""
+    ws = tmp_path / "ws"
+    common = [
+        sys.executable,
+        "-m",
+        "async_pbt_isaaclab.examples.cpu_member",
+        "--pbt-workspace",
+        str(ws),
+        "--pbt-members",
+        "2",
+        *forced_exploit_flags(interval_steps=INTERVAL, heartbeat_interval_s=0.5),
+        "--pbt-max-heartbeat-age-s",
+        "1",
+        "--num_envs",
+        "16",
+        "--max_iterations",
+        "6",
+        "agent.pbt.mutation.entropy_coef=mutate_float",
+        "agent.params.config.mini_epochs=1",
+        "agent.params.torch_threads=1",
+    ]
+    for index in (0, 1):
+        if index == 1:
+            record = json.loads((ws / "members" / "000" / "record.json").read_text())
+            assert record["status"] == "finished"
+            while time.time() - record["heartbeat"] <= 1.0:  # the one wait on the clock: what the case is about
+                time.sleep(0.1)
+        run = subprocess.run(
+            [*common, "--pbt-index", str(index), "--seed", str(index + 1)],
+            cwd=tmp_path,
+            env=member_env(),
+            capture_output=True,
+            text=True,
+            timeout=SAFETY_S,
+        )
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    first = _decisions(ws, 1)[0]
+    peer0 = next(p for p in first["inputs"]["peers"] if p["member"] == 0)
+    assert peer0["status"] == "finished" and first["inputs"]["now"] - peer0["heartbeat"] > 1.0
+    assert first["decision"]["outcome"] == "exploit" and first["decision"]["donor"] == 0, first["decision"]
+    assert load_state(ws / "members" / "001" / "state.json").lineage[0].source.member == 0
+    for member in (0, 1):
         count, problems = verify_log(ws / "members" / f"{member:03d}" / "audit.jsonl")
         assert count > 0 and problems == [], problems[:3]

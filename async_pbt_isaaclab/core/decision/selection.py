@@ -149,14 +149,19 @@ def entry_at_or_before(history: Sequence[HistoryEntry], frame: int) -> HistoryEn
 
 
 def _live_peer_exclusion(
-    me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, now: float, settled_only: bool = True
+    me: MemberRecord,
+    peer: MemberRecord,
+    cfg: PopulationConfig,
+    now: float,
+    semantics: int = MUTATION_SEMANTICS,
+    settled_only: bool = True,
 ) -> str | None:
     """Why ``peer`` cannot be compared at all (not live, another objective, nothing settled, far behind), or
     ``None``; which of its entries is compared is :func:`peer_entry`'s. ``settled_only=False`` lets a peer whose
     new generation has not settled through, to be judged at its previous generation's entries."""
     if peer.member == me.member:
         return "is me"
-    why = heartbeat_exclusion(peer, cfg, now)
+    why = heartbeat_exclusion(peer, cfg, now, semantics)
     if why is not None:
         return why
     if peer.evidence.objective != me.evidence.objective:
@@ -191,7 +196,7 @@ def peer_entry(
     """``(entry, None)``: compare ``peer`` at ``entry``; ``(None, why)``: ``peer`` is excluded (under the rules of
     ``semantics``, :data:`~async_pbt_isaaclab.core.decision.mutation.MUTATION_SEMANTICS`; ``settled_only`` as in
     :func:`_live_peer_exclusion`)."""
-    why = _live_peer_exclusion(me, peer, cfg, now, settled_only)
+    why = _live_peer_exclusion(me, peer, cfg, now, semantics, settled_only)
     if why is not None:
         return None, why
     entry = entry_at_or_before(peer.history, me.frame)
@@ -212,10 +217,14 @@ def peer_entry(
     return entry, None
 
 
-def heartbeat_exclusion(peer: MemberRecord, cfg: PopulationConfig, now: float) -> str | None:
-    """Why ``peer``'s heartbeat says it is not live at ``now`` (too old, or in the future), or ``None``."""
+def heartbeat_exclusion(
+    peer: MemberRecord, cfg: PopulationConfig, now: float, semantics: int = MUTATION_SEMANTICS
+) -> str | None:
+    """Why ``peer``'s heartbeat says it is not live at ``now`` (too old, or in the future), or ``None``. A finished
+    member stops its heartbeat with its final record (semantics 5 on): its age says nothing about that record, whose
+    history stays evidence for the members still training (a stopped or crashed one's still goes stale)."""
     age = now - peer.heartbeat
-    if age > cfg.max_heartbeat_age_s:
+    if age > cfg.max_heartbeat_age_s and not (semantics >= 5 and peer.status == "finished"):
         return f"stale: heartbeat {age:.0f}s old > max_heartbeat_age_s={cfg.max_heartbeat_age_s:g}"
     if -age > cfg.max_clock_skew_s:
         return f"heartbeat {-age:.0f}s in the future > max_clock_skew_s={cfg.max_clock_skew_s:g} (clock skew)"
