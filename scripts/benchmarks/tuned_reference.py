@@ -3,6 +3,7 @@
 
     python scripts/benchmarks/tuned_reference.py --task HalfCheetah-v5 --workspace runs/ref-halfcheetah
     python scripts/benchmarks/tuned_reference.py --task Hopper-v5 --workspace runs/ref-hopper
+    python scripts/benchmarks/tuned_reference.py --task Walker2d-v5 --workspace runs/ref-walker2d
     python scripts/benchmarks/tuned_reference.py --case rsl_rl_hopper_tuned --workspace runs/ref-rsl-rl-hopper
 
 Trains (unless ``--workspace`` already holds the run) the real CPU member alone, as a user would: ``cpu_member
@@ -48,7 +49,7 @@ def train(task: str, workspace: Path, interval: int, case: study_cases.Case | No
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--task", default=None, help="a task with a packaged agent yaml (HalfCheetah-v5, Hopper-v5)")
+    p.add_argument("--task", default=None, help="a task with a packaged agent yaml (HalfCheetah-v5, Hopper-v5, Walker2d-v5)")
     p.add_argument("--case", default=None, choices=sorted(study_cases.CASES), help="a study case's start instead")
     p.add_argument("--iterations", type=int, default=None, help="epochs or iterations (default: the config's)")
     p.add_argument("--workspace", required=True, help="the run's workspace (trained when it holds no run yet)")
