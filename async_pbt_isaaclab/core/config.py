@@ -39,6 +39,10 @@ them over up to about five (tests/core/test_matching_progress.py); one that star
 restart is further behind, and ranked against the members ahead it would take their worst
 slot at every decision, so none of them would ever copy (it still decides itself, at its own progress)."""
 
+REFERENCE_MEMBER = 0
+"""The member that keeps the yaml's values at the diverse start (the population always holds the configuration you
+wrote); with ``protect_reference`` it also keeps its own weights to the end."""
+
 
 class ConfigError(ValueError):
     """The population config is invalid. ``problems`` lists every issue found, one line each."""
@@ -190,6 +194,10 @@ class PopulationConfig:
     """Prefix for the restart command, e.g. ``[torchrun, --nproc_per_node=1]``; empty: this python."""
     max_restarts: int = -1
     """Stop exploiting after this many restarts of this member; -1 means no limit."""
+    protect_reference: bool = False
+    """The reference member (member 0, the yaml's values) never exploits or explores: the population holds a run
+    of the configuration you wrote from start to end, which the others' search is measured against. It still
+    publishes, ranks and donates, and holds no slot of the worst group; one member fewer searches."""
 
     # ---- derived values ----
     def resolved_max_frame_lag(self) -> int:
@@ -246,7 +254,7 @@ class PopulationConfig:
             "worst_fraction top_fraction gap_std_fraction gap_donor_fraction gap_z trim_fraction min_members "
             "start_grace_frames restart_grace_frames protect_interval_best welch_alpha explore_without_donor "
             "hparams_from mutation max_restarts objective_direction explore start_spread min_mutated_keys "
-            "resample_probability allow_shaped_return_objective unsettled_fill_worst"
+            "resample_probability allow_shaped_return_objective unsettled_fill_worst protect_reference"
         ).split()
         d = self.to_dict()
         return {k: d[k] for k in keys}

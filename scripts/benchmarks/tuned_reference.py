@@ -49,7 +49,9 @@ def train(task: str, workspace: Path, interval: int, case: study_cases.Case | No
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--task", default=None, help="a task with a packaged agent yaml (HalfCheetah-v5, Hopper-v5, Walker2d-v5)")
+    p.add_argument(
+        "--task", default=None, help="a task with a packaged agent yaml (HalfCheetah-v5, Hopper-v5, Walker2d-v5)"
+    )
     p.add_argument("--case", default=None, choices=sorted(study_cases.CASES), help="a study case's start instead")
     p.add_argument("--iterations", type=int, default=None, help="epochs or iterations (default: the config's)")
     p.add_argument("--workspace", required=True, help="the run's workspace (trained when it holds no run yet)")

@@ -218,6 +218,27 @@ def test_a_member_that_will_not_act_again_does_not_hold_the_worst_slot(make_reco
     assert d.outcome is Outcome.EXPLOIT and d.donor == 3, d.reasons
 
 
+def test_the_protected_reference_never_acts_and_holds_no_worst_slot(make_record):
+    """``protect_reference``: member 0 trains the yaml's values to the end. Worst of four, it keeps; ranked last by
+    the others, it holds no slot of their worst group, so the worst of them still acts; leading, it donates."""
+    cfg = cfg_(protect_reference=True, top_fraction=0.25)
+    ref = make_record(0, const(-900.0), now=NOW, frame=FRAME)
+    peers = [make_record(m, const(-100.0 * m), now=NOW, frame=FRAME) for m in (1, 2, 3)]
+    d = decide(ref, [ref, *peers], cfg, MemberRng(0), NOW)
+    assert d.outcome is Outcome.KEEP and d.reasons[-1].startswith("protect_reference: member 0"), d.reasons
+    d = decide(peers[2], [ref, *peers], cfg, MemberRng(0), NOW)
+    assert (
+        d.outcome is Outcome.EXPLOIT
+        and "(peers that will not act again hold no slot: 0 the protected reference)" in (d.reasons[-1])
+    ), d.reasons
+    # Off (the default), member 0 is the worst and acts; member 3 keeps.
+    assert decide(ref, [ref, *peers], cfg_(), MemberRng(0), NOW).outcome is Outcome.EXPLOIT
+    assert decide(peers[2], [ref, *peers], cfg_(), MemberRng(0), NOW).outcome is Outcome.KEEP
+    leader = make_record(0, const(500.0), now=NOW, frame=FRAME)
+    d = decide(peers[2], [leader, *peers], cfg, MemberRng(0), NOW)
+    assert d.outcome is Outcome.EXPLOIT and d.donor == 0, d.reasons
+
+
 def test_a_finished_peer_is_compared_after_its_heartbeat_has_stopped(make_record):
     """A finished member writes its final record and stops its heartbeat; its history is still the evidence of its
     run. Left out as stale once that heartbeat was ``max_heartbeat_age_s`` old, it was lost, as a peer and as a donor,

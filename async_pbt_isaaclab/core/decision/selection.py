@@ -28,7 +28,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from async_pbt_isaaclab.core.config import PopulationConfig
+from async_pbt_isaaclab.core.config import REFERENCE_MEMBER, PopulationConfig
 from async_pbt_isaaclab.core.decision.mutation import MUTATION_SEMANTICS
 from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
 
@@ -238,7 +238,9 @@ def peer_exclusion(me: MemberRecord, peer: MemberRecord, cfg: PopulationConfig, 
 
 def my_ineligibility(me: MemberRecord, cfg: PopulationConfig) -> str | None:
     """Why ``me`` may not decide now (``None`` when it may): too little settled evidence of my generation,
-    inside a grace period, or out of restarts."""
+    inside a grace period, out of restarts, or the protected reference."""
+    if protected_reference(me, cfg):
+        return f"protect_reference: member {REFERENCE_MEMBER} trains the yaml's values to the end"
     ev = me.evidence
     if ev.generation != me.generation or ev.count < cfg.min_episodes:
         return (
@@ -303,7 +305,14 @@ def _acts_no_more(peer: MemberRecord, cfg: PopulationConfig) -> str | None:
         return peer.status
     if out_of_restarts(peer, cfg):
         return f"out of restarts (max_restarts={cfg.max_restarts})"
+    if protected_reference(peer, cfg):
+        return "the protected reference"
     return None
+
+
+def protected_reference(record: MemberRecord, cfg: PopulationConfig) -> bool:
+    """The member is the reference and ``protect_reference`` is on: it never changes generation."""
+    return cfg.protect_reference and record.member == REFERENCE_MEMBER
 
 
 def out_of_restarts(record: MemberRecord, cfg: PopulationConfig) -> bool:

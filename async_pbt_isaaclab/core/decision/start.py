@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from async_pbt_isaaclab.core.config import PopulationConfig
+from async_pbt_isaaclab.core.config import REFERENCE_MEMBER, PopulationConfig
 from async_pbt_isaaclab.core.decision.mutation import Change, MutationSpec, isaaclab_key
 from async_pbt_isaaclab.core.decision.mutation_spec import is_env_key
 from async_pbt_isaaclab.core.decision.step import InitialMutation
@@ -48,9 +48,6 @@ __all__ = [
     "kept_from_start",
     "stratum",
 ]
-
-REFERENCE_MEMBER = 0
-"""The member that keeps the yaml's values (the population always holds the configuration you wrote)."""
 
 
 _STRATA_STREAM = 0x57A7A
