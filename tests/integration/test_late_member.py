@@ -88,29 +88,34 @@ def _wait(what: str, done, procs: list[subprocess.Popen], logs: list[Path]) -> N
         time.sleep(0.2)
 
 
-@pytest.fixture(scope="module")
-def late_population(tmp_path_factory):
-    root = tmp_path_factory.mktemp("late")
-    ws = root / "ws"
-    common = [
+def _member_command(ws: Path, members: int, max_heartbeat_age_s: float, iterations: int) -> list[str]:
+    """A CPU member of a forced-exploit population of ``members`` in ``ws`` (index and seed are the caller's)."""
+    return [
         sys.executable,
         "-m",
         "async_pbt_isaaclab.examples.cpu_member",
         "--pbt-workspace",
         str(ws),
         "--pbt-members",
-        "3",
+        str(members),
         *forced_exploit_flags(interval_steps=INTERVAL, heartbeat_interval_s=0.5),
         "--pbt-max-heartbeat-age-s",
-        "100000000",
+        str(max_heartbeat_age_s),
         "--num_envs",
         "16",
         "--max_iterations",
-        "2000",  # stopped by the test once it saw what it waits for
+        str(iterations),
         "agent.pbt.mutation.entropy_coef=mutate_float",
         "agent.params.config.mini_epochs=1",
         "agent.params.torch_threads=1",
     ]
+
+
+@pytest.fixture(scope="module")
+def late_population(tmp_path_factory):
+    root = tmp_path_factory.mktemp("late")
+    ws = root / "ws"
+    common = _member_command(ws, members=3, max_heartbeat_age_s=100_000_000, iterations=2000)  # stopped by the test
     procs: list[subprocess.Popen] = []
     logs: list[Path] = []
 
@@ -204,25 +209,7 @@ def test_a_member_that_starts_after_a_peer_finished_still_copies_it(tmp_path):
     member's record is final, so member 1 compares itself with member 0's history at its own frame and, under the
     fixture rule, copies it; before, member 0 was stale and member 1, alone, kept to its end."""
     ws = tmp_path / "ws"
-    common = [
-        sys.executable,
-        "-m",
-        "async_pbt_isaaclab.examples.cpu_member",
-        "--pbt-workspace",
-        str(ws),
-        "--pbt-members",
-        "2",
-        *forced_exploit_flags(interval_steps=INTERVAL, heartbeat_interval_s=0.5),
-        "--pbt-max-heartbeat-age-s",
-        "1",
-        "--num_envs",
-        "16",
-        "--max_iterations",
-        "6",
-        "agent.pbt.mutation.entropy_coef=mutate_float",
-        "agent.params.config.mini_epochs=1",
-        "agent.params.torch_threads=1",
-    ]
+    common = _member_command(ws, members=2, max_heartbeat_age_s=1, iterations=6)
     for index in (0, 1):
         if index == 1:
             record = json.loads((ws / "members" / "000" / "record.json").read_text())
