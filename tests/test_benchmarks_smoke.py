@@ -203,6 +203,21 @@ def test_a_population_flag_reaches_the_population_arm_only_and_the_baselines_sta
     (tmp_path / "plain" / "results.json").write_text(json.dumps({"settings": settings, "seeds": seeds}, default=str))
     args.baselines_from = str(tmp_path / "plain")
     assert study.arms.reused_baselines(args)["seeds"] == seeds
+    # Baselines that cannot stand in are refused before the study writes anything: --out stays free for the retry.
+    refused = tmp_path / "refused"
+    with pytest.raises(SystemExit, match="cannot stand in"):
+        study.main(
+            [
+                *flags[:3],
+                "--frames-per-member",
+                "4096",
+                "--out",
+                str(refused),
+                "--baselines-from",
+                str(tmp_path / "plain"),
+            ]
+        )
+    assert not refused.exists()
     args.member_flag = ["--pbt-window=32"]  # a flag every arm gets is not a variant: refused, naming it
     with pytest.raises(SystemExit, match=r"member_flag: \[\] there, \['--pbt-window=32'\] here"):
         study.arms.reused_baselines(args)

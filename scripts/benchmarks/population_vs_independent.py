@@ -277,6 +277,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.tuned = dict(case.tuned)
     args.goal = case.goal
     args.trainer = case.trainer
+    args.agent_source = str(arms.agent_yaml(args))
     args.agent_seeds = f"{arms.agent_seed(0)} + 1000 x seed"  # recorded, so older arms (1000 x seed) are not reused
     for flag, value in (
         ("--members", args.members),
@@ -310,7 +311,6 @@ def write_case_yaml(args: argparse.Namespace, out: Path) -> None:
     smoke_set = CASES[args.case].smoke_set if args.smoke else ()
     smoke_prefix = TRAINERS[args.trainer].smoke_prefix
     overrides = [*value_overrides(args.set_values, args.trainer), *(smoke_prefix + item for item in smoke_set)]
-    args.agent_source = str(arms.agent_yaml(args))
     cfg = apply_overrides(load_yaml(args.agent_source), overrides)
     path = out / "agent_case.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -415,9 +415,9 @@ def main(argv: list[str] | None = None) -> int:
     if out.exists() and any(out.iterdir()):
         print(f"error: --out {out} exists and is not empty; a study needs a new folder", file=sys.stderr)
         return 2
+    reused = arms.reused_baselines(args)  # checked before --out is written: a refused study leaves it as it was
     out.mkdir(parents=True, exist_ok=True)
     write_case_yaml(args, out)
-    reused = arms.reused_baselines(args)
     per_epoch = frames_per_epoch(args)
     epochs = math.ceil(args.frames_per_member / per_epoch)
     frames = epochs * per_epoch
