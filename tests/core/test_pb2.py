@@ -596,3 +596,32 @@ def test_a_pb2_proposal_changes_at_least_min_mutated_keys():
     for seed in range(60):
         p = pb2.propose(dict(START, mini_epochs=4), _context(records), cfg, MemberRng(seed))
         assert "GP-UCB" in p.note and [c.key for c in p.changes] == ["mini_epochs"], p
+
+
+def test_a_model_that_learnt_little_keeps_its_proposals_near_what_it_observed():
+    """Noisy improvements with no trend, from members at 2e-4..1.5e-3, as on HalfCheetah (docs/validation.md, "PB2's
+    proposals at the edge"): the fitted length scale goes to its upper bound and, drawn over the whole box, UCB
+    peaked at the far edge, most proposals below 1e-5. Drawn in the observed range widened by ``OBSERVED_MARGIN``,
+    every proposal is inside it."""
+    cfg = _cfg({"learning_rate": LR})
+    noise = np.random.default_rng(3)
+    rates = [2e-4, 4e-4, 8e-4, 1.5e-3]
+    records = [
+        _record(m, [({**START, "learning_rate": lr}, float(noise.normal(0, 40))) for _ in range(4)])
+        for m, lr in enumerate(rates)
+    ]
+    model = pb2.fit(pb2.observations(_context(records), ["learning_rate"], cfg))
+    assert model.hyperparameters()["length_scale"] == pytest.approx(pb2.LENGTH_SCALE_BOUNDS[1])
+    z_lo, z_hi = pb2.normalize(rates[0], LR) - pb2.OBSERVED_MARGIN, pb2.normalize(rates[-1], LR) + pb2.OBSERVED_MARGIN
+    for semantics in (5, 6):
+        context = dataclasses.replace(_context(records), semantics=semantics)
+        start = dict(START, learning_rate=4e-4)
+        zs = [
+            pb2.normalize(pb2.propose(start, context, cfg, MemberRng(s)).hyperparameters["learning_rate"], LR)
+            for s in range(20)
+        ]
+        inside = sum(z_lo - 1e-9 <= z <= z_hi + 1e-9 for z in zs)
+        if semantics == 5:
+            assert sum(z < pb2.normalize(1e-5, LR) for z in zs) >= 10, zs  # the rules before: the lowest decade
+        else:
+            assert inside == 20, (z_lo, z_hi, zs)

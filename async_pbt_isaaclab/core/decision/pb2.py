@@ -28,7 +28,9 @@ proposes the values with the highest upper confidence bound at the member's curr
 * **Acquisition.** UCB, ``mean + kappa * std`` of the latent improvement at ``t`` = my current frame, where
   ``kappa = sqrt(beta)`` grows with the data, ``beta = 0.2 log(0.4 n)`` for ``n`` observations (the PB2 authors'
   schedule of the time-varying GP-bandit bound). Maximised over :data:`CANDIDATES` points drawn uniformly (through
-  the member RNG) in the normalised box and :data:`LOCAL_CANDIDATES` around the best observations, each of which
+  the member RNG) in the range of values observed, widened by :data:`OBSERVED_MARGIN` (beyond it the model knows
+  nothing, and UCB there is the prior's spread: over the whole box, proposals went to the bounds), and
+  :data:`LOCAL_CANDIDATES` around the best observations, each of which
   changes at least ``min_mutated_keys`` values (the start point itself competes only when that is 0); the best is
   mapped back to values, ints rounded, everything clipped into the bounds.
 * **Not modelled.** ``choice`` keys are mutated as the random strategy mutates them (each with probability
@@ -117,6 +119,12 @@ LOCAL_WIDTH = 0.1
 
 TOP_OBSERVATIONS = 4
 """The best observations (by improvement) local candidates are drawn around."""
+
+OBSERVED_MARGIN = 0.1
+"""How far beyond the observed values (normalised, each key) candidates are drawn (``mutation_semantics`` 6 on):
+the model says nothing further out, where UCB is the prior's spread alone. Drawn over the whole box, a model fitted
+on noisy improvements of members at 2e-4..1.5e-3 (length scale at its upper bound) proposed 14 of 19 learning rates
+in 1e-6..1e-5, the lowest decade of the bounds (docs/validation.md, "PB2's proposals at the edge")."""
 
 
 # --------------------------------------------------------------------------------------------- the model
@@ -301,7 +309,7 @@ def propose(
         start, choice_specs, cfg.mutation_rate, cfg.change_range, rng, semantics=context.semantics
     )
     model = fit(obs)
-    candidates = _candidates(obs, [normalize(start[k], specs[k]) for k in keys], rng)
+    candidates = _candidates(obs, [normalize(start[k], specs[k]) for k in keys], rng, context.semantics)
     values = [_values(row, keys, start, specs) for row in candidates]
     wanted = min(cfg.min_mutated_keys, len(keys) + len(choices)) - len(choice_changes)
     allowed = [i for i, v in enumerate(values) if sum(v[k] != start[k] for k in keys) >= wanted]
@@ -322,17 +330,29 @@ def propose(
     return explore.Proposal(new, tuple(changes), _note(obs, choices, held))
 
 
-def _candidates(obs: Sequence[Observation], z_start: list[float], rng: MemberRng) -> np.ndarray:
+def _candidates(obs: Sequence[Observation], z_start: list[float], rng: MemberRng, semantics: int) -> np.ndarray:
     """The start point, :data:`CANDIDATES` uniform points and :data:`LOCAL_CANDIDATES` around the best observations,
-    in the normalised box; every coordinate drawn through ``rng``, in a fixed order."""
-    d = len(z_start)
-    uniform = [[rng.random() for _ in range(d)] for _ in range(CANDIDATES)]
+    in the observed range (:func:`observed_range`; the whole box under ``semantics`` 5 and before); every coordinate
+    drawn through ``rng``, in a fixed order."""
+    lo, hi = observed_range(obs) if semantics >= 6 else ([0.0] * len(z_start), [1.0] * len(z_start))
+    uniform = [[a + rng.random() * (b - a) for a, b in zip(lo, hi, strict=True)] for _ in range(CANDIDATES)]
     best = sorted(obs, key=lambda o: (-o.y, o.t, o.member))[:TOP_OBSERVATIONS]
     local = []
     for i in range(LOCAL_CANDIDATES):
         centre = best[i % len(best)].x
-        local.append([min(max(c + rng.uniform(-LOCAL_WIDTH, LOCAL_WIDTH), 0.0), 1.0) for c in centre])
+        local.append(
+            [min(max(c + rng.uniform(-LOCAL_WIDTH, LOCAL_WIDTH), a), b) for c, a, b in zip(centre, lo, hi, strict=True)]
+        )
     return np.array([z_start, *uniform, *local], dtype=float)
+
+
+def observed_range(obs: Sequence[Observation]) -> tuple[list[float], list[float]]:
+    """Per modelled key, the normalised values observed, widened by :data:`OBSERVED_MARGIN` either side and kept in
+    ``[0, 1]``: where candidates are drawn."""
+    columns = list(zip(*(o.x for o in obs), strict=True))
+    lo = [max(0.0, min(c) - OBSERVED_MARGIN) for c in columns]
+    hi = [min(1.0, max(c) + OBSERVED_MARGIN) for c in columns]
+    return lo, hi
 
 
 def _values(
