@@ -598,18 +598,25 @@ def test_a_pb2_proposal_changes_at_least_min_mutated_keys():
         assert "GP-UCB" in p.note and [c.key for c in p.changes] == ["mini_epochs"], p
 
 
+LEARNT_LITTLE_RATES = (2e-4, 4e-4, 8e-4, 1.5e-3)
+
+
+def _learnt_little() -> list[MemberRecord]:
+    """Four members at 2e-4..1.5e-3 whose improvements are noise with no trend (as measured on HalfCheetah)."""
+    noise = np.random.default_rng(3)
+    return [
+        _record(m, [({**START, "learning_rate": lr}, float(noise.normal(0, 40))) for _ in range(4)])
+        for m, lr in enumerate(LEARNT_LITTLE_RATES)
+    ]
+
+
 def test_a_model_that_learnt_little_keeps_its_proposals_near_what_it_observed():
     """Noisy improvements with no trend, from members at 2e-4..1.5e-3, as on HalfCheetah (docs/validation.md, "PB2's
     proposals at the edge"): the fitted length scale goes to its upper bound and, drawn over the whole box, UCB
     peaked at the far edge, most proposals below 1e-5. Drawn in the observed range widened by ``OBSERVED_MARGIN``,
     every proposal is inside it."""
     cfg = _cfg({"learning_rate": LR})
-    noise = np.random.default_rng(3)
-    rates = [2e-4, 4e-4, 8e-4, 1.5e-3]
-    records = [
-        _record(m, [({**START, "learning_rate": lr}, float(noise.normal(0, 40))) for _ in range(4)])
-        for m, lr in enumerate(rates)
-    ]
+    records, rates = _learnt_little(), LEARNT_LITTLE_RATES
     model = pb2.fit(pb2.observations(_context(records), ["learning_rate"], cfg))
     assert model.hyperparameters()["length_scale"] == pytest.approx(pb2.LENGTH_SCALE_BOUNDS[1])
     z_lo, z_hi = pb2.normalize(rates[0], LR) - pb2.OBSERVED_MARGIN, pb2.normalize(rates[-1], LR) + pb2.OBSERVED_MARGIN
@@ -625,3 +632,28 @@ def test_a_model_that_learnt_little_keeps_its_proposals_near_what_it_observed():
             assert sum(z < pb2.normalize(1e-5, LR) for z in zs) >= 10, zs  # the rules before: the lowest decade
         else:
             assert inside == 20, (z_lo, z_hi, zs)
+
+
+def test_an_entry_written_over_the_whole_box_replays_under_its_own_rules(tmp_path, monkeypatch):
+    """A PB2 decision recorded under ``mutation_semantics`` 5 (candidates over the whole box) replays as it was, and
+    one recorded under 6 does too; neither reproduces read under the other's rules."""
+    monkeypatch.setenv(TEST_FIXTURE_ENV, "fixture_explore_every_decision")
+    records = _learnt_little()
+    cfg = population_config_from_dict(
+        {**_audit_cfg("fixture_explore_every_decision").to_dict(), "mutation": {"learning_rate": "mutate_float"}}
+    )
+    view = PopulationView(records[0], tuple(records[1:]), NOW)
+    proposed = {}
+    for semantics, other in ((5, 6), (6, 5)):
+        step = pbt_step(view, cfg, MemberRng(5).get_state(), semantics=semantics)
+        proposed[semantics] = step.new_hyperparameters["learning_rate"]
+        body = step.audit_body(view, cfg)
+        body["mutation_semantics"] = semantics
+        path = tmp_path / f"audit{semantics}.jsonl"
+        AuditLog.open(path).append("decision", body, now=NOW)
+        assert verify_log(path) == (1, []), semantics
+        entries = _lines(path)
+        entries[0]["mutation_semantics"] = other
+        _rewrite(path, entries)
+        assert any("new_hyperparameters" in p.problem for p in verify_log(path)[1]), semantics
+    assert proposed[5] < 1e-5 < 1e-4 < proposed[6], proposed
