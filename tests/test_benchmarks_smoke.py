@@ -223,6 +223,35 @@ def test_a_population_flag_reaches_the_population_arm_only_and_the_baselines_sta
         study.arms.reused_baselines(args)
 
 
+def test_baselines_from_another_clone_are_reused_when_the_agent_yaml_is_the_same_file(tmp_path):
+    """The agent yaml is compared by its bytes: the same packaged yaml in another clone's folder stands in, an edited
+    copy is refused, named by path and content."""
+    import json
+
+    study = _load_study()
+    flags = ["--case", "halfcheetah_lr", "--smoke"]
+    plain = study.resolve(study.build_parser().parse_args([*flags, "--out", str(tmp_path / "plain")]))
+    seeds = {str(s): {"sweep": {}, "independent": {}} for s in plain.seeds}
+    (tmp_path / "plain").mkdir()
+    results = {"settings": vars(plain), "seeds": seeds}
+    (tmp_path / "plain" / "results.json").write_text(json.dumps(results, default=str))
+    clone = tmp_path / "clone" / "halfcheetah_ppo.yaml"
+    clone.parent.mkdir()
+    clone.write_bytes(Path(plain.agent_source).read_bytes())
+    again = ["--agent-yaml", str(clone), "--baselines-from", str(tmp_path / "plain"), "--out", str(tmp_path / "b")]
+    args = study.resolve(study.build_parser().parse_args([*flags, *again]))
+    assert args.agent_source != plain.agent_source
+    assert study.arms.reused_baselines(args)["seeds"] == seeds
+    clone.write_text(clone.read_text().replace("gamma: 0.99", "gamma: 0.98"))
+    args = study.resolve(study.build_parser().parse_args([*flags, *again]))
+    with pytest.raises(SystemExit, match=rf"agent_source: .* there, '{clone} \(sha256 [0-9a-f]{{12}}\)' here"):
+        study.arms.reused_baselines(args)
+    with pytest.raises(SystemExit, match=r"--agent-yaml .*missing.yaml: cannot read it"):
+        study.resolve(
+            study.build_parser().parse_args([*flags, "--agent-yaml", str(tmp_path / "missing.yaml"), "--out", "x"])
+        )
+
+
 def _screens():
     import study_cases  # on sys.path once the study script is loaded
     import study_screens

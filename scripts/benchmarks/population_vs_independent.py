@@ -89,6 +89,7 @@ against their tuned values, is printed per seed.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import sys
 import time
@@ -249,7 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="a finished study folder of the same case and settings: reuse its sweep and independent arms (their runs "
         "never exploit or explore, so the population's explore strategy does not change them; the sweep's start is "
-        "drawn from the same seed) instead of training them again; the settings that define them must match",
+        "drawn from the same seed) instead of training them again; the settings that define them must match (the "
+        "agent yaml by its bytes, so the same file in another clone does)",
     )
     p.add_argument(
         "--vec-env",
@@ -278,6 +280,10 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.goal = case.goal
     args.trainer = case.trainer
     args.agent_source = str(arms.agent_yaml(args))
+    try:  # recorded, so --baselines-from accepts the same file from another clone
+        args.agent_source_sha256 = hashlib.sha256(Path(args.agent_source).read_bytes()).hexdigest()
+    except OSError as exc:
+        raise SystemExit(f"error: --agent-yaml {args.agent_source}: cannot read it ({exc.strerror})") from None
     args.agent_seeds = f"{arms.agent_seed(0)} + 1000 x seed"  # recorded, so older arms (1000 x seed) are not reused
     for flag, value in (
         ("--members", args.members),

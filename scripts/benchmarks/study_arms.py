@@ -177,6 +177,21 @@ REUSE_MUST_MATCH = (
 also draws its start from the population seed, the members and the mutation specs, all of them here)."""
 
 
+def _setting_differs(key: str, settings: dict, args: argparse.Namespace) -> bool:
+    """Whether a reused study's setting differs from this one's. The agent yaml is compared by its bytes where both
+    studies recorded them: a clone of the same commit in another folder trains the same file."""
+    if key == "agent_source" and settings.get("agent_source_sha256"):
+        return settings["agent_source_sha256"] != args.agent_source_sha256
+    return settings.get(key) != getattr(args, key)
+
+
+def _shown(key: str, settings: dict) -> object:
+    """A setting as an error names it: the agent yaml by path and content."""
+    if key == "agent_source" and settings.get("agent_source_sha256"):
+        return f"{settings[key]} (sha256 {settings['agent_source_sha256'][:12]})"
+    return settings.get(key)
+
+
 def trained_arms(args: argparse.Namespace) -> tuple[str, ...]:
     """The arms this command trains (the baseline arms are skipped when reused)."""
     return ARMS[:1] if args.baselines_from else ARMS
@@ -195,12 +210,12 @@ def reused_baselines(args: argparse.Namespace) -> dict | None:
     except (OSError, ValueError) as exc:
         raise SystemExit(f"error: --baselines-from needs {path} from a finished study ({exc})") from None
     settings = {"trainer": "rl_games", **old["settings"]}  # studies before the rsl_rl cases trained rl_games
-    differ = [k for k in REUSE_MUST_MATCH if settings.get(k) != getattr(args, k)]
+    differ = [k for k in REUSE_MUST_MATCH if _setting_differs(k, settings, args)]
     missing = [s for s in args.seeds if str(s) not in old["seeds"] or "sweep" not in old["seeds"][str(s)]]
     if differ or missing:
         raise SystemExit(
             f"error: {path} cannot stand in for these baseline arms: "
-            + "; ".join([f"{k}: {settings.get(k)!r} there, {getattr(args, k)!r} here" for k in differ])
+            + "; ".join([f"{k}: {_shown(k, settings)!r} there, {_shown(k, vars(args))!r} here" for k in differ])
             + (f"; seeds {missing} not in it (with a sweep arm)" if missing else "")
         )
     return old
