@@ -627,11 +627,10 @@ def test_a_model_that_learnt_little_keeps_its_proposals_near_what_it_observed():
             pb2.normalize(pb2.propose(start, context, cfg, MemberRng(s)).hyperparameters["learning_rate"], LR)
             for s in range(20)
         ]
-        inside = sum(z_lo - 1e-9 <= z <= z_hi + 1e-9 for z in zs)
         if semantics == 5:
             assert sum(z < pb2.normalize(1e-5, LR) for z in zs) >= 10, zs  # the rules before: the lowest decade
         else:
-            assert inside == 20, (z_lo, z_hi, zs)
+            assert all(z_lo - 1e-9 <= z <= z_hi + 1e-9 for z in zs), (z_lo, z_hi, zs)
 
 
 def test_an_entry_written_over_the_whole_box_replays_under_its_own_rules(tmp_path, monkeypatch):
