@@ -68,6 +68,14 @@ def add_check_config_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_check_config)
 
 
+NO_VALUE_AT_MINUS_ONE = {
+    "seed": "drawn from OS entropy when the workspace is created; recorded in population.json",
+    "max_restarts": "no limit",
+    "freeze_at_frame": "members may change generation until they stop",
+}
+"""Fields whose -1 resolves to no single value, with what it means."""
+
+
 def _resolved_values(cfg: PopulationConfig) -> dict[str, tuple[Any, str]]:
     """Fields whose stored value is a placeholder, with the value it resolves to and why."""
     iv = cfg.interval_steps
@@ -90,12 +98,11 @@ def _resolved_values(cfg: PopulationConfig) -> dict[str, tuple[Any, str]]:
         )
     if cfg.restart_grace_frames < 0:
         out["restart_grace_frames"] = (cfg.resolved_restart_grace(), f"2 x interval_steps={iv}")
-    if cfg.seed < 0:
-        out["seed"] = (None, "drawn from OS entropy when the workspace is created; recorded in population.json")
     if cfg.mutation_seed < 0:
         out["mutation_seed"] = (None, f"the population seed with policy_idx={cfg.policy_idx}")
-    if cfg.max_restarts < 0:
-        out["max_restarts"] = (None, "no limit")
+    for name, why in NO_VALUE_AT_MINUS_ONE.items():
+        if getattr(cfg, name) < 0:
+            out[name] = (None, why)
     if not cfg.launcher_prefix:
         out["launcher_prefix"] = (None, "restart with this python, sys.executable")
     term = objective_term(cfg.objective)

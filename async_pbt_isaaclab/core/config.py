@@ -149,6 +149,9 @@ class PopulationConfig:
     and at least two ``interval_steps``."""
     restart_grace_frames: int = -1
     """No decision before this many frames of the current generation; -1 means two ``interval_steps``."""
+    freeze_at_frame: int = -1
+    """From this frame on a member keeps its weights and values to the end, and holds no slot of its peers' worst
+    group: values changed so late are not judged before the end. -1: a member may change until it stops."""
     protect_interval_best: bool = True
     """``dexpbt``: keep a member whose best window mean this interval reaches the top group."""
     welch_alpha: float = 0.05
@@ -254,7 +257,7 @@ class PopulationConfig:
             "worst_fraction top_fraction gap_std_fraction gap_donor_fraction gap_z trim_fraction min_members "
             "start_grace_frames restart_grace_frames protect_interval_best welch_alpha explore_without_donor "
             "hparams_from mutation max_restarts objective_direction explore start_spread min_mutated_keys "
-            "resample_probability allow_shaped_return_objective unsettled_fill_worst protect_reference"
+            "resample_probability allow_shaped_return_objective unsettled_fill_worst protect_reference freeze_at_frame"
         ).split()
         d = self.to_dict()
         return {k: d[k] for k in keys}

@@ -236,6 +236,7 @@ def _range_problems(cfg: PopulationConfig) -> list[str]:
         "mutation_seed",
         "seed",
         "max_restarts",
+        "freeze_at_frame",
     ):
         v = getattr(cfg, name)
         need(v >= -1, f"{name}: must be >= 0, or -1 for the default, got {v}")

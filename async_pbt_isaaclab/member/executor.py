@@ -361,14 +361,13 @@ class MemberExecutor:
         """Train from a saved checkpoint with the member's values and the rate it was saved with, unless a warm start
         was given a rate on the command line: a value typed on purpose is not replaced."""
         saved_rate = metadata.get("last_lr") if isinstance(metadata, dict) else None
-        own = self.trainer.learning_rate()
         if isinstance(saved_rate, bool) or not isinstance(saved_rate, (int, float)):
             saved_rate = None
         elif self.session.start_mode == "warm_start" and self.session.typed_rate:
-            if own != saved_rate:
-                self.session.notes.append(f"learning rate {own:g} as typed, not {saved_rate:g} as saved")
+            if (typed := self.trainer.learning_rate()) != saved_rate:
+                self.session.notes.append(f"learning rate {typed:g} as typed, not {saved_rate:g} as saved")
             saved_rate = None
-        rate, _ = start_learning_rate(published=saved_rate, own=own)
+        rate, _ = start_learning_rate(published=saved_rate, own=self.trainer.learning_rate())
         assert rate is not None
         self._load(state, self._live_values(self.state.hyperparameters, pending, rate), None)
 

@@ -346,6 +346,21 @@ def test_the_protected_reference_keeps_and_its_entry_replays_with_the_key(tmp_pa
     assert any("decision does not reproduce" in p for p in _problems_at(verify_log(log.path)[1], 0))
 
 
+def test_a_frozen_member_keeps_and_its_entry_replays_with_the_key(tmp_path, make_record):
+    """Member 0, the worst, keeps past ``freeze_at_frame``: its entry replays, and read as an entry written before the
+    key (which replays with it off) it does not."""
+    log = AuditLog.open(tmp_path / "audit.jsonl")
+    recs = _population(make_record, [0.0, 10.0, 30.0, 25.0])
+    cfg = population_config_from_dict(dict(_cfg().selection_dict(), freeze_at_frame=recs[0].frame))
+    decision = _log_decision(log, recs[0], recs, cfg, MemberRng(7), NOW)
+    assert decision.outcome is Outcome.KEEP and decision.reasons[-1].startswith("freeze_at_frame"), decision.reasons
+    assert verify_log(log.path) == (1, [])
+    entries = _lines(log.path)
+    del entries[0]["config"]["freeze_at_frame"]
+    _write(log.path, entries, rehash=True)
+    assert any("decision does not reproduce" in p for p in _problems_at(verify_log(log.path)[1], 0))
+
+
 def _out_of_restarts(make_record):
     """Member 3 has used its ``max_restarts`` and ranks last: under ``mutation_semantics`` 4 it holds no slot of the
     worst group, so member 0 (second last) acts; under 3 it held the slot and member 0 kept."""

@@ -239,6 +239,25 @@ def test_the_protected_reference_never_acts_and_holds_no_worst_slot(make_record)
     assert d.outcome is Outcome.EXPLOIT and d.donor == 0, d.reasons
 
 
+def test_a_member_past_freeze_at_frame_keeps_and_holds_no_worst_slot(make_record):
+    """``freeze_at_frame``: a member that has reached it keeps to the end, whatever its rank; a peer that has reached
+    it holds no slot of the worst group, so the worst member still short of it acts; before it, nothing changes."""
+    worst = make_record(0, const(-900.0), now=NOW, frame=FRAME)
+    peers = [make_record(m, const(-100.0 * m), now=NOW, frame=FRAME) for m in (1, 2, 3)]
+    d = decide(worst, [worst, *peers], cfg_(freeze_at_frame=FRAME), MemberRng(0), NOW)
+    assert d.outcome is Outcome.KEEP and d.reasons[-1] == f"freeze_at_frame: frame {FRAME} >= {FRAME}, kept to the end"
+    assert decide(worst, [worst, *peers], cfg_(freeze_at_frame=FRAME + 1), MemberRng(0), NOW).outcome is not (
+        Outcome.KEEP
+    )
+    # Member 0 has trained on past the freeze (its entries up to FRAME compared); member 3, second worst, has not.
+    ahead, cfg = replace(worst, frame=FRAME + 1), cfg_(freeze_at_frame=FRAME + 1)
+    d = decide(peers[2], [ahead, *peers], cfg, MemberRng(0), NOW)
+    assert d.outcome is Outcome.EXPLOIT and sorted(d.compared) == [0, 1, 2, 3], d.reasons
+    assert f"hold no slot: 0 frozen (freeze_at_frame={FRAME + 1})" in d.reasons[-1], d.reasons
+    # Off (the default), member 0 holds the slot and member 3 keeps.
+    assert decide(peers[2], [ahead, *peers], cfg_(), MemberRng(0), NOW).outcome is Outcome.KEEP
+
+
 def test_a_finished_peer_is_compared_after_its_heartbeat_has_stopped(make_record):
     """A finished member writes its final record and stops its heartbeat; its history is still the evidence of its
     run. Left out as stale once that heartbeat was ``max_heartbeat_age_s`` old, it was lost, as a peer and as a donor,

@@ -259,6 +259,8 @@ def my_ineligibility(me: MemberRecord, cfg: PopulationConfig) -> str | None:
         )
     if out_of_restarts(me, cfg):
         return f"max_restarts={cfg.max_restarts} reached"
+    if frozen(me, cfg):
+        return f"freeze_at_frame: frame {me.frame} >= {cfg.freeze_at_frame}, kept to the end"
     return None
 
 
@@ -307,7 +309,14 @@ def _acts_no_more(peer: MemberRecord, cfg: PopulationConfig) -> str | None:
         return f"out of restarts (max_restarts={cfg.max_restarts})"
     if protected_reference(peer, cfg):
         return "the protected reference"
+    if frozen(peer, cfg):
+        return f"frozen (freeze_at_frame={cfg.freeze_at_frame})"
     return None
+
+
+def frozen(record: MemberRecord, cfg: PopulationConfig) -> bool:
+    """The member has reached ``freeze_at_frame``: it keeps to the end (never under -1)."""
+    return 0 <= cfg.freeze_at_frame <= record.frame
 
 
 def protected_reference(record: MemberRecord, cfg: PopulationConfig) -> bool:

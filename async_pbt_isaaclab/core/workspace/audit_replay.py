@@ -83,12 +83,14 @@ ADDED_CONFIG_KEYS = {
     "resample_probability": 0.0,
     "unsettled_fill_worst": False,
     "protect_reference": False,
+    "freeze_at_frame": -1,
 }
 """Config keys added after entries were first written, with the value that reproduces what an entry recorded
 without them did, whatever today's default (before ``explore``, every explore was the random mutation; before
 ``min_mutated_keys``, the per-key coin alone decided; before ``gap_z``, the dexpbt gap had no sampling-noise floor;
 before ``resample_probability``, no key was resampled; before ``unsettled_fill_worst``, the worst group was a
-fraction of the compared members alone; before ``protect_reference``, member 0 acted as any member)."""
+fraction of the compared members alone; before ``protect_reference``, member 0 acted as any member; before
+``freeze_at_frame``, members changed generation to the end)."""
 
 
 def recorded_config(entry: dict[str, Any]) -> dict[str, Any]:
