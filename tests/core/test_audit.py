@@ -331,32 +331,19 @@ def test_a_decision_recorded_before_unsettled_fill_worst_replays_with_it_off(tmp
     assert verify_log(log.path) == (1, [])
 
 
-def test_the_protected_reference_keeps_and_its_entry_replays_with_the_key(tmp_path, make_record):
-    """Member 0, the worst, keeps under ``protect_reference``: its entry replays, and read as an entry written before
-    the key (which replays with it off) it does not."""
+@pytest.mark.parametrize("key, value", [("protect_reference", True), ("freeze_at_frame", 10_000)])
+def test_a_member_kept_by_a_later_key_replays_with_the_key_only(tmp_path, make_record, key, value):
+    """Member 0, the worst, keeps under ``protect_reference`` (it is the reference) or ``freeze_at_frame`` (it has
+    reached it, at frame 10,000): its entry replays, and read as an entry written before the key (which replays
+    with it off) it does not."""
     log = AuditLog.open(tmp_path / "audit.jsonl")
     recs = _population(make_record, [0.0, 10.0, 30.0, 25.0])
-    cfg = population_config_from_dict(dict(_cfg().selection_dict(), protect_reference=True))
+    cfg = population_config_from_dict(dict(_cfg().selection_dict(), **{key: value}))
     decision = _log_decision(log, recs[0], recs, cfg, MemberRng(7), NOW)
-    assert decision.outcome is Outcome.KEEP and decision.reasons[-1].startswith("protect_reference"), decision.reasons
+    assert decision.outcome is Outcome.KEEP and decision.reasons[-1].startswith(key), decision.reasons
     assert verify_log(log.path) == (1, [])
     entries = _lines(log.path)
-    del entries[0]["config"]["protect_reference"]
-    _write(log.path, entries, rehash=True)
-    assert any("decision does not reproduce" in p for p in _problems_at(verify_log(log.path)[1], 0))
-
-
-def test_a_frozen_member_keeps_and_its_entry_replays_with_the_key(tmp_path, make_record):
-    """Member 0, the worst, keeps past ``freeze_at_frame``: its entry replays, and read as an entry written before the
-    key (which replays with it off) it does not."""
-    log = AuditLog.open(tmp_path / "audit.jsonl")
-    recs = _population(make_record, [0.0, 10.0, 30.0, 25.0])
-    cfg = population_config_from_dict(dict(_cfg().selection_dict(), freeze_at_frame=recs[0].frame))
-    decision = _log_decision(log, recs[0], recs, cfg, MemberRng(7), NOW)
-    assert decision.outcome is Outcome.KEEP and decision.reasons[-1].startswith("freeze_at_frame"), decision.reasons
-    assert verify_log(log.path) == (1, [])
-    entries = _lines(log.path)
-    del entries[0]["config"]["freeze_at_frame"]
+    del entries[0]["config"][key]
     _write(log.path, entries, rehash=True)
     assert any("decision does not reproduce" in p for p in _problems_at(verify_log(log.path)[1], 0))
 
