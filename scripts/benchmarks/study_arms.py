@@ -177,17 +177,22 @@ REUSE_MUST_MATCH = (
 also draws its start from the population seed, the members and the mutation specs, all of them here)."""
 
 
+def _by_content(key: str, settings: dict) -> bool:
+    """The agent yaml is compared by its bytes where the study recorded them (a clone of the same commit in another
+    folder trains the same file); a study recorded before that, by its path."""
+    return key == "agent_source" and bool(settings.get("agent_source_sha256"))
+
+
 def _setting_differs(key: str, settings: dict, args: argparse.Namespace) -> bool:
-    """Whether a reused study's setting differs from this one's. The agent yaml is compared by its bytes where both
-    studies recorded them: a clone of the same commit in another folder trains the same file."""
-    if key == "agent_source" and settings.get("agent_source_sha256"):
+    """Whether a reused study's setting differs from this one's."""
+    if _by_content(key, settings):
         return settings["agent_source_sha256"] != args.agent_source_sha256
     return settings.get(key) != getattr(args, key)
 
 
 def _shown(key: str, settings: dict) -> object:
     """A setting as an error names it: the agent yaml by path and content."""
-    if key == "agent_source" and settings.get("agent_source_sha256"):
+    if _by_content(key, settings):
         return f"{settings[key]} (sha256 {settings['agent_source_sha256'][:12]})"
     return settings.get(key)
 
