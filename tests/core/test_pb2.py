@@ -183,7 +183,8 @@ def test_normalize_and_denormalize_are_inverse_inside_the_bounds(kind):
 
 
 def _rich_population() -> list[MemberRecord]:
-    """Four members with six entries each, spread over the box: enough for the model."""
+    """Four members with six entries each, spread over the box: enough for the model, whose improvements rise with
+    every numeric key (plus noise), so the values explain them better than time alone."""
     rng = np.random.default_rng(5)
     records = []
     for m in range(4):
@@ -194,7 +195,8 @@ def _rich_population() -> list[MemberRecord]:
             hp["gamma"] = float(1 - 10 ** rng.uniform(-4, -1))
             hp["network.log_std_bounds.low"] = float(rng.uniform(-8, -1))
             hp["mini_epochs"] = int(rng.integers(1, 17))
-            steps.append((hp, float(rng.normal(10.0, 5.0))))
+            trend = sum(pb2.normalize(hp[k], spec) for k, spec in SPECS.items() if spec.kind != "choice")
+            steps.append((hp, 10.0 * trend + float(rng.normal(0.0, 3.0))))
         records.append(_record(m, steps))
     return records
 
@@ -222,7 +224,8 @@ def test_a_process_with_other_blas_threads_computes_the_same_bits(tmp_path):
     rng = np.random.default_rng(3)
     records = []
     for m in range(8):
-        steps = [({**START, "learning_rate": float(10 ** rng.uniform(-5, -2))}, float(rng.normal())) for _ in range(34)]
+        decades = rng.uniform(-5, -2, size=34)  # the improvement falls with the distance from 1e-3
+        steps = [({**START, "learning_rate": float(10**d)}, -abs(d + 3) + float(rng.normal())) for d in decades]
         records.append(_record(m, steps))
     cfg = _cfg({"learning_rate": SPECS["learning_rate"], "gamma": SPECS["gamma"]})
     here = pb2.propose(dict(START), _context(records), cfg, MemberRng(8))
@@ -380,8 +383,11 @@ def pb2_log(tmp_path, monkeypatch):
     """A log with an explore (fixture rule) and an exploit (dexpbt, I am clearly the worst), both through PB2."""
     monkeypatch.setenv(TEST_FIXTURE_ENV, "fixture_explore_every_decision")
     records = _rich_population()
-    # Clearly the worst now, the others spread: dexpbt exploits; every record is at the same frame.
-    records[0] = _record(0, [(h.hyperparameters, -300.0) for h in records[0].history])
+    # Clearly the worst now (one fall of 300 before its first observation), the others spread: dexpbt exploits;
+    # every record is at the same frame.
+    history = records[0].history
+    gains = [history[i].mean - history[i - 1].mean for i in range(1, len(history))]
+    records[0] = _record(0, list(zip([h.hyperparameters for h in history], [-300.0, *gains], strict=True)))
     path = tmp_path / "audit.jsonl"
     log = AuditLog.open(path)
     rng = MemberRng(77)
@@ -633,26 +639,69 @@ def test_a_model_that_learnt_little_keeps_its_proposals_near_what_it_observed():
             assert all(z_lo - 1e-9 <= z <= z_hi + 1e-9 for z in zs), (z_lo, z_hi, zs)
 
 
+def _noise_population(seed: int) -> list[MemberRecord]:
+    """Four members, six intervals each, at learning rates drawn in 1e-4..1e-2; improvements are noise alone."""
+    rng = np.random.default_rng(seed)
+    records = []
+    for m in range(4):
+        steps = [
+            ({**START, "learning_rate": float(10 ** rng.uniform(-4, -2))}, float(rng.normal(0, 40))) for _ in range(6)
+        ]
+        records.append(_record(m, steps))
+    return records
+
+
+def test_pb2_proposes_by_its_model_only_when_the_values_explain_the_improvements():
+    """Where the improvements are noise, the model's UCB ranks candidates by its uncertainty alone (the corners of the
+    observed range): PB2 then makes the random mutation and says why. Where an optimum is planted, it proposes by
+    the model from 8 observations a member on."""
+    cfg = _cfg({"learning_rate": LR}, mutation_rate=1.0)
+    start = dict(START, learning_rate=1e-3)
+    modelled = 0
+    for seed in range(20):
+        records = _noise_population(seed)
+        state = MemberRng(seed).get_state()
+        proposal = pb2.propose(start, _context(records), cfg, MemberRng.from_state(state))
+        if proposal.note.startswith("pb2: GP-UCB"):
+            modelled += 1
+            continue
+        evidence = pb2.fit(pb2.observations(_context(records), ["learning_rate"], cfg)).evidence
+        assert evidence < pb2.MIN_EVIDENCE
+        assert proposal.note == (
+            "pb2: the values explain the improvements no better than time alone "
+            f"(evidence {evidence:.2f} nats < {pb2.MIN_EVIDENCE}); random mutation"
+        )
+        random = explore.random_mutation(start, _context(records), cfg, MemberRng.from_state(state))
+        assert (proposal.hyperparameters, proposal.changes) == (random.hyperparameters, random.changes)
+    assert modelled <= 1, modelled  # a likelihood-ratio test at 5 %
+    for seed in range(2, 12):
+        records = _planted(8, seed)
+        assert pb2.fit(pb2.observations(_context(records), ["learning_rate"], cfg)).evidence >= pb2.MIN_EVIDENCE
+        assert pb2.propose(start, _context(records), cfg, MemberRng(seed)).note.startswith("pb2: GP-UCB"), seed
+
+
 def test_an_entry_written_over_the_whole_box_replays_under_its_own_rules(tmp_path, monkeypatch):
-    """A PB2 decision recorded under ``mutation_semantics`` 5 (candidates over the whole box) replays as it was, and
-    one recorded under 6 does too; neither reproduces read under the other's rules."""
+    """A PB2 decision recorded under ``mutation_semantics`` 5 (candidates over the whole box) replays as it was, one
+    recorded under 6 (the observed range) does too, and one under 7 (the random mutation, the values explaining
+    nothing here); none reproduces read under the next or previous rules."""
     monkeypatch.setenv(TEST_FIXTURE_ENV, "fixture_explore_every_decision")
     records = _learnt_little()
     cfg = population_config_from_dict(
         {**_audit_cfg("fixture_explore_every_decision").to_dict(), "mutation": {"learning_rate": "mutate_float"}}
     )
     view = PopulationView(records[0], tuple(records[1:]), NOW)
-    proposed = {}
-    for semantics, other in ((5, 6), (6, 5)):
+    proposed, notes = {}, {}
+    for semantics, other in ((5, 6), (6, 5), (6, 7), (7, 6)):
         step = pbt_step(view, cfg, MemberRng(5).get_state(), semantics=semantics)
-        proposed[semantics] = step.new_hyperparameters["learning_rate"]
+        proposed[semantics], notes[semantics] = step.new_hyperparameters["learning_rate"], step.explore_note
         body = step.audit_body(view, cfg)
         body["mutation_semantics"] = semantics
-        path = tmp_path / f"audit{semantics}.jsonl"
+        path = tmp_path / f"audit{semantics}-read-as-{other}.jsonl"
         AuditLog.open(path).append("decision", body, now=NOW)
         assert verify_log(path) == (1, []), semantics
         entries = _lines(path)
         entries[0]["mutation_semantics"] = other
         _rewrite(path, entries)
-        assert any("new_hyperparameters" in p.problem for p in verify_log(path)[1]), semantics
+        assert any("new_hyperparameters" in p.problem for p in verify_log(path)[1]), (semantics, other)
     assert proposed[5] < 1e-5 < 1e-4 < proposed[6], proposed
+    assert notes[6].startswith("pb2: GP-UCB") and "no better than time alone" in notes[7], notes
