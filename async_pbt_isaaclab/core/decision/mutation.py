@@ -37,7 +37,7 @@ __all__ = ["MUTATION_KINDS", "Change", "MutationSpec", "clip", "clip_int", "muta
 ISAACLAB_KIND_NAMES = {"mutate_float": "log_float", "mutate_discount": "discount"}
 """Isaac Lab's mutation function names and the kind each one means here."""
 
-MUTATION_SEMANTICS = 7
+MUTATION_SEMANTICS = 6
 """Recorded in every audit entry that mutates (``mutation_semantics``), so the verifier replays an entry with the
 rules it was written under: every function whose result depends on them takes ``semantics`` (this version when not
 given; the verifier passes the entry's, 1 for 0.1.x, whose entries carry none):
@@ -53,9 +53,7 @@ given; the verifier passes the entry's, 1 for 0.1.x, whose entries carry none):
   the worst group (it still ranks and donates);
 * 5: a finished peer is compared however old its heartbeat (its final record stays valid evidence; before, it went
   stale ``max_heartbeat_age_s`` after it finished);
-* 6: PB2 draws its candidates in the range of values observed, widened by ``OBSERVED_MARGIN``, not the whole box;
-* 7: PB2 proposes by its model only when the values explain the improvements better than time alone
-  (``MIN_EVIDENCE``); otherwise the random mutation."""
+* 6: PB2 draws its candidates in the range of values observed, widened by ``OBSERVED_MARGIN``, not the whole box."""
 
 
 @dataclass(frozen=True)

@@ -38,10 +38,7 @@ proposes the values with the highest upper confidence bound at the member's curr
   no 0; leaving 0 is the spec's business, not the model's). Both are named in the proposal's note.
 * **Fallback.** With fewer than ``max(MIN_OBSERVATIONS, 2 * modelled keys)`` observations (or no key to model)
   the proposal is the bounded random mutation (:func:`~async_pbt_isaaclab.core.decision.explore.random_mutation`), and
-  the note says so, e.g. ``pb2: 3 observations < 4 needed; random mutation``. So it is when the values explain the
-  improvements no better than time alone (``mutation_semantics`` 7 on): the same GP is fitted again with every
-  value set equal, and unless the full model's log marginal likelihood beats that one's by :data:`MIN_EVIDENCE`
-  (a likelihood-ratio test), UCB would rank candidates by the model's uncertainty alone.
+  the note says so, e.g. ``pb2: 3 observations < 4 needed; random mutation``.
 
 Everything is a pure function of (start, context, cfg, rng); the RNG is the only source of draws, so
 :func:`~async_pbt_isaaclab.core.decision.step.pbt_step` and the audit verifier compute the same proposal. Without
@@ -129,14 +126,6 @@ the model says nothing further out, where UCB is the prior's spread alone. Drawn
 on noisy improvements of members at 1.9e-4..1.5e-3 (length scale at its upper bound) proposed 15 of 19 learning
 rates below 1e-5, the lowest decade of the bounds (docs/validation.md, "PB2's proposals at the edge")."""
 
-MIN_EVIDENCE = 1.92
-"""How many nats the fitted model's log marginal likelihood must exceed that of the same GP on time alone (every
-value set equal) for PB2 to propose by it (``mutation_semantics`` 7 on): half the 95 % quantile of chi-square with
-one degree of freedom, the length scale the values add (a likelihood-ratio test at 5 %). Below it the model resolves
-no effect of the values; UCB then ranks candidates by the uncertainty alone, the corners of the observed range. In
-the recorded Pendulum ``gamma`` decisions, 23 of 34 fell below it; 10 of 38 of their changes set the discount below
-0.75, where no member did well (docs/validation.md, "PB2 when the values explain nothing")."""
-
 
 # --------------------------------------------------------------------------------------------- the model
 
@@ -214,9 +203,8 @@ class FittedModel:
     """The fitted latent kernel (signal variance times the time-varying kernel)."""
     noise: float
     """The fitted noise variance."""
-    evidence: float
-    """Log marginal likelihood (nats) by which this model beats the same GP fitted on time alone (every value set
-    equal): how much the values explain of the improvements (:data:`MIN_EVIDENCE`)."""
+    log_likelihood: float
+    """The log marginal likelihood of the fitted hyperparameters (nats)."""
 
     def hyperparameters(self) -> dict[str, float]:
         """The fitted values (for the note and the tests)."""
@@ -228,33 +216,27 @@ class FittedModel:
         }
 
 
-def fit(obs: Sequence[Observation]) -> FittedModel:
+def fit(obs: Sequence[Observation], *, time_only: bool = False) -> FittedModel:
     """Fit the GP's hyperparameters to ``obs`` by marginal likelihood (L-BFGS-B from fixed starting values, no random
-    restarts, one BLAS thread: the same inputs give the same bits, so the verifier replays it)."""
+    restarts, one BLAS thread: the same inputs give the same bits, so the verifier replays it). ``time_only``: with
+    every value set equal, so only time and noise explain the improvements: the baseline against which
+    ``scripts/benchmarks/pb2_evidence.py`` asks whether the values explain anything."""
     gp_module = importlib.import_module("sklearn.gaussian_process")
     kernels = importlib.import_module("sklearn.gaussian_process.kernels")
     threadpoolctl = importlib.import_module("threadpoolctl")  # a dependency of scikit-learn
-    X = np.array([(o.t, *o.x) for o in obs], dtype=float)
+    X = np.array([(o.t, *(0.0 * v if time_only else v for v in o.x)) for o in obs], dtype=float)
     raw = np.array([o.y for o in obs], dtype=float)
     y = np.clip((raw - raw.mean()) / (raw.std() + 1e-12), -2.0, 2.0)
     # The GP's prior mean is 0: shifted so that 0 is the lowest improvement seen, a configuration no member has
     # tried is expected to do as badly as the worst one did, and only its uncertainty (kappa * std) draws a proposal
     # there. With the average as the prior, a population clustered in one region saw every far value as promising.
     y = y - y.min()
-    time_only = X.copy()
-    time_only[:, 1:] = 0.0  # every value equal: the kernel's value factor is 1, only time and noise are left
-    with threadpoolctl.threadpool_limits(limits=1, user_api="blas"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a hyperparameter at its bound is a ConvergenceWarning, not a failure
-        gp, baseline = _fitted_gp(gp_module, kernels, X, y), _fitted_gp(gp_module, kernels, time_only, y)
-    evidence = float(gp.log_marginal_likelihood_value_ - baseline.log_marginal_likelihood_value_)
-    return FittedModel(X, y, gp.kernel_.k1, float(gp.kernel_.k2.noise_level), evidence)
-
-
-def _fitted_gp(gp_module: Any, kernels: Any, X: np.ndarray, y: np.ndarray) -> Any:
-    """The GP (signal x time-varying kernel + noise) fitted to ``(X, y)`` from the fixed starting values."""
     kernel = kernels.ConstantKernel(1.0, SIGNAL_BOUNDS) * _kernel_class()() + kernels.WhiteKernel(NOISE, NOISE_BOUNDS)
     gp = gp_module.GaussianProcessRegressor(kernel=kernel, alpha=1e-10, n_restarts_optimizer=0, normalize_y=False)
-    return gp.fit(X, y)
+    with threadpoolctl.threadpool_limits(limits=1, user_api="blas"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a hyperparameter at its bound is a ConvergenceWarning, not a failure
+        gp.fit(X, y)
+    return FittedModel(X, y, gp.kernel_.k1, float(gp.kernel_.k2.noise_level), float(gp.log_marginal_likelihood_value_))
 
 
 def ucb(model: FittedModel, t_now: float, candidates: np.ndarray, pending: np.ndarray | None = None) -> np.ndarray:
@@ -316,9 +298,7 @@ def propose(
     for key in specs:
         if key not in start:
             raise KeyError(f"hyperparameter {key!r} has a mutation spec but no current value")
-    held = sorted(k for k, s in specs.items() if s.kind == "log_float" and _at_or_below_zero(start[k]))
-    choices = sorted(k for k, s in specs.items() if s.kind == "choice")
-    keys = sorted(k for k in specs if k not in held and k not in choices)
+    keys, choices, held = modelled_keys(start, specs)
     if not keys:
         return _fallback(start, context, cfg, rng, "no key with a numeric range to model")
     obs = observations(context, keys, cfg)
@@ -326,14 +306,11 @@ def propose(
     if len(obs) < need:
         return _fallback(start, context, cfg, rng, f"{len(obs)} observations < {need} needed")
 
-    model = fit(obs)
-    if context.semantics >= 7 and model.evidence < MIN_EVIDENCE:
-        why = f"the values explain the improvements no better than time alone (evidence {model.evidence:.2f} nats"
-        return _fallback(start, context, cfg, rng, f"{why} < {MIN_EVIDENCE})")
     choice_specs = {k: specs[k] for k in choices}
     new, choice_changes = mutate(
         start, choice_specs, cfg.mutation_rate, cfg.change_range, rng, semantics=context.semantics
     )
+    model = fit(obs)
     candidates = _candidates(obs, [normalize(start[k], specs[k]) for k in keys], rng, context.semantics)
     values = [_values(row, keys, start, specs) for row in candidates]
     wanted = min(cfg.min_mutated_keys, len(keys) + len(choices)) - len(choice_changes)
@@ -353,6 +330,16 @@ def propose(
             changes.append(Change(key, start[key], best[key], None))
     changes.sort(key=lambda c: c.key)
     return explore.Proposal(new, tuple(changes), _note(obs, choices, held))
+
+
+def modelled_keys(
+    start: HyperparameterView, specs: Mapping[str, MutationSpec]
+) -> tuple[list[str], list[str], list[str]]:
+    """``(modelled, choices, held)``: the keys the GP models, the ``choice`` keys mutated at random, and the
+    ``log_float`` keys kept because their start value is 0 or less; each sorted."""
+    held = sorted(k for k, s in specs.items() if s.kind == "log_float" and _at_or_below_zero(start[k]))
+    choices = sorted(k for k, s in specs.items() if s.kind == "choice")
+    return sorted(k for k in specs if k not in held and k not in choices), choices, held
 
 
 def _candidates(obs: Sequence[Observation], z_start: list[float], rng: MemberRng, semantics: int) -> np.ndarray:
