@@ -56,13 +56,11 @@ MUJOCO_FULL = {
     "interval": 32_768,
     "eval_every": 2,
     "eval_episodes": 8,
-    "final_episodes": 64,
 }
 """MuJoCo cases: 524,288 frames per member (32 HalfCheetah epochs of 64 x 256, 128 Hopper epochs of 64 x 64: about
 half of the 1M frames published PPO figures are read at, so that 3 cases x 3 seeds x 8 members of one task train in
 about an hour on 2 quiet cores), a decision every 32,768 frames, a held-out evaluation every 65,536 on 8 + 8
-episodes of up to 1,000 steps, and the final hand-over on 64 + 64 (8 picked the wrong HalfCheetah member in two of three
-seeds where 64 did not: docs/validation.md; about 45 s an arm and seed here)."""
+episodes of up to 1,000 steps; the final hand-over is every case's (``FULL``: 64 + 64, about 45 s an arm and seed)."""
 MUJOCO_SMOKE_SET = (
     "num_actors=4",
     "horizon_length=64",
