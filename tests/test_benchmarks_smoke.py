@@ -135,12 +135,13 @@ def test_population_vs_independent_refuses_a_count_out_of_range_before_any_run(f
     assert not (tmp_path / "study").exists()
 
 
-def test_a_case_refuses_a_member_backend_it_cannot_train_on_before_any_run(tmp_path):
-    """``hopper_standing`` is judged by the distance travelled, which only the gymnasium backend computes: with
-    ``--vec-env envpool`` every member would fail at its start."""
+@pytest.mark.parametrize("case", ["hopper_standing", "rsl_rl_hopper_kl"])
+def test_a_case_refuses_a_member_backend_it_cannot_train_on_before_any_run(case, tmp_path):
+    """``hopper_standing`` is judged by the distance travelled, which only the gymnasium backend computes, and the
+    rsl_rl member has no envpool backend: with ``--vec-env envpool`` every member would fail at its start."""
     study = _load_study()
-    with pytest.raises(SystemExit, match="--vec-env envpool: case hopper_standing trains on gymnasium only"):
-        study.main(["--case", "hopper_standing", "--vec-env", "envpool", "--smoke", "--out", str(tmp_path / "s")])
+    with pytest.raises(SystemExit, match=f"--vec-env envpool: case {case} trains on gymnasium only"):
+        study.main(["--case", case, "--vec-env", "envpool", "--smoke", "--out", str(tmp_path / "s")])
     assert not (tmp_path / "s").exists()
 
 

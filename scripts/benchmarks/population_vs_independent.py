@@ -298,8 +298,6 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
             raise SystemExit(f"error: {flag} must be >= 1, got {value}")
     if args.final_episodes < 0:
         raise SystemExit(f"error: --final-episodes must be >= 0 (0: no final hand-over), got {args.final_episodes}")
-    if args.trainer != "rl_games" and args.vec_env != "gymnasium":
-        raise SystemExit(f"error: --vec-env {args.vec_env}: the {args.trainer} member trains on gymnasium only")
     if args.vec_env not in case.vec_envs:
         raise SystemExit(f"error: --vec-env {args.vec_env}: case {args.case} trains on {', '.join(case.vec_envs)} only")
     for item in [*args.set_values, *args.mutate]:

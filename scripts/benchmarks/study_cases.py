@@ -270,6 +270,7 @@ RSL_RL_COMMON = {
     "full": RSL_RL_FULL,
     "smoke_set": ("env.num_envs=4", "runner.num_steps_per_env=64"),
     "trainer": "rsl_rl",
+    "vec_envs": ("gymnasium",),  # the rsl_rl member has no envpool backend
 }
 RSL_RL_CASES = {
     "rsl_rl_hopper_kl": Case(
