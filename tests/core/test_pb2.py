@@ -691,3 +691,24 @@ def test_pb2_evidence_tells_a_model_that_learnt_nothing_from_one_that_learnt(tmp
         assert f"{count} observations, length scale" in proc.stdout and f"evidence {nats:.2f} nats" in proc.stdout
         below = int(name == "noise")
         assert f"{tmp_path / name}: 1 PB2 proposals by the model, {below} with evidence < 1.92 nats" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "content, said",
+    [
+        ("{not json\n", "audit.jsonl:1: not JSON"),
+        (
+            '{"kind": "decision", "explore_note": "pb2: GP-UCB on 9 observations of 2 members"}\n',
+            "audit.jsonl:1: the entry cannot be replayed",
+        ),
+    ],
+    ids=["not-json", "no-inputs"],
+)
+def test_pb2_evidence_names_the_log_and_line_it_cannot_read(tmp_path, content, said):
+    log = tmp_path / "members" / "000" / "audit.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text(content)
+    script = Path(__file__).resolve().parents[2] / "scripts" / "benchmarks" / "pb2_evidence.py"
+    for folder, expected in ((tmp_path, said), (tmp_path / "absent", "absent: not a folder")):
+        proc = subprocess.run([sys.executable, str(script), str(folder)], capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0 and expected in proc.stderr, proc.stderr
