@@ -18,7 +18,6 @@ Prints one line per folder (with ``--verbose``, one per decision too). Reads the
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from async_pbt_isaaclab.core.decision import explore, pb2
 from async_pbt_isaaclab.core.decision.step import replay_records
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.state.records import RecordError
+from async_pbt_isaaclab.core.workspace.audit import read_entries
 from async_pbt_isaaclab.core.workspace.audit_replay import recorded_config
 
 THRESHOLD = 1.92
@@ -76,11 +76,13 @@ def folder_evidence(folder: Path) -> list[Evidence]:
     """Every PB2 proposal by the model in the audit logs under ``folder``, in path and sequence order."""
     out = []
     for path in sorted(folder.rglob("audit.jsonl")):
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SystemExit(f"error: {path}:{number}: not JSON ({exc.msg})") from None
+        try:
+            lines = list(read_entries(path))  # as the verifier reads a log: no link followed, torn lines named
+        except OSError as exc:
+            raise SystemExit(f"error: {path}: cannot read it ({exc.strerror or exc})") from None
+        for number, entry, problem in lines:
+            if entry is None:
+                raise SystemExit(f"error: {path}:{number}: {problem}")
             if not (entry.get("kind") == "decision" and str(entry.get("explore_note", "")).startswith("pb2: GP-UCB")):
                 continue
             try:

@@ -658,6 +658,10 @@ def test_an_entry_written_over_the_whole_box_replays_under_its_own_rules(tmp_pat
     assert proposed[5] < 1e-5 < 1e-4 < proposed[6], proposed
 
 
+PB2_EVIDENCE = Path(__file__).resolve().parents[2] / "scripts" / "benchmarks" / "pb2_evidence.py"
+"""The script that replays PB2's proposals from audit logs (``scripts/benchmarks/pb2_evidence.py``)."""
+
+
 def test_pb2_evidence_tells_a_model_that_learnt_nothing_from_one_that_learnt(tmp_path, monkeypatch):
     """``scripts/benchmarks/pb2_evidence.py`` replays the PB2 proposals of a run's audit logs: noisy improvements with
     no trend give a model that explains them no better than time alone (as in most recorded Pendulum ``gamma``
@@ -678,9 +682,8 @@ def test_pb2_evidence_tells_a_model_that_learnt_nothing_from_one_that_learnt(tmp
         obs = pb2.observations(_context(records), ["learning_rate"], cfg)
         expected[name] = (len(obs), pb2.fit(obs).log_likelihood - pb2.fit(obs, time_only=True).log_likelihood)
     assert expected["noise"][1] < 1.92 < expected["trend"][1], expected
-    script = Path(__file__).resolve().parents[2] / "scripts" / "benchmarks" / "pb2_evidence.py"
     proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "noise"), str(tmp_path / "trend"), "--verbose"],
+        [sys.executable, str(PB2_EVIDENCE), str(tmp_path / "noise"), str(tmp_path / "trend"), "--verbose"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -696,7 +699,7 @@ def test_pb2_evidence_tells_a_model_that_learnt_nothing_from_one_that_learnt(tmp
 @pytest.mark.parametrize(
     "content, said",
     [
-        ("{not json\n", "audit.jsonl:1: not JSON"),
+        ("{not json\n", "audit.jsonl:1: not valid JSON"),
         (
             '{"kind": "decision", "explore_note": "pb2: GP-UCB on 9 observations of 2 members"}\n',
             "audit.jsonl:1: the entry cannot be replayed",
@@ -708,7 +711,21 @@ def test_pb2_evidence_names_the_log_and_line_it_cannot_read(tmp_path, content, s
     log = tmp_path / "members" / "000" / "audit.jsonl"
     log.parent.mkdir(parents=True)
     log.write_text(content)
-    script = Path(__file__).resolve().parents[2] / "scripts" / "benchmarks" / "pb2_evidence.py"
     for folder, expected in ((tmp_path, said), (tmp_path / "absent", "absent: not a folder")):
-        proc = subprocess.run([sys.executable, str(script), str(folder)], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, str(PB2_EVIDENCE), str(folder)], capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode != 0 and expected in proc.stderr, proc.stderr
+
+
+def test_pb2_evidence_does_not_follow_a_planted_link(tmp_path):
+    """An ``audit.jsonl`` that is a link is refused by name, as the verifier refuses it, not read through."""
+    target = tmp_path / "elsewhere.jsonl"
+    target.write_text("{}\n")
+    log = tmp_path / "ws" / "members" / "000" / "audit.jsonl"
+    log.parent.mkdir(parents=True)
+    log.symlink_to(target)
+    proc = subprocess.run(
+        [sys.executable, str(PB2_EVIDENCE), str(tmp_path / "ws")], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode != 0 and f"{log}: cannot read it" in proc.stderr, proc.stderr
