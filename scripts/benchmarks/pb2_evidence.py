@@ -24,12 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import study_analysis as analysis  # next to this script
+
 from async_pbt_isaaclab.core.config import ConfigError
 from async_pbt_isaaclab.core.decision import explore, pb2
 from async_pbt_isaaclab.core.decision.step import replay_records
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
 from async_pbt_isaaclab.core.state.records import RecordError
-from async_pbt_isaaclab.core.workspace.audit import read_entries
 from async_pbt_isaaclab.core.workspace.audit_replay import recorded_config
 
 THRESHOLD = 1.92
@@ -75,20 +77,13 @@ def replay(entry: dict[str, Any], log: str) -> Evidence:
 def folder_evidence(folder: Path) -> list[Evidence]:
     """Every PB2 proposal by the model in the audit logs under ``folder``, in path and sequence order."""
     out = []
-    for path in sorted(folder.rglob("audit.jsonl")):
+    for path, number, entry in analysis.audit_entries(folder):
+        if not (entry.get("kind") == "decision" and str(entry.get("explore_note", "")).startswith("pb2: GP-UCB")):
+            continue
         try:
-            lines = list(read_entries(path))  # as the verifier reads a log: no link followed, torn lines named
-        except OSError as exc:
-            raise SystemExit(f"error: {path}: cannot read it ({exc.strerror or exc})") from None
-        for number, entry, problem in lines:
-            if entry is None:
-                raise SystemExit(f"error: {path}:{number}: {problem}")
-            if not (entry.get("kind") == "decision" and str(entry.get("explore_note", "")).startswith("pb2: GP-UCB")):
-                continue
-            try:
-                out.append(replay(entry, str(path.relative_to(folder))))
-            except (KeyError, TypeError, ValueError, ConfigError, RecordError) as exc:
-                raise SystemExit(f"error: {path}:{number}: the entry cannot be replayed ({exc})") from None
+            out.append(replay(entry, str(path.relative_to(folder))))
+        except (KeyError, TypeError, ValueError, ConfigError, RecordError) as exc:
+            raise SystemExit(f"error: {path}:{number}: the entry cannot be replayed ({exc})") from None
     return out
 
 

@@ -12,10 +12,11 @@ import json
 import math
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from async_pbt_isaaclab.commands.evaluate import DEFAULT_EVAL_SEED
 from async_pbt_isaaclab.commands.population_history import population_history
+from async_pbt_isaaclab.core.workspace.audit import read_entries
 from async_pbt_isaaclab.core.workspace.layout import Workspace, member_dirname
 from async_pbt_isaaclab.core.workspace.retention import list_checkpoints
 
@@ -113,6 +114,20 @@ def decided_changes(workspace: Path) -> dict[str, int]:
     counts of ``async-pbt report``; read once per trained arm, not again at the hand-over)."""
     summary = population_history(Workspace(workspace), 0.0)["summary"]
     return {k: summary[k] for k in ("changes_decided", "changes_decided_with_unsettled_peers")}
+
+
+def audit_entries(folder: Path) -> Iterator[tuple[Path, int, dict[str, Any]]]:
+    """``(log, line number, entry)`` of every audit log under ``folder``, in path and line order, read as the
+    verifier reads a log (no link followed); exits naming the log and line it cannot read."""
+    for path in sorted(folder.rglob("audit.jsonl")):
+        try:
+            lines = list(read_entries(path))
+        except OSError as exc:
+            raise SystemExit(f"error: {path}: cannot read it ({exc.strerror or exc})") from None
+        for number, entry, problem in lines:
+            if entry is None:
+                raise SystemExit(f"error: {path}:{number}: {problem}")
+            yield path, number, entry
 
 
 def arm_folder(study: Path, run: dict[str, Any], seed: int | str, arm: str) -> Path:

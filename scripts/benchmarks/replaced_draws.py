@@ -1,0 +1,179 @@
+#!/usr/bin/env python
+"""Which draws did selection copy over, and how would they have ended? Reads a finished study's population audit
+logs beside its sweep's hand-over.
+
+    python scripts/benchmarks/replaced_draws.py runs80/tuned-pb2-gapz7 runs79/no_learn-pb2
+    python scripts/benchmarks/replaced_draws.py runs78/gamma-pb2 --episodes 64 --verbose
+
+The sweep arm trains each member's generation-0 draw (the same values and seed) without selection, so where the
+population copied a donor over a member still at its draw, the sweep's twin of that member shows how the draw would
+have ended had it been kept. For every such copy in a ``population_vs_independent.py`` folder, every seed:
+
+- the twin's rank among the sweep's runs on the final hand-over (1: the run the sweep hands over), and whether the
+  population's own hand-over then ended below the sweep's (the seed missed);
+- the gap to the donor in standard errors of the difference of the two windows (the decision's own ``gap`` and
+  ``standard_error``: how sure the rule was that the member was behind);
+- whether the member was improving faster than its donor: least-squares slopes of each one's last ``--slope-points``
+  window means of its current generation, from the entry's recorded inputs.
+
+Prints one line per study folder and twin rank, and the same pooled over every folder given (with ``--verbose``, one
+line per copy too). Reads the logs and ``results.json`` only, and with ``--episodes N`` the hand-over on N episodes:
+``study_handover.py``'s ``handover_<N>.json`` where the study has one, else the study's own if it played N; writes
+nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import study_analysis as analysis  # next to this script
+
+from async_pbt_isaaclab.core.decision.step import replay_records
+from async_pbt_isaaclab.core.state.records import MemberRecord, RecordError
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A donor copied over a member still at its generation-0 draw."""
+
+    seed: str
+    member: int
+    frame: int
+    donor: int
+    z: float
+    """The gap to the donor in standard errors of the difference (inf where both windows had no spread)."""
+    faster: bool | None
+    """Whether the member's window means rose faster than the donor's; None with fewer than two of either."""
+    twin_rank: int
+    """1-based rank of the member's sweep twin on the sweep's final hand-over."""
+    missed: bool
+    """The seed's population ended below its best sweep run."""
+
+
+def slope(record: MemberRecord, frame: int, points: int) -> float | None:
+    """Least-squares slope of the record's last ``points`` window means of its current generation, at or before
+    ``frame`` (per frame); None with fewer than two."""
+    own = [h for h in record.history if h.generation == record.generation and h.frame <= frame][-points:]
+    if len(own) < 2:
+        return None
+    return statistics.linear_regression([h.frame for h in own], [h.mean for h in own]).slope
+
+
+def copy_of_a_draw(entry: dict[str, Any], seed: str, handover: dict[str, Any], points: int) -> Copy | None:
+    """The copy an audit entry decided, where it copied over a generation-0 draw; else None."""
+    decision = entry.get("decision") or {}
+    if entry.get("kind") != "decision" or decision.get("outcome") != "exploit":
+        return None
+    me, peers, _ = replay_records(entry)
+    if me.generation != 0:
+        return None
+    donor = next(p for p in peers if p.member == decision["donor"])
+    faster = None
+    mine, theirs = slope(me, me.frame, points), slope(donor, me.frame, points)
+    if mine is not None and theirs is not None:
+        faster = mine > theirs
+    sweep = handover["sweep"]["members"]
+    finals = sorted((row["report"] for row in sweep.values()), reverse=True)
+    thresholds = decision["thresholds"]
+    se = float(thresholds["standard_error"])
+    return Copy(
+        seed,
+        me.member,
+        me.frame,
+        donor.member,
+        float(thresholds["gap"]) / se if se > 0 else float("inf"),
+        faster,
+        finals.index(sweep[str(me.member)]["report"]) + 1,
+        handover["population"]["report"] < handover["sweep"]["report"],
+    )
+
+
+def study_copies(study: Path, episodes: int | None, points: int) -> list[Copy]:
+    """Every copy over a generation-0 draw in the study's population arms, seed by seed."""
+    results = _read_json(study / "results.json")
+    later = study / f"handover_{episodes}.json"
+    rejudged = _read_json(later)["seeds"] if episodes and later.is_file() else {}
+    out = []
+    for seed, run in results["seeds"].items():
+        handover = rejudged.get(seed) or run.get("final_handover")
+        if not handover or "sweep" not in handover:
+            raise SystemExit(f"error: {study}: seed {seed} has no final hand-over of the sweep to compare with")
+        if episodes and handover["sweep"].get("episodes") != episodes:
+            raise SystemExit(
+                f"error: {study}: seed {seed}'s hand-over played {handover['sweep'].get('episodes')} episodes, not "
+                f"{episodes}, and there is no {later.name} (study_handover.py --episodes {episodes} writes one)"
+            )
+        workspace = analysis.arm_folder(study, run, seed, "population")
+        for path, number, entry in analysis.audit_entries(workspace):
+            try:
+                found = copy_of_a_draw(entry, seed, handover, points)
+            except (KeyError, TypeError, ValueError, StopIteration, RecordError) as exc:
+                raise SystemExit(f"error: {path}:{number}: the entry cannot be read as a decision ({exc!r})") from None
+            if found:
+                out.append(found)
+    return out
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"error: {path}: a finished study's file is needed ({exc})") from None
+
+
+def rank_line(rank: int, copies: list[Copy]) -> str:
+    """One twin rank's copies in words."""
+    zs = sorted(c.z for c in copies)
+    judged = [c for c in copies if c.faster is not None]
+    missed = sum(c.missed for c in copies)
+    return (
+        f"  sweep rank {rank}: {len(copies)} copies ({missed} in seeds the population missed); gap "
+        f"{zs[0]:.1f}-{zs[-1]:.1f} standard errors (median {statistics.median(zs):.1f}); improving faster than "
+        f"the donor {sum(bool(c.faster) for c in judged)} of {len(judged)}"
+    )
+
+
+def print_ranks(copies: list[Copy]) -> None:
+    for rank in sorted({c.twin_rank for c in copies}):
+        print(rank_line(rank, [c for c in copies if c.twin_rank == rank]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("studies", nargs="+", type=Path, help="population_vs_independent.py --out folders")
+    p.add_argument(
+        "--episodes", type=int, default=None, help="the hand-over on N episodes: handover_<N>.json where present"
+    )
+    p.add_argument("--slope-points", type=int, default=4, help="window means per slope (default 4)")
+    p.add_argument("--verbose", action="store_true", help="one line per copy")
+    args = p.parse_args(argv)
+    if args.slope_points < 2:
+        p.error(f"--slope-points {args.slope_points}: a slope needs at least 2")
+    pooled: list[Copy] = []
+    for study in args.studies:
+        if not study.is_dir():
+            p.error(f"{study}: not a folder")
+        copies = study_copies(study, args.episodes, args.slope_points)
+        pooled += copies
+        print(f"{study}: {len(copies)} copies over a generation-0 draw")
+        for c in copies if args.verbose else ():
+            print(
+                f"    seed {c.seed} member {c.member} frame {c.frame}: donor {c.donor}, gap {c.z:.1f} standard "
+                f"errors, faster {c.faster}; twin rank {c.twin_rank}{', seed missed' if c.missed else ''}"
+            )
+        print_ranks(copies)
+    if len(args.studies) > 1:
+        print(f"all {len(args.studies)} folders: {len(pooled)} copies over a generation-0 draw")
+        print_ranks(pooled)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
