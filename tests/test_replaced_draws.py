@@ -1,5 +1,6 @@
-"""``scripts/benchmarks/replaced_draws.py``: the copies selection made over generation-0 draws, read from a study's
-population audit logs (entries written by the real decision code) beside its sweep's hand-over."""
+"""``scripts/benchmarks/replaced_draws.py``: the changes selection made to generation-0 draws (copies and explores in
+place), read from a study's population audit logs (entries written by the real decision code) beside its sweep's
+hand-over."""
 
 from __future__ import annotations
 
@@ -88,7 +89,8 @@ def _handover(sweep_finals: list[float], population: float) -> dict:
 @pytest.fixture
 def study(tmp_path) -> Path:
     """A study folder of one seed: member 0, at its draw and climbing 100 a window, copies a flat donor 600 ahead;
-    member 1, ahead, keeps; member 2, already a generation on, copies too (not a draw, so not counted)."""
+    member 1, ahead, keeps; member 2, already a generation on, copies too (not a draw, so not counted); member 3, at
+    its draw 10 behind, explores in place (too small a gap to copy)."""
     out = tmp_path / "study"
     members = out / "seed0" / "population" / "members"
     ahead = [_record(m, [-100.0] * 4, 1.0) for m in (1, 2, 3)]
@@ -97,6 +99,8 @@ def study(tmp_path) -> Path:
     assert _decide(ahead[0], [climbing, *ahead[1:]], members / "001" / "audit.jsonl") == "keep"
     copied_before = _record(2, [-1000.0, -900.0, -800.0, -700.0], 50.0, generation=1)
     assert _decide(copied_before, [ahead[0], ahead[2], climbing], members / "002" / "audit.jsonl") == "exploit"
+    close = _record(3, [-110.0] * 4, 50.0)
+    assert _decide(close, ahead[:2], members / "003" / "audit.jsonl") == "explore"
     # Member 0's twin in the sweep ended best of four; the population ended below it.
     results = {"seeds": {"0": {"final_handover": _handover([-150.0, -200.0, -250.0, -400.0], -300.0)}}}
     (out / "results.json").write_text(json.dumps(results))
@@ -107,29 +111,41 @@ def _run(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=120)
 
 
-def test_a_copy_over_a_draw_is_read_with_its_twin_its_gap_and_its_climb(study):
+def test_the_changes_of_draws_are_read_with_their_twins_their_gaps_and_their_climb(study):
     proc = _run(study, "--verbose")
     assert proc.returncode == 0, proc.stderr
-    # The gap in standard errors from the windows built above: 600 over sqrt(s_me^2/16 + s_donor^2/16), s_me the
+    # The gaps in standard errors from the windows built above: the gap over sqrt(s_me^2/16 + s_donor^2/16), s_me the
     # sample std of 16 values at -/+ 50, s_donor the donor's recorded 1.0.
-    z = 600.0 / math.sqrt(50.0**2 * 16 / 15 / 16 + 1.0 / 16)
-    assert f"{study}: 1 copies over a generation-0 draw" in proc.stdout
-    assert (
-        f"seed 0 member 0 frame 4000: donor 1, gap {z:.1f} standard errors, faster True; twin rank 1, seed missed"
-        in (proc.stdout)
+    copy_z, explore_z = (gap / math.sqrt(50.0**2 * 16 / 15 / 16 + 1.0 / 16) for gap in (600.0, 10.0))
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"{study}: 2 changes of a generation-0 draw"
+    assert lines[1].strip() == (
+        f"seed 0 member 0 frame 4000: copied from 1, gap {copy_z:.1f} standard errors, faster True; twin rank 1, "
+        "seed missed"
     )
-    assert f"sweep rank 1: 1 copies (1 in seeds the population missed); gap {z:.1f}-{z:.1f}" in proc.stdout
-    assert "improving faster than the donor 1 of 1" in proc.stdout
+    assert lines[2].strip() == (
+        f"seed 0 member 3 frame 4000: explored in place, gap {explore_z:.1f} standard errors, faster None; twin "
+        "rank 4, seed missed"
+    )
+    assert lines[3].strip() == (
+        f"sweep rank 1: 1 copies, 0 explores in place (1 in seeds the population missed); gap of the copies "
+        f"{copy_z:.1f}-{copy_z:.1f} standard errors (median {copy_z:.1f}); improving faster than the donor 1 of 1"
+    )
+    assert lines[4].strip() == (
+        "sweep rank 4: 0 copies, 1 explores in place (1 in seeds the population missed); gap of the copies -; "
+        "improving faster than the donor 0 of 0"
+    )
 
 
 def test_a_later_handover_is_read_where_its_episodes_are_given(study):
-    """``--episodes 64`` takes the figures of ``study_handover.py``'s ``handover_64.json``: there the twin ended
-    last and the population above the sweep."""
+    """``--episodes 64`` takes the figures of ``study_handover.py``'s ``handover_64.json``: there member 0's twin
+    ended last, member 3's first, and the population above the sweep."""
     later = {"episodes": 64, "seeds": {"0": _handover([-400.0, -200.0, -250.0, -150.0], -100.0)}}
     (study / "handover_64.json").write_text(json.dumps(later))
     proc = _run(study, "--episodes", 64, "--verbose")
     assert proc.returncode == 0, proc.stderr
-    assert "faster True; twin rank 4\n" in proc.stdout and "sweep rank 4: 1 copies (0 in seeds" in proc.stdout
+    assert "faster True; twin rank 4\n" in proc.stdout and "faster None; twin rank 1\n" in proc.stdout
+    assert "sweep rank 4: 1 copies, 0 explores in place (0 in seeds" in proc.stdout
 
 
 def test_what_it_cannot_read_is_named(study, tmp_path):

@@ -1,23 +1,25 @@
 #!/usr/bin/env python
-"""Which draws did selection copy over, and how would they have ended? Reads a finished study's population audit
-logs beside its sweep's hand-over.
+"""Which draws did selection change, and how would they have ended? Reads a finished study's population audit logs
+beside its sweep's hand-over.
 
     python scripts/benchmarks/replaced_draws.py runs80/tuned-pb2-gapz7 runs79/no_learn-pb2
     python scripts/benchmarks/replaced_draws.py runs78/gamma-pb2 --episodes 64 --verbose
 
 The sweep arm trains each member's generation-0 draw (the same values and seed) without selection, so where the
-population copied a donor over a member still at its draw, the sweep's twin of that member shows how the draw would
-have ended had it been kept. For every such copy in a ``population_vs_independent.py`` folder, every seed:
+population changed a member still at its draw (a donor copied over it, or its values explored in place, as
+``dexpbt`` does when the gap to the donor is too small for a copy), the sweep's twin of that member shows how the draw
+would have ended had it been kept. For every such first change in a ``population_vs_independent.py`` folder, every
+seed:
 
 - the twin's rank among the sweep's runs on the final hand-over (1: the run the sweep hands over), and whether the
   population's own hand-over then ended below the sweep's (the seed missed);
 - the gap to the donor in standard errors of the difference of the two windows (the decision's own ``gap`` and
-  ``standard_error``: how sure the rule was that the member was behind);
-- whether the member was improving faster than its donor: least-squares slopes of each one's last ``--slope-points``
-  window means of its current generation, from the entry's recorded inputs.
+  ``standard_error``: how sure the rule was that the member was behind; absent where no donor was weighed);
+- for a copy, whether the member was improving faster than its donor: least-squares slopes of each one's last
+  ``--slope-points`` window means of its current generation, from the entry's recorded inputs.
 
 Prints one line per study folder and twin rank, and the same pooled over every folder given (with ``--verbose``, one
-line per copy too). Reads the logs and ``results.json`` only, and with ``--episodes N`` the hand-over on N episodes:
+line per change too). Reads the logs and ``results.json`` only, and with ``--episodes N`` the hand-over on N episodes:
 ``study_handover.py``'s ``handover_<N>.json`` where the study has one, else the study's own if it played N; writes
 nothing.
 """
@@ -40,17 +42,20 @@ from async_pbt_isaaclab.core.state.records import MemberRecord, RecordError
 
 
 @dataclass(frozen=True)
-class Copy:
-    """A donor copied over a member still at its generation-0 draw."""
+class Change:
+    """The first change of a member still at its generation-0 draw."""
 
     seed: str
     member: int
     frame: int
-    donor: int
-    z: float
-    """The gap to the donor in standard errors of the difference (inf where both windows had no spread)."""
+    copied: bool
+    """A donor copied over it (else its values were explored in place)."""
+    donor: int | None
+    z: float | None
+    """The gap to the donor weighed in standard errors of the difference (inf where both windows had no spread)."""
     faster: bool | None
-    """Whether the member's window means rose faster than the donor's; None with fewer than two of either."""
+    """For a copy, whether the member's window means rose faster than the donor's; None with fewer than two of
+    either, and for an explore."""
     twin_rank: int
     """1-based rank of the member's sweep twin on the sweep's final hand-over."""
     missed: bool
@@ -66,37 +71,41 @@ def slope(record: MemberRecord, frame: int, points: int) -> float | None:
     return statistics.linear_regression([h.frame for h in own], [h.mean for h in own]).slope
 
 
-def copy_of_a_draw(entry: dict[str, Any], seed: str, handover: dict[str, Any], points: int) -> Copy | None:
-    """The copy an audit entry decided, where it copied over a generation-0 draw; else None."""
+def change_of_a_draw(entry: dict[str, Any], seed: str, handover: dict[str, Any], points: int) -> Change | None:
+    """The change an audit entry decided, where it changed a generation-0 draw; else None."""
     decision = entry.get("decision") or {}
-    if entry.get("kind") != "decision" or decision.get("outcome") != "exploit":
+    if entry.get("kind") != "decision" or decision.get("outcome") not in ("exploit", "explore"):
         return None
     me, peers, _ = replay_records(entry)
     if me.generation != 0:
         return None
-    donor = next(p for p in peers if p.member == decision["donor"])
-    faster = None
-    mine, theirs = slope(me, me.frame, points), slope(donor, me.frame, points)
-    if mine is not None and theirs is not None:
-        faster = mine > theirs
+    copied, faster = decision["outcome"] == "exploit", None
+    if copied:
+        donor = next(p for p in peers if p.member == decision["donor"])
+        mine, theirs = slope(me, me.frame, points), slope(donor, me.frame, points)
+        if mine is not None and theirs is not None:
+            faster = mine > theirs
     sweep = handover["sweep"]["members"]
     finals = sorted((row["report"] for row in sweep.values()), reverse=True)
-    thresholds = decision["thresholds"]
-    se = float(thresholds["standard_error"])
-    return Copy(
+    thresholds, z = decision.get("thresholds") or {}, None
+    if "gap" in thresholds and "standard_error" in thresholds:
+        se = float(thresholds["standard_error"])
+        z = float(thresholds["gap"]) / se if se > 0 else float("inf")
+    return Change(
         seed,
         me.member,
         me.frame,
-        donor.member,
-        float(thresholds["gap"]) / se if se > 0 else float("inf"),
+        copied,
+        decision["donor"],
+        z,
         faster,
         finals.index(sweep[str(me.member)]["report"]) + 1,
         handover["population"]["report"] < handover["sweep"]["report"],
     )
 
 
-def study_copies(study: Path, episodes: int | None, points: int) -> list[Copy]:
-    """Every copy over a generation-0 draw in the study's population arms, seed by seed."""
+def study_changes(study: Path, episodes: int | None, points: int) -> list[Change]:
+    """Every first change of a generation-0 draw in the study's population arms, seed by seed."""
     results = _read_json(study / "results.json")
     later = study / f"handover_{episodes}.json"
     rejudged = _read_json(later)["seeds"] if episodes and later.is_file() else {}
@@ -113,7 +122,7 @@ def study_copies(study: Path, episodes: int | None, points: int) -> list[Copy]:
         workspace = analysis.arm_folder(study, run, seed, "population")
         for path, number, entry in analysis.audit_entries(workspace):
             try:
-                found = copy_of_a_draw(entry, seed, handover, points)
+                found = change_of_a_draw(entry, seed, handover, points)
             except (KeyError, TypeError, ValueError, StopIteration, RecordError) as exc:
                 raise SystemExit(f"error: {path}:{number}: the entry cannot be read as a decision ({exc!r})") from None
             if found:
@@ -128,21 +137,22 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise SystemExit(f"error: {path}: a finished study's file is needed ({exc})") from None
 
 
-def rank_line(rank: int, copies: list[Copy]) -> str:
-    """One twin rank's copies in words."""
-    zs = sorted(c.z for c in copies)
+def rank_line(rank: int, changes: list[Change]) -> str:
+    """One twin rank's changes in words."""
+    copies = [c for c in changes if c.copied]
+    zs = sorted(c.z for c in copies if c.z is not None)
+    gaps = f"{zs[0]:.1f}-{zs[-1]:.1f} standard errors (median {statistics.median(zs):.1f})" if zs else "-"
     judged = [c for c in copies if c.faster is not None]
-    missed = sum(c.missed for c in copies)
     return (
-        f"  sweep rank {rank}: {len(copies)} copies ({missed} in seeds the population missed); gap "
-        f"{zs[0]:.1f}-{zs[-1]:.1f} standard errors (median {statistics.median(zs):.1f}); improving faster than "
-        f"the donor {sum(bool(c.faster) for c in judged)} of {len(judged)}"
+        f"  sweep rank {rank}: {len(copies)} copies, {len(changes) - len(copies)} explores in place "
+        f"({sum(c.missed for c in changes)} in seeds the population missed); gap of the copies {gaps}; improving "
+        f"faster than the donor {sum(bool(c.faster) for c in judged)} of {len(judged)}"
     )
 
 
-def print_ranks(copies: list[Copy]) -> None:
-    for rank in sorted({c.twin_rank for c in copies}):
-        print(rank_line(rank, [c for c in copies if c.twin_rank == rank]))
+def print_ranks(changes: list[Change]) -> None:
+    for rank in sorted({c.twin_rank for c in changes}):
+        print(rank_line(rank, [c for c in changes if c.twin_rank == rank]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,21 +166,23 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.slope_points < 2:
         p.error(f"--slope-points {args.slope_points}: a slope needs at least 2")
-    pooled: list[Copy] = []
+    pooled: list[Change] = []
     for study in args.studies:
         if not study.is_dir():
             p.error(f"{study}: not a folder")
-        copies = study_copies(study, args.episodes, args.slope_points)
-        pooled += copies
-        print(f"{study}: {len(copies)} copies over a generation-0 draw")
-        for c in copies if args.verbose else ():
+        changes = study_changes(study, args.episodes, args.slope_points)
+        pooled += changes
+        print(f"{study}: {len(changes)} changes of a generation-0 draw")
+        for c in changes if args.verbose else ():
+            how = f"copied from {c.donor}" if c.copied else "explored in place"
+            gap = "no donor weighed" if c.z is None else f"gap {c.z:.1f} standard errors"
             print(
-                f"    seed {c.seed} member {c.member} frame {c.frame}: donor {c.donor}, gap {c.z:.1f} standard "
-                f"errors, faster {c.faster}; twin rank {c.twin_rank}{', seed missed' if c.missed else ''}"
+                f"    seed {c.seed} member {c.member} frame {c.frame}: {how}, {gap}, faster {c.faster}; "
+                f"twin rank {c.twin_rank}{', seed missed' if c.missed else ''}"
             )
-        print_ranks(copies)
+        print_ranks(changes)
     if len(args.studies) > 1:
-        print(f"all {len(args.studies)} folders: {len(pooled)} copies over a generation-0 draw")
+        print(f"all {len(args.studies)} folders: {len(pooled)} changes of a generation-0 draw")
         print_ranks(pooled)
     return 0
 
