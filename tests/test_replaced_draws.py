@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from scipy import stats
 
 from async_pbt_isaaclab.core.decision.step import PopulationView, pbt_step
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
@@ -59,10 +60,11 @@ def _record(member: int, means: list[float], spread: float, generation: int = 0)
     )
 
 
-def _decide(me: MemberRecord, peers: list[MemberRecord], log: Path) -> str:
-    """Runs the real decision for ``me`` and appends its audit entry to ``log``; returns its outcome."""
+def _decide(me: MemberRecord, peers: list[MemberRecord], log: Path, rule: str = "dexpbt") -> str:
+    """Runs the real decision for ``me`` under ``rule`` and appends its audit entry to ``log``; returns its outcome."""
     cfg = population_config_from_dict(
         {
+            "rule": rule,
             "num_policies": 4,
             "interval_steps": INTERVAL,
             "min_episodes": 8,
@@ -135,6 +137,19 @@ def test_the_changes_of_draws_are_read_with_their_twins_their_gaps_and_their_cli
         "sweep rank 4: 0 copies, 1 explores in place (1 in seeds the population missed); gap of the copies -; "
         "improving faster than the donor 0 of 0"
     )
+
+
+def test_a_copy_under_welch_is_read_with_its_p_value(study):
+    """``rule: welch`` records the test's p-value, not a gap: that is what is printed for its copies."""
+    log = study / "seed0" / "population" / "members" / "000" / "audit.jsonl"
+    log.unlink()
+    ahead = [_record(m, [-100.0] * 4, 1.0) for m in (1, 2, 3)]
+    assert _decide(_record(0, [-1000.0, -900.0, -800.0, -700.0], 50.0), ahead, log, rule="welch") == "exploit"
+    s_me = 50.0 * math.sqrt(16 / 15)
+    p = stats.ttest_ind_from_stats(-100.0, 1.0, 16, -700.0, s_me, 16, equal_var=False, alternative="greater").pvalue
+    proc = _run(study, "--verbose")
+    assert proc.returncode == 0, proc.stderr
+    assert f"seed 0 member 0 frame 4000: copied from 1, Welch p {p:.2g}, faster True; twin rank 1" in proc.stdout
 
 
 def test_a_later_handover_is_read_where_its_episodes_are_given(study):

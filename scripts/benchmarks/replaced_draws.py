@@ -14,7 +14,8 @@ seed:
 - the twin's rank among the sweep's runs on the final hand-over (1: the run the sweep hands over), and whether the
   population's own hand-over then ended below the sweep's (the seed missed);
 - the gap to the donor in standard errors of the difference of the two windows (the decision's own ``gap`` and
-  ``standard_error``: how sure the rule was that the member was behind; absent where no donor was weighed);
+  ``standard_error``: how sure the rule was that the member was behind; absent where no donor was weighed), or
+  under ``rule: welch`` its test's p-value;
 - for a copy, whether the member was improving faster than its donor: least-squares slopes of each one's last
   ``--slope-points`` window means of its current generation, from the entry's recorded inputs.
 
@@ -53,6 +54,8 @@ class Change:
     donor: int | None
     z: float | None
     """The gap to the donor weighed in standard errors of the difference (inf where both windows had no spread)."""
+    p_value: float | None
+    """``welch``: the p-value of the test against the donor weighed (that rule records no gap)."""
     faster: bool | None
     """For a copy, whether the member's window means rose faster than the donor's; None with fewer than two of
     either, and for an explore."""
@@ -88,6 +91,7 @@ def change_of_a_draw(entry: dict[str, Any], seed: str, handover: dict[str, Any],
     sweep = handover["sweep"]["members"]
     finals = sorted((row["report"] for row in sweep.values()), reverse=True)
     thresholds, z = decision.get("thresholds") or {}, None
+    p_value = thresholds.get("p_value")
     if "gap" in thresholds and "standard_error" in thresholds:
         se = float(thresholds["standard_error"])
         z = float(thresholds["gap"]) / se if se > 0 else float("inf")
@@ -98,6 +102,7 @@ def change_of_a_draw(entry: dict[str, Any], seed: str, handover: dict[str, Any],
         copied,
         decision["donor"],
         z,
+        None if p_value is None else float(p_value),
         faster,
         finals.index(sweep[str(me.member)]["report"]) + 1,
         handover["population"]["report"] < handover["sweep"]["report"],
@@ -175,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{study}: {len(changes)} changes of a generation-0 draw")
         for c in changes if args.verbose else ():
             how = f"copied from {c.donor}" if c.copied else "explored in place"
-            gap = "no donor weighed" if c.z is None else f"gap {c.z:.1f} standard errors"
+            gap = f"gap {c.z:.1f} standard errors" if c.z is not None else "no donor weighed"
+            if c.p_value is not None:
+                gap = f"Welch p {c.p_value:.2g}"
             print(
                 f"    seed {c.seed} member {c.member} frame {c.frame}: {how}, {gap}, faster {c.faster}; "
                 f"twin rank {c.twin_rank}{', seed missed' if c.missed else ''}"
