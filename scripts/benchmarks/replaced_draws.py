@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         "--episodes", type=int, default=None, help="the hand-over on N episodes: handover_<N>.json where present"
     )
     p.add_argument("--slope-points", type=int, default=4, help="window means per slope (default 4)")
-    p.add_argument("--verbose", action="store_true", help="one line per copy")
+    p.add_argument("--verbose", action="store_true", help="one line per change")
     args = p.parse_args(argv)
     if args.slope_points < 2:
         p.error(f"--slope-points {args.slope_points}: a slope needs at least 2")
