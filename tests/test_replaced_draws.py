@@ -15,7 +15,7 @@ from scipy import stats
 
 from async_pbt_isaaclab.core.decision.step import PopulationView, pbt_step
 from async_pbt_isaaclab.core.pbt_section import population_config_from_dict
-from async_pbt_isaaclab.core.state.evidence import ConditionLabel, EvidenceSummary
+from async_pbt_isaaclab.core.state.evidence import ConditionLabel
 from async_pbt_isaaclab.core.state.member_rng import MemberRng
 from async_pbt_isaaclab.core.state.records import HistoryEntry, MemberRecord
 from async_pbt_isaaclab.core.workspace.audit import AuditLog
@@ -23,12 +23,13 @@ from async_pbt_isaaclab.core.workspace.audit import AuditLog
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmarks" / "replaced_draws.py"
 NOW = 1_700_000_000.0
 INTERVAL = 1000
-CONDITION = ConditionLabel(task="t", objective="episode_return")
+CONDITION = ConditionLabel(task="t", objective="episode_return")  # make_record's default condition
 HP = {"learning_rate": 1e-3}
 
 
-def _record(member: int, means: list[float], spread: float, generation: int = 0) -> MemberRecord:
-    """Window means at frames 1000, 2000, ...; the newest window's 16 episodes alternate ``mean -/+ spread``."""
+def _record(make_record, member: int, means: list[float], spread: float, generation: int = 0) -> MemberRecord:
+    """A record (the ``make_record`` fixture's) with window means at frames 1000, 2000, ...; the newest window's 16
+    episodes alternate ``mean -/+ spread``."""
     history = tuple(
         HistoryEntry(
             (i + 1) * INTERVAL,
@@ -43,20 +44,9 @@ def _record(member: int, means: list[float], spread: float, generation: int = 0)
         )
         for i, mean in enumerate(means)
     )
-    values = tuple(means[-1] + spread * (1 if i % 2 else -1) for i in range(16))
-    return MemberRecord(
-        member=member,
-        generation=generation,
-        frame=history[-1].frame,
-        generation_start_frame=0,
-        restarts=generation,
-        heartbeat=NOW - 5.0,
-        evidence=EvidenceSummary("episode_return", generation, values, 16, 0),
-        condition=CONDITION,
-        hyperparameters=dict(HP),
-        checkpoint=history[-1].checkpoint,
-        checkpoint_sha256="%064x" % (member + 1),
-        history=history,
+    values = [means[-1] + spread * (1 if i % 2 else -1) for i in range(16)]
+    return make_record(
+        member, values, now=NOW, generation=generation, frame=history[-1].frame, hyperparameters=HP, history=history
     )
 
 
@@ -89,19 +79,19 @@ def _handover(sweep_finals: list[float], population: float) -> dict:
 
 
 @pytest.fixture
-def study(tmp_path) -> Path:
+def study(tmp_path, make_record) -> Path:
     """A study folder of one seed: member 0, at its draw and climbing 100 a window, copies a flat donor 600 ahead;
     member 1, ahead, keeps; member 2, already a generation on, copies too (not a draw, so not counted); member 3, at
     its draw 10 behind, explores in place (too small a gap to copy)."""
     out = tmp_path / "study"
     members = out / "seed0" / "population" / "members"
-    ahead = [_record(m, [-100.0] * 4, 1.0) for m in (1, 2, 3)]
-    climbing = _record(0, [-1000.0, -900.0, -800.0, -700.0], 50.0)
+    ahead = [_record(make_record, m, [-100.0] * 4, 1.0) for m in (1, 2, 3)]
+    climbing = _record(make_record, 0, [-1000.0, -900.0, -800.0, -700.0], 50.0)
     assert _decide(climbing, ahead, members / "000" / "audit.jsonl") == "exploit"
     assert _decide(ahead[0], [climbing, *ahead[1:]], members / "001" / "audit.jsonl") == "keep"
-    copied_before = _record(2, [-1000.0, -900.0, -800.0, -700.0], 50.0, generation=1)
+    copied_before = _record(make_record, 2, [-1000.0, -900.0, -800.0, -700.0], 50.0, generation=1)
     assert _decide(copied_before, [ahead[0], ahead[2], climbing], members / "002" / "audit.jsonl") == "exploit"
-    close = _record(3, [-110.0] * 4, 50.0)
+    close = _record(make_record, 3, [-110.0] * 4, 50.0)
     assert _decide(close, ahead[:2], members / "003" / "audit.jsonl") == "explore"
     # Member 0's twin in the sweep ended best of four; the population ended below it.
     results = {"seeds": {"0": {"final_handover": _handover([-150.0, -200.0, -250.0, -400.0], -300.0)}}}
@@ -139,12 +129,14 @@ def test_the_changes_of_draws_are_read_with_their_twins_their_gaps_and_their_cli
     )
 
 
-def test_a_copy_under_welch_is_read_with_its_p_value(study):
+def test_a_copy_under_welch_is_read_with_its_p_value(study, make_record):
     """``rule: welch`` records the test's p-value, not a gap: that is what is printed for its copies."""
     log = study / "seed0" / "population" / "members" / "000" / "audit.jsonl"
     log.unlink()
-    ahead = [_record(m, [-100.0] * 4, 1.0) for m in (1, 2, 3)]
-    assert _decide(_record(0, [-1000.0, -900.0, -800.0, -700.0], 50.0), ahead, log, rule="welch") == "exploit"
+    ahead = [_record(make_record, m, [-100.0] * 4, 1.0) for m in (1, 2, 3)]
+    assert (
+        _decide(_record(make_record, 0, [-1000.0, -900.0, -800.0, -700.0], 50.0), ahead, log, rule="welch") == "exploit"
+    )
     s_me = 50.0 * math.sqrt(16 / 15)
     p = stats.ttest_ind_from_stats(-100.0, 1.0, 16, -700.0, s_me, 16, equal_var=False, alternative="greater").pvalue
     proc = _run(study, "--verbose")
@@ -178,6 +170,13 @@ def test_what_it_cannot_read_is_named(study, tmp_path):
     (study / "results.json").write_text(json.dumps(results))
     proc = _run(study)
     assert proc.returncode != 0 and f"{study}: seed 0 has no final hand-over of the sweep" in proc.stderr
+    results["seeds"]["0"]["final_handover"] = _handover([-150.0, -200.0, -250.0, -400.0], -300.0)
+    del results["seeds"]["0"]["final_handover"]["sweep"]["members"]["2"]["report"]
+    (study / "results.json").write_text(json.dumps(results))
+    proc = _run(study)
+    assert proc.returncode != 0 and f"{study}: seed 0's final hand-over cannot be read (KeyError('report'))" in (
+        proc.stderr
+    )
 
 
 def test_a_planted_link_is_not_followed(study, tmp_path):

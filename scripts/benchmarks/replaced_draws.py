@@ -74,8 +74,18 @@ def slope(record: MemberRecord, frame: int, points: int) -> float | None:
     return statistics.linear_regression([h.frame for h in own], [h.mean for h in own]).slope
 
 
-def change_of_a_draw(entry: dict[str, Any], seed: str, handover: dict[str, Any], points: int) -> Change | None:
-    """The change an audit entry decided, where it changed a generation-0 draw; else None."""
+def twin_ranks(handover: dict[str, Any]) -> dict[int, int]:
+    """Each member's 1-based rank among the sweep's runs on the seed's final hand-over."""
+    sweep = handover["sweep"]["members"]
+    finals = sorted((row["report"] for row in sweep.values()), reverse=True)
+    return {int(m): finals.index(row["report"]) + 1 for m, row in sweep.items()}
+
+
+def change_of_a_draw(
+    entry: dict[str, Any], seed: str, ranks: dict[int, int], missed: bool, points: int
+) -> Change | None:
+    """The change an audit entry decided, where it changed a generation-0 draw; else None. ``ranks``: the seed's
+    :func:`twin_ranks`; ``missed``: whether the seed's population ended below its best sweep run."""
     decision = entry.get("decision") or {}
     if entry.get("kind") != "decision" or decision.get("outcome") not in ("exploit", "explore"):
         return None
@@ -88,8 +98,6 @@ def change_of_a_draw(entry: dict[str, Any], seed: str, handover: dict[str, Any],
         mine, theirs = slope(me, me.frame, points), slope(donor, me.frame, points)
         if mine is not None and theirs is not None:
             faster = mine > theirs
-    sweep = handover["sweep"]["members"]
-    finals = sorted((row["report"] for row in sweep.values()), reverse=True)
     thresholds, z = decision.get("thresholds") or {}, None
     p_value = thresholds.get("p_value")
     if "gap" in thresholds and "standard_error" in thresholds:
@@ -104,8 +112,8 @@ def change_of_a_draw(entry: dict[str, Any], seed: str, handover: dict[str, Any],
         z,
         None if p_value is None else float(p_value),
         faster,
-        finals.index(sweep[str(me.member)]["report"]) + 1,
-        handover["population"]["report"] < handover["sweep"]["report"],
+        ranks[me.member],
+        missed,
     )
 
 
@@ -124,10 +132,15 @@ def study_changes(study: Path, episodes: int | None, points: int) -> list[Change
                 f"error: {study}: seed {seed}'s hand-over played {handover['sweep'].get('episodes')} episodes, not "
                 f"{episodes}, and there is no {later.name} (study_handover.py --episodes {episodes} writes one)"
             )
+        try:
+            ranks = twin_ranks(handover)
+            missed = handover["population"]["report"] < handover["sweep"]["report"]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SystemExit(f"error: {study}: seed {seed}'s final hand-over cannot be read ({exc!r})") from None
         workspace = analysis.arm_folder(study, run, seed, "population")
         for path, number, entry in analysis.audit_entries(workspace):
             try:
-                found = change_of_a_draw(entry, seed, handover, points)
+                found = change_of_a_draw(entry, seed, ranks, missed, points)
             except (KeyError, TypeError, ValueError, StopIteration, RecordError) as exc:
                 raise SystemExit(f"error: {path}:{number}: the entry cannot be read as a decision ({exc!r})") from None
             if found:
@@ -180,9 +193,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{study}: {len(changes)} changes of a generation-0 draw")
         for c in changes if args.verbose else ():
             how = f"copied from {c.donor}" if c.copied else "explored in place"
-            gap = f"gap {c.z:.1f} standard errors" if c.z is not None else "no donor weighed"
             if c.p_value is not None:
                 gap = f"Welch p {c.p_value:.2g}"
+            elif c.z is not None:
+                gap = f"gap {c.z:.1f} standard errors"
+            else:
+                gap = "no donor weighed"
             print(
                 f"    seed {c.seed} member {c.member} frame {c.frame}: {how}, {gap}, faster {c.faster}; "
                 f"twin rank {c.twin_rank}{', seed missed' if c.missed else ''}"
