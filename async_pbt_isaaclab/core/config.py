@@ -161,7 +161,7 @@ class PopulationConfig:
     explore: str = "pb2"
     """How a new generation's hyperparameters are proposed: a strategy of
     :mod:`async_pbt_isaaclab.core.decision.explore` (``pb2``: the GP bandit, which needs the ``pb2`` extra;
-    ``random``: bounded random mutation). ``pb2`` won more of the validation study's cases (docs/validation.md)."""
+    ``random``: bounded random mutation). ``pb2`` won more of the validation study's cases (docs/sweep-study.md)."""
     hparams_from: str = "donor"
     """Exploit starts from the ``donor``'s hyperparameters (PBT) or keeps its ``own`` before mutation."""
     exploit_mode: str = "auto"

@@ -54,7 +54,7 @@ start) and never exploits or explores.
   -600, -150; Hopper 1000, 700, 2000. ``--smoke`` shrinks the rollout (4 actors x 64 steps, 64-step episodes) in
   the study's own copy of the yaml.
 - ``hopper_standing``: Hopper-v5 with ``healthy_reward`` 30 (default 1), where standing still pays best (screened:
-  runs at 30 stand; docs/validation.md). The population searches the weight itself (``env.healthy_reward``,
+  runs at 30 stand; docs/sweep-study.md). The population searches the weight itself (``env.healthy_reward``,
   log-uniform in [0.1, 30]); every arm's members and the held-out evaluation are judged by the distance travelled
   per episode (``pbt.objective: distance_travelled``), which the weight cannot inflate. Targets 5, 2 and 8 m.
 
@@ -73,7 +73,7 @@ Each independent run counts separately; the figures use the median run, and the 
 them, come from a hand-over played once more at the end: every member's final checkpoint of every arm on N new
 selection and N new report episodes (env seeds from 105000 on), the member leading on selection reported on the
 others. Eight episodes per point suffice for the curves, but not to pick the best of four HalfCheetah policies whose
-return varies much from start to start (docs/validation.md). 0 (the default elsewhere): the last point's figures.
+return varies much from start to start (docs/sweep-study.md). 0 (the default elsewhere): the last point's figures.
 
 **Figures.** Frames to reach ``--target`` held-out return: per member (wall-clock equivalent when each member
 has its own device) and total in the arm (members x per member; the same for both arms, which spend equal
@@ -121,7 +121,7 @@ FULL = {
 }
 """Defaults: 3 seeds x 3 arms x 4 members x 196,608 frames (96 epochs of 2,048). Every case (the MuJoCo ones set
 only what differs, :data:`study_cases.MUJOCO_FULL`) is judged on the 64 + 64 hand-over: on HalfCheetah 8 + 8
-picked the wrong member in two of three seeds where 64 + 64 did not (docs/validation.md); the earlier Pendulum rounds
+picked the wrong member in two of three seeds where 64 + 64 did not (docs/sweep-study.md); the earlier Pendulum rounds
 passed ``--final-episodes 64``."""
 SMOKE = {
     "seeds": [0],

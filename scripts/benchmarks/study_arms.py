@@ -25,8 +25,8 @@ NEW_POPULATION_SEED = "agent.pbt.seed={seed}"
 
 def agent_seed(seed: int) -> int:
     """Member 0's agent seed for study seed ``seed`` (member ``i`` adds ``i``): never 0, which rl_games reads as unset
-    and seeds nothing with. The runs docs/validation.md reports used ``1000 * seed``: their study seed 0's member 0
-    trained unseeded in every arm."""
+    and seeds nothing with. The runs docs/validation.md and docs/sweep-study.md report used ``1000 * seed``: their
+    study seed 0's member 0 trained unseeded in every arm."""
     return 1000 * seed + 1
 
 

@@ -1,7 +1,7 @@
 """The study's cases (``population_vs_independent.py --case``, ``screen_case.py --case``): each fixes its start, the
 keys a population searches, their tuned values, its targets and, for the cases added after the first rounds, the
 configurations screened before any population ran on it (``screen``; the measurements are in the case's summary and
-in docs/validation.md)."""
+in docs/sweep-study.md)."""
 
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ SCREENED_MANY = (
     "(2261 at 327k); the learning rate alone mis-set 27 / 135 / 448. Discount, entropy and clip alone were stopped at "
     "131k (353, 742, 315 against the tuned 749) when the session's time ran out."
 )
-"""``hopper_many`` measured before any population ran on it (docs/validation.md, "Cases a sweep cannot reach")."""
+"""``hopper_many`` measured before any population ran on it (docs/sweep-study.md, "Cases a sweep cannot reach")."""
 SCREENED_MOVING = (
     "Screened with screen_case.py (as SCREENED_MANY): constant 3e-3 without entropy leads the constant rates from "
     "262k to 458k frames (1099 / 1322 / 1599 / 1696) and falls apart at 524k (417); constant 1e-3: 874 / 902 / 1001 "
@@ -217,7 +217,7 @@ SCREENED_STANDING = (
     "travels 0.9 / 8.4 (one seed learns to hop after 327k: not a value that keeps runs standing); 30 travels 0.16 / "
     "0.04 (both stand still from 131k on)."
 )
-"""``hopper_standing`` measured (docs/validation.md, "Reward weights: a start no PPO search can fix")."""
+"""``hopper_standing`` measured (docs/sweep-study.md, "Reward weights: a start no PPO search can fix")."""
 
 STANDING_TARGETS = (5.0, 2.0, 8.0)
 """Metres travelled per held-out episode, fixed from the screen before any population ran: both default-weight runs

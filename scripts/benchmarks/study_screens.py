@@ -1,7 +1,7 @@
 """The screens that decide whether a study case exists at all (``screen_case.py --case NAME``): configurations measured
 with plain runs before a case is defined on them, each with the rule, written before its runs, that the measurement
 must meet (reward weights: a start no PPO search can fix; a value that must move, judged held out). The measurements
-are in each screen's summary and in docs/validation.md; the cases themselves are in :mod:`study_cases`."""
+are in each screen's summary and in docs/sweep-study.md; the cases themselves are in :mod:`study_cases`."""
 
 from __future__ import annotations
 

@@ -611,7 +611,7 @@ def _learnt_little() -> list[MemberRecord]:
 
 
 def test_a_model_that_learnt_little_keeps_its_proposals_near_what_it_observed():
-    """Noisy improvements with no trend, from members at 2e-4..1.5e-3, as on HalfCheetah (docs/validation.md, "PB2's
+    """Noisy improvements with no trend, from members at 2e-4..1.5e-3, as on HalfCheetah (docs/sweep-study.md, "PB2's
     proposals at the edge"): the fitted length scale goes to its upper bound and, drawn over the whole box, UCB
     peaked at the far edge, most proposals below 1e-5. Drawn in the observed range widened by ``OBSERVED_MARGIN``,
     every proposal is inside it."""

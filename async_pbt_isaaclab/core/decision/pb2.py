@@ -124,7 +124,7 @@ OBSERVED_MARGIN = 0.1
 """How far beyond the observed values (normalised, each key) candidates are drawn (``mutation_semantics`` 6 on):
 the model says nothing further out, where UCB is the prior's spread alone. Drawn over the whole box, a model fitted
 on noisy improvements of members at 1.9e-4..1.5e-3 (length scale at its upper bound) proposed 15 of 19 learning
-rates below 1e-5, the lowest decade of the bounds (docs/validation.md, "PB2's proposals at the edge")."""
+rates below 1e-5, the lowest decade of the bounds (docs/sweep-study.md, "PB2's proposals at the edge")."""
 
 
 # --------------------------------------------------------------------------------------------- the model
