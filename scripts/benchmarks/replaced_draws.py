@@ -134,7 +134,7 @@ def study_changes(study: Path, episodes: int | None, points: int) -> list[Change
             )
         try:
             ranks = twin_ranks(handover)
-            missed = handover["population"]["report"] < handover["sweep"]["report"]
+            missed = not analysis.no_worse_than_sweep(handover["population"]["report"], handover["sweep"]["report"])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SystemExit(f"error: {study}: seed {seed}'s final hand-over cannot be read ({exc!r})") from None
         workspace = analysis.arm_folder(study, run, seed, "population")

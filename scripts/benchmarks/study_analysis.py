@@ -154,6 +154,11 @@ def final_handover(evaluator, workspace: Path, members: int, final_frame: int, e
     return {"episodes": episodes, "members": rows, "picked": picked, "report": report}
 
 
+def no_worse_than_sweep(population: float, sweep: float) -> bool:
+    """The study's verdict on one seed: the population's final held-out return is at least its best sweep run's."""
+    return population >= sweep
+
+
 def best_by_selection(arm: dict[str, Any], k: int) -> float | None:
     """Report return, at point ``k``, of the member with the best selection return."""
     rows = [m["points"][k] for m in arm["members"].values() if m["points"][k]["selection"] is not None]

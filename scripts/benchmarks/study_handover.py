@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             for arm in ("population", "sweep")
         }
-        met = arms["population"]["report"] >= arms["sweep"]["report"]
+        met = analysis.no_worse_than_sweep(arms["population"]["report"], arms["sweep"]["report"])
         out["seeds"][seed] = {**arms, "no_worse_than_sweep": met}
         print(
             f"seed {seed}: population member {arms['population']['picked']} {arms['population']['report']:.1f}, "

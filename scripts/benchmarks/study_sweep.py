@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from study_analysis import best_by_selection, frames_to_target, ratio
+from study_analysis import best_by_selection, frames_to_target, no_worse_than_sweep, ratio
 from study_report import final_source, fmt_frames, fmt_ratio, fmt_value
 
 
@@ -50,11 +50,8 @@ def sweep_goal(results: dict[str, Any]) -> dict[str, Any] | None:
     seeds = [s["against_sweep"] for s in results["seeds"].values() if "against_sweep" in s]
     if not seeds:
         return None
-    ends = [
-        s["final"]["population"] is not None
-        and (s["final"]["sweep_best"] is None or s["final"]["population"] >= s["final"]["sweep_best"])
-        for s in seeds
-    ]
+    finals = [(s["final"]["population"], s["final"]["sweep_best"]) for s in seeds]
+    ends = [pop is not None and (sweep is None or no_worse_than_sweep(pop, sweep)) for pop, sweep in finals]
     faster = [
         all(
             c["ratio"]["relation"] in ("=", "<") and c["ratio"]["value"] is not None and c["ratio"]["value"] <= 0.5
