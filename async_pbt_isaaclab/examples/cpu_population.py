@@ -118,7 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--smoke", action="store_true", help="short run that exercises every step")
     p.add_argument("--iterations", type=int, default=None, help="rl_games epochs per member (overrides the preset)")
-    p.add_argument("--rule", default="dexpbt", choices=SELECTION_RULES, help="selection rule (default dexpbt)")
+    p.add_argument(
+        "--rule",
+        default=None,
+        choices=SELECTION_RULES,
+        help=f"selection rule (default: the agent yaml's pbt.rule, else the package's, {PopulationConfig.rule})",
+    )
     p.add_argument("--progress-interval", type=float, default=15.0, help="seconds between progress tables (default 15)")
     p.add_argument(
         "--vec-env",
@@ -182,8 +187,6 @@ def member_command(args: argparse.Namespace, workspace: Path) -> list[str]:
         str(preset_iterations(args)),
         "--train-dir",
         str(workspace / "runs"),
-        "--pbt-rule",
-        args.rule,
         "--pbt-interval-steps",
         str(preset["interval"]),
         "--pbt-start-grace-frames",
@@ -197,6 +200,7 @@ def member_command(args: argparse.Namespace, workspace: Path) -> list[str]:
         "--pbt-heartbeat-interval-s",
         "5",
         *(rsl_rl_member.POPULATION_OVERRIDES if rsl_rl else RL_GAMES_OVERRIDES),
+        *(["--pbt-rule", args.rule] if args.rule else []),  # unset: the yaml's rule or the package's, not a copy
         *([SLICES_FLAG, str(args.slices)] if args.slices != 1 else []),
         *(["--vec-env", args.vec_env] if args.vec_env != "gymnasium" else []),
     ]

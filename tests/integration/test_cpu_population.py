@@ -238,3 +238,29 @@ def test_ctrl_c_exits_130_and_says_what_is_lost_and_where_each_member_resumes(tm
             assert f"[async-pbt] {expected}" in log, log[-3000:]
     lost = re.search(r"member 000 stopped at frame [\d,]+; ([\d,]+) frames", text)
     assert lost and int(lost.group(1).replace(",", "")) > 0
+
+
+def test_the_rule_is_the_yamls_unless_rule_is_given(tmp_path):
+    """Without ``--rule`` the demo passes no rule: a user's yaml that names one keeps it, and one that does not gets
+    the package's default (decided in ``PopulationConfig`` alone); ``--rule`` wins over both."""
+    import yaml
+
+    from async_pbt_isaaclab.core.config import PopulationConfig
+    from async_pbt_isaaclab.examples import cpu_population
+    from async_pbt_isaaclab.examples.agents import PACKAGED_AGENTS
+
+    agent = yaml.safe_load(PACKAGED_AGENTS["Pendulum-v1"].read_text())
+    agent["pbt"] = {"rule": "welch"}
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump(agent))
+
+    def rule(*argv: str) -> str:
+        args = cpu_population.build_parser().parse_args([*argv, "--smoke", "--workspace", str(tmp_path / "ws")])
+        assert ("--pbt-rule" in cpu_population.member_command(args, tmp_path / "ws")) == ("--rule" in argv)
+        return cpu_population.check_member_config(args, tmp_path / "ws")[1].rule
+
+    assert rule("--agent", str(mine)) == "welch"
+    assert rule("--agent", str(mine), "--rule", "isaaclab") == "isaaclab"
+    assert rule() == PopulationConfig().rule
+    assert rule("--rule", "welch") == "welch"
+    assert not (tmp_path / "ws").exists()
