@@ -52,6 +52,7 @@ from async_pbt_isaaclab.core.workspace.retention import population_best
 from async_pbt_isaaclab.core.workspace.state_files import load_state
 from async_pbt_isaaclab.examples import rsl_rl_member
 from async_pbt_isaaclab.examples.agents import DEFAULT_TASK, PACKAGED_AGENTS, PACKAGED_SEARCHES, agent_file
+from async_pbt_isaaclab.examples.demo_presets import FULL, SMOKE, pbt_flags, preset, searched_overrides
 from async_pbt_isaaclab.exit_codes import EXIT_OK, EXIT_USAGE
 from async_pbt_isaaclab.pbt_flags import add_population_args, population_overrides
 from async_pbt_isaaclab.rl_games.live import LIVE_SETTERS  # plain data: no torch, no rl_games
@@ -64,21 +65,6 @@ TRAINERS = ("rl_games", "rsl_rl")
 """``--trainer``: the member entry each trains with (``cpu_member``, ``rsl_rl_member``)."""
 DEFAULT_WORKSPACE = "runs/cpu-population"
 """Where the population's workspace goes without ``--workspace`` (relative to the current folder)."""
-
-RL_GAMES_OVERRIDES = (
-    "agent.params.torch_threads=1",  # one torch thread per member: N members share the machine's cores
-    "agent.pbt.mutation.learning_rate=mutate_float",
-    "agent.pbt.mutation.entropy_coef=mutate_float",
-    "agent.pbt.mutation.gamma=mutate_discount",
-    "agent.pbt.mutation.e_clip=mutate_float",
-)
-"""An rl_games member's extra overrides: one torch thread, and what it searches (an rsl_rl member's:
-``rsl_rl_member.POPULATION_OVERRIDES``; its packaged configs set one torch thread themselves)."""
-
-SMOKE = {"iterations": 24, "interval": 8192, "start_grace": 8192, "min_episodes": 16}
-"""Short run: 24 epochs x 2048 frames per member, a decision every 4 epochs after the first 4."""
-FULL = {"iterations": 200, "interval": 32768, "start_grace": 65536, "min_episodes": 32}
-"""Learning run: 200 epochs (about 410k frames) per member."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,8 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--agent",
         default=None,
         metavar="YAML",
-        help="your rl_games agent yaml (with a pbt: section or not), for any gymnasium task: its "
-        f"params.config.env_name, or --task; or a packaged one by name ({', '.join(PACKAGED_SEARCHES)})",
+        help="your rl_games agent yaml (with a pbt: section or not; the keys it sets are kept, the demo sets the "
+        "others for its preset), for any gymnasium task: its params.config.env_name, or --task; or a packaged one by "
+        f"name ({', '.join(PACKAGED_SEARCHES)})",
     )
     p.add_argument("--smoke", action="store_true", help="short run that exercises every step")
     p.add_argument("--iterations", type=int, default=None, help="rl_games epochs per member (overrides the preset)")
@@ -162,22 +149,24 @@ def preset_iterations(args: argparse.Namespace) -> int:
     epochs, rounded up."""
     if args.iterations:
         return int(args.iterations)
-    preset = SMOKE if args.smoke else FULL
     raw = load_yaml(agent_yaml(args))
     if args.trainer == "rsl_rl":
         per_epoch = int(raw["env"]["num_envs"]) * int(raw["runner"]["num_steps_per_env"])
     else:
         per_epoch = int(raw["params"]["config"]["num_actors"]) * int(raw["params"]["config"]["horizon_length"])
-    return max(1, -(-preset["iterations"] * 2048 // per_epoch))
+    return max(1, -(-preset(args.smoke)["iterations"] * 2048 // per_epoch))
 
 
 def member_command(args: argparse.Namespace, workspace: Path) -> list[str]:
-    preset = SMOKE if args.smoke else FULL
+    """A member's command: the chosen yaml or task, the preset's epochs, and the demo's settings for what the yaml's
+    ``pbt:`` section leaves unset (:mod:`~async_pbt_isaaclab.examples.demo_presets`)."""
     rsl_rl = args.trainer == "rsl_rl"
     chosen = [
         *([("--config" if rsl_rl else "--agent"), str(agent_yaml(args))] if args.agent else []),
         *(["--task", args.task] if args.task else []),
     ]
+    section = load_yaml(agent_yaml(args)).get("pbt")
+    pbt = section if isinstance(section, dict) else {}  # a bad pbt: section is the config check's to name
     return [
         sys.executable,
         "-m",
@@ -187,20 +176,8 @@ def member_command(args: argparse.Namespace, workspace: Path) -> list[str]:
         str(preset_iterations(args)),
         "--train-dir",
         str(workspace / "runs"),
-        "--pbt-interval-steps",
-        str(preset["interval"]),
-        "--pbt-start-grace-frames",
-        str(preset["start_grace"]),
-        "--pbt-restart-grace-frames",
-        str(preset["interval"]),
-        "--pbt-min-episodes",
-        str(preset["min_episodes"]),
-        "--pbt-window",
-        str(max(64, preset["min_episodes"])),
-        "--pbt-heartbeat-interval-s",
-        "5",
-        *(rsl_rl_member.POPULATION_OVERRIDES if rsl_rl else RL_GAMES_OVERRIDES),
-        *(["--pbt-rule", args.rule] if args.rule else []),  # unset: the yaml's rule or the package's, not a copy
+        *pbt_flags(pbt, args.smoke, args.rule),
+        *searched_overrides(pbt, rsl_rl),
         *([SLICES_FLAG, str(args.slices)] if args.slices != 1 else []),
         *(["--vec-env", args.vec_env] if args.vec_env != "gymnasium" else []),
     ]

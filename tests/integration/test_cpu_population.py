@@ -240,27 +240,34 @@ def test_ctrl_c_exits_130_and_says_what_is_lost_and_where_each_member_resumes(tm
     assert lost and int(lost.group(1).replace(",", "")) > 0
 
 
-def test_the_rule_is_the_yamls_unless_rule_is_given(tmp_path):
+def test_what_the_yaml_sets_is_kept_and_the_demo_fills_in_the_rest(tmp_path):
     """Without ``--rule`` the demo passes no rule: a user's yaml that names one keeps it, and one that does not gets
-    the package's default (decided in ``PopulationConfig`` alone); ``--rule`` wins over both."""
+    the package's default (decided in ``PopulationConfig`` alone); ``--rule`` wins over both. The demo's interval,
+    windows and searched values fill in only what the yaml's pbt: section leaves unset."""
     import yaml
 
     from async_pbt_isaaclab.core.config import PopulationConfig
-    from async_pbt_isaaclab.examples import cpu_population
+    from async_pbt_isaaclab.examples import cpu_population, demo_presets
     from async_pbt_isaaclab.examples.agents import PACKAGED_AGENTS
 
     agent = yaml.safe_load(PACKAGED_AGENTS["Pendulum-v1"].read_text())
-    agent["pbt"] = {"rule": "welch"}
+    own_lr = {"kind": "log_float", "low": 1.0e-4, "high": 1.0e-2}
+    agent["pbt"] = {"rule": "welch", "interval_steps": 4096, "min_episodes": 80, "mutation": {"learning_rate": own_lr}}
     mine = tmp_path / "mine.yaml"
     mine.write_text(yaml.safe_dump(agent))
 
-    def rule(*argv: str) -> str:
+    def config(*argv: str) -> PopulationConfig:
         args = cpu_population.build_parser().parse_args([*argv, "--smoke", "--workspace", str(tmp_path / "ws")])
         assert ("--pbt-rule" in cpu_population.member_command(args, tmp_path / "ws")) == ("--rule" in argv)
-        return cpu_population.check_member_config(args, tmp_path / "ws")[1].rule
+        return cpu_population.check_member_config(args, tmp_path / "ws")[1]
 
-    assert rule("--agent", str(mine)) == "welch"
-    assert rule("--agent", str(mine), "--rule", "isaaclab") == "isaaclab"
-    assert rule() == PopulationConfig().rule
-    assert rule("--rule", "welch") == "welch"
+    cfg = config("--agent", str(mine))
+    assert cfg.rule == "welch" and cfg.interval_steps == 4096 and cfg.min_episodes == 80 and cfg.window == 80
+    lr = cfg.mutation["learning_rate"]
+    assert (lr.kind, lr.low, lr.high) == ("log_float", 1.0e-4, 1.0e-2)  # not the demo's mutate_float
+    assert {"entropy_coef", "gamma", "e_clip"} <= set(cfg.mutation)  # the demo's, beside the yaml's own
+    assert config("--agent", str(mine), "--rule", "isaaclab").rule == "isaaclab"
+    plain = config()
+    assert plain.rule == PopulationConfig().rule and plain.interval_steps == demo_presets.SMOKE["interval"]
+    assert plain.window == 64 and config("--rule", "welch").rule == "welch"
     assert not (tmp_path / "ws").exists()
