@@ -28,6 +28,7 @@ MUTATION_OVERRIDE = "agent.pbt.mutation."
 
 
 def preset(smoke: bool) -> dict[str, int]:
+    """``--smoke``'s preset, or the learning run's."""
     return SMOKE if smoke else FULL
 
 
