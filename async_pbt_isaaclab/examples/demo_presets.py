@@ -21,8 +21,10 @@ RL_GAMES_OVERRIDES = (
 
 SMOKE = {"iterations": 24, "interval": 8192, "start_grace": 8192, "min_episodes": 16}
 """Short run: 24 epochs x 2048 frames per member, a decision every 4 epochs after the first 4."""
-FULL = {"iterations": 200, "interval": 32768, "start_grace": 65536, "min_episodes": 32}
-"""Learning run: 200 epochs (about 410k frames) per member."""
+FULL = {"iterations": 200, "interval": 32768, "min_episodes": 32}
+"""Learning run: 200 epochs (about 410k frames) per member. No start grace of its own: the member's task decides it
+(``core.config.task_start_grace``: two intervals on Pendulum, 128,000 frames on HalfCheetah and Hopper), so the first
+decision does not rest on episodes that all began at frame 0."""
 
 MUTATION_OVERRIDE = "agent.pbt.mutation."
 
@@ -39,15 +41,14 @@ def pbt_flags(pbt: Mapping[str, Any], smoke: bool, rule: str | None) -> list[str
     min_episodes = pbt.get("min_episodes", chosen["min_episodes"])
     settings = {
         "interval_steps": chosen["interval"],
-        "start_grace_frames": chosen["start_grace"],
+        "start_grace_frames": chosen.get("start_grace"),
         "restart_grace_frames": chosen["interval"],
         "min_episodes": chosen["min_episodes"],
         "window": max(64, min_episodes) if type(min_episodes) is int else 64,  # a bad value is the config check's
         "heartbeat_interval_s": 5,
     }
-    flags = [
-        f for key, value in settings.items() if key not in pbt for f in (f"--pbt-{key.replace('_', '-')}", str(value))
-    ]
+    unset = {key: value for key, value in settings.items() if key not in pbt and value is not None}
+    flags = [f for key, value in unset.items() for f in (f"--pbt-{key.replace('_', '-')}", str(value))]
     return [*flags, *(["--pbt-rule", rule] if rule else [])]
 
 

@@ -246,7 +246,7 @@ def test_what_the_yaml_sets_is_kept_and_the_demo_fills_in_the_rest(tmp_path):
     windows and searched values fill in only what the yaml's pbt: section leaves unset."""
     import yaml
 
-    from async_pbt_isaaclab.core.config import PopulationConfig
+    from async_pbt_isaaclab.core.config import PopulationConfig, with_task_start_grace
     from async_pbt_isaaclab.examples import cpu_population, demo_presets
     from async_pbt_isaaclab.examples.agents import PACKAGED_AGENTS
 
@@ -270,4 +270,13 @@ def test_what_the_yaml_sets_is_kept_and_the_demo_fills_in_the_rest(tmp_path):
     plain = config()
     assert plain.rule == PopulationConfig().rule and plain.interval_steps == demo_presets.SMOKE["interval"]
     assert plain.window == 64 and config("--rule", "welch").rule == "welch"
+    # The learning run leaves the start grace to the member's task: on Hopper (64 envs, 1,000-step episodes, a window
+    # of 64) no decision before 128,000 frames, where the demo's own 65,536 let every episode of the first window
+    # begin at frame 0.
+    assert config("--task", "Hopper-v5").start_grace_frames == demo_presets.SMOKE["start_grace"]  # a smoke's own
+    args = cpu_population.build_parser().parse_args(["--task", "Hopper-v5", "--workspace", str(tmp_path / "ws")])
+    assert "--pbt-start-grace-frames" not in cpu_population.member_command(args, tmp_path / "ws")
+    agent, learning = cpu_population.check_member_config(args, tmp_path / "ws")
+    assert agent["params"]["config"]["num_actors"] == 64 and learning.window == 64
+    assert with_task_start_grace(learning, 64, 1000).start_grace_frames == 128_000
     assert not (tmp_path / "ws").exists()
