@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from async_pbt_isaaclab.examples import rsl_rl_member
+from async_pbt_isaaclab.pbt_flags import flag_name
 
 RL_GAMES_OVERRIDES = (
     "agent.params.torch_threads=1",  # one torch thread per member: N members share the machine's cores
@@ -48,8 +49,8 @@ def pbt_flags(pbt: Mapping[str, Any], smoke: bool, rule: str | None) -> list[str
         "heartbeat_interval_s": 5,
     }
     unset = {key: value for key, value in settings.items() if key not in pbt and value is not None}
-    flags = [f for key, value in unset.items() for f in (f"--pbt-{key.replace('_', '-')}", str(value))]
-    return [*flags, *(["--pbt-rule", rule] if rule else [])]
+    flags = [f for key, value in unset.items() for f in (flag_name(key), str(value))]
+    return [*flags, *([flag_name("rule"), rule] if rule else [])]
 
 
 def searched_overrides(pbt: Mapping[str, Any], rsl_rl: bool) -> list[str]:
